@@ -1,0 +1,138 @@
+# megatron_c - `make help` lists the targets.
+#
+#   make lab03 && mpirun --oversubscribe -np 8 ./lab03      run a lab (add --allow-run-as-root as root)
+#   make test                                               build and run every test suite
+#
+# Opt-outs and switches: CUDA=1 (NCCL backend, needs nvcc), NVCC_ARCH=sm_90, V=1 (verbose).
+
+SHELL       := /bin/bash
+CC          ?= cc
+MPICC       ?= mpicc
+NVCC        ?= nvcc
+NVCC_ARCH   ?= sm_90
+CUDA        ?= 0
+CSTD        ?= -std=c11
+CFLAGS      ?= -O2 -g
+WARN        := -Wall -Wextra -Wno-unused-parameter
+CPPFLAGS    += -I. -D_GNU_SOURCE
+BUILD       := build
+DEB_PACKAGES := libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config
+
+# Libraries the grader and the tests use (each one is justified in README.md).
+GRADER_LIBS := -lcjson -lcmark -lunistring -lm
+CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
+CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriterion) -lm
+
+# The MPI runner used by tests and examples (root needs the allow flags).
+MPIRUN      ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root,)
+export MC_MPIRUN := $(MPIRUN)
+
+ifeq ($(CUDA),1)
+  CUDA_HOME  ?= /usr/local/cuda
+  CPPFLAGS   += -DMC_ENABLE_CUDA -I$(CUDA_HOME)/include
+  CUDA_OBJ   := $(BUILD)/megatron_c_cuda.o
+  CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++
+else
+  CUDA_OBJ   :=
+  CUDA_LIBS  :=
+endif
+
+LAB_COMMON  := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/grader.o $(CUDA_OBJ)
+
+.PHONY: help all labs test test-unit test-mpi grade check-header cuda deps clean
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@echo "megatron_c targets:"
+	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([^:]+):.*## (.*)/  \1\t\2/' | expand -t 20
+
+all: labs megatron_c ## build every lab and the calculator
+
+deps: ## install the Debian packages the build needs (apt-get, as root or with sudo)
+	@./.ci/deps.sh $(DEB_PACKAGES)
+
+# ---------------------------------------------------------------------------------------------
+# library objects
+
+$(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI -c $< -o $@
+
+$(BUILD)/megatron_c_cuda.o: megatron_c_cuda.cu megatron_c.h
+	@mkdir -p $(@D)
+	$(NVCC) -O2 -arch=$(NVCC_ARCH) -Xcompiler -fPIC $(CPPFLAGS) -DMC_COMM_MPI \
+	  $(shell $(MPICC) --showme:compile 2>/dev/null) -c $< -o $@
+
+# Checks once that the Debian packages are there (installs them when it can).
+$(BUILD)/.deps-ok:
+	@mkdir -p $(BUILD)
+	@./.ci/deps.sh $(DEB_PACKAGES)
+	@touch $@
+
+# ---------------------------------------------------------------------------------------------
+# labs:  make lab03  ->  ./lab03
+
+lab%: labs/lab%.c $(LAB_COMMON) | $(BUILD)/.deps-ok ## build ./labNN (e.g. make lab03)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $< $(LAB_COMMON) \
+	  -o $@ $(GRADER_LIBS) $(CUDA_LIBS)
+
+labs: lab03 ## build every lab
+
+# ---------------------------------------------------------------------------------------------
+# the command-line calculator (no MPI)
+
+megatron_c: tools/megatron_c.c megatron_c.h | $(BUILD)/.deps-ok ## build ./megatron_c (layout calculator)
+	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $< -o $@ -lm
+
+# ---------------------------------------------------------------------------------------------
+# tests
+
+UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
+MPI_CASES  := $(patsubst tests/mpi_cases/%.c,$(BUILD)/tests/%,$(wildcard tests/mpi_cases/*.c))
+
+$(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
+	  $< $(LAB_COMMON) -o $@ $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
+
+$(BUILD)/tests/%: tests/mpi_cases/%.c $(LAB_COMMON) | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $< $(LAB_COMMON) \
+	  -o $@ $(GRADER_LIBS) $(CUDA_LIBS)
+
+test: $(UNIT_TESTS) $(MPI_CASES) lab03 megatron_c check-header ## build and run every test suite
+	@./tests/run_all.sh $(UNIT_TESTS)
+
+grade: $(BUILD)/tests/grade_lab03 ## self-grade your answers/ with Criterion (one test per rubric point)
+	@./$(BUILD)/tests/grade_lab03 $(CRITERION_OPTS)
+
+$(BUILD)/tests/grade_%: tests/grade/grade_%.c $(LAB_COMMON) | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
+	  $< $(LAB_COMMON) -o $@ $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
+
+# ---------------------------------------------------------------------------------------------
+# header compile checks: C99, C11, C++, -Wall -Wextra -pedantic, two TUs with one implementation
+
+HDR_FLAGS := -Wall -Wextra -pedantic -Werror -I.
+check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two TUs
+	@mkdir -p $(BUILD)/compile
+	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c99
+	$(CC)  -std=c11   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c11
+	$(CC)  -std=c11   $(HDR_FLAGS) -DMC_STATIC tests/compile/impl.c -o $(BUILD)/compile/c11_static
+	$(CXX) -std=c++17 $(HDR_FLAGS) -x c++ tests/compile/impl.c -o $(BUILD)/compile/cxx
+	$(MPICC) -std=c99 $(HDR_FLAGS) -DMC_COMM_MPI tests/compile/impl.c -o $(BUILD)/compile/c99_mpi
+	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/two_a.c tests/compile/two_b.c -o $(BUILD)/compile/two_tu
+	@for b in c99 c11 c11_static cxx two_tu; do ./$(BUILD)/compile/$$b >/dev/null || exit 1; done
+	@echo "check-header: 6 builds clean (C99, C11, MC_STATIC, C++17, MPI, two TUs)"
+
+# ---------------------------------------------------------------------------------------------
+# CUDA / NCCL (needs nvcc; the GPU machine has CUDA 13 and NCCL 2.28)
+
+cuda: ## rebuild lab03 and the tests with the NCCL backend (CUDA=1)
+	@command -v $(NVCC) >/dev/null || { echo "cuda: nvcc not found (install the CUDA toolkit)"; exit 1; }
+	rm -f lab03 $(LAB_COMMON) $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/grader.o
+	$(MAKE) CUDA=1 lab03 $(MPI_CASES)
+
+clean: ## remove build outputs
+	rm -rf $(BUILD) lab[0-9][0-9] megatron_c
