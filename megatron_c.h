@@ -67,7 +67,9 @@
 #define MC_VERSION_PATCH 0
 #define MC_VERSION_HEX ((MC_VERSION_MAJOR << 16) | (MC_VERSION_MINOR << 8) | MC_VERSION_PATCH)
 
-#if defined(MC_STATIC)
+#if defined(MC_STATIC) && defined(__GNUC__)
+#define MC_API static __attribute__((unused))   /* a TU may use only some of them */
+#elif defined(MC_STATIC)
 #define MC_API static
 #else
 #define MC_API extern
@@ -185,8 +187,11 @@ typedef struct mc_rank_coords {
 } mc_rank_coords;
 
 typedef struct mc_grid {
-    mc_grid_desc desc;          /* resolved: every default filled in */
-    char order[MC_ORDER_MAX];   /* resolved order string, e.g. "tp-cp-ep-dp-pp" */
+    mc_grid_desc desc;          /* resolved: every default filled in (desc.order stays the
+                                   caller's string, or the default; see `order` below) */
+    char order[MC_ORDER_MAX];   /* resolved order string, e.g. "tp-cp-ep-dp-pp"; missing size-1
+                                   axes appended in Megatron's order (tp, pp, dp, ep, cp), so
+                                   "tp-pp-dp" resolves to "tp-pp-dp-ep-cp" */
     int dp;                     /* world / (tp * pp * cp) */
     int edp;                    /* world / (etp * ep * pp) */
     /* Private: the two mixed-radix generators. */
@@ -196,15 +201,20 @@ typedef struct mc_grid {
     int expert_size[5];         /* ... and in the expert grid */
 } mc_grid;
 
-/* Validates and resolves. Errors name the values and Megatron's rule, e.g.
-   "world_size (10) is not divisible by tensor_model_parallel_size (2) x
+/* Validates and resolves (grid is written only on success). Errors are MC_ERR_INVALID_DESC
+   with a message naming the values and Megatron's rule, checked in Megatron's order:
+   world % (tp*pp*cp), vpp > 0 needs pp > 1, world % (etp*ep*pp), the order tokens (unknown,
+   repeated or empty tokens; a missing axis of size > 1), Megatron's assert that the order
+   ends with pp unless PP == 1 or EDP == DP, and identical dense and expert pp groups.
+   E.g. "world_size (10) is not divisible by tensor_model_parallel_size (2) x
     pipeline_model_parallel_size (4) x context_parallel_size (1) = 8". */
 MC_API int mc_grid_init(mc_grid *grid, const mc_grid_desc *desc);
 MC_API int mc_grid_coords(const mc_grid *grid, int rank, mc_rank_coords *out);
 MC_API int mc_grid_num_groups(const mc_grid *grid, mc_group_kind kind);
 MC_API int mc_grid_group_size(const mc_grid *grid, mc_group_kind kind);
 /* Writes the members of group `index` (ascending in Megatron's member order) into out[cap];
-   returns the member count (>= 0) or an error. */
+   returns the member count (>= 0) or an error. out == NULL only counts; cap smaller than the
+   group is MC_ERR_INVALID_ARG. */
 MC_API int mc_grid_group_members(const mc_grid *grid, mc_group_kind kind, int index,
                                  int *out, int cap);
 /* Which group of `kind` holds `rank`: its index and the rank's position inside it.
@@ -234,7 +244,19 @@ MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt);
 /* ---------------------------------------------------------------------------------------------
    >>comm  The communicator table. Layer and lab code call the mc_* wrappers below; each
    backend fills an mc_comm_ops. Buffers are host memory for `self` and `mpi`, device memory
-   for `nccl`: use mc_comm_alloc / mc_comm_upload / mc_comm_download to stay backend-neutral. */
+   for `nccl`: use mc_comm_alloc / mc_comm_upload / mc_comm_download to stay backend-neutral.
+
+   Backends:
+     self   size 1. Collectives copy send to recv; send/recv to itself (peer 0) go through a
+            FIFO queue per tag, and a receive that no send can ever match ends in
+            MC_ERR_TIMEOUT at once instead of blocking.
+     mpi    every operation is the nonblocking MPI call; a blocking call is start + wait, and a
+            wait polls until done or until the communicator's timeout_s (MC_ERR_TIMEOUT naming
+            the communicator and the operation; the communicator should then be dropped).
+            MC_AVG is SUM followed by a division (integer division for integer types). bf16
+            reductions return MC_ERR_UNSUPPORTED (MPI has no bf16 type); bf16 gathers,
+            broadcasts and p2p move the raw 16-bit values. Counts must fit in an int.
+     nccl   see megatron_c_cuda.cu. */
 
 typedef enum mc_dtype { MC_F32 = 0, MC_F64, MC_I32, MC_I64, MC_U8, MC_BF16, MC_DTYPE_COUNT } mc_dtype;
 typedef enum mc_reduce_op { MC_SUM = 0, MC_MAX, MC_MIN, MC_AVG } mc_reduce_op;
@@ -251,6 +273,13 @@ MC_API const char *mc_backend_name(mc_comm_backend backend);  /* "self", "mpi", 
 
 typedef struct mc_comm mc_comm;
 typedef struct mc_request mc_request;   /* handle of an async operation; mc_wait frees it */
+
+/* Every backend's request type begins with this head; an mc_request * points at it, so that
+   mc_wait and mc_test find the communicator (and its ops) that started the operation. */
+typedef struct mc_request_head {
+    mc_comm *comm;       /* the communicator the operation runs on */
+    const char *op;      /* "all_reduce", "send", ...: named in timeout messages */
+} mc_request_head;
 
 typedef struct mc_p2p_op {
     int is_send;         /* 1 send, 0 receive */
@@ -292,6 +321,8 @@ typedef struct mc_comm_ops {
     void (*free)(mc_comm *c, void *ptr);
     int (*upload)(mc_comm *c, void *dst, const void *host_src, size_t bytes);
     int (*download)(mc_comm *c, void *host_dst, const void *src, size_t bytes);
+    /* Releases the backend's own state (impl). mc_comm_destroy then frees `mpi`
+       (MPI_Comm_free + mc_free), `world_ranks` and the mc_comm itself. */
     void (*destroy)(mc_comm *c);
 } mc_comm_ops;
 
@@ -306,7 +337,8 @@ struct mc_comm {
     int create_seq;          /* collective creations made over this communicator so far */
     char name[48];           /* e.g. "world", "tp[2]" */
     int owns_mpi_init;       /* world only: MPI_Finalize on destroy */
-    void *mpi;               /* MPI_Comm * (mpi and nccl backends), else NULL */
+    void *mpi;               /* MPI_Comm * (mpi and nccl backends), else NULL; allocated with
+                                mc_malloc, freed by mc_comm_destroy */
     void *impl;              /* backend state */
 };
 
@@ -337,7 +369,12 @@ MC_API int mc_comm_create_group(mc_comm *parent, const int *members, int n_membe
 MC_API int mc_comm_create_group_ex(mc_comm *parent, const int *members, int n_members,
                                    int verify, mc_comm **out);
 /* Member-local: only the members call it (the analogue of use_local_synchronization=True).
-   `tag` must be the same on all members and unique among concurrent creations. */
+   `tag` must be the same on all members and unique among concurrent creations (collective
+   creations use their sequence number as the tag). A non-member gets MC_ERR_NOT_MEMBER. On the
+   mpi backend this is MPI_Comm_create_group, which has no timeout: a member that never calls
+   blocks the others.
+   Children of either kind are named "<parent>/#<seq>" or "<parent>/local<tag>" (rename them
+   freely), inherit the parent's timeout and get world_ranks filled from the parent. */
 MC_API int mc_comm_create_group_local(mc_comm *parent, const int *members, int n_members,
                                       int tag, mc_comm **out);
 
@@ -369,6 +406,7 @@ MC_API int mc_batch_send_recv_async(mc_comm *c, const mc_p2p_op *ops, int n_ops,
                                     mc_request **req);
 MC_API int mc_barrier_async(mc_comm *c, mc_request **req);
 MC_API int mc_wait(mc_request *req);
+/* *done = 1: the operation finished (or failed, see the status) and req has been freed. */
 MC_API int mc_test(mc_request *req, int *done);
 /* Backend-neutral buffers (device memory for nccl). */
 MC_API void *mc_comm_alloc(mc_comm *c, size_t bytes);
@@ -386,6 +424,7 @@ typedef struct mc_parallel_desc {
     int skip_plan_check;  /* 1: do not exchange the fingerprint (only for experiments) */
 } mc_parallel_desc;
 
+/* Zero it before the first mc_parallel_init (init refuses a state whose `initialized` is set). */
 typedef struct mc_parallel_state {
     int initialized;
     mc_grid grid;
@@ -395,12 +434,18 @@ typedef struct mc_parallel_state {
     int group_index[MC_GROUP_COUNT];         /* -1 where none */
     uint64_t plan_fingerprint;
     int n_created;                           /* collective creations made, in plan order */
-    int vp_stage;                            /* current virtual stage (0 unless interleaved) */
+    int vp_stage;                            /* current virtual stage (0 unless interleaved);
+                                                the caller sets it while running a chunk */
 } mc_parallel_state;
 
 /* Exchanges the plan fingerprint over the world (a mismatch fails on every rank within the
    world's timeout, with a message naming the first differing group), then creates every
-   group of every kind in plan order, collectively, keeping the ones this rank belongs to. */
+   group of every kind in plan order, collectively, keeping the ones this rank belongs to
+   (named e.g. "tp[2]"). Works on a `self` world of size 1. A second init without
+   mc_parallel_destroy returns MC_ERR_STATE ("already initialized").
+   Stage predicates follow Megatron: with vpp > 0 and ignore_virtual = 0, the first stage also
+   needs vp_stage == 0 and the last stage vp_stage == vpp - 1; the first and last members of
+   the embedding group count only on those stages, other members always. */
 MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc);
 MC_API int mc_parallel_destroy(mc_parallel_state *ps);
 MC_API mc_comm *mc_parallel_group(const mc_parallel_state *ps, mc_group_kind kind);
@@ -424,6 +469,9 @@ MC_API int mc_parallel_check_plan(mc_comm *world, const mc_grid *grid, uint64_t 
 MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
 MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled);      /* turns an MPI world into NCCL */
 MC_API const mc_comm_ops *mc__nccl_ops(void);
+/* Implemented by the header: lets the companion file report through mc_last_error() and the
+   logger (level 1). Returns `status`. */
+MC_API int mc__set_error(int status, const char *fmt, ...);
 #endif
 
 #ifdef __cplusplus
@@ -437,7 +485,2525 @@ MC_API const mc_comm_ops *mc__nccl_ops(void);
 #if defined(MEGATRON_C_IMPLEMENTATION) && !defined(MEGATRON_C_IMPL_INCLUDED)
 #define MEGATRON_C_IMPL_INCLUDED
 
-/* (implementation follows) */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+#if defined(MC_COMM_MPI)
+#include <mpi.h>
+#include <sched.h>   /* defines: sched_yield, used while polling MPI requests */
+#endif
+
+#ifndef MC_ASSERT
+#include <assert.h>
+#define MC_ASSERT(c) assert(c)
+#endif
+
+#if defined(__cplusplus)
+#define MC__THREAD_LOCAL thread_local
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define MC__THREAD_LOCAL _Thread_local
+#elif defined(__GNUC__)
+#define MC__THREAD_LOCAL __thread
+#else
+#define MC__THREAD_LOCAL /* no thread-local storage: one error buffer per process */
+#endif
+
+#if defined(__GNUC__)
+#define MC__PRINTF(fmt_index, first_arg) __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define MC__PRINTF(fmt_index, first_arg)
+#endif
+
+#define MC__DEF(value, def) ((value) == 0 ? (def) : (value))
+#define MC__LOG_TAG "megatron_c"
+#define MC__ERROR_LEN 1024
+#define MC__DEFAULT_ORDER "tp-cp-ep-dp-pp"
+#define MC__DEFAULT_TIMEOUT_S 30.0
+
+// ---------------------------------------------------------------------------------------------
+// >>errors
+
+typedef struct mc__globals {
+    mc_logger logger;
+    mc_allocator allocator;
+} mc__globals;
+
+static mc__globals mc__g;
+static MC__THREAD_LOCAL char mc__last_error_text[MC__ERROR_LEN];
+
+MC_API const char *mc_err_name(int status) {
+    switch (status) {
+#define MC__NAME_CASE(name, value, text) \
+    case value: return "MC_" #name;
+        MC_ERROR_MAP(MC__NAME_CASE)
+#undef MC__NAME_CASE
+        default: return "MC_ERR_UNKNOWN";
+    }
+}
+
+MC_API const char *mc_strerror(int status) {
+    switch (status) {
+#define MC__TEXT_CASE(name, value, text) \
+    case value: return text;
+        MC_ERROR_MAP(MC__TEXT_CASE)
+#undef MC__TEXT_CASE
+        default: return "unknown status";
+    }
+}
+
+MC_API const char *mc_last_error(void) { return mc__last_error_text; }
+
+MC_API const char *mc_version_string(void) { return "0.1.0"; }
+
+static void mc__vlog(uint32_t level, int item, uint32_t line, const char *file, const char *fmt,
+                     va_list ap) {
+    char text[MC__ERROR_LEN];
+    if (!mc__g.logger.func) return;
+    vsnprintf(text, sizeof text, fmt, ap);
+    mc__g.logger.func(MC__LOG_TAG, level, item, text, line, file, mc__g.logger.user_data);
+}
+
+static void mc__log_at(uint32_t level, uint32_t line, const char *file, const char *fmt, ...)
+    MC__PRINTF(4, 5);
+static void mc__log_at(uint32_t level, uint32_t line, const char *file, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    mc__vlog(level, 0, line, file, fmt, ap);
+    va_end(ap);
+}
+
+/* Records the message as this thread's last error, hands it to the logger (level 1) and
+   returns `status`, so that error paths read `return MC__FAIL(MC_ERR_X, "...", ...);`. */
+static int mc__fail_at(int status, uint32_t line, const char *file, const char *fmt, ...)
+    MC__PRINTF(4, 5);
+static int mc__fail_at(int status, uint32_t line, const char *file, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(mc__last_error_text, sizeof mc__last_error_text, fmt, ap);
+    va_end(ap);
+    if (mc__g.logger.func)
+        mc__g.logger.func(MC__LOG_TAG, 1, status, mc__last_error_text, line, file,
+                          mc__g.logger.user_data);
+    return status;
+}
+
+#define MC__FAIL(status, ...) mc__fail_at((status), (uint32_t)__LINE__, __FILE__, __VA_ARGS__)
+
+#if defined(MC_ENABLE_CUDA)
+MC_API int mc__set_error(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(mc__last_error_text, sizeof mc__last_error_text, fmt, ap);
+    va_end(ap);
+    if (mc__g.logger.func)
+        mc__g.logger.func(MC__LOG_TAG, 1, status, mc__last_error_text, 0, "megatron_c_cuda.cu",
+                          mc__g.logger.user_data);
+    return status;
+}
+#endif
+#define MC__INFO(...) mc__log_at(3, (uint32_t)__LINE__, __FILE__, __VA_ARGS__)
+#define MC__WARN(...) mc__log_at(2, (uint32_t)__LINE__, __FILE__, __VA_ARGS__)
+
+// ---------------------------------------------------------------------------------------------
+// >>setup
+
+MC_API int mc_setup(const mc_desc *desc) {
+    if (!desc) {
+        memset(&mc__g, 0, sizeof mc__g);
+        return MC_OK;
+    }
+    if ((desc->allocator.alloc_fn == NULL) != (desc->allocator.free_fn == NULL))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_desc.allocator: alloc_fn (%s) and free_fn (%s) must be given together",
+                        desc->allocator.alloc_fn ? "set" : "NULL",
+                        desc->allocator.free_fn ? "set" : "NULL");
+    mc__g.logger = desc->logger;
+    mc__g.allocator = desc->allocator;
+    return MC_OK;
+}
+
+MC_API void *mc_malloc(size_t size) {
+    if (size == 0) size = 1;   /* a unique pointer even for empty arrays */
+    if (mc__g.allocator.alloc_fn) return mc__g.allocator.alloc_fn(size, mc__g.allocator.user_data);
+    return malloc(size);
+}
+
+MC_API void *mc_calloc(size_t count, size_t size) {
+    void *p;
+    size_t bytes;
+    if (size != 0 && count > (size_t)-1 / size) return NULL;
+    bytes = count * size;
+    p = mc_malloc(bytes);
+    if (p) memset(p, 0, bytes > 0 ? bytes : 1);
+    return p;
+}
+
+MC_API void mc_free(void *ptr) {
+    if (!ptr) return;
+    if (mc__g.allocator.free_fn)
+        mc__g.allocator.free_fn(ptr, mc__g.allocator.user_data);
+    else
+        free(ptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>rank_grid
+//
+// Megatron's RankGenerator. The order string lists axes fastest first, so a rank is a
+// mixed-radix number: rank = sum(coord[i] * stride[i]), stride[0] = 1,
+// stride[i+1] = stride[i] * size[i]. A group kind is a mask over the axes: its groups vary the
+// masked axes and fix the others. Groups are numbered by their unmasked coordinates (leftmost
+// axis fastest) and members by their masked coordinates (leftmost axis fastest).
+
+enum { MC__AX_TP = 0, MC__AX_CP, MC__AX_EP, MC__AX_DP, MC__AX_PP, MC__N_AXES };
+static const char *const mc__axis_name[MC__N_AXES] = {"tp", "cp", "ep", "dp", "pp"};
+/* Megatron appends missing size-1 axes in the order of its name_to_size dict. */
+static const int mc__append_order[MC__N_AXES] = {MC__AX_TP, MC__AX_PP, MC__AX_DP, MC__AX_EP,
+                                                 MC__AX_CP};
+#define MC__BIT(axis) (1u << (axis))
+
+typedef struct mc__kind_info {
+    const char *name;
+    int expert;       /* 1: groups come from the expert grid (etp, ep, edp, pp) */
+    unsigned axes;    /* mask of the axes a group varies */
+} mc__kind_info;
+
+/* Indexed by mc_group_kind. Embedding kinds are derived from the pp groups. */
+static const mc__kind_info mc__kinds[MC_GROUP_COUNT] = {
+    {"tp", 0, MC__BIT(MC__AX_TP)},
+    {"pp", 0, MC__BIT(MC__AX_PP)},
+    {"dp", 0, MC__BIT(MC__AX_DP)},
+    {"dp_cp", 0, MC__BIT(MC__AX_DP) | MC__BIT(MC__AX_CP)},
+    {"cp", 0, MC__BIT(MC__AX_CP)},
+    {"mp", 0, MC__BIT(MC__AX_TP) | MC__BIT(MC__AX_PP)},
+    {"tp_dp", 0, MC__BIT(MC__AX_TP) | MC__BIT(MC__AX_DP)},
+    {"tp_dp_cp", 0, MC__BIT(MC__AX_TP) | MC__BIT(MC__AX_DP) | MC__BIT(MC__AX_CP)},
+    {"tp_cp", 0, MC__BIT(MC__AX_TP) | MC__BIT(MC__AX_CP)},
+    {"embedding", 0, MC__BIT(MC__AX_PP)},
+    {"position_embedding", 0, MC__BIT(MC__AX_PP)},
+    {"ep", 1, MC__BIT(MC__AX_EP)},
+    {"expert_tp", 1, MC__BIT(MC__AX_TP)},
+    {"tp_ep", 1, MC__BIT(MC__AX_TP) | MC__BIT(MC__AX_EP)},
+    {"tp_ep_pp", 1, MC__BIT(MC__AX_TP) | MC__BIT(MC__AX_EP) | MC__BIT(MC__AX_PP)},
+    {"expert_dp", 1, MC__BIT(MC__AX_DP)},
+};
+
+static int mc__kind_valid(int kind) { return kind >= 0 && kind < MC_GROUP_COUNT; }
+static int mc__kind_is_embedding(int kind) {
+    return kind == MC_GROUP_EMBEDDING || kind == MC_GROUP_POSITION_EMBEDDING;
+}
+
+MC_API const char *mc_group_kind_name(mc_group_kind kind) {
+    return mc__kind_valid((int)kind) ? mc__kinds[kind].name : "unknown";
+}
+
+/* Accepts "dp_cp" and "dp-cp" alike. */
+MC_API int mc_group_kind_from_name(const char *name) {
+    int k;
+    size_t i, n;
+    if (!name) return -1;
+    n = strlen(name);
+    for (k = 0; k < MC_GROUP_COUNT; k++) {
+        const char *want = mc__kinds[k].name;
+        if (strlen(want) != n) continue;
+        for (i = 0; i < n; i++) {
+            char c = name[i] == '-' ? '_' : name[i];
+            if (c != want[i]) break;
+        }
+        if (i == n) return k;
+    }
+    return -1;
+}
+
+/* Sizes and strides of one grid (dense or expert), in order positions. */
+typedef struct mc__radix {
+    int n;
+    int axis[MC__N_AXES];
+    int size[MC__N_AXES];
+    int stride[MC__N_AXES];
+} mc__radix;
+
+static void mc__radix_of(const mc_grid *g, int expert, mc__radix *r) {
+    int i, stride = 1;
+    r->n = g->n_axes;
+    for (i = 0; i < g->n_axes; i++) {
+        r->axis[i] = g->axis_id[i];
+        r->size[i] = expert ? g->expert_size[i] : g->dense_size[i];
+        r->stride[i] = stride;
+        stride *= r->size[i];
+    }
+}
+
+static int mc__radix_group_size(const mc__radix *r, unsigned mask) {
+    int i, n = 1;
+    for (i = 0; i < r->n; i++)
+        if (mask & MC__BIT(r->axis[i])) n *= r->size[i];
+    return n;
+}
+
+/* Members of group `index` of the groups varying the axes in `mask` (ascending). */
+static int mc__radix_members(const mc__radix *r, unsigned mask, int index, int *out) {
+    int i, j, base = 0, rest = index, n = mc__radix_group_size(r, mask);
+    for (i = 0; i < r->n; i++) {
+        if (mask & MC__BIT(r->axis[i])) continue;
+        base += (rest % r->size[i]) * r->stride[i];
+        rest /= r->size[i];
+    }
+    for (j = 0; j < n; j++) {
+        int rank = base, q = j;
+        for (i = 0; i < r->n; i++) {
+            if (!(mask & MC__BIT(r->axis[i]))) continue;
+            rank += (q % r->size[i]) * r->stride[i];
+            q /= r->size[i];
+        }
+        out[j] = rank;
+    }
+    return n;
+}
+
+/* The group (index) holding `rank` and the rank's position in it. */
+static void mc__radix_locate(const mc__radix *r, unsigned mask, int rank, int *group,
+                             int *position) {
+    int i, g = 0, g_scale = 1, p = 0, p_scale = 1;
+    for (i = 0; i < r->n; i++) {
+        int coord = (rank / r->stride[i]) % r->size[i];
+        if (mask & MC__BIT(r->axis[i])) {
+            p += coord * p_scale;
+            p_scale *= r->size[i];
+        } else {
+            g += coord * g_scale;
+            g_scale *= r->size[i];
+        }
+    }
+    *group = g;
+    *position = p;
+}
+
+static int mc__radix_coord(const mc__radix *r, int axis, int rank) {
+    int i;
+    for (i = 0; i < r->n; i++)
+        if (r->axis[i] == axis) return (rank / r->stride[i]) % r->size[i];
+    return 0;
+}
+
+static int mc__axis_from_token(const char *token, size_t len) {
+    int a;
+    for (a = 0; a < MC__N_AXES; a++)
+        if (len == 2 && strncmp(token, mc__axis_name[a], 2) == 0) return a;
+    return -1;
+}
+
+static int mc__grid_check_size(const char *field, int value) {
+    if (value < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_grid_desc.%s (%d) must be >= 1 (0 selects the default)", field, value);
+    return MC_OK;
+}
+
+static int mc__grid_resolve_sizes(mc_grid *g, const mc_grid_desc *d) {
+    long long dense, expert;
+    int rc;
+    if (d->world < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_grid_desc.world (%d) must be >= 1", d->world);
+    if (d->world > MC_MAX_RANKS)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_grid_desc.world (%d) exceeds MC_MAX_RANKS (%d)",
+                        d->world, MC_MAX_RANKS);
+    if ((rc = mc__grid_check_size("tp", d->tp)) != MC_OK) return rc;
+    if ((rc = mc__grid_check_size("pp", d->pp)) != MC_OK) return rc;
+    if ((rc = mc__grid_check_size("cp", d->cp)) != MC_OK) return rc;
+    if ((rc = mc__grid_check_size("ep", d->ep)) != MC_OK) return rc;
+    if ((rc = mc__grid_check_size("etp", d->etp)) != MC_OK) return rc;
+    if (d->vpp < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_grid_desc.vpp (%d) must be >= 0 (0 means no interleaving)", d->vpp);
+
+    g->desc = *d;
+    g->desc.tp = MC__DEF(d->tp, 1);
+    g->desc.pp = MC__DEF(d->pp, 1);
+    g->desc.cp = MC__DEF(d->cp, 1);
+    g->desc.ep = MC__DEF(d->ep, 1);
+    g->desc.etp = MC__DEF(d->etp, g->desc.tp);
+    g->desc.order = d->order ? d->order : MC__DEFAULT_ORDER;
+
+    /* Megatron: DP = world / (TP * PP * CP); DP excludes CP (RuntimeError otherwise). */
+    dense = (long long)g->desc.tp * g->desc.pp * g->desc.cp;
+    if (dense > d->world || d->world % dense != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "world_size (%d) is not divisible by tensor_model_parallel_size (%d) x "
+                        "pipeline_model_parallel_size (%d) x context_parallel_size (%d) = %lld",
+                        d->world, g->desc.tp, g->desc.pp, g->desc.cp, dense);
+    if (g->desc.vpp > 0 && g->desc.pp <= 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "pipeline-model-parallel size should be greater than 1 with interleaved "
+                        "schedule (mc_grid_desc.vpp = %d, pp = %d)",
+                        g->desc.vpp, g->desc.pp);
+    /* The expert view factors the same world: world = ETP * EP * EDP * PP. */
+    expert = (long long)g->desc.etp * g->desc.ep * g->desc.pp;
+    if (expert > d->world || d->world % expert != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "world_size (%d) is not divisible by expert_tensor_model_pipeline_parallel "
+                        "size (ETP x EP x PP = %d x %d x %d = %lld)",
+                        d->world, g->desc.etp, g->desc.ep, g->desc.pp, expert);
+    g->dp = (int)(d->world / dense);
+    g->edp = (int)(d->world / expert);
+    return MC_OK;
+}
+
+/* Splits the order string into axes; rejects unknown, empty and repeated tokens. */
+static int mc__grid_parse_order(mc_grid *g, const char *order, int *seen) {
+    const char *p = order;
+    int a;
+    for (a = 0; a < MC__N_AXES; a++) seen[a] = 0;
+    g->n_axes = 0;
+    if (strlen(order) >= MC_ORDER_MAX)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_grid_desc.order \"%s\" is longer than %d characters", order,
+                        MC_ORDER_MAX - 1);
+    for (;;) {
+        const char *dash = strchr(p, '-');
+        size_t len = dash ? (size_t)(dash - p) : strlen(p);
+        int axis = mc__axis_from_token(p, len);
+        if (len == 0)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_grid_desc.order \"%s\" has an empty token (tokens are tp, cp, ep, "
+                            "dp, pp separated by '-')",
+                            order);
+        if (axis < 0)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_grid_desc.order \"%s\": unknown token \"%.*s\" (allowed: tp, cp, "
+                            "ep, dp, pp)",
+                            order, (int)len, p);
+        if (seen[axis])
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_grid_desc.order \"%s\": token \"%s\" appears twice", order,
+                            mc__axis_name[axis]);
+        seen[axis] = 1;
+        g->axis_id[g->n_axes++] = axis;
+        if (!dash) break;
+        p = dash + 1;
+    }
+    return MC_OK;
+}
+
+static void mc__grid_axis_sizes(const mc_grid *g, int expert, int *size) {
+    size[MC__AX_TP] = expert ? g->desc.etp : g->desc.tp;
+    size[MC__AX_CP] = expert ? 1 : g->desc.cp;
+    size[MC__AX_EP] = expert ? g->desc.ep : 1;
+    size[MC__AX_DP] = expert ? g->edp : g->dp;
+    size[MC__AX_PP] = g->desc.pp;
+}
+
+/* A missing axis is fine at size 1 (appended) and an error otherwise, per generator. */
+static int mc__grid_check_missing(const mc_grid *g, const int *seen, const char *order) {
+    int expert, i;
+    for (expert = 0; expert < 2; expert++) {
+        int size[MC__N_AXES];
+        mc__grid_axis_sizes(g, expert, size);
+        for (i = 0; i < MC__N_AXES; i++) {
+            int a = mc__append_order[i];
+            if (!seen[a] && size[a] != 1)
+                return MC__FAIL(MC_ERR_INVALID_DESC,
+                                "The size of (%s) is (%d), but you haven't specified the order "
+                                "(%s): mc_grid_desc.order must list every axis of size > 1 in "
+                                "the %s grid",
+                                mc__axis_name[a], size[a], order, expert ? "expert" : "dense");
+        }
+    }
+    return MC_OK;
+}
+
+static void mc__grid_finish_order(mc_grid *g, int *seen) {
+    int i, dense[MC__N_AXES], expert[MC__N_AXES];
+    for (i = 0; i < MC__N_AXES; i++) {
+        int a = mc__append_order[i];
+        if (!seen[a]) {
+            seen[a] = 1;
+            g->axis_id[g->n_axes++] = a;
+        }
+    }
+    mc__grid_axis_sizes(g, 0, dense);
+    mc__grid_axis_sizes(g, 1, expert);
+    g->order[0] = '\0';
+    for (i = 0; i < g->n_axes; i++) {
+        if (i) strcat(g->order, "-");
+        strcat(g->order, mc__axis_name[g->axis_id[i]]);
+        g->dense_size[i] = dense[g->axis_id[i]];
+        g->expert_size[i] = expert[g->axis_id[i]];
+    }
+}
+
+#define MC__LIST_SHOWN 16
+
+/* "[0,4,8]"; a list of n_total ranks of which only the first n_known are at hand (or more
+   than MC__LIST_SHOWN) ends with ",...+k]". */
+static void mc__format_ranks(char *buf, size_t cap, const int *ranks, int n_known, int n_total) {
+    size_t used = 0;
+    int i, shown = n_known < MC__LIST_SHOWN ? n_known : MC__LIST_SHOWN;
+    buf[0] = '\0';
+    used += (size_t)snprintf(buf + used, cap - used, "[");
+    for (i = 0; i < shown && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, i ? ",%d" : "%d", ranks[i]);
+    if (used < cap && shown < n_total)
+        used += (size_t)snprintf(buf + used, cap - used, ",...+%d", n_total - shown);
+    if (used < cap) snprintf(buf + used, cap - used, "]");
+}
+
+/* Megatron's two assertions that tie the dense and the expert grid together. */
+static int mc__grid_check_grids_agree(const mc_grid *g, const char *order) {
+    size_t len = strlen(order);
+    int ends_with_pp = len >= 2 && strcmp(order + len - 2, "pp") == 0;
+    mc__radix dense, expert;
+    int *a, *b, n_groups, gi, n, i, rc = MC_OK;
+    if (!ends_with_pp && g->desc.pp != 1 && g->edp != g->dp)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "When not using pp-last rank ordering, the data parallel size of the "
+                        "attention and moe layers must be the same: mc_grid_desc.order \"%s\" does "
+                        "not end with pp, pp = %d, and the expert data-parallel size %d (world / "
+                        "(etp x ep x pp)) differs from the data-parallel size %d (Megatron asserts "
+                        "order.endswith(\"pp\") or PP == 1 or EDP == DP)",
+                        order, g->desc.pp, g->edp, g->dp);
+    mc__radix_of(g, 0, &dense);
+    mc__radix_of(g, 1, &expert);
+    n = g->desc.pp;
+    a = (int *)mc_malloc(sizeof(int) * (size_t)n * 2);
+    if (!a) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_grid_init: out of memory");
+    b = a + n;
+    n_groups = g->desc.world / n;
+    for (gi = 0; gi < n_groups && rc == MC_OK; gi++) {
+        mc__radix_members(&dense, MC__BIT(MC__AX_PP), gi, a);
+        mc__radix_members(&expert, MC__BIT(MC__AX_PP), gi, b);
+        for (i = 0; i < n; i++)
+            if (a[i] != b[i]) break;
+        if (i < n) {
+            char la[160], lb[160];
+            mc__format_ranks(la, sizeof la, a, n, n);
+            mc__format_ranks(lb, sizeof lb, b, n, n);
+            rc = MC__FAIL(MC_ERR_INVALID_DESC,
+                          "Pipeline parallel groups are expected to be the same for the dense and "
+                          "the expert grid, but pp group %d is %s in the dense grid and %s in the "
+                          "expert grid (order \"%s\", tp = %d, cp = %d, etp = %d, ep = %d)",
+                          gi, la, lb, g->order, g->desc.tp, g->desc.cp, g->desc.etp, g->desc.ep);
+        }
+    }
+    mc_free(a);
+    return rc;
+}
+
+MC_API int mc_grid_init(mc_grid *grid, const mc_grid_desc *desc) {
+    mc_grid g;
+    int seen[MC__N_AXES], rc;
+    if (!grid || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_grid_init: grid (%p) and desc (%p) must be set",
+                        (void *)grid, (const void *)desc);
+    memset(&g, 0, sizeof g);
+    if ((rc = mc__grid_resolve_sizes(&g, desc)) != MC_OK) return rc;
+    if ((rc = mc__grid_parse_order(&g, g.desc.order, seen)) != MC_OK) return rc;
+    if ((rc = mc__grid_check_missing(&g, seen, g.desc.order)) != MC_OK) return rc;
+    mc__grid_finish_order(&g, seen);
+    if ((rc = mc__grid_check_grids_agree(&g, g.desc.order)) != MC_OK) return rc;
+    *grid = g;
+    return MC_OK;
+}
+
+static int mc__grid_check(const mc_grid *g, const char *fn) {
+    if (!g || g->n_axes != MC__N_AXES)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: grid is NULL or not initialised by mc_grid_init",
+                        fn);
+    return MC_OK;
+}
+
+static int mc__grid_check_rank(const mc_grid *g, int rank, const char *fn) {
+    if (rank < 0 || rank >= g->desc.world)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: rank (%d) must be in [0, world = %d)", fn, rank,
+                        g->desc.world);
+    return MC_OK;
+}
+
+static int mc__grid_check_kind(int kind, const char *fn) {
+    if (!mc__kind_valid(kind))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: kind (%d) must be in [0, MC_GROUP_COUNT = %d)",
+                        fn, kind, MC_GROUP_COUNT);
+    return MC_OK;
+}
+
+MC_API int mc_grid_coords(const mc_grid *grid, int rank, mc_rank_coords *out) {
+    mc__radix dense, expert;
+    int rc;
+    if ((rc = mc__grid_check(grid, "mc_grid_coords")) != MC_OK) return rc;
+    if ((rc = mc__grid_check_rank(grid, rank, "mc_grid_coords")) != MC_OK) return rc;
+    if (!out) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_grid_coords: out must not be NULL");
+    mc__radix_of(grid, 0, &dense);
+    mc__radix_of(grid, 1, &expert);
+    out->rank = rank;
+    out->tp = mc__radix_coord(&dense, MC__AX_TP, rank);
+    out->cp = mc__radix_coord(&dense, MC__AX_CP, rank);
+    out->dp = mc__radix_coord(&dense, MC__AX_DP, rank);
+    out->pp = mc__radix_coord(&dense, MC__AX_PP, rank);
+    out->etp = mc__radix_coord(&expert, MC__AX_TP, rank);
+    out->ep = mc__radix_coord(&expert, MC__AX_EP, rank);
+    out->edp = mc__radix_coord(&expert, MC__AX_DP, rank);
+    return MC_OK;
+}
+
+MC_API int mc_grid_group_size(const mc_grid *grid, mc_group_kind kind) {
+    mc__radix r;
+    int rc;
+    if ((rc = mc__grid_check(grid, "mc_grid_group_size")) != MC_OK) return rc;
+    if ((rc = mc__grid_check_kind((int)kind, "mc_grid_group_size")) != MC_OK) return rc;
+    if (kind == MC_GROUP_EMBEDDING) return grid->desc.pp > 1 ? 2 : 1;
+    if (kind == MC_GROUP_POSITION_EMBEDDING) return 1;
+    mc__radix_of(grid, mc__kinds[kind].expert, &r);
+    return mc__radix_group_size(&r, mc__kinds[kind].axes);
+}
+
+MC_API int mc_grid_num_groups(const mc_grid *grid, mc_group_kind kind) {
+    mc__radix r;
+    int rc;
+    if ((rc = mc__grid_check(grid, "mc_grid_num_groups")) != MC_OK) return rc;
+    if ((rc = mc__grid_check_kind((int)kind, "mc_grid_num_groups")) != MC_OK) return rc;
+    mc__radix_of(grid, mc__kinds[kind].expert, &r);
+    /* Embedding kinds: one group per pp group. */
+    return grid->desc.world / mc__radix_group_size(&r, mc__kinds[kind].axes);
+}
+
+/* Members without argument checks; out must hold the group size. */
+static int mc__grid_members(const mc_grid *g, int kind, int index, int *out) {
+    mc__radix r;
+    mc__radix_of(g, mc__kinds[kind].expert, &r);
+    if (mc__kind_is_embedding(kind)) {
+        int pp = g->desc.pp, first, last;
+        int *pp_ranks = (int *)mc_malloc(sizeof(int) * (size_t)pp);
+        if (!pp_ranks) return MC__FAIL(MC_ERR_NO_MEMORY, "out of memory");
+        mc__radix_members(&r, MC__BIT(MC__AX_PP), index, pp_ranks);
+        first = pp_ranks[0];
+        last = pp_ranks[pp - 1];
+        mc_free(pp_ranks);
+        out[0] = first;
+        if (kind == MC_GROUP_POSITION_EMBEDDING || pp == 1) return 1;
+        out[1] = last;
+        return 2;
+    }
+    return mc__radix_members(&r, mc__kinds[kind].axes, index, out);
+}
+
+MC_API int mc_grid_group_members(const mc_grid *grid, mc_group_kind kind, int index, int *out,
+                                 int cap) {
+    int rc, n, n_groups;
+    if ((rc = mc__grid_check(grid, "mc_grid_group_members")) != MC_OK) return rc;
+    if ((rc = mc__grid_check_kind((int)kind, "mc_grid_group_members")) != MC_OK) return rc;
+    n = mc_grid_group_size(grid, kind);
+    n_groups = mc_grid_num_groups(grid, kind);
+    if (index < 0 || index >= n_groups)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_grid_group_members: index (%d) must be in [0, %d), the number of %s "
+                        "groups",
+                        index, n_groups, mc__kinds[kind].name);
+    if (!out) return n;
+    if (cap < n)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_grid_group_members: cap (%d) is smaller than the %s group size (%d)",
+                        cap, mc__kinds[kind].name, n);
+    return mc__grid_members(grid, (int)kind, index, out);
+}
+
+MC_API int mc_grid_group_of(const mc_grid *grid, mc_group_kind kind, int rank, int *group_index,
+                            int *index_in_group) {
+    mc__radix r;
+    int rc, g = -1, p = -1;
+    if (group_index) *group_index = -1;
+    if (index_in_group) *index_in_group = -1;
+    if ((rc = mc__grid_check(grid, "mc_grid_group_of")) != MC_OK) return rc;
+    if ((rc = mc__grid_check_kind((int)kind, "mc_grid_group_of")) != MC_OK) return rc;
+    if ((rc = mc__grid_check_rank(grid, rank, "mc_grid_group_of")) != MC_OK) return rc;
+    mc__radix_of(grid, mc__kinds[kind].expert, &r);
+    mc__radix_locate(&r, mc__kinds[kind].axes, rank, &g, &p);
+    if (mc__kind_is_embedding((int)kind)) {
+        /* p is the pipeline stage here: stage 0 is member 0; the last stage is member 1 of
+           the embedding group (PP > 1); any other stage is in no group (not an error). */
+        int is_last = p == grid->desc.pp - 1;
+        if (p != 0 && !(is_last && kind == MC_GROUP_EMBEDDING)) return MC_ERR_NOT_MEMBER;
+        p = p == 0 ? 0 : 1;
+    }
+    if (group_index) *group_index = g;
+    if (index_in_group) *index_in_group = p;
+    return MC_OK;
+}
+
+MC_API int mc_grid_pipeline_ranks(const mc_grid *grid, int rank, int *first, int *last, int *next,
+                                  int *prev) {
+    mc__radix r;
+    int rc, g, p, pp, *ranks;
+    if ((rc = mc__grid_check(grid, "mc_grid_pipeline_ranks")) != MC_OK) return rc;
+    if ((rc = mc__grid_check_rank(grid, rank, "mc_grid_pipeline_ranks")) != MC_OK) return rc;
+    pp = grid->desc.pp;
+    ranks = (int *)mc_malloc(sizeof(int) * (size_t)pp);
+    if (!ranks) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_grid_pipeline_ranks: out of memory");
+    mc__radix_of(grid, 0, &r);
+    mc__radix_locate(&r, MC__BIT(MC__AX_PP), rank, &g, &p);
+    mc__radix_members(&r, MC__BIT(MC__AX_PP), g, ranks);
+    /* Cyclic, as in Megatron: the last stage's next is the first stage. */
+    if (first) *first = ranks[0];
+    if (last) *last = ranks[pp - 1];
+    if (next) *next = ranks[(p + 1) % pp];
+    if (prev) *prev = ranks[(p + pp - 1) % pp];
+    mc_free(ranks);
+    return MC_OK;
+}
+
+/* Kinds created before the per-pp-group triples, and after them (Megatron's HEAD order). */
+static const mc_group_kind mc__plan_head[] = {MC_GROUP_DP_CP, MC_GROUP_DP, MC_GROUP_CP,
+                                              MC_GROUP_MP, MC_GROUP_TP};
+static const mc_group_kind mc__plan_tail[] = {
+    MC_GROUP_TP_DP_CP, MC_GROUP_TP_DP,   MC_GROUP_TP_CP,    MC_GROUP_EP,
+    MC_GROUP_EXPERT_TP, MC_GROUP_TP_EP, MC_GROUP_TP_EP_PP, MC_GROUP_EXPERT_DP};
+#define MC__COUNTOF(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+static void mc__plan_push(mc_plan_entry *out, int cap, int *n, mc_group_kind kind, int index) {
+    if (out && *n < cap) {
+        out[*n].kind = kind;
+        out[*n].index = index;
+    }
+    (*n)++;
+}
+
+static void mc__plan_push_kind(const mc_grid *g, mc_plan_entry *out, int cap, int *n,
+                               mc_group_kind kind) {
+    int i, groups = mc_grid_num_groups(g, kind);
+    for (i = 0; i < groups; i++) mc__plan_push(out, cap, n, kind, i);
+}
+
+MC_API int mc_grid_creation_plan(const mc_grid *grid, mc_plan_entry *out, int cap) {
+    int rc, n = 0, i, pp_groups;
+    if ((rc = mc__grid_check(grid, "mc_grid_creation_plan")) != MC_OK) return rc;
+    for (i = 0; i < MC__COUNTOF(mc__plan_head); i++)
+        mc__plan_push_kind(grid, out, cap, &n, mc__plan_head[i]);
+    /* Each pp group is followed by its embedding and position-embedding group. */
+    pp_groups = mc_grid_num_groups(grid, MC_GROUP_PP);
+    for (i = 0; i < pp_groups; i++) {
+        mc__plan_push(out, cap, &n, MC_GROUP_PP, i);
+        mc__plan_push(out, cap, &n, MC_GROUP_EMBEDDING, i);
+        mc__plan_push(out, cap, &n, MC_GROUP_POSITION_EMBEDDING, i);
+    }
+    for (i = 0; i < MC__COUNTOF(mc__plan_tail); i++)
+        mc__plan_push_kind(grid, out, cap, &n, mc__plan_tail[i]);
+    return n;
+}
+
+#define MC__FNV_OFFSET 14695981039346656037ULL
+#define MC__FNV_PRIME 1099511628211ULL
+
+static uint64_t mc__fnv_bytes(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= MC__FNV_PRIME;
+    }
+    return h;
+}
+
+/* Hashes the value as 8 little-endian bytes, so the fingerprint does not depend on the host. */
+static uint64_t mc__fnv_int(uint64_t h, uint64_t v) {
+    unsigned char b[8];
+    int i;
+    for (i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    return mc__fnv_bytes(h, b, 8);
+}
+
+static uint64_t mc__hash_ranks(uint64_t h, const int *ranks, int n) {
+    int i;
+    h = mc__fnv_int(h, (uint64_t)(int64_t)n);
+    for (i = 0; i < n; i++) h = mc__fnv_int(h, (uint64_t)(int64_t)ranks[i]);
+    return h;
+}
+
+static uint64_t mc__grid_sizes_hash(const mc_grid *g, uint64_t h) {
+    const int sizes[9] = {g->desc.world, g->desc.tp, g->desc.pp, g->desc.vpp, g->desc.cp,
+                          g->desc.ep,    g->desc.etp, g->dp,     g->edp};
+    int i;
+    for (i = 0; i < 9; i++) h = mc__fnv_int(h, (uint64_t)(int64_t)sizes[i]);
+    return mc__fnv_bytes(h, g->order, strlen(g->order));
+}
+
+MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt) {
+    uint64_t h = MC__FNV_OFFSET;
+    mc_plan_entry *plan;
+    int *members, n, i;
+    if (mc__grid_check(grid, "mc_grid_plan_fingerprint") != MC_OK) return 0;
+    h = mc__fnv_int(h, (uint64_t)MC_VERSION_HEX);
+    h = mc__fnv_int(h, salt);
+    h = mc__grid_sizes_hash(grid, h);
+    n = mc_grid_creation_plan(grid, NULL, 0);
+    plan = (mc_plan_entry *)mc_malloc(sizeof(mc_plan_entry) * (size_t)n);
+    members = (int *)mc_malloc(sizeof(int) * (size_t)grid->desc.world);
+    if (!plan || !members) {
+        mc_free(plan);
+        mc_free(members);
+        MC__FAIL(MC_ERR_NO_MEMORY, "mc_grid_plan_fingerprint: out of memory");
+        return 0;
+    }
+    mc_grid_creation_plan(grid, plan, n);
+    for (i = 0; i < n; i++) {
+        int m = mc__grid_members(grid, (int)plan[i].kind, plan[i].index, members);
+        h = mc__fnv_int(h, (uint64_t)plan[i].kind);
+        h = mc__hash_ranks(h, members, m);
+    }
+    mc_free(plan);
+    mc_free(members);
+    return h;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>comm  (shared helpers; the public wrappers follow the backends)
+
+MC_API size_t mc_dtype_size(mc_dtype dtype) {
+    switch (dtype) {
+        case MC_F32: return 4;
+        case MC_F64: return 8;
+        case MC_I32: return 4;
+        case MC_I64: return 8;
+        case MC_U8: return 1;
+        case MC_BF16: return 2;
+        default: return 0;
+    }
+}
+
+MC_API const char *mc_backend_name(mc_comm_backend backend) {
+    switch (backend) {
+        case MC_BACKEND_AUTO: return "auto";
+        case MC_BACKEND_SELF: return "self";
+        case MC_BACKEND_MPI: return "mpi";
+        case MC_BACKEND_NCCL: return "nccl";
+        default: return "unknown";
+    }
+}
+
+static mc_comm *mc__comm_new(const mc_comm_ops *ops, mc_comm_backend backend, int rank, int size,
+                             double timeout_s, const char *name) {
+    mc_comm *c = (mc_comm *)mc_calloc(1, sizeof(mc_comm));
+    if (!c) return NULL;
+    c->ops = ops;
+    c->backend = backend;
+    c->rank = rank;
+    c->size = size;
+    c->world_rank = rank;
+    c->timeout_s = timeout_s;
+    snprintf(c->name, sizeof c->name, "%s", name);
+    return c;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>comm_self  Size 1: collectives are copies; send/recv to itself go through a FIFO queue.
+
+typedef struct mc__self_request {
+    mc_request_head head;
+    int outstanding;     /* receives still waiting for a matching send */
+} mc__self_request;
+
+typedef struct mc__self_message {
+    struct mc__self_message *next;
+    int tag;
+    size_t bytes;
+    void *data;
+} mc__self_message;
+
+typedef struct mc__self_pending {
+    struct mc__self_pending *next;
+    int tag;
+    size_t bytes;
+    void *buf;
+    mc__self_request *owner;
+} mc__self_pending;
+
+typedef struct mc__self_state {
+    mc__self_message *messages;   /* sent, not yet received (FIFO) */
+    mc__self_pending *pending;    /* posted receives without a message yet (FIFO) */
+} mc__self_state;
+
+static const mc_comm_ops *mc__self_ops(void);
+
+static mc__self_request *mc__self_request_new(mc_comm *c, const char *op) {
+    mc__self_request *q = (mc__self_request *)mc_calloc(1, sizeof(mc__self_request));
+    if (!q) return NULL;
+    q->head.comm = c;
+    q->head.op = op;
+    return q;
+}
+
+static void mc__self_drop_pending(mc__self_state *s, const mc__self_request *owner) {
+    mc__self_pending **pp = &s->pending;
+    while (*pp) {
+        if ((*pp)->owner == owner) {
+            mc__self_pending *dead = *pp;
+            *pp = dead->next;
+            mc_free(dead);
+        } else {
+            pp = &(*pp)->next;
+        }
+    }
+}
+
+static int mc__self_wait(mc_request *req, double timeout_s) {
+    mc__self_request *q = (mc__self_request *)req;
+    mc_comm *c = q->head.comm;
+    const char *op = q->head.op;
+    int outstanding = q->outstanding;
+    (void)timeout_s;
+    if (outstanding > 0) {
+        /* Nothing else runs on a size-1 communicator: the receive can never complete. */
+        mc__self_drop_pending((mc__self_state *)c->impl, q);
+        mc_free(q);
+        return MC__FAIL(MC_ERR_TIMEOUT,
+                        "%s on communicator %s (size 1): %d receive(s) have no matching send, and "
+                        "no other rank can send one",
+                        op, c->name, outstanding);
+    }
+    mc_free(q);
+    return MC_OK;
+}
+
+static int mc__self_test(mc_request *req, int *done) {
+    mc__self_request *q = (mc__self_request *)req;
+    *done = q->outstanding == 0;
+    if (*done) mc_free(q);
+    return MC_OK;
+}
+
+static int mc__self_complete(mc_comm *c, mc__self_request *q, mc_request **req) {
+    if (req) {
+        *req = (mc_request *)q;
+        return MC_OK;
+    }
+    return mc__self_wait((mc_request *)q, c->timeout_s);
+}
+
+static int mc__self_start(mc_comm *c, const char *op, mc_request **req) {
+    mc__self_request *q;
+    if (!req) return MC_OK;   /* blocking and already done */
+    q = mc__self_request_new(c, op);
+    if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "%s on %s: out of memory", op, c->name);
+    *req = (mc_request *)q;
+    return MC_OK;
+}
+
+static int mc__self_all_reduce(mc_comm *c, const void *send, void *recv, size_t count,
+                               mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    (void)op;   /* one rank: sum, max, min and average of one value are the value */
+    if (send != recv) memmove(recv, send, count * mc_dtype_size(dt));
+    return mc__self_start(c, "all_reduce", req);
+}
+
+static int mc__self_all_gather(mc_comm *c, const void *send, void *recv, size_t count,
+                               mc_dtype dt, mc_request **req) {
+    if (send != recv) memmove(recv, send, count * mc_dtype_size(dt));
+    return mc__self_start(c, "all_gather", req);
+}
+
+static int mc__self_reduce_scatter(mc_comm *c, const void *send, void *recv, size_t recv_count,
+                                   mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    (void)op;
+    if (send != recv) memmove(recv, send, recv_count * mc_dtype_size(dt));
+    return mc__self_start(c, "reduce_scatter", req);
+}
+
+static int mc__self_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root,
+                              mc_request **req) {
+    (void)buf;
+    (void)count;
+    (void)dt;
+    (void)root;
+    return mc__self_start(c, "broadcast", req);
+}
+
+static int mc__self_post_send(mc_comm *c, const void *buf, size_t bytes, int tag) {
+    mc__self_state *s = (mc__self_state *)c->impl;
+    mc__self_pending **pp = &s->pending;
+    mc__self_message *m, **tail;
+    for (; *pp; pp = &(*pp)->next) {
+        mc__self_pending *p = *pp;
+        if (p->tag != tag) continue;
+        if (bytes > p->bytes)
+            return MC__FAIL(MC_ERR_COMM,
+                            "send to self on %s (tag %d): %zu bytes do not fit the posted "
+                            "receive of %zu bytes",
+                            c->name, tag, bytes, p->bytes);
+        memcpy(p->buf, buf, bytes);
+        p->owner->outstanding--;
+        *pp = p->next;
+        mc_free(p);
+        return MC_OK;
+    }
+    m = (mc__self_message *)mc_calloc(1, sizeof(mc__self_message));
+    if (!m) return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: out of memory", c->name);
+    m->data = mc_malloc(bytes);
+    if (!m->data) {
+        mc_free(m);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: out of memory", c->name);
+    }
+    memcpy(m->data, buf, bytes);
+    m->tag = tag;
+    m->bytes = bytes;
+    for (tail = &s->messages; *tail; tail = &(*tail)->next) {
+    }
+    *tail = m;
+    return MC_OK;
+}
+
+static int mc__self_post_recv(mc_comm *c, void *buf, size_t bytes, int tag,
+                              mc__self_request *owner) {
+    mc__self_state *s = (mc__self_state *)c->impl;
+    mc__self_message **mp = &s->messages;
+    mc__self_pending *p, **tail;
+    for (; *mp; mp = &(*mp)->next) {
+        mc__self_message *m = *mp;
+        if (m->tag != tag) continue;
+        if (m->bytes > bytes)
+            return MC__FAIL(MC_ERR_COMM,
+                            "recv from self on %s (tag %d): the %zu-byte message does not fit "
+                            "the %zu-byte buffer",
+                            c->name, tag, m->bytes, bytes);
+        memcpy(buf, m->data, m->bytes);
+        *mp = m->next;
+        mc_free(m->data);
+        mc_free(m);
+        return MC_OK;
+    }
+    p = (mc__self_pending *)mc_calloc(1, sizeof(mc__self_pending));
+    if (!p) return MC__FAIL(MC_ERR_NO_MEMORY, "recv from self on %s: out of memory", c->name);
+    p->tag = tag;
+    p->bytes = bytes;
+    p->buf = buf;
+    p->owner = owner;
+    owner->outstanding++;
+    for (tail = &s->pending; *tail; tail = &(*tail)->next) {
+    }
+    *tail = p;
+    return MC_OK;
+}
+
+static int mc__self_batch(mc_comm *c, const mc_p2p_op *ops, int n_ops, mc_request **req) {
+    mc__self_request *q = mc__self_request_new(c, n_ops == 1 ? (ops[0].is_send ? "send" : "recv")
+                                                              : "batch_send_recv");
+    int i, rc = MC_OK;
+    if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "p2p on %s: out of memory", c->name);
+    /* Receives first, so that a send in the same batch lands directly in its buffer. */
+    for (i = 0; i < n_ops && rc == MC_OK; i++)
+        if (!ops[i].is_send)
+            rc = mc__self_post_recv(c, ops[i].buf, ops[i].count * mc_dtype_size(ops[i].dtype),
+                                    ops[i].tag, q);
+    for (i = 0; i < n_ops && rc == MC_OK; i++)
+        if (ops[i].is_send)
+            rc = mc__self_post_send(c, ops[i].buf, ops[i].count * mc_dtype_size(ops[i].dtype),
+                                    ops[i].tag);
+    if (rc != MC_OK) {
+        mc__self_drop_pending((mc__self_state *)c->impl, q);
+        mc_free(q);
+        return rc;
+    }
+    return mc__self_complete(c, q, req);
+}
+
+static int mc__self_send(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer,
+                         int tag, mc_request **req) {
+    mc_p2p_op op;
+    op.is_send = 1;
+    op.buf = (void *)(uintptr_t)buf;
+    op.count = count;
+    op.dtype = dt;
+    op.peer = peer;
+    op.tag = tag;
+    return mc__self_batch(c, &op, 1, req);
+}
+
+static int mc__self_recv(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag,
+                         mc_request **req) {
+    mc_p2p_op op;
+    op.is_send = 0;
+    op.buf = buf;
+    op.count = count;
+    op.dtype = dt;
+    op.peer = peer;
+    op.tag = tag;
+    return mc__self_batch(c, &op, 1, req);
+}
+
+static int mc__self_barrier(mc_comm *c, mc_request **req) {
+    return mc__self_start(c, "barrier", req);
+}
+
+static mc_comm *mc__self_new_comm(double timeout_s, const char *name) {
+    mc_comm *c = mc__comm_new(mc__self_ops(), MC_BACKEND_SELF, 0, 1, timeout_s, name);
+    if (!c) return NULL;
+    c->impl = mc_calloc(1, sizeof(mc__self_state));
+    if (!c->impl) {
+        mc_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static int mc__self_create_child(mc_comm *c, const int *members, int n_members, int seq,
+                                 mc_comm **out) {
+    mc_comm *child;
+    (void)seq;
+    if (n_members != 1 || members[0] != 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "create_child on %s (self backend): the only possible member list is [0]",
+                        c->name);
+    child = mc__self_new_comm(c->timeout_s, "self");
+    if (!child) return MC__FAIL(MC_ERR_NO_MEMORY, "create_child on %s: out of memory", c->name);
+    *out = child;
+    return MC_OK;
+}
+
+static void *mc__host_alloc(mc_comm *c, size_t bytes) {
+    (void)c;
+    return mc_malloc(bytes);
+}
+static void mc__host_free(mc_comm *c, void *ptr) {
+    (void)c;
+    mc_free(ptr);
+}
+static int mc__host_copy(mc_comm *c, void *dst, const void *src, size_t bytes) {
+    (void)c;
+    if (bytes) memcpy(dst, src, bytes);
+    return MC_OK;
+}
+
+static void mc__self_destroy(mc_comm *c) {
+    mc__self_state *s = (mc__self_state *)c->impl;
+    if (!s) return;
+    while (s->messages) {
+        mc__self_message *m = s->messages;
+        s->messages = m->next;
+        mc_free(m->data);
+        mc_free(m);
+    }
+    while (s->pending) {
+        mc__self_pending *p = s->pending;
+        s->pending = p->next;
+        mc_free(p);
+    }
+    mc_free(s);
+    c->impl = NULL;
+}
+
+/* Positional, in mc_comm_ops field order (C++ has no designated initialisers before C++20). */
+static const mc_comm_ops *mc__self_ops(void) {
+    static const mc_comm_ops ops = {
+        /* name            */ "self",
+        /* all_reduce      */ mc__self_all_reduce,
+        /* all_gather      */ mc__self_all_gather,
+        /* reduce_scatter  */ mc__self_reduce_scatter,
+        /* broadcast       */ mc__self_broadcast,
+        /* send            */ mc__self_send,
+        /* recv            */ mc__self_recv,
+        /* batch_send_recv */ mc__self_batch,
+        /* barrier         */ mc__self_barrier,
+        /* wait            */ mc__self_wait,
+        /* test            */ mc__self_test,
+        /* create_child    */ mc__self_create_child,
+        /* alloc           */ mc__host_alloc,
+        /* free            */ mc__host_free,
+        /* upload          */ mc__host_copy,
+        /* download        */ mc__host_copy,
+        /* destroy         */ mc__self_destroy
+    };
+    return &ops;
+}
+
+static int mc__self_world(mc_comm **world, double timeout_s) {
+    mc_comm *c = mc__self_new_comm(timeout_s, "world");
+    if (!c) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_init_world: out of memory");
+    c->world_ranks = (int *)mc_calloc(1, sizeof(int));
+    if (!c->world_ranks) {
+        mc__self_destroy(c);
+        mc_free(c);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_init_world: out of memory");
+    }
+    *world = c;
+    return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>comm_mpi  Every operation is the nonblocking MPI call; blocking = start + wait, and wait
+// polls MPI_Testall until done or until the communicator's timeout (MC_ERR_TIMEOUT, never a
+// hang). AVG is SUM followed by a division. BF16 reductions return MC_ERR_UNSUPPORTED (MPI has
+// no bf16 type); bf16 gathers, broadcasts and p2p move the raw 16-bit values.
+
+#if defined(MC_COMM_MPI)
+
+typedef struct mc__mpi_request {
+    mc_request_head head;
+    int n_reqs;
+    MPI_Request *reqs;      /* &one, or an array for batches */
+    MPI_Request one;
+    void *scratch;          /* private copy of an aliased send buffer */
+    void *avg_buf;          /* AVG: divide avg_count elements here by the size when done */
+    size_t avg_count;
+    mc_dtype avg_dtype;
+} mc__mpi_request;
+
+static const mc_comm_ops *mc__mpi_ops(void);
+
+static int mc__ranges_overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes) {
+    const char *pa = (const char *)a, *pb = (const char *)b;
+    if (!a || !b || a_bytes == 0 || b_bytes == 0) return 0;
+    return pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+/* Divides `count` elements in place by `divisor`: SUM then divide is how AVG is computed.
+   Integer types use integer division (truncation toward zero). */
+static int mc__divide(void *buf, size_t count, mc_dtype dt, int divisor) {
+    size_t i;
+    switch (dt) {
+        case MC_F32: for (i = 0; i < count; i++) ((float *)buf)[i] /= (float)divisor; break;
+        case MC_F64: for (i = 0; i < count; i++) ((double *)buf)[i] /= (double)divisor; break;
+        case MC_I32: for (i = 0; i < count; i++) ((int32_t *)buf)[i] /= divisor; break;
+        case MC_I64: for (i = 0; i < count; i++) ((int64_t *)buf)[i] /= divisor; break;
+        case MC_U8:
+            for (i = 0; i < count; i++)
+                ((uint8_t *)buf)[i] = (uint8_t)(((uint8_t *)buf)[i] / divisor);
+            break;
+        default: return MC_ERR_UNSUPPORTED;
+    }
+    return MC_OK;
+}
+
+static MPI_Comm mc__mpi_handle(const mc_comm *c) { return *(const MPI_Comm *)c->mpi; }
+
+static MPI_Datatype mc__mpi_dtype(mc_dtype dt) {
+    switch (dt) {
+        case MC_F32: return MPI_FLOAT;
+        case MC_F64: return MPI_DOUBLE;
+        case MC_I32: return MPI_INT32_T;
+        case MC_I64: return MPI_INT64_T;
+        case MC_U8: return MPI_UINT8_T;
+        case MC_BF16: return MPI_UINT16_T;
+        default: return MPI_DATATYPE_NULL;
+    }
+}
+
+static MPI_Op mc__mpi_op(mc_reduce_op op) {
+    switch (op) {
+        case MC_MAX: return MPI_MAX;
+        case MC_MIN: return MPI_MIN;
+        default: return MPI_SUM;   /* SUM, and AVG before its division */
+    }
+}
+
+static int mc__mpi_fail(int mpi_rc, const mc_comm *c, const char *op) {
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    text[0] = '\0';
+    MPI_Error_string(mpi_rc, text, &len);
+    return MC__FAIL(MC_ERR_COMM, "%s on communicator %s (rank %d of %d) failed: %s", op, c->name,
+                    c->rank, c->size, text);
+}
+
+/* Polls until every request is done (1), the timeout passes (0) or MPI reports an error (-1,
+   with *mpi_rc). timeout_s <= 0 waits forever. */
+static int mc__mpi_poll(int n, MPI_Request *reqs, double timeout_s, int *mpi_rc) {
+    double start = MPI_Wtime();
+    long polls = 0;
+    for (;;) {
+        int done = 0;
+        int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+        if (rc != MPI_SUCCESS) {
+            *mpi_rc = rc;
+            return -1;
+        }
+        if (done) return 1;
+        if (timeout_s > 0 && MPI_Wtime() - start > timeout_s) return 0;
+        /* Ranks are often oversubscribed: give the core away between polls. */
+        if (++polls > 64) sched_yield();
+    }
+}
+
+static mc__mpi_request *mc__mpi_request_new(mc_comm *c, const char *op, int n_reqs) {
+    mc__mpi_request *q = (mc__mpi_request *)mc_calloc(1, sizeof(mc__mpi_request));
+    if (!q) return NULL;
+    q->head.comm = c;
+    q->head.op = op;
+    q->n_reqs = n_reqs;
+    q->reqs = &q->one;
+    q->one = MPI_REQUEST_NULL;
+    if (n_reqs > 1) {
+        int i;
+        q->reqs = (MPI_Request *)mc_malloc(sizeof(MPI_Request) * (size_t)n_reqs);
+        if (!q->reqs) {
+            mc_free(q);
+            return NULL;
+        }
+        for (i = 0; i < n_reqs; i++) q->reqs[i] = MPI_REQUEST_NULL;
+    }
+    return q;
+}
+
+/* After a timeout MPI may still read the scratch copy, so it is left allocated then. */
+static void mc__mpi_request_free(mc__mpi_request *q, int keep_scratch) {
+    if (!keep_scratch) mc_free(q->scratch);
+    if (q->reqs != &q->one) mc_free(q->reqs);
+    mc_free(q);
+}
+
+static int mc__mpi_finish(mc__mpi_request *q) {
+    mc_comm *c = q->head.comm;
+    int rc = MC_OK;
+    if (q->avg_buf) rc = mc__divide(q->avg_buf, q->avg_count, q->avg_dtype, c->size);
+    mc__mpi_request_free(q, 0);
+    return rc;
+}
+
+static int mc__mpi_wait(mc_request *req, double timeout_s) {
+    mc__mpi_request *q = (mc__mpi_request *)req;
+    mc_comm *c = q->head.comm;
+    int mpi_rc = MPI_SUCCESS;
+    int state = mc__mpi_poll(q->n_reqs, q->reqs, timeout_s, &mpi_rc);
+    if (state == 1) return mc__mpi_finish(q);
+    if (state < 0) {
+        int rc = mc__mpi_fail(mpi_rc, c, q->head.op);
+        mc__mpi_request_free(q, 1);
+        return rc;
+    }
+    {
+        const char *op = q->head.op;
+        mc__mpi_request_free(q, 1);
+        return MC__FAIL(MC_ERR_TIMEOUT,
+                        "%s on communicator %s (rank %d of %d) did not complete within %.1f s: a "
+                        "peer did not take part (the communicator should not be used again)",
+                        op, c->name, c->rank, c->size, timeout_s);
+    }
+}
+
+static int mc__mpi_test(mc_request *req, int *done) {
+    mc__mpi_request *q = (mc__mpi_request *)req;
+    int rc = MPI_Testall(q->n_reqs, q->reqs, done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+        int status = mc__mpi_fail(rc, q->head.comm, q->head.op);
+        mc__mpi_request_free(q, 1);
+        *done = 1;
+        return status;
+    }
+    return *done ? mc__mpi_finish(q) : MC_OK;
+}
+
+/* Hands the started request to the caller (async) or waits for it (blocking). */
+static int mc__mpi_complete(mc__mpi_request *q, int mpi_rc, mc_request **req) {
+    mc_comm *c = q->head.comm;
+    if (mpi_rc != MPI_SUCCESS) {
+        int rc = mc__mpi_fail(mpi_rc, c, q->head.op);
+        mc__mpi_request_free(q, 0);
+        return rc;
+    }
+    if (req) {
+        *req = (mc_request *)q;
+        return MC_OK;
+    }
+    return mc__mpi_wait((mc_request *)q, c->timeout_s);
+}
+
+static int mc__mpi_check_count(const mc_comm *c, const char *op, size_t count) {
+    if (count > (size_t)INT_MAX)
+        return MC__FAIL(MC_ERR_UNSUPPORTED, "%s on %s: count (%zu) exceeds INT_MAX, MPI's limit",
+                        op, c->name, count);
+    return MC_OK;
+}
+
+static int mc__mpi_check_reduction(const mc_comm *c, const char *op, mc_dtype dt) {
+    if (dt == MC_BF16)
+        return MC__FAIL(MC_ERR_UNSUPPORTED,
+                        "%s on %s: bf16 reductions are not supported by the mpi backend (MPI has "
+                        "no bf16 type); reduce in f32",
+                        op, c->name);
+    return MC_OK;
+}
+
+/* A send buffer that overlaps the receive buffer (other than MPI_IN_PLACE) is copied first. */
+static const void *mc__mpi_unalias(mc__mpi_request *q, const void *send, size_t send_bytes,
+                                   const void *recv, size_t recv_bytes) {
+    if (!mc__ranges_overlap(send, send_bytes, recv, recv_bytes)) return send;
+    q->scratch = mc_malloc(send_bytes);
+    if (!q->scratch) return NULL;
+    memcpy(q->scratch, send, send_bytes);
+    return q->scratch;
+}
+
+static int mc__mpi_all_reduce(mc_comm *c, const void *send, void *recv, size_t count,
+                              mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    size_t bytes = count * mc_dtype_size(dt);
+    mc__mpi_request *q;
+    const void *src;
+    int rc;
+    if ((rc = mc__mpi_check_count(c, "all_reduce", count)) != MC_OK) return rc;
+    if ((rc = mc__mpi_check_reduction(c, "all_reduce", dt)) != MC_OK) return rc;
+    q = mc__mpi_request_new(c, "all_reduce", 1);
+    if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "all_reduce on %s: out of memory", c->name);
+    src = send == recv ? MPI_IN_PLACE : mc__mpi_unalias(q, send, bytes, recv, bytes);
+    if (!src) {
+        mc__mpi_request_free(q, 0);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "all_reduce on %s: out of memory", c->name);
+    }
+    if (op == MC_AVG) {
+        q->avg_buf = recv;
+        q->avg_count = count;
+        q->avg_dtype = dt;
+    }
+    rc = MPI_Iallreduce(src, recv, (int)count, mc__mpi_dtype(dt), mc__mpi_op(op),
+                        mc__mpi_handle(c), &q->one);
+    return mc__mpi_complete(q, rc, req);
+}
+
+static int mc__mpi_all_gather(mc_comm *c, const void *send, void *recv, size_t count,
+                              mc_dtype dt, mc_request **req) {
+    size_t bytes = count * mc_dtype_size(dt);
+    const char *own_slot = (const char *)recv + bytes * (size_t)c->rank;
+    mc__mpi_request *q;
+    const void *src;
+    int rc;
+    if ((rc = mc__mpi_check_count(c, "all_gather", count)) != MC_OK) return rc;
+    q = mc__mpi_request_new(c, "all_gather", 1);
+    if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "all_gather on %s: out of memory", c->name);
+    src = (const char *)send == own_slot
+              ? MPI_IN_PLACE
+              : mc__mpi_unalias(q, send, bytes, recv, bytes * (size_t)c->size);
+    if (!src) {
+        mc__mpi_request_free(q, 0);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "all_gather on %s: out of memory", c->name);
+    }
+    rc = MPI_Iallgather(src, (int)count, mc__mpi_dtype(dt), recv, (int)count, mc__mpi_dtype(dt),
+                        mc__mpi_handle(c), &q->one);
+    return mc__mpi_complete(q, rc, req);
+}
+
+static int mc__mpi_reduce_scatter(mc_comm *c, const void *send, void *recv, size_t recv_count,
+                                  mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    size_t bytes = recv_count * mc_dtype_size(dt);
+    mc__mpi_request *q;
+    const void *src;
+    int rc;
+    if ((rc = mc__mpi_check_count(c, "reduce_scatter", recv_count)) != MC_OK) return rc;
+    if ((rc = mc__mpi_check_reduction(c, "reduce_scatter", dt)) != MC_OK) return rc;
+    q = mc__mpi_request_new(c, "reduce_scatter", 1);
+    if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "reduce_scatter on %s: out of memory", c->name);
+    src = mc__mpi_unalias(q, send, bytes * (size_t)c->size, recv, bytes);
+    if (!src) {
+        mc__mpi_request_free(q, 0);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "reduce_scatter on %s: out of memory", c->name);
+    }
+    if (op == MC_AVG) {
+        q->avg_buf = recv;
+        q->avg_count = recv_count;
+        q->avg_dtype = dt;
+    }
+    rc = MPI_Ireduce_scatter_block(src, recv, (int)recv_count, mc__mpi_dtype(dt), mc__mpi_op(op),
+                                   mc__mpi_handle(c), &q->one);
+    return mc__mpi_complete(q, rc, req);
+}
+
+static int mc__mpi_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root,
+                             mc_request **req) {
+    mc__mpi_request *q;
+    int rc;
+    if ((rc = mc__mpi_check_count(c, "broadcast", count)) != MC_OK) return rc;
+    q = mc__mpi_request_new(c, "broadcast", 1);
+    if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "broadcast on %s: out of memory", c->name);
+    rc = MPI_Ibcast(buf, (int)count, mc__mpi_dtype(dt), root, mc__mpi_handle(c), &q->one);
+    return mc__mpi_complete(q, rc, req);
+}
+
+static int mc__mpi_batch(mc_comm *c, const mc_p2p_op *ops, int n_ops, mc_request **req) {
+    const char *name = n_ops == 1 ? (ops[0].is_send ? "send" : "recv") : "batch_send_recv";
+    mc__mpi_request *q;
+    int i, rc = MPI_SUCCESS;
+    for (i = 0; i < n_ops; i++)
+        if ((rc = mc__mpi_check_count(c, name, ops[i].count)) != MC_OK) return rc;
+    q = mc__mpi_request_new(c, name, n_ops);
+    if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "%s on %s: out of memory", name, c->name);
+    for (i = 0; i < n_ops && rc == MPI_SUCCESS; i++) {
+        const mc_p2p_op *op = &ops[i];
+        if (op->is_send)
+            rc = MPI_Isend(op->buf, (int)op->count, mc__mpi_dtype(op->dtype), op->peer, op->tag,
+                           mc__mpi_handle(c), &q->reqs[i]);
+        else
+            rc = MPI_Irecv(op->buf, (int)op->count, mc__mpi_dtype(op->dtype), op->peer, op->tag,
+                           mc__mpi_handle(c), &q->reqs[i]);
+    }
+    return mc__mpi_complete(q, rc, req);
+}
+
+static int mc__mpi_send(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer, int tag,
+                        mc_request **req) {
+    mc_p2p_op op;
+    op.is_send = 1;
+    op.buf = (void *)(uintptr_t)buf;
+    op.count = count;
+    op.dtype = dt;
+    op.peer = peer;
+    op.tag = tag;
+    return mc__mpi_batch(c, &op, 1, req);
+}
+
+static int mc__mpi_recv(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag,
+                        mc_request **req) {
+    mc_p2p_op op;
+    op.is_send = 0;
+    op.buf = buf;
+    op.count = count;
+    op.dtype = dt;
+    op.peer = peer;
+    op.tag = tag;
+    return mc__mpi_batch(c, &op, 1, req);
+}
+
+static int mc__mpi_barrier(mc_comm *c, mc_request **req) {
+    mc__mpi_request *q = mc__mpi_request_new(c, "barrier", 1);
+    if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "barrier on %s: out of memory", c->name);
+    return mc__mpi_complete(q, MPI_Ibarrier(mc__mpi_handle(c), &q->one), req);
+}
+
+/* Wraps an MPI communicator (takes ownership of `handle`). */
+static int mc__mpi_wrap(MPI_Comm handle, double timeout_s, const char *name, mc_comm **out) {
+    mc_comm *c;
+    int rank = 0, size = 0;
+    MPI_Comm_set_errhandler(handle, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(handle, &rank);
+    MPI_Comm_size(handle, &size);
+    c = mc__comm_new(mc__mpi_ops(), MC_BACKEND_MPI, rank, size, timeout_s, name);
+    if (c) c->mpi = mc_malloc(sizeof(MPI_Comm));
+    if (!c || !c->mpi) {
+        mc_free(c);
+        MPI_Comm_free(&handle);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "creating communicator %s: out of memory", name);
+    }
+    *(MPI_Comm *)c->mpi = handle;
+    *out = c;
+    return MC_OK;
+}
+
+/* Member-only creation: MPI_Comm_create_group is collective over the members alone. */
+static int mc__mpi_create_child(mc_comm *c, const int *members, int n_members, int seq,
+                                mc_comm **out) {
+    MPI_Group parent_group = MPI_GROUP_NULL, group = MPI_GROUP_NULL;
+    MPI_Comm handle = MPI_COMM_NULL;
+    int rc = MPI_Comm_group(mc__mpi_handle(c), &parent_group);
+    if (rc == MPI_SUCCESS) rc = MPI_Group_incl(parent_group, n_members, members, &group);
+    if (rc == MPI_SUCCESS) rc = MPI_Comm_create_group(mc__mpi_handle(c), group, seq, &handle);
+    if (group != MPI_GROUP_NULL) MPI_Group_free(&group);
+    if (parent_group != MPI_GROUP_NULL) MPI_Group_free(&parent_group);
+    if (rc != MPI_SUCCESS) return mc__mpi_fail(rc, c, "create_child (MPI_Comm_create_group)");
+    return mc__mpi_wrap(handle, c->timeout_s, "group", out);
+}
+
+static void mc__mpi_destroy(mc_comm *c) { (void)c; /* the MPI_Comm is freed by mc_comm_destroy */ }
+
+/* Positional, in mc_comm_ops field order (C++ has no designated initialisers before C++20). */
+static const mc_comm_ops *mc__mpi_ops(void) {
+    static const mc_comm_ops ops = {
+        /* name            */ "mpi",
+        /* all_reduce      */ mc__mpi_all_reduce,
+        /* all_gather      */ mc__mpi_all_gather,
+        /* reduce_scatter  */ mc__mpi_reduce_scatter,
+        /* broadcast       */ mc__mpi_broadcast,
+        /* send            */ mc__mpi_send,
+        /* recv            */ mc__mpi_recv,
+        /* batch_send_recv */ mc__mpi_batch,
+        /* barrier         */ mc__mpi_barrier,
+        /* wait            */ mc__mpi_wait,
+        /* test            */ mc__mpi_test,
+        /* create_child    */ mc__mpi_create_child,
+        /* alloc           */ mc__host_alloc,
+        /* free            */ mc__host_free,
+        /* upload          */ mc__host_copy,
+        /* download        */ mc__host_copy,
+        /* destroy         */ mc__mpi_destroy
+    };
+    return &ops;
+}
+
+#if defined(MC_ENABLE_CUDA)
+/* 1 if every rank of the job has a GPU of its own. Every rank must take the same path, so the
+   local answers are combined with a MIN over the world. */
+static int mc__mpi_every_rank_has_a_gpu(void) {
+    MPI_Comm node;
+    int local_rank = 0, local_size = 1, here, everywhere = 0;
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
+        MPI_SUCCESS) {
+        MPI_Comm_rank(node, &local_rank);
+        MPI_Comm_size(node, &local_size);
+        MPI_Comm_free(&node);
+    }
+    here = mc__nccl_available(local_rank, local_size);
+    MPI_Allreduce(&here, &everywhere, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return everywhere;
+}
+#endif
+
+/* Picks the backend for AUTO and says why (logged at level 3). */
+static mc_comm_backend mc__mpi_choose(int size, const char **why) {
+#if defined(MC_ENABLE_CUDA)
+    if (mc__mpi_every_rank_has_a_gpu()) {
+        *why = "every rank has its own GPU: using NCCL";
+        return MC_BACKEND_NCCL;
+    }
+    if (size > 1) {
+        *why = "ranks share GPUs (or none is visible): using MPI";
+        return MC_BACKEND_MPI;
+    }
+#else
+    if (size > 1) {
+        *why = "built without MC_ENABLE_CUDA and more than one rank: using MPI";
+        return MC_BACKEND_MPI;
+    }
+#endif
+    *why = "a single rank: using self";
+    return MC_BACKEND_SELF;
+}
+
+static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeout_s, int *argc,
+                         char ***argv) {
+    int initialized = 0, finalized = 0, owns = 0, rank = 0, size = 1, rc;
+    int chosen = backend == MC_BACKEND_AUTO;   /* AUTO may fall back from NCCL to MPI */
+    const char *why = "requested by mc_comm_desc.backend";
+    MPI_Comm dup = MPI_COMM_NULL;
+    mc_comm *c = NULL;
+    MPI_Finalized(&finalized);
+    if (finalized)
+        return MC__FAIL(MC_ERR_STATE, "mc_comm_init_world: MPI was already finalized");
+    MPI_Initialized(&initialized);
+    if (!initialized) {
+        if (MPI_Init(argc, argv) != MPI_SUCCESS)
+            return MC__FAIL(MC_ERR_COMM, "mc_comm_init_world: MPI_Init failed");
+        owns = 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (chosen) backend = mc__mpi_choose(size, &why);
+#if !defined(MC_ENABLE_CUDA)
+    if (backend == MC_BACKEND_NCCL) {
+        if (owns) MPI_Finalize();
+        return MC__FAIL(MC_ERR_UNSUPPORTED,
+                        "mc_comm_desc.backend (nccl) needs a build with MC_ENABLE_CUDA");
+    }
+#endif
+    if (backend == MC_BACKEND_SELF) {
+        if (size > 1)
+            MC__WARN("mc_comm_init_world: self backend on each of %d MPI ranks: every rank is "
+                     "its own size-1 world",
+                     size);
+        rc = mc__self_world(&c, timeout_s);
+    } else {
+        MPI_Comm_dup(MPI_COMM_WORLD, &dup);   /* our traffic never meets the caller's */
+        rc = mc__mpi_wrap(dup, timeout_s, "world", &c);
+        if (rc == MC_OK) {
+            int i;
+            c->world_ranks = (int *)mc_malloc(sizeof(int) * (size_t)size);
+            if (!c->world_ranks)
+                rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_init_world: out of memory");
+            for (i = 0; rc == MC_OK && i < size; i++) c->world_ranks[i] = i;
+            c->world_rank = rank;
+        }
+    }
+    if (rc != MC_OK) {
+        if (c) mc_comm_destroy(c);
+        if (owns) MPI_Finalize();
+        return rc;
+    }
+    c->owns_mpi_init = owns;
+#if defined(MC_ENABLE_CUDA)
+    if (backend == MC_BACKEND_NCCL) {
+        c->backend = MC_BACKEND_NCCL;
+        rc = mc__nccl_init_world(c);   /* all ranks agree on its outcome */
+        if (rc != MC_OK && chosen && size > 1) {
+            /* AUTO: the world is still a working MPI communicator, so fall back to it. */
+            c->backend = MC_BACKEND_MPI;
+            why = "NCCL could not start (see the warning): using MPI";
+            MC__WARN("mc_comm_init_world: %s", mc_last_error());
+        } else if (rc != MC_OK) {
+            mc_comm_destroy(c);
+            return rc;
+        }
+    }
+#endif
+    if (rank == 0)
+        MC__INFO("world: %d rank(s), backend %s (%s)", size, mc_backend_name(c->backend), why);
+    *world = c;
+    return MC_OK;
+}
+
+/* All-gather of host bytes over the parent's MPI communicator, bounded by its timeout. On a
+   timeout MPI may still write `recv` later, so the caller must then leak it. */
+static int mc__mpi_host_allgather(mc_comm *c, const void *send, void *recv, int bytes,
+                                  const char *what) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    int mpi_rc = MPI_Iallgather(send, bytes, MPI_BYTE, recv, bytes, MPI_BYTE, mc__mpi_handle(c),
+                                &req);
+    int state;
+    if (mpi_rc != MPI_SUCCESS) return mc__mpi_fail(mpi_rc, c, what);
+    state = mc__mpi_poll(1, &req, c->timeout_s, &mpi_rc);
+    if (state < 0) return mc__mpi_fail(mpi_rc, c, what);
+    if (state == 0)
+        return MC__FAIL(MC_ERR_TIMEOUT,
+                        "%s over %s (rank %d of %d) did not complete within %.1f s: a rank did "
+                        "not make the same call",
+                        what, c->name, c->rank, c->size, c->timeout_s);
+    return MC_OK;
+}
+
+#endif /* MC_COMM_MPI */
+
+// ---------------------------------------------------------------------------------------------
+// >>comm  The generic layer: argument checks, then the backend's table.
+
+static int mc__host_allgather(mc_comm *c, const void *send, void *recv, int bytes,
+                              const char *what) {
+#if defined(MC_COMM_MPI)
+    if (c->mpi) return mc__mpi_host_allgather(c, send, recv, bytes, what);
+#endif
+    if (c->size == 1) {
+        memcpy(recv, send, (size_t)bytes);
+        return MC_OK;
+    }
+    return MC__FAIL(MC_ERR_UNSUPPORTED,
+                    "%s over %s: the %s backend has no host path for a size-%d communicator",
+                    what, c->name, mc_backend_name(c->backend), c->size);
+}
+
+MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
+    mc_comm_backend backend = desc ? desc->backend : MC_BACKEND_AUTO;
+    double timeout_s = desc ? desc->timeout_s : 0.0;
+    if (!world) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_init_world: world must not be NULL");
+    *world = NULL;
+    if ((int)backend < (int)MC_BACKEND_AUTO || (int)backend > (int)MC_BACKEND_NCCL)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_comm_desc.backend (%d) must be one of MC_BACKEND_AUTO, _SELF, _MPI, "
+                        "_NCCL",
+                        (int)backend);
+    if (timeout_s < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_comm_desc.timeout_s (%g) must be >= 0 (0 selects %g s)", timeout_s,
+                        MC__DEFAULT_TIMEOUT_S);
+    if (timeout_s == 0) timeout_s = MC__DEFAULT_TIMEOUT_S;
+#if defined(MC_COMM_MPI)
+    /* The self backend never needs MPI, even in an MPI build. */
+    if (backend == MC_BACKEND_SELF) return mc__self_world(world, timeout_s);
+    return mc__mpi_world(world, backend, timeout_s, desc ? desc->argc : NULL,
+                         desc ? desc->argv : NULL);
+#else
+    if (backend == MC_BACKEND_MPI || backend == MC_BACKEND_NCCL)
+        return MC__FAIL(MC_ERR_UNSUPPORTED,
+                        "mc_comm_desc.backend (%s) needs a build with MC_COMM_MPI",
+                        mc_backend_name(backend));
+    MC__INFO("world: 1 rank, backend self (built without MC_COMM_MPI)");
+    return mc__self_world(world, timeout_s);
+#endif
+}
+
+MC_API void mc_comm_destroy(mc_comm *c) {
+    int owns_mpi;
+    if (!c) return;
+    owns_mpi = c->owns_mpi_init;
+    if (c->ops && c->ops->destroy) c->ops->destroy(c);
+#if defined(MC_COMM_MPI)
+    if (c->mpi) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized && *(MPI_Comm *)c->mpi != MPI_COMM_NULL) MPI_Comm_free((MPI_Comm *)c->mpi);
+        mc_free(c->mpi);
+    }
+#endif
+    mc_free(c->world_ranks);
+    mc_free(c);
+#if defined(MC_COMM_MPI)
+    if (owns_mpi) {
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized) MPI_Finalize();
+    }
+#else
+    (void)owns_mpi;
+#endif
+}
+
+static int mc__check_comm(const mc_comm *c, const char *fn) {
+    if (!c || !c->ops)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: communicator is NULL or destroyed", fn);
+    return MC_OK;
+}
+
+static int mc__check_data(const mc_comm *c, const char *fn, const void *a, const void *b,
+                          size_t count, mc_dtype dt) {
+    if ((int)dt < 0 || (int)dt >= (int)MC_DTYPE_COUNT)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: dtype (%d) is not an mc_dtype", fn,
+                        c->name, (int)dt);
+    if (count > 0 && (!a || !b))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: buffers must be set when count (%zu) > 0",
+                        fn, c->name, count);
+    return MC_OK;
+}
+
+static int mc__check_reduce_op(const mc_comm *c, const char *fn, mc_reduce_op op) {
+    if ((int)op < (int)MC_SUM || (int)op > (int)MC_AVG)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: op (%d) must be MC_SUM, MC_MAX, MC_MIN or "
+                        "MC_AVG", fn, c->name, (int)op);
+    return MC_OK;
+}
+
+static int mc__check_peer(const mc_comm *c, const char *fn, const char *field, int peer) {
+    if (peer < 0 || peer >= c->size)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: %s (%d) must be in [0, size = %d)", fn,
+                        c->name, field, peer, c->size);
+    return MC_OK;
+}
+
+static int mc__check_req(const mc_comm *c, const char *fn, mc_request **req) {
+    if (!req)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: req must not be NULL", fn, c->name);
+    *req = NULL;
+    return MC_OK;
+}
+
+static int mc__do_all_reduce(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
+                             mc_reduce_op op, mc_request **req, const char *fn) {
+    int rc;
+    if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
+    if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
+    if ((rc = mc__check_data(c, fn, send, recv, count, dt)) != MC_OK) return rc;
+    if ((rc = mc__check_reduce_op(c, fn, op)) != MC_OK) return rc;
+    return c->ops->all_reduce(c, send, recv, count, dt, op, req);
+}
+
+static int mc__do_all_gather(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
+                             mc_request **req, const char *fn) {
+    int rc;
+    if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
+    if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
+    if ((rc = mc__check_data(c, fn, send, recv, count, dt)) != MC_OK) return rc;
+    return c->ops->all_gather(c, send, recv, count, dt, req);
+}
+
+static int mc__do_reduce_scatter(mc_comm *c, const void *send, void *recv, size_t recv_count,
+                                 mc_dtype dt, mc_reduce_op op, mc_request **req, const char *fn) {
+    int rc;
+    if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
+    if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
+    if ((rc = mc__check_data(c, fn, send, recv, recv_count, dt)) != MC_OK) return rc;
+    if ((rc = mc__check_reduce_op(c, fn, op)) != MC_OK) return rc;
+    return c->ops->reduce_scatter(c, send, recv, recv_count, dt, op, req);
+}
+
+static int mc__do_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root,
+                            mc_request **req, const char *fn) {
+    int rc;
+    if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
+    if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
+    if ((rc = mc__check_data(c, fn, buf, buf, count, dt)) != MC_OK) return rc;
+    if ((rc = mc__check_peer(c, fn, "root", root)) != MC_OK) return rc;
+    return c->ops->broadcast(c, buf, count, dt, root, req);
+}
+
+static int mc__check_p2p(const mc_comm *c, const char *fn, const mc_p2p_op *op) {
+    int rc;
+    if ((rc = mc__check_data(c, fn, op->buf, op->buf, op->count, op->dtype)) != MC_OK) return rc;
+    if ((rc = mc__check_peer(c, fn, "peer", op->peer)) != MC_OK) return rc;
+    if (op->tag < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: tag (%d) must be >= 0", fn, c->name,
+                        op->tag);
+    return MC_OK;
+}
+
+static int mc__do_p2p(mc_comm *c, int is_send, const void *buf, size_t count, mc_dtype dt,
+                      int peer, int tag, mc_request **req, const char *fn) {
+    mc_p2p_op op;
+    int rc;
+    if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
+    if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
+    op.is_send = is_send;
+    op.buf = (void *)(uintptr_t)buf;
+    op.count = count;
+    op.dtype = dt;
+    op.peer = peer;
+    op.tag = tag;
+    if ((rc = mc__check_p2p(c, fn, &op)) != MC_OK) return rc;
+    if (is_send) return c->ops->send(c, buf, count, dt, peer, tag, req);
+    return c->ops->recv(c, op.buf, count, dt, peer, tag, req);
+}
+
+static int mc__do_batch(mc_comm *c, const mc_p2p_op *ops, int n_ops, mc_request **req,
+                        const char *fn) {
+    int rc, i;
+    if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
+    if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
+    if (n_ops < 0 || (n_ops > 0 && !ops))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: n_ops (%d) must be >= 0 with ops set", fn,
+                        c->name, n_ops);
+    for (i = 0; i < n_ops; i++)
+        if ((rc = mc__check_p2p(c, fn, &ops[i])) != MC_OK) return rc;
+    return c->ops->batch_send_recv(c, ops, n_ops, req);
+}
+
+static int mc__do_barrier(mc_comm *c, mc_request **req, const char *fn) {
+    int rc;
+    if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
+    if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
+    return c->ops->barrier(c, req);
+}
+
+MC_API int mc_all_reduce(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
+                         mc_reduce_op op) {
+    return mc__do_all_reduce(c, send, recv, count, dt, op, NULL, "mc_all_reduce");
+}
+MC_API int mc_all_gather(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt) {
+    return mc__do_all_gather(c, send, recv, count, dt, NULL, "mc_all_gather");
+}
+MC_API int mc_reduce_scatter(mc_comm *c, const void *send, void *recv, size_t recv_count,
+                             mc_dtype dt, mc_reduce_op op) {
+    return mc__do_reduce_scatter(c, send, recv, recv_count, dt, op, NULL, "mc_reduce_scatter");
+}
+MC_API int mc_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root) {
+    return mc__do_broadcast(c, buf, count, dt, root, NULL, "mc_broadcast");
+}
+MC_API int mc_send(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer, int tag) {
+    return mc__do_p2p(c, 1, buf, count, dt, peer, tag, NULL, "mc_send");
+}
+MC_API int mc_recv(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag) {
+    return mc__do_p2p(c, 0, buf, count, dt, peer, tag, NULL, "mc_recv");
+}
+MC_API int mc_batch_send_recv(mc_comm *c, const mc_p2p_op *ops, int n_ops) {
+    return mc__do_batch(c, ops, n_ops, NULL, "mc_batch_send_recv");
+}
+MC_API int mc_barrier(mc_comm *c) { return mc__do_barrier(c, NULL, "mc_barrier"); }
+
+MC_API int mc_all_reduce_async(mc_comm *c, const void *send, void *recv, size_t count,
+                               mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_all_reduce_async: req must not be NULL");
+    return mc__do_all_reduce(c, send, recv, count, dt, op, req, "mc_all_reduce_async");
+}
+MC_API int mc_all_gather_async(mc_comm *c, const void *send, void *recv, size_t count,
+                               mc_dtype dt, mc_request **req) {
+    if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_all_gather_async: req must not be NULL");
+    return mc__do_all_gather(c, send, recv, count, dt, req, "mc_all_gather_async");
+}
+MC_API int mc_reduce_scatter_async(mc_comm *c, const void *send, void *recv, size_t recv_count,
+                                   mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_reduce_scatter_async: req must not be NULL");
+    return mc__do_reduce_scatter(c, send, recv, recv_count, dt, op, req, "mc_reduce_scatter_async");
+}
+MC_API int mc_broadcast_async(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root,
+                              mc_request **req) {
+    if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_broadcast_async: req must not be NULL");
+    return mc__do_broadcast(c, buf, count, dt, root, req, "mc_broadcast_async");
+}
+MC_API int mc_send_async(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer,
+                         int tag, mc_request **req) {
+    if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_send_async: req must not be NULL");
+    return mc__do_p2p(c, 1, buf, count, dt, peer, tag, req, "mc_send_async");
+}
+MC_API int mc_recv_async(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag,
+                         mc_request **req) {
+    if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_recv_async: req must not be NULL");
+    return mc__do_p2p(c, 0, buf, count, dt, peer, tag, req, "mc_recv_async");
+}
+MC_API int mc_batch_send_recv_async(mc_comm *c, const mc_p2p_op *ops, int n_ops,
+                                    mc_request **req) {
+    if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_batch_send_recv_async: req must not be NULL");
+    return mc__do_batch(c, ops, n_ops, req, "mc_batch_send_recv_async");
+}
+MC_API int mc_barrier_async(mc_comm *c, mc_request **req) {
+    if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_barrier_async: req must not be NULL");
+    return mc__do_barrier(c, req, "mc_barrier_async");
+}
+
+MC_API int mc_wait(mc_request *req) {
+    mc_comm *c;
+    if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_wait: req must not be NULL");
+    c = ((mc_request_head *)req)->comm;
+    return c->ops->wait(req, c->timeout_s);
+}
+
+/* *done = 1 means the operation finished and the request has been freed. */
+MC_API int mc_test(mc_request *req, int *done) {
+    mc_comm *c;
+    if (!req || !done) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_test: req and done must be set");
+    c = ((mc_request_head *)req)->comm;
+    return c->ops->test(req, done);
+}
+
+MC_API void *mc_comm_alloc(mc_comm *c, size_t bytes) {
+    if (!c || !c->ops) return NULL;
+    return c->ops->alloc(c, bytes);
+}
+MC_API void mc_comm_free(mc_comm *c, void *ptr) {
+    if (c && c->ops && ptr) c->ops->free(c, ptr);
+}
+MC_API int mc_comm_upload(mc_comm *c, void *dst, const void *host_src, size_t bytes) {
+    int rc;
+    if ((rc = mc__check_comm(c, "mc_comm_upload")) != MC_OK) return rc;
+    if (bytes && (!dst || !host_src))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_upload: dst and host_src must be set");
+    return c->ops->upload(c, dst, host_src, bytes);
+}
+MC_API int mc_comm_download(mc_comm *c, void *host_dst, const void *src, size_t bytes) {
+    int rc;
+    if ((rc = mc__check_comm(c, "mc_comm_download")) != MC_OK) return rc;
+    if (bytes && (!host_dst || !src))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_download: host_dst and src must be set");
+    return c->ops->download(c, host_dst, src, bytes);
+}
+
+/* Group creation ------------------------------------------------------------------------- */
+
+/* What each caller of a collective creation tells the others. */
+typedef struct mc__create_record {
+    int32_t seq;
+    int32_t is_member;
+    int32_t n;
+    int32_t pad;
+    uint64_t hash;
+} mc__create_record;
+
+/* Part of a mismatch report: the first members of a caller's list. */
+typedef struct mc__create_list {
+    int32_t n;
+    int32_t members[MC__LIST_SHOWN];
+} mc__create_list;
+
+static int mc__check_members(const mc_comm *parent, const int *members, int n, const char *fn) {
+    int i, j;
+    if (n < 1 || !members)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s over %s: n_members (%d) must be >= 1 with members "
+                        "set", fn, parent->name, n);
+    for (i = 0; i < n; i++) {
+        if (members[i] < 0 || members[i] >= parent->size)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s over %s: members[%d] (%d) must be in [0, parent size = %d)", fn,
+                            parent->name, i, members[i], parent->size);
+        for (j = 0; j < i; j++)
+            if (members[j] == members[i])
+                return MC__FAIL(MC_ERR_INVALID_ARG,
+                                "%s over %s: rank %d appears twice in members (positions %d and "
+                                "%d)",
+                                fn, parent->name, members[i], j, i);
+    }
+    return MC_OK;
+}
+
+static int mc__position_of(const int *list, int n, int value) {
+    int i;
+    for (i = 0; i < n; i++)
+        if (list[i] == value) return i;
+    return -1;
+}
+
+/* Backend child + the fields the generic layer owns (world ranks, name, timeout). */
+static int mc__make_child(mc_comm *parent, const int *members, int n, int tag, const char *name,
+                          mc_comm **out) {
+    mc_comm *child = NULL;
+    int i, rc = parent->ops->create_child(parent, members, n, tag, &child);
+    if (rc != MC_OK) return rc;
+    if (!child->world_ranks) {
+        child->world_ranks = (int *)mc_malloc(sizeof(int) * (size_t)n);
+        if (!child->world_ranks) {
+            mc_comm_destroy(child);
+            return MC__FAIL(MC_ERR_NO_MEMORY, "creating %s: out of memory", name);
+        }
+    }
+    for (i = 0; i < n; i++)
+        child->world_ranks[i] = parent->world_ranks ? parent->world_ranks[members[i]] : members[i];
+    child->world_rank = parent->world_rank;
+    child->timeout_s = parent->timeout_s;
+    snprintf(child->name, sizeof child->name, "%s", name);
+    *out = child;
+    return MC_OK;
+}
+
+/* Both callers' lists were exchanged; report the first caller whose record differs from ours. */
+static int mc__report_create_mismatch(mc_comm *parent, const mc__create_record *records,
+                                      const int *members, int n, int seq) {
+    mc__create_list mine, *all;
+    const mc__create_record *me = &records[parent->rank];
+    int i, b = -1, rc;
+    char la[200], lb[200];
+    for (i = 0; i < parent->size && b < 0; i++)
+        if (records[i].hash != me->hash || records[i].seq != me->seq) b = i;
+    memset(&mine, 0, sizeof mine);
+    mine.n = n;
+    for (i = 0; i < n && i < MC__LIST_SHOWN; i++) mine.members[i] = members[i];
+    all = (mc__create_list *)mc_malloc(sizeof(mc__create_list) * (size_t)parent->size);
+    if (!all) return MC__FAIL(MC_ERR_NO_MEMORY, "collective group creation: out of memory");
+    rc = mc__host_allgather(parent, &mine, all, (int)sizeof mine,
+                            "collective group creation (mismatch report)");
+    if (rc != MC_OK) return rc;   /* `all` is leaked on purpose: MPI may still write it */
+    mc__format_ranks(la, sizeof la, members, n, n);
+    {
+        int nb = all[b].n, known = nb < MC__LIST_SHOWN ? nb : MC__LIST_SHOWN;
+        int theirs[MC__LIST_SHOWN];
+        for (i = 0; i < known; i++) theirs[i] = all[b].members[i];
+        mc__format_ranks(lb, sizeof lb, theirs, known, nb);
+    }
+    mc_free(all);
+    if (records[b].seq != me->seq)
+        return MC__FAIL(MC_ERR_PLAN_MISMATCH,
+                        "collective group creation #%d over %s: rank %d creates %s but rank %d is "
+                        "at its creation #%d with %s (the ranks made different numbers of "
+                        "collective creations)",
+                        seq, parent->name, parent->rank, la, b, (int)records[b].seq, lb);
+    return MC__FAIL(MC_ERR_PLAN_MISMATCH,
+                    "collective group creation #%d over %s: rank %d creates %s but rank %d "
+                    "creates %s",
+                    seq, parent->name, parent->rank, la, b, lb);
+}
+
+MC_API int mc_comm_create_group_ex(mc_comm *parent, const int *members, int n_members, int verify,
+                                   mc_comm **out) {
+    mc__create_record mine, *records;
+    int *actual = NULL, n_actual = 0, i, rc, seq, agree = 1;
+    char name[48];
+    if ((rc = mc__check_comm(parent, "mc_comm_create_group")) != MC_OK) return rc;
+    if (!out) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_create_group: out must not be NULL");
+    *out = NULL;
+    if ((rc = mc__check_members(parent, members, n_members, "mc_comm_create_group")) != MC_OK)
+        return rc;
+    seq = ++parent->create_seq;
+    memset(&mine, 0, sizeof mine);
+    mine.seq = seq;
+    mine.is_member = mc__position_of(members, n_members, parent->rank) >= 0;
+    mine.n = n_members;
+    mine.hash = mc__hash_ranks(MC__FNV_OFFSET, members, n_members);
+    records = (mc__create_record *)mc_malloc(sizeof(mc__create_record) * (size_t)parent->size);
+    if (!records) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_create_group: out of memory");
+    {
+        char what[96];
+        snprintf(what, sizeof what, "collective group creation #%d", seq);
+        rc = mc__host_allgather(parent, &mine, records, (int)sizeof mine, what);
+    }
+    if (rc != MC_OK) return rc;   /* on a timeout `records` is leaked on purpose */
+    for (i = 0; i < parent->size; i++)
+        if (records[i].hash != mine.hash || records[i].seq != mine.seq) agree = 0;
+    if (verify && !agree) {
+        rc = mc__report_create_mismatch(parent, records, members, n_members, seq);
+        mc_free(records);
+        return rc;
+    }
+    if (verify) {
+        actual = (int *)members;
+        n_actual = n_members;
+    } else {
+        /* Pair by position, as torch.distributed.new_group does: whoever flagged membership in
+           this call joins, whatever list it passed. */
+        actual = (int *)mc_malloc(sizeof(int) * (size_t)parent->size);
+        if (!actual) {
+            mc_free(records);
+            return MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_create_group: out of memory");
+        }
+        for (i = 0; i < parent->size; i++)
+            if (records[i].is_member) actual[n_actual++] = i;
+    }
+    mc_free(records);
+    snprintf(name, sizeof name, "%.30s/#%d", parent->name, seq);
+    if (mc__position_of(actual, n_actual, parent->rank) >= 0)
+        rc = mc__make_child(parent, actual, n_actual, seq, name, out);
+    if (actual != members) mc_free(actual);
+    return rc;
+}
+
+MC_API int mc_comm_create_group(mc_comm *parent, const int *members, int n_members,
+                                mc_comm **out) {
+    return mc_comm_create_group_ex(parent, members, n_members, 1, out);
+}
+
+MC_API int mc_comm_create_group_local(mc_comm *parent, const int *members, int n_members, int tag,
+                                      mc_comm **out) {
+    char name[48];
+    int rc;
+    if ((rc = mc__check_comm(parent, "mc_comm_create_group_local")) != MC_OK) return rc;
+    if (!out)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_create_group_local: out must not be NULL");
+    *out = NULL;
+    if ((rc = mc__check_members(parent, members, n_members, "mc_comm_create_group_local")) != MC_OK)
+        return rc;
+    if (tag < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_create_group_local over %s: tag (%d) must be "
+                        ">= 0", parent->name, tag);
+    if (mc__position_of(members, n_members, parent->rank) < 0)
+        return MC__FAIL(MC_ERR_NOT_MEMBER,
+                        "mc_comm_create_group_local over %s: rank %d is not in members; only "
+                        "members call it",
+                        parent->name, parent->rank);
+    snprintf(name, sizeof name, "%.30s/local%d", parent->name, tag);
+    return mc__make_child(parent, members, n_members, tag, name, out);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>parallel_state
+
+/* What every rank tells the others before creating any group. */
+typedef struct mc__plan_summary {
+    uint64_t fingerprint;
+    uint64_t salt;
+    int32_t version;
+    int32_t sizes[9];   /* world, tp, pp, vpp, cp, ep, etp, dp, edp */
+    int32_t n_entries;
+    char order[MC_ORDER_MAX];
+} mc__plan_summary;
+
+/* One plan entry as exchanged when the fingerprints differ (kind -1: past the end). */
+typedef struct mc__plan_record {
+    int32_t kind;
+    int32_t index;
+    uint64_t hash;
+} mc__plan_record;
+
+static void mc__plan_summarize(const mc_grid *g, uint64_t salt, mc__plan_summary *s) {
+    memset(s, 0, sizeof *s);
+    s->fingerprint = mc_grid_plan_fingerprint(g, salt);
+    s->salt = salt;
+    s->version = MC_VERSION_HEX;
+    s->sizes[0] = g->desc.world;
+    s->sizes[1] = g->desc.tp;
+    s->sizes[2] = g->desc.pp;
+    s->sizes[3] = g->desc.vpp;
+    s->sizes[4] = g->desc.cp;
+    s->sizes[5] = g->desc.ep;
+    s->sizes[6] = g->desc.etp;
+    s->sizes[7] = g->dp;
+    s->sizes[8] = g->edp;
+    s->n_entries = mc_grid_creation_plan(g, NULL, 0);
+    snprintf(s->order, sizeof s->order, "%s", g->order);
+}
+
+static void mc__describe_summary(char *buf, size_t cap, int rank, const mc__plan_summary *s) {
+    snprintf(buf, cap, "rank %d: tp=%d pp=%d cp=%d ep=%d etp=%d vpp=%d order=%s", rank,
+             (int)s->sizes[1], (int)s->sizes[2], (int)s->sizes[4], (int)s->sizes[5],
+             (int)s->sizes[6], (int)s->sizes[3], s->order);
+}
+
+/* Names what two summaries with identical groups disagree on. */
+static const char *mc__summary_difference(const mc__plan_summary *a, const mc__plan_summary *b) {
+    if (a->version != b->version) return "the library version";
+    if (strcmp(a->order, b->order) != 0) return "the order string";
+    if (memcmp(a->sizes, b->sizes, sizeof a->sizes) != 0) return "the sizes";
+    if (a->salt != b->salt) return "plan_salt";
+    return "the fingerprint alone";
+}
+
+/* Rebuilds a grid from another rank's summary (to print its member lists). */
+static int mc__grid_from_summary(const mc__plan_summary *s, mc_grid *g) {
+    mc_grid_desc d;
+    mc_grid_desc *dp = &d;
+    int rc;
+    memset(dp, 0, sizeof d);
+    d.world = s->sizes[0];
+    d.tp = s->sizes[1];
+    d.pp = s->sizes[2];
+    d.vpp = s->sizes[3];
+    d.cp = s->sizes[4];
+    d.ep = s->sizes[5];
+    d.etp = s->sizes[6];
+    d.order = s->order;
+    {
+        /* Rebuilding must not overwrite this thread's error text. */
+        char saved[MC__ERROR_LEN];
+        memcpy(saved, mc__last_error_text, sizeof saved);
+        rc = mc_grid_init(g, dp);
+        memcpy(mc__last_error_text, saved, sizeof saved);
+    }
+    return rc;
+}
+
+static void mc__plan_records(const mc_grid *g, const mc_plan_entry *plan, int n, int padded,
+                             int *members, mc__plan_record *out) {
+    int i;
+    for (i = 0; i < padded; i++) {
+        out[i].kind = -1;
+        out[i].index = -1;
+        out[i].hash = 0;
+        if (i < n) {
+            int m = mc__grid_members(g, (int)plan[i].kind, plan[i].index, members);
+            out[i].kind = (int32_t)plan[i].kind;
+            out[i].index = plan[i].index;
+            out[i].hash = mc__hash_ranks(MC__FNV_OFFSET, members, m);
+        }
+    }
+}
+
+/* "#12 pp[1] = [1,5]", or what is known when the grid cannot be rebuilt. */
+static void mc__describe_entry(char *buf, size_t cap, int number, const mc__plan_record *rec,
+                               const mc_grid *g, int *members) {
+    char list[200];
+    if (rec->kind < 0) {
+        snprintf(buf, cap, "nothing at #%d (its plan is shorter)", number);
+        return;
+    }
+    if (g) {
+        int m = mc__grid_members(g, rec->kind, rec->index, members);
+        if (m > 0 && mc__hash_ranks(MC__FNV_OFFSET, members, m) == rec->hash) {
+            mc__format_ranks(list, sizeof list, members, m, m);
+            snprintf(buf, cap, "#%d %s[%d] = %s", number, mc__kinds[rec->kind].name,
+                     (int)rec->index, list);
+            return;
+        }
+    }
+    snprintf(buf, cap, "#%d %s[%d] = (members hash %016llx)", number,
+             mc__kind_valid(rec->kind) ? mc__kinds[rec->kind].name : "?", (int)rec->index,
+             (unsigned long long)rec->hash);
+}
+
+/* Second round after a fingerprint mismatch: find and name the first differing entry. */
+static int mc__plan_report_mismatch(mc_comm *world, const mc_grid *grid,
+                                    const mc__plan_summary *all) {
+    const mc__plan_summary *me = &all[world->rank];
+    mc__plan_record *mine = NULL, *records = NULL;
+    mc_plan_entry *plan = NULL;
+    int *members = NULL;
+    int padded = 0, i, b, rc, best_b = -1, best_i = INT_MAX;
+    char sa[160], sb[160], ea[300], eb[300];
+    for (i = 0; i < world->size; i++)
+        if (all[i].n_entries > padded) padded = all[i].n_entries;
+    mine = (mc__plan_record *)mc_calloc((size_t)padded, sizeof(mc__plan_record));
+    records = (mc__plan_record *)mc_calloc((size_t)padded * (size_t)world->size,
+                                           sizeof(mc__plan_record));
+    plan = (mc_plan_entry *)mc_calloc((size_t)me->n_entries, sizeof(mc_plan_entry));
+    members = (int *)mc_calloc((size_t)grid->desc.world, sizeof(int));
+    if (!mine || !records || !plan || !members) {
+        mc_free(mine);
+        mc_free(records);
+        mc_free(plan);
+        mc_free(members);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_parallel_check_plan: out of memory");
+    }
+    mc_grid_creation_plan(grid, plan, me->n_entries);
+    mc__plan_records(grid, plan, me->n_entries, padded, members, mine);
+    rc = mc__host_allgather(world, mine, records, (int)(sizeof(mc__plan_record) * (size_t)padded),
+                            "group plan check (entries)");
+    if (rc != MC_OK) return rc;   /* buffers leaked on purpose: MPI may still write them */
+    for (b = 0; b < world->size; b++) {
+        const mc__plan_record *theirs = records + (size_t)b * (size_t)padded;
+        if (b == world->rank) continue;
+        for (i = 0; i < padded && i < best_i; i++) {
+            if (theirs[i].kind != mine[i].kind || theirs[i].index != mine[i].index ||
+                theirs[i].hash != mine[i].hash) {
+                best_i = i;
+                best_b = b;
+                break;
+            }
+        }
+    }
+    mc__describe_summary(sa, sizeof sa, world->rank, me);
+    if (best_b < 0) {
+        for (b = 0; b < world->size && best_b < 0; b++)
+            if (all[b].fingerprint != me->fingerprint) best_b = b;
+        if (best_b < 0) best_b = world->rank;
+        mc__describe_summary(sb, sizeof sb, best_b, &all[best_b]);
+        rc = MC__FAIL(MC_ERR_PLAN_MISMATCH,
+                      "group plan differs: every group is the same, but rank %d and rank %d "
+                      "disagree on the plan fingerprint through %s (salt %llu vs %llu, version "
+                      "0x%06x vs 0x%06x; %s; %s)",
+                      world->rank, best_b, mc__summary_difference(me, &all[best_b]),
+                      (unsigned long long)me->salt, (unsigned long long)all[best_b].salt,
+                      (unsigned)me->version, (unsigned)all[best_b].version, sa, sb);
+    } else {
+        mc_grid other;
+        int other_ok = mc__grid_from_summary(&all[best_b], &other) == MC_OK;
+        mc__describe_summary(sb, sizeof sb, best_b, &all[best_b]);
+        mc__describe_entry(ea, sizeof ea, best_i + 1, &mine[best_i], grid, members);
+        mc__describe_entry(eb, sizeof eb, best_i + 1,
+                           &records[(size_t)best_b * (size_t)padded + (size_t)best_i],
+                           other_ok ? &other : NULL, members);
+        rc = MC__FAIL(MC_ERR_PLAN_MISMATCH, "group plan differs: rank %d creates %s but rank %d "
+                      "creates %s (%s; %s)",
+                      world->rank, ea, best_b, eb, sa, sb);
+    }
+    mc_free(mine);
+    mc_free(records);
+    mc_free(plan);
+    mc_free(members);
+    return rc;
+}
+
+MC_API int mc_parallel_check_plan(mc_comm *world, const mc_grid *grid, uint64_t salt) {
+    mc__plan_summary mine, *all;
+    int rc, i, agree = 1;
+    if ((rc = mc__check_comm(world, "mc_parallel_check_plan")) != MC_OK) return rc;
+    if ((rc = mc__grid_check(grid, "mc_parallel_check_plan")) != MC_OK) return rc;
+    if (grid->desc.world != world->size)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_parallel_check_plan: grid world (%d) must equal the size of %s (%d)",
+                        grid->desc.world, world->name, world->size);
+    mc__plan_summarize(grid, salt, &mine);
+    all = (mc__plan_summary *)mc_calloc((size_t)world->size, sizeof(mc__plan_summary));
+    if (!all) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_parallel_check_plan: out of memory");
+    rc = mc__host_allgather(world, &mine, all, (int)sizeof mine, "group plan check");
+    if (rc != MC_OK) return rc;   /* `all` leaked on purpose: MPI may still write it */
+    for (i = 0; i < world->size; i++)
+        if (all[i].fingerprint != mine.fingerprint) agree = 0;
+    rc = agree ? MC_OK : mc__plan_report_mismatch(world, grid, all);
+    mc_free(all);
+    return rc;
+}
+
+/* The kinds in creation order; destroy walks it backwards. */
+static const mc_group_kind mc__kind_creation_order[MC_GROUP_COUNT] = {
+    MC_GROUP_DP_CP,     MC_GROUP_DP,       MC_GROUP_CP,        MC_GROUP_MP,
+    MC_GROUP_TP,        MC_GROUP_PP,       MC_GROUP_EMBEDDING, MC_GROUP_POSITION_EMBEDDING,
+    MC_GROUP_TP_DP_CP,  MC_GROUP_TP_DP,    MC_GROUP_TP_CP,     MC_GROUP_EP,
+    MC_GROUP_EXPERT_TP, MC_GROUP_TP_EP,    MC_GROUP_TP_EP_PP,  MC_GROUP_EXPERT_DP};
+
+static void mc__parallel_release(mc_parallel_state *ps) {
+    int i;
+    for (i = MC_GROUP_COUNT - 1; i >= 0; i--) {
+        mc_group_kind k = mc__kind_creation_order[i];
+        mc_comm_destroy(ps->group[k]);
+        ps->group[k] = NULL;
+        ps->group_index[k] = -1;
+    }
+}
+
+/* Creates every plan entry collectively over the world and keeps this rank's groups. */
+static int mc__parallel_create_all(mc_parallel_state *ps) {
+    mc_plan_entry *plan;
+    int *members, n, i, rc = MC_OK;
+    n = mc_grid_creation_plan(&ps->grid, NULL, 0);
+    plan = (mc_plan_entry *)mc_calloc((size_t)n, sizeof(mc_plan_entry));
+    members = (int *)mc_calloc((size_t)ps->grid.desc.world, sizeof(int));
+    if (!plan || !members) {
+        mc_free(plan);
+        mc_free(members);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_parallel_init: out of memory");
+    }
+    mc_grid_creation_plan(&ps->grid, plan, n);
+    for (i = 0; i < n && rc == MC_OK; i++) {
+        mc_comm *child = NULL;
+        int m = mc__grid_members(&ps->grid, (int)plan[i].kind, plan[i].index, members);
+        rc = mc_comm_create_group_ex(ps->world, members, m, 1, &child);
+        if (rc != MC_OK) break;
+        ps->n_created++;
+        if (!child) continue;
+        snprintf(child->name, sizeof child->name, "%s[%d]", mc__kinds[plan[i].kind].name,
+                 plan[i].index);
+        ps->group[plan[i].kind] = child;
+        ps->group_index[plan[i].kind] = plan[i].index;
+    }
+    mc_free(plan);
+    mc_free(members);
+    return rc;
+}
+
+/* All-gathers a validity flag; *bad = the first rank whose grid was invalid, -1 if none. */
+static int mc__parallel_first_invalid(mc_comm *world, int valid, int *bad) {
+    int *flags = (int *)mc_calloc((size_t)world->size, sizeof(int)), i, rc;
+    *bad = -1;
+    if (!flags) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_parallel_init: out of memory");
+    rc = mc__host_allgather(world, &valid, flags, (int)sizeof valid, "grid validity check");
+    if (rc != MC_OK) return rc;   /* `flags` leaked on purpose: MPI may still write it */
+    for (i = 0; i < world->size && *bad < 0; i++)
+        if (!flags[i]) *bad = i;
+    mc_free(flags);
+    return MC_OK;
+}
+
+MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc) {
+    mc_grid_desc gd;
+    mc_grid grid;
+    int rc, i;
+    if (!ps || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_parallel_init: ps and desc must be set");
+    if (ps->initialized)
+        return MC__FAIL(MC_ERR_STATE, "mc_parallel_init: the parallel state is already "
+                        "initialized (call mc_parallel_destroy first)");
+    if ((rc = mc__check_comm(desc->world, "mc_parallel_init (mc_parallel_desc.world)")) != MC_OK)
+        return rc;
+    gd = desc->grid;
+    if (gd.world == 0) gd.world = desc->world->size;
+    if (gd.world != desc->world->size)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_parallel_desc.grid.world (%d) must equal the size of the world "
+                        "communicator %s (%d)",
+                        gd.world, desc->world->name, desc->world->size);
+    rc = mc_grid_init(&grid, &gd);
+    /* A rank whose sizes fail validation must not leave the others waiting in the plan
+       exchange: every rank first learns whether all grids were valid. */
+    if (!desc->skip_plan_check && desc->world->size > 1) {
+        int bad = -1, xrc = mc__parallel_first_invalid(desc->world, rc == MC_OK, &bad);
+        if (rc != MC_OK) return rc;
+        if (xrc != MC_OK) return xrc;
+        if (bad >= 0)
+            return MC__FAIL(MC_ERR_PLAN_MISMATCH,
+                            "group plan differs: rank %d rejected its parallel sizes (its own "
+                            "error says which rule), so no rank creates groups",
+                            bad);
+    }
+    if (rc != MC_OK) return rc;
+    if (!desc->skip_plan_check &&
+        (rc = mc_parallel_check_plan(desc->world, &grid, desc->plan_salt)) != MC_OK)
+        return rc;
+    memset(ps, 0, sizeof *ps);
+    ps->grid = grid;
+    ps->world = desc->world;
+    for (i = 0; i < MC_GROUP_COUNT; i++) ps->group_index[i] = -1;
+    mc_grid_coords(&ps->grid, desc->world->rank, &ps->coords);
+    ps->plan_fingerprint = mc_grid_plan_fingerprint(&ps->grid, desc->plan_salt);
+    rc = mc__parallel_create_all(ps);
+    if (rc != MC_OK) {
+        mc__parallel_release(ps);
+        return rc;
+    }
+    ps->initialized = 1;
+    return MC_OK;
+}
+
+MC_API int mc_parallel_destroy(mc_parallel_state *ps) {
+    if (!ps || !ps->initialized)
+        return MC__FAIL(MC_ERR_STATE, "mc_parallel_destroy: the parallel state is not initialized");
+    mc__parallel_release(ps);
+    ps->initialized = 0;
+    return MC_OK;
+}
+
+MC_API mc_comm *mc_parallel_group(const mc_parallel_state *ps, mc_group_kind kind) {
+    if (!ps || !ps->initialized || !mc__kind_valid((int)kind)) return NULL;
+    return ps->group[kind];
+}
+
+MC_API int mc_parallel_rank(const mc_parallel_state *ps, mc_group_kind kind) {
+    mc_comm *c = mc_parallel_group(ps, kind);
+    return c ? c->rank : -1;
+}
+
+MC_API int mc_parallel_size(const mc_parallel_state *ps, mc_group_kind kind) {
+    mc_comm *c = mc_parallel_group(ps, kind);
+    return c ? c->size : 0;
+}
+
+MC_API int mc_parallel_is_first_stage(const mc_parallel_state *ps, int ignore_virtual) {
+    if (!ps || !ps->initialized || ps->coords.pp != 0) return 0;
+    if (!ignore_virtual && ps->grid.desc.vpp > 0) return ps->vp_stage == 0;
+    return 1;
+}
+
+MC_API int mc_parallel_is_last_stage(const mc_parallel_state *ps, int ignore_virtual) {
+    if (!ps || !ps->initialized || ps->coords.pp != ps->grid.desc.pp - 1) return 0;
+    if (!ignore_virtual && ps->grid.desc.vpp > 0) return ps->vp_stage == ps->grid.desc.vpp - 1;
+    return 1;
+}
+
+/* The first member counts only on its first virtual stage, the last only on its last one;
+   any other member always counts (Megatron's is_rank_in_embedding_group). */
+MC_API int mc_parallel_in_embedding_group(const mc_parallel_state *ps, int ignore_virtual) {
+    mc_comm *emb = mc_parallel_group(ps, MC_GROUP_EMBEDDING);
+    if (!emb) return 0;
+    if (ignore_virtual) return 1;
+    if (emb->rank == 0) return mc_parallel_is_first_stage(ps, 0);
+    if (emb->rank == emb->size - 1) return mc_parallel_is_last_stage(ps, 0);
+    return 1;
+}
+
+MC_API int mc_parallel_src_rank(const mc_parallel_state *ps, mc_group_kind kind) {
+    mc_comm *c = mc_parallel_group(ps, kind);
+    return c ? c->world_ranks[0] : -1;
+}
 
 #endif /* MEGATRON_C_IMPLEMENTATION */
 

@@ -1,0 +1,879 @@
+/* megatron_c - a command-line calculator for Megatron-Core's parallel layout.
+
+       make megatron_c
+       ./megatron_c layout --world 16 --tp 2 --pp 4               coordinates and every group
+       ./megatron_c layout --world 16 --tp 2 --pp 4 --rank 5      one rank: its groups, neighbours
+       ./megatron_c layout --world 16 --tp 2 --pp 4 --json        the same as one JSON object
+       ./megatron_c layout --world 16 --tp 2 --pp 4 --svg g.svg   a drawing of the rank grid
+       ./megatron_c help [command]
+
+   Everything is computed by the rank grid of megatron_c.h (Megatron's RankGenerator), which is a
+   pure function of the sizes: no MPI, no GPU, any world size.
+
+   Exit status: 0 success; 1 an output could not be written; 2 bad usage or an invalid
+   combination of sizes (stderr then names the values and the rule Megatron enforces).
+
+   Adding a subcommand: write `static int cmd_<name>(int argc, char **argv)` and
+   `static void usage_<name>(FILE *out)`, then add one row to cli_commands[]. */
+#define MEGATRON_C_IMPLEMENTATION
+#include "megatron_c.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CLI_NAME "megatron_c"
+
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAILURE = 1, CLI_EXIT_USAGE = 2 };
+
+/* ---------------------------------------------------------------------------------------------
+   Option parsing shared by every subcommand: a table of long options, each writing into a field
+   of the subcommand's own argument struct. "--name value" and "--name=value" are both accepted. */
+
+typedef enum cli_option_type { CLI_OPT_INT, CLI_OPT_STRING, CLI_OPT_FLAG } cli_option_type;
+
+typedef struct cli_option {
+    const char *name;      /* without the leading dashes: "world" for --world */
+    cli_option_type type;
+    void *target;          /* int * for INT and FLAG, const char ** for STRING */
+    int min_value;         /* INT only: the smallest value accepted */
+    const char *metavar;   /* shown in the usage: "N", "FILE" */
+    const char *help;
+} cli_option;
+
+typedef enum cli_parse_result { CLI_PARSED = 0, CLI_WANTS_HELP, CLI_BAD_USAGE } cli_parse_result;
+
+static void cli_print_options(FILE *out, const cli_option *opts, int n_opts) {
+    for (int i = 0; i < n_opts; ++i) {
+        char left[64];
+        if (opts[i].type == CLI_OPT_FLAG)
+            snprintf(left, sizeof left, "--%s", opts[i].name);
+        else
+            snprintf(left, sizeof left, "--%s %s", opts[i].name, opts[i].metavar);
+        fprintf(out, "  %-20s %s\n", left, opts[i].help);
+    }
+    fprintf(out, "  %-20s %s\n", "--help", "show this help");
+}
+
+static const cli_option *cli_find_option(const cli_option *opts, int n_opts, const char *name,
+                                         size_t name_len) {
+    for (int i = 0; i < n_opts; ++i)
+        if (strlen(opts[i].name) == name_len && strncmp(opts[i].name, name, name_len) == 0)
+            return &opts[i];
+    return NULL;
+}
+
+/* Parses a whole decimal int; rejects trailing text, overflow and values below `min_value`. */
+static int cli_parse_int(const char *command, const cli_option *opt, const char *text) {
+    char *end = NULL;
+    errno = 0;
+    long value = strtol(text, &end, 10);
+    if (end == text || *end != '\0' || errno == ERANGE || value > INT_MAX || value < INT_MIN) {
+        fprintf(stderr, "%s %s: --%s expects an integer, got '%s'\n", CLI_NAME, command,
+                opt->name, text);
+        return -1;
+    }
+    if (value < opt->min_value) {
+        fprintf(stderr, "%s %s: --%s must be >= %d, got %ld\n", CLI_NAME, command, opt->name,
+                opt->min_value, value);
+        return -1;
+    }
+    *(int *)opt->target = (int)value;
+    return 0;
+}
+
+/* Walks argv[1..argc) (argv[0] is the subcommand). Errors are printed; the caller prints the
+   usage and returns CLI_EXIT_USAGE. */
+static cli_parse_result cli_parse(const char *command, const cli_option *opts, int n_opts,
+                                  int argc, char **argv) {
+    for (int i = 1; i < argc; ++i) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return CLI_WANTS_HELP;
+        if (strncmp(arg, "--", 2) != 0) {
+            fprintf(stderr, "%s %s: unexpected argument '%s'\n", CLI_NAME, command, arg);
+            return CLI_BAD_USAGE;
+        }
+        const char *name = arg + 2;
+        const char *equals = strchr(name, '=');
+        size_t name_len = equals ? (size_t)(equals - name) : strlen(name);
+        const cli_option *opt = cli_find_option(opts, n_opts, name, name_len);
+        if (!opt) {
+            fprintf(stderr, "%s %s: unknown option '%.*s'\n", CLI_NAME, command,
+                    (int)name_len + 2, arg);
+            return CLI_BAD_USAGE;
+        }
+        if (opt->type == CLI_OPT_FLAG) {
+            if (equals) {
+                fprintf(stderr, "%s %s: --%s takes no value\n", CLI_NAME, command, opt->name);
+                return CLI_BAD_USAGE;
+            }
+            *(int *)opt->target = 1;
+            continue;
+        }
+        const char *value = equals ? equals + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!value || (!equals && strncmp(value, "--", 2) == 0)) {
+            fprintf(stderr, "%s %s: --%s needs a value (%s)\n", CLI_NAME, command, opt->name,
+                    opt->metavar);
+            return CLI_BAD_USAGE;
+        }
+        if (opt->type == CLI_OPT_STRING)
+            *(const char **)opt->target = value;
+        else if (cli_parse_int(command, opt, value) != 0)
+            return CLI_BAD_USAGE;
+    }
+    return CLI_PARSED;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   Small output helpers. */
+
+static void json_write_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; ++p) {
+        if (*p == '"' || *p == '\\')
+            fprintf(out, "\\%c", *p);
+        else if (*p < 0x20)
+            fprintf(out, "\\u%04x", *p);
+        else
+            fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+static void xml_write_escaped(FILE *out, const char *s) {
+    for (; *s; ++s) {
+        switch (*s) {
+        case '&': fputs("&amp;", out); break;
+        case '<': fputs("&lt;", out); break;
+        case '>': fputs("&gt;", out); break;
+        case '"': fputs("&quot;", out); break;
+        default: fputc(*s, out);
+        }
+    }
+}
+
+/* "[0,4,8,12]" into buf (cap >= 16); a list that does not fit ends in ",...]". */
+static void format_rank_list(char *buf, size_t cap, const int *ranks, int n) {
+    size_t used = 0;
+    buf[used++] = '[';
+    for (int i = 0; i < n; ++i) {
+        char item[16];
+        int len = snprintf(item, sizeof item, "%s%d", i ? "," : "", ranks[i]);
+        if (used + (size_t)len + sizeof ",...]" > cap) {
+            snprintf(buf + used, cap - used, "%s...]", i ? "," : "");
+            return;
+        }
+        memcpy(buf + used, item, (size_t)len);
+        used += (size_t)len;
+    }
+    memcpy(buf + used, "]", 2);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   layout: the rank grid and every group kind of Megatron's parallel_state. */
+
+typedef struct layout_args {
+    int world, tp, pp, cp, ep, etp, vpp;
+    int rank;               /* -1: all ranks */
+    int json;
+    const char *order;
+    const char *svg_path;
+    const char *color_by;
+} layout_args;
+
+/* What each group is for in Megatron, shown next to a rank's groups (at most 34 chars). */
+static const char *layout_group_purpose(mc_group_kind kind) {
+    switch (kind) {
+    case MC_GROUP_TP: return "TP collectives, SP norm grads";
+    case MC_GROUP_PP: return "send/recv between stages";
+    case MC_GROUP_DP: return "data sharding (excludes cp)";
+    case MC_GROUP_DP_CP: return "dense grad all-reduce, loss mean";
+    case MC_GROUP_CP: return "context-parallel attention";
+    case MC_GROUP_MP: return "grad-norm reduction (tp x pp)";
+    case MC_GROUP_TP_DP: return "fp8 amax, router token stats";
+    case MC_GROUP_TP_DP_CP: return "fp8 amax with context parallel";
+    case MC_GROUP_TP_CP: return "tensor x context parallel";
+    case MC_GROUP_EMBEDDING: return "tied embedding grads (first+last)";
+    case MC_GROUP_POSITION_EMBEDDING: return "position-embedding grads (first)";
+    case MC_GROUP_EP: return "MoE token all-to-all";
+    case MC_GROUP_EXPERT_TP: return "tensor parallel inside experts";
+    case MC_GROUP_TP_EP: return "expert tp x ep";
+    case MC_GROUP_TP_EP_PP: return "expert model parallel";
+    case MC_GROUP_EXPERT_DP: return "expert grad all-reduce";
+    default: return "";
+    }
+}
+
+static int layout_options(layout_args *a, cli_option *opts) {
+    const cli_option table[] = {
+        {"world", CLI_OPT_INT, &a->world, 1, "W", "number of ranks (required)"},
+        {"tp", CLI_OPT_INT, &a->tp, 1, "T", "tensor-parallel size (default 1)"},
+        {"pp", CLI_OPT_INT, &a->pp, 1, "P", "pipeline-parallel size (default 1)"},
+        {"cp", CLI_OPT_INT, &a->cp, 1, "C", "context-parallel size (default 1)"},
+        {"ep", CLI_OPT_INT, &a->ep, 1, "E", "expert-parallel size (default 1)"},
+        {"etp", CLI_OPT_INT, &a->etp, 1, "X", "expert tensor-parallel size (default: tp)"},
+        {"vpp", CLI_OPT_INT, &a->vpp, 1, "V", "virtual pipeline chunks per stage (needs pp > 1)"},
+        {"order", CLI_OPT_STRING, &a->order, 0, "S",
+         "axes fastest first (default tp-cp-ep-dp-pp)"},
+        {"rank", CLI_OPT_INT, &a->rank, 0, "R", "show one rank: its groups and neighbours"},
+        {"json", CLI_OPT_FLAG, &a->json, 0, "", "print one JSON object instead of tables"},
+        {"svg", CLI_OPT_STRING, &a->svg_path, 0, "FILE", "also draw the rank grid as SVG"},
+        {"color-by", CLI_OPT_STRING, &a->color_by, 0, "KIND",
+         "group kind that colours the SVG (default tp)"},
+    };
+    int n = (int)(sizeof table / sizeof table[0]);
+    memcpy(opts, table, sizeof table);
+    return n;
+}
+
+static void usage_layout(FILE *out) {
+    layout_args dummy;
+    cli_option opts[16];
+    int n = layout_options(&dummy, opts);
+    fprintf(out,
+            "usage: %s layout --world W [--tp T] [--pp P] [--cp C] [--ep E] [--etp X] [--vpp V]\n"
+            "                 [--order S] [--rank R] [--json] [--svg FILE [--color-by KIND]]\n\n"
+            "Megatron's rank grid: every rank's coordinates and every group of parallel_state.\n"
+            "world = tp*cp*dp*pp (dense) = etp*ep*edp*pp (expert); dp and edp are derived.\n\n",
+            CLI_NAME);
+    cli_print_options(out, opts, n);
+    fprintf(out, "\ngroup kinds:");
+    for (int k = 0; k < MC_GROUP_COUNT; ++k) fprintf(out, " %s", mc_group_kind_name((mc_group_kind)k));
+    fprintf(out, "\n\nexample: %s layout --world 16 --tp 2 --pp 4 --rank 5\n", CLI_NAME);
+}
+
+static void layout_print_error(int status, const char *what) {
+    const char *detail = mc_last_error();
+    fprintf(stderr, "%s layout: %s: %s\n", CLI_NAME, what,
+            (detail && detail[0]) ? detail : mc_strerror(status));
+}
+
+/* --- text output ----------------------------------------------------------------------------- */
+
+static void layout_print_header(const mc_grid *g) {
+    const mc_grid_desc *d = &g->desc;
+    printf("world %d   dense: tp %d x cp %d x dp %d x pp %d   expert: etp %d x ep %d x edp %d x pp %d\n",
+           d->world, d->tp, d->cp, g->dp, d->pp, d->etp, d->ep, g->edp, d->pp);
+    printf("dp = world / (tp*pp*cp) = %d / %d = %d   edp = world / (etp*ep*pp) = %d / %d = %d\n",
+           d->world, d->tp * d->pp * d->cp, g->dp, d->world, d->etp * d->ep * d->pp, g->edp);
+    if (d->vpp > 0)
+        printf("order %s   vpp %d (interleaved: %d model chunks per stage)\n", g->order, d->vpp,
+               d->vpp);
+    else
+        printf("order %s   vpp off\n", g->order);
+}
+
+static const char *layout_stage_flag(const mc_grid *g, int pp_coord) {
+    int last = g->desc.pp - 1;
+    if (pp_coord == 0 && pp_coord == last) return "first,last";
+    if (pp_coord == 0) return "first";
+    if (pp_coord == last) return "last";
+    return "-";
+}
+
+static int layout_print_rank_table(const mc_grid *g) {
+    printf("\n%6s %4s %4s %4s %4s %4s %4s %4s  %s\n", "rank", "tp", "cp", "dp", "pp", "etp",
+           "ep", "edp", "stage");
+    for (int r = 0; r < g->desc.world; ++r) {
+        mc_rank_coords c;
+        int rc = mc_grid_coords(g, r, &c);
+        if (rc != MC_OK) return rc;
+        printf("%6d %4d %4d %4d %4d %4d %4d %4d  %s\n", c.rank, c.tp, c.cp, c.dp, c.pp, c.etp,
+               c.ep, c.edp, layout_stage_flag(g, c.pp));
+    }
+    return MC_OK;
+}
+
+static int layout_print_groups(const mc_grid *g, int *members) {
+    printf("\ngroups (kind: count x size, then every group's ranks)\n");
+    for (int k = 0; k < MC_GROUP_COUNT; ++k) {
+        mc_group_kind kind = (mc_group_kind)k;
+        int n_groups = mc_grid_num_groups(g, kind);
+        if (n_groups < 0) return n_groups;
+        printf("  %-19s %4d x %-4d", mc_group_kind_name(kind), n_groups,
+               mc_grid_group_size(g, kind));
+        for (int i = 0; i < n_groups; ++i) {
+            int n = mc_grid_group_members(g, kind, i, members, g->desc.world);
+            if (n < 0) return n;
+            printf(" [");
+            for (int j = 0; j < n; ++j) printf(j ? ",%d" : "%d", members[j]);
+            printf("]");
+        }
+        printf("\n");
+    }
+    return MC_OK;
+}
+
+static int layout_print_one_rank(const mc_grid *g, int rank, int *members) {
+    mc_rank_coords c;
+    int rc = mc_grid_coords(g, rank, &c);
+    if (rc != MC_OK) return rc;
+    int first, last, next, prev;
+    rc = mc_grid_pipeline_ranks(g, rank, &first, &last, &next, &prev);
+    if (rc != MC_OK) return rc;
+
+    printf("\nrank %d\n", rank);
+    printf("  dense  coords: tp %d  cp %d  dp %d  pp %d\n", c.tp, c.cp, c.dp, c.pp);
+    printf("  expert coords: etp %d  ep %d  edp %d  pp %d\n", c.etp, c.ep, c.edp, c.pp);
+    printf("  pipeline stage %d of %d: first stage %s, last stage %s\n", c.pp, g->desc.pp,
+           c.pp == 0 ? "yes" : "no", c.pp == g->desc.pp - 1 ? "yes" : "no");
+    printf("  pipeline ranks: first %d  last %d  next %d  prev %d (next/prev wrap around)\n",
+           first, last, next, prev);
+    printf("\n  group: index among the groups of its kind; rank: this rank's rank inside it\n");
+    printf("\n  %-19s %-6s %-5s %-34s %s\n", "kind", "group", "rank", "used for", "ranks");
+    for (int k = 0; k < MC_GROUP_COUNT; ++k) {
+        mc_group_kind kind = (mc_group_kind)k;
+        int index = -1, position = -1;
+        rc = mc_grid_group_of(g, kind, rank, &index, &position);
+        if (rc == MC_ERR_NOT_MEMBER) {
+            printf("  %-19s %-6s %-5s %-34s %s\n", mc_group_kind_name(kind), "none", "-",
+                   layout_group_purpose(kind), "-");
+            continue;
+        }
+        if (rc != MC_OK) return rc;
+        int n = mc_grid_group_members(g, kind, index, members, g->desc.world);
+        if (n < 0) return n;
+        char label[24], list[256];
+        snprintf(label, sizeof label, "#%d", index);
+        format_rank_list(list, sizeof list, members, n);
+        printf("  %-19s %-6s %-5d %-34s %s\n", mc_group_kind_name(kind), label, position,
+               layout_group_purpose(kind), list);
+    }
+    return MC_OK;
+}
+
+/* --- JSON output ----------------------------------------------------------------------------- */
+
+static void json_write_coords(FILE *out, const mc_rank_coords *c) {
+    fprintf(out, "{\"rank\":%d,\"tp\":%d,\"cp\":%d,\"dp\":%d,\"pp\":%d,\"etp\":%d,\"ep\":%d,\"edp\":%d}",
+            c->rank, c->tp, c->cp, c->dp, c->pp, c->etp, c->ep, c->edp);
+}
+
+static void json_write_int_list(FILE *out, const int *v, int n) {
+    fputc('[', out);
+    for (int i = 0; i < n; ++i) fprintf(out, i ? ",%d" : "%d", v[i]);
+    fputc(']', out);
+}
+
+static int json_write_group_kind(FILE *out, const mc_grid *g, mc_group_kind kind, int *members) {
+    int n_groups = mc_grid_num_groups(g, kind);
+    if (n_groups < 0) return n_groups;
+    fputc('[', out);
+    for (int i = 0; i < n_groups; ++i) {
+        int n = mc_grid_group_members(g, kind, i, members, g->desc.world);
+        if (n < 0) return n;
+        if (i) fputc(',', out);
+        json_write_int_list(out, members, n);
+    }
+    fputc(']', out);
+    return MC_OK;
+}
+
+/* "rank": the chosen rank's coordinates, stage flags, pipeline neighbours and, per kind,
+   {"index": i, "position": p, "members": [...]} or null when the rank is in no group. */
+static int json_write_rank(FILE *out, const mc_grid *g, int rank, int *members) {
+    mc_rank_coords c;
+    int first, last, next, prev;
+    int rc = mc_grid_coords(g, rank, &c);
+    if (rc == MC_OK) rc = mc_grid_pipeline_ranks(g, rank, &first, &last, &next, &prev);
+    if (rc != MC_OK) return rc;
+    fprintf(out, ",\n\"rank\":{\"rank\":%d,\"coords\":", rank);
+    json_write_coords(out, &c);
+    fprintf(out, ",\"is_first_stage\":%s,\"is_last_stage\":%s",
+            c.pp == 0 ? "true" : "false", c.pp == g->desc.pp - 1 ? "true" : "false");
+    fprintf(out, ",\"pipeline\":{\"first\":%d,\"last\":%d,\"next\":%d,\"prev\":%d}", first, last,
+            next, prev);
+    fprintf(out, ",\"groups\":{");
+    for (int k = 0; k < MC_GROUP_COUNT; ++k) {
+        mc_group_kind kind = (mc_group_kind)k;
+        int index = -1, position = -1;
+        rc = mc_grid_group_of(g, kind, rank, &index, &position);
+        fprintf(out, "%s\n  ", k ? "," : "");
+        json_write_string(out, mc_group_kind_name(kind));
+        if (rc == MC_ERR_NOT_MEMBER) {
+            fputs(":null", out);
+            continue;
+        }
+        if (rc != MC_OK) return rc;
+        int n = mc_grid_group_members(g, kind, index, members, g->desc.world);
+        if (n < 0) return n;
+        fprintf(out, ":{\"index\":%d,\"position\":%d,\"members\":", index, position);
+        json_write_int_list(out, members, n);
+        fputc('}', out);
+    }
+    fputs("}}", out);
+    return MC_OK;
+}
+
+static int layout_write_json(FILE *out, const mc_grid *g, int rank, int *members) {
+    const mc_grid_desc *d = &g->desc;
+    fprintf(out, "{\"world\":%d,\n\"sizes\":{\"tp\":%d,\"pp\":%d,\"cp\":%d,\"ep\":%d,\"etp\":%d,"
+                 "\"vpp\":%d,\"dp\":%d,\"edp\":%d,\"order\":",
+            d->world, d->tp, d->pp, d->cp, d->ep, d->etp, d->vpp, g->dp, g->edp);
+    json_write_string(out, g->order);
+    fputs("},\n\"coords\":[", out);
+    for (int r = 0; r < d->world; ++r) {
+        mc_rank_coords c;
+        int rc = mc_grid_coords(g, r, &c);
+        if (rc != MC_OK) return rc;
+        fputs(r ? ",\n  " : "\n  ", out);
+        json_write_coords(out, &c);
+    }
+    fputs("]", out);
+    for (int k = 0; k < MC_GROUP_COUNT; ++k) {
+        fputs(",\n", out);
+        json_write_string(out, mc_group_kind_name((mc_group_kind)k));
+        fputc(':', out);
+        int rc = json_write_group_kind(out, g, (mc_group_kind)k, members);
+        if (rc != MC_OK) return rc;
+    }
+    if (rank >= 0) {
+        int rc = json_write_rank(out, g, rank, members);
+        if (rc != MC_OK) return rc;
+    }
+    fputs("}\n", out);
+    return MC_OK;
+}
+
+/* --- SVG output ------------------------------------------------------------------------------
+   One cell per rank. Rows are pipeline stages; within a stage the cells run along
+   (tp fastest, then cp, then dp), taken from each rank's coordinates rather than its id, so a
+   different --order keeps the picture and moves the rank ids. Replicas of one dp index sit in a
+   block with a gap after it; long rows wrap onto several lines. */
+
+typedef struct svg_geometry {
+    int detailed;          /* rank id and coordinates in each cell (small worlds) */
+    int columns;           /* cells per stage: tp * cp * dp */
+    int per_line;          /* cells per drawn line before wrapping */
+    int lines_per_stage;
+    int block;             /* cells of one dp index: tp * cp */
+    int cell_w, cell_h, pad, block_gap, stage_gap;
+    int left, top;         /* room for the title and the stage labels */
+    int grid_w, grid_h;
+} svg_geometry;
+
+static svg_geometry svg_plan_geometry(const mc_grid *g) {
+    svg_geometry s;
+    memset(&s, 0, sizeof s);
+    s.detailed = g->desc.world <= 64;
+    s.columns = g->desc.tp * g->desc.cp * g->dp;
+    s.block = g->desc.tp * g->desc.cp;
+    int wrap = s.detailed ? 16 : 64;
+    /* Wrap at a whole number of dp blocks when a block fits in a line. */
+    if (s.columns > wrap && s.block <= wrap) wrap -= wrap % s.block;
+    s.per_line = s.columns < wrap ? s.columns : wrap;
+    s.lines_per_stage = (s.columns + s.per_line - 1) / s.per_line;
+    s.cell_w = s.detailed ? 84 : 22;
+    s.cell_h = s.detailed ? 50 : 16;
+    s.pad = s.detailed ? 4 : 2;
+    s.block_gap = (s.block > 1 && s.block < s.per_line) ? (s.detailed ? 12 : 6) : 0;
+    s.stage_gap = s.detailed ? 18 : 8;
+    s.left = 80;
+    s.top = 76;
+    int blocks_per_line = (s.per_line + s.block - 1) / s.block;
+    s.grid_w = s.per_line * s.cell_w + (blocks_per_line - 1) * s.block_gap;
+    int stage_h = s.lines_per_stage * s.cell_h + s.stage_gap;
+    s.grid_h = g->desc.pp * stage_h - s.stage_gap;
+    return s;
+}
+
+static int svg_stage_top(const svg_geometry *s, int pp) {
+    return s->top + pp * (s->lines_per_stage * s->cell_h + s->stage_gap);
+}
+
+static void svg_cell_origin(const svg_geometry *s, const mc_grid *g, const mc_rank_coords *c,
+                            int *x, int *y) {
+    int column = c->tp + g->desc.tp * (c->cp + g->desc.cp * c->dp);
+    int line = column / s->per_line;
+    int in_line = column % s->per_line;
+    int blocks_before = column / s->block - (line * s->per_line) / s->block;
+    *x = s->left + in_line * s->cell_w + blocks_before * s->block_gap;
+    *y = svg_stage_top(s, c->pp) + line * s->cell_h;
+}
+
+static void hsl_to_hex(double h, double sat, double light, char out[8]) {
+    double c = (1.0 - fabs(2.0 * light - 1.0)) * sat;
+    double hp = fmod(h, 360.0) / 60.0;
+    double x = c * (1.0 - fabs(fmod(hp, 2.0) - 1.0));
+    double r = 0, g = 0, b = 0;
+    if (hp < 1) { r = c; g = x; }
+    else if (hp < 2) { r = x; g = c; }
+    else if (hp < 3) { g = c; b = x; }
+    else if (hp < 4) { g = x; b = c; }
+    else if (hp < 5) { r = x; b = c; }
+    else { r = c; b = x; }
+    double m = light - c / 2.0;
+    snprintf(out, 8, "#%02x%02x%02x", (int)lround((r + m) * 255), (int)lround((g + m) * 255),
+             (int)lround((b + m) * 255));
+}
+
+/* Group colours: evenly spaced hues for a few groups; for many, golden-angle steps so that
+   neighbouring group indices still differ, with alternating lightness. */
+static void svg_group_colour(int index, int n_groups, char out[8]) {
+    if (index < 0) {
+        snprintf(out, 8, "#eeeeee");
+        return;
+    }
+    double hue = n_groups <= 12 ? 360.0 * index / (n_groups > 0 ? n_groups : 1)
+                                : fmod(index * 137.508, 360.0);
+    double light = (n_groups > 12 && index % 2) ? 0.70 : 0.80;
+    hsl_to_hex(hue + 200.0, 0.62, light, out);
+}
+
+/* "tp1 dp0": the axes of a grid whose size is above 1 (tp alone when all are 1). */
+static void svg_coords_text(char *buf, size_t cap, const char *const names[], const int coord[],
+                            const int size[], int n_axes) {
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < n_axes && used < cap; ++i) {
+        if (size[i] <= 1) continue;
+        used += (size_t)snprintf(buf + used, cap - used, "%s%s%d", used ? " " : "", names[i],
+                                 coord[i]);
+    }
+    if (used == 0) snprintf(buf, cap, "%s%d", names[0], coord[0]);
+}
+
+static void svg_write_cell(FILE *out, const svg_geometry *s, const mc_grid *g,
+                           const mc_rank_coords *c, int group_index, int n_groups,
+                           const char *kind_name) {
+    int x, y;
+    svg_cell_origin(s, g, c, &x, &y);
+    char fill[8];
+    svg_group_colour(group_index, n_groups, fill);
+    int w = s->cell_w - s->pad, h = s->cell_h - s->pad;
+    const mc_grid_desc *d = &g->desc;
+    fprintf(out, "<g><title>rank %d: tp %d cp %d dp %d pp %d | etp %d ep %d edp %d | %s ",
+            c->rank, c->tp, c->cp, c->dp, c->pp, c->etp, c->ep, c->edp, kind_name);
+    if (group_index >= 0) fprintf(out, "group %d</title>", group_index);
+    else fprintf(out, "none</title>");
+    fprintf(out, "<rect class=\"rank\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" rx=\"%d\" "
+                 "fill=\"%s\" stroke=\"%s\"%s/>",
+            x, y, w, h, s->detailed ? 5 : 2, fill, group_index >= 0 ? "#555555" : "#aaaaaa",
+            group_index >= 0 ? "" : " stroke-dasharray=\"3,2\"");
+    int cx = x + w / 2;
+    if (!s->detailed) {
+        fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"tiny\">%d</text></g>\n", cx, y + h / 2 + 2,
+                c->rank);
+        return;
+    }
+    /* pp is left out: the row label names the stage. */
+    static const char *const dense_names[] = {"tp", "cp", "dp"};
+    static const char *const expert_names[] = {"etp", "ep", "edp"};
+    int dense_coord[] = {c->tp, c->cp, c->dp};
+    int dense_size[] = {d->tp, d->cp, g->dp};
+    int expert_coord[] = {c->etp, c->ep, c->edp};
+    int expert_size[] = {d->etp, d->ep, g->edp};
+    char dense[64], expert[64];
+    svg_coords_text(dense, sizeof dense, dense_names, dense_coord, dense_size, 3);
+    int expert_differs = d->ep > 1 || d->etp != d->tp;
+    fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"id\">%d</text>", cx,
+            y + (expert_differs ? 17 : 20), c->rank);
+    fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"co\">%s</text>", cx,
+            y + (expert_differs ? 30 : 36), dense);
+    if (expert_differs) {
+        svg_coords_text(expert, sizeof expert, expert_names, expert_coord, expert_size, 3);
+        fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"co\">%s</text>", cx, y + 41, expert);
+    }
+    fputs("</g>\n", out);
+}
+
+/* "dp 0", "dp 1", ... above the blocks when a stage fits on one line (on wrapped rows the
+   cells carry their dp coordinate instead). */
+static void svg_write_block_labels(FILE *out, const svg_geometry *s, const mc_grid *g) {
+    if (s->block_gap == 0 || s->lines_per_stage > 1) return;
+    int blocks = s->per_line / s->block;
+    for (int b = 0; b < blocks && b < g->dp; ++b) {
+        int x = s->left + b * (s->block * s->cell_w + s->block_gap) +
+                (s->block * s->cell_w - s->pad) / 2;
+        fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"block\">dp %d</text>\n", x, s->top - 6, b);
+    }
+}
+
+static void svg_write_stage_labels(FILE *out, const svg_geometry *s, const mc_grid *g) {
+    for (int pp = 0; pp < g->desc.pp; ++pp) {
+        int y = svg_stage_top(s, pp) + (s->cell_h - s->pad) / 2;
+        fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"stage\">pp %d</text>\n", s->left - 10, y,
+                pp);
+        const char *flag = layout_stage_flag(g, pp);
+        if (strcmp(flag, "-") != 0)
+            fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"flag\">%s</text>\n", s->left - 10,
+                    y + 12, flag);
+    }
+}
+
+/* The legend lists at most SVG_LEGEND_MAX groups, SVG_LEGEND_W pixels apart in rows. */
+enum { SVG_LEGEND_MAX = 48, SVG_LEGEND_W = 300, SVG_LEGEND_H = 16 };
+
+static int svg_legend_per_row(const svg_geometry *s, int width) {
+    int per_row = (width - s->left) / SVG_LEGEND_W;
+    return per_row < 1 ? 1 : per_row;
+}
+
+/* Height of the legend: its heading, one row per per_row groups, and the "more" line. */
+static int svg_legend_height(int n_groups, int per_row) {
+    int listed = n_groups < SVG_LEGEND_MAX ? n_groups : SVG_LEGEND_MAX;
+    return 10 + (listed + per_row - 1) / per_row * SVG_LEGEND_H +
+           (listed < n_groups ? SVG_LEGEND_H : 0);
+}
+
+/* A swatch and the members of each group of the colouring kind, in rows under the grid. */
+static void svg_write_legend(FILE *out, const svg_geometry *s, const mc_grid *g,
+                             mc_group_kind kind, int y0, int width, int *members) {
+    const int entry_w = SVG_LEGEND_W, entry_h = SVG_LEGEND_H;
+    int n_groups = mc_grid_num_groups(g, kind);
+    if (n_groups < 0) return;
+    int listed = n_groups < SVG_LEGEND_MAX ? n_groups : SVG_LEGEND_MAX;
+    int per_row = svg_legend_per_row(s, width);
+    fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"head\">colour = %s group: %d groups of %d "
+                 "rank%s</text>\n",
+            s->left, y0, mc_group_kind_name(kind), n_groups, mc_grid_group_size(g, kind),
+            mc_grid_group_size(g, kind) == 1 ? "" : "s");
+    for (int i = 0; i < listed; ++i) {
+        int n = mc_grid_group_members(g, kind, i, members, g->desc.world);
+        if (n < 0) return;
+        int x = s->left + (i % per_row) * entry_w;
+        int y = y0 + 10 + (i / per_row) * entry_h;
+        char fill[8], list[32];
+        svg_group_colour(i, n_groups, fill);
+        format_rank_list(list, sizeof list, members, n);
+        fprintf(out, "<rect class=\"swatch\" x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" "
+                     "fill=\"%s\" stroke=\"#555555\"/>",
+                x, y, fill);
+        fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"legend\">%s #%d %s</text>\n", x + 17,
+                y + 10, mc_group_kind_name(kind), i, list);
+    }
+    if (listed < n_groups) {
+        int rows = (listed + per_row - 1) / per_row;
+        fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"legend\">... and %d more groups "
+                     "(hover a cell for its group)</text>\n",
+                s->left, y0 + 20 + rows * entry_h, n_groups - listed);
+    }
+}
+
+static int layout_write_svg(const char *path, const mc_grid *g, mc_group_kind kind, int *members) {
+    FILE *out = fopen(path, "w");
+    if (!out) {
+        fprintf(stderr, "%s layout: cannot write --svg %s: %s\n", CLI_NAME, path, strerror(errno));
+        return MC_ERR_IO;
+    }
+    svg_geometry s = svg_plan_geometry(g);
+    int n_groups = mc_grid_num_groups(g, kind);
+    int width = s.left + s.grid_w + 24;
+    if (width < s.left + 4 * SVG_LEGEND_W) width = s.left + 4 * SVG_LEGEND_W;
+    int legend_top = s.top + s.grid_h + 36;
+    int height = legend_top + svg_legend_height(n_groups, svg_legend_per_row(&s, width)) + 20;
+    const mc_grid_desc *d = &g->desc;
+    int status = MC_OK;
+
+    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                 "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+            width, height, width, height);
+    fputs("<style>text{fill:#222222}"
+          ".id{font-size:15px;font-weight:bold;text-anchor:middle}"
+          ".co{font-size:9px;text-anchor:middle;font-family:DejaVu Sans Mono,monospace}"
+          ".tiny{font-size:7px;text-anchor:middle}"
+          ".stage{font-size:12px;font-weight:bold;text-anchor:end}"
+          ".flag{font-size:10px;fill:#666666;text-anchor:end}"
+          ".title{font-size:16px;font-weight:bold}.sub{font-size:12px;fill:#444444}"
+          ".block{font-size:11px;fill:#555555;text-anchor:middle}"
+          ".head{font-size:12px;font-weight:bold}.legend{font-size:10px}</style>\n", out);
+    fprintf(out, "<rect class=\"background\" width=\"100%%\" height=\"100%%\" fill=\"#ffffff\"/>\n");
+    fprintf(out, "<text x=\"%d\" y=\"24\" class=\"title\">world %d = tp %d x cp %d x dp %d x pp %d",
+            s.left, d->world, d->tp, d->cp, g->dp, d->pp);
+    if (d->ep > 1 || d->etp != d->tp)
+        fprintf(out, "   (expert: etp %d x ep %d x edp %d x pp %d)", d->etp, d->ep, g->edp, d->pp);
+    fputs("</text>\n", out);
+    fprintf(out, "<text x=\"%d\" y=\"44\" class=\"sub\">order ", s.left);
+    xml_write_escaped(out, g->order);
+    if (d->vpp > 0) fprintf(out, ", vpp %d", d->vpp);
+    fprintf(out, "; one cell per rank, rows = pipeline stages, columns = tp, then cp, then dp; "
+                 "coloured by %s group</text>\n",
+            mc_group_kind_name(kind));
+    svg_write_stage_labels(out, &s, g);
+    svg_write_block_labels(out, &s, g);
+
+    for (int r = 0; r < d->world && status == MC_OK; ++r) {
+        mc_rank_coords c;
+        int index = -1;
+        status = mc_grid_coords(g, r, &c);
+        if (status != MC_OK) break;
+        int rc = mc_grid_group_of(g, kind, r, &index, NULL);
+        if (rc != MC_OK && rc != MC_ERR_NOT_MEMBER) status = rc;
+        else svg_write_cell(out, &s, g, &c, index, n_groups, mc_group_kind_name(kind));
+    }
+    if (status == MC_OK) svg_write_legend(out, &s, g, kind, legend_top, width, members);
+    fputs("</svg>\n", out);
+    if (fclose(out) != 0 && status == MC_OK) {
+        fprintf(stderr, "%s layout: writing --svg %s failed: %s\n", CLI_NAME, path, strerror(errno));
+        status = MC_ERR_IO;
+    }
+    return status;
+}
+
+/* --- the subcommand ----------------------------------------------------------------------- */
+
+static int layout_check_args(const layout_args *a, mc_group_kind *color_kind) {
+    if (a->world == 0) {
+        fprintf(stderr, "%s layout: --world W is required\n", CLI_NAME);
+        return -1;
+    }
+    const char *name = a->color_by ? a->color_by : "tp";
+    int kind = mc_group_kind_from_name(name);
+    if (kind < 0) {
+        fprintf(stderr, "%s layout: --color-by '%s' is not a group kind (one of:", CLI_NAME, name);
+        for (int k = 0; k < MC_GROUP_COUNT; ++k)
+            fprintf(stderr, " %s", mc_group_kind_name((mc_group_kind)k));
+        fprintf(stderr, ")\n");
+        return -1;
+    }
+    *color_kind = (mc_group_kind)kind;
+    return 0;
+}
+
+static int cmd_layout(int argc, char **argv) {
+    layout_args a;
+    memset(&a, 0, sizeof a);
+    a.rank = -1;
+    cli_option opts[16];
+    int n_opts = layout_options(&a, opts);
+    cli_parse_result parsed = cli_parse("layout", opts, n_opts, argc, argv);
+    if (parsed == CLI_WANTS_HELP) {
+        usage_layout(stdout);
+        return CLI_EXIT_OK;
+    }
+    mc_group_kind color_kind = MC_GROUP_TP;
+    if (parsed != CLI_PARSED || layout_check_args(&a, &color_kind) != 0) {
+        fputc('\n', stderr);
+        usage_layout(stderr);
+        return CLI_EXIT_USAGE;
+    }
+
+    mc_grid grid;
+    mc_grid_desc desc = {.world = a.world, .tp = a.tp, .pp = a.pp, .vpp = a.vpp, .cp = a.cp,
+                         .ep = a.ep, .etp = a.etp, .order = a.order};
+    int rc = mc_grid_init(&grid, &desc);
+    if (rc != MC_OK) {
+        layout_print_error(rc, "invalid layout");
+        return CLI_EXIT_USAGE;
+    }
+    if (a.rank >= grid.desc.world) {
+        fprintf(stderr, "%s layout: --rank %d is not a rank of world %d (ranks are 0..%d)\n",
+                CLI_NAME, a.rank, grid.desc.world, grid.desc.world - 1);
+        return CLI_EXIT_USAGE;
+    }
+
+    int *members = malloc((size_t)grid.desc.world * sizeof *members);
+    if (!members) {
+        fprintf(stderr, "%s layout: out of memory for world %d\n", CLI_NAME, grid.desc.world);
+        return CLI_EXIT_FAILURE;
+    }
+    if (a.json) {
+        rc = layout_write_json(stdout, &grid, a.rank, members);
+    } else {
+        layout_print_header(&grid);
+        if (a.rank >= 0) {
+            rc = layout_print_one_rank(&grid, a.rank, members);
+        } else {
+            rc = layout_print_rank_table(&grid);
+            if (rc == MC_OK) rc = layout_print_groups(&grid, members);
+        }
+    }
+    int exit_code = CLI_EXIT_OK;
+    if (rc != MC_OK) {
+        layout_print_error(rc, "computing the layout failed");
+        exit_code = CLI_EXIT_FAILURE;
+    }
+    if (exit_code == CLI_EXIT_OK && a.svg_path) {
+        if (layout_write_svg(a.svg_path, &grid, color_kind, members) != MC_OK)
+            exit_code = CLI_EXIT_FAILURE;
+        else
+            fprintf(stderr, "%s layout: wrote %s (%d ranks, coloured by %s groups)\n", CLI_NAME,
+                    a.svg_path, grid.desc.world, mc_group_kind_name(color_kind));
+    }
+    free(members);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s layout: writing to stdout failed\n", CLI_NAME);
+        exit_code = CLI_EXIT_FAILURE;
+    }
+    return exit_code;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   The subcommand table and main. */
+
+static int cmd_help(int argc, char **argv);
+static void usage_help(FILE *out);
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv);   /* argv[0] is the subcommand's name */
+    void (*usage)(FILE *out);
+} cli_command;
+
+static const cli_command cli_commands[] = {
+    {"layout", "rank coordinates and every parallel group (Megatron's RankGenerator)",
+     cmd_layout, usage_layout},
+    {"help", "show the help of a command", cmd_help, usage_help},
+};
+#define CLI_N_COMMANDS ((int)(sizeof cli_commands / sizeof cli_commands[0]))
+
+static const cli_command *cli_find_command(const char *name) {
+    for (int i = 0; i < CLI_N_COMMANDS; ++i)
+        if (strcmp(cli_commands[i].name, name) == 0) return &cli_commands[i];
+    return NULL;
+}
+
+static void usage_main(FILE *out) {
+    fprintf(out, "usage: %s <command> [options]     (%s <command> --help for its options)\n\n"
+                 "Megatron-Core's parallel layout, computed by megatron_c %s.\n\ncommands:\n",
+            CLI_NAME, CLI_NAME, mc_version_string());
+    for (int i = 0; i < CLI_N_COMMANDS; ++i)
+        fprintf(out, "  %-10s %s\n", cli_commands[i].name, cli_commands[i].summary);
+    fprintf(out, "\nexit status: 0 ok, 1 output failed, 2 bad usage or invalid sizes\n");
+}
+
+static void usage_help(FILE *out) {
+    fprintf(out, "usage: %s help [command]\n", CLI_NAME);
+}
+
+static int cmd_help(int argc, char **argv) {
+    if (argc < 2) {
+        usage_main(stdout);
+        return CLI_EXIT_OK;
+    }
+    const cli_command *cmd = cli_find_command(argv[1]);
+    if (!cmd) {
+        fprintf(stderr, "%s help: unknown command '%s'\n\n", CLI_NAME, argv[1]);
+        usage_main(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    cmd->usage(stdout);
+    return CLI_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage_main(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+        usage_main(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0) {
+        printf("%s %s\n", CLI_NAME, mc_version_string());
+        return CLI_EXIT_OK;
+    }
+    const cli_command *cmd = cli_find_command(name);
+    if (!cmd) {
+        fprintf(stderr, "%s: unknown command '%s'\n\n", CLI_NAME, name);
+        usage_main(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    return cmd->run(argc - 1, argv + 1);
+}
