@@ -80,6 +80,8 @@ static ps_run mismatch_runs[] = {
     {"sizes_mismatch", 2, ""},
     {"sizes_mismatch", 4, "--tp 2 --pp 2"},
     {"sizes_mismatch", 8, "--tp 2 --pp 2"},
+    {"invalid_on_one_rank", 2, ""},
+    {"invalid_on_one_rank", 8, "--tp 2 --pp 2"},
 };
 
 ParameterizedTestParameters(parallel_state, mismatch) {

@@ -15,6 +15,7 @@
                      10 s, and with a different order the message names the first differing
                      group; rank 0 prints its message. Then an agreed init must work.
      sizes_mismatch  the last rank passes another tp; same expectations.
+     invalid_on_one_rank  the last rank's sizes fail validation: no rank waits for it.
    Rank 0 ends with "N passed, N failed"; the exit status is 0 iff every rank passed. */
 #include <stdint.h>
 #include <stdio.h>
@@ -388,6 +389,34 @@ static void case_sizes_mismatch(void) {
     check_recovery();
 }
 
+/* The last rank passes sizes that fail validation on their own (tp = 2 x world). It must
+   get its own validation error and every other rank a plan mismatch naming it, at once. */
+static void case_invalid_on_one_rank(void) {
+    mc_parallel_desc desc = base_desc();
+    if (me == np - 1) desc.grid.tp = 2 * np;
+    mc_parallel_state ps;
+    memset(&ps, 0, sizeof ps);
+    double t0 = mc_test_now();
+    int rc = mc_parallel_init(&ps, &desc);
+    double elapsed = mc_test_now() - t0;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", mc_last_error());
+    if (me == np - 1) {
+        MC_CASE_CHECK_STATUS(rc, MC_ERR_INVALID_DESC, "invalid_on_one_rank (the invalid rank)");
+    } else {
+        char who[32];
+        snprintf(who, sizeof who, "rank %d", np - 1);
+        MC_CASE_CHECK_STATUS(rc, MC_ERR_PLAN_MISMATCH, "invalid_on_one_rank (a valid rank)");
+        MC_CASE_CHECK(strstr(msg, who) != NULL, "the message must name %s: \"%s\"", who, msg);
+    }
+    MC_CASE_CHECK(elapsed < MISMATCH_LIMIT_S, "invalid_on_one_rank: took %.2f s (limit %.0f s)",
+                  elapsed, MISMATCH_LIMIT_S);
+    if (rc == MC_OK) mc_parallel_destroy(&ps);
+    if (me == 0) printf("invalid_on_one_rank: rank 0 got %s after %.2f s: %s\n", mc_err_name(rc),
+                        elapsed, msg);
+    check_recovery();
+}
+
 /* ---------------------------------------------------------------------------------------------
    argument parsing and dispatch */
 
@@ -401,12 +430,13 @@ static const ps_case cases[] = {
     {"init", 1, case_init},
     {"plan_mismatch", 2, case_plan_mismatch},
     {"sizes_mismatch", 2, case_sizes_mismatch},
+    {"invalid_on_one_rank", 2, case_invalid_on_one_rank},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
 static void usage(const char *prog) {
     fprintf(stderr,
-            "usage: %s <init|plan_mismatch|sizes_mismatch> [--tp T] [--pp P] [--cp C] [--ep E]\n"
+            "usage: %s <init|plan_mismatch|sizes_mismatch|invalid_on_one_rank> [--tp T] [--pp P] [--cp C] [--ep E]\n"
             "       [--etp X] [--vpp V] [--order S] [--variant order|salt] "
             "[--backend auto|self|mpi]\n",
             prog);
