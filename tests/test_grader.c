@@ -1,0 +1,906 @@
+/* tests/test_grader.c - one test per grading rule of labs/grader.c.
+
+   Every test grades a small sheet against a small rubric (tests/fixtures/lab03/unit_rubric.json,
+   rules overridden per test) and small results (unit_results.json), in a private temporary
+   directory, and checks the items of the report. The rubric's length floor is 5 words unless a
+   test raises it, so most sheets can stay one sentence long. */
+#include <criterion/criterion.h>
+
+#include <cjson/cJSON.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "labs/grader.h"
+#include "tests/test_util.h"
+
+static char g_root[PATH_MAX];
+static char g_dir[PATH_MAX];
+
+/* The repository root: three levels above build/tests/test_grader, else the working dir. */
+static const char *repo_root(void) {
+    if (g_root[0] != '\0') return g_root;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    snprintf(g_root, sizeof g_root, ".");
+    if (n > 0) {
+        self[n] = '\0';
+        for (int i = 0; i < 3; i++) {
+            char *slash = strrchr(self, '/');
+            if (slash != NULL) *slash = '\0';
+        }
+        char probe[PATH_MAX + 64];
+        snprintf(probe, sizeof probe, "%s/labs/rubric/lab03.json", self);
+        if (access(probe, R_OK) == 0) snprintf(g_root, sizeof g_root, "%s", self);
+    }
+    return g_root;
+}
+
+static const char *in_dir(const char *name) {
+    static char bufs[8][PATH_MAX + 64];
+    static int next = 0;
+    char *b = bufs[next++ % 8];
+    snprintf(b, sizeof bufs[0], "%s/%s", g_dir, name);
+    return b;
+}
+
+static const char *fixture(const char *name) {
+    static char buf[PATH_MAX + 64];
+    snprintf(buf, sizeof buf, "%s/tests/fixtures/lab03/%s", repo_root(), name);
+    return buf;
+}
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
+    buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void spit(const char *path, const char *text, size_t len) {
+    FILE *f = fopen(path, "wb");
+    cr_assert_not_null(f, "cannot write %s", path);
+    fwrite(text, 1, len, f);
+    fclose(f);
+}
+
+static void write_json(const char *path, cJSON *j) {
+    char *text = cJSON_Print(j);
+    spit(path, text, strlen(text));
+    free(text);
+    cJSON_Delete(j);
+}
+
+/* rubric.json in the test directory: the unit rubric with its "rules" replaced. */
+static void make_rubric(const char *rules_json) {
+    char *text = slurp(fixture("unit_rubric.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(r);
+    if (rules_json != NULL) {
+        cJSON *rules = cJSON_Parse(rules_json);
+        cr_assert_not_null(rules, "bad rules JSON in the test: %s", rules_json);
+        cJSON_ReplaceItemInObjectCaseSensitive(r, "rules", rules);
+    }
+    write_json(in_dir("rubric.json"), r);
+}
+
+/* results.json in the test directory, with the recorded prediction hash and variant. */
+static void make_results(const char *hash, int present, const char *variant) {
+    char *text = slurp(fixture("unit_results.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(r);
+    cJSON *p = cJSON_GetObjectItemCaseSensitive(r, "predictions");
+    cJSON_ReplaceItemInObjectCaseSensitive(p, "hash", cJSON_CreateString(hash != NULL ? hash : ""));
+    cJSON_ReplaceItemInObjectCaseSensitive(p, "present_at_run", cJSON_CreateBool(present));
+    if (variant != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(r, "followup_variant", cJSON_CreateString(variant));
+    write_json(in_dir("results.json"), r);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static void setup(void) {
+    snprintf(g_dir, sizeof g_dir, "/tmp/mc_grader_test_XXXXXX");
+    cr_assert_not_null(mkdtemp(g_dir));
+    make_rubric(NULL);
+    make_results("0000000000000000", 1, NULL);
+}
+
+static void teardown(void) { nftw(g_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS); }
+
+TestSuite(grader, .init = setup, .fini = teardown, .timeout = 30);
+
+/* A whole sheet with the unit rubric's headings; NULL parts are left empty. */
+static char *sheet(const char *pred_main, const char *s1, const char *s2, const char *ev,
+                   const char *pred_fu, const char *fx) {
+    size_t cap = 8192 + (s1 ? strlen(s1) : 0) + (s2 ? strlen(s2) : 0) + (ev ? strlen(ev) : 0) +
+                 (fx ? strlen(fx) : 0) + (pred_main ? strlen(pred_main) : 0);
+    char *s = malloc(cap);
+    snprintf(s, cap,
+             "# labT — MT grader unit tests\n"
+             "<!-- nonce: abc123 ; probe_rank: 3 ; followup: F2 (generated by ./labT --init, do "
+             "not edit) -->\n\n"
+             "## Predictions (main)\n```pred\n%s\n```\n\n"
+             "## Main answer\n### S1 Layout\n%s\n\n### S2 Creation\n%s\n\n### EV Evidence\n%s\n\n"
+             "## Follow-up (MT-F2)\n```pred\n%s\n```\n\n### FX Variant\n%s\n",
+             pred_main ? pred_main : "", s1 ? s1 : "", s2 ? s2 : "", ev ? ev : "",
+             pred_fu ? pred_fu : "", fx ? fx : "");
+    return s;
+}
+
+typedef struct graded {
+    int rc;
+    mc_grade_report rep;
+    char *out; /* the printed table */
+    size_t len;
+} graded;
+
+static graded grade_text(const char *text) {
+    graded g;
+    memset(&g, 0, sizeof g);
+    if (text != NULL) spit(in_dir("answers.md"), text, strlen(text));
+    FILE *f = open_memstream(&g.out, &g.len);
+    cr_assert_not_null(f);
+    g.rc = mc_grade(&(mc_grade_desc){.rubric_path = in_dir("rubric.json"),
+                                     .answers_path = in_dir("answers.md"),
+                                     .results_path = in_dir("results.json"),
+                                     .grade_out_path = in_dir("grade.json"),
+                                     .out = f},
+                    &g.rep);
+    fclose(f);
+    return g;
+}
+
+static graded grade_sheet(char *text) {
+    graded g = grade_text(text);
+    free(text);
+    return g;
+}
+
+static void release(graded *g) {
+    mc_grade_report_free(&g->rep);
+    free(g->out);
+}
+
+static const mc_grade_item *item(const graded *g, const char *id) {
+    for (int i = 0; i < g->rep.n_items; i++)
+        if (strcmp(g->rep.items[i].id, id) == 0) return &g->rep.items[i];
+    cr_assert_fail("no item %s in the report; table:\n%s", id, g->out);
+    return NULL;
+}
+
+static double score(const graded *g, const char *id) { return item(g, id)->score; }
+
+static const char *last_line(const char *text) {
+    static char buf[256];
+    size_t n = strlen(text);
+    while (n > 0 && text[n - 1] == '\n')
+        n--;
+    size_t start = n;
+    while (start > 0 && text[start - 1] != '\n')
+        start--;
+    snprintf(buf, sizeof buf, "%.*s", (int)(n - start), text + start);
+    return buf;
+}
+
+#define EXPECT_SCORE(g, id, want)                                                                  \
+    cr_expect_float_eq(score(&(g), id), (want), 1e-9, "%s: got %.3f, want %.3f\n%s", id,           \
+                       score(&(g), id), (double)(want), (g).out)
+
+/* ---------------------------------------------------------------------------------------------
+   free text: concept groups, normalisation, conjunction, window, negation */
+
+Test(grader, concept_conjunction_in_one_sentence_earns_the_point) {
+    graded g = grade_sheet(sheet(NULL, "The TP ranks are adjacent to each other in this layout.",
+                                 NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
+    cr_expect_eq(item(&g, "S1.tp_adj")->line, 11, "the matched line is reported: %d",
+                 item(&g, "S1.tp_adj")->line);
+    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "adjacent"), "excerpt: %s",
+              item(&g, "S1.tp_adj")->output);
+    release(&g);
+}
+
+Test(grader, one_concept_alone_earns_nothing) {
+    graded g = grade_sheet(sheet(NULL, "The ranks are adjacent to each other in this layout.", NULL,
+                                 NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
+    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "need: TP with adjacent"));
+    release(&g);
+}
+
+Test(grader, concepts_in_different_sentences_do_not_combine) {
+    graded g =
+        grade_sheet(sheet(NULL, "TP is the first axis of this grid. Its ranks are adjacent here.",
+                          NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
+    release(&g);
+}
+
+Test(grader, window_limits_the_distance_between_concepts) {
+    graded g = grade_sheet(
+        sheet(NULL, "TP ranks in this layout, as the table further below shows, are adjacent.",
+              NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 0.0); /* 10 words apart, window 6 */
+    release(&g);
+}
+
+Test(grader, nfkc_makes_full_width_text_match) {
+    graded g =
+        grade_sheet(sheet(NULL, "ＴＰ ranks are ＡＤＪＡＣＥＮＴ in this layout of the grid.", NULL,
+                          NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
+    release(&g);
+}
+
+Test(grader, chinese_matches_by_substring) {
+    graded g = grade_sheet(
+        sheet(NULL, "张量并行的两个rank是相邻的，它们在同一台机器上。", NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
+    release(&g);
+}
+
+Test(grader, stemming_and_prefixes_match_word_forms) {
+    graded g = grade_sheet(
+        sheet(NULL, "Tensor parallelism keeps neighbouring ranks together in a group.",
+              "All ranks created every group in the same sequence here.", NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 1.0);       /* tensor parallel* + neighbo* */
+    EXPECT_SCORE(g, "S2.every_create", 1.0); /* created ~ create */
+    release(&g);
+}
+
+Test(grader, regular_expression_concepts_match_formulas) {
+    graded g =
+        grade_sheet(sheet(NULL, NULL, "The DP size follows from 8 / 4 = 2 in this run of the lab.",
+                          NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S2.formula", 0.5);
+    release(&g);
+}
+
+Test(grader, negation_before_a_concept_withholds_the_point) {
+    graded g =
+        grade_sheet(sheet(NULL, "The TP ranks are not adjacent to each other in this layout.", NULL,
+                          NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
+    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "negated"), "%s",
+              item(&g, "S1.tp_adj")->output);
+    release(&g);
+}
+
+Test(grader, contractions_and_chinese_negators_negate) {
+    graded g = grade_sheet(sheet(NULL, "The TP ranks aren't adjacent to each other in this layout.",
+                                 "所有进程不需要创建这个组，这是我的理解。", NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
+    EXPECT_SCORE(g, "S2.every_create", 0.0);
+    release(&g);
+}
+
+Test(grader, negator_exceptions_and_distant_negators_do_not_negate) {
+    graded g = grade_sheet(
+        sheet(NULL, "Not only TP ranks are adjacent here, their partners are too.",
+              "The job does not stop, since all ranks later create the group.", NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 1.0);       /* "not only" is an exception */
+    EXPECT_SCORE(g, "S2.every_create", 1.0); /* the negator is beyond the comma */
+    release(&g);
+}
+
+Test(grader, points_with_negation_off_accept_negative_phrases) {
+    graded g = grade_sheet(
+        sheet(NULL, NULL, NULL, NULL, NULL,
+              "With one replica the DP all-reduce is not needed at all in this variant."));
+    EXPECT_SCORE(g, "FX.no_reduce", 0.5);
+    release(&g);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   anti-stuffing */
+
+Test(grader, one_point_per_sentence) {
+    graded g =
+        grade_sheet(sheet(NULL, "TP ranks are adjacent and share the same node in this layout.",
+                          NULL, NULL, NULL, NULL));
+    double total = score(&g, "S1.tp_adj") + score(&g, "S1.tp_link");
+    cr_expect_float_eq(total, 1.0, 1e-9, "one sentence, one point: %.2f\n%s", total, g.out);
+    release(&g);
+}
+
+Test(grader, sentences_are_assigned_so_that_most_points_are_earned) {
+    /* The first sentence fits both points, the second only tp_adj: a greedy pass that gives the
+       first sentence to tp_adj would lose tp_link. */
+    graded g = grade_sheet(sheet(
+        NULL,
+        "TP ranks are adjacent and share the same node. Tensor parallel ranks are contiguous here.",
+        NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
+    EXPECT_SCORE(g, "S1.tp_link", 1.0);
+    release(&g);
+}
+
+Test(grader, a_list_of_terms_without_a_connective_is_ignored) {
+    make_rubric("{\"floor_en_words\": 3}");
+    graded g = grade_sheet(sheet(NULL, "TP adjacent contiguous NVLink all ranks create strided.",
+                                 NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
+    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "list of rubric terms"), "%s",
+              item(&g, "S1.tp_adj")->output);
+    release(&g);
+    graded h = grade_sheet(
+        sheet(NULL, "TP adjacent contiguous NVLink all ranks create strided because reasons.", NULL,
+              NULL, NULL, NULL));
+    cr_expect_gt(score(&h, "S1.tp_adj") + score(&h, "S1.tp_link"), 0.0,
+                 "a connective makes it a sentence\n%s", h.out);
+    release(&h);
+}
+
+Test(grader, dense_sections_are_capped_at_half) {
+    make_rubric("{\"floor_en_words\": 5, \"density_cap\": 0.35, \"density_factor\": 0.5}");
+    graded g =
+        grade_sheet(sheet(NULL, "TP is adjacent. TP is on NVLink. TP TP.", NULL, NULL, NULL, NULL));
+    double total = score(&g, "S1.tp_adj") + score(&g, "S1.tp_link");
+    cr_expect_float_eq(total, 1.0, 1e-9, "2 points earned, capped to half of 2: %.2f\n%s", total,
+                       g.out);
+    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "capped at 50%"), "%s",
+              item(&g, "S1.tp_adj")->output);
+    release(&g);
+}
+
+Test(grader, sections_below_the_length_floor_score_zero) {
+    make_rubric("{\"floor_en_words\": 40, \"floor_cjk_chars\": 80}");
+    graded g = grade_sheet(sheet(NULL, "The TP ranks are adjacent to each other in this layout.",
+                                 NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
+    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output,
+                               "the floor is 40 English words or 80 CJK characters"),
+              "%s", item(&g, "S1.tp_adj")->output);
+    release(&g);
+}
+
+Test(grader, the_chinese_floor_counts_characters) {
+    make_rubric("{\"floor_en_words\": 40, \"floor_cjk_chars\": 20}");
+    graded g = grade_sheet(sheet(
+        NULL, "张量并行的两个rank是相邻的，因为它们每一层都要做一次通信，所以放在一起最合适。",
+        NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
+    release(&g);
+}
+
+Test(grader, sentences_copied_from_the_prompt_are_ignored) {
+    /* The S1 prompt of the rubric, pasted as the answer, plus a copy with one word changed. */
+    graded g = grade_sheet(
+        sheet(NULL,
+              "Explain why tensor parallel partners share one box in this particular layout. "
+              "Explain why tensor parallel partners share one box in this layout.",
+              NULL, NULL, NULL, NULL));
+    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "copies the prompt"), "%s",
+              item(&g, "S1.tp_adj")->output);
+    release(&g);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   misconceptions */
+
+Test(grader, a_misconception_fires_with_penalty_feedback_and_citation) {
+    graded g = grade_sheet(sheet(
+        NULL, NULL, "Only member ranks need to create the group in my view.", NULL, NULL, NULL));
+    const mc_grade_item *m = item(&g, "MX2");
+    cr_expect(m->fired);
+    cr_expect_float_eq(m->score, -2.0, 1e-9);
+    cr_expect(mc_test_contains(m->output, "Every rank creates every group."), "%s", m->output);
+    cr_expect(mc_test_contains(m->output, "see unit test"), "%s", m->output);
+    release(&g);
+}
+
+Test(grader, a_negated_rubric_statement_becomes_the_misconception) {
+    graded g = grade_sheet(
+        sheet(NULL, NULL, "In my view not all ranks create the group here.", NULL, NULL, NULL));
+    cr_expect(item(&g, "MX2")->fired, "%s", g.out);
+    EXPECT_SCORE(g, "S2.every_create", 0.0);
+    release(&g);
+}
+
+Test(grader, a_misconception_fires_at_most_once) {
+    graded g = grade_sheet(sheet(
+        NULL, NULL, "Only member ranks need to create the group. Only members create a new group.",
+        NULL, NULL, NULL));
+    int n = 0;
+    for (int i = 0; i < g.rep.n_items; i++)
+        n += strcmp(g.rep.items[i].id, "MX2") == 0;
+    cr_expect_eq(n, 1);
+    cr_expect_float_eq(g.rep.penalty_total, 2.0, 1e-9, "%s", g.out);
+    release(&g);
+}
+
+Test(grader, penalties_are_capped_in_total) {
+    graded g = grade_sheet(
+        sheet(NULL, "TP groups are strided in this layout of ranks.",
+              "Only member ranks need to create the group. The order is irrelevant here.", NULL,
+              NULL, NULL));
+    cr_expect(item(&g, "MX1")->fired && item(&g, "MX2")->fired && item(&g, "MX3")->fired, "%s",
+              g.out);
+    cr_expect_float_eq(g.rep.penalty_total, 3.0, 1e-9, "1.0 + 2.0 + 1.5 capped at 3.0:\n%s", g.out);
+    cr_expect_float_eq(g.rep.main_score, 0.0, 1e-9, "the score is floored at 0");
+    release(&g);
+}
+
+Test(grader, misconceptions_only_fire_in_their_sections) {
+    graded g = grade_sheet(sheet(NULL, NULL, NULL, NULL, NULL,
+                                 "TP groups are strided in this variant of the layout."));
+    cr_expect_not(item(&g, "MX1")->fired, "MX1 is scoped to S1:\n%s", g.out);
+    release(&g);
+}
+
+Test(grader, contradiction_in_one_section_voids_the_point) {
+    graded g = grade_sheet(
+        sheet(NULL, "TP ranks are adjacent in this layout. Then again TP groups are strided.", NULL,
+              NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
+    cr_expect(item(&g, "MX1")->fired);
+    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "contradicted"), "%s",
+              item(&g, "S1.tp_adj")->output);
+    release(&g);
+}
+
+Test(grader, wrong_group_lists_fire_the_layout_misconception) {
+    graded g =
+        grade_sheet(sheet(NULL, "In this run the DP group of rank 0 is [0,1] as far as I can tell.",
+                          NULL, NULL, NULL, NULL));
+    cr_expect(item(&g, "MX1")->fired, "%s", g.out);
+    cr_expect(mc_test_contains(item(&g, "MX1")->output, "[0,1] was not measured"), "%s",
+              item(&g, "MX1")->output);
+    release(&g);
+    graded h = grade_sheet(sheet(
+        NULL, "In this run the DP group of rank 0 is [0,2] and the communicator [0,1] is a TP one.",
+        NULL, NULL, NULL, NULL));
+    cr_expect_not(item(&h, "MX1")->fired,
+                  "right lists, and lists after a neutral word, do not fire:\n%s", h.out);
+    release(&h);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   evidence */
+
+Test(grader, evidence_counts_values_measured_in_this_run) {
+    graded g = grade_sheet(sheet(
+        NULL, NULL, NULL,
+        "My probe sat in DP group [1,3] and the bug showed after 0.75 s at n = 6.", NULL, NULL));
+    const mc_grade_item *e = item(&g, "EV.values");
+    cr_expect_float_eq(e->score, 1.0, 1e-9, "%s", e->output);
+    cr_expect(mc_test_contains(e->output, "\"[1,3]\""), "%s", e->output);
+    cr_expect(mc_test_contains(e->output, "\"0.75\""), "%s", e->output);
+    release(&g);
+}
+
+Test(grader, values_not_from_this_run_are_flagged) {
+    graded g = grade_sheet(
+        sheet(NULL, NULL, NULL,
+              "My probe sat in DP group [4,7] and the bug showed after 0.9 s in world 8 with tp 2.",
+              NULL, NULL));
+    const mc_grade_item *e = item(&g, "EV.values");
+    cr_expect_float_eq(e->score, 0.0, 1e-9, "%s", e->output);
+    cr_expect(mc_test_contains(e->output, "value not from this run: \"[4,7]\", \"0.9\""), "%s",
+              e->output);
+    cr_expect_not(mc_test_contains(e->output, "\"8\""), "configuration values are not evidence: %s",
+                  e->output);
+    release(&g);
+}
+
+Test(grader, numbers_inside_strings_and_identifiers) {
+    /* [2,6] and 6 come from the measured detail string; F2 and M003 are names, not values. */
+    graded g = grade_sheet(
+        sheet(NULL, NULL, NULL, "For F2 and M003 the detail mentions [2,6] for rank 6 in this run.",
+              NULL, NULL));
+    const mc_grade_item *e = item(&g, "EV.values");
+    cr_expect_float_eq(e->score, 1.0, 1e-9, "%s", e->output);
+    cr_expect_not(mc_test_contains(e->output, "\"003\""), "%s", e->output);
+    release(&g);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   predictions */
+
+static const char *k_all_right =
+    "n: 6\noutcome: hang\nflag: true\ngroups: [[0,1],[2,3],[4,5],[6,7]]\n"
+    "probe: {a: 1, b: 0, c: yes, d: [3,1]}\nt: 10.3\niv: [8, 12]\ns: [1,3]\nex: \"ABC\"\ngone: 3";
+
+static void lock_to(const char *pred_main, const char *pred_fu) {
+    char *s = sheet(pred_main, NULL, NULL, NULL, pred_fu, NULL);
+    spit(in_dir("answers.md"), s, strlen(s));
+    free(s);
+    char hex[17];
+    int filled = 0;
+    cr_assert_eq(mc_grade_prediction_hash(in_dir("answers.md"), hex, &filled), 0);
+    make_results(hex, 1, NULL);
+}
+
+Test(grader, every_prediction_type_scores_a_right_answer) {
+    lock_to(k_all_right, "fk: 7");
+    graded g = grade_sheet(sheet(k_all_right, NULL, NULL, NULL, "fk: 7", NULL));
+    cr_expect(g.rep.locked, "%s", g.out);
+    EXPECT_SCORE(g, "Q1.n", 0.5);
+    EXPECT_SCORE(g, "Q1.outcome", 0.5);
+    EXPECT_SCORE(g, "Q1.flag", 0.5);
+    EXPECT_SCORE(g, "Q1.groups", 1.0);
+    EXPECT_SCORE(g, "Q1.probe", 1.0);
+    EXPECT_SCORE(g, "Q1.t", 0.5);    /* 10.3 within 5% of 10.0 */
+    EXPECT_SCORE(g, "Q1.iv", 1.0);   /* [8, 12] contains 10, 12/8 <= 2 */
+    EXPECT_SCORE(g, "Q1.s", 0.5);    /* sets ignore order */
+    EXPECT_SCORE(g, "Q1.ex", 0.5);   /* strings ignore case */
+    EXPECT_SCORE(g, "Q1.gone", 0.0); /* not measured in this run */
+    cr_expect(mc_test_contains(item(&g, "Q1.gone")->output, "not measured"));
+    EXPECT_SCORE(g, "Q2.fk", 1.0); /* variant F2 reads facts.followup.k2 */
+    release(&g);
+}
+
+Test(grader, wrong_predictions_score_zero) {
+    const char *wrong =
+        "n: 5\noutcome: ok\nflag: false\ngroups: [[0,2],[1,3],[4,6],[5,7]]\n"
+        "probe: {a: 0, b: 1, c: false, d: [1]}\nt: 11\niv: [11, 12]\ns: [1,2]\nex: abd";
+    graded g = grade_sheet(sheet(wrong, NULL, NULL, NULL, "fk: 4", NULL));
+    const char *ids[] = {"Q1.n", "Q1.outcome", "Q1.flag", "Q1.groups", "Q1.probe",
+                         "Q1.t", "Q1.iv",      "Q1.s",    "Q1.ex",     "Q2.fk"};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
+        EXPECT_SCORE(g, ids[i], 0.0);
+    release(&g);
+}
+
+Test(grader, group_predictions_earn_half_for_half_the_groups) {
+    graded g =
+        grade_sheet(sheet("groups: [[0,1],[3,2],[4,6],[5,7]]", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "Q1.groups", 0.5 * 0.5); /* 2/4 exact -> half; unlocked -> halved again */
+    release(&g);
+    /* A repeated group matches one measured group only. */
+    graded h =
+        grade_sheet(sheet("groups: [[0,1],[0,1],[2,3],[2,3]]", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(h, "Q1.groups", 0.5 * 0.5);
+    release(&h);
+    graded k =
+        grade_sheet(sheet("groups: [[0,1],[2,5],[3,6],[4,7]]", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(k, "Q1.groups", 0.0); /* 1/4 */
+    release(&k);
+    /* Listing extra groups does not buy credit: 4 right out of 8 listed is half. */
+    graded x = grade_sheet(sheet("groups: [[0,1],[2,3],[4,5],[6,7],[0,2],[1,3],[4,6],[5,7]]", NULL,
+                                 NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(x, "Q1.groups", 0.5 * 0.5);
+    release(&x);
+}
+
+Test(grader, field_predictions_earn_half_for_three_of_four) {
+    graded g =
+        grade_sheet(sheet("probe: {a: 1, b: 0, c: true, d: [2]}", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "Q1.probe", 0.5 * 0.5);
+    cr_expect(mc_test_contains(item(&g, "Q1.probe")->output, "d: you [2], measured [1,3]"), "%s",
+              item(&g, "Q1.probe")->output);
+    release(&g);
+    graded h =
+        grade_sheet(sheet("probe: {a: 1, b: 1, c: true, d: [2]}", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(h, "Q1.probe", 0.0);
+    release(&h);
+}
+
+Test(grader, interval_width_decides_the_credit) {
+    lock_to("iv: [6, 20]", NULL);
+    graded g = grade_sheet(sheet("iv: [6, 20]", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "Q1.iv", 0.5); /* contains 10, 20/6 is between 2 and 4 */
+    release(&g);
+    lock_to("iv: [1, 100]", NULL);
+    graded h = grade_sheet(sheet("iv: [1, 100]", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(h, "Q1.iv", 0.0); /* a wide interval cannot buy credit */
+    cr_expect(mc_test_contains(item(&h, "Q1.iv")->output, "too wide"));
+    release(&h);
+}
+
+Test(grader, numeric_tolerance_is_relative) {
+    lock_to("t: 10.6", NULL);
+    graded g = grade_sheet(sheet("t: 10.6", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "Q1.t", 0.0); /* 6% off, tolerance 5% */
+    release(&g);
+}
+
+Test(grader, enum_values_outside_the_list_are_reported) {
+    graded g = grade_sheet(sheet("outcome: crashed", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "Q1.outcome", 0.0);
+    cr_expect(mc_test_contains(item(&g, "Q1.outcome")->output, "not a listed outcome"), "%s",
+              item(&g, "Q1.outcome")->output);
+    release(&g);
+}
+
+Test(grader, template_placeholders_and_garbage_values_are_not_predictions) {
+    graded g = grade_sheet(
+        sheet("n: ?\noutcome: ok|hang\ngroups: [[..]]\nt: {{{", NULL, NULL, NULL, NULL, NULL));
+    cr_expect_eq(g.rep.predictions_filled, 1, "the block has one non-template line (t)");
+    cr_expect(mc_test_contains(item(&g, "Q1.n")->output, "not filled in"));
+    cr_expect(mc_test_contains(item(&g, "Q1.t")->output, "could not read"), "%s",
+              item(&g, "Q1.t")->output);
+    cr_expect(mc_test_contains(item(&g, "Q1.flag")->output, "no prediction"), "%s",
+              item(&g, "Q1.flag")->output);
+    release(&g);
+}
+
+Test(grader, multi_line_values_continue_the_previous_key) {
+    lock_to("groups: [[0,1],[2,3],\n         [4,5],[6,7]]   # two lines", NULL);
+    graded g = grade_sheet(sheet("groups: [[0,1],[2,3],\n         [4,5],[6,7]]   # two lines", NULL,
+                                 NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "Q1.groups", 1.0);
+    release(&g);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   locking */
+
+Test(grader, predictions_changed_after_the_run_are_flagged_and_halved) {
+    lock_to("n: 5", NULL);
+    graded g = grade_sheet(sheet("n: 6", NULL, NULL, NULL, NULL, NULL));
+    cr_expect_not(g.rep.locked);
+    EXPECT_SCORE(g, "Q1.n", 0.25);
+    cr_expect(mc_test_contains(g.out, "PREDICTIONS NOT LOCKED BEFORE RUN"), "%s", g.out);
+    release(&g);
+}
+
+Test(grader, predictions_absent_at_run_time_are_flagged) {
+    make_results("", 0, NULL);
+    graded g = grade_sheet(sheet("n: 6", NULL, NULL, NULL, NULL, NULL));
+    cr_expect_not(g.rep.locked);
+    EXPECT_SCORE(g, "Q1.n", 0.25);
+    cr_expect(mc_test_contains(g.out, "PREDICTIONS NOT LOCKED BEFORE RUN"));
+    release(&g);
+}
+
+Test(grader, the_prediction_hash_ignores_whitespace_and_comments_only) {
+    char a[17], b[17], c[17];
+    int fa = 0, fb = 0, fc = 0;
+    char *s = sheet("n: 6   # six\ngroups: [[0,1], [2,3]]", NULL, NULL, NULL, "fk: ?", NULL);
+    spit(in_dir("a.md"), s, strlen(s));
+    free(s);
+    s = sheet("n:6\n\n  groups:[[0,1],[2,3]]", NULL, NULL, NULL, "fk: ?   # later", NULL);
+    spit(in_dir("b.md"), s, strlen(s));
+    free(s);
+    s = sheet("n: 7\ngroups: [[0,1],[2,3]]", NULL, NULL, NULL, "fk: ?", NULL);
+    spit(in_dir("c.md"), s, strlen(s));
+    free(s);
+    cr_assert_eq(mc_grade_prediction_hash(in_dir("a.md"), a, &fa), 0);
+    cr_assert_eq(mc_grade_prediction_hash(in_dir("b.md"), b, &fb), 0);
+    cr_assert_eq(mc_grade_prediction_hash(in_dir("c.md"), c, &fc), 0);
+    cr_expect_eq(strlen(a), 16);
+    cr_expect_str_eq(a, b);
+    cr_expect_str_neq(a, c);
+    cr_expect_eq(fa, 1, "one of the two blocks has content beyond the template");
+    cr_expect_lt(mc_grade_prediction_hash(in_dir("missing.md"), a, &fa), 0);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   follow-up variants and quality */
+
+Test(grader, follow_up_items_follow_the_measured_variant) {
+    make_results("", 0, "F1");
+    graded g = grade_sheet(sheet(NULL, NULL, NULL, NULL, "fk: 4",
+                                 "TP traffic stays on NVLink in this variant of the grid."));
+    EXPECT_SCORE(g, "Q2.fk", 0.5); /* F1 reads facts.followup.k = 4; unlocked */
+    EXPECT_SCORE(g, "FX.tp_link", 1.0);
+    for (int i = 0; i < g.rep.n_items; i++)
+        cr_expect_str_neq(g.rep.items[i].id, "FX.dp_adj", "F2-only points are not graded for F1");
+    cr_expect(mc_test_contains(g.out, "follow-up F1: variant one"), "%s", g.out);
+    release(&g);
+    make_results("", 0, "F9");
+    graded h = grade_sheet(sheet(NULL, NULL, NULL, NULL, "fk: 4", NULL));
+    cr_expect(mc_test_contains(item(&h, "Q2")->output, "no prediction items for variant \"F9\""),
+              "%s", h.out);
+    release(&h);
+}
+
+Test(grader, quality_needs_the_floor_and_no_misconception) {
+    graded g = grade_sheet(sheet(NULL, NULL, NULL, NULL, NULL,
+                                 "DP partners are adjacent ranks in this variant of the grid."));
+    EXPECT_SCORE(g, "FQ", 0.5);
+    release(&g);
+    graded h = grade_sheet(
+        sheet(NULL, NULL, NULL, NULL, NULL,
+              "DP partners are adjacent ranks here. Only member ranks create the new group."));
+    EXPECT_SCORE(h, "FQ", 0.0);
+    cr_expect(mc_test_contains(item(&h, "FQ")->output, "MX2 in FX"), "%s", item(&h, "FQ")->output);
+    release(&h);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   output, files and robustness */
+
+Test(grader, the_last_line_is_the_total_and_grade_json_is_written) {
+    graded g = grade_sheet(sheet("n: 6", "The TP ranks are adjacent to each other in this layout.",
+                                 NULL, NULL, NULL, NULL));
+    cr_expect_str_eq(last_line(g.out), "Total 1.25/15", "%s", g.out);
+    cr_expect_float_eq(g.rep.total, 1.25, 1e-9);
+    char *json = slurp(in_dir("grade.json"));
+    cJSON *j = cJSON_Parse(json);
+    free(json);
+    cr_assert_not_null(j);
+    cr_expect_float_eq(cJSON_GetObjectItem(j, "score")->valuedouble, 1.25, 1e-9);
+    cr_expect_float_eq(cJSON_GetObjectItem(j, "max_score")->valuedouble, 15.0, 1e-9);
+    cJSON *tests = cJSON_GetObjectItem(j, "tests");
+    cr_expect_eq(cJSON_GetArraySize(tests), g.rep.n_items);
+    cJSON *t0 = cJSON_GetArrayItem(tests, 0);
+    cr_expect(cJSON_IsString(cJSON_GetObjectItem(t0, "name")) &&
+              cJSON_IsNumber(cJSON_GetObjectItem(t0, "score")) &&
+              cJSON_IsNumber(cJSON_GetObjectItem(t0, "max_score")) &&
+              cJSON_IsString(cJSON_GetObjectItem(t0, "output")));
+    cJSON_Delete(j);
+    release(&g);
+}
+
+Test(grader, an_empty_sheet_says_what_to_do_next) {
+    graded g = grade_text("");
+    cr_expect_eq(g.rc, 0);
+    cr_expect(g.rep.near_empty);
+    cr_expect(mc_test_contains(g.out, "What to do next:\n  Fill the pred block first."), "%s",
+              g.out);
+    cr_expect_str_eq(last_line(g.out), "Total 0.00/15");
+    release(&g);
+}
+
+Test(grader, a_missing_sheet_is_graded_as_empty) {
+    graded g = grade_text(NULL);
+    cr_expect_eq(g.rc, 0);
+    cr_expect(mc_test_contains(g.out, "run `./labT --init`"), "%s", g.out);
+    cr_expect_str_eq(last_line(g.out), "Total 0.00/15");
+    release(&g);
+}
+
+Test(grader, a_missing_results_file_is_an_error_that_says_what_to_run) {
+    remove(in_dir("results.json"));
+    graded g = grade_text("# nothing\n");
+    cr_expect_lt(g.rc, 0);
+    cr_expect(mc_test_contains(g.out, "results.json not found: run `mpirun -np 8 ./labT` first"),
+              "%s", g.out);
+    release(&g);
+}
+
+Test(grader, a_bad_rubric_is_an_error_naming_the_field) {
+    const char *bad = "{\"concepts\": {\"A\": [\"x\"]}, \"sections\": [], \"points\": [{\"id\": "
+                      "\"P\", \"section\": \"S9\"}]}";
+    spit(in_dir("rubric.json"), bad, strlen(bad));
+    graded g = grade_text("# nothing\n");
+    cr_expect_lt(g.rc, 0);
+    cr_expect(mc_test_contains(g.out, "point P: \"section\" (S9) is not one of the sections"), "%s",
+              g.out);
+    release(&g);
+    spit(in_dir("rubric.json"), "{ not json", 10);
+    graded h = grade_text("# nothing\n");
+    cr_expect_lt(h.rc, 0);
+    cr_expect(mc_test_contains(h.out, "is not valid JSON"), "%s", h.out);
+    release(&h);
+}
+
+Test(grader, garbage_sheets_never_crash) {
+    /* binary bytes (with NULs and invalid UTF-8), one huge line, an unclosed fence, headings
+       only, deep nesting. Each must grade to a Total line. */
+    char bin[4096];
+    for (size_t i = 0; i < sizeof bin; i++)
+        bin[i] = (char)((i * 2654435761u) >> 13);
+    spit(in_dir("answers.md"), bin, sizeof bin);
+    graded g = grade_text(NULL);
+    cr_expect_eq(g.rc, 0);
+    cr_expect(mc_test_contains(last_line(g.out), "Total "), "%s", last_line(g.out));
+    release(&g);
+
+    size_t n = (size_t)2 << 20;
+    char *huge = malloc(n + 64);
+    strcpy(huge, "### S1 Layout\n");
+    size_t k = strlen(huge);
+    while (k + 40 < n)
+        k += (size_t)sprintf(huge + k, "TP ranks adjacent [0,1] 0.75 not ");
+    huge[k] = '\0';
+    graded h = grade_text(huge);
+    free(huge);
+    cr_expect_eq(h.rc, 0);
+    cr_expect(mc_test_contains(last_line(h.out), "Total "));
+    release(&h);
+
+    graded u = grade_text(
+        "## Predictions (main)\n```pred\nn: 6\n### S1 Layout\nTP ranks are adjacent here.\n");
+    cr_expect_eq(u.rc, 0);
+    cr_expect(mc_test_contains(last_line(u.out), "Total "));
+    release(&u);
+
+    char nest[20000];
+    size_t m = 0;
+    for (int i = 0; i < 3000; i++)
+        m += (size_t)sprintf(nest + m, "> ");
+    sprintf(nest + m, "- * TP ranks are **adjacent *nested* deeply** [x](y)\n");
+    graded d = grade_text(nest);
+    cr_expect_eq(d.rc, 0);
+    release(&d);
+
+    graded e = grade_text("### S1\n### S2\n### EV\n### FX\n```pred\n```\n```\n");
+    cr_expect_eq(e.rc, 0);
+    cr_expect_str_eq(last_line(e.out), "Total 0.00/15");
+    release(&e);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   header and template */
+
+Test(grader, the_header_gives_nonce_probe_and_variant) {
+    char *s = sheet(NULL, NULL, NULL, NULL, NULL, NULL);
+    spit(in_dir("answers.md"), s, strlen(s));
+    free(s);
+    char nonce[17], variant[8];
+    int probe = -1;
+    cr_assert_eq(mc_grade_read_header(in_dir("answers.md"), nonce, &probe, variant), 0);
+    cr_expect_str_eq(nonce, "abc123");
+    cr_expect_eq(probe, 3);
+    cr_expect_str_eq(variant, "F2");
+    spit(in_dir("plain.md"), "# no header here\n", 17);
+    cr_expect_lt(mc_grade_read_header(in_dir("plain.md"), nonce, &probe, variant), 0);
+    cr_expect_lt(mc_grade_read_header(in_dir("missing.md"), nonce, &probe, variant), 0);
+}
+
+Test(grader, the_template_is_written_and_never_overwrites_answers) {
+    const char *path = in_dir("tmpl.md");
+    cr_assert_eq(mc_grade_write_template(in_dir("rubric.json"), path, "feed42", 6, "F1", 0), 0);
+    char *t = slurp(path);
+    cr_expect(mc_test_contains(t, "<!-- nonce: feed42 ; probe_rank: 6 ; followup: F1"), "%s", t);
+    cr_expect(mc_test_contains(t, "fk: ?   # variant one"), "%s", t);
+    cr_expect(mc_test_contains(t, "# rank 6"), "%s", t);
+    cr_expect(mc_test_contains(t, "<!-- Question of variant one. -->"), "%s", t);
+    cr_expect_not(mc_test_contains(t, "{pred_main}"), "%s", t);
+    free(t);
+    char nonce[17], variant[8];
+    int probe = -1;
+    cr_expect_eq(mc_grade_read_header(path, nonce, &probe, variant), 0);
+    cr_expect_eq(probe, 6);
+    /* An untouched template may be rewritten; an answered one only with force. */
+    cr_expect_eq(mc_grade_write_template(in_dir("rubric.json"), path, "feed43", 6, "F1", 0), 0);
+    FILE *f = fopen(path, "a");
+    fputs("\nMy own words about TP.\n", f);
+    fclose(f);
+    cr_expect_eq(mc_grade_write_template(in_dir("rubric.json"), path, "feed44", 6, "F1", 0), 1);
+    t = slurp(path);
+    cr_expect(mc_test_contains(t, "My own words"), "refused means untouched");
+    free(t);
+    cr_expect_eq(mc_grade_write_template(in_dir("rubric.json"), path, "feed44", 6, "F1", 1), 0);
+    t = slurp(path);
+    cr_expect_not(mc_test_contains(t, "My own words"));
+    free(t);
+    cr_expect_lt(mc_grade_write_template(in_dir("nope.json"), path, "feed44", 6, "F1", 1), 0);
+}
+
+Test(grader, the_lab03_template_round_trips_through_the_grader) {
+    /* The real rubric: its template parses back into every section and both pred blocks. */
+    char rub[PATH_MAX + 64];
+    snprintf(rub, sizeof rub, "%s/labs/rubric/lab03.json", repo_root());
+    cr_assert_eq(mc_grade_write_template(rub, in_dir("lab03.md"), "7f3a91", 5, "F2", 0), 0);
+    char hex[17];
+    int filled = -1;
+    cr_assert_eq(mc_grade_prediction_hash(in_dir("lab03.md"), hex, &filled), 0);
+    cr_expect_eq(filled, 0, "a fresh template holds no predictions");
+    mc_grade_report rep;
+    FILE *devnull = fopen("/dev/null", "w");
+    int rc = mc_grade(&(mc_grade_desc){.rubric_path = rub,
+                                       .answers_path = in_dir("lab03.md"),
+                                       .results_path = fixture("results.json"),
+                                       .out = devnull},
+                      &rep);
+    fclose(devnull);
+    cr_assert_eq(rc, 0);
+    cr_expect_float_eq(rep.total, 0.0, 1e-9);
+    cr_expect(rep.near_empty);
+    int sections_missing = 0;
+    for (int i = 0; i < rep.n_items; i++)
+        sections_missing += mc_test_contains(rep.items[i].output, "heading");
+    cr_expect_eq(sections_missing, 0, "every rubric section has its heading in the template");
+    mc_grade_report_free(&rep);
+}
