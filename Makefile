@@ -18,10 +18,11 @@ CPPFLAGS    += -I. -D_GNU_SOURCE
 BUILD       := build
 DEB_PACKAGES := libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config
 
-# Libraries the grader and the tests use (each one is justified in README.md).
+# Libraries the grader and the tests use (each one is justified in README.md). The Criterion
+# flags are expanded late, after $(BUILD)/.deps-ok may have installed the package.
 GRADER_LIBS := -lcjson -lcmark -lunistring -lm
-CRIT_CFLAGS := $(shell pkg-config --cflags criterion 2>/dev/null)
-CRIT_LIBS   := $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriterion) -lm
+CRIT_CFLAGS  = $(shell pkg-config --cflags criterion 2>/dev/null)
+CRIT_LIBS    = $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriterion) -lm
 
 # The MPI runner used by tests and examples (root needs the allow flags).
 MPIRUN      ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root,)
