@@ -26,7 +26,12 @@
            group kind of Megatron's parallel_state, as a pure function of the sizes,
          - parallel state: the communicators of every group kind, created in
            Megatron's creation order on every rank, behind a group-plan fingerprint
-           that turns ranks disagreeing about the plan into an immediate error.
+           that turns ranks disagreeing about the plan into an immediate error,
+         - the micro-batch calculator (constant, ramp-up, step schedule),
+         - the op order of the pipeline schedules (no pipelining, 1F1B, interleaved 1F1B)
+           and a dependency simulation of them that measures the bubble,
+         - Philox4x32-10 random streams and Megatron's model-parallel RNG tracker
+           (named streams, nested forks, save/restore, Megatron's seeds).
 
    megatron_c DOES NOT
        - call exit() or print by itself: functions return a status (MC_OK == 0,
@@ -47,12 +52,23 @@
           mc_grid g; mc_grid_init(&g, &(mc_grid_desc){ .world = 16, .tp = 2, .pp = 4 });
           mc_grid_group_members(&g, MC_GROUP_PP, 0, ranks, 16) -> 4 ranks {0, 4, 8, 12}
 
+       Neither do the training-core helpers:
+          mc_microbatch_init(&mb, &(mc_microbatch_desc){ .global_batch_size = 512,
+                             .micro_batch_size = 4, .data_parallel_size = 16 })
+                                                        -> mb.num_microbatches == 8
+          mc_schedule_ops(&(mc_schedule_desc){ .pp = 4, .pp_rank = 0, .num_microbatches = 8 },
+                          ops, 16, &warmup)             -> 16 ops, warmup == 3:
+                                                           F0 F1 F2 F3 B0 F4 B1 ... B7
+          Random numbers: see the example at >>rng below.
+
    ERROR REPORTING
        int rc = mc_grid_init(&g, &d);
        if (rc != MC_OK) fprintf(stderr, "%s: %s\n", mc_err_name(rc), mc_last_error());
 
    RECENT REVISION HISTORY
-       0.1.0  communicators (self, MPI, NCCL), rank grid, parallel state
+       0.1.0  communicators (self, MPI, NCCL), rank grid, parallel state;
+              micro-batch calculator, pipeline schedule tables and simulation,
+              Philox RNG streams and the RNG tracker
 
    LICENSE: MIT, see end of file.
 */
@@ -463,6 +479,274 @@ MC_API int mc_parallel_src_rank(const mc_parallel_state *ps, mc_group_kind kind)
     (rank 3: tp=2 pp=2 cp=1 ep=1 order=tp-pp-dp; rank 0: ... order=tp-cp-ep-dp-pp)".
    Used by mc_parallel_init; exposed for tests and labs. */
 MC_API int mc_parallel_check_plan(mc_comm *world, const mc_grid *grid, uint64_t salt);
+
+/* ---------------------------------------------------------------------------------------------
+   >>microbatches  Megatron's num-microbatches calculator.
+
+       global batch = micro batch x num_microbatches x DP        e.g. 512 = 4 x 8 x 16
+
+   DP is the data-parallel size, world / (tp * pp * cp): TP, PP and CP ranks share samples.
+   The desc picks one of three modes:
+     constant  GBS must be a multiple of MBS * DP, unless decrease_batch_size_if_needed rounds
+               the *running* batch down to one (the reported global batch stays GBS);
+               num_microbatches must come out >= 1. update() changes nothing.
+     ramp-up   rampup = {start, increment, samples}: Megatron up to core_v0.17 (removed after).
+               n_inc = (GBS - start) / increment, per_inc = samples / n_inc (a double):
+                 consumed >  samples:  batch = GBS
+                 consumed <= samples:  batch = start + floor(consumed / per_inc) * increment
+               Special cases where Megatron divides by zero: GBS == start is accepted here and
+               runs at GBS throughout; samples == 0 with GBS > start is rejected.
+     step      step_schedule "THRESHOLD:BS THRESHOLD:BS ..." (Megatron HEAD): the batch is the
+               BS of the last entry whose threshold <= consumed. Spaces or commas separate the
+               entries; both numbers take a K, M, B or T suffix (x1e3, 1e6, 1e9, 1e12) and may
+               be decimal ("1.5K"); with seq_length > 0 thresholds count tokens and are divided
+               by seq_length. Entries are sorted; the first threshold must be 0, thresholds
+               must increase strictly and every BS must be > 0. GBS is the last entry's BS
+               (global_batch_size must be left 0, as Megatron refuses both); not combinable with
+               decrease_batch_size_if_needed. num_microbatches may be 0 before the first check.
+   mc_microbatch_update(calc, consumed, 1) is what the training loop calls every iteration:
+   with the consistency check the current batch must be a multiple of MBS * DP (skipped when
+   decreasing); without it, a non-multiple is floored silently. Init runs update(0) unchecked. */
+
+typedef enum mc_microbatch_mode {
+    MC_MICROBATCH_UNSET = 0,   /* a zeroed calculator: update() refuses it */
+    MC_MICROBATCH_CONSTANT,
+    MC_MICROBATCH_RAMPUP,
+    MC_MICROBATCH_STEP
+} mc_microbatch_mode;
+
+typedef struct mc_rampup {
+    int start;                 /* first global batch size, > 0 */
+    int increment;             /* > 0; GBS - start must be a multiple of it */
+    long long samples;         /* consumed samples over which the batch grows, >= 0 */
+} mc_rampup;
+
+/* Zero means default / unset in every field. */
+typedef struct mc_microbatch_desc {
+    int global_batch_size;     /* required (> 0) unless step_schedule is given */
+    int micro_batch_size;      /* required, > 0 */
+    int data_parallel_size;    /* required, > 0 */
+    int decrease_batch_size_if_needed;
+    mc_rampup rampup;          /* all zero: no ramp-up */
+    const char *step_schedule; /* NULL: none. Parsed by init, not kept */
+    int seq_length;            /* step schedule only: > 0 makes thresholds token counts */
+} mc_microbatch_desc;
+
+#define MC_MAX_BATCH_STEPS 64
+
+typedef struct mc_microbatch_calc {
+    mc_microbatch_mode mode;
+    mc_microbatch_desc desc;                /* as given, step_schedule set to NULL */
+    int global_batch_size;                  /* the final batch: GBS, or the last step's BS */
+    int current_global_batch_size;          /* after the last update */
+    int current_running_global_batch_size;  /* rounded down to a multiple of MBS * DP when
+                                               decreasing, else equal to the current batch */
+    int num_microbatches;                   /* running batch / (MBS * DP) */
+    /* Private. */
+    double rampup_samples_per_increment;    /* 0 when GBS == start */
+    int n_steps;
+    long long step_threshold[MC_MAX_BATCH_STEPS];   /* in samples, ascending */
+    int step_batch[MC_MAX_BATCH_STEPS];
+} mc_microbatch_calc;
+
+/* Validates the desc (MC_ERR_INVALID_DESC naming the field, the value and Megatron's rule)
+   and computes the batch for 0 consumed samples. E.g. "global batch size (500) is not
+   divisible by micro batch size (4) times data parallel size (16) = 64". */
+MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc);
+/* Recomputes the current batch and num_microbatches for `consumed_samples`. */
+MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
+                                int consistency_check);
+/* The consumed-sample counts at which the global batch changes, ascending, starting with 0:
+   {0} when constant, every threshold of a step schedule, and for a ramp-up the first count of
+   each increment plus samples + 1 when the batch still changes there. Writes at most cap
+   values (out may be NULL to count) and returns the total count. Does not touch calc. */
+MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap);
+
+/* ---------------------------------------------------------------------------------------------
+   >>schedule_table  Which forward (F) and backward (B) each pipeline stage runs, in order:
+   Megatron's three schedules reduced to their op order, with no compute and no communication.
+
+     no pipelining   pp == 1:  F0 B0 F1 B1 ...
+     1F1B            pp > 1:   warmup w = min(pp - r - 1, M) forwards, then M - w pairs
+                               "F(w + i) B(i)", then the w remaining backwards.
+     interleaved     pp > 1, vpp >= 2 chunks per stage, group size N (default pp):
+                     virtual micro-batch k = 0 .. M*V-1 maps to (micro-batch, chunk) through a
+                     table built group by group: for each group of N micro-batches (the last
+                     one holds what remains), chunk 0 runs the group, then chunk 1, ...
+                     Example pp 2, N 3, M 5, V 2:  micro-batches 0 1 2 0 1 2 3 4 3 4
+                                                   chunks        0 0 0 1 1 1 0 0 1 1
+                     warmup = (pp - r - 1) * 2 + (V - 1) * N forwards, capped at M*V; then
+                     "F(k + warmup) B(k)" pairs; B(k) runs micro-batch table[k] on chunk
+                     V - 1 - table[k].chunk.
+                     Megatron's rules: pp <= N <= M (ValueError), and M mod N must be 0 or
+                     >= pp (RuntimeError, dependency bubbles), so with N = pp, M must be a
+                     multiple of pp.
+   forward_only: every forward in the same order, no backward; the warmup count stays
+   min(pp - r - 1, M) for 1F1B and becomes M*V when interleaved. vpp 1 means not interleaved
+   (Megatron's arguments turn a virtual size of 1 into None). */
+
+typedef struct mc_sched_op {
+    char kind;                 /* 'F' forward or 'B' backward */
+    int microbatch;            /* 0 .. M-1 */
+    int chunk;                 /* model chunk on this stage (0 unless interleaved); the
+                                  virtual stage is chunk * pp + pp_rank */
+} mc_sched_op;
+
+/* Zero means default. */
+typedef struct mc_schedule_desc {
+    int pp;                    /* pipeline stages; default 1 */
+    int pp_rank;               /* this stage, 0 .. pp-1 */
+    int num_microbatches;      /* required, >= 1 */
+    int vpp;                   /* model chunks per stage; 0 or 1: not interleaved */
+    int group_size;            /* microbatch_group_size_per_vp_stage; default pp */
+    int forward_only;
+} mc_schedule_desc;
+
+/* Megatron's get_forward_backward_func choice: "no_pipelining", "without_interleaving" or
+   "with_interleaving" (NULL for a desc that fails validation). */
+MC_API const char *mc_schedule_name(const mc_schedule_desc *desc);
+/* Ops of stage desc->pp_rank in execution order: 2*M*V of them (M*V forward-only). Writes
+   them into out[cap] and returns the count; out == NULL only counts; a cap below the count is
+   MC_ERR_INVALID_ARG. *n_warmup (may be NULL) receives the warmup forward count. */
+MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int cap,
+                           int *n_warmup);
+/* The interleaved lookup table (one entry per virtual micro-batch; for a schedule that is not
+   interleaved, micro-batch k on chunk 0). Returns M*V; out arrays may be NULL to count. */
+MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk, int cap);
+
+typedef struct mc_schedule_timing {
+    double makespan;           /* when the last op of any stage ends */
+    double busy;               /* compute time of one stage (the same on every stage) */
+    double bubble_fraction;    /* idle share of a stage's time: (makespan - busy) / makespan */
+    double bubble_ratio;       /* idle over compute, (makespan - busy) / busy: the paper's
+                                  measure, (pp - 1) / M for 1F1B */
+} mc_schedule_timing;
+
+/* Runs every stage's op list (desc->pp_rank is ignored) against the data dependencies and
+   reports when each op starts. An op starts once its stage is free and its input is ready:
+   F on virtual stage s needs F of the same micro-batch on s - 1; B on s needs F on s and B
+   on s + 1. Communication takes no time. forward_time / backward_time are the cost of one op
+   (one chunk); 0 means 1 and 2. start (may be NULL) receives pp rows of mc_schedule_ops'
+   count, each in that stage's op order; cap is its length in doubles. */
+MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_time,
+                                double backward_time, double *start, int cap,
+                                mc_schedule_timing *timing);
+
+/* ---------------------------------------------------------------------------------------------
+   >>rng  Philox4x32-10 streams and Megatron's model-parallel RNG tracker.
+
+   Philox (Salmon et al., SC'11) is counter based: a block of four 32-bit outputs is a pure
+   function of (key, counter), so any element of a stream can be computed on its own and the
+   CPU and a GPU kernel draw the same dropout mask from the same (seed, offset).
+
+   A stream mc_rng {seed, offset}: element i of the next draw is global index g = offset + i,
+   taken from lane g % 4 of the block with key = (seed low, seed high 32 bits) and counter =
+   (g / 4 low, g / 4 high, 0, 0). A draw of n elements then advances offset by n rounded up to
+   a multiple of 4, so every draw starts on a fresh block (a GPU thread can own whole blocks).
+   Indices are 64-bit, so a stream holds 2^64 elements (blocks below 2^62). Uniform floats use
+   the top 24 bits: (bits >> 8) * 2^-24, in [0, 1).
+
+       mc_rng rng = {1234, 0};                   // seed 1234, offset 0
+       float u[3];
+       mc_rng_uniform(&rng, u, 3);               // u = 0.127208 0.853469 0.265649; offset 4
+       uint8_t keep[8];
+       mc_rng_dropout_mask(&rng, keep, 8, 0.5f); // keep = 1 0 1 0 0 1 1 1; offset 12
+       mc_rng_uniform_at(1234, 1);               // 0.853469 again, without a stream
+
+   The tracker holds named streams next to the default generator (`current` while no stream is
+   forked). Megatron's seeding on a rank with tp_rank 1, every other rank 0:
+
+       mc_rng_tracker t = {0};
+       mc_rng_tracker_seed_megatron(&t, 1234, 1, 0, 0, 0, 0, 0);
+           // default-rng, data-parallel-rng: 1234   model-parallel-rng: 1234 + 2718 + 1 = 3953
+           // expert-parallel-rng: 1234 + 1024 + 100 * 0 + 0 = 2258
+       mc_rng_tracker_fork(&t, MC_RNG_MODEL_PARALLEL);
+       mc_rng_uniform(mc_rng_tracker_current(&t), u, 2);   // u = 0.049593 0.576654
+       mc_rng_tracker_unfork(&t, MC_RNG_MODEL_PARALLEL);   // default generator again */
+
+#define MC_RNG_DEFAULT "default-rng"                 /* the generator outside any fork */
+#define MC_RNG_DATA_PARALLEL "data-parallel-rng"     /* seed', same on every TP rank */
+#define MC_RNG_MODEL_PARALLEL "model-parallel-rng"   /* seed' + 2718 + tp_rank */
+#define MC_RNG_EXPERT_PARALLEL "expert-parallel-rng" /* seed' + 1024 + 100 * ep_rank + etp_rank */
+#define MC_RNG_MAX_STREAMS 8
+#define MC_RNG_NAME_MAX 32                           /* including the terminating NUL */
+#define MC_RNG_MAX_FORK_DEPTH 16
+
+/* One Philox4x32-10 block (ten rounds; the key is bumped by the Weyl constants between them). */
+MC_API void mc_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
+
+typedef struct mc_rng {
+    uint64_t seed;             /* the Philox key */
+    uint64_t offset;           /* index of the next element; a multiple of 4 between draws */
+} mc_rng;
+
+/* Element `index` of the stream with `seed`, as raw bits and as a uniform float in [0, 1). */
+MC_API uint32_t mc_rng_bits_at(uint64_t seed, uint64_t index);
+MC_API float mc_rng_uniform_at(uint64_t seed, uint64_t index);
+/* Draw n elements and advance rng->offset by n rounded up to a multiple of 4. */
+MC_API int mc_rng_uniform(mc_rng *rng, float *out, size_t n);
+/* mask[i] = 1 (keep) when element i's uniform is >= p, else 0 (drop): each element is dropped
+   with probability p. p must be in [0, 1]. */
+MC_API int mc_rng_dropout_mask(mc_rng *rng, uint8_t *mask, size_t n, float p);
+
+/* The streams of a tracker, as get_states / set_states copy them. */
+typedef struct mc_rng_states {
+    mc_rng current;            /* the generator draws use now (default, or the forked stream) */
+    int n_streams;
+    char names[MC_RNG_MAX_STREAMS][MC_RNG_NAME_MAX];
+    mc_rng streams[MC_RNG_MAX_STREAMS];
+} mc_rng_states;
+
+/* Megatron's CudaRNGStatesTracker. A zeroed struct is an empty tracker whose default generator
+   has seed 0. Semantics (megatron_semantics.md 6.2):
+     add(name, seed)  fails if the seed was used before (since the last reset) or the name
+                      exists; the stream starts at offset 0.
+     fork(name)       fails for an unknown name. If a stream is active, the current generator
+                      is written back to its slot first; then the named stream becomes current.
+     unfork(name)     fails unless `name` is the active stream. Stores the advanced generator
+                      in the name's slot and restores the outer one: the outer stream's slot,
+                      or the default generator as it was at fork time.
+   So nested forks behave like independent streams: fork A, fork B, fork A draws A's next
+   numbers, not its first ones again. */
+typedef struct mc_rng_tracker {
+    mc_rng_states s;
+    int n_seeds;
+    uint64_t seeds[MC_RNG_MAX_STREAMS];   /* every seed added since the last reset */
+    int active;                           /* 0: the default generator; k > 0: stream k - 1 */
+    int depth;                            /* forks open */
+    struct {
+        int outer;                        /* `active` before the fork */
+        mc_rng saved;                     /* the default generator, when outer == 0 */
+    } stack[MC_RNG_MAX_FORK_DEPTH];
+} mc_rng_tracker;
+
+/* Forgets every stream and seed, closes every fork (the current generator is left as is). */
+MC_API void mc_rng_tracker_reset(mc_rng_tracker *t);
+/* Re-seeds the default generator (torch.cuda.manual_seed): current = {seed, 0}. */
+MC_API void mc_rng_tracker_manual_seed(mc_rng_tracker *t, uint64_t seed);
+MC_API int mc_rng_tracker_add(mc_rng_tracker *t, const char *name, uint64_t seed);
+MC_API int mc_rng_tracker_fork(mc_rng_tracker *t, const char *name);
+MC_API int mc_rng_tracker_unfork(mc_rng_tracker *t, const char *name);
+/* The generator to draw from now (inside a fork: the forked stream). */
+MC_API mc_rng *mc_rng_tracker_current(mc_rng_tracker *t);
+/* MC_RNG_DEFAULT or the name of the innermost forked stream. */
+MC_API const char *mc_rng_tracker_active_name(const mc_rng_tracker *t);
+/* The stored state of a named stream (not advanced by draws inside an open fork of it until
+   that fork is closed or another fork is opened inside it). */
+MC_API int mc_rng_tracker_get(const mc_rng_tracker *t, const char *name, mc_rng *out);
+/* A copy of every stream and of the current generator: what recompute saves before a
+   checkpointed forward and restores before re-running it. set_states replaces them; inside a
+   fork it needs the same stream names in the same order (MC_ERR_STATE otherwise). */
+MC_API int mc_rng_tracker_get_states(const mc_rng_tracker *t, mc_rng_states *out);
+MC_API int mc_rng_tracker_set_states(mc_rng_tracker *t, const mc_rng_states *states);
+/* Megatron's _set_random_seed + model_parallel_cuda_manual_seed: seed must be > 0;
+   seed' = seed + 100 * pp_rank (+ 10 * dp_rank with data_parallel_random_init). Resets the
+   tracker, seeds the default generator with seed' and adds data-parallel-rng (seed'),
+   model-parallel-rng (seed' + 2718 + tp_rank) and expert-parallel-rng
+   (seed' + 1024 + 100 * ep_rank + etp_rank). */
+MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int tp_rank,
+                                        int pp_rank, int ep_rank, int etp_rank, int dp_rank,
+                                        int data_parallel_random_init);
 
 #if defined(MC_ENABLE_CUDA)
 /* Implemented in megatron_c_cuda.cu. */
@@ -3003,6 +3287,944 @@ MC_API int mc_parallel_in_embedding_group(const mc_parallel_state *ps, int ignor
 MC_API int mc_parallel_src_rank(const mc_parallel_state *ps, mc_group_kind kind) {
     mc_comm *c = mc_parallel_group(ps, kind);
     return c ? c->world_ranks[0] : -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>microbatches
+//
+// Megatron's calculators in C. The ramp-up follows core_v0.17 (the last release that has it),
+// the step schedule follows HEAD. Megatron asserts; here every rule is an MC_ERR_INVALID_DESC
+// whose message names the values.
+
+/* MBS * DP, the samples one micro-batch step takes over all data-parallel replicas. */
+static int mc__microbatch_unit(const mc_microbatch_calc *c) {
+    return c->desc.micro_batch_size * c->desc.data_parallel_size;
+}
+
+/* Sets the current batch and derives the running batch and the micro-batch count from it. */
+static int mc__microbatch_apply(mc_microbatch_calc *c, int batch, int consistency_check) {
+    int unit = mc__microbatch_unit(c);
+    if (consistency_check && !c->desc.decrease_batch_size_if_needed && batch % unit != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "current global batch size (%d) is not divisible by micro batch size "
+                        "(%d) times data parallel size (%d) = %d",
+                        batch, c->desc.micro_batch_size, c->desc.data_parallel_size, unit);
+    c->current_global_batch_size = batch;
+    c->current_running_global_batch_size =
+        c->desc.decrease_batch_size_if_needed ? batch / unit * unit : batch;
+    c->num_microbatches = c->current_running_global_batch_size / unit;
+    return MC_OK;
+}
+
+static int mc__microbatch_check_sizes(const mc_microbatch_desc *d) {
+    if (d->micro_batch_size <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_microbatch_desc.micro_batch_size (%d) must be > 0",
+                        d->micro_batch_size);
+    if (d->data_parallel_size <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.data_parallel_size (%d) must be > 0",
+                        d->data_parallel_size);
+    if ((long long)d->micro_batch_size * d->data_parallel_size > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "micro batch size (%d) times data parallel size (%d) overflows an int",
+                        d->micro_batch_size, d->data_parallel_size);
+    return MC_OK;
+}
+
+static int mc__microbatch_init_constant(mc_microbatch_calc *c) {
+    const mc_microbatch_desc *d = &c->desc;
+    int unit = mc__microbatch_unit(c);
+    if (!d->decrease_batch_size_if_needed && d->global_batch_size % unit != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "global batch size (%d) is not divisible by micro batch size (%d) times "
+                        "data parallel size (%d) = %d (GBS = MBS x num_microbatches x DP; or set "
+                        "decrease_batch_size_if_needed)",
+                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
+    if (d->global_batch_size / unit < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "number of microbatches should be at least 1, got 0: global batch size "
+                        "(%d) is below micro batch size (%d) times data parallel size (%d) = %d",
+                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
+    c->mode = MC_MICROBATCH_CONSTANT;
+    c->global_batch_size = d->global_batch_size;
+    return mc__microbatch_apply(c, d->global_batch_size, 0);
+}
+
+static int mc__microbatch_init_rampup(mc_microbatch_calc *c) {
+    const mc_microbatch_desc *d = &c->desc;
+    const mc_rampup *r = &d->rampup;
+    int n_inc;
+    /* Megatron's asserts, in its order. */
+    if (r->start <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.start (%d): start batch size should be positive",
+                        r->start);
+    if (r->increment <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.increment (%d): batch size increment should be "
+                        "positive",
+                        r->increment);
+    if (r->samples < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.samples (%lld): ramp-up samples should be "
+                        "non-negative",
+                        r->samples);
+    if (d->global_batch_size < r->start)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "expected global batch size (%d) to be greater than or equal to the "
+                        "ramp-up start batch size (%d)",
+                        d->global_batch_size, r->start);
+    if ((d->global_batch_size - r->start) % r->increment != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "expected the global batch size interval GBS - start = %d - %d = %d to be "
+                        "divisible by the batch size increment (%d)",
+                        d->global_batch_size, r->start, d->global_batch_size - r->start,
+                        r->increment);
+    n_inc = (d->global_batch_size - r->start) / r->increment;
+    /* Megatron computes samples / n_inc and later consumed / that: both divide by zero in the
+       two cases below. GBS == start is a ramp-up with nothing to ramp, so it runs at GBS. */
+    if (n_inc > 0 && r->samples == 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.samples (0) must be > 0 when the batch grows "
+                        "from %d to %d (Megatron divides by zero here)",
+                        r->start, d->global_batch_size);
+    c->rampup_samples_per_increment = n_inc > 0 ? (double)r->samples / (double)n_inc : 0.0;
+    c->mode = MC_MICROBATCH_RAMPUP;
+    c->global_batch_size = d->global_batch_size;
+    return mc_microbatch_update(c, 0, 0);
+}
+
+/* A number with an optional K/M/B/T suffix (either case), decimals allowed: "250B", "1.5k". */
+static int mc__parse_scaled(const char *text, size_t len, long long *out) {
+    char buf[64], *end;
+    double value, scale = 1.0;
+    if (len == 0 || len >= sizeof buf) return -1;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    switch (buf[len - 1]) {
+        case 'K': case 'k': scale = 1e3; break;
+        case 'M': case 'm': scale = 1e6; break;
+        case 'B': case 'b': scale = 1e9; break;
+        case 'T': case 't': scale = 1e12; break;
+        default: break;
+    }
+    if (scale != 1.0) buf[--len] = '\0';
+    if (len == 0 || !((buf[0] >= '0' && buf[0] <= '9') || buf[0] == '-' || buf[0] == '+' ||
+                      buf[0] == '.'))
+        return -1;   /* also keeps strtod away from "inf", "nan" and hex floats */
+    value = strtod(buf, &end);
+    if (*end != '\0') return -1;
+    value *= scale;
+    if (!(value > -9.2e18 && value < 9.2e18)) return -1;
+    *out = (long long)value;   /* truncates toward zero, like Python's int(float) */
+    return 0;
+}
+
+/* One "THRESHOLD:BS" entry of length len. */
+static int mc__parse_step_entry(mc_microbatch_calc *c, const char *entry, size_t len) {
+    const char *colon = (const char *)memchr(entry, ':', len);
+    long long threshold, batch;
+    size_t head;
+    if (!colon)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: invalid entry \"%.*s\", expected "
+                        "THRESHOLD:BATCH_SIZE",
+                        (int)len, entry);
+    head = (size_t)(colon - entry);
+    if (mc__parse_scaled(entry, head, &threshold) != 0 ||
+        mc__parse_scaled(colon + 1, len - head - 1, &batch) != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: entry \"%.*s\" is not two numbers "
+                        "(THRESHOLD:BATCH_SIZE, each with an optional K, M, B or T suffix)",
+                        (int)len, entry);
+    if (c->n_steps == MC_MAX_BATCH_STEPS)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule has more than MC_MAX_BATCH_STEPS (%d) "
+                        "entries",
+                        MC_MAX_BATCH_STEPS);
+    if (batch > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: batch size %lld in \"%.*s\" does not "
+                        "fit in an int",
+                        batch, (int)len, entry);
+    /* Python's // floors; thresholds below 0 fail the first-threshold rule either way. */
+    if (c->desc.seq_length > 0) {
+        long long q = threshold / c->desc.seq_length;
+        if (threshold % c->desc.seq_length != 0 && threshold < 0) q--;
+        threshold = q;
+    }
+    c->step_threshold[c->n_steps] = threshold;
+    c->step_batch[c->n_steps] = (int)batch;
+    c->n_steps++;
+    return MC_OK;
+}
+
+/* Stable insertion sort by threshold: the list is short. */
+static void mc__sort_steps(mc_microbatch_calc *c) {
+    int i, j;
+    for (i = 1; i < c->n_steps; i++) {
+        long long t = c->step_threshold[i];
+        int b = c->step_batch[i];
+        for (j = i; j > 0 && c->step_threshold[j - 1] > t; j--) {
+            c->step_threshold[j] = c->step_threshold[j - 1];
+            c->step_batch[j] = c->step_batch[j - 1];
+        }
+        c->step_threshold[j] = t;
+        c->step_batch[j] = b;
+    }
+}
+
+static int mc__validate_steps(const mc_microbatch_calc *c) {
+    int i;
+    if (c->n_steps == 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule must have at least one entry");
+    if (c->step_threshold[0] != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: first schedule entry must have "
+                        "threshold 0, got %lld",
+                        c->step_threshold[0]);
+    for (i = 1; i < c->n_steps; i++)
+        if (c->step_threshold[i] <= c->step_threshold[i - 1])
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_microbatch_desc.step_schedule: schedule thresholds must be "
+                            "strictly increasing, got %lld twice%s",
+                            c->step_threshold[i],
+                            c->desc.seq_length > 0 ? " (in samples, after dividing by seq_length)"
+                                                   : "");
+    for (i = 0; i < c->n_steps; i++)
+        if (c->step_batch[i] <= 0)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_microbatch_desc.step_schedule: batch size must be positive, got "
+                            "%d",
+                            c->step_batch[i]);
+    return MC_OK;
+}
+
+static int mc__microbatch_init_step(mc_microbatch_calc *c, const char *schedule) {
+    const char *p = schedule;
+    int rc;
+    if (c->desc.decrease_batch_size_if_needed)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc: cannot combine step_schedule with "
+                        "decrease_batch_size_if_needed (step batch size schedules do not support "
+                        "decreasing the batch)");
+    if (c->desc.global_batch_size != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc: cannot specify both step_schedule and "
+                        "global_batch_size (%d): the schedule's last entry is the global batch",
+                        c->desc.global_batch_size);
+    if (c->desc.seq_length < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.seq_length (%d) must be >= 0 (0: thresholds are "
+                        "samples)",
+                        c->desc.seq_length);
+    for (;;) {
+        size_t len;
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        if (*p == '\0') break;
+        len = strcspn(p, " ,\t\n");
+        if ((rc = mc__parse_step_entry(c, p, len)) != MC_OK) return rc;
+        p += len;
+    }
+    mc__sort_steps(c);
+    if ((rc = mc__validate_steps(c)) != MC_OK) return rc;
+    c->mode = MC_MICROBATCH_STEP;
+    c->global_batch_size = c->step_batch[c->n_steps - 1];
+    return mc_microbatch_update(c, 0, 0);
+}
+
+MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc) {
+    mc_microbatch_calc c;
+    const mc_rampup *r;
+    int has_rampup, rc;
+    if (!calc || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_microbatch_init: calc (%p) and desc (%p) must be set",
+                        (void *)calc, (const void *)desc);
+    memset(&c, 0, sizeof c);
+    c.desc = *desc;
+    c.desc.step_schedule = NULL;
+    r = &desc->rampup;
+    has_rampup = r->start != 0 || r->increment != 0 || r->samples != 0;
+    if ((rc = mc__microbatch_check_sizes(desc)) != MC_OK) return rc;
+    if (has_rampup && desc->step_schedule)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc: rampup and step_schedule exclude each other (the step "
+                        "schedule replaced the ramp-up in Megatron)");
+    if (desc->step_schedule) {
+        rc = mc__microbatch_init_step(&c, desc->step_schedule);
+    } else {
+        if (desc->global_batch_size <= 0)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_microbatch_desc.global_batch_size (%d): global batch size should "
+                            "be positive",
+                            desc->global_batch_size);
+        rc = has_rampup ? mc__microbatch_init_rampup(&c) : mc__microbatch_init_constant(&c);
+    }
+    if (rc == MC_OK) *calc = c;
+    return rc;
+}
+
+/* The batch a ramp-up gives after `consumed` samples. */
+static int mc__rampup_batch(const mc_microbatch_calc *c, long long consumed) {
+    const mc_rampup *r = &c->desc.rampup;
+    long long steps;
+    if (consumed > r->samples || c->rampup_samples_per_increment == 0.0)
+        return c->global_batch_size;
+    steps = (long long)((double)consumed / c->rampup_samples_per_increment);
+    MC_ASSERT(r->start + steps * r->increment <= c->global_batch_size);
+    return (int)(r->start + steps * r->increment);
+}
+
+static int mc__step_batch(const mc_microbatch_calc *c, long long consumed) {
+    int i, batch = c->step_batch[0];
+    for (i = 0; i < c->n_steps && c->step_threshold[i] <= consumed; i++) batch = c->step_batch[i];
+    return batch;
+}
+
+MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
+                                int consistency_check) {
+    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
+        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_update: the calculator is not initialized "
+                                      "(call mc_microbatch_init first)");
+    switch (calc->mode) {
+        case MC_MICROBATCH_RAMPUP:
+            return mc__microbatch_apply(calc, mc__rampup_batch(calc, consumed_samples),
+                                        consistency_check);
+        case MC_MICROBATCH_STEP:
+            return mc__microbatch_apply(calc, mc__step_batch(calc, consumed_samples),
+                                        consistency_check);
+        default:
+            return MC_OK;   /* constant: Megatron's update is a no-op */
+    }
+}
+
+/* Appends `consumed` when the batch there differs from the last point's. */
+static int mc__change_point(const mc_microbatch_calc *c, long long consumed, int *last_batch,
+                            long long *out, int cap, int n) {
+    int batch = mc__rampup_batch(c, consumed);
+    if (n > 0 && batch == *last_batch) return n;
+    if (out && n < cap) out[n] = consumed;
+    *last_batch = batch;
+    return n + 1;
+}
+
+/* The first count in [lo, hi] whose ramp-up step is >= k (the step only grows with it). */
+static long long mc__rampup_first_reaching(const mc_microbatch_calc *c, long long k, long long lo,
+                                           long long hi) {
+    while (lo < hi) {
+        long long mid = lo + (hi - lo) / 2;
+        if ((long long)((double)mid / c->rampup_samples_per_increment) >= k)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap) {
+    int i, n = 0, last_batch = 0;
+    long long n_inc, k, from = 0;
+    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
+        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_change_points: the calculator is not "
+                                      "initialized");
+    if (cap < 0) cap = 0;
+    if (calc->mode == MC_MICROBATCH_STEP) {
+        for (i = 0; i < calc->n_steps; i++)
+            if (out && i < cap) out[i] = calc->step_threshold[i];
+        return calc->n_steps;
+    }
+    if (calc->mode == MC_MICROBATCH_CONSTANT || calc->rampup_samples_per_increment == 0.0) {
+        if (out && cap > 0) out[0] = 0;
+        return 1;
+    }
+    n = mc__change_point(calc, 0, &last_batch, out, cap, n);
+    n_inc = (calc->global_batch_size - calc->desc.rampup.start) / calc->desc.rampup.increment;
+    for (k = 1; k <= n_inc; k++) {
+        /* Rounding can leave the last step unreached within `samples`. */
+        from = mc__rampup_first_reaching(calc, k, from, calc->desc.rampup.samples + 1);
+        if (from > calc->desc.rampup.samples) break;
+        n = mc__change_point(calc, from, &last_batch, out, cap, n);
+    }
+    return mc__change_point(calc, calc->desc.rampup.samples + 1, &last_batch, out, cap, n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>schedule_table
+//
+// The op order of Megatron's schedules (pipeline_parallel/schedules.py), without the compute
+// and the P2P calls in between: what each stage runs, and in which order.
+
+/* A validated desc with every default filled in. */
+typedef struct mc__sched {
+    int pp, rank, m, v, n, forward_only, interleaved;
+} mc__sched;
+
+static int mc__sched_resolve(const mc_schedule_desc *d, mc__sched *s) {
+    if (!d) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_desc is NULL");
+    memset(s, 0, sizeof *s);
+    s->pp = MC__DEF(d->pp, 1);
+    s->rank = d->pp_rank;
+    s->m = d->num_microbatches;
+    s->v = d->vpp > 1 ? d->vpp : 1;
+    s->forward_only = d->forward_only != 0;
+    s->interleaved = d->vpp > 1;
+    if (s->pp < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_schedule_desc.pp (%d) must be >= 1", d->pp);
+    if (s->rank < 0 || s->rank >= s->pp)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_schedule_desc.pp_rank (%d) must be in [0, pp = %d)",
+                        s->rank, s->pp);
+    if (s->m < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_schedule_desc.num_microbatches (%d) must be >= 1", s->m);
+    if (d->vpp < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_schedule_desc.vpp (%d) must be >= 0 (0 or 1: not interleaved)", d->vpp);
+    if (d->group_size < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_schedule_desc.group_size (%d) must be >= 0 (0: pp)", d->group_size);
+    if ((long long)s->m * s->v * 2 > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "num_microbatches (%d) x vpp (%d) is too large for one op list", s->m, s->v);
+    s->n = MC__DEF(d->group_size, s->pp);
+    if (!s->interleaved) return MC_OK;
+    if (s->pp <= 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "pipeline-model-parallel size should be greater than 1 with interleaved "
+                        "schedule (mc_schedule_desc.vpp = %d, pp = %d)",
+                        d->vpp, s->pp);
+    if (s->n < s->pp || s->n > s->m)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "the number of contiguous micro-batches in a virtual pipeline stage "
+                        "(group_size N = %d) should range in [PP = %d, M = %d]",
+                        s->n, s->pp, s->m);
+    if (s->m % s->n != 0 && s->m % s->n < s->pp)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "the remainder of M (num_microbatches %d) divided by N (group_size %d) "
+                        "should be 0 or >= the pipeline-parallel size %d, but it is %d: a last "
+                        "group smaller than PP introduces dependency bubbles (with the default "
+                        "N = PP, M must be a multiple of PP)",
+                        s->m, s->n, s->pp, s->m % s->n);
+    return MC_OK;
+}
+
+static int mc__sched_total(const mc__sched *s) { return s->m * s->v; }
+
+/* Megatron's warmup forward count for this stage. */
+static int mc__sched_warmup(const mc__sched *s) {
+    int total = mc__sched_total(s), warmup;
+    if (s->interleaved) {
+        warmup = s->forward_only ? total : (s->pp - s->rank - 1) * 2 + (s->v - 1) * s->n;
+        return warmup < total ? warmup : total;
+    }
+    if (s->pp == 1) return 0;
+    warmup = s->pp - s->rank - 1;
+    return warmup < s->m ? warmup : s->m;
+}
+
+/* Row k of the interleaved table: groups of n micro-batches (the last holds what remains),
+   each run on chunk 0, then chunk 1, ... */
+static void mc__sched_table_entry(const mc__sched *s, int k, int *microbatch, int *chunk) {
+    int per_group = s->n * s->v;
+    int group_start = (k / per_group) * s->n;
+    int group_len = group_start + s->n <= s->m ? s->n : s->m - group_start;
+    int in_group = k - (k / per_group) * per_group;
+    *chunk = in_group / group_len;
+    *microbatch = group_start + in_group % group_len;
+}
+
+static int mc__sched_push(mc_sched_op *out, int n, char kind, int microbatch, int chunk) {
+    if (out) {
+        out[n].kind = kind;
+        out[n].microbatch = microbatch;
+        out[n].chunk = chunk;
+    }
+    return n + 1;
+}
+
+/* Forward and backward of virtual micro-batch k. Not interleaved: micro-batch k, chunk 0. */
+static int mc__sched_push_forward(const mc__sched *s, mc_sched_op *out, int n, int k) {
+    int mb = k, chunk = 0;
+    if (s->interleaved) mc__sched_table_entry(s, k, &mb, &chunk);
+    return mc__sched_push(out, n, 'F', mb, chunk);
+}
+
+static int mc__sched_push_backward(const mc__sched *s, mc_sched_op *out, int n, int k) {
+    int mb = k, chunk = 0;
+    if (s->interleaved) mc__sched_table_entry(s, k, &mb, &chunk);
+    return mc__sched_push(out, n, 'B', mb, s->v - 1 - chunk);
+}
+
+/* Writes the ops of a resolved schedule (out has room for all of them, or is NULL). */
+static int mc__sched_fill(const mc__sched *s, mc_sched_op *out) {
+    int total = mc__sched_total(s), warmup = mc__sched_warmup(s), remaining, k, n = 0;
+    if (s->forward_only) {
+        for (k = 0; k < total; k++) n = mc__sched_push_forward(s, out, n, k);
+        return n;
+    }
+    remaining = total - warmup;
+    for (k = 0; k < warmup; k++) n = mc__sched_push_forward(s, out, n, k);
+    for (k = 0; k < remaining; k++) {   /* steady state: one forward, one backward */
+        n = mc__sched_push_forward(s, out, n, warmup + k);
+        n = mc__sched_push_backward(s, out, n, k);
+    }
+    for (k = remaining; k < total; k++) n = mc__sched_push_backward(s, out, n, k);
+    return n;
+}
+
+static int mc__sched_count(const mc__sched *s) {
+    return mc__sched_total(s) * (s->forward_only ? 1 : 2);
+}
+
+MC_API const char *mc_schedule_name(const mc_schedule_desc *desc) {
+    mc__sched s;
+    if (mc__sched_resolve(desc, &s) != MC_OK) return NULL;
+    if (s.pp == 1) return "no_pipelining";
+    return s.interleaved ? "with_interleaving" : "without_interleaving";
+}
+
+MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int cap,
+                           int *n_warmup) {
+    mc__sched s;
+    int rc = mc__sched_resolve(desc, &s), count;
+    if (rc != MC_OK) return rc;
+    count = mc__sched_count(&s);
+    if (out && cap < count)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_schedule_ops: cap (%d) is below the op count %d of stage %d", cap,
+                        count, s.rank);
+    if (n_warmup) *n_warmup = mc__sched_warmup(&s);
+    return mc__sched_fill(&s, out);
+}
+
+MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk,
+                             int cap) {
+    mc__sched s;
+    int rc = mc__sched_resolve(desc, &s), total, k;
+    if (rc != MC_OK) return rc;
+    total = mc__sched_total(&s);
+    if ((microbatch || chunk) && cap < total)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_table: cap (%d) is below M x V = %d",
+                        cap, total);
+    for (k = 0; k < total; k++) {
+        int mb = k, c = 0;
+        if (s.interleaved) mc__sched_table_entry(&s, k, &mb, &c);
+        if (microbatch) microbatch[k] = mb;
+        if (chunk) chunk[k] = c;
+    }
+    return total;
+}
+
+/* Finish times of F and B per (stage, chunk, micro-batch); < 0 while not run yet. */
+typedef struct mc__sched_sim {
+    const mc__sched *s;
+    double *f_end, *b_end;
+} mc__sched_sim;
+
+static double *mc__sim_slot(const mc__sched_sim *sim, double *table, int stage, int chunk,
+                            int mb) {
+    return &table[((size_t)stage * sim->s->v + (size_t)chunk) * sim->s->m + (size_t)mb];
+}
+
+/* When the input of `op` on `stage` is ready, or -1 when its producer has not run yet.
+   Virtual stage chunk * pp + stage: forwards flow up, backwards flow down. */
+static double mc__sim_ready(const mc__sched_sim *sim, int stage, const mc_sched_op *op) {
+    const mc__sched *s = sim->s;
+    int vs = op->chunk * s->pp + stage, last_vs = s->v * s->pp - 1;
+    double t = 0.0, dep;
+    if (op->kind == 'F') {
+        if (vs == 0) return 0.0;
+        return *mc__sim_slot(sim, sim->f_end, (vs - 1) % s->pp, (vs - 1) / s->pp, op->microbatch);
+    }
+    dep = *mc__sim_slot(sim, sim->f_end, stage, op->chunk, op->microbatch);
+    if (dep < 0) return -1.0;
+    t = dep;
+    if (vs < last_vs) {
+        dep = *mc__sim_slot(sim, sim->b_end, (vs + 1) % s->pp, (vs + 1) / s->pp, op->microbatch);
+        if (dep < 0) return -1.0;
+        if (dep > t) t = dep;
+    }
+    return t;
+}
+
+MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_time,
+                                double backward_time, double *start, int cap,
+                                mc_schedule_timing *timing) {
+    mc_schedule_desc one;
+    mc__sched s;
+    mc__sched_sim sim;
+    mc_sched_op *ops = NULL;
+    double *clock = NULL, *times = NULL, makespan = 0.0, busy;
+    int *next = NULL, rc, count, stage, done = 0, progress = 1;
+    size_t slots, i;
+    if (!desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_simulate: desc is NULL");
+    one = *desc;
+    one.pp_rank = 0;
+    if ((rc = mc__sched_resolve(&one, &s)) != MC_OK) return rc;
+    if (forward_time < 0 || backward_time < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_schedule_simulate: forward_time (%g) and backward_time (%g) must be "
+                        ">= 0 (0: 1 and 2)",
+                        forward_time, backward_time);
+    forward_time = forward_time > 0 ? forward_time : 1.0;
+    backward_time = backward_time > 0 ? backward_time : 2.0;
+    count = mc__sched_count(&s);
+    if (start && (long long)cap < (long long)count * s.pp)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_schedule_simulate: cap (%d) is below pp x ops per stage = %d x %d",
+                        cap, s.pp, count);
+    slots = (size_t)s.pp * (size_t)s.v * (size_t)s.m;
+    ops = (mc_sched_op *)mc_malloc(sizeof *ops * (size_t)count * (size_t)s.pp);
+    times = (double *)mc_malloc(sizeof *times * (slots * 2 + (size_t)count * (size_t)s.pp +
+                                                 (size_t)s.pp));
+    next = (int *)mc_calloc((size_t)s.pp, sizeof *next);
+    if (!ops || !times || !next) {
+        mc_free(ops);
+        mc_free(times);
+        mc_free(next);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_schedule_simulate: out of memory for %d x %d ops",
+                        s.pp, count);
+    }
+    sim.s = &s;
+    sim.f_end = times;
+    sim.b_end = times + slots;
+    clock = times + 2 * slots + (size_t)count * (size_t)s.pp;
+    for (i = 0; i < 2 * slots; i++) times[i] = -1.0;
+    for (stage = 0; stage < s.pp; stage++) {
+        mc__sched stage_s = s;
+        stage_s.rank = stage;
+        mc__sched_fill(&stage_s, ops + (size_t)stage * (size_t)count);
+        clock[stage] = 0.0;
+    }
+    /* Start times follow from finish times alone, so sweeping the stages in any order and
+       running each one as far as its inputs allow gives the same answer. */
+    while (done < count * s.pp && progress) {
+        progress = 0;
+        for (stage = 0; stage < s.pp; stage++) {
+            while (next[stage] < count) {
+                size_t at = (size_t)stage * (size_t)count + (size_t)next[stage];
+                const mc_sched_op *op = &ops[at];
+                double ready = mc__sim_ready(&sim, stage, op);
+                double begin, length = op->kind == 'F' ? forward_time : backward_time;
+                if (ready < 0) break;
+                begin = ready > clock[stage] ? ready : clock[stage];
+                clock[stage] = begin + length;
+                *mc__sim_slot(&sim, op->kind == 'F' ? sim.f_end : sim.b_end, stage, op->chunk,
+                              op->microbatch) = clock[stage];
+                times[2 * slots + at] = begin;
+                if (clock[stage] > makespan) makespan = clock[stage];
+                next[stage]++;
+                done++;
+                progress = 1;
+            }
+        }
+    }
+    rc = MC_OK;
+    if (done < count * s.pp) {
+        rc = MC__FAIL(MC_ERR_STATE,
+                      "mc_schedule_simulate: the schedule deadlocks: stage 0 waits at op %d of %d",
+                      next[0], count);
+    } else {
+        busy = (double)s.m * s.v * (forward_time + (s.forward_only ? 0.0 : backward_time));
+        if (start) memcpy(start, times + 2 * slots, sizeof *start * (size_t)count * (size_t)s.pp);
+        if (timing) {
+            timing->makespan = makespan;
+            timing->busy = busy;
+            timing->bubble_fraction = (makespan - busy) / makespan;
+            timing->bubble_ratio = (makespan - busy) / busy;
+        }
+    }
+    mc_free(ops);
+    mc_free(times);
+    mc_free(next);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>rng
+//
+// Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
+// SC'11): ten rounds of two 32x32->64 multiplies mixing a 128-bit counter under a 64-bit key
+// that is bumped by the Weyl constants between rounds. Known-answer vectors from Random123 are
+// in tests/test_rng.c.
+
+#define MC__PHILOX_M0 0xD2511F53u   /* round multipliers */
+#define MC__PHILOX_M1 0xCD9E8D57u
+#define MC__PHILOX_W0 0x9E3779B9u   /* key bumps: golden ratio, sqrt(3) - 1 */
+#define MC__PHILOX_W1 0xBB67AE85u
+
+MC_API void mc_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
+    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
+    uint32_t k0 = key[0], k1 = key[1];
+    int round;
+    for (round = 0; round < 10; round++) {
+        uint64_t p0 = (uint64_t)MC__PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)MC__PHILOX_M1 * c2;
+        c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        c1 = (uint32_t)p1;
+        c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c3 = (uint32_t)p0;
+        k0 += MC__PHILOX_W0;
+        k1 += MC__PHILOX_W1;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+/* The four elements 4 * block .. 4 * block + 3 of the stream with `seed`. */
+static void mc__rng_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
+    uint32_t counter[4], key[2];
+    counter[0] = (uint32_t)block;
+    counter[1] = (uint32_t)(block >> 32);
+    counter[2] = 0;
+    counter[3] = 0;
+    key[0] = (uint32_t)seed;
+    key[1] = (uint32_t)(seed >> 32);
+    mc_philox4x32_10(counter, key, out);
+}
+
+/* 24 random bits scaled by 2^-24: every value is exact in a float and below 1. */
+static float mc__rng_to_uniform(uint32_t bits) {
+    return (float)(bits >> 8) * (1.0f / 16777216.0f);
+}
+
+MC_API uint32_t mc_rng_bits_at(uint64_t seed, uint64_t index) {
+    uint32_t block[4];
+    mc__rng_block(seed, index / 4, block);
+    return block[index % 4];
+}
+
+MC_API float mc_rng_uniform_at(uint64_t seed, uint64_t index) {
+    return mc__rng_to_uniform(mc_rng_bits_at(seed, index));
+}
+
+/* Calls emit(i, uniform) for the next n elements of the stream, one Philox block per four,
+   then moves the offset past them to the next block boundary. */
+typedef void (*mc__rng_emit)(void *dst, size_t i, float uniform, float arg);
+
+static void mc__rng_draw(mc_rng *rng, size_t n, mc__rng_emit emit, void *dst, float arg) {
+    uint32_t block[4];
+    uint64_t have = UINT64_MAX;   /* index of the block in `block` */
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint64_t g = rng->offset + i;
+        if (g / 4 != have) {
+            have = g / 4;
+            mc__rng_block(rng->seed, have, block);
+        }
+        emit(dst, i, mc__rng_to_uniform(block[g % 4]), arg);
+    }
+    rng->offset += ((uint64_t)n + 3) / 4 * 4;
+}
+
+static void mc__rng_emit_uniform(void *dst, size_t i, float uniform, float arg) {
+    (void)arg;
+    ((float *)dst)[i] = uniform;
+}
+
+static void mc__rng_emit_keep(void *dst, size_t i, float uniform, float p) {
+    ((uint8_t *)dst)[i] = (uint8_t)(uniform >= p);
+}
+
+MC_API int mc_rng_uniform(mc_rng *rng, float *out, size_t n) {
+    if (!rng || (!out && n > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_uniform: rng (%p) and out (%p) must be set",
+                        (void *)rng, (void *)out);
+    mc__rng_draw(rng, n, mc__rng_emit_uniform, out, 0.0f);
+    return MC_OK;
+}
+
+MC_API int mc_rng_dropout_mask(mc_rng *rng, uint8_t *mask, size_t n, float p) {
+    if (!rng || (!mask && n > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_dropout_mask: rng (%p) and mask (%p) must be set", (void *)rng,
+                        (void *)mask);
+    if (!(p >= 0.0f && p <= 1.0f))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_dropout_mask: dropout probability p (%g) must be in [0, 1]",
+                        (double)p);
+    mc__rng_draw(rng, n, mc__rng_emit_keep, mask, p);
+    return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>rng tracker
+
+/* Index of the stream called `name`, or -1. */
+static int mc__rng_find(const mc_rng_states *s, const char *name) {
+    int i;
+    for (i = 0; i < s->n_streams; i++)
+        if (strcmp(s->names[i], name) == 0) return i;
+    return -1;
+}
+
+MC_API void mc_rng_tracker_reset(mc_rng_tracker *t) {
+    mc_rng current;
+    if (!t) return;
+    current = t->s.current;
+    memset(t, 0, sizeof *t);
+    t->s.current = current;
+}
+
+MC_API void mc_rng_tracker_manual_seed(mc_rng_tracker *t, uint64_t seed) {
+    if (!t) return;
+    t->s.current.seed = seed;
+    t->s.current.offset = 0;
+}
+
+MC_API int mc_rng_tracker_add(mc_rng_tracker *t, const char *name, uint64_t seed) {
+    int i;
+    if (!t || !name)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: tracker and name must be set");
+    /* Megatron checks the seed first, then the name. */
+    for (i = 0; i < t->n_seeds; i++)
+        if (t->seeds[i] == seed)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_rng_tracker_add(\"%s\", %llu): seed %llu already exists (every "
+                            "stream needs its own seed)",
+                            name, (unsigned long long)seed, (unsigned long long)seed);
+    if (mc__rng_find(&t->s, name) >= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: rng state \"%s\" already exists",
+                        name);
+    if (name[0] == '\0' || strlen(name) >= MC_RNG_NAME_MAX || strcmp(name, MC_RNG_DEFAULT) == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_add: name \"%s\" must be 1 to %d characters and not \"%s\"",
+                        name, MC_RNG_NAME_MAX - 1, MC_RNG_DEFAULT);
+    if (t->s.n_streams == MC_RNG_MAX_STREAMS || t->n_seeds == MC_RNG_MAX_STREAMS)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_add(\"%s\"): the tracker holds at most "
+                        "MC_RNG_MAX_STREAMS (%d) streams",
+                        name, MC_RNG_MAX_STREAMS);
+    t->seeds[t->n_seeds++] = seed;
+    i = t->s.n_streams++;
+    memcpy(t->s.names[i], name, strlen(name) + 1);
+    t->s.streams[i].seed = seed;
+    t->s.streams[i].offset = 0;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_fork(mc_rng_tracker *t, const char *name) {
+    int index;
+    if (!t || !name)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: tracker and name must be set");
+    index = mc__rng_find(&t->s, name);
+    if (index < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: rng state \"%s\" is not added",
+                        name);
+    if (t->depth == MC_RNG_MAX_FORK_DEPTH)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_rng_tracker_fork(\"%s\"): more than MC_RNG_MAX_FORK_DEPTH (%d) nested "
+                        "forks",
+                        name, MC_RNG_MAX_FORK_DEPTH);
+    /* An active stream's progress goes back to its slot, so that forking it again inside
+       this fork continues it instead of repeating its numbers. */
+    if (t->active > 0) t->s.streams[t->active - 1] = t->s.current;
+    t->stack[t->depth].outer = t->active;
+    t->stack[t->depth].saved = t->s.current;
+    t->depth++;
+    t->s.current = t->s.streams[index];
+    t->active = index + 1;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_unfork(mc_rng_tracker *t, const char *name) {
+    int outer;
+    if (!t || !name)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_unfork: tracker and name must be set");
+    if (t->depth == 0 || strcmp(mc_rng_tracker_active_name(t), name) != 0)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_rng_tracker_unfork(\"%s\"): current state name %s is not the same as "
+                        "the desired state name %s (unfork closes the innermost fork)",
+                        name, mc_rng_tracker_active_name(t), name);
+    t->s.streams[t->active - 1] = t->s.current;
+    t->depth--;
+    outer = t->stack[t->depth].outer;
+    /* The outer stream may have advanced in a nested fork of it: take it from its slot. */
+    t->s.current = outer > 0 ? t->s.streams[outer - 1] : t->stack[t->depth].saved;
+    t->active = outer;
+    return MC_OK;
+}
+
+MC_API mc_rng *mc_rng_tracker_current(mc_rng_tracker *t) { return t ? &t->s.current : NULL; }
+
+MC_API const char *mc_rng_tracker_active_name(const mc_rng_tracker *t) {
+    if (!t || t->active <= 0 || t->active > t->s.n_streams) return MC_RNG_DEFAULT;
+    return t->s.names[t->active - 1];
+}
+
+MC_API int mc_rng_tracker_get(const mc_rng_tracker *t, const char *name, mc_rng *out) {
+    int index;
+    if (!t || !name || !out)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: tracker, name and out must be set");
+    index = mc__rng_find(&t->s, name);
+    if (index < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: rng state \"%s\" is not added",
+                        name);
+    *out = t->s.streams[index];
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_get_states(const mc_rng_tracker *t, mc_rng_states *out) {
+    if (!t || !out)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get_states: tracker and out must be set");
+    *out = t->s;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_set_states(mc_rng_tracker *t, const mc_rng_states *states) {
+    int i;
+    if (!t || !states)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_set_states: tracker and states must be set");
+    if (states->n_streams < 0 || states->n_streams > MC_RNG_MAX_STREAMS)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_set_states: n_streams (%d) must be in [0, %d]",
+                        states->n_streams, MC_RNG_MAX_STREAMS);
+    /* Open forks refer to streams by position. */
+    if (t->depth > 0) {
+        int same = states->n_streams == t->s.n_streams;
+        for (i = 0; same && i < states->n_streams; i++)
+            same = strcmp(states->names[i], t->s.names[i]) == 0;
+        if (!same)
+            return MC__FAIL(MC_ERR_STATE,
+                            "mc_rng_tracker_set_states: %d fork(s) open on \"%s\", so the states "
+                            "must list the same streams in the same order",
+                            t->depth, mc_rng_tracker_active_name(t));
+    }
+    t->s = *states;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int tp_rank,
+                                        int pp_rank, int ep_rank, int etp_rank, int dp_rank,
+                                        int data_parallel_random_init) {
+    long long stage_seed;
+    int rc;
+    if (!t) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_seed_megatron: tracker is NULL");
+    if (seed <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_seed_megatron: seed (%lld) must be > 0", seed);
+    if (tp_rank < 0 || pp_rank < 0 || ep_rank < 0 || etp_rank < 0 || dp_rank < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_seed_megatron: ranks must be >= 0 (tp %d, pp %d, ep %d, "
+                        "etp %d, dp %d)",
+                        tp_rank, pp_rank, ep_rank, etp_rank, dp_rank);
+    /* Pipeline stages differ by 100 (and data-parallel replicas by 10 when asked), so that
+       stages do not draw the same dropout masks. */
+    stage_seed = seed + 100LL * pp_rank;
+    if (data_parallel_random_init) stage_seed += 10LL * dp_rank;
+    mc_rng_tracker_reset(t);
+    mc_rng_tracker_manual_seed(t, (uint64_t)stage_seed);
+    if ((rc = mc_rng_tracker_add(t, MC_RNG_DATA_PARALLEL, (uint64_t)stage_seed)) != MC_OK)
+        return rc;
+    /* Distinct per TP rank, identical across DP: TP-split activations get different masks. */
+    if ((rc = mc_rng_tracker_add(t, MC_RNG_MODEL_PARALLEL,
+                                 (uint64_t)(stage_seed + 2718 + tp_rank))) != MC_OK)
+        return rc;
+    return mc_rng_tracker_add(t, MC_RNG_EXPERT_PARALLEL,
+                              (uint64_t)(stage_seed + 1024 + 100LL * ep_rank + etp_rank));
 }
 
 #endif /* MEGATRON_C_IMPLEMENTATION */

@@ -689,3 +689,213 @@ Test(cli, equals_form_matches_space_form) {
     free(a);
     free(b);
 }
+
+/* ---------------------------------------------------------------------------------------------
+   schedule: per-stage op order as JSON (checked against op lists written out by hand from
+   megatron_semantics.md section 8), the text table, the SVG timeline and Megatron's
+   interleaving rules as exit-2 errors. */
+
+/* Runs `megatron_c <args>` (which must print JSON), asserts success, returns the parsed value. */
+static cJSON *cli_json(const char *args) {
+    char *out = NULL;
+    int rc = cli_run_stdout(args, &out);
+    cr_assert_eq(rc, 0, "megatron_c %s exited %d:\n%.2000s", args, rc, out);
+    cJSON *root = cJSON_Parse(out);
+    cr_assert_not_null(root, "megatron_c %s printed invalid JSON: %.300s", args, out);
+    free(out);
+    return root;
+}
+
+/* root must be exactly {"stages": want}, want given as JSON text. */
+static void expect_stages(const char *args, const char *want_text) {
+    cJSON *root = cli_json(args);
+    cr_assert(cJSON_IsObject(root), "megatron_c %s: not an object", args);
+    cr_expect_eq(cJSON_GetArraySize(root), 1, "megatron_c %s: only the \"stages\" key", args);
+    const cJSON *got = cJSON_GetObjectItemCaseSensitive(root, "stages");
+    cr_assert(cJSON_IsArray(got), "megatron_c %s: \"stages\" missing or not a list", args);
+    cJSON *want = cJSON_Parse(want_text);
+    cr_assert_not_null(want, "bad expected JSON");
+    if (!cJSON_Compare(got, want, 1)) {
+        char *got_text = cJSON_PrintUnformatted(got);
+        cr_expect_fail("megatron_c %s:\n got  %s\n want %s", args, got_text, want_text);
+        free(got_text);
+    }
+    cJSON_Delete(want);
+    cJSON_Delete(root);
+}
+
+Test(cli, schedule_json_1f1b_pp4_m8) {
+    expect_stages("schedule --pp 4 --microbatches 8 --json",
+                  "[[\"F0\",\"F1\",\"F2\",\"F3\",\"B0\",\"F4\",\"B1\",\"F5\",\"B2\",\"F6\",\"B3\","
+                  "\"F7\",\"B4\",\"B5\",\"B6\",\"B7\"],"
+                  "[\"F0\",\"F1\",\"F2\",\"B0\",\"F3\",\"B1\",\"F4\",\"B2\",\"F5\",\"B3\",\"F6\","
+                  "\"B4\",\"F7\",\"B5\",\"B6\",\"B7\"],"
+                  "[\"F0\",\"F1\",\"B0\",\"F2\",\"B1\",\"F3\",\"B2\",\"F4\",\"B3\",\"F5\",\"B4\","
+                  "\"F6\",\"B5\",\"F7\",\"B6\",\"B7\"],"
+                  "[\"F0\",\"B0\",\"F1\",\"B1\",\"F2\",\"B2\",\"F3\",\"B3\",\"F4\",\"B4\",\"F5\","
+                  "\"B5\",\"F6\",\"B6\",\"F7\",\"B7\"]]");
+}
+
+/* PP2 N3 M5 VP2: forwards follow the table 0 1 2 0 1 2 3 4 3 4 / chunks 0 0 0 1 1 1 0 0 1 1;
+   warmup 5 on stage 0 and 3 on stage 1; backward k runs chunk 1 - table[k].chunk. */
+Test(cli, schedule_json_interleaved_example) {
+    expect_stages("schedule --pp 2 --microbatches 5 --vpp 2 --group-size 3 --json",
+                  "[[\"F0.0\",\"F1.0\",\"F2.0\",\"F0.1\",\"F1.1\",\"F2.1\",\"B0.1\",\"F3.0\","
+                  "\"B1.1\",\"F4.0\",\"B2.1\",\"F3.1\",\"B0.0\",\"F4.1\",\"B1.0\",\"B2.0\","
+                  "\"B3.1\",\"B4.1\",\"B3.0\",\"B4.0\"],"
+                  "[\"F0.0\",\"F1.0\",\"F2.0\",\"F0.1\",\"B0.1\",\"F1.1\",\"B1.1\",\"F2.1\","
+                  "\"B2.1\",\"F3.0\",\"B0.0\",\"F4.0\",\"B1.0\",\"F3.1\",\"B2.0\",\"F4.1\","
+                  "\"B3.1\",\"B4.1\",\"B3.0\",\"B4.0\"]]");
+}
+
+Test(cli, schedule_json_forward_only_and_no_pipelining) {
+    expect_stages("schedule --pp 2 --microbatches 3 --forward-only --json",
+                  "[[\"F0\",\"F1\",\"F2\"],[\"F0\",\"F1\",\"F2\"]]");
+    expect_stages("schedule --pp 1 --microbatches 3 --json",
+                  "[[\"F0\",\"B0\",\"F1\",\"B1\",\"F2\",\"B2\"]]");
+}
+
+Test(cli, schedule_text_warmup_and_bubble) {
+    char *out = NULL;
+    int rc = cli_run_stdout("schedule --pp 4 --microbatches 8", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(mc_test_contains(out, "without_interleaving"), "%s", out);
+    cr_expect(mc_test_contains(out, "stage 0  warmup  3 | F0 F1 F2 F3 B0 F4"), "%s", out);
+    cr_expect(mc_test_contains(out, "stage 3  warmup  0 | F0 B0 F1 B1"), "%s", out);
+    /* (p - 1) / m = 3 / 8, from the simulation and from the paper's formula */
+    cr_expect_eq(count_occurrences(out, "0.3750"), 2, "%s", out);
+    free(out);
+    rc = cli_run_stdout("schedule --pp 4 --microbatches 8 --vpp 2", &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_expect(mc_test_contains(out, "with_interleaving"), "%s", out);
+    cr_expect(mc_test_contains(out, "stage 0  warmup 10 | F0.0 F1.0"), "%s", out);
+    cr_expect_eq(count_occurrences(out, "0.1875"), 2, "3 / (2 x 8): %s", out);
+    free(out);
+}
+
+Test(cli, schedule_svg_has_a_box_per_op) {
+    char dir[] = "/tmp/mc_test_cli_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[256], args[512], *out = NULL;
+    snprintf(path, sizeof path, "%s/timeline.svg", dir);
+    snprintf(args, sizeof args, "schedule --pp 4 --microbatches 8 --vpp 2 --svg %s", path);
+    int rc = cli_run_stdout(args, &out);
+    cr_assert_eq(rc, 0, "%s", out);
+    free(out);
+    char *svg = read_file(path);
+    unlink(path);
+    rmdir(dir);
+    cr_expect(strncmp(svg, "<svg", 4) == 0, "starts with: %.40s", svg);
+    cr_expect_eq(count_occurrences(svg, "<rect class=\"op\""), 4 * 32, "4 stages x 32 ops: %d",
+                 count_occurrences(svg, "<rect class=\"op\""));
+    cr_expect_eq(count_occurrences(svg, "class=\"stage\">stage "), 4);
+    char why[128] = "";
+    cr_expect(svg_tags_balanced(svg, why, sizeof why), "SVG tags: %s", why);
+    free(svg);
+    char *err = NULL;
+    rc = cli_run_stderr("schedule --pp 2 --microbatches 2 --svg /nonexistent-dir/x.svg", &err);
+    cr_expect_eq(rc, 1, "an unwritable --svg is an output failure");
+    cr_expect(mc_test_contains(err, "/nonexistent-dir/x.svg"), "%s", err);
+    free(err);
+}
+
+Test(cli, schedule_invalid_interleaved_m_exits_2_with_the_rule) {
+    char *err = expect_invalid("schedule --pp 4 --microbatches 6 --vpp 2");
+    cr_expect(mc_test_contains(err, "num_microbatches 6") && mc_test_contains(err, "4"),
+              "values: %s", err);
+    cr_expect(mc_test_contains(err, "multiple of PP"), "rule: %s", err);
+    free(err);
+    err = expect_invalid("schedule --pp 4 --microbatches 8 --vpp 2 --group-size 2");
+    cr_expect(mc_test_contains(err, "should range in [PP = 4, M = 8]"), "rule: %s", err);
+    free(err);
+    err = expect_invalid("schedule --pp 1 --microbatches 8 --vpp 2");
+    cr_expect(mc_test_contains(err, "greater than 1"), "rule: %s", err);
+    free(err);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   microbatches */
+
+/* root must be a list of {"consumed", "global_batch", "num_microbatches"} rows equal to want. */
+static void expect_microbatch_rows(const char *args, const long long (*want)[3], int n) {
+    cJSON *root = cli_json(args);
+    cr_assert(cJSON_IsArray(root), "megatron_c %s: not a list", args);
+    cr_assert_eq(cJSON_GetArraySize(root), n, "megatron_c %s: %d rows, want %d", args,
+                 cJSON_GetArraySize(root), n);
+    for (int i = 0; i < n; ++i) {
+        const cJSON *row = cJSON_GetArrayItem(root, i);
+        cr_assert(cJSON_IsObject(row));
+        cr_expect_eq(cJSON_GetArraySize(row), 3, "row %d has exactly three keys", i);
+        cr_expect_eq((long long)cJSON_GetObjectItemCaseSensitive(row, "consumed")->valuedouble,
+                     want[i][0], "row %d consumed", i);
+        cr_expect_eq(json_int(row, "global_batch"), want[i][1], "row %d global_batch", i);
+        cr_expect_eq(json_int(row, "num_microbatches"), want[i][2], "row %d num_microbatches",
+                     i);
+    }
+    cJSON_Delete(root);
+}
+
+/* Ramp-up from 16 by 16 over 300 samples to 64 with mbs 2 x dp 4: a step every 100 samples. */
+Test(cli, microbatches_json_rampup) {
+    static const long long change_points[][3] = {{0, 16, 2}, {100, 32, 4}, {200, 48, 6},
+                                                 {300, 64, 8}};
+    static const long long picked[][3] = {{0, 16, 2}, {99, 16, 2}, {150, 32, 4}, {301, 64, 8},
+                                          {5000, 64, 8}};
+    expect_microbatch_rows("microbatches --gbs 64 --mbs 2 --dp 4 --rampup 16,16,300 --json",
+                           change_points, 4);
+    expect_microbatch_rows(
+        "microbatches --gbs 64 --mbs 2 --dp 4 --rampup 16,16,300 --consumed 0,99,150,301,5000 "
+        "--json",
+        picked, 5);
+}
+
+Test(cli, microbatches_json_constant_and_step) {
+    static const long long constant[][3] = {{0, 512, 8}};
+    static const long long step[][3] = {{0, 32, 4}, {1000, 64, 8}, {2500, 128, 16}};
+    expect_microbatch_rows("microbatches --gbs 512 --mbs 4 --dp 16 --json", constant, 1);
+    expect_microbatch_rows("microbatches --mbs 4 --dp 2 --step-schedule '0:32 1K:64 2.5K:128' --json",
+                           step, 3);
+}
+
+Test(cli, microbatches_errors_exit_2_with_the_rule) {
+    char *err = expect_invalid("microbatches --gbs 500 --mbs 4 --dp 16");
+    cr_expect(mc_test_contains(err, "(500)") && mc_test_contains(err, "divisible"), "%s", err);
+    free(err);
+    /* 4 increments over 200 samples: at 50 the batch is 32 + 8 = 40, not a multiple of 16 */
+    err = expect_invalid("microbatches --gbs 64 --mbs 8 --dp 2 --rampup 32,8,200 --consumed 0,50");
+    cr_expect(mc_test_contains(err, "at 50 consumed samples") && mc_test_contains(err, "(40)"),
+              "%s", err);
+    free(err);
+    err = expect_invalid("microbatches --gbs 64 --mbs 2 --dp 4 --rampup 16,10,300");
+    cr_expect(mc_test_contains(err, "increment (10)"), "%s", err);
+    free(err);
+    err = expect_invalid("microbatches --gbs 64 --mbs 2 --dp 4 --step-schedule 0:64");
+    cr_expect(mc_test_contains(err, "cannot specify both"), "%s", err);
+    free(err);
+}
+
+Test(cli, schedule_and_microbatches_usage) {
+    static const char *const bad[] = {
+        "schedule --microbatches 8",                 /* --pp missing */
+        "schedule --pp 4",                           /* --microbatches missing */
+        "schedule --pp 4 --microbatches 0",          /* below 1 */
+        "microbatches --gbs 64 --dp 4",              /* --mbs missing */
+        "microbatches --gbs 64 --mbs 2 --dp 4 --rampup 16,16",
+        "microbatches --gbs 64 --mbs 2 --dp 4 --consumed 1,x",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        char *err = NULL;
+        int rc = cli_run_stderr(bad[i], &err);
+        cr_expect_eq(rc, 2, "megatron_c %s: exit %d, want 2", bad[i], rc);
+        cr_expect(mc_test_contains(err, "usage:"), "megatron_c %s: no usage:\n%s", bad[i], err);
+        free(err);
+    }
+    char *out = NULL;
+    cr_expect_eq(cli_run_stdout("--help", &out), 0);
+    cr_expect(mc_test_contains(out, "schedule") && mc_test_contains(out, "microbatches"), "%s",
+              out);
+    free(out);
+    cr_expect_eq(cli_run_stdout("help schedule", &out), 0);
+    cr_expect(mc_test_contains(out, "--group-size"), "%s", out);
+    free(out);
+}

@@ -53,7 +53,10 @@ static void cli_print_options(FILE *out, const cli_option *opts, int n_opts) {
             snprintf(left, sizeof left, "--%s", opts[i].name);
         else
             snprintf(left, sizeof left, "--%s %s", opts[i].name, opts[i].metavar);
-        fprintf(out, "  %-20s %s\n", left, opts[i].help);
+        if (strlen(left) > 20)   /* a long option gets its own line, the help goes below */
+            fprintf(out, "  %s\n  %-20s %s\n", left, "", opts[i].help);
+        else
+            fprintf(out, "  %-20s %s\n", left, opts[i].help);
     }
     fprintf(out, "  %-20s %s\n", "--help", "show this help");
 }
@@ -802,6 +805,508 @@ static int cmd_layout(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+   schedule: the op order of each pipeline stage (no pipelining, 1F1B, interleaved 1F1B). */
+
+typedef struct schedule_args {
+    int pp, microbatches, vpp, group_size;
+    int forward_only, json;
+    const char *svg_path;
+} schedule_args;
+
+static int schedule_options(schedule_args *a, cli_option *opts) {
+    const cli_option table[] = {
+        {"pp", CLI_OPT_INT, &a->pp, 1, "P", "pipeline stages (required)"},
+        {"microbatches", CLI_OPT_INT, &a->microbatches, 1, "M", "micro-batches per step (required)"},
+        {"vpp", CLI_OPT_INT, &a->vpp, 1, "V", "model chunks per stage: interleaved when >= 2"},
+        {"group-size", CLI_OPT_INT, &a->group_size, 1, "N",
+         "micro-batches per interleaving group (default: pp)"},
+        {"forward-only", CLI_OPT_FLAG, &a->forward_only, 0, "", "forwards only (evaluation)"},
+        {"json", CLI_OPT_FLAG, &a->json, 0, "", "print {\"stages\": [[\"F0\", ...], ...]}"},
+        {"svg", CLI_OPT_STRING, &a->svg_path, 0, "FILE", "also draw the timeline as SVG"},
+    };
+    int n = (int)(sizeof table / sizeof table[0]);
+    memcpy(opts, table, sizeof table);
+    return n;
+}
+
+static void usage_schedule(FILE *out) {
+    schedule_args dummy;
+    cli_option opts[16];
+    int n = schedule_options(&dummy, opts);
+    fprintf(out,
+            "usage: %s schedule --pp P --microbatches M [--vpp V] [--group-size N]\n"
+            "                   [--forward-only] [--json] [--svg FILE]\n\n"
+            "The forward (F) and backward (B) order of every pipeline stage in Megatron's\n"
+            "schedules: no pipelining (pp 1), 1F1B (warmup min(pp - r - 1, M) on stage r) and\n"
+            "interleaved 1F1B (vpp >= 2; warmup (pp - r - 1) * 2 + (vpp - 1) * N; needs\n"
+            "pp <= N <= M and M mod N either 0 or >= pp). Ops read F<micro-batch>, or\n"
+            "F<micro-batch>.<chunk> when interleaved. The bubble comes from a simulation with\n"
+            "unit forwards, backwards of 2 and free communication.\n\n",
+            CLI_NAME);
+    cli_print_options(out, opts, n);
+    fprintf(out, "\nexample: %s schedule --pp 2 --microbatches 5 --vpp 2 --group-size 3\n", CLI_NAME);
+}
+
+static void schedule_op_text(const mc_sched_op *op, int interleaved, char *buf, size_t cap) {
+    if (interleaved)
+        snprintf(buf, cap, "%c%d.%d", op->kind, op->microbatch, op->chunk);
+    else
+        snprintf(buf, cap, "%c%d", op->kind, op->microbatch);
+}
+
+/* Every stage's ops, stage-major (pp rows of *count), and each stage's warmup. */
+static int schedule_collect(const mc_schedule_desc *base, mc_sched_op **ops, int *warmup,
+                            int *count) {
+    mc_schedule_desc d = *base;
+    int n = mc_schedule_ops(&d, NULL, 0, NULL);
+    if (n < 0) return n;
+    *count = n;
+    *ops = malloc(sizeof **ops * (size_t)n * (size_t)base->pp);
+    if (!*ops) return MC_ERR_NO_MEMORY;
+    for (int r = 0; r < base->pp; ++r) {
+        d.pp_rank = r;
+        int rc = mc_schedule_ops(&d, *ops + (size_t)r * (size_t)n, n, &warmup[r]);
+        if (rc < 0) return rc;
+    }
+    return MC_OK;
+}
+
+static void schedule_write_json(FILE *out, const mc_sched_op *ops, int pp, int count,
+                                int interleaved) {
+    fputs("{\"stages\": [", out);
+    for (int r = 0; r < pp; ++r) {
+        fputs(r ? ",\n  [" : "\n  [", out);
+        for (int i = 0; i < count; ++i) {
+            char op[32];
+            schedule_op_text(&ops[(size_t)r * (size_t)count + (size_t)i], interleaved, op,
+                             sizeof op);
+            fprintf(out, i ? ", \"%s\"" : "\"%s\"", op);
+        }
+        fputc(']', out);
+    }
+    fputs("\n]}\n", out);
+}
+
+/* The Megatron paper's bubble over compute: (p - 1) / (v m); 0 without pipelining. */
+static double schedule_paper_ratio(const mc_schedule_desc *d) {
+    int v = d->vpp > 1 ? d->vpp : 1;
+    return (double)(d->pp - 1) / ((double)v * d->num_microbatches);
+}
+
+static void schedule_print_text(const mc_schedule_desc *d, const char *name, const mc_sched_op *ops,
+                                const int *warmup, int count, const mc_schedule_timing *t) {
+    int interleaved = d->vpp > 1;
+    printf("schedule %s: pp %d, microbatches %d", name, d->pp, d->num_microbatches);
+    if (interleaved) printf(", vpp %d, group size %d", d->vpp, d->group_size ? d->group_size : d->pp);
+    printf("%s; %d ops per stage\n", d->forward_only ? ", forward only" : "", count);
+    if (interleaved)
+        printf("F3.1 = forward of micro-batch 3 on model chunk 1 (virtual stage 1 * pp + stage)\n");
+    for (int r = 0; r < d->pp; ++r) {
+        printf("stage %d  warmup %2d |", r, warmup[r]);
+        for (int i = 0; i < count; ++i) {
+            char op[32];
+            schedule_op_text(&ops[(size_t)r * (size_t)count + (size_t)i], interleaved, op,
+                             sizeof op);
+            printf(" %s", op);
+        }
+        printf("\n");
+    }
+    if (!t) return;
+    printf("bubble (forward 1, backward %s, free communication): makespan %g, idle %.1f%% of "
+           "each stage's time, idle / compute %.4f",
+           d->forward_only ? "-" : "2", t->makespan, 100.0 * t->bubble_fraction, t->bubble_ratio);
+    if (!d->forward_only && d->pp > 1)
+        printf(" (paper: (p - 1) / %s = %.4f)", interleaved ? "(v m)" : "m",
+               schedule_paper_ratio(d));
+    printf("\n");
+}
+
+/* --- SVG timeline ---------------------------------------------------------------------------- */
+
+enum { SCHED_SVG_LEFT = 90, SCHED_SVG_TOP = 70, SCHED_SVG_ROW = 34, SCHED_SVG_BOX = 26 };
+
+static void schedule_svg_box(FILE *out, const mc_sched_op *op, int stage, int interleaved,
+                             double begin, double length, double scale, int v) {
+    double x = SCHED_SVG_LEFT + begin * scale, w = length * scale - 1.0;
+    int y = SCHED_SVG_TOP + stage * SCHED_SVG_ROW;
+    /* Forwards blue, backwards green; later chunks lighter. */
+    double light = 0.55 + 0.3 * (v > 1 ? (double)op->chunk / (v - 1) : 0.0);
+    char fill[8], label[32];
+    hsl_to_hex(op->kind == 'F' ? 215.0 : 135.0, 0.55, light, fill);
+    schedule_op_text(op, interleaved, label, sizeof label);
+    fprintf(out, "<g><title>stage %d: %s, %s micro-batch %d chunk %d, t = %g .. %g</title>", stage,
+            label, op->kind == 'F' ? "forward" : "backward", op->microbatch, op->chunk, begin,
+            begin + length);
+    fprintf(out, "<rect class=\"op\" x=\"%.2f\" y=\"%d\" width=\"%.2f\" height=\"%d\" fill=\"%s\"/>",
+            x, y, w > 0.5 ? w : 0.5, SCHED_SVG_BOX, fill);
+    if (w >= 8.0 * (double)strlen(label) * 0.75)
+        fprintf(out, "<text x=\"%.2f\" y=\"%d\" class=\"lab\">%s</text>", x + w / 2,
+                y + SCHED_SVG_BOX / 2 + 4, label);
+    fputs("</g>\n", out);
+}
+
+static int schedule_write_svg(const char *path, const mc_schedule_desc *d, const char *name,
+                              const mc_sched_op *ops, int count, const double *start,
+                              const mc_schedule_timing *t) {
+    FILE *out = fopen(path, "w");
+    if (!out) {
+        fprintf(stderr, "%s schedule: cannot write --svg %s: %s\n", CLI_NAME, path,
+                strerror(errno));
+        return MC_ERR_IO;
+    }
+    double scale = 1600.0 / t->makespan;
+    if (scale > 28.0) scale = 28.0;
+    if (scale < 1.0) scale = 1.0;
+    int interleaved = d->vpp > 1, v = interleaved ? d->vpp : 1;
+    int width = SCHED_SVG_LEFT + (int)ceil(t->makespan * scale) + 40;
+    if (width < 720) width = 720;
+    int axis_y = SCHED_SVG_TOP + d->pp * SCHED_SVG_ROW + 8;
+    int height = axis_y + 56;
+    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                 "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+            width, height, width, height);
+    fputs("<style>text{fill:#222222}.title{font-size:16px;font-weight:bold}"
+          ".sub{font-size:12px;fill:#444444}.stage{font-size:12px;font-weight:bold;"
+          "text-anchor:end}.lab{font-size:10px;text-anchor:middle}"
+          ".tick{font-size:10px;fill:#555555;text-anchor:middle}"
+          ".op{stroke:#333333;stroke-width:0.5}</style>\n", out);
+    fputs("<rect class=\"background\" width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n", out);
+    fprintf(out, "<text x=\"%d\" y=\"24\" class=\"title\">%s: pp %d, microbatches %d", SCHED_SVG_LEFT,
+            name, d->pp, d->num_microbatches);
+    if (interleaved) fprintf(out, ", vpp %d", d->vpp);
+    if (d->forward_only) fputs(", forward only", out);
+    fputs("</text>\n", out);
+    fprintf(out, "<text x=\"%d\" y=\"44\" class=\"sub\">forward = 1, backward = %s, free "
+                 "communication; blue F, green B%s; makespan %g, idle %.1f%% per stage</text>\n",
+            SCHED_SVG_LEFT, d->forward_only ? "-" : "2",
+            interleaved ? " (lighter = later chunk)" : "", t->makespan,
+            100.0 * t->bubble_fraction);
+    for (int r = 0; r < d->pp; ++r) {
+        fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"stage\">stage %d</text>\n",
+                SCHED_SVG_LEFT - 10, SCHED_SVG_TOP + r * SCHED_SVG_ROW + SCHED_SVG_BOX / 2 + 4, r);
+        for (int i = 0; i < count; ++i) {
+            const mc_sched_op *op = &ops[(size_t)r * (size_t)count + (size_t)i];
+            double begin = start[(size_t)r * (size_t)count + (size_t)i];
+            schedule_svg_box(out, op, r, interleaved, begin, op->kind == 'F' ? 1.0 : 2.0, scale,
+                             v);
+        }
+    }
+    /* Time axis with a tick about every 60 pixels, on whole time units. */
+    int step = (int)ceil(60.0 / scale);
+    fprintf(out, "<line x1=\"%d\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\" stroke=\"#555555\"/>\n",
+            SCHED_SVG_LEFT, axis_y, SCHED_SVG_LEFT + t->makespan * scale, axis_y);
+    for (int tick = 0; tick <= (int)t->makespan; tick += step)
+        fprintf(out, "<text x=\"%.2f\" y=\"%d\" class=\"tick\">%d</text>\n",
+                SCHED_SVG_LEFT + tick * scale, axis_y + 14, tick);
+    fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"sub\">time (forward = 1)</text>\n",
+            SCHED_SVG_LEFT, axis_y + 34);
+    fputs("</svg>\n", out);
+    if (fclose(out) != 0) {
+        fprintf(stderr, "%s schedule: writing --svg %s failed: %s\n", CLI_NAME, path,
+                strerror(errno));
+        return MC_ERR_IO;
+    }
+    return MC_OK;
+}
+
+/* --- the subcommand ----------------------------------------------------------------------- */
+
+static int cmd_schedule(int argc, char **argv) {
+    schedule_args a;
+    memset(&a, 0, sizeof a);
+    cli_option opts[16];
+    int n_opts = schedule_options(&a, opts);
+    cli_parse_result parsed = cli_parse("schedule", opts, n_opts, argc, argv);
+    if (parsed == CLI_WANTS_HELP) {
+        usage_schedule(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (parsed == CLI_PARSED && (a.pp == 0 || a.microbatches == 0)) {
+        fprintf(stderr, "%s schedule: --pp P and --microbatches M are required\n", CLI_NAME);
+        parsed = CLI_BAD_USAGE;
+    }
+    if (parsed != CLI_PARSED) {
+        fputc('\n', stderr);
+        usage_schedule(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    mc_schedule_desc d = {.pp = a.pp, .num_microbatches = a.microbatches, .vpp = a.vpp,
+                          .group_size = a.group_size, .forward_only = a.forward_only};
+    const char *name = mc_schedule_name(&d);
+    if (!name) {
+        fprintf(stderr, "%s schedule: invalid schedule: %s\n", CLI_NAME, mc_last_error());
+        return CLI_EXIT_USAGE;
+    }
+    mc_sched_op *ops = NULL;
+    double *start = NULL;
+    int *warmup = calloc((size_t)a.pp, sizeof *warmup), count = 0;
+    int rc = warmup ? schedule_collect(&d, &ops, warmup, &count) : MC_ERR_NO_MEMORY;
+    mc_schedule_timing timing;
+    int want_timing = !a.json || a.svg_path;
+    if (rc == MC_OK && want_timing) {
+        long long cells = (long long)count * a.pp;
+        start = cells <= INT_MAX ? malloc(sizeof *start * (size_t)cells) : NULL;
+        rc = start ? mc_schedule_simulate(&d, 1.0, 2.0, start, (int)cells, &timing)
+                   : MC_ERR_NO_MEMORY;
+    }
+    int exit_code = CLI_EXIT_OK;
+    if (rc != MC_OK) {
+        fprintf(stderr, "%s schedule: %s\n", CLI_NAME,
+                mc_last_error()[0] ? mc_last_error() : mc_strerror(rc));
+        exit_code = CLI_EXIT_FAILURE;
+    } else {
+        if (a.json)
+            schedule_write_json(stdout, ops, a.pp, count, a.vpp > 1);
+        else
+            schedule_print_text(&d, name, ops, warmup, count, &timing);
+        if (a.svg_path) {
+            if (schedule_write_svg(a.svg_path, &d, name, ops, count, start, &timing) != MC_OK)
+                exit_code = CLI_EXIT_FAILURE;
+            else
+                fprintf(stderr, "%s schedule: wrote %s (%d stages x %d ops)\n", CLI_NAME,
+                        a.svg_path, a.pp, count);
+        }
+    }
+    free(ops);
+    free(start);
+    free(warmup);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s schedule: writing to stdout failed\n", CLI_NAME);
+        exit_code = CLI_EXIT_FAILURE;
+    }
+    return exit_code;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   microbatches: Megatron's micro-batch calculator, consumed samples -> global batch and M. */
+
+enum { MB_MAX_POINTS = 100000 };
+
+typedef struct microbatches_args {
+    int gbs, mbs, dp, seq_length, decrease, json;
+    const char *rampup, *step_schedule, *consumed;
+} microbatches_args;
+
+static int microbatches_options(microbatches_args *a, cli_option *opts) {
+    const cli_option table[] = {
+        {"gbs", CLI_OPT_INT, &a->gbs, 1, "G", "global batch size (required without --step-schedule)"},
+        {"mbs", CLI_OPT_INT, &a->mbs, 1, "B", "micro batch size (required)"},
+        {"dp", CLI_OPT_INT, &a->dp, 1, "D", "data-parallel size, world / (tp*pp*cp) (required)"},
+        {"rampup", CLI_OPT_STRING, &a->rampup, 0, "S,I,N",
+         "ramp up from S by I over N samples (core_v0.17)"},
+        {"step-schedule", CLI_OPT_STRING, &a->step_schedule, 0, "STR",
+         "\"THRESHOLD:BS ...\", suffixes K M B T (HEAD)"},
+        {"seq-length", CLI_OPT_INT, &a->seq_length, 1, "L",
+         "step-schedule thresholds are tokens of L-token samples"},
+        {"decrease-batch-size-if-needed", CLI_OPT_FLAG, &a->decrease, 0, "",
+         "round the running batch down to a multiple of mbs*dp"},
+        {"consumed", CLI_OPT_STRING, &a->consumed, 0, "C1,C2,...",
+         "consumed samples to show (default: where the batch changes)"},
+        {"json", CLI_OPT_FLAG, &a->json, 0, "", "print a JSON list of rows"},
+    };
+    int n = (int)(sizeof table / sizeof table[0]);
+    memcpy(opts, table, sizeof table);
+    return n;
+}
+
+static void usage_microbatches(FILE *out) {
+    microbatches_args dummy;
+    cli_option opts[16];
+    int n = microbatches_options(&dummy, opts);
+    fprintf(out,
+            "usage: %s microbatches --gbs G --mbs B --dp D [--rampup S,I,N]\n"
+            "                       [--step-schedule STR [--seq-length L]]\n"
+            "                       [--decrease-batch-size-if-needed] [--consumed C1,C2,...] [--json]\n\n"
+            "Megatron's micro-batch calculator: global batch = micro batch x num_microbatches x dp.\n"
+            "Each row is what update(consumed samples, consistency check) gives.\n\n",
+            CLI_NAME);
+    cli_print_options(out, opts, n);
+    fprintf(out, "\nexamples: %s microbatches --gbs 512 --mbs 4 --dp 16\n"
+                 "          %s microbatches --gbs 64 --mbs 2 --dp 4 --rampup 16,16,300\n",
+            CLI_NAME, CLI_NAME);
+}
+
+/* Comma-separated non-negative integers; returns the count, or -1 (message printed). */
+static int parse_count_list(const char *option, const char *text, long long *out, int cap) {
+    int n = 0;
+    const char *p = text;
+    for (;;) {
+        char *end = NULL;
+        errno = 0;
+        long long value = strtoll(p, &end, 10);
+        if (end == p || errno == ERANGE || value < 0 || (*end != ',' && *end != '\0')) {
+            fprintf(stderr, "%s microbatches: --%s expects comma-separated integers >= 0, got '%s'\n",
+                    CLI_NAME, option, text);
+            return -1;
+        }
+        if (n == cap) {
+            fprintf(stderr, "%s microbatches: --%s takes at most %d values\n", CLI_NAME, option,
+                    cap);
+            return -1;
+        }
+        out[n++] = value;
+        if (*end == '\0') return n;
+        p = end + 1;
+    }
+}
+
+static int microbatches_check_args(const microbatches_args *a, mc_microbatch_desc *d,
+                                   long long *rampup) {
+    if (a->mbs == 0 || a->dp == 0 || (a->gbs == 0 && !a->step_schedule)) {
+        fprintf(stderr, "%s microbatches: --mbs, --dp and (without --step-schedule) --gbs are "
+                        "required\n", CLI_NAME);
+        return -1;
+    }
+    if (a->rampup) {
+        int n = parse_count_list("rampup", a->rampup, rampup, 3);
+        if (n < 0) return -1;
+        if (n != 3) {
+            fprintf(stderr, "%s microbatches: --rampup expects START,INCREMENT,SAMPLES (3 "
+                            "entries, like Megatron's --rampup-batch-size), got '%s'\n",
+                    CLI_NAME, a->rampup);
+            return -1;
+        }
+        if (rampup[0] > INT_MAX || rampup[1] > INT_MAX) {
+            fprintf(stderr, "%s microbatches: --rampup batch sizes must fit in an int\n", CLI_NAME);
+            return -1;
+        }
+    }
+    memset(d, 0, sizeof *d);
+    d->global_batch_size = a->gbs;
+    d->micro_batch_size = a->mbs;
+    d->data_parallel_size = a->dp;
+    d->decrease_batch_size_if_needed = a->decrease;
+    d->step_schedule = a->step_schedule;
+    d->seq_length = a->seq_length;
+    if (a->rampup) {
+        d->rampup.start = (int)rampup[0];
+        d->rampup.increment = (int)rampup[1];
+        d->rampup.samples = rampup[2];
+    }
+    return 0;
+}
+
+typedef struct microbatch_row {
+    long long consumed;
+    int global_batch, running_batch, num_microbatches;
+} microbatch_row;
+
+static void microbatches_print_text(const mc_microbatch_calc *c, const microbatch_row *rows,
+                                    int n) {
+    const mc_microbatch_desc *d = &c->desc;
+    int unit = d->micro_batch_size * d->data_parallel_size;
+    switch (c->mode) {
+        case MC_MICROBATCH_RAMPUP:
+            printf("ramp-up from %d by %d over %lld samples to %d", d->rampup.start,
+                   d->rampup.increment, d->rampup.samples, c->global_batch_size);
+            break;
+        case MC_MICROBATCH_STEP:
+            printf("step schedule of %d entries ending at %d%s", c->n_steps, c->global_batch_size,
+                   d->seq_length > 0 ? " (thresholds converted from tokens)" : "");
+            break;
+        default:
+            printf("constant global batch %d", c->global_batch_size);
+    }
+    printf("; micro batch %d x dp %d = %d samples per micro-batch step\n", d->micro_batch_size,
+           d->data_parallel_size, unit);
+    printf("global batch = micro batch x num_microbatches x dp%s\n\n",
+           d->decrease_batch_size_if_needed ? " (running batch rounded down to a multiple)" : "");
+    printf("%14s %13s", "consumed", "global_batch");
+    if (d->decrease_batch_size_if_needed) printf(" %13s", "running_batch");
+    printf(" %17s\n", "num_microbatches");
+    for (int i = 0; i < n; ++i) {
+        printf("%14lld %13d", rows[i].consumed, rows[i].global_batch);
+        if (d->decrease_batch_size_if_needed) printf(" %13d", rows[i].running_batch);
+        printf(" %17d\n", rows[i].num_microbatches);
+    }
+}
+
+static void microbatches_write_json(FILE *out, const microbatch_row *rows, int n) {
+    fputc('[', out);
+    for (int i = 0; i < n; ++i)
+        fprintf(out, "%s\n  {\"consumed\": %lld, \"global_batch\": %d, \"num_microbatches\": %d}",
+                i ? "," : "", rows[i].consumed, rows[i].global_batch, rows[i].num_microbatches);
+    fputs("\n]\n", out);
+}
+
+static int cmd_microbatches(int argc, char **argv) {
+    microbatches_args a;
+    memset(&a, 0, sizeof a);
+    cli_option opts[16];
+    int n_opts = microbatches_options(&a, opts);
+    cli_parse_result parsed = cli_parse("microbatches", opts, n_opts, argc, argv);
+    if (parsed == CLI_WANTS_HELP) {
+        usage_microbatches(stdout);
+        return CLI_EXIT_OK;
+    }
+    mc_microbatch_desc desc;
+    long long rampup[3];
+    if (parsed != CLI_PARSED || microbatches_check_args(&a, &desc, rampup) != 0) {
+        fputc('\n', stderr);
+        usage_microbatches(stderr);
+        return CLI_EXIT_USAGE;
+    }
+    long long *points = malloc(sizeof *points * MB_MAX_POINTS);
+    microbatch_row *rows = malloc(sizeof *rows * MB_MAX_POINTS);
+    if (!points || !rows) {
+        free(points);
+        free(rows);
+        fprintf(stderr, "%s microbatches: out of memory\n", CLI_NAME);
+        return CLI_EXIT_FAILURE;
+    }
+    int exit_code = CLI_EXIT_OK, n = 0;
+    mc_microbatch_calc calc;
+    int rc = mc_microbatch_init(&calc, &desc);
+    if (rc != MC_OK) {
+        fprintf(stderr, "%s microbatches: invalid calculator: %s\n", CLI_NAME, mc_last_error());
+        exit_code = CLI_EXIT_USAGE;
+    } else if (a.consumed) {
+        n = parse_count_list("consumed", a.consumed, points, MB_MAX_POINTS);
+        if (n < 0) {
+            fputc('\n', stderr);
+            usage_microbatches(stderr);
+            exit_code = CLI_EXIT_USAGE;
+        }
+    } else {
+        n = mc_microbatch_change_points(&calc, points, MB_MAX_POINTS);
+        if (n > MB_MAX_POINTS) {
+            fprintf(stderr, "%s microbatches: the batch changes %d times; showing the first %d "
+                            "(pick rows with --consumed)\n",
+                    CLI_NAME, n, MB_MAX_POINTS);
+            n = MB_MAX_POINTS;
+        }
+    }
+    /* Every row is checked as the training loop checks it; the first failure ends the run
+       before anything is printed, so that stdout holds either the table or nothing. */
+    for (int i = 0; exit_code == CLI_EXIT_OK && i < n; ++i) {
+        rc = mc_microbatch_update(&calc, points[i], 1);
+        if (rc != MC_OK) {
+            fprintf(stderr, "%s microbatches: at %lld consumed samples: %s\n", CLI_NAME,
+                    points[i], mc_last_error());
+            exit_code = CLI_EXIT_USAGE;
+            break;
+        }
+        rows[i].consumed = points[i];
+        rows[i].global_batch = calc.current_global_batch_size;
+        rows[i].running_batch = calc.current_running_global_batch_size;
+        rows[i].num_microbatches = calc.num_microbatches;
+    }
+    if (exit_code == CLI_EXIT_OK) {
+        if (a.json)
+            microbatches_write_json(stdout, rows, n);
+        else
+            microbatches_print_text(&calc, rows, n);
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            fprintf(stderr, "%s microbatches: writing to stdout failed\n", CLI_NAME);
+            exit_code = CLI_EXIT_FAILURE;
+        }
+    }
+    free(points);
+    free(rows);
+    return exit_code;
+}
+
+/* ---------------------------------------------------------------------------------------------
    The subcommand table and main. */
 
 static int cmd_help(int argc, char **argv);
@@ -817,6 +1322,10 @@ typedef struct cli_command {
 static const cli_command cli_commands[] = {
     {"layout", "rank coordinates and every parallel group (Megatron's RankGenerator)",
      cmd_layout, usage_layout},
+    {"schedule", "op order of every pipeline stage (1F1B, interleaved) and its bubble",
+     cmd_schedule, usage_schedule},
+    {"microbatches", "micro-batch calculator: consumed samples -> global batch, M",
+     cmd_microbatches, usage_microbatches},
     {"help", "show the help of a command", cmd_help, usage_help},
 };
 #define CLI_N_COMMANDS ((int)(sizeof cli_commands / sizeof cli_commands[0]))
