@@ -758,6 +758,306 @@ MC_API const mc_comm_ops *mc__nccl_ops(void);
 MC_API int mc__set_error(int status, const char *fmt, ...);
 #endif
 
+/* =============================================================================================
+   The training core, one block per module in dependency order. */
+
+/* @ops:declarations begin */
+/* ---------------------------------------------------------------------------------------------
+   >>ops  The op table: every numeric primitive the model uses. The CPU table is the reference
+   (clear loops, fp32 storage, deterministic); megatron_c_cuda.cu fills the same table later, so
+   layer code never changes. Activations are [S, B, C] row-major (sequence first, as Megatron),
+   so sequence-parallel shards are contiguous. "Accumulate" (+=) vs "overwrite" (=) is stated per
+   op: parameter gradients always accumulate.
+
+   Dimension letters: N = rows (tokens, S*B), C = channels, K = reduction dim, V = vocab (local
+   shard), S = sequence, B = micro-batch size, NH = heads (local), HD = head dim. */
+typedef enum mc_device { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device;
+
+typedef struct mc_ops {
+    const char *name;                       /* "cpu" */
+    mc_device device;
+    void *(*alloc)(size_t bytes);           /* zero-filled */
+    void (*free)(void *ptr);
+    void (*fill)(float *x, float value, size_t n);
+    void (*copy)(float *dst, const float *src, size_t n);
+    void (*axpy)(float *y, float a, const float *x, size_t n);        /* y += a * x */
+    void (*scale)(float *x, float a, size_t n);
+    double (*sum_squares)(const float *x, size_t n);                  /* fp64 accumulation */
+    /* C[M,N] = alpha * op(A) op(B) + beta * C, op(A) = A[M,K] or A^T (A stored [K,M]),
+       op(B) = B[K,N] or B^T (B stored [N,K]). beta = 1 accumulates. */
+    void (*gemm)(float *C, const float *A, const float *B, int M, int N, int K,
+                 int trans_a, int trans_b, float alpha, float beta);
+    /* out[N,C] = x + bias; bias may be NULL */
+    void (*add_bias)(float *out, const float *bias, int N, int C);
+    void (*bias_backward)(float *dbias, const float *dout, int N, int C);   /* dbias += sum rows */
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+    /* dinp += ..., dweight += ..., dbias += ... */
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+    void (*gelu_forward)(float *out, const float *inp, size_t n);      /* tanh approximation */
+    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n); /* = */
+    /* Causal self-attention on local heads. qkv [S,B,NH*3*HD] with per-head [q|k|v] blocks
+       (Megatron's fused layout, so a TP shard of whole heads is a contiguous slice);
+       out [S,B,NH*HD]; probs [B,NH,S,S] = softmax before dropout, cached for backward; the
+       dropout mask on the probabilities is redrawn from (seed, offset), never stored. */
+    void (*attention_forward)(float *out, float *probs, const float *qkv, int S, int B, int NH,
+                              int HD, float dropout_p, uint64_t seed, uint64_t offset);
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
+                               const float *probs, int S, int B, int NH, int HD,
+                               float dropout_p, uint64_t seed, uint64_t offset);   /* dqkv = */
+    /* out = inp * mask / (1-p), mask element i drawn from Philox(seed, offset + i) */
+    void (*dropout_forward)(float *out, const float *inp, size_t n, float p, uint64_t seed,
+                            uint64_t offset);
+    void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
+                             uint64_t offset);                                       /* = */
+    /* out[N,C] = table[id - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
+    void (*embedding_forward)(float *out, const int *ids, const float *table, int N, int C,
+                              int vocab_start, int vocab_end);
+    void (*embedding_backward)(float *dtable, const float *dout, const int *ids, int N, int C,
+                               int vocab_start, int vocab_end);                      /* += */
+    /* Vocab-parallel cross-entropy pieces over a local shard logits[N,V] of global columns
+       [vocab_start, vocab_start + V). */
+    void (*row_max)(float *max, const float *logits, int N, int V);
+    void (*target_logit)(float *out, const float *logits, const int *targets, int N, int V,
+                         int vocab_start);          /* logits[t - start] or 0 if not local */
+    void (*sum_exp)(float *sum, const float *logits, const float *max, int N, int V);
+    /* dlogits = (softmax - onehot_local) * dloss[row] (label smoothing: see tensor_parallel) */
+    void (*cross_entropy_backward)(float *dlogits, const float *logits, const float *max,
+                                   const float *sum, const int *targets, const float *dloss,
+                                   int N, int V, int vocab_start, float smoothing,
+                                   int vocab_global);
+    /* AdamW on one contiguous range; step counts from 1 */
+    void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int step);
+} mc_ops;
+
+MC_API const mc_ops *mc_ops_cpu(void);
+
+
+/* @ops:declarations end */
+
+/* @config:declarations begin */
+/* ---------------------------------------------------------------------------------------------
+   >>config  The GPT/transformer config: Megatron's TransformerConfig + ModelParallelConfig
+   subset for a dense GPT. Zero means Megatron's default, except where a field says otherwise.
+
+   default table:  ffn_hidden_size 4*hidden | kv_channels hidden/heads | num_query_groups heads
+                   layernorm_epsilon 1e-5   | init_method_std 0.02      | hidden/attention dropout 0.1
+                   make_vocab_size_divisible_by 128 | tp, pp 1 | seed 1234
+   Dropout: 0 selects the default 0.1; MC_DROPOUT_OFF (negative) switches dropout off. */
+#define MC_DROPOUT_OFF (-1.0f)
+#define MC_MAX_VPP 8
+
+typedef enum mc_recompute_granularity {
+    MC_RECOMPUTE_NONE = 0, MC_RECOMPUTE_FULL, MC_RECOMPUTE_SELECTIVE
+} mc_recompute_granularity;
+typedef enum mc_recompute_method {
+    MC_RECOMPUTE_METHOD_NONE = 0, MC_RECOMPUTE_UNIFORM, MC_RECOMPUTE_BLOCK
+} mc_recompute_method;
+
+typedef struct mc_gpt_config {
+    /* math (part of the math fingerprint: a checkpoint must match it) */
+    int num_layers;                    /* required */
+    int hidden_size;                   /* required */
+    int num_attention_heads;           /* required */
+    int ffn_hidden_size;
+    int kv_channels;
+    int num_query_groups;              /* only == heads (no GQA) is implemented */
+    int vocab_size;                    /* original vocabulary (padded inside) */
+    int make_vocab_size_divisible_by;
+    int max_position_embeddings;       /* default seq_length */
+    int seq_length;                    /* required */
+    float layernorm_epsilon;
+    float init_method_std;
+    int untie_embeddings_and_output_weights;   /* 0 = tied (Megatron GPT default) */
+    float hidden_dropout;
+    float attention_dropout;
+    /* layout (layout fingerprint: may differ between save and load) */
+    int tensor_model_parallel_size;
+    int pipeline_model_parallel_size;
+    int virtual_pipeline_model_parallel_size;  /* 0 = not interleaved */
+    int sequence_parallel;
+    /* performance only (no fingerprint) */
+    mc_recompute_granularity recompute_granularity;
+    mc_recompute_method recompute_method;
+    int recompute_num_layers;
+    int micro_batch_size;              /* required for activation sizing */
+    /* run */
+    int seed;                          /* > 0 */
+    int padded_vocab_size;             /* resolved: ceil(vocab / (div * tp)) * div * tp */
+} mc_gpt_config;
+
+/* Fills defaults into *out (in may equal out). */
+MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in);
+/* Checks every rule that applies (Megatron §13 subset: heads % TP, ffn % TP, layers % PP and
+   % (PP*VPP), VPP needs PP > 1, SP needs TP > 1, query groups vs TP, recompute options, dropout
+   in [0,1), vocab padding, seq % TP under SP, positions >= seq ...). Writes one line per
+   violation into report (may be NULL) and returns the number of violations (0 = valid). */
+MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap);
+MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg);
+MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg);
+/* Names every math field that differs ("layernorm_epsilon: 1e-05 vs 1e-06; ..."); returns the
+   count. */
+MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
+                                   size_t cap);
+MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp);
+
+/* @config:declarations end */
+
+/* @params:declarations begin */
+
+/* ---------------------------------------------------------------------------------------------
+   >>params  One contiguous parameter buffer per rank with a named table (llm.c's layout, with
+   Megatron's names and attributes). Parameters are registered in module order; the layout then
+   places them in REVERSE registration order (about the order backward produces gradients),
+   groups them into DDP buckets and pads them as the distributed optimizer needs (§11.3:
+   each param start to a multiple of 64, each bucket end to lcm(DP, 128), the shared embedding
+   in its own bucket). Gradients and optimizer state use the same layout, so the gradient
+   reduction and the optimizer step are flat loops over buckets. */
+#define MC_PARAM_NAME_MAX 96
+
+typedef struct mc_param_info {
+    char name[MC_PARAM_NAME_MAX];   /* Megatron key with the GLOBAL layer index, e.g.
+                                       "decoder.layers.3.mlp.linear_fc1.weight" */
+    int ndim;                       /* 1 or 2 */
+    int global_shape[2];
+    int local_shape[2];             /* this rank's shard */
+    int partition_dim;              /* -1: replicated across TP; else the split dimension */
+    int partition_stride;           /* 1 unless strided (Megatron's partition_stride) */
+    int tensor_model_parallel;      /* split across TP (counted on every TP rank in the norm) */
+    int sequence_parallel;          /* replicated but its grad is partial under SP: TP all-reduce
+                                       in finalize (LayerNorm params, row-parallel bias) */
+    int shared;                     /* the last stage's tied copy of the word embedding: skipped
+                                       by the grad norm, not saved by checkpoints */
+    int shared_embedding;           /* word embedding or its tied copy: own DDP bucket and
+                                       embedding-group all-reduce */
+    int no_weight_decay;            /* biases and norm parameters */
+    int chunk;                      /* virtual pipeline chunk (0 unless interleaved) */
+    int layer;                      /* global layer index, -1 outside the decoder layers */
+    size_t offset;                  /* element offset in the flat buffer (set by the layout) */
+    size_t numel;                   /* local element count */
+} mc_param_info;
+
+typedef struct mc_bucket {
+    size_t start, end;              /* [start, end) of the flat buffer, end padded */
+    int first_param, n_params;      /* indices into mc_param_table.order[] */
+    int chunk;
+    int shared_embedding;
+} mc_bucket;
+
+typedef struct mc_param_layout_desc {
+    int dp_size;                    /* data-parallel (x CP) size the buckets are reduced over */
+    int distributed_optimizer;      /* pad for reduce-scatter shards (§11.3) */
+    size_t bucket_size;             /* elements; 0 = one bucket per chunk (overlap off) */
+    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 */
+} mc_param_layout_desc;
+
+typedef struct mc_param_table {
+    int count, capacity;
+    mc_param_info *info;            /* registration order */
+    int *order;                     /* info indices in layout order (reverse registration) */
+    size_t total;                   /* elements in the flat buffer, padding included */
+    int n_buckets;
+    mc_bucket *buckets;
+    mc_param_layout_desc layout;
+} mc_param_table;
+
+/* Registers a parameter (shapes, flags from `proto`; name/offset ignored in proto). Returns the
+   index, or a negative status. */
+MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto);
+MC_API int mc_param_table_find(const mc_param_table *t, const char *name);   /* -1 if none */
+MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc);
+MC_API void mc_param_table_free(mc_param_table *t);
+
+/* Deterministic "CPU initialisation" (§3.1): element (i, j) of the GLOBAL [rows, cols] master of
+   parameter `name` is normal(0, std) drawn from Philox keyed by (seed, hash(name)) at counter
+   i * cols + j, so a shard is the same numbers whatever the TP size and the pipeline stage.
+   Writes the local shard [local_rows, local_cols] of partition `partition_dim` (-1 = whole
+   tensor) for tp_rank of tp_size with Megatron's stride rule. 1-D tensors: rows = 1. */
+MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int cols,
+                                 int partition_dim, int stride, int tp_rank, int tp_size,
+                                 float std, uint64_t seed);
+
+/* @params:declarations end */
+
+/* @tensor_parallel:declarations begin */
+
+/* @tensor_parallel:declarations end */
+
+/* @model:declarations begin */
+
+/* @model:declarations end */
+
+/* @schedules:declarations begin */
+
+/* ---------------------------------------------------------------------------------------------
+   >>schedules  Megatron's forward_backward functions. The application (or lab) owns data and
+   the model; the schedule owns the micro-batch order, the P2P between stages (batched), the
+   grad-sync switch on the last micro-batch, and the call to finalize_model_grads.
+
+   The forward_step contract: for every micro-batch on every stage the schedule calls
+   forward_step once; on the last (virtual) stage the output is the loss: forward_step sets
+   *loss_sum (sum of per-token losses) and *num_tokens, and the schedule scales the backward
+   seed like Megatron's loss_func 3-tuple path: loss / max(num_tokens, 1) / num_microbatches. */
+typedef struct mc_schedule_hooks {
+    void *app;
+    /* input: tensor received from the previous virtual stage (NULL on the first one).
+       *output: the tensor to send (owned by the app, valid until its backward), NULL on the
+       last virtual stage, where *loss_sum and *num_tokens are set instead. */
+    int (*forward_step)(void *app, int chunk, int microbatch, const float *input,
+                        float **output, double *loss_sum, double *num_tokens);
+    /* output_grad: gradient received from the next virtual stage, NULL on the last one, where
+       backward starts from the loss with per-token weight loss_scale. *input_grad: the gradient
+       to send to the previous stage (NULL on the first virtual stage). */
+    int (*backward_step)(void *app, int chunk, int microbatch, const float *output_grad,
+                         float loss_scale, float **input_grad);
+    /* enable = 1 right before the backward of a chunk's last micro-batch (grads of that chunk
+       become final: start the DDP bucket reductions), 0 after it. May be NULL. */
+    void (*grad_sync)(void *app, int chunk, int enable);
+    /* finalize_model_grads (§10); called once after the last backward, not when forward_only.
+       May be NULL. */
+    int (*finalize)(void *app);
+    size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H */
+} mc_schedule_hooks;
+
+typedef struct mc_schedule_result {
+    double loss_sum;                /* last stage: sum over micro-batches of per-token loss sums */
+    double num_tokens;
+    int n_ops;                      /* compute ops executed, in order */
+    mc_sched_op ops[4096];          /* trace (truncated beyond 4096) */
+} mc_schedule_result;
+
+typedef int (*mc_forward_backward_func)(const mc_parallel_state *ps,
+                                        const mc_schedule_hooks *hooks, int num_microbatches,
+                                        int forward_only, mc_schedule_result *result);
+/* no pipelining (PP = 1), 1F1B (PP > 1), interleaved 1F1B (VPP > 1), as Megatron decides. */
+MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps);
+MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
+                                             const mc_schedule_hooks *hooks, int num_microbatches,
+                                             int forward_only, mc_schedule_result *result);
+MC_API int mc_forward_backward_pipelining_without_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result);
+MC_API int mc_forward_backward_pipelining_with_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result);
+
+/* @schedules:declarations end */
+
+/* @ddp:declarations begin */
+
+/* @ddp:declarations end */
+
+/* @optimizer:declarations begin */
+
+/* @optimizer:declarations end */
+
+/* @checkpoint:declarations begin */
+
+/* @checkpoint:declarations end */
+
 #ifdef __cplusplus
 }
 #endif
@@ -4226,6 +4526,45 @@ MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int t
     return mc_rng_tracker_add(t, MC_RNG_EXPERT_PARALLEL,
                               (uint64_t)(stage_seed + 1024 + 100LL * ep_rank + etp_rank));
 }
+
+/* =============================================================================================
+   The training core (implementation), one block per module in dependency order. */
+
+/* @ops:implementation begin */
+
+/* @ops:implementation end */
+
+/* @config:implementation begin */
+
+/* @config:implementation end */
+
+/* @params:implementation begin */
+
+/* @params:implementation end */
+
+/* @tensor_parallel:implementation begin */
+
+/* @tensor_parallel:implementation end */
+
+/* @model:implementation begin */
+
+/* @model:implementation end */
+
+/* @schedules:implementation begin */
+
+/* @schedules:implementation end */
+
+/* @ddp:implementation begin */
+
+/* @ddp:implementation end */
+
+/* @optimizer:implementation begin */
+
+/* @optimizer:implementation end */
+
+/* @checkpoint:implementation begin */
+
+/* @checkpoint:implementation end */
 
 #endif /* MEGATRON_C_IMPLEMENTATION */
 
