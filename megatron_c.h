@@ -988,6 +988,246 @@ MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int c
 
 /* @model:declarations begin */
 
+/* ---------------------------------------------------------------------------------------------
+   >>gpt  The transformer layer, the block and Megatron's GPTModel on the op table.
+
+   One mc_gpt holds this rank's part of the model: the model chunks of its pipeline stage (one,
+   or VPP chunks when interleaved), their parameters in ONE flat buffer (and the gradients in a
+   second buffer of the same layout) described by an mc_param_table with Megatron's key names,
+   and the saved activations of `n_slots` micro-batches per chunk.
+
+       mc_gpt gpt;
+       mc_gpt_init(&gpt, &(mc_gpt_desc){ .config = cfg, .ps = &ps, .n_slots = 4 });
+       mc_gpt_zero_grad(&gpt);
+       float *out; double loss_sum; float *dinp;
+       mc_gpt_forward(&gpt, chunk, slot, tokens, labels, input, &out, &loss_sum);
+       mc_gpt_backward(&gpt, chunk, slot, out_grad, 1.0f / (S * B), &dinp);
+       mc_gpt_free(&gpt);
+
+   Shapes (llm.c style; every activation is [S, B, C] row-major, token n = s * B + b):
+     S seq_length, B micro_batch_size, N = S * B tokens, H hidden, NH heads, HD kv_channels,
+     Q = NH * HD, F ffn_hidden_size, Vp padded vocab; TP splits heads, F and Vp:
+     NHl = NH / TP, Ql = Q / TP, Fl = F / TP, Vl = Vp / TP. Ns = N / TP under sequence
+     parallelism (the sequence is split into TP contiguous pieces), else N. The tensor a stage
+     sends to the next one (the block output) is [Ns, H].
+     tokens, labels: [S, B] ints (sequence first, like the activations). losses: [S, B].
+
+   Stages and chunks (§7.1): chunk c of pipeline rank r is the virtual stage c * PP + r and
+   builds L / (PP * VPP) layers starting at global layer c * (L / VPP) + r * (L / (PP * VPP)).
+   pre_process (embedding) is chunk 0 of rank 0, post_process (final norm, output layer, loss)
+   the last chunk of the last rank; with PP = 1 the one chunk is both.
+
+   Parameters are registered in Megatron's module order, chunk by chunk:
+       embedding.word_embeddings.weight        [Vp, H]   split on dim 0 (vocab)
+       embedding.position_embeddings.weight    [P, H]    replicated (P = max positions)
+       decoder.layers.{L}.input_layernorm.weight / .bias                      [H]
+       decoder.layers.{L}.self_attention.linear_qkv.weight   [3Q, H] dim 0   .bias [3Q] dim 0
+       decoder.layers.{L}.self_attention.linear_proj.weight  [H, Q]  dim 1   .bias [H]
+       decoder.layers.{L}.pre_mlp_layernorm.weight / .bias                    [H]
+       decoder.layers.{L}.mlp.linear_fc1.weight              [F, H]  dim 0   .bias [F] dim 0
+       decoder.layers.{L}.mlp.linear_fc2.weight              [H, F]  dim 1   .bias [H]
+       decoder.final_layernorm.weight / .bias                                 [H]
+       output_layer.weight                                   [Vp, H] dim 0
+   {L} is the GLOBAL layer index. The rows of linear_qkv are grouped per head, [q|k|v] of
+   HD rows each, so a dim-0 shard holds whole heads. Norm parameters and the row-parallel
+   biases carry sequence_parallel = 1 under SP (their grads are partial sums over the sequence
+   shards and finalize sums them over TP). Biases and norm parameters have no_weight_decay.
+   output_layer.weight exists when the embeddings are untied, or, tied with PP > 1, as the last
+   stage's copy (shared = 1, shared_embedding = 1): zero-filled, then all-reduced over the
+   embedding group at init so it equals the first stage's word embedding (§7.3); finalize keeps
+   the two in step by all-reducing their grads. Tied with PP = 1 the output layer reads the
+   word embedding itself and its gradient adds into the embedding's.
+
+   Initialisation is the TP-invariant CPU initialisation (mc_init_normal_shard, std
+   init_method_std; linear_proj and linear_fc2 weights std / sqrt(2 L); biases 0; norm weight 1,
+   bias 0), so every shard equals the slice of the TP = 1, PP = 1 model's tensor. Note that the
+   padded vocabulary depends on TP (ceil(V / (div * TP)) * div * TP): models compare across TP
+   only when Vp comes out the same.
+
+   Dropout and random streams (§6.3; tracker seeded like Megatron, §6.1):
+     attention-probability dropout   model-parallel-rng (distinct per TP rank: local heads)
+     hidden dropout (after linear_proj and linear_fc2), embedding dropout
+                                     default generator without SP (the activation is
+                                     replicated over TP, so all TP ranks draw the same mask),
+                                     model-parallel-rng with SP (the activation is split).
+   Every dropout takes (seed, offset) from its stream and advances the stream's offset by the
+   element count (rounded up to 4), so the streams advance deterministically per micro-batch
+   and layer. The mask is a pure function of (seed, offset): backward redraws it.
+
+   Recompute (§6.4): full granularity keeps, per checkpointed group of layers, only the group's
+   input and a snapshot of every RNG stream (mc_rng_tracker_get_states) taken before its
+   forward; backward restores the snapshot, re-runs the group's forward, restores the current
+   streams and then runs the group's backward. uniform: groups of recompute_num_layers
+   consecutive layers of each chunk (the last may be shorter); block: each of the first
+   recompute_num_layers layers of each chunk alone, the rest normally. The residual stream
+   between layers outside the groups is kept ([Ns, H] per layer boundary). Selective
+   granularity: the attention probabilities [B, NHl, S, S] are not kept; backward recomputes
+   core attention with the same (seed, offset). Both give results bit-identical to no
+   recompute: the same ops run on the same inputs in the same order. */
+
+#define MC_GPT_MAX_CHUNKS MC_MAX_VPP
+
+/* The tensors of one transformer layer, in registration order. */
+typedef enum mc_gpt_layer_tensor {
+    MC_GPT_LN1_W = 0,    /* input_layernorm.weight                (H) */
+    MC_GPT_LN1_B,        /* input_layernorm.bias                  (H) */
+    MC_GPT_QKV_W,        /* self_attention.linear_qkv.weight      (3Q/TP, H) */
+    MC_GPT_QKV_B,        /* self_attention.linear_qkv.bias        (3Q/TP) */
+    MC_GPT_PROJ_W,       /* self_attention.linear_proj.weight     (H, Q/TP) */
+    MC_GPT_PROJ_B,       /* self_attention.linear_proj.bias       (H) */
+    MC_GPT_LN2_W,        /* pre_mlp_layernorm.weight              (H) */
+    MC_GPT_LN2_B,        /* pre_mlp_layernorm.bias                (H) */
+    MC_GPT_FC1_W,        /* mlp.linear_fc1.weight                 (F/TP, H) */
+    MC_GPT_FC1_B,        /* mlp.linear_fc1.bias                   (F/TP) */
+    MC_GPT_FC2_W,        /* mlp.linear_fc2.weight                 (H, F/TP) */
+    MC_GPT_FC2_B,        /* mlp.linear_fc2.bias                   (H) */
+    MC_GPT_LAYER_TENSORS
+} mc_gpt_layer_tensor;
+
+typedef struct mc_gpt mc_gpt;
+struct mc__gpt_layer_cache;   /* saved activations of one layer (private) */
+struct mc__gpt_impl;          /* buffers and bookkeeping (private) */
+
+/* What a submodule of one transformer layer works on: the layer's weights and grads (rank-
+   local shards, pointers into the flat buffers, indexed by mc_gpt_layer_tensor) and the cache
+   its forward fills and its backward reads. */
+typedef struct mc_layer_ctx {
+    mc_gpt *gpt;
+    int chunk;                              /* model chunk on this stage */
+    int layer;                              /* local layer index in the chunk */
+    int global_layer;
+    float *w[MC_GPT_LAYER_TENSORS];
+    float *g[MC_GPT_LAYER_TENSORS];
+    struct mc__gpt_layer_cache *cache;
+} mc_layer_ctx;
+
+/* Megatron's layer spec: the submodules of a pre-LN transformer layer as function pointers.
+   The layer itself owns the dropouts and residuals:
+       x1 = x + dropout(attention(norm(x, 0)));    out = x1 + dropout(mlp(norm(x1, 1)))
+   Forward functions overwrite `out`; backward functions accumulate (+=) into parameter grads;
+   norm_backward accumulates into dinp, attention_backward and mlp_backward overwrite it.
+   In/outputs are [Ns, H]. mc_transformer_spec_local() is Megatron's "local" spec: LayerNorm,
+   ColumnParallel QKV + core attention on local heads + RowParallel projection, and a GELU
+   MLP with ColumnParallel fc1 and RowParallel fc2. */
+typedef struct mc_transformer_spec {
+    const char *name;
+    /* which: 0 input_layernorm, 1 pre_mlp_layernorm */
+    int (*norm_forward)(const mc_layer_ctx *ctx, int which, float *out, const float *inp);
+    int (*norm_backward)(const mc_layer_ctx *ctx, int which, float *dinp, const float *dout,
+                         const float *inp);
+    int (*attention_forward)(const mc_layer_ctx *ctx, float *out, const float *inp);
+    int (*attention_backward)(const mc_layer_ctx *ctx, float *dinp, const float *dout,
+                              const float *inp);
+    int (*mlp_forward)(const mc_layer_ctx *ctx, float *out, const float *inp);
+    int (*mlp_backward)(const mc_layer_ctx *ctx, float *dinp, const float *dout,
+                        const float *inp);
+} mc_transformer_spec;
+
+MC_API const mc_transformer_spec *mc_transformer_spec_local(void);
+
+/* Zero means default. */
+typedef struct mc_gpt_desc {
+    mc_gpt_config config;           /* resolved (mc_gpt_config_resolve) or not: a config whose
+                                       padded_vocab_size is 0 is resolved here */
+    mc_parallel_state *ps;          /* NULL: one rank, no communication; else its grid must
+                                       match the config's TP / PP / VPP */
+    const mc_ops *ops;              /* default mc_ops_cpu() */
+    const mc_transformer_spec *spec;/* default mc_transformer_spec_local() */
+    int n_slots;                    /* micro-batches whose activations are kept at once per
+                                       chunk (default 1; 1F1B needs PP, interleaving more) */
+    int gather_logits;              /* 0 (default): parallel_output, logits stay [N, Vl];
+                                       1: mc_gpt_logits returns them gathered [N, Vp] */
+    int distributed_optimizer;      /* passed to mc_param_table_layout */
+    size_t bucket_size;             /* DDP bucket size in elements; 0 = one bucket per chunk */
+} mc_gpt_desc;
+
+struct mc_gpt {
+    mc_gpt_config config;           /* resolved */
+    mc_parallel_state *ps;          /* may be NULL */
+    const mc_ops *ops;
+    const mc_transformer_spec *spec;
+    int n_slots;
+    int gather_logits;
+    /* sizes */
+    int tp, tp_rank, pp, pp_rank, dp, dp_rank;
+    int n_chunks;                   /* VPP, or 1 */
+    int layers_per_chunk;           /* L / (PP * VPP) */
+    int layer_offset[MC_GPT_MAX_CHUNKS];   /* global index of each chunk's first layer */
+    int S, B, N, Ns, H, NH, HD, Q, F;
+    int NHl, Ql, Fl;                /* per TP rank */
+    int vocab_padded, vocab_local, vocab_start;
+    int sequence_parallel;
+    int tied;                       /* share_embeddings_and_output_weights */
+    size_t p2p_elems;               /* Ns * H: what one stage sends the next */
+    /* parameters */
+    mc_param_table table;           /* names, shapes, flags, offsets (layout done) */
+    float *params;                  /* (table.total) */
+    float *grads;                   /* (table.total) parameter grads accumulate here (+=) */
+    /* random streams: Megatron's tracker for this rank (seed, tp_rank, pp_rank) */
+    mc_rng_tracker rng;
+    int training;                   /* 1 after init: dropout on; 0: every dropout is off */
+    /* DDP hook: called with a parameter's table index once backward has finished its grad
+       (a layer's params after that layer's backward, the embedding's after the embedding's),
+       only while grad sync is enabled for the chunk (mc_gpt_set_grad_sync, default on). */
+    void (*grad_ready)(void *user, int param_index);
+    void *grad_ready_user;
+    int grad_sync[MC_GPT_MAX_CHUNKS];
+    struct mc__gpt_impl *impl;      /* private */
+};
+
+/* Layers per chunk and the global index of a chunk's first layer (§7.1), for a config whose
+   layer count divides evenly. Negative status when the config does not divide. */
+MC_API int mc_gpt_num_layers_to_build(const mc_gpt_config *cfg);
+MC_API int mc_gpt_layer_offset(const mc_gpt_config *cfg, int pp_rank, int vp_stage);
+
+/* Validates the config (every violated rule in the error message), checks it against the
+   parallel state, registers and lays out the parameters, allocates the two flat buffers and
+   the activations, initialises the weights, ties the embedding copy over the embedding group
+   (a collective over that group: both end stages call init together) and seeds the tracker. */
+MC_API int mc_gpt_init(mc_gpt *gpt, const mc_gpt_desc *desc);
+MC_API void mc_gpt_free(mc_gpt *gpt);
+
+MC_API int mc_gpt_is_pre_process(const mc_gpt *gpt, int chunk);    /* embedding here */
+MC_API int mc_gpt_is_post_process(const mc_gpt *gpt, int chunk);   /* norm + output + loss */
+
+/* Forward of one micro-batch through one chunk, into activation slot `slot`.
+   pre_process chunk: tokens [S, B] required, input ignored. Other chunks: input [Ns, H], the
+   previous virtual stage's output (copied). post_process chunk: *output = NULL; with labels
+   [S, B] the per-token losses are computed and *loss_sum (may be NULL) is their sum; without
+   labels only the logits. Other chunks: *output = the block output [Ns, H], owned by the model
+   and valid until the slot's next forward. Collectives: TP (and none over PP). */
+MC_API int mc_gpt_forward(mc_gpt *gpt, int chunk, int slot, const int *tokens,
+                          const int *labels, const float *input, float **output,
+                          double *loss_sum);
+/* Backward of the micro-batch in `slot`. post_process chunk: output_grad must be NULL and
+   backward starts from the loss with d loss_n = loss_scale for every token. Other chunks:
+   output_grad [Ns, H] from the next virtual stage. Parameter grads accumulate into
+   gpt->grads. *input_grad = NULL on the pre_process chunk, else the gradient of the input
+   [Ns, H] (owned by the model, valid until the slot's next backward). */
+MC_API int mc_gpt_backward(mc_gpt *gpt, int chunk, int slot, const float *output_grad,
+                           float loss_scale, float **input_grad);
+
+/* The schedule adapter (mc_schedule_hooks): the application's hooks call these with the
+   micro-batch's data. The slot is microbatch % n_slots; *num_tokens = S * B on the last
+   stage. backward_step checks that the slot still holds `microbatch`. */
+MC_API int mc_gpt_forward_step(mc_gpt *gpt, int chunk, int microbatch, const int *tokens,
+                               const int *labels, const float *input, float **output,
+                               double *loss_sum, double *num_tokens);
+MC_API int mc_gpt_backward_step(mc_gpt *gpt, int chunk, int microbatch,
+                                const float *output_grad, float loss_scale, float **input_grad);
+
+MC_API void mc_gpt_zero_grad(mc_gpt *gpt);
+MC_API void mc_gpt_set_grad_sync(mc_gpt *gpt, int chunk, int enable);
+/* The local shard of a parameter / of its grad by Megatron name; NULL when not on this rank. */
+MC_API float *mc_gpt_param(const mc_gpt *gpt, const char *name);
+MC_API float *mc_gpt_grad(const mc_gpt *gpt, const char *name);
+/* Per-token losses [S, B] of the slot's last forward on the post_process chunk. */
+MC_API const float *mc_gpt_losses(const mc_gpt *gpt, int slot);
+/* Logits of the slot's last forward on the post_process chunk: [N, Vl] (parallel_output), or,
+   with gather_logits, all-gathered over TP into out [N, Vp] (a TP collective). *n_vocab
+   receives the row length. */
+MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
+
 /* @model:declarations end */
 
 /* @schedules:declarations begin */
@@ -4547,6 +4787,1334 @@ MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int t
 /* @tensor_parallel:implementation end */
 
 /* @model:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>gpt  transformer layer, block, GPTModel (declarations and the shape legend at >>gpt above)
+
+#include <math.h>   /* defines: sqrt, log (init scale, loss) */
+
+/* (seed, offset, p) of one dropout: p == 0 means off (no draw was made). */
+typedef struct mc__gpt_draw {
+    uint64_t seed, offset;
+    float p;
+} mc__gpt_draw;
+
+struct mc__gpt_layer_cache {
+    float *ln1;                  /* (Ns, H) input_layernorm output */
+    float *ln1_mean, *ln1_rstd;  /* (Ns) */
+    float *qkv;                  /* (N, 3*Ql) per-head [q|k|v] */
+    float *atty;                 /* (N, Ql) core attention output */
+    float *probs;                /* (B, NHl, S, S) softmax; NULL under selective recompute */
+    float *res1;                 /* (Ns, H) x + dropout(attention) */
+    float *ln2;                  /* (Ns, H) pre_mlp_layernorm output */
+    float *ln2_mean, *ln2_rstd;  /* (Ns) */
+    float *fc1;                  /* (N, Fl) before GELU */
+    float *gelu;                 /* (N, Fl) */
+    mc__gpt_draw attn_drop, drop1, drop2;
+};
+
+/* The saved activations of one micro-batch slot of one chunk. */
+typedef struct mc__gpt_act {
+    int microbatch;              /* held micro-batch (-1: none); set by forward_step */
+    int forward_done;            /* forward ran and backward has not */
+    int has_labels;
+    float **res;                 /* (nl + 1) pointers to (Ns, H): res[l] is layer l's input,
+                                    res[nl] the block output; inside a recompute group they
+                                    point into the shared recompute scratch */
+    struct mc__gpt_layer_cache *layer;   /* (nl) caches of the layers that are not recomputed */
+    mc_rng_states *group_rng;    /* (n_groups) stream snapshots before each recompute group */
+    float *dinput;               /* (Ns, H) grad of res[0] (what backward hands back) */
+    /* pre_process */
+    int *tokens;                 /* (N) */
+    mc__gpt_draw emb_drop;
+    /* post_process */
+    int *labels;                 /* (N) */
+    float *lnf;                  /* (Ns, H) final_layernorm output */
+    float *lnf_mean, *lnf_rstd;  /* (Ns) */
+    float *logits;               /* (N, Vl) */
+    float *ce_max, *ce_sum;      /* (N) global row max and sum of exp(logit - max) */
+    float *losses;               /* (N) */
+} mc__gpt_act;
+
+struct mc__gpt_impl {
+    void **allocs[2];            /* what mc_gpt_free releases: [0] op-table memory, [1] host */
+    int n_allocs[2], cap_allocs[2];
+    /* parameter indices: -1 where absent on this rank */
+    int word[MC_GPT_MAX_CHUNKS], pos[MC_GPT_MAX_CHUNKS];
+    int lnf_w[MC_GPT_MAX_CHUNKS], lnf_b[MC_GPT_MAX_CHUNKS], out_w[MC_GPT_MAX_CHUNKS];
+    int *layer_params;           /* (n_chunks, nl, MC_GPT_LAYER_TENSORS) */
+    /* recompute groups of a chunk (the same for every chunk): group_of[l] = -1 when layer l
+       is not recomputed; group g covers [group_start[g], group_start[g] + group_len[g]) */
+    int *group_of, *group_start, *group_len;
+    int n_groups, max_group;
+    int selective;
+    mc__gpt_act *act;            /* (n_chunks, n_slots) */
+    /* shared scratch */
+    struct mc__gpt_layer_cache *rc_cache;   /* (max_group) caches for recomputed layers */
+    float **rc_res;              /* (max_group) interior residuals of a group */
+    float *probs_scratch;        /* (B, NHl, S, S) selective recompute */
+    float *atty_scratch;         /* (N, Ql) selective recompute output (discarded) */
+    float *full_a, *full_b;      /* (N, max(H, Ql, Fl)) gathered inputs / partial outputs */
+    float *tmp_a, *tmp_b;        /* (Ns, H) sub-module outputs before dropout */
+    float *d_a, *d_b, *d_c;      /* (Ns, H) backward residual-stream grads */
+    float *d_ln;                 /* (Ns, H) grad of a norm output */
+    float *d_qkv;                /* (N, 3*Ql) */
+    float *d_atty;               /* (N, Ql) */
+    float *d_fc_a, *d_fc_b;      /* (N, Fl) */
+    float *d_logits;             /* (N, Vl) */
+    float *d_loss;               /* (N) */
+    float *ce_tmp;               /* (N) target logits */
+    int *pos_ids;                /* (N) position of each token: s */
+};
+
+#define MC__GPT_LN_EPS(g) ((g)->config.layernorm_epsilon)
+
+/* Remembers a block for mc_gpt_free: list 0 holds op-table (device) memory, list 1 host
+   bookkeeping (pointer arrays, stream snapshots). */
+static int mc__gpt_track(mc_gpt *g, int host, void *p) {
+    struct mc__gpt_impl *im = g->impl;
+    if (im->n_allocs[host] == im->cap_allocs[host]) {
+        int cap = im->cap_allocs[host] ? 2 * im->cap_allocs[host] : 64;
+        void **grown = (void **)mc_malloc((size_t)cap * sizeof *grown);
+        if (!grown) return MC_ERR_NO_MEMORY;
+        if (im->n_allocs[host])
+            memcpy(grown, im->allocs[host], (size_t)im->n_allocs[host] * sizeof *grown);
+        mc_free(im->allocs[host]);
+        im->allocs[host] = grown;
+        im->cap_allocs[host] = cap;
+    }
+    im->allocs[host][im->n_allocs[host]++] = p;
+    return MC_OK;
+}
+
+/* zero-filled memory of the op table's device */
+static void *mc__gpt_alloc(mc_gpt *g, size_t bytes) {
+    void *p = g->ops->alloc(bytes ? bytes : 1);
+    if (p && mc__gpt_track(g, 0, p) != MC_OK) {
+        g->ops->free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* zero-filled host memory */
+static void *mc__gpt_host(mc_gpt *g, size_t bytes) {
+    void *p = mc_calloc(1, bytes ? bytes : 1);
+    if (p && mc__gpt_track(g, 1, p) != MC_OK) {
+        mc_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static float *mc__gpt_floats(mc_gpt *g, size_t n) { return (float *)mc__gpt_alloc(g, n * sizeof(float)); }
+
+static mc_comm *mc__gpt_group(const mc_gpt *g, mc_group_kind kind) {
+    return g->ps ? mc_parallel_group(g->ps, kind) : NULL;
+}
+
+static mc_comm *mc__gpt_tp_comm(const mc_gpt *g) {
+    mc_comm *c = mc__gpt_group(g, MC_GROUP_TP);
+    return c && c->size > 1 ? c : NULL;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TP glue: the column / row linear layers, the vocab-parallel embedding and cross entropy as
+// the layer code calls them, with their communication explicit.
+
+/* all-gather along the sequence: full (N, C) <- local (Ns, C) of every TP rank, rank order */
+static int mc__gpt_sp_gather(mc_gpt *g, float *full, const float *local, int C) {
+    mc_comm *tp = mc__gpt_tp_comm(g);
+    if (!tp) {
+        g->ops->copy(full, local, (size_t)g->N * (size_t)C);
+        return MC_OK;
+    }
+    return mc_all_gather(tp, local, full, (size_t)g->Ns * (size_t)C, MC_F32);
+}
+
+/* reduce-scatter along the sequence: local (Ns, C) <- sum over TP of full (N, C), own rows */
+static int mc__gpt_sp_reduce_scatter(mc_gpt *g, float *local, const float *full, int C) {
+    mc_comm *tp = mc__gpt_tp_comm(g);
+    if (!tp) {
+        g->ops->copy(local, full, (size_t)g->N * (size_t)C);
+        return MC_OK;
+    }
+    return mc_reduce_scatter(tp, full, local, (size_t)g->Ns * (size_t)C, MC_F32, MC_SUM);
+}
+
+static int mc__gpt_tp_all_reduce(mc_gpt *g, float *buf, size_t n, mc_reduce_op op) {
+    mc_comm *tp = mc__gpt_tp_comm(g);
+    return tp ? mc_all_reduce(tp, buf, buf, n, MC_F32, op) : MC_OK;
+}
+
+/* ColumnParallelLinear forward: out (N, O) = X W^T + b with X (N, K) the input, gathered along
+   the sequence first under SP (in is then (Ns, K)). W (O, K) and b (O) are this rank's rows. */
+static int mc__gpt_column_forward(mc_gpt *g, float *out, const float *in, const float *w,
+                                  const float *b, int O, int K) {
+    const float *x = in;
+    int rc;
+    if (g->sequence_parallel) {
+        if ((rc = mc__gpt_sp_gather(g, g->impl->full_a, in, K)) != MC_OK) return rc;
+        x = g->impl->full_a;
+    }
+    g->ops->gemm(out, x, w, g->N, O, K, 0, 1, 1.0f, 0.0f);
+    if (b) g->ops->add_bias(out, b, g->N, O);
+    return MC_OK;
+}
+
+/* ColumnParallelLinear backward. din = (overwrite): (N, K) all-reduced over TP without SP,
+   (Ns, K) reduce-scattered along the sequence with SP. dW += dY^T X, db += column sums of dY.
+   The dX reduction is started before the weight-gradient GEMM and waited after it (they
+   overlap, as in Megatron). Under SP the input is gathered again: it was not kept. */
+static int mc__gpt_column_backward(mc_gpt *g, float *din, float *dw, float *db,
+                                   const float *dout, const float *in, const float *w, int O,
+                                   int K) {
+    struct mc__gpt_impl *im = g->impl;
+    mc_comm *tp = mc__gpt_tp_comm(g);
+    mc_request *req = NULL;
+    const float *x = in;
+    int rc;
+    if (g->sequence_parallel) {
+        /* dX (N, K) into full_b, reduce-scatter into din after the wgrad GEMM */
+        g->ops->gemm(im->full_b, dout, w, g->N, K, O, 0, 0, 1.0f, 0.0f);
+        if ((rc = mc__gpt_sp_gather(g, im->full_a, in, K)) != MC_OK) return rc;
+        x = im->full_a;
+        if (tp && (rc = mc_reduce_scatter_async(tp, im->full_b, din, (size_t)g->Ns * (size_t)K,
+                                                MC_F32, MC_SUM, &req)) != MC_OK)
+            return rc;
+        if (!tp) g->ops->copy(din, im->full_b, (size_t)g->N * (size_t)K);
+    } else {
+        g->ops->gemm(din, dout, w, g->N, K, O, 0, 0, 1.0f, 0.0f);
+        if (tp && (rc = mc_all_reduce_async(tp, din, din, (size_t)g->N * (size_t)K, MC_F32,
+                                            MC_SUM, &req)) != MC_OK)
+            return rc;
+    }
+    g->ops->gemm(dw, dout, x, O, K, g->N, 1, 0, 1.0f, 1.0f);
+    if (db) g->ops->bias_backward(db, dout, g->N, O);
+    return req ? mc_wait(req) : MC_OK;
+}
+
+/* RowParallelLinear forward (input_is_parallel): partial (N, O) = X W^T with X (N, K) this
+   rank's slice of the input features; summed over TP by an all-reduce into out (N, O), or by
+   a reduce-scatter along the sequence into out (Ns, O) under SP; then the full bias, once. */
+static int mc__gpt_row_forward(mc_gpt *g, float *out, const float *in, const float *w,
+                               const float *b, int O, int K) {
+    int rc;
+    if (g->sequence_parallel) {
+        g->ops->gemm(g->impl->full_a, in, w, g->N, O, K, 0, 1, 1.0f, 0.0f);
+        if ((rc = mc__gpt_sp_reduce_scatter(g, out, g->impl->full_a, O)) != MC_OK) return rc;
+    } else {
+        g->ops->gemm(out, in, w, g->N, O, K, 0, 1, 1.0f, 0.0f);
+        if ((rc = mc__gpt_tp_all_reduce(g, out, (size_t)g->N * (size_t)O, MC_SUM)) != MC_OK)
+            return rc;
+    }
+    if (b) g->ops->add_bias(out, b, g->Ns, O);
+    return MC_OK;
+}
+
+/* RowParallelLinear backward. dout is (Ns, O) (all-gathered along the sequence first under
+   SP) or (N, O). din (N, K) = dY W (overwrite), dW += dY^T X, db += column sums of the LOCAL
+   dout (a partial sum under SP, completed by finalize's TP all-reduce). */
+static int mc__gpt_row_backward(mc_gpt *g, float *din, float *dw, float *db, const float *dout,
+                                const float *in, const float *w, int O, int K) {
+    const float *dy = dout;
+    int rc;
+    if (db) g->ops->bias_backward(db, dout, g->Ns, O);
+    if (g->sequence_parallel) {
+        if ((rc = mc__gpt_sp_gather(g, g->impl->full_b, dout, O)) != MC_OK) return rc;
+        dy = g->impl->full_b;
+    }
+    g->ops->gemm(din, dy, w, g->N, K, O, 0, 0, 1.0f, 0.0f);
+    g->ops->gemm(dw, dy, in, O, K, g->N, 1, 0, 1.0f, 1.0f);
+    return MC_OK;
+}
+
+/* VocabParallelEmbedding forward: out (N, H) = rows of this rank's vocab range, zero
+   elsewhere, summed over TP (every token's row lives on exactly one rank). */
+static int mc__gpt_vocab_embedding_forward(mc_gpt *g, float *out, const int *ids,
+                                           const float *table) {
+    g->ops->embedding_forward(out, ids, table, g->N, g->H, g->vocab_start,
+                              g->vocab_start + g->vocab_local);
+    return mc__gpt_tp_all_reduce(g, out, (size_t)g->N * (size_t)g->H, MC_SUM);
+}
+
+/* Vocab-parallel cross entropy forward (§5): three TP all-reduces (MAX of the row maxima,
+   SUM of the target logits, SUM of the exponentials); the full logits are never gathered.
+   losses (N) = log(sum exp(l - max)) + max - l[target]. */
+static int mc__gpt_vocab_ce_forward(mc_gpt *g, float *losses, float *row_max, float *sum_exp,
+                                    const float *logits, const int *targets) {
+    float *target = g->impl->ce_tmp;
+    int n, rc;
+    g->ops->row_max(row_max, logits, g->N, g->vocab_local);
+    if ((rc = mc__gpt_tp_all_reduce(g, row_max, (size_t)g->N, MC_MAX)) != MC_OK) return rc;
+    g->ops->target_logit(target, logits, targets, g->N, g->vocab_local, g->vocab_start);
+    if ((rc = mc__gpt_tp_all_reduce(g, target, (size_t)g->N, MC_SUM)) != MC_OK) return rc;
+    g->ops->sum_exp(sum_exp, logits, row_max, g->N, g->vocab_local);
+    if ((rc = mc__gpt_tp_all_reduce(g, sum_exp, (size_t)g->N, MC_SUM)) != MC_OK) return rc;
+    for (n = 0; n < g->N; n++)
+        losses[n] = (float)(log((double)sum_exp[n]) + (double)row_max[n] - (double)target[n]);
+    return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// random streams
+
+/* Takes (seed, offset) for n elements from `stream` (MC_RNG_DEFAULT or a tracker stream) and
+   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw. */
+static int mc__gpt_draw_from(mc_gpt *g, const char *stream, size_t n, float p,
+                             mc__gpt_draw *d) {
+    int forked = strcmp(stream, MC_RNG_DEFAULT) != 0, rc;
+    mc_rng *r;
+    memset(d, 0, sizeof *d);
+    if (!g->training || !(p > 0.0f)) return MC_OK;
+    if (forked && (rc = mc_rng_tracker_fork(&g->rng, stream)) != MC_OK) return rc;
+    r = mc_rng_tracker_current(&g->rng);
+    d->seed = r->seed;
+    d->offset = r->offset;
+    d->p = p;
+    r->offset += ((uint64_t)n + 3u) & ~(uint64_t)3u;
+    return forked ? mc_rng_tracker_unfork(&g->rng, stream) : MC_OK;
+}
+
+/* Hidden and embedding dropout: the default generator where the activation is replicated over
+   TP, the model-parallel stream where it is split (SP), as Megatron forks the whole block. */
+static const char *mc__gpt_hidden_stream(const mc_gpt *g) {
+    return g->sequence_parallel ? MC_RNG_MODEL_PARALLEL : MC_RNG_DEFAULT;
+}
+
+static float mc__gpt_dropout_p(float p) { return p > 0.0f ? p : 0.0f; }
+
+/* out = dropout(inp) with the recorded draw (a copy when off) */
+static void mc__gpt_dropout_forward(mc_gpt *g, float *out, const float *inp, size_t n,
+                                    const mc__gpt_draw *d) {
+    if (d->p > 0.0f)
+        g->ops->dropout_forward(out, inp, n, d->p, d->seed, d->offset);
+    else
+        g->ops->copy(out, inp, n);
+}
+
+static void mc__gpt_dropout_backward(mc_gpt *g, float *dinp, const float *dout, size_t n,
+                                     const mc__gpt_draw *d) {
+    if (d->p > 0.0f)
+        g->ops->dropout_backward(dinp, dout, n, d->p, d->seed, d->offset);
+    else
+        g->ops->copy(dinp, dout, n);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the local spec: LayerNorm, self-attention, MLP
+
+static int mc__gpt_local_norm_forward(const mc_layer_ctx *ctx, int which, float *out,
+                                      const float *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    int w = which ? MC_GPT_LN2_W : MC_GPT_LN1_W;
+    g->ops->layernorm_forward(out, which ? c->ln2_mean : c->ln1_mean,
+                              which ? c->ln2_rstd : c->ln1_rstd, inp, ctx->w[w], ctx->w[w + 1],
+                              g->Ns, g->H, MC__GPT_LN_EPS(g));
+    return MC_OK;
+}
+
+static int mc__gpt_local_norm_backward(const mc_layer_ctx *ctx, int which, float *dinp,
+                                       const float *dout, const float *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    int w = which ? MC_GPT_LN2_W : MC_GPT_LN1_W;
+    g->ops->layernorm_backward(dinp, ctx->g[w], ctx->g[w + 1], dout, inp, ctx->w[w],
+                               which ? c->ln2_mean : c->ln1_mean,
+                               which ? c->ln2_rstd : c->ln1_rstd, g->Ns, g->H);
+    return MC_OK;
+}
+
+/* QKV column-parallel -> causal attention on the local heads (probability dropout under the
+   model-parallel stream) -> projection row-parallel (+ bias). out (Ns, H). */
+static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, float *out,
+                                           const float *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    size_t n_probs = (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S;
+    float *probs = c->probs ? c->probs : g->impl->probs_scratch;
+    int rc;
+    if ((rc = mc__gpt_column_forward(g, c->qkv, inp, ctx->w[MC_GPT_QKV_W], ctx->w[MC_GPT_QKV_B],
+                                     3 * g->Ql, g->H)) != MC_OK)
+        return rc;
+    if ((rc = mc__gpt_draw_from(g, MC_RNG_MODEL_PARALLEL, n_probs,
+                                mc__gpt_dropout_p(g->config.attention_dropout),
+                                &c->attn_drop)) != MC_OK)
+        return rc;
+    g->ops->attention_forward(c->atty, probs, c->qkv, g->S, g->B, g->NHl, g->HD,
+                              c->attn_drop.p, c->attn_drop.seed, c->attn_drop.offset);
+    return mc__gpt_row_forward(g, out, c->atty, ctx->w[MC_GPT_PROJ_W], ctx->w[MC_GPT_PROJ_B],
+                               g->H, g->Ql);
+}
+
+static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, float *dinp,
+                                            const float *dout, const float *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_impl *im = g->impl;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    const float *probs = c->probs;
+    int rc;
+    if ((rc = mc__gpt_row_backward(g, im->d_atty, ctx->g[MC_GPT_PROJ_W], ctx->g[MC_GPT_PROJ_B],
+                                   dout, c->atty, ctx->w[MC_GPT_PROJ_W], g->H, g->Ql)) != MC_OK)
+        return rc;
+    if (!probs) {
+        /* selective recompute: the probabilities again, from the same inputs and draw */
+        g->ops->attention_forward(im->atty_scratch, im->probs_scratch, c->qkv, g->S, g->B,
+                                  g->NHl, g->HD, c->attn_drop.p, c->attn_drop.seed,
+                                  c->attn_drop.offset);
+        probs = im->probs_scratch;
+    }
+    g->ops->attention_backward(im->d_qkv, im->d_atty, c->qkv, probs, g->S, g->B, g->NHl, g->HD,
+                               c->attn_drop.p, c->attn_drop.seed, c->attn_drop.offset);
+    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_QKV_W], ctx->g[MC_GPT_QKV_B],
+                                   im->d_qkv, inp, ctx->w[MC_GPT_QKV_W], 3 * g->Ql, g->H);
+}
+
+/* fc1 column-parallel -> GELU -> fc2 row-parallel (+ bias). out (Ns, H). */
+static int mc__gpt_local_mlp_forward(const mc_layer_ctx *ctx, float *out, const float *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    int rc;
+    if ((rc = mc__gpt_column_forward(g, c->fc1, inp, ctx->w[MC_GPT_FC1_W], ctx->w[MC_GPT_FC1_B],
+                                     g->Fl, g->H)) != MC_OK)
+        return rc;
+    g->ops->gelu_forward(c->gelu, c->fc1, (size_t)g->N * (size_t)g->Fl);
+    return mc__gpt_row_forward(g, out, c->gelu, ctx->w[MC_GPT_FC2_W], ctx->w[MC_GPT_FC2_B],
+                               g->H, g->Fl);
+}
+
+static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, float *dinp, const float *dout,
+                                      const float *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_impl *im = g->impl;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    int rc;
+    if ((rc = mc__gpt_row_backward(g, im->d_fc_a, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B],
+                                   dout, c->gelu, ctx->w[MC_GPT_FC2_W], g->H, g->Fl)) != MC_OK)
+        return rc;
+    g->ops->gelu_backward(im->d_fc_b, c->fc1, im->d_fc_a, (size_t)g->N * (size_t)g->Fl);
+    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_FC1_W], ctx->g[MC_GPT_FC1_B],
+                                   im->d_fc_b, inp, ctx->w[MC_GPT_FC1_W], g->Fl, g->H);
+}
+
+MC_API const mc_transformer_spec *mc_transformer_spec_local(void) {
+    static const mc_transformer_spec spec = {
+        "local",
+        mc__gpt_local_norm_forward,      mc__gpt_local_norm_backward,
+        mc__gpt_local_attention_forward, mc__gpt_local_attention_backward,
+        mc__gpt_local_mlp_forward,       mc__gpt_local_mlp_backward,
+    };
+    return &spec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the transformer layer and the block
+
+static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_cache *cache,
+                              mc_layer_ctx *ctx) {
+    const int *idx = g->impl->layer_params +
+                     ((size_t)chunk * (size_t)g->layers_per_chunk + (size_t)l) * MC_GPT_LAYER_TENSORS;
+    int t;
+    ctx->gpt = g;
+    ctx->chunk = chunk;
+    ctx->layer = l;
+    ctx->global_layer = g->layer_offset[chunk] + l;
+    ctx->cache = cache;
+    for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
+        ctx->w[t] = g->params + g->table.info[idx[t]].offset;
+        ctx->g[t] = g->grads + g->table.info[idx[t]].offset;
+    }
+}
+
+/* The pre-LN layer (Megatron's TransformerLayer with the spec's submodules):
+     res1 = x + dropout(attention(input_layernorm(x)))
+     out  = res1 + dropout(mlp(pre_mlp_layernorm(res1)))         all (Ns, H) */
+static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, float *out, const float *x) {
+    mc_gpt *g = ctx->gpt;
+    const mc_transformer_spec *sp = g->spec;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    struct mc__gpt_impl *im = g->impl;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    float p = mc__gpt_dropout_p(g->config.hidden_dropout);
+    int rc;
+    if ((rc = sp->norm_forward(ctx, 0, c->ln1, x)) != MC_OK) return rc;
+    if ((rc = sp->attention_forward(ctx, im->tmp_a, c->ln1)) != MC_OK) return rc;
+    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop1)) != MC_OK)
+        return rc;
+    mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop1);
+    g->ops->copy(c->res1, x, n);
+    g->ops->axpy(c->res1, 1.0f, im->tmp_b, n);
+    if ((rc = sp->norm_forward(ctx, 1, c->ln2, c->res1)) != MC_OK) return rc;
+    if ((rc = sp->mlp_forward(ctx, im->tmp_a, c->ln2)) != MC_OK) return rc;
+    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
+        return rc;
+    mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop2);
+    g->ops->copy(out, c->res1, n);
+    g->ops->axpy(out, 1.0f, im->tmp_b, n);
+    return MC_OK;
+}
+
+/* dx (Ns, H) = d layer / d x (overwrite); parameter grads accumulate. Uses d_b, d_c, d_ln, so
+   dx and dout must be other buffers (the block ping-pongs d_a / dinput). */
+static int mc__gpt_layer_backward(const mc_layer_ctx *ctx, float *dx, const float *dout,
+                                  const float *x) {
+    mc_gpt *g = ctx->gpt;
+    const mc_transformer_spec *sp = g->spec;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    struct mc__gpt_impl *im = g->impl;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    float *d_res1 = im->d_b, *d_sub = im->d_c;
+    int rc;
+    /* out = res1 + dropout(mlp): the residual passes dout through */
+    mc__gpt_dropout_backward(g, d_sub, dout, n, &c->drop2);
+    if ((rc = sp->mlp_backward(ctx, im->d_ln, d_sub, c->ln2)) != MC_OK) return rc;
+    g->ops->copy(d_res1, dout, n);
+    if ((rc = sp->norm_backward(ctx, 1, d_res1, im->d_ln, c->res1)) != MC_OK) return rc;
+    /* res1 = x + dropout(attention) */
+    mc__gpt_dropout_backward(g, d_sub, d_res1, n, &c->drop1);
+    if ((rc = sp->attention_backward(ctx, im->d_ln, d_sub, c->ln1)) != MC_OK) return rc;
+    g->ops->copy(dx, d_res1, n);
+    return sp->norm_backward(ctx, 0, dx, im->d_ln, x);
+}
+
+static struct mc__gpt_layer_cache *mc__gpt_cache_of(mc_gpt *g, mc__gpt_act *a, int l) {
+    int grp = g->impl->group_of[l];
+    return grp < 0 ? &a->layer[l] : &g->impl->rc_cache[l - g->impl->group_start[grp]];
+}
+
+static int mc__gpt_run_layers(mc_gpt *g, int chunk, mc__gpt_act *a, int first, int count) {
+    mc_layer_ctx ctx;
+    int l, rc;
+    for (l = first; l < first + count; l++) {
+        mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
+        if ((rc = mc__gpt_layer_forward(&ctx, a->res[l + 1], a->res[l])) != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+/* The block forward: res[0] -> res[nl]. A recompute group first records every stream, then
+   runs its layers into the shared scratch (only its output res[end] survives). */
+static int mc__gpt_block_forward(mc_gpt *g, int chunk, mc__gpt_act *a) {
+    struct mc__gpt_impl *im = g->impl;
+    int l = 0, rc;
+    while (l < g->layers_per_chunk) {
+        int grp = im->group_of[l];
+        int count = grp < 0 ? 1 : im->group_len[grp];
+        if (grp >= 0 && (rc = mc_rng_tracker_get_states(&g->rng, &a->group_rng[grp])) != MC_OK)
+            return rc;
+        if ((rc = mc__gpt_run_layers(g, chunk, a, l, count)) != MC_OK) return rc;
+        l += count;
+    }
+    return MC_OK;
+}
+
+static void mc__gpt_report_ready(mc_gpt *g, int chunk, int param) {
+    if (param >= 0 && g->grad_ready && g->grad_sync[chunk]) g->grad_ready(g->grad_ready_user, param);
+}
+
+/* The block backward: d (Ns, H) holds d res[nl] on entry and d res[0] on return (in
+   a->dinput). Before the last layer of a recompute group runs its backward, the group's
+   forward is replayed under its stream snapshot (§6.4). */
+static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const float *d_out) {
+    struct mc__gpt_impl *im = g->impl;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    const float *dout = d_out;
+    float *bufs[2];
+    int l, t, rc, k = 0;
+    mc_layer_ctx ctx;
+    /* ping-pong between d_a and dinput so that the last write lands in dinput */
+    bufs[0] = (g->layers_per_chunk % 2) ? a->dinput : im->d_a;
+    bufs[1] = (g->layers_per_chunk % 2) ? im->d_a : a->dinput;
+    if (g->layers_per_chunk == 0) g->ops->copy(a->dinput, d_out, n);
+    for (l = g->layers_per_chunk - 1; l >= 0; l--) {
+        int grp = im->group_of[l];
+        const int *idx;
+        if (grp >= 0 && l == im->group_start[grp] + im->group_len[grp] - 1) {
+            mc_rng_states now;
+            if ((rc = mc_rng_tracker_get_states(&g->rng, &now)) != MC_OK) return rc;
+            if ((rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK) return rc;
+            rc = mc__gpt_run_layers(g, chunk, a, im->group_start[grp], im->group_len[grp]);
+            if (rc != MC_OK) return rc;
+            if ((rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK) return rc;
+        }
+        mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
+        if ((rc = mc__gpt_layer_backward(&ctx, bufs[k], dout, a->res[l])) != MC_OK) return rc;
+        dout = bufs[k];
+        k ^= 1;
+        idx = im->layer_params +
+              ((size_t)chunk * (size_t)g->layers_per_chunk + (size_t)l) * MC_GPT_LAYER_TENSORS;
+        for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) mc__gpt_report_ready(g, chunk, idx[t]);
+    }
+    return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPTModel: embedding, final norm, output layer, loss
+
+static float *mc__gpt_p(const mc_gpt *g, int idx) { return g->params + g->table.info[idx].offset; }
+static float *mc__gpt_g(const mc_gpt *g, int idx) { return g->grads + g->table.info[idx].offset; }
+
+/* word (vocab-parallel) + learned position embedding -> (SP: keep this rank's sequence
+   piece) -> embedding dropout -> res[0] (Ns, H) */
+static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
+    struct mc__gpt_impl *im = g->impl;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    float *full = im->full_b;    /* (N, H) */
+    int rc;
+    if ((rc = mc__gpt_vocab_embedding_forward(g, full, a->tokens, mc__gpt_p(g, im->word[0])))
+        != MC_OK)
+        return rc;
+    g->ops->embedding_forward(im->full_a, im->pos_ids, mc__gpt_p(g, im->pos[0]), g->N, g->H, 0,
+                              g->config.max_position_embeddings);
+    g->ops->axpy(full, 1.0f, im->full_a, (size_t)g->N * (size_t)g->H);
+    /* scatter_to_sequence_parallel_region: the sequence rows of this TP rank */
+    if (g->sequence_parallel) full += (size_t)g->tp_rank * n;
+    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n,
+                                mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) != MC_OK)
+        return rc;
+    mc__gpt_dropout_forward(g, a->res[0], full, n, &a->emb_drop);
+    return MC_OK;
+}
+
+/* d res[0] (a->dinput) -> word and position embedding grads. Under SP the scatter's backward
+   all-gathers the sequence pieces; the word embedding's all-reduce has an identity backward,
+   so each rank adds the rows of its vocab range only. */
+static int mc__gpt_embedding_backward(mc_gpt *g, mc__gpt_act *a) {
+    struct mc__gpt_impl *im = g->impl;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    float *d_full = im->full_b;
+    int rc;
+    mc__gpt_dropout_backward(g, im->d_c, a->dinput, n, &a->emb_drop);
+    if (!g->sequence_parallel)
+        d_full = im->d_c;
+    else if ((rc = mc__gpt_sp_gather(g, d_full, im->d_c, g->H)) != MC_OK)
+        return rc;
+    g->ops->embedding_backward(mc__gpt_g(g, im->word[0]), d_full, a->tokens, g->N, g->H,
+                               g->vocab_start, g->vocab_start + g->vocab_local);
+    g->ops->embedding_backward(mc__gpt_g(g, im->pos[0]), d_full, im->pos_ids, g->N, g->H, 0,
+                               g->config.max_position_embeddings);
+    mc__gpt_report_ready(g, 0, im->word[0]);
+    mc__gpt_report_ready(g, 0, im->pos[0]);
+    return MC_OK;
+}
+
+/* The weight the output layer multiplies with: its own, or the word embedding (tied, PP = 1) */
+static int mc__gpt_output_weight(const mc_gpt *g, int chunk) {
+    return g->impl->out_w[chunk] >= 0 ? g->impl->out_w[chunk] : g->impl->word[chunk];
+}
+
+/* final_layernorm -> output layer (column-parallel, no bias, logits (N, Vl)) -> loss */
+static int mc__gpt_head_forward(mc_gpt *g, int chunk, mc__gpt_act *a, const float *h,
+                                double *loss_sum) {
+    struct mc__gpt_impl *im = g->impl;
+    int rc, n;
+    g->ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, h, mc__gpt_p(g, im->lnf_w[chunk]),
+                              mc__gpt_p(g, im->lnf_b[chunk]), g->Ns, g->H, MC__GPT_LN_EPS(g));
+    if ((rc = mc__gpt_column_forward(g, a->logits, a->lnf,
+                                     mc__gpt_p(g, mc__gpt_output_weight(g, chunk)), NULL,
+                                     g->vocab_local, g->H)) != MC_OK)
+        return rc;
+    if (!a->has_labels) return MC_OK;
+    if ((rc = mc__gpt_vocab_ce_forward(g, a->losses, a->ce_max, a->ce_sum, a->logits, a->labels))
+        != MC_OK)
+        return rc;
+    if (loss_sum) {
+        double s = 0.0;
+        for (n = 0; n < g->N; n++) s += (double)a->losses[n];
+        *loss_sum = s;
+    }
+    return MC_OK;
+}
+
+/* loss -> logits -> output layer -> final norm: d res[nl] into d (Ns, H) */
+static int mc__gpt_head_backward(mc_gpt *g, int chunk, mc__gpt_act *a, float loss_scale,
+                                 float *d) {
+    struct mc__gpt_impl *im = g->impl;
+    int w = mc__gpt_output_weight(g, chunk), rc;
+    g->ops->fill(im->d_loss, loss_scale, (size_t)g->N);
+    g->ops->cross_entropy_backward(im->d_logits, a->logits, a->ce_max, a->ce_sum, a->labels,
+                                   im->d_loss, g->N, g->vocab_local, g->vocab_start, 0.0f,
+                                   g->vocab_padded);
+    if ((rc = mc__gpt_column_backward(g, im->d_ln, mc__gpt_g(g, w), NULL, im->d_logits, a->lnf,
+                                      mc__gpt_p(g, w), g->vocab_local, g->H)) != MC_OK)
+        return rc;
+    g->ops->fill(d, 0.0f, (size_t)g->Ns * (size_t)g->H);
+    g->ops->layernorm_backward(d, mc__gpt_g(g, im->lnf_w[chunk]), mc__gpt_g(g, im->lnf_b[chunk]),
+                               im->d_ln, a->res[g->layers_per_chunk],
+                               mc__gpt_p(g, im->lnf_w[chunk]), a->lnf_mean, a->lnf_rstd, g->Ns,
+                               g->H);
+    mc__gpt_report_ready(g, chunk, im->out_w[chunk]);
+    mc__gpt_report_ready(g, chunk, im->lnf_w[chunk]);
+    mc__gpt_report_ready(g, chunk, im->lnf_b[chunk]);
+    return MC_OK;
+}
+
+static int mc__gpt_check_call(const mc_gpt *g, const char *fn, int chunk, int slot) {
+    if (!g || !g->impl) return MC__FAIL(MC_ERR_STATE, "%s: the model is not initialised", fn);
+    if (chunk < 0 || chunk >= g->n_chunks)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: chunk (%d) must be in [0, %d)", fn, chunk,
+                        g->n_chunks);
+    if (slot < 0 || slot >= g->n_slots)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: slot (%d) must be in [0, n_slots = %d)", fn,
+                        slot, g->n_slots);
+    return MC_OK;
+}
+
+MC_API int mc_gpt_is_pre_process(const mc_gpt *g, int chunk) {
+    return g && g->pp_rank == 0 && chunk == 0;
+}
+
+MC_API int mc_gpt_is_post_process(const mc_gpt *g, int chunk) {
+    return g && g->pp_rank == g->pp - 1 && chunk == g->n_chunks - 1;
+}
+
+MC_API int mc_gpt_forward(mc_gpt *g, int chunk, int slot, const int *tokens, const int *labels,
+                          const float *input, float **output, double *loss_sum) {
+    mc__gpt_act *a;
+    int rc, n;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_forward", chunk, slot)) != MC_OK) return rc;
+    a = &g->impl->act[chunk * g->n_slots + slot];
+    if (output) *output = NULL;
+    if (loss_sum) *loss_sum = 0.0;
+    a->forward_done = 0;
+    if (mc_gpt_is_pre_process(g, chunk)) {
+        if (!tokens)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_forward: tokens must be given on the first stage (chunk %d)",
+                            chunk);
+        for (n = 0; n < g->N; n++)
+            if (tokens[n] < 0 || tokens[n] >= g->config.vocab_size)
+                return MC__FAIL(MC_ERR_INVALID_ARG,
+                                "mc_gpt_forward: tokens[%d] = %d is outside the vocabulary "
+                                "[0, %d)", n, tokens[n], g->config.vocab_size);
+        memcpy(a->tokens, tokens, (size_t)g->N * sizeof(int));
+        if ((rc = mc__gpt_embedding_forward(g, a)) != MC_OK) return rc;
+    } else {
+        if (!input)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_forward: input must be given on virtual stage %d (chunk %d "
+                            "of pipeline rank %d)", chunk * g->pp + g->pp_rank, chunk,
+                            g->pp_rank);
+        g->ops->copy(a->res[0], input, g->p2p_elems);
+    }
+    if ((rc = mc__gpt_block_forward(g, chunk, a)) != MC_OK) return rc;
+    if (mc_gpt_is_post_process(g, chunk)) {
+        a->has_labels = labels != NULL;
+        if (labels) {
+            for (n = 0; n < g->N; n++)
+                if (labels[n] < 0 || labels[n] >= g->config.vocab_size)
+                    return MC__FAIL(MC_ERR_INVALID_ARG,
+                                    "mc_gpt_forward: labels[%d] = %d is outside the vocabulary "
+                                    "[0, %d)", n, labels[n], g->config.vocab_size);
+            memcpy(a->labels, labels, (size_t)g->N * sizeof(int));
+        }
+        if ((rc = mc__gpt_head_forward(g, chunk, a, a->res[g->layers_per_chunk], loss_sum))
+            != MC_OK)
+            return rc;
+    } else if (output) {
+        *output = a->res[g->layers_per_chunk];
+    }
+    a->forward_done = 1;
+    return MC_OK;
+}
+
+MC_API int mc_gpt_backward(mc_gpt *g, int chunk, int slot, const float *output_grad,
+                           float loss_scale, float **input_grad) {
+    struct mc__gpt_impl *im;
+    mc__gpt_act *a;
+    const float *d_out;
+    int rc;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_backward", chunk, slot)) != MC_OK) return rc;
+    im = g->impl;
+    a = &im->act[chunk * g->n_slots + slot];
+    if (input_grad) *input_grad = NULL;
+    if (!a->forward_done)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_gpt_backward: slot %d of chunk %d holds no forward to go back "
+                        "through", slot, chunk);
+    if (mc_gpt_is_post_process(g, chunk)) {
+        if (output_grad)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_backward: the last stage starts from the loss, so "
+                            "output_grad must be NULL");
+        if (!a->has_labels)
+            return MC__FAIL(MC_ERR_STATE,
+                            "mc_gpt_backward: the forward of slot %d had no labels, so there is "
+                            "no loss to go back from", slot);
+        /* the block's layer backwards alternate between d_a and dinput and end in dinput:
+           start from the one its first write does not go to */
+        d_out = (g->layers_per_chunk % 2) ? im->d_a : a->dinput;
+        if ((rc = mc__gpt_head_backward(g, chunk, a, loss_scale, (float *)d_out)) != MC_OK)
+            return rc;
+    } else {
+        if (!output_grad)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_backward: output_grad must be given below the last stage "
+                            "(chunk %d of pipeline rank %d)", chunk, g->pp_rank);
+        d_out = output_grad;
+    }
+    if ((rc = mc__gpt_block_backward(g, chunk, a, d_out)) != MC_OK) return rc;
+    a->forward_done = 0;
+    if (mc_gpt_is_pre_process(g, chunk)) return mc__gpt_embedding_backward(g, a);
+    if (input_grad) *input_grad = a->dinput;
+    return MC_OK;
+}
+
+MC_API int mc_gpt_forward_step(mc_gpt *g, int chunk, int microbatch, const int *tokens,
+                               const int *labels, const float *input, float **output,
+                               double *loss_sum, double *num_tokens) {
+    int slot, rc;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_forward_step", chunk, 0)) != MC_OK) return rc;
+    if (microbatch < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_forward_step: microbatch (%d) must be >= 0",
+                        microbatch);
+    slot = microbatch % g->n_slots;
+    g->impl->act[chunk * g->n_slots + slot].microbatch = microbatch;
+    if (num_tokens) *num_tokens = 0.0;
+    rc = mc_gpt_forward(g, chunk, slot, tokens, labels, input, output, loss_sum);
+    if (rc == MC_OK && num_tokens && mc_gpt_is_post_process(g, chunk) && labels)
+        *num_tokens = (double)g->N;
+    return rc;
+}
+
+MC_API int mc_gpt_backward_step(mc_gpt *g, int chunk, int microbatch, const float *output_grad,
+                                float loss_scale, float **input_grad) {
+    int slot, rc, held;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_backward_step", chunk, 0)) != MC_OK) return rc;
+    if (microbatch < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_backward_step: microbatch (%d) must be >= 0",
+                        microbatch);
+    slot = microbatch % g->n_slots;
+    held = g->impl->act[chunk * g->n_slots + slot].microbatch;
+    if (held != microbatch)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_gpt_backward_step: slot %d of chunk %d holds micro-batch %d, not %d: "
+                        "more micro-batches are in flight than n_slots (%d)",
+                        slot, chunk, held, microbatch, g->n_slots);
+    return mc_gpt_backward(g, chunk, slot, output_grad, loss_scale, input_grad);
+}
+
+MC_API void mc_gpt_zero_grad(mc_gpt *g) {
+    if (g && g->grads) g->ops->fill(g->grads, 0.0f, g->table.total);
+}
+
+MC_API void mc_gpt_set_grad_sync(mc_gpt *g, int chunk, int enable) {
+    if (g && chunk >= 0 && chunk < MC_GPT_MAX_CHUNKS) g->grad_sync[chunk] = enable ? 1 : 0;
+}
+
+MC_API float *mc_gpt_param(const mc_gpt *g, const char *name) {
+    int i = g && name ? mc_param_table_find(&g->table, name) : -1;
+    return i < 0 ? NULL : mc__gpt_p(g, i);
+}
+
+MC_API float *mc_gpt_grad(const mc_gpt *g, const char *name) {
+    int i = g && name ? mc_param_table_find(&g->table, name) : -1;
+    return i < 0 ? NULL : mc__gpt_g(g, i);
+}
+
+MC_API const float *mc_gpt_losses(const mc_gpt *g, int slot) {
+    int last;
+    if (!g || !g->impl || slot < 0 || slot >= g->n_slots) return NULL;
+    last = g->n_chunks - 1;
+    if (!mc_gpt_is_post_process(g, last)) return NULL;
+    return g->impl->act[last * g->n_slots + slot].losses;
+}
+
+MC_API int mc_gpt_logits(mc_gpt *g, int slot, float *out, int *n_vocab) {
+    int last, rc = MC_OK;
+    const float *local;
+    size_t n;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_logits", 0, slot)) != MC_OK) return rc;
+    last = g->n_chunks - 1;
+    if (!mc_gpt_is_post_process(g, last))
+        return MC__FAIL(MC_ERR_STATE, "mc_gpt_logits: pipeline rank %d is not the last stage",
+                        g->pp_rank);
+    local = g->impl->act[last * g->n_slots + slot].logits;
+    n = (size_t)g->N * (size_t)g->vocab_local;
+    if (n_vocab) *n_vocab = g->gather_logits ? g->vocab_padded : g->vocab_local;
+    if (!out) return MC_OK;
+    if (!g->gather_logits || !mc__gpt_tp_comm(g)) {
+        g->ops->copy(out, local, n);
+        return MC_OK;
+    } else {
+        /* gather_from_tensor_model_parallel_region: all-gather into [TP, N, Vl], then put
+           each rank's columns side by side */
+        float *all = (float *)g->ops->alloc(n * (size_t)g->tp * sizeof(float));
+        int r, row;
+        if (!all) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_logits: out of memory");
+        rc = mc_all_gather(mc__gpt_tp_comm(g), local, all, n, MC_F32);
+        for (r = 0; rc == MC_OK && r < g->tp; r++)
+            for (row = 0; row < g->N; row++)
+                g->ops->copy(out + (size_t)row * (size_t)g->vocab_padded +
+                                 (size_t)r * (size_t)g->vocab_local,
+                             all + (size_t)r * n + (size_t)row * (size_t)g->vocab_local,
+                             (size_t)g->vocab_local);
+        g->ops->free(all);
+        return rc;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// construction
+
+MC_API int mc_gpt_num_layers_to_build(const mc_gpt_config *cfg) {
+    int pp, v;
+    if (!cfg) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_num_layers_to_build: cfg is NULL");
+    pp = MC__DEF(cfg->pipeline_model_parallel_size, 1);
+    v = cfg->virtual_pipeline_model_parallel_size > 1 ? cfg->virtual_pipeline_model_parallel_size
+                                                      : 1;
+    if (cfg->num_layers <= 0 || pp <= 0 || cfg->num_layers % (pp * v) != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "num_layers (%d) is not divisible by pipeline_model_parallel_size (%d) x "
+                        "virtual_pipeline_model_parallel_size (%d)",
+                        cfg->num_layers, pp, v);
+    return cfg->num_layers / (pp * v);
+}
+
+MC_API int mc_gpt_layer_offset(const mc_gpt_config *cfg, int pp_rank, int vp_stage) {
+    int per_chunk = mc_gpt_num_layers_to_build(cfg), v;
+    if (per_chunk < 0) return per_chunk;
+    v = cfg->virtual_pipeline_model_parallel_size > 1 ? cfg->virtual_pipeline_model_parallel_size
+                                                      : 1;
+    /* vp_stage * (L / VPP) + pp_rank * (L / (PP * VPP)) */
+    return vp_stage * (cfg->num_layers / v) + pp_rank * per_chunk;
+}
+
+/* Registers one parameter. cols == 0: a 1-D tensor of `rows` elements. pdim: -1 replicated,
+   0 or 1 the dimension split over TP. */
+static int mc__gpt_add_param(mc_gpt *g, const char *name, int rows, int cols, int pdim,
+                             int sequence_parallel, int no_wd, int shared, int shared_emb,
+                             int chunk, int layer) {
+    mc_param_info p;
+    memset(&p, 0, sizeof p);
+    p.ndim = cols > 0 ? 2 : 1;
+    p.global_shape[0] = p.local_shape[0] = rows;
+    p.global_shape[1] = p.local_shape[1] = cols > 0 ? cols : 1;
+    if (pdim >= 0) p.local_shape[pdim] /= g->tp;
+    p.partition_dim = pdim;
+    p.partition_stride = 1;
+    p.tensor_model_parallel = pdim >= 0;
+    p.sequence_parallel = sequence_parallel;
+    p.shared = shared;
+    p.shared_embedding = shared_emb;
+    p.no_weight_decay = no_wd;
+    p.chunk = chunk;
+    p.layer = layer;
+    p.numel = (size_t)p.local_shape[0] * (size_t)p.local_shape[1];
+    return mc_param_table_add(&g->table, name, &p);
+}
+
+static const char *const mc__gpt_layer_names[MC_GPT_LAYER_TENSORS] = {
+    "input_layernorm.weight",           "input_layernorm.bias",
+    "self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
+    "self_attention.linear_proj.weight", "self_attention.linear_proj.bias",
+    "pre_mlp_layernorm.weight",         "pre_mlp_layernorm.bias",
+    "mlp.linear_fc1.weight",            "mlp.linear_fc1.bias",
+    "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias",
+};
+
+/* Megatron's module order: embedding, decoder layers, final norm, output layer; chunk by
+   chunk. Records each parameter's index. */
+static int mc__gpt_register(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    int sp = g->sequence_parallel, c, l, t, idx;
+    char name[MC_PARAM_NAME_MAX];
+    /* (rows, cols, partition dim, sequence_parallel, no_weight_decay) of each layer tensor */
+    const int H = g->H, Q = g->Q, F = g->F;
+    const int shape[MC_GPT_LAYER_TENSORS][5] = {
+        {H, 0, -1, sp, 1},     {H, 0, -1, sp, 1},  {3 * Q, H, 0, 0, 0}, {3 * Q, 0, 0, 0, 1},
+        {H, Q, 1, 0, 0},       {H, 0, -1, sp, 1},  {H, 0, -1, sp, 1},   {H, 0, -1, sp, 1},
+        {F, H, 0, 0, 0},       {F, 0, 0, 0, 1},    {H, F, 1, 0, 0},     {H, 0, -1, sp, 1},
+    };
+    for (c = 0; c < g->n_chunks; c++) {
+        im->word[c] = im->pos[c] = im->lnf_w[c] = im->lnf_b[c] = im->out_w[c] = -1;
+        if (mc_gpt_is_pre_process(g, c)) {
+            /* the first stage's word embedding is one of the tied pair when PP > 1 */
+            idx = mc__gpt_add_param(g, "embedding.word_embeddings.weight", g->vocab_padded, H, 0,
+                                    0, 0, 0, g->tied && g->pp > 1, c, -1);
+            if ((im->word[c] = idx) < 0) return idx;
+            idx = mc__gpt_add_param(g, "embedding.position_embeddings.weight",
+                                    g->config.max_position_embeddings, H, -1, 0, 0, 0, 0, c, -1);
+            if ((im->pos[c] = idx) < 0) return idx;
+        }
+        for (l = 0; l < g->layers_per_chunk; l++) {
+            int global = g->layer_offset[c] + l;
+            for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
+                snprintf(name, sizeof name, "decoder.layers.%d.%s", global, mc__gpt_layer_names[t]);
+                idx = mc__gpt_add_param(g, name, shape[t][0], shape[t][1], shape[t][2],
+                                        shape[t][3], shape[t][4], 0, 0, c, global);
+                if (idx < 0) return idx;
+                im->layer_params[((size_t)c * (size_t)g->layers_per_chunk + (size_t)l) *
+                                     MC_GPT_LAYER_TENSORS + (size_t)t] = idx;
+            }
+        }
+        if (mc_gpt_is_post_process(g, c)) {
+            idx = mc__gpt_add_param(g, "decoder.final_layernorm.weight", H, 0, -1, sp, 1, 0, 0, c,
+                                    -1);
+            if ((im->lnf_w[c] = idx) < 0) return idx;
+            idx = mc__gpt_add_param(g, "decoder.final_layernorm.bias", H, 0, -1, sp, 1, 0, 0, c,
+                                    -1);
+            if ((im->lnf_b[c] = idx) < 0) return idx;
+            if (!g->tied || !mc_gpt_is_pre_process(g, c)) {
+                /* untied: the output layer's own weight; tied with PP > 1: the last stage's
+                   copy of the word embedding (shared: counted once by the grad norm) */
+                int copy = g->tied;
+                idx = mc__gpt_add_param(g, "output_layer.weight", g->vocab_padded, H, 0, 0, 0,
+                                        copy, copy, c, -1);
+                if ((im->out_w[c] = idx) < 0) return idx;
+            }
+        }
+    }
+    return MC_OK;
+}
+
+/* The CPU initialisation (§3.1): every shard is the slice of the TP-invariant global tensor. */
+static int mc__gpt_init_params(mc_gpt *g) {
+    const mc_gpt_config *cfg = &g->config;
+    float std = cfg->init_method_std;
+    float out_std = (float)((double)std / sqrt(2.0 * (double)cfg->num_layers));
+    uint64_t seed = (uint64_t)cfg->seed;
+    int i;
+    g->ops->fill(g->params, 0.0f, g->table.total);
+    for (i = 0; i < g->table.count; i++) {
+        const mc_param_info *p = &g->table.info[i];
+        float *w = g->params + p->offset;
+        const char *dot = strrchr(p->name, '.');
+        int is_norm = strstr(p->name, "layernorm.") != NULL;
+        if (is_norm) {
+            if (strcmp(dot, ".weight") == 0) g->ops->fill(w, 1.0f, p->numel);
+            continue;   /* norm bias 0 */
+        }
+        if (p->ndim == 1) continue;   /* linear biases 0 */
+        if (p->shared) continue;      /* the tied copy: 0 here, the embedding after the tie */
+        {
+            int scaled = strstr(p->name, "linear_proj.weight") != NULL ||
+                         strstr(p->name, "linear_fc2.weight") != NULL;
+            mc_init_normal_shard(w, p->name, p->global_shape[0], p->global_shape[1],
+                                 p->partition_dim, p->partition_stride, g->tp_rank, g->tp,
+                                 scaled ? out_std : std, seed);
+        }
+    }
+    return MC_OK;
+}
+
+/* §7.3: the last stage's copy starts at 0; a SUM over the embedding group (first and last
+   stage) gives it the first stage's values. */
+static int mc__gpt_tie_embeddings(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    mc_comm *emb = mc__gpt_group(g, MC_GROUP_EMBEDDING);
+    int idx = -1, rc;
+    if (!g->tied || g->pp == 1 || !emb || emb->size < 2) return MC_OK;
+    if (mc_gpt_is_pre_process(g, 0))
+        idx = im->word[0];
+    else if (mc_gpt_is_post_process(g, g->n_chunks - 1))
+        idx = im->out_w[g->n_chunks - 1];
+    if (idx < 0) return MC_OK;
+    rc = mc_all_reduce(emb, mc__gpt_p(g, idx), mc__gpt_p(g, idx), g->table.info[idx].numel,
+                       MC_F32, MC_SUM);
+    if (rc != MC_OK) return rc;
+    return MC_OK;
+}
+
+static int mc__gpt_alloc_cache(mc_gpt *g, struct mc__gpt_layer_cache *c, int keep_probs) {
+    size_t ns = (size_t)g->Ns, n = (size_t)g->N, h = (size_t)g->H;
+    memset(c, 0, sizeof *c);
+    c->ln1 = mc__gpt_floats(g, ns * h);
+    c->ln1_mean = mc__gpt_floats(g, ns);
+    c->ln1_rstd = mc__gpt_floats(g, ns);
+    c->qkv = mc__gpt_floats(g, n * 3u * (size_t)g->Ql);
+    c->atty = mc__gpt_floats(g, n * (size_t)g->Ql);
+    if (keep_probs) {
+        c->probs = mc__gpt_floats(g, (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S);
+        if (!c->probs) return MC_ERR_NO_MEMORY;
+    }
+    c->res1 = mc__gpt_floats(g, ns * h);
+    c->ln2 = mc__gpt_floats(g, ns * h);
+    c->ln2_mean = mc__gpt_floats(g, ns);
+    c->ln2_rstd = mc__gpt_floats(g, ns);
+    c->fc1 = mc__gpt_floats(g, n * (size_t)g->Fl);
+    c->gelu = mc__gpt_floats(g, n * (size_t)g->Fl);
+    if (!c->ln1 || !c->ln1_mean || !c->ln1_rstd || !c->qkv || !c->atty || !c->res1 || !c->ln2 ||
+        !c->ln2_mean || !c->ln2_rstd || !c->fc1 || !c->gelu)
+        return MC_ERR_NO_MEMORY;
+    return MC_OK;
+}
+
+/* Recompute groups of a chunk (§6.4), the same for every chunk. */
+static int mc__gpt_plan_recompute(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    const mc_gpt_config *cfg = &g->config;
+    int nl = g->layers_per_chunk, l, k = cfg->recompute_num_layers;
+    im->group_of = (int *)mc__gpt_host(g, (size_t)(nl > 0 ? nl : 1) * sizeof(int));
+    im->group_start = (int *)mc__gpt_host(g, (size_t)(nl > 0 ? nl : 1) * sizeof(int));
+    im->group_len = (int *)mc__gpt_host(g, (size_t)(nl > 0 ? nl : 1) * sizeof(int));
+    if (!im->group_of || !im->group_start || !im->group_len) return MC_ERR_NO_MEMORY;
+    for (l = 0; l < nl; l++) im->group_of[l] = -1;
+    im->selective = cfg->recompute_granularity == MC_RECOMPUTE_SELECTIVE;
+    if (cfg->recompute_granularity != MC_RECOMPUTE_FULL) return MC_OK;
+    if (k < 1) k = 1;
+    if (cfg->recompute_method == MC_RECOMPUTE_BLOCK) {
+        /* each of the first k layers alone */
+        for (l = 0; l < nl && l < k; l++) {
+            im->group_of[l] = im->n_groups;
+            im->group_start[im->n_groups] = l;
+            im->group_len[im->n_groups++] = 1;
+        }
+    } else {
+        /* uniform: consecutive groups of k layers, the last one shorter */
+        for (l = 0; l < nl; l += k) {
+            int len = nl - l < k ? nl - l : k, j;
+            for (j = 0; j < len; j++) im->group_of[l + j] = im->n_groups;
+            im->group_start[im->n_groups] = l;
+            im->group_len[im->n_groups++] = len;
+        }
+    }
+    for (l = 0; l < im->n_groups; l++)
+        if (im->group_len[l] > im->max_group) im->max_group = im->group_len[l];
+    return MC_OK;
+}
+
+static int mc__gpt_alloc_activations(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    size_t ns_h = (size_t)g->Ns * (size_t)g->H, n = (size_t)g->N;
+    int nl = g->layers_per_chunk, c, s, l, rc, any_post = 0;
+    /* shared scratch */
+    im->rc_cache = (struct mc__gpt_layer_cache *)mc__gpt_host(
+        g, (size_t)(im->max_group > 0 ? im->max_group : 1) * sizeof *im->rc_cache);
+    im->rc_res = (float **)mc__gpt_host(g, (size_t)(im->max_group + 1) * sizeof(float *));
+    if (!im->rc_cache || !im->rc_res) return MC_ERR_NO_MEMORY;
+    for (l = 0; l < im->max_group; l++) {
+        if ((rc = mc__gpt_alloc_cache(g, &im->rc_cache[l], 1)) != MC_OK) return rc;
+        if (l > 0 && !(im->rc_res[l] = mc__gpt_floats(g, ns_h))) return MC_ERR_NO_MEMORY;
+    }
+    if (im->selective) {
+        im->probs_scratch =
+            mc__gpt_floats(g, (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S);
+        im->atty_scratch = mc__gpt_floats(g, n * (size_t)g->Ql);
+        if (!im->probs_scratch || !im->atty_scratch) return MC_ERR_NO_MEMORY;
+    }
+    im->full_a = mc__gpt_floats(g, n * (size_t)g->H);
+    im->full_b = mc__gpt_floats(g, n * (size_t)g->H);
+    im->tmp_a = mc__gpt_floats(g, ns_h);
+    im->tmp_b = mc__gpt_floats(g, ns_h);
+    im->d_a = mc__gpt_floats(g, ns_h);
+    im->d_b = mc__gpt_floats(g, ns_h);
+    im->d_c = mc__gpt_floats(g, ns_h);
+    im->d_ln = mc__gpt_floats(g, ns_h);
+    im->d_qkv = mc__gpt_floats(g, n * 3u * (size_t)g->Ql);
+    im->d_atty = mc__gpt_floats(g, n * (size_t)g->Ql);
+    im->d_fc_a = mc__gpt_floats(g, n * (size_t)g->Fl);
+    im->d_fc_b = mc__gpt_floats(g, n * (size_t)g->Fl);
+    im->d_loss = mc__gpt_floats(g, n);
+    im->ce_tmp = mc__gpt_floats(g, n);
+    im->pos_ids = (int *)mc__gpt_alloc(g, n * sizeof(int));
+    if (!im->full_a || !im->full_b || !im->tmp_a || !im->tmp_b || !im->d_a || !im->d_b ||
+        !im->d_c || !im->d_ln || !im->d_qkv || !im->d_atty || !im->d_fc_a || !im->d_fc_b ||
+        !im->d_loss || !im->ce_tmp || !im->pos_ids)
+        return MC_ERR_NO_MEMORY;
+    for (l = 0; l < (int)n; l++) im->pos_ids[l] = l / g->B;   /* token n = s * B + b */
+    /* per chunk and slot */
+    im->act = (mc__gpt_act *)mc__gpt_host(g, (size_t)g->n_chunks * (size_t)g->n_slots *
+                                                 sizeof *im->act);
+    if (!im->act) return MC_ERR_NO_MEMORY;
+    for (c = 0; c < g->n_chunks; c++) {
+        int pre = mc_gpt_is_pre_process(g, c), post = mc_gpt_is_post_process(g, c);
+        any_post |= post;
+        for (s = 0; s < g->n_slots; s++) {
+            mc__gpt_act *a = &im->act[c * g->n_slots + s];
+            a->microbatch = -1;
+            a->res = (float **)mc__gpt_host(g, (size_t)(nl + 1) * sizeof(float *));
+            a->layer = (struct mc__gpt_layer_cache *)mc__gpt_host(
+                g, (size_t)(nl > 0 ? nl : 1) * sizeof *a->layer);
+            a->group_rng = (mc_rng_states *)mc__gpt_host(
+                g, (size_t)(im->n_groups > 0 ? im->n_groups : 1) * sizeof *a->group_rng);
+            a->dinput = mc__gpt_floats(g, ns_h);
+            if (!a->res || !a->layer || !a->group_rng || !a->dinput) return MC_ERR_NO_MEMORY;
+            for (l = 0; l <= nl; l++) {
+                int grp = l < nl ? im->group_of[l] : -1;
+                if (grp >= 0 && l != im->group_start[grp]) {
+                    /* inside a recompute group: only replayed, never kept */
+                    a->res[l] = im->rc_res[l - im->group_start[grp]];
+                } else if (!(a->res[l] = mc__gpt_floats(g, ns_h))) {
+                    return MC_ERR_NO_MEMORY;
+                }
+            }
+            for (l = 0; l < nl; l++)
+                if (im->group_of[l] < 0 &&
+                    (rc = mc__gpt_alloc_cache(g, &a->layer[l], !im->selective)) != MC_OK)
+                    return rc;
+            if (pre && !(a->tokens = (int *)mc__gpt_alloc(g, n * sizeof(int))))
+                return MC_ERR_NO_MEMORY;
+            if (post) {
+                a->labels = (int *)mc__gpt_alloc(g, n * sizeof(int));
+                a->lnf = mc__gpt_floats(g, ns_h);
+                a->lnf_mean = mc__gpt_floats(g, (size_t)g->Ns);
+                a->lnf_rstd = mc__gpt_floats(g, (size_t)g->Ns);
+                a->logits = mc__gpt_floats(g, n * (size_t)g->vocab_local);
+                a->ce_max = mc__gpt_floats(g, n);
+                a->ce_sum = mc__gpt_floats(g, n);
+                a->losses = mc__gpt_floats(g, n);
+                if (!a->labels || !a->lnf || !a->lnf_mean || !a->lnf_rstd || !a->logits ||
+                    !a->ce_max || !a->ce_sum || !a->losses)
+                    return MC_ERR_NO_MEMORY;
+            }
+        }
+    }
+    if (any_post && !(im->d_logits = mc__gpt_floats(g, n * (size_t)g->vocab_local)))
+        return MC_ERR_NO_MEMORY;
+    return MC_OK;
+}
+
+/* Sizes from the config and the parallel state; checks they agree. */
+static int mc__gpt_setup_sizes(mc_gpt *g, const mc_gpt_desc *desc) {
+    const mc_gpt_config *cfg = &g->config;
+    int cfg_tp = MC__DEF(cfg->tensor_model_parallel_size, 1);
+    int cfg_pp = MC__DEF(cfg->pipeline_model_parallel_size, 1);
+    int cfg_v = cfg->virtual_pipeline_model_parallel_size > 1
+                    ? cfg->virtual_pipeline_model_parallel_size : 1;
+    int c;
+    g->tp = g->pp = g->dp = 1;
+    if (g->ps) {
+        int ps_v = g->ps->grid.desc.vpp > 1 ? g->ps->grid.desc.vpp : 1;
+        if (!g->ps->initialized)
+            return MC__FAIL(MC_ERR_STATE, "mc_gpt_init: the parallel state is not initialised");
+        g->tp = mc_parallel_size(g->ps, MC_GROUP_TP);
+        g->tp_rank = mc_parallel_rank(g->ps, MC_GROUP_TP);
+        g->pp = mc_parallel_size(g->ps, MC_GROUP_PP);
+        g->pp_rank = mc_parallel_rank(g->ps, MC_GROUP_PP);
+        g->dp = mc_parallel_size(g->ps, MC_GROUP_DP_CP);
+        g->dp_rank = mc_parallel_rank(g->ps, MC_GROUP_DP);
+        if (g->tp != cfg_tp || g->pp != cfg_pp || ps_v != cfg_v)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_gpt_init: the config's tensor_model_parallel_size (%d), "
+                            "pipeline_model_parallel_size (%d) and "
+                            "virtual_pipeline_model_parallel_size (%d) must equal the parallel "
+                            "state's tp (%d), pp (%d) and vpp (%d)",
+                            cfg_tp, cfg_pp, cfg_v, g->tp, g->pp, ps_v);
+    } else if (cfg_tp != 1 || cfg_pp != 1) {
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_gpt_init: without a parallel state tensor_model_parallel_size (%d) "
+                        "and pipeline_model_parallel_size (%d) must be 1", cfg_tp, cfg_pp);
+    }
+    g->n_chunks = cfg_v;
+    g->layers_per_chunk = mc_gpt_num_layers_to_build(cfg);
+    if (g->layers_per_chunk < 0) return g->layers_per_chunk;
+    for (c = 0; c < g->n_chunks; c++) g->layer_offset[c] = mc_gpt_layer_offset(cfg, g->pp_rank, c);
+    g->S = cfg->seq_length;
+    g->B = cfg->micro_batch_size;
+    g->N = g->S * g->B;
+    g->sequence_parallel = cfg->sequence_parallel && g->tp > 1;
+    g->Ns = g->sequence_parallel ? g->N / g->tp : g->N;
+    g->H = cfg->hidden_size;
+    g->NH = cfg->num_attention_heads;
+    g->HD = cfg->kv_channels;
+    g->Q = g->NH * g->HD;
+    g->F = cfg->ffn_hidden_size;
+    g->NHl = g->NH / g->tp;
+    g->Ql = g->Q / g->tp;
+    g->Fl = g->F / g->tp;
+    g->vocab_padded = cfg->padded_vocab_size;
+    g->vocab_local = g->vocab_padded / g->tp;
+    g->vocab_start = g->tp_rank * g->vocab_local;
+    g->tied = !cfg->untie_embeddings_and_output_weights;
+    g->p2p_elems = (size_t)g->Ns * (size_t)g->H;
+    if (g->vocab_padded % g->tp != 0 || g->vocab_padded < cfg->vocab_size)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_gpt_init: padded_vocab_size (%d) must be >= vocab_size (%d) and "
+                        "divisible by tensor_model_parallel_size (%d)",
+                        g->vocab_padded, cfg->vocab_size, g->tp);
+    if (g->NH % g->tp || g->F % g->tp || (g->sequence_parallel && g->S % g->tp))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_gpt_init: num_attention_heads (%d), ffn_hidden_size (%d) (and "
+                        "seq_length (%d) under sequence parallelism) must be divisible by "
+                        "tensor_model_parallel_size (%d)", g->NH, g->F, g->S, g->tp);
+    (void)desc;
+    return MC_OK;
+}
+
+MC_API void mc_gpt_free(mc_gpt *g) {
+    struct mc__gpt_impl *im;
+    int i;
+    if (!g || !g->impl) return;
+    im = g->impl;
+    for (i = im->n_allocs[0] - 1; i >= 0; i--) g->ops->free(im->allocs[0][i]);
+    for (i = im->n_allocs[1] - 1; i >= 0; i--) mc_free(im->allocs[1][i]);
+    mc_free(im->allocs[0]);
+    mc_free(im->allocs[1]);
+    mc_param_table_free(&g->table);
+    mc_free(im);
+    memset(g, 0, sizeof *g);
+}
+
+MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
+    char report[2048];
+    int violations, rc, c;
+    if (!g || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_init: gpt and desc must be set");
+    memset(g, 0, sizeof *g);
+    g->config = desc->config;
+    if (g->config.padded_vocab_size == 0 &&
+        (rc = mc_gpt_config_resolve(&g->config, &desc->config)) != MC_OK)
+        return rc;
+    report[0] = '\0';
+    violations = mc_gpt_config_validate(&g->config, report, sizeof report);
+    if (violations < 0) return violations;
+    if (violations > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_init: the config breaks %d rule(s):\n%s",
+                        violations, report);
+    g->ps = desc->ps;
+    g->ops = desc->ops ? desc->ops : mc_ops_cpu();
+    g->spec = desc->spec ? desc->spec : mc_transformer_spec_local();
+    g->n_slots = MC__DEF(desc->n_slots, 1);
+    g->gather_logits = desc->gather_logits;
+    g->training = 1;
+    if (g->n_slots < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_init: n_slots (%d) must be >= 1",
+                        g->n_slots);
+    if (g->ops->device != MC_DEVICE_CPU)
+        return MC__FAIL(MC_ERR_UNSUPPORTED,
+                        "mc_gpt_init: the %s op table is not supported yet (the initialisation "
+                        "writes host memory)", g->ops->name);
+    if ((rc = mc__gpt_setup_sizes(g, desc)) != MC_OK) return rc;
+    for (c = 0; c < MC_GPT_MAX_CHUNKS; c++) g->grad_sync[c] = 1;
+    g->impl = (struct mc__gpt_impl *)mc_calloc(1, sizeof *g->impl);
+    if (!g->impl) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_init: out of memory");
+    g->impl->layer_params = (int *)mc__gpt_host(
+        g, (size_t)g->n_chunks * (size_t)(g->layers_per_chunk + 1) * MC_GPT_LAYER_TENSORS *
+               sizeof(int));
+    if (!g->impl->layer_params) rc = MC_ERR_NO_MEMORY;
+    if (rc == MC_OK) rc = mc__gpt_register(g);
+    if (rc == MC_OK) {
+        mc_param_layout_desc lay;
+        memset(&lay, 0, sizeof lay);
+        lay.dp_size = g->dp;
+        lay.distributed_optimizer = desc->distributed_optimizer;
+        lay.bucket_size = desc->bucket_size;
+        lay.pp_rank = g->pp_rank;
+        rc = mc_param_table_layout(&g->table, &lay);
+    }
+    if (rc == MC_OK) {
+        g->params = mc__gpt_floats(g, g->table.total);
+        g->grads = mc__gpt_floats(g, g->table.total);
+        if (!g->params || !g->grads) rc = MC_ERR_NO_MEMORY;
+    }
+    if (rc == MC_OK) rc = mc__gpt_init_params(g);
+    if (rc == MC_OK) rc = mc__gpt_tie_embeddings(g);
+    if (rc == MC_OK) {
+        int ep = g->ps ? g->ps->coords.ep : 0, etp = g->ps ? g->ps->coords.etp : 0;
+        rc = mc_rng_tracker_seed_megatron(&g->rng, g->config.seed, g->tp_rank, g->pp_rank, ep,
+                                          etp, g->dp_rank, 0);
+    }
+    if (rc == MC_OK) rc = mc__gpt_plan_recompute(g);
+    if (rc == MC_OK) rc = mc__gpt_alloc_activations(g);
+    if (rc != MC_OK) {
+        if (rc == MC_ERR_NO_MEMORY) MC__FAIL(rc, "mc_gpt_init: out of memory");
+        mc_gpt_free(g);
+        return rc;
+    }
+    mc_gpt_zero_grad(g);
+    return MC_OK;
+}
 
 /* @model:implementation end */
 
