@@ -658,3 +658,61 @@ Test(model, grad_ready_reports_every_parameter_once_in_backward_order) {
     cr_expect_eq(ready_n, 0);
     mc_gpt_free(&g);
 }
+
+/* ---------------------------------------------------------------------------------------------
+   multi-rank: tests/mpi_cases/model_cases under mpirun (never this binary) */
+
+#include <criterion/parameterized.h>
+
+#define RUN_LIMIT_S 100.0
+#define OUT_CAP (1 << 17)
+
+typedef struct model_run {
+    char case_name[16];
+    int np;
+    char args[96];
+} model_run;
+
+/* TP 1/2/4 with SP on and off, PP 2/4, VPP 2, tied and untied, DP 2, and recompute (full
+   uniform, full block, selective) against no recompute under TP, SP, PP and VPP. */
+static model_run model_runs[] = {
+    {"equiv", 1, ""},
+    {"equiv", 2, "--tp 2"},
+    {"equiv", 2, "--tp 2 --sp"},
+    {"equiv", 4, "--tp 4"},
+    {"equiv", 4, "--tp 4 --sp"},
+    {"equiv", 2, "--pp 2"},
+    {"equiv", 2, "--pp 2 --untied"},
+    {"equiv", 4, "--pp 4"},
+    {"equiv", 2, "--pp 2 --vpp 2"},
+    {"equiv", 4, "--pp 4 --vpp 2"},
+    {"equiv", 4, "--tp 2 --pp 2 --sp"},
+    {"equiv", 4, "--tp 2 --pp 2 --vpp 2 --sp --untied"},
+    {"equiv", 4, "--tp 2"},   /* DP 2: replicas hold the same model */
+    {"recompute", 1, "--recompute full-uniform"},
+    {"recompute", 2, "--tp 2 --sp --recompute full-uniform"},
+    {"recompute", 2, "--pp 2 --vpp 2 --recompute full-block"},
+    {"recompute", 4, "--tp 2 --pp 2 --recompute selective"},
+    {"recompute", 4, "--tp 4 --sp --recompute full-block"},
+};
+
+ParameterizedTestParameters(model, cases) {
+    return cr_make_param_array(model_run, model_runs, sizeof model_runs / sizeof model_runs[0]);
+}
+
+ParameterizedTest(model_run *run, model, cases) {
+    char prog[4096], cmd[4400];
+    mc_test_sibling("model_cases", prog, sizeof prog);
+    snprintf(cmd, sizeof cmd, "%s %s %s", prog, run->case_name, run->args);
+    cr_log_info("model_cases %s on %d ranks %s", run->case_name, run->np, run->args);
+    char *out = malloc(OUT_CAP);
+    cr_assert_not_null(out);
+    int rc = mc_test_mpirun(run->np, cmd, RUN_LIMIT_S, out, OUT_CAP);
+    int passed = 0, failed = -1;
+    int found = mc_test_summary(out, &passed, &failed);
+    cr_expect_eq(rc, 0, "model_cases %s %s on %d ranks exited %d\n%s", run->case_name, run->args,
+                 run->np, rc, out);
+    cr_expect(found && failed == 0 && passed > 0, "model_cases %s %s on %d ranks: %d passed, %d "
+              "failed\n%s", run->case_name, run->args, run->np, passed, failed, out);
+    free(out);
+}
