@@ -1233,53 +1233,110 @@ MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
 /* @schedules:declarations begin */
 
 /* ---------------------------------------------------------------------------------------------
-   >>schedules  Megatron's forward_backward functions. The application (or lab) owns data and
-   the model; the schedule owns the micro-batch order, the P2P between stages (batched), the
-   grad-sync switch on the last micro-batch, and the call to finalize_model_grads.
+   >>schedules  Megatron's forward_backward functions (megatron_semantics.md section 8). The
+   application (or lab) owns data and the model; the schedule owns the micro-batch order, the
+   P2P between stages (batched), the grad-sync switch on each chunk's last micro-batch, and the
+   call to finalize_model_grads.
+
+   Op order: exactly mc_schedule_ops() of this stage (no pipelining, 1F1B, interleaved); the
+   executed compute ops are traced into mc_schedule_result.ops, so a caller can compare.
 
    The forward_step contract: for every micro-batch on every stage the schedule calls
-   forward_step once; on the last (virtual) stage the output is the loss: forward_step sets
-   *loss_sum (sum of per-token losses) and *num_tokens, and the schedule scales the backward
-   seed like Megatron's loss_func 3-tuple path: loss / max(num_tokens, 1) / num_microbatches. */
+   forward_step once per chunk; on the last virtual stage (pp rank P-1, chunk V-1) the output
+   is the loss: forward_step sets *loss_sum (sum of per-token losses) and *num_tokens, and the
+   schedule scales the backward seed like Megatron's loss_func 3-tuple path (not per-token):
+       loss_scale = 1 / (max(num_tokens, 1) * num_microbatches)
+   and passes it to that micro-batch's backward_step.
+
+   P2P (pp communicator, Megatron's cyclic next / prev ranks): one mc_batch_send_recv per
+   exchange with the ops in Megatron's order send_prev, recv_prev, send_next, recv_next.
+   recv_forward on the first virtual stage and recv_backward on the last one return NULL
+   without communicating; sends there are no-ops. Activations travel on tag
+   MC_SCHEDULE_TAG_FORWARD and gradients on MC_SCHEDULE_TAG_BACKWARD: at PP = 2 the next and
+   previous ranks are the same peer, and interleaving can send both kinds to it in one batch.
+   Megatron's batched path is tagless on NCCL, which pairs such ops by posting order: the
+   activation lands in the gradient's buffer and the other way round (same size, no error).
+   A tagless backend has to split that batch by direction.
+
+   Buffer ownership:
+     - received activations and gradients live in buffers the schedule allocates from the pp
+       communicator (mc_comm_alloc: device memory on nccl). An input passed to forward_step stays
+       valid and unchanged until that micro-batch's backward_step on the same chunk has returned
+       (forward_only: until forward_step returns); an output_grad until backward_step returns.
+       The model may keep the input pointer instead of copying it.
+     - *output of forward_step belongs to the app and must stay valid until the backward of
+       that micro-batch and chunk (forward_only: until the next forward_step call); *input_grad
+       of backward_step until the next forward_step or backward_step call.
+
+   Grad sync (Megatron's no_sync switch, per chunk; never called when forward_only):
+       grad_sync(c, 0) for every chunk before the first compute op (sync off),
+       grad_sync(c, 1) right before the backward of chunk c's micro-batch M-1 (its last),
+       grad_sync(c, 0) right after that backward returns.
+   So every backward but each chunk's last runs with sync off: the DDP layer only accumulates
+   then, and with sync on starts the reductions of that chunk's buckets as they fill; finalize
+   waits for them.
+
+   The schedule does not write ps (ps->vp_stage included): forward_step and backward_step get
+   the chunk and set whatever stage state the model reads. An error on one stage (a hook failing,
+   a bad argument) returns at once there; its pipeline peers then fail in their next exchange
+   with MC_ERR_TIMEOUT after the pp communicator's timeout. Validation errors (the interleaving
+   rules) are the same on every rank, so every rank fails before communicating. */
+#define MC_SCHEDULE_TRACE_MAX 4096
+#define MC_SCHEDULE_TAG_FORWARD 1001     /* activations, to the next stage */
+#define MC_SCHEDULE_TAG_BACKWARD 1002    /* gradients, to the previous stage */
+
 typedef struct mc_schedule_hooks {
     void *app;
     /* input: tensor received from the previous virtual stage (NULL on the first one).
-       *output: the tensor to send (owned by the app, valid until its backward), NULL on the
-       last virtual stage, where *loss_sum and *num_tokens are set instead. */
+       *output: the tensor to send (owned by the app, see above), NULL on the last virtual
+       stage, where *loss_sum and *num_tokens are set instead (both are 0 on entry). */
     int (*forward_step)(void *app, int chunk, int microbatch, const float *input,
                         float **output, double *loss_sum, double *num_tokens);
     /* output_grad: gradient received from the next virtual stage, NULL on the last one, where
-       backward starts from the loss with per-token weight loss_scale. *input_grad: the gradient
-       to send to the previous stage (NULL on the first virtual stage). */
+       backward starts from the loss with per-token weight loss_scale (1 elsewhere).
+       *input_grad: the gradient to send to the previous stage (ignored on the first virtual
+       stage; may be left NULL there). Required unless every call is forward_only. */
     int (*backward_step)(void *app, int chunk, int microbatch, const float *output_grad,
                          float loss_scale, float **input_grad);
-    /* enable = 1 right before the backward of a chunk's last micro-batch (grads of that chunk
-       become final: start the DDP bucket reductions), 0 after it. May be NULL. */
+    /* Megatron's no_sync switch for chunk `chunk` (see above). May be NULL. */
     void (*grad_sync)(void *app, int chunk, int enable);
-    /* finalize_model_grads (§10); called once after the last backward, not when forward_only.
-       May be NULL. */
+    /* finalize_model_grads (section 10); called once after the last backward, not when
+       forward_only. May be NULL. A status != MC_OK is returned by the schedule. */
     int (*finalize)(void *app);
-    size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H */
+    size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H;
+                                       required (> 0) when PP > 1 */
+    int group_size;                 /* interleaved only: microbatch_group_size_per_vp_stage N;
+                                       0 = PP (Megatron's default) */
 } mc_schedule_hooks;
 
 typedef struct mc_schedule_result {
     double loss_sum;                /* last stage: sum over micro-batches of per-token loss sums */
-    double num_tokens;
-    int n_ops;                      /* compute ops executed, in order */
-    mc_sched_op ops[4096];          /* trace (truncated beyond 4096) */
+    double num_tokens;              /* last stage: sum of num_tokens (0 on other stages) */
+    int n_warmup;                   /* warmup forwards this stage ran (mc_schedule_ops' count) */
+    int n_ops;                      /* compute ops executed */
+    mc_sched_op ops[MC_SCHEDULE_TRACE_MAX];   /* the first MC_SCHEDULE_TRACE_MAX of them, in
+                                                 execution order */
 } mc_schedule_result;
 
+/* All three share this signature. The result is reset at entry. num_microbatches is M (per
+   data-parallel rank). Returns MC_OK, MC_ERR_INVALID_ARG / MC_ERR_INVALID_DESC (arguments,
+   Megatron's interleaving rules), a hook's status, or a communication error. */
 typedef int (*mc_forward_backward_func)(const mc_parallel_state *ps,
                                         const mc_schedule_hooks *hooks, int num_microbatches,
                                         int forward_only, mc_schedule_result *result);
-/* no pipelining (PP = 1), 1F1B (PP > 1), interleaved 1F1B (VPP > 1), as Megatron decides. */
+/* Megatron's get_forward_backward_func, from ps->grid alone (section 8.1): PP > 1 with VPP > 1
+   -> with_interleaving; PP > 1 -> without_interleaving; else no_pipelining. NULL for NULL ps. */
 MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps);
+/* PP must be 1: M times "F(i) B(i)", grad sync on for the last backward. */
 MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
                                              const mc_schedule_hooks *hooks, int num_microbatches,
                                              int forward_only, mc_schedule_result *result);
+/* 1F1B (section 8.4); refuses VPP > 1 (no model chunks). PP = 1 runs like no pipelining. */
 MC_API int mc_forward_backward_pipelining_without_interleaving(
     const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
     int forward_only, mc_schedule_result *result);
+/* Interleaved 1F1B (section 8.5): needs PP > 1 and VPP > 1, PP <= N <= M and M mod N equal to
+   0 or >= PP (the messages give Megatron's rules). */
 MC_API int mc_forward_backward_pipelining_with_interleaving(
     const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
     int forward_only, mc_schedule_result *result);
@@ -6119,6 +6176,432 @@ MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
 /* @model:implementation end */
 
 /* @schedules:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>schedules
+//
+// Megatron's forward_backward functions over the op order of >>schedule_table. The loops keep
+// Megatron's shape (warmup, steady 1F1B, cooldown) because the P2P calls hang off that shape;
+// the tests check that the executed order equals mc_schedule_ops.
+
+/* One run of a schedule on this rank. Received tensors are indexed by (chunk, micro-batch):
+   every stage sends a chunk's tensors in micro-batch order, so the n-th tensor received for
+   chunk c belongs to micro-batch n (Megatron's per-chunk FIFO lists). */
+typedef struct mc__pipe {
+    const mc_schedule_hooks *h;
+    mc_schedule_result *res;
+    mc_comm *pp_comm;            /* NULL when PP = 1 */
+    int pp, rank, v, m, forward_only;
+    int prev, next;              /* cyclic neighbours in the pp group */
+    int total, warmup;           /* M*V virtual micro-batches; warmup forwards */
+    int *mb_of, *chunk_of;       /* (M*V) the interleaved table (identity when V = 1) */
+    float **input;               /* (V*M) received activation of (chunk, mb), NULL once used */
+    float **out_grad;            /* (V*M) received gradient of (chunk, mb) */
+    int *n_inputs, *n_grads;     /* (V) tensors received so far per chunk */
+    double *tokens;              /* (M) num_tokens per micro-batch, last virtual stage */
+    float **spare;               /* free receive buffers, reused before allocating */
+    int n_spare;
+} mc__pipe;
+
+static int mc__pipe_slot(const mc__pipe *p, int chunk, int mb) { return chunk * p->m + mb; }
+static int mc__pipe_first_virtual(const mc__pipe *p, int chunk) {
+    return p->rank == 0 && chunk == 0;
+}
+static int mc__pipe_last_virtual(const mc__pipe *p, int chunk) {
+    return p->rank == p->pp - 1 && chunk == p->v - 1;
+}
+/* Megatron's get_model_chunk_id: backward k runs the table's chunk mirrored, V - 1 - c. */
+static int mc__pipe_chunk(const mc__pipe *p, int k, int forward) {
+    int c = p->chunk_of[k % p->total];
+    return forward ? c : p->v - 1 - c;
+}
+
+static float *mc__pipe_buffer(mc__pipe *p) {
+    if (p->n_spare > 0) return p->spare[--p->n_spare];
+    return (float *)mc_comm_alloc(p->pp_comm, p->h->tensor_elems * sizeof(float));
+}
+
+/* Every buffer ever handed out is either in a slot or spare, so spare (2*V*M) never overflows. */
+static void mc__pipe_release(mc__pipe *p, float **slot) {
+    if (*slot) p->spare[p->n_spare++] = *slot;
+    *slot = NULL;
+}
+
+static void mc__pipe_free(mc__pipe *p) {
+    int i, slots = p->v * p->m;
+    for (i = 0; p->input && i < slots; i++) mc__pipe_release(p, &p->input[i]);
+    for (i = 0; p->out_grad && i < slots; i++) mc__pipe_release(p, &p->out_grad[i]);
+    for (i = 0; i < p->n_spare; i++) mc_comm_free(p->pp_comm, p->spare[i]);
+    mc_free(p->mb_of);
+    mc_free(p->chunk_of);
+    mc_free(p->input);
+    mc_free(p->out_grad);
+    mc_free(p->n_inputs);
+    mc_free(p->n_grads);
+    mc_free(p->tokens);
+    mc_free(p->spare);
+}
+
+/* Megatron's _communicate in batched mode: send_prev, recv_prev, send_next, recv_next, in that
+   order, as one batch waited as a whole. A NULL send or a recv chunk < 0 leaves that op out;
+   a received tensor goes to the next free micro-batch slot of its chunk. */
+static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float *send_prev,
+                                int recv_prev_chunk, int recv_next_chunk) {
+    mc_p2p_op ops[4];
+    int n = 0, rc;
+    float *from_prev = NULL, *from_next = NULL;
+    if (recv_prev_chunk >= 0 && p->n_inputs[recv_prev_chunk] >= p->m)
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive activation %d for "
+                        "chunk %d, but M = %d", p->rank, p->m + 1, recv_prev_chunk, p->m);
+    if (recv_next_chunk >= 0 && p->n_grads[recv_next_chunk] >= p->m)
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive gradient %d for "
+                        "chunk %d, but M = %d", p->rank, p->m + 1, recv_next_chunk, p->m);
+    if ((recv_prev_chunk >= 0 && !(from_prev = mc__pipe_buffer(p))) ||
+        (recv_next_chunk >= 0 && !(from_next = mc__pipe_buffer(p)))) {
+        mc__pipe_release(p, &from_prev);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "schedule: out of memory for a %zu-element P2P buffer",
+                        p->h->tensor_elems);
+    }
+#define MC__P2P_OP(send, buffer, peer_rank, tag_value)                          \
+    do {                                                                        \
+        ops[n].is_send = (send);                                                \
+        ops[n].buf = (void *)(uintptr_t)(buffer);                               \
+        ops[n].count = p->h->tensor_elems;                                      \
+        ops[n].dtype = MC_F32;                                                  \
+        ops[n].peer = (peer_rank);                                              \
+        ops[n].tag = (tag_value);                                               \
+        n++;                                                                    \
+    } while (0)
+    if (send_prev) MC__P2P_OP(1, send_prev, p->prev, MC_SCHEDULE_TAG_BACKWARD);
+    if (from_prev) MC__P2P_OP(0, from_prev, p->prev, MC_SCHEDULE_TAG_FORWARD);
+    if (send_next) MC__P2P_OP(1, send_next, p->next, MC_SCHEDULE_TAG_FORWARD);
+    if (from_next) MC__P2P_OP(0, from_next, p->next, MC_SCHEDULE_TAG_BACKWARD);
+#undef MC__P2P_OP
+    rc = n > 0 ? mc_batch_send_recv(p->pp_comm, ops, n) : MC_OK;
+    if (rc != MC_OK) {
+        mc__pipe_release(p, &from_prev);
+        mc__pipe_release(p, &from_next);
+        return rc;
+    }
+    if (from_prev)
+        p->input[mc__pipe_slot(p, recv_prev_chunk, p->n_inputs[recv_prev_chunk]++)] = from_prev;
+    if (from_next)
+        p->out_grad[mc__pipe_slot(p, recv_next_chunk, p->n_grads[recv_next_chunk]++)] = from_next;
+    return MC_OK;
+}
+
+static void mc__pipe_trace(mc__pipe *p, char kind, int mb, int chunk) {
+    if (p->res->n_ops < MC_SCHEDULE_TRACE_MAX) {
+        mc_sched_op *op = &p->res->ops[p->res->n_ops];
+        op->kind = kind;
+        op->microbatch = mb;
+        op->chunk = chunk;
+    }
+    p->res->n_ops++;
+}
+
+/* Forward of virtual micro-batch k. *output: what to send next (NULL on the last virtual
+   stage, which instead accumulates the loss). */
+static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
+    int mb = p->mb_of[k], chunk = p->chunk_of[k], slot = mc__pipe_slot(p, chunk, mb), rc;
+    int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
+    double loss = 0.0, tokens = 0.0;
+    float *out = NULL;
+    if (!first && !p->input[slot])
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no input for the forward of "
+                        "micro-batch %d on chunk %d", p->rank, mb, chunk);
+    mc__pipe_trace(p, 'F', mb, chunk);
+    rc = p->h->forward_step(p->h->app, chunk, mb, first ? NULL : p->input[slot], &out, &loss,
+                            &tokens);
+    if (rc != MC_OK) return rc;
+    if (last) {
+        p->res->loss_sum += loss;
+        p->res->num_tokens += tokens;
+        p->tokens[mb] = tokens;
+        out = NULL;
+    } else if (!out) {
+        return MC__FAIL(MC_ERR_STATE, "schedule: forward_step of micro-batch %d on chunk %d "
+                        "(virtual stage %d) returned no output to send", mb, chunk,
+                        chunk * p->pp + p->rank);
+    }
+    if (p->forward_only) mc__pipe_release(p, &p->input[slot]);
+    *output = out;
+    return MC_OK;
+}
+
+/* Backward of virtual micro-batch k (chunk mirrored). Grad sync is on for exactly the backward
+   of a chunk's last micro-batch. *input_grad: what to send back (NULL on the first virtual
+   stage). */
+static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
+    int chunk = mc__pipe_chunk(p, k, 0), mb = p->mb_of[k], slot = mc__pipe_slot(p, chunk, mb);
+    int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
+    int last_mb = mb == p->m - 1, rc;
+    float *grad = NULL, scale = 1.0f;
+    if (!last && !p->out_grad[slot])
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no output gradient for the "
+                        "backward of micro-batch %d on chunk %d", p->rank, mb, chunk);
+    if (last) {
+        /* Megatron's loss_func 3-tuple: loss / max(num_tokens, 1) / num_microbatches. */
+        double tokens = p->tokens[mb] > 1.0 ? p->tokens[mb] : 1.0;
+        scale = (float)(1.0 / (tokens * (double)p->m));
+    }
+    if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 1);
+    mc__pipe_trace(p, 'B', mb, chunk);
+    rc = p->h->backward_step(p->h->app, chunk, mb, last ? NULL : p->out_grad[slot], scale, &grad);
+    if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 0);
+    if (rc != MC_OK) return rc;
+    mc__pipe_release(p, &p->input[slot]);
+    mc__pipe_release(p, &p->out_grad[slot]);
+    if (first) grad = NULL;
+    else if (!grad)
+        return MC__FAIL(MC_ERR_STATE, "schedule: backward_step of micro-batch %d on chunk %d "
+                        "(virtual stage %d) returned no input gradient to send", mb, chunk,
+                        chunk * p->pp + p->rank);
+    *input_grad = grad;
+    return MC_OK;
+}
+
+/* Checks the arguments, resolves the schedule (mc_schedule_ops' validation gives Megatron's
+   rules) and allocates the run. `vpp` is 1 unless interleaved. */
+static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_schedule_hooks *h,
+                         int m, int forward_only, mc_schedule_result *res, int vpp,
+                         const char *fn) {
+    mc_schedule_desc d;
+    int rc, slots, k;
+    memset(p, 0, sizeof *p);
+    if (!ps || !ps->initialized)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: the parallel state is %s", fn,
+                        ps ? "not initialized" : "NULL");
+    if (!h || !h->forward_step)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks%s is NULL", fn, h ? "->forward_step" : "");
+    if (!forward_only && !h->backward_step)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks->backward_step is NULL but forward_only "
+                        "is 0", fn);
+    if (!res) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: result is NULL", fn);
+    memset(res, 0, sizeof *res);
+    p->h = h;
+    p->res = res;
+    p->pp_comm = mc_parallel_group(ps, MC_GROUP_PP);
+    p->pp = p->pp_comm ? p->pp_comm->size : 1;
+    p->rank = p->pp_comm ? p->pp_comm->rank : 0;
+    p->prev = (p->rank + p->pp - 1) % p->pp;
+    p->next = (p->rank + 1) % p->pp;
+    p->forward_only = forward_only != 0;
+    if (p->pp > 1 && h->tensor_elems == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks->tensor_elems is 0, but pipeline stages "
+                        "(PP = %d) exchange tensors of that many floats", fn, p->pp);
+    memset(&d, 0, sizeof d);
+    d.pp = p->pp;
+    d.pp_rank = p->rank;
+    d.num_microbatches = m;
+    d.vpp = vpp > 1 ? vpp : 0;
+    d.group_size = h->group_size;
+    d.forward_only = forward_only;
+    if ((rc = mc_schedule_ops(&d, NULL, 0, &p->warmup)) < 0) return rc;
+    p->m = m;
+    p->v = vpp > 1 ? vpp : 1;
+    p->total = m * p->v;
+    slots = p->total;
+    p->mb_of = (int *)mc_calloc((size_t)slots, sizeof(int));
+    p->chunk_of = (int *)mc_calloc((size_t)slots, sizeof(int));
+    p->input = (float **)mc_calloc((size_t)slots, sizeof(float *));
+    p->out_grad = (float **)mc_calloc((size_t)slots, sizeof(float *));
+    p->spare = (float **)mc_calloc((size_t)slots * 2, sizeof(float *));
+    p->n_inputs = (int *)mc_calloc((size_t)p->v, sizeof(int));
+    p->n_grads = (int *)mc_calloc((size_t)p->v, sizeof(int));
+    p->tokens = (double *)mc_calloc((size_t)m, sizeof(double));
+    if (!p->mb_of || !p->chunk_of || !p->input || !p->out_grad || !p->spare || !p->n_inputs ||
+        !p->n_grads || !p->tokens) {
+        mc__pipe_free(p);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory for M x V = %d slots", fn, slots);
+    }
+    if (p->v > 1) mc_schedule_table(&d, p->mb_of, p->chunk_of, slots);
+    else
+        for (k = 0; k < slots; k++) p->mb_of[k] = k;
+    res->n_warmup = p->warmup;
+    return MC_OK;
+}
+
+/* Megatron's disable_grad_sync at entry (every chunk), then the run, then finalize. */
+static int mc__pipe_finish(mc__pipe *p, int rc) {
+    int i, left = 0;
+    for (i = 0; rc == MC_OK && i < p->v * p->m; i++) left += p->input[i] || p->out_grad[i];
+    if (rc == MC_OK && left)
+        rc = MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d received %d tensors it never used",
+                      p->rank, left);
+    if (rc == MC_OK && !p->forward_only && p->h->finalize) rc = p->h->finalize(p->h->app);
+    mc__pipe_free(p);
+    return rc;
+}
+
+static void mc__pipe_sync_off(mc__pipe *p) {
+    int c;
+    if (p->forward_only || !p->h->grad_sync) return;
+    for (c = 0; c < p->v; c++) p->h->grad_sync(p->h->app, c, 0);
+}
+
+/* Megatron's P2P helpers of the non-interleaved schedule (V = 1): no-ops on the first stage
+   (recv_forward, send_backward) and on the last one (send_forward, recv_backward). */
+static int mc__pipe_recv_forward(mc__pipe *p) {
+    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, NULL, 0, -1);
+}
+static int mc__pipe_send_forward(mc__pipe *p, const float *out) {
+    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, out, NULL, -1, -1);
+}
+static int mc__pipe_recv_backward(mc__pipe *p) {
+    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, NULL, NULL, -1, 0);
+}
+static int mc__pipe_send_backward(mc__pipe *p, const float *grad) {
+    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, grad, -1, -1);
+}
+static int mc__pipe_send_forward_recv_backward(mc__pipe *p, const float *out) {
+    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, out, NULL, -1, 0);
+}
+static int mc__pipe_send_backward_recv_forward(mc__pipe *p, const float *grad) {
+    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, grad, 0, -1);
+}
+
+MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
+                                             const mc_schedule_hooks *hooks, int num_microbatches,
+                                             int forward_only, mc_schedule_result *result) {
+    mc__pipe p;
+    float *out = NULL, *grad = NULL;
+    int rc, i;
+    if (ps && ps->initialized && mc_parallel_size(ps, MC_GROUP_PP) > 1)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_no_pipelining: the pipeline-model-"
+                        "parallel size is %d; no pipelining needs 1 (use "
+                        "mc_get_forward_backward_func)", mc_parallel_size(ps, MC_GROUP_PP));
+    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, 1,
+                       "mc_forward_backward_no_pipelining");
+    if (rc != MC_OK) return rc;
+    mc__pipe_sync_off(&p);
+    /* Megatron runs micro-batches 0..M-2 inside no_sync and the last one outside it; the
+       switch sits in mc__pipe_backward. */
+    for (i = 0; i < p.m && rc == MC_OK; i++) {
+        rc = mc__pipe_forward(&p, i, &out);
+        if (rc == MC_OK && !p.forward_only) rc = mc__pipe_backward(&p, i, &grad);
+    }
+    return mc__pipe_finish(&p, rc);
+}
+
+/* 1F1B, section 8.4: warmup forwards, the steady 1F1B pairs with combined exchanges, the
+   cooldown backwards. */
+static int mc__pipe_run_1f1b(mc__pipe *p) {
+    int w = p->warmup, remaining = p->m - w, i, rc = MC_OK;
+    float *out = NULL, *grad = NULL;
+    for (i = 0; i < w && rc == MC_OK; i++) {
+        if ((rc = mc__pipe_recv_forward(p)) != MC_OK) break;
+        if ((rc = mc__pipe_forward(p, i, &out)) != MC_OK) break;
+        rc = mc__pipe_send_forward(p, out);
+    }
+    if (rc == MC_OK && remaining > 0) rc = mc__pipe_recv_forward(p);
+    for (i = 0; i < remaining && rc == MC_OK; i++) {
+        int last_iteration = i == remaining - 1;
+        if ((rc = mc__pipe_forward(p, w + i, &out)) != MC_OK) break;
+        if (p->forward_only) {
+            if ((rc = mc__pipe_send_forward(p, out)) != MC_OK) break;
+            if (!last_iteration) rc = mc__pipe_recv_forward(p);
+            continue;
+        }
+        if ((rc = mc__pipe_send_forward_recv_backward(p, out)) != MC_OK) break;
+        if ((rc = mc__pipe_backward(p, i, &grad)) != MC_OK) break;
+        rc = last_iteration ? mc__pipe_send_backward(p, grad)
+                            : mc__pipe_send_backward_recv_forward(p, grad);
+    }
+    for (i = 0; i < w && rc == MC_OK && !p->forward_only; i++) {
+        if ((rc = mc__pipe_recv_backward(p)) != MC_OK) break;
+        if ((rc = mc__pipe_backward(p, remaining + i, &grad)) != MC_OK) break;
+        rc = mc__pipe_send_backward(p, grad);
+    }
+    return rc;
+}
+
+MC_API int mc_forward_backward_pipelining_without_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result) {
+    mc__pipe p;
+    int rc;
+    if (ps && ps->initialized && ps->grid.desc.vpp > 1)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_pipelining_without_interleaving: "
+                        "non-interleaved pipeline-parallel schedule does not support model "
+                        "chunking (virtual pipeline size %d)", ps->grid.desc.vpp);
+    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, 1,
+                       "mc_forward_backward_pipelining_without_interleaving");
+    if (rc != MC_OK) return rc;
+    mc__pipe_sync_off(&p);
+    return mc__pipe_finish(&p, mc__pipe_run_1f1b(&p));
+}
+
+/* Megatron's recv_tensor_from_previous_stage: whether this stage receives a tensor in the
+   exchange after virtual micro-batch k, and for which chunk. The leading stage (pp rank 0 for
+   activations, P-1 for gradients) receives what the other end of the pipeline produced
+   P-1 virtual micro-batches earlier, through the cyclic link, for the neighbouring chunk. */
+static int mc__pipe_recv_chunk(const mc__pipe *p, int k, int forward) {
+    int leading = forward ? p->rank == 0 : p->rank == p->pp - 1;
+    int edge_chunk = forward ? p->v - 1 : 0, step = forward ? 1 : -1, c;
+    if (!leading) return mc__pipe_chunk(p, k + 1, forward);
+    if (k < p->pp - 1) return -1;   /* the other end has produced nothing yet */
+    c = mc__pipe_chunk(p, k - (p->pp - 1), forward);
+    return c == edge_chunk ? -1 : c + step;   /* the last chunk leaves the pipeline */
+}
+
+/* Interleaved 1F1B, section 8.5 (batched P2P, no overlap). */
+static int mc__pipe_run_interleaved(mc__pipe *p) {
+    int total = p->total, w = p->warmup, remaining = total - w, all_warmup = w == total;
+    int first_pp = p->rank == 0, last_pp = p->rank == p->pp - 1, k, rc = MC_OK;
+    float *out = NULL, *grad = NULL;
+    if (!first_pp) rc = mc__pipe_communicate(p, NULL, NULL, 0, -1);   /* recv_forward, chunk 0 */
+    for (k = 0; k < w && rc == MC_OK; k++) {
+        int recv_prev = k == total - 1 ? -1 : mc__pipe_recv_chunk(p, k, 1);
+        if ((rc = mc__pipe_forward(p, k, &out)) != MC_OK) break;
+        if (k == w - 1 && !p->forward_only && !all_warmup)
+            /* the last warmup exchange also fetches the first backward's gradient */
+            rc = mc__pipe_communicate(p, out, NULL, recv_prev, last_pp ? -1 : p->v - 1);
+        else
+            rc = mc__pipe_communicate(p, out, NULL, recv_prev, -1);   /* send_forward_recv_forward */
+    }
+    for (k = 0; k < remaining && rc == MC_OK; k++) {
+        int forward_k = k + w, recv_prev, recv_next;
+        if ((rc = mc__pipe_forward(p, forward_k, &out)) != MC_OK) break;
+        if ((rc = mc__pipe_backward(p, k, &grad)) != MC_OK) break;
+        recv_prev = k == remaining - 1 ? -1 : mc__pipe_recv_chunk(p, forward_k, 1);
+        recv_next = mc__pipe_recv_chunk(p, k, 0);
+        rc = mc__pipe_communicate(p, out, grad, recv_prev, recv_next);
+    }
+    if (p->forward_only) return rc;
+    if (rc == MC_OK && all_warmup && !last_pp)   /* recv_backward for chunk V-1 */
+        rc = mc__pipe_communicate(p, NULL, NULL, -1, p->v - 1);
+    for (k = remaining; k < total && rc == MC_OK; k++) {
+        int recv_next = k == total - 1 ? -1 : mc__pipe_recv_chunk(p, k, 0);
+        if ((rc = mc__pipe_backward(p, k, &grad)) != MC_OK) break;
+        rc = mc__pipe_communicate(p, NULL, grad, -1, recv_next);   /* send_backward_recv_backward */
+    }
+    return rc;
+}
+
+MC_API int mc_forward_backward_pipelining_with_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result) {
+    mc__pipe p;
+    int rc, vpp = ps && ps->initialized ? ps->grid.desc.vpp : 0;
+    if (ps && ps->initialized && vpp <= 1)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_pipelining_with_interleaving: "
+                        "interleaved pipeline parallelism expected model chunking, but the "
+                        "virtual pipeline size is %d (set mc_grid_desc.vpp >= 2)", vpp);
+    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, vpp,
+                       "mc_forward_backward_pipelining_with_interleaving");
+    if (rc != MC_OK) return rc;
+    mc__pipe_sync_off(&p);
+    return mc__pipe_finish(&p, mc__pipe_run_interleaved(&p));
+}
+
+MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps) {
+    if (!ps) return NULL;
+    if (ps->grid.desc.pp > 1)
+        return ps->grid.desc.vpp > 1 ? mc_forward_backward_pipelining_with_interleaving
+                                     : mc_forward_backward_pipelining_without_interleaving;
+    return mc_forward_backward_no_pipelining;
+}
 
 /* @schedules:implementation end */
 
