@@ -673,8 +673,9 @@ typedef struct model_run {
     char args[96];
 } model_run;
 
-/* TP 1/2/4 with SP on and off, PP 2/4, VPP 2, tied and untied, DP 2, and recompute (full
-   uniform, full block, selective) against no recompute under TP, SP, PP and VPP. */
+/* TP 1/2/4 with SP on and off, PP 2/4, VPP 2, tied and untied, DP 2; the same under the
+   schedule module (no pipelining, 1F1B, interleaved); and recompute (full uniform, full block,
+   selective) against no recompute under TP, SP, PP and VPP. */
 static model_run model_runs[] = {
     {"equiv", 1, ""},
     {"equiv", 2, "--tp 2"},
@@ -689,6 +690,11 @@ static model_run model_runs[] = {
     {"equiv", 4, "--tp 2 --pp 2 --sp"},
     {"equiv", 4, "--tp 2 --pp 2 --vpp 2 --sp --untied"},
     {"equiv", 4, "--tp 2"},   /* DP 2: replicas hold the same model */
+    {"schedule", 1, "-M 3"},
+    {"schedule", 2, "--pp 2 -M 4"},
+    {"schedule", 4, "--pp 4 --vpp 2 -M 4"},
+    {"schedule", 4, "--tp 2 --pp 2 --sp -M 3"},
+    {"schedule", 2, "--pp 2 --vpp 2 -M 4 --recompute full-uniform"},
     {"recompute", 1, "--recompute full-uniform"},
     {"recompute", 2, "--tp 2 --sp --recompute full-uniform"},
     {"recompute", 2, "--pp 2 --vpp 2 --recompute full-block"},

@@ -15,6 +15,10 @@
                 slice of the reference's gradient of the same name.
      recompute  two distributed models with dropout on, one with the given recompute and one
                 without, run the same schedule: losses and every gradient bit-identical.
+     schedule   as equiv, but the distributed model runs under mc_get_forward_backward_func
+                (no pipelining, 1F1B or interleaved) through mc_gpt_forward_step /
+                mc_gpt_backward_step; finalize is the hook; grad-ready reports come only from
+                each chunk's last micro-batch (grad sync), once per parameter.
    Dropout is off in `equiv` (masks differ by design across TP ranks and PP stages). The
    vocabulary (64, divisible by 8) pads to 64 for TP 1, 2 and 4, so the models compare.
    Rank 0 ends with "N passed, N failed". */
@@ -141,6 +145,80 @@ done:
     return rc;
 }
 
+/* ---------------------------------------------------------------------------------------------
+   running the stages through the schedule module (mc_get_forward_backward_func) with the
+   model's schedule adapter */
+
+typedef struct sched_app {
+    mc_gpt *gpt;
+    int tokens[256], labels[256];
+    double loss[16];
+    int (*finalize)(mc_gpt *g);
+} sched_app;
+
+static int app_forward(void *app, int chunk, int microbatch, const float *input, float **output,
+                       double *loss_sum, double *num_tokens) {
+    sched_app *a = (sched_app *)app;
+    batch_of(microbatch, a->tokens, a->labels, a->gpt->N, a->gpt->config.vocab_size);
+    int rc = mc_gpt_forward_step(a->gpt, chunk, microbatch, a->tokens, a->labels, input, output,
+                                 loss_sum, num_tokens);
+    if (rc == MC_OK && mc_gpt_is_post_process(a->gpt, chunk) && microbatch < 16)
+        a->loss[microbatch] = *loss_sum;
+    return rc;
+}
+
+static int app_backward(void *app, int chunk, int microbatch, const float *output_grad,
+                        float loss_scale, float **input_grad) {
+    sched_app *a = (sched_app *)app;
+    return mc_gpt_backward_step(a->gpt, chunk, microbatch, output_grad, loss_scale, input_grad);
+}
+
+static void app_grad_sync(void *app, int chunk, int enable) {
+    mc_gpt_set_grad_sync(((sched_app *)app)->gpt, chunk, enable);
+}
+
+static int app_finalize(void *app) {
+    sched_app *a = (sched_app *)app;
+    return a->finalize ? a->finalize(a->gpt) : MC_OK;
+}
+
+static int ready_count;
+static void count_ready(void *user, int param) {
+    (void)user;
+    (void)param;
+    ready_count++;
+}
+
+static int run_schedule(mc_gpt *g, int M, run_result *res, int (*finalize)(mc_gpt *g)) {
+    static sched_app app;
+    static mc_schedule_result result;
+    mc_schedule_hooks hooks;
+    memset(&app, 0, sizeof app);
+    memset(&hooks, 0, sizeof hooks);
+    app.gpt = g;
+    app.finalize = finalize;
+    hooks.app = &app;
+    hooks.forward_step = app_forward;
+    hooks.backward_step = app_backward;
+    hooks.grad_sync = app_grad_sync;
+    hooks.finalize = app_finalize;
+    hooks.tensor_elems = g->p2p_elems;
+    mc_forward_backward_func fb = mc_get_forward_backward_func(g->ps);
+    if (!MC_CASE_CHECK(fb != NULL, "no forward_backward function")) return MC_ERR_INVALID_ARG;
+    ready_count = 0;
+    g->grad_ready = count_ready;
+    int rc = fb(g->ps, &hooks, M, 0, &result);
+    g->grad_ready = NULL;
+    /* grad sync is on only for each chunk's last backward: every parameter reported once */
+    MC_CASE_CHECK(rc != MC_OK || ready_count == g->table.count,
+                  "%d grad-ready reports over %d micro-batches for %d parameters", ready_count,
+                  M, g->table.count);
+    MC_CASE_CHECK(rc != MC_OK || result.n_ops == 2 * M * g->n_chunks,
+                  "the schedule ran %d compute ops, want %d", result.n_ops, 2 * M * g->n_chunks);
+    for (int m = 0; m < M && m < 16; m++) res->loss[m] = app.loss[m];
+    return rc;
+}
+
 /* What finalize_model_grads does for the model (§10 steps 3 and 4): sequence-parallel grads
    summed over TP, the tied embedding pair's grads summed over the embedding group. */
 static int finalize_by_hand(mc_gpt *g) {
@@ -198,7 +276,7 @@ static void compare_tensor(const char *what, const char *name, const float *got,
                   "%s %s: the reference is all zeros (nothing was compared)", what, name);
 }
 
-static int case_equiv(const options *o) {
+static int case_equiv(const options *o, int use_schedule) {
     mc_parallel_state ps;
     memset(&ps, 0, sizeof ps);
     mc_parallel_desc pd;
@@ -238,8 +316,12 @@ static int case_equiv(const options *o) {
     memset(&rr, 0, sizeof rr);
     memset(&gr, 0, sizeof gr);
     check_rc(run_pipeline(&ref, M, &rr), "reference micro-batches");
-    check_rc(run_pipeline(&g, M, &gr), "distributed micro-batches");
-    check_rc(finalize_by_hand(&g), "finalize by hand");
+    if (use_schedule) {
+        check_rc(run_schedule(&g, M, &gr, finalize_by_hand), "the schedule");
+    } else {
+        check_rc(run_pipeline(&g, M, &gr), "distributed micro-batches");
+        check_rc(finalize_by_hand(&g), "finalize by hand");
+    }
 
     if (mc_gpt_is_post_process(&g, g.n_chunks - 1)) {
         for (int m = 0; m < M; m++)
@@ -322,7 +404,7 @@ int main(int argc, char **argv) {
     o.tp = o.pp = 1;
     o.microbatches = 2;
     if (argc < 2) {
-        fprintf(stderr, "usage: model_cases equiv|recompute [--tp T] [--pp P] [--vpp V] [--sp] "
+        fprintf(stderr, "usage: model_cases equiv|schedule|recompute [--tp T] [--pp P] [--vpp V] [--sp] "
                         "[--untied] [--recompute full-uniform|full-block|selective] [-M n]\n");
         return 2;
     }
@@ -361,7 +443,8 @@ int main(int argc, char **argv) {
         mc_comm_destroy(world);
         return rc;
     }
-    if (!strcmp(argv[1], "equiv")) case_equiv(&o);
+    if (!strcmp(argv[1], "equiv")) case_equiv(&o, 0);
+    else if (!strcmp(argv[1], "schedule")) case_equiv(&o, 1);
     else if (!strcmp(argv[1], "recompute")) case_recompute(&o);
     else MC_CASE_CHECK(0, "unknown case %s", argv[1]);
     int rc = mc_case_finish(world);
