@@ -128,12 +128,12 @@ $(BUILD)/tests/grade_%: tests/grade/grade_%.c $(LAB_COMMON) | $(BUILD)/.deps-ok
 HDR_FLAGS := -Wall -Wextra -pedantic -Werror -I.
 check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two TUs
 	@mkdir -p $(BUILD)/compile
-	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c99
-	$(CC)  -std=c11   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c11
-	$(CC)  -std=c11   $(HDR_FLAGS) -DMC_STATIC tests/compile/impl.c -o $(BUILD)/compile/c11_static
-	$(CXX) -std=c++17 $(HDR_FLAGS) -x c++ tests/compile/impl.c -o $(BUILD)/compile/cxx
-	$(MPICC) -std=c99 $(HDR_FLAGS) -DMC_COMM_MPI tests/compile/impl.c -o $(BUILD)/compile/c99_mpi
-	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/two_a.c tests/compile/two_b.c -o $(BUILD)/compile/two_tu
+	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c99 -lm
+	$(CC)  -std=c11   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c11 -lm
+	$(CC)  -std=c11   $(HDR_FLAGS) -DMC_STATIC tests/compile/impl.c -o $(BUILD)/compile/c11_static -lm
+	$(CXX) -std=c++17 $(HDR_FLAGS) -x c++ tests/compile/impl.c -o $(BUILD)/compile/cxx -lm
+	$(MPICC) -std=c99 $(HDR_FLAGS) -DMC_COMM_MPI tests/compile/impl.c -o $(BUILD)/compile/c99_mpi -lm
+	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/two_a.c tests/compile/two_b.c -o $(BUILD)/compile/two_tu -lm
 	@for b in c99 c11 c11_static cxx two_tu; do ./$(BUILD)/compile/$$b >/dev/null || exit 1; done
 	@echo "check-header: 6 builds clean (C99, C11, MC_STATIC, C++17, MPI, two TUs)"
 
