@@ -885,8 +885,25 @@ MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M,
 
    default table:  ffn_hidden_size 4*hidden | kv_channels hidden/heads | num_query_groups heads
                    layernorm_epsilon 1e-5   | init_method_std 0.02      | hidden/attention dropout 0.1
-                   make_vocab_size_divisible_by 128 | tp, pp 1 | seed 1234
-   Dropout: 0 selects the default 0.1; MC_DROPOUT_OFF (negative) switches dropout off. */
+                   make_vocab_size_divisible_by 128 | max_position_embeddings seq_length
+                   tp, pp 1 | vpp 0 (1 becomes 0: one chunk is not interleaved) | seed 1234
+   Dropout: 0 selects the default 0.1; MC_DROPOUT_OFF (negative) switches dropout off, and the
+   resolved config then holds 0. A resolved config is marked by padded_vocab_size != 0 (never set
+   it yourself): resolving it again keeps its dropouts as they are (0 stays off) and recomputes
+   padded_vocab_size, so a resolved config may be edited (e.g. another TP size) and re-resolved.
+   validate, the fingerprints and math_diff resolve a copy first, so they accept either form.
+
+   Fingerprints (64-bit FNV-1a over field names and values of the resolved config):
+     math    what a checkpoint's numbers mean: num_layers, hidden_size, num_attention_heads,
+             ffn_hidden_size, kv_channels, num_query_groups, vocab_size (the ORIGINAL size) and
+             make_vocab_size_divisible_by, max_position_embeddings, layernorm_epsilon,
+             untie_embeddings_and_output_weights. Left out on purpose: the padded vocabulary
+             (it depends on TP; loading reshards and re-pads it), seq_length (any length up to
+             max_position_embeddings runs the same function), the dropouts and init_method_std
+             (they change training, not the function a loaded checkpoint computes), the
+             layout, recompute, micro_batch_size and seed.
+     layout  tensor / pipeline / virtual pipeline sizes and sequence_parallel: may differ
+             between save and load (the loader reshards). DP is not part of the config. */
 #define MC_DROPOUT_OFF (-1.0f)
 #define MC_MAX_VPP 8
 
@@ -903,17 +920,17 @@ typedef struct mc_gpt_config {
     int hidden_size;                   /* required */
     int num_attention_heads;           /* required */
     int ffn_hidden_size;
-    int kv_channels;
+    int kv_channels;                   /* kv_channels * heads must equal hidden_size here */
     int num_query_groups;              /* only == heads (no GQA) is implemented */
-    int vocab_size;                    /* original vocabulary (padded inside) */
+    int vocab_size;                    /* required: original vocabulary (padded inside) */
     int make_vocab_size_divisible_by;
     int max_position_embeddings;       /* default seq_length */
-    int seq_length;                    /* required */
+    int seq_length;                    /* required (not in the math fingerprint) */
     float layernorm_epsilon;
-    float init_method_std;
+    float init_method_std;             /* not in the math fingerprint */
     int untie_embeddings_and_output_weights;   /* 0 = tied (Megatron GPT default) */
-    float hidden_dropout;
-    float attention_dropout;
+    float hidden_dropout;              /* not in the math fingerprint */
+    float attention_dropout;           /* not in the math fingerprint */
     /* layout (layout fingerprint: may differ between save and load) */
     int tensor_model_parallel_size;
     int pipeline_model_parallel_size;
@@ -922,26 +939,40 @@ typedef struct mc_gpt_config {
     /* performance only (no fingerprint) */
     mc_recompute_granularity recompute_granularity;
     mc_recompute_method recompute_method;
-    int recompute_num_layers;
+    int recompute_num_layers;          /* full: 1 .. num_layers / pp; selective: 0 */
     int micro_batch_size;              /* required for activation sizing */
     /* run */
     int seed;                          /* > 0 */
     int padded_vocab_size;             /* resolved: ceil(vocab / (div * tp)) * div * tp */
 } mc_gpt_config;
 
-/* Fills defaults into *out (in may equal out). */
+/* Fills defaults into *out (in may equal out). MC_ERR_INVALID_ARG for NULL pointers only: the
+   values are checked by mc_gpt_config_validate. */
 MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in);
-/* Checks every rule that applies (Megatron §13 subset: heads % TP, ffn % TP, layers % PP and
-   % (PP*VPP), VPP needs PP > 1, SP needs TP > 1, query groups vs TP, recompute options, dropout
-   in [0,1), vocab padding, seq % TP under SP, positions >= seq ...). Writes one line per
-   violation into report (may be NULL) and returns the number of violations (0 = valid). */
+/* Checks every rule that applies (Megatron §13 subset) on the resolved config:
+     required fields (> 0): num_layers, hidden_size, num_attention_heads, seq_length,
+       vocab_size, micro_batch_size; other sizes > 0; tp, pp >= 1; 0 <= vpp <= MC_MAX_VPP;
+     num_attention_heads % tp and ffn_hidden_size % tp; kv_channels * heads == hidden_size;
+     num_query_groups == heads (no GQA) and Megatron's "multiple or divisor of tp";
+     num_layers % pp; with vpp: pp > 1 and num_layers % (pp * vpp) (Megatron-LM #468: upstream
+       once divided silently and built fewer layers);
+     sequence parallelism needs tp > 1, and seq_length % tp;
+     recompute: full needs a method and 1 <= recompute_num_layers <= num_layers / pp;
+       selective needs no method and recompute_num_layers 0; none needs neither;
+     dropouts in [0, 1); layernorm_epsilon > 0; init_method_std > 0; seed > 0;
+     max_position_embeddings >= seq_length.
+   Writes one line per violation ("field (value) rule", ending in '\n') into report (may be
+   NULL; truncated to report_cap, always NUL-terminated) and returns the number of violations
+   (0 = valid). */
 MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap);
 MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg);
 MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg);
 /* Names every math field that differs ("layernorm_epsilon: 1e-05 vs 1e-06; ..."); returns the
-   count. */
+   count (out may be NULL; truncated to cap, always NUL-terminated). */
 MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
                                    size_t cap);
+/* ceil(vocab / (divisible_by * tp)) * divisible_by * tp, e.g. 50257 -> 50304 (tp 1), 50432
+   (tp 2), 51200 (tp 8). MC_ERR_INVALID_ARG for a value <= 0 or a result beyond INT_MAX. */
 MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp);
 
 /* @config:declarations end */
@@ -5140,6 +5171,354 @@ MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
 /* @ops:implementation end */
 
 /* @config:implementation begin */
+// ---------------------------------------------------------------------------------------------
+// >>config  Defaults, validation (every violated rule, one line each) and the fingerprints.
+
+MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp) {
+    long long multiple, padded;
+    if (vocab <= 0 || divisible_by <= 0 || tp <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_gpt_padded_vocab_size: vocab (%d), make_vocab_size_divisible_by (%d) "
+                        "and tensor_model_parallel_size (%d) must be > 0",
+                        vocab, divisible_by, tp);
+    multiple = (long long)divisible_by * tp;
+    padded = ((long long)vocab + multiple - 1) / multiple * multiple;
+    if (padded > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_gpt_padded_vocab_size: vocab (%d) padded to a multiple of %lld "
+                        "exceeds INT_MAX",
+                        vocab, multiple);
+    return (int)padded;
+}
+
+/* 0 selects the default; MC_DROPOUT_OFF means 0; in a resolved config 0 stays 0. */
+static float mc__resolve_dropout(float p, int resolved) {
+    if (p == MC_DROPOUT_OFF) return 0.0f;
+    if (p == 0.0f && !resolved) return 0.1f;
+    return p;
+}
+
+MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in) {
+    mc_gpt_config c;
+    int resolved;
+    if (!out || !in)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_resolve: out (%p) and in (%p) must be set",
+                        (void *)out, (const void *)in);
+    c = *in;
+    resolved = in->padded_vocab_size != 0;
+    c.ffn_hidden_size = MC__DEF(c.ffn_hidden_size, 4 * c.hidden_size);
+    c.kv_channels = MC__DEF(c.kv_channels,
+                            c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+    c.num_query_groups = MC__DEF(c.num_query_groups, c.num_attention_heads);
+    c.make_vocab_size_divisible_by = MC__DEF(c.make_vocab_size_divisible_by, 128);
+    c.max_position_embeddings = MC__DEF(c.max_position_embeddings, c.seq_length);
+    if (c.layernorm_epsilon == 0.0f) c.layernorm_epsilon = 1e-5f;
+    if (c.init_method_std == 0.0f) c.init_method_std = 0.02f;
+    c.hidden_dropout = mc__resolve_dropout(c.hidden_dropout, resolved);
+    c.attention_dropout = mc__resolve_dropout(c.attention_dropout, resolved);
+    c.tensor_model_parallel_size = MC__DEF(c.tensor_model_parallel_size, 1);
+    c.pipeline_model_parallel_size = MC__DEF(c.pipeline_model_parallel_size, 1);
+    if (c.virtual_pipeline_model_parallel_size == 1) c.virtual_pipeline_model_parallel_size = 0;
+    c.seed = MC__DEF(c.seed, 1234);
+    c.padded_vocab_size = 0;
+    if (c.vocab_size > 0 && c.make_vocab_size_divisible_by > 0 &&
+        c.tensor_model_parallel_size > 0) {
+        int padded = mc_gpt_padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by,
+                                              c.tensor_model_parallel_size);
+        c.padded_vocab_size = padded > 0 ? padded : 0;
+    }
+    *out = c;
+    return MC_OK;
+}
+
+/* A growing report: one line per violation, counted even when the text no longer fits. */
+typedef struct mc__report {
+    char *buf;
+    size_t cap, len;
+    int count;
+} mc__report;
+
+static void mc__report_add(mc__report *r, const char *fmt, ...) MC__PRINTF(2, 3);
+static void mc__report_add(mc__report *r, const char *fmt, ...) {
+    va_list ap;
+    r->count++;
+    if (!r->buf || r->len + 1 >= r->cap) return;
+    va_start(ap, fmt);
+    vsnprintf(r->buf + r->len, r->cap - r->len, fmt, ap);
+    va_end(ap);
+    r->len += strlen(r->buf + r->len);
+    if (r->len + 1 < r->cap) {
+        r->buf[r->len++] = '\n';
+        r->buf[r->len] = '\0';
+    }
+}
+
+static const char *mc__recompute_granularity_name(int g) {
+    switch (g) {
+        case MC_RECOMPUTE_NONE: return "none";
+        case MC_RECOMPUTE_FULL: return "full";
+        case MC_RECOMPUTE_SELECTIVE: return "selective";
+        default: return "unknown";
+    }
+}
+
+static const char *mc__recompute_method_name(int m) {
+    switch (m) {
+        case MC_RECOMPUTE_METHOD_NONE: return "none";
+        case MC_RECOMPUTE_UNIFORM: return "uniform";
+        case MC_RECOMPUTE_BLOCK: return "block";
+        default: return "unknown";
+    }
+}
+
+static void mc__check_positive(mc__report *r, const char *field, int value, int required) {
+    if (value <= 0)
+        mc__report_add(r, "%s (%d) %smust be > 0", field, value,
+                       required ? "is required and " : "");
+}
+
+static void mc__check_dropout(mc__report *r, const char *field, float p) {
+    if (!(p >= 0.0f && p < 1.0f))
+        mc__report_add(r, "%s (%g) must be in [0, 1) (0 selects 0.1; MC_DROPOUT_OFF switches it "
+                       "off)", field, (double)p);
+}
+
+/* Sizes and divisibility of the model against TP and PP (§13.2 items 4-6 and 12). */
+static void mc__validate_shapes(mc__report *r, const mc_gpt_config *c) {
+    const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+    const int vpp = c->virtual_pipeline_model_parallel_size, heads = c->num_attention_heads;
+    if (tp > 0 && heads > 0 && heads % tp != 0)
+        mc__report_add(r, "num_attention_heads (%d) must be divisible by "
+                       "tensor_model_parallel_size (%d)", heads, tp);
+    if (tp > 0 && c->ffn_hidden_size > 0 && c->ffn_hidden_size % tp != 0)
+        mc__report_add(r, "ffn_hidden_size (%d) must be divisible by tensor_model_parallel_size "
+                       "(%d)", c->ffn_hidden_size, tp);
+    if (heads > 0 && c->kv_channels > 0 && c->hidden_size > 0 &&
+        (long long)c->kv_channels * heads != c->hidden_size)
+        mc__report_add(r, "kv_channels (%d) x num_attention_heads (%d) = %lld must equal "
+                       "hidden_size (%d): the attention projection of this build maps back to "
+                       "hidden_size (the default kv_channels is hidden_size / heads)",
+                       c->kv_channels, heads, (long long)c->kv_channels * heads, c->hidden_size);
+    if (heads > 0 && c->num_query_groups > 0 && c->num_query_groups != heads)
+        mc__report_add(r, "num_query_groups (%d) must equal num_attention_heads (%d): grouped-"
+                       "query attention is not implemented", c->num_query_groups, heads);
+    if (tp > 0 && c->num_query_groups > 0 && c->num_query_groups % tp != 0 &&
+        tp % c->num_query_groups != 0)
+        mc__report_add(r, "num_query_groups (%d) must be a multiple or a divisor of "
+                       "tensor_model_parallel_size (%d)", c->num_query_groups, tp);
+    if (pp > 0 && c->num_layers > 0 && c->num_layers % pp != 0)
+        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d)",
+                       c->num_layers, pp);
+    if (vpp > 0 && pp <= 1)
+        mc__report_add(r, "virtual_pipeline_model_parallel_size (%d) needs "
+                       "pipeline_model_parallel_size > 1 (it is %d)", vpp, pp);
+    if (vpp > 0 && pp > 0 && c->num_layers > 0 && c->num_layers % (pp * vpp) != 0)
+        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d) "
+                       "x virtual_pipeline_model_parallel_size (%d) = %d (upstream once divided "
+                       "silently and built %d layers: NVIDIA/Megatron-LM #468)",
+                       c->num_layers, pp, vpp, pp * vpp, c->num_layers / (pp * vpp) * pp * vpp);
+    if (c->sequence_parallel && tp <= 1)
+        mc__report_add(r, "sequence_parallel (%d): Cannot use sequence parallelism without tensor "
+                       "parallelism (tensor_model_parallel_size is %d)", c->sequence_parallel, tp);
+    if (c->sequence_parallel && tp > 1 && c->seq_length > 0 && c->seq_length % tp != 0)
+        mc__report_add(r, "seq_length (%d) must be divisible by tensor_model_parallel_size (%d) "
+                       "with sequence_parallel (the sequence is split across TP ranks)",
+                       c->seq_length, tp);
+}
+
+/* §13.2 item 11, with Megatron's arguments.py rule that selective takes no method. */
+static void mc__validate_recompute(mc__report *r, const mc_gpt_config *c) {
+    const int g = (int)c->recompute_granularity, m = (int)c->recompute_method;
+    const int n = c->recompute_num_layers, pp = c->pipeline_model_parallel_size;
+    const int per_rank = pp > 0 ? c->num_layers / pp : 0;
+    if (g < MC_RECOMPUTE_NONE || g > MC_RECOMPUTE_SELECTIVE) {
+        mc__report_add(r, "recompute_granularity (%d) must be none, full or selective", g);
+        return;
+    }
+    if (m < MC_RECOMPUTE_METHOD_NONE || m > MC_RECOMPUTE_BLOCK) {
+        mc__report_add(r, "recompute_method (%d) must be none, uniform or block", m);
+        return;
+    }
+    if (g == MC_RECOMPUTE_FULL) {
+        if (m == MC_RECOMPUTE_METHOD_NONE)
+            mc__report_add(r, "recompute_method (none): recompute_granularity full needs "
+                           "recompute_method uniform or block");
+        if (n < 1 || (per_rank > 0 && n > per_rank))
+            mc__report_add(r, "recompute_num_layers (%d) must be between 1 and "
+                           "num_layers_per_pipeline_rank (%d) with recompute_granularity full",
+                           n, per_rank);
+    } else if (g == MC_RECOMPUTE_SELECTIVE) {
+        if (m != MC_RECOMPUTE_METHOD_NONE)
+            mc__report_add(r, "recompute_method (%s) is not supported with "
+                           "recompute_granularity selective", mc__recompute_method_name(m));
+        if (n != 0)
+            mc__report_add(r, "recompute_num_layers (%d) must be 0 (None) with "
+                           "recompute_granularity selective", n);
+    } else {
+        if (m != MC_RECOMPUTE_METHOD_NONE || n != 0)
+            mc__report_add(r, "recompute_method (%s) and recompute_num_layers (%d) need "
+                           "recompute_granularity full (granularity is %s)",
+                           mc__recompute_method_name(m), n, mc__recompute_granularity_name(g));
+    }
+}
+
+MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap) {
+    mc_gpt_config c;
+    mc__report r;
+    r.buf = report_cap > 0 ? report : NULL;
+    r.cap = report_cap;
+    r.len = 0;
+    r.count = 0;
+    if (r.buf) r.buf[0] = '\0';
+    if (!cfg) {
+        mc__report_add(&r, "config (NULL) must be given");
+        return r.count;
+    }
+    mc_gpt_config_resolve(&c, cfg);
+    mc__check_positive(&r, "num_layers", c.num_layers, 1);
+    mc__check_positive(&r, "hidden_size", c.hidden_size, 1);
+    mc__check_positive(&r, "num_attention_heads", c.num_attention_heads, 1);
+    mc__check_positive(&r, "seq_length", c.seq_length, 1);
+    mc__check_positive(&r, "vocab_size", c.vocab_size, 1);
+    mc__check_positive(&r, "micro_batch_size", c.micro_batch_size, 1);
+    if (c.hidden_size > 0) mc__check_positive(&r, "ffn_hidden_size", c.ffn_hidden_size, 0);
+    if (c.hidden_size > 0 && c.num_attention_heads > 0)
+        mc__check_positive(&r, "kv_channels", c.kv_channels, 0);
+    if (c.num_attention_heads > 0)
+        mc__check_positive(&r, "num_query_groups", c.num_query_groups, 0);
+    mc__check_positive(&r, "make_vocab_size_divisible_by", c.make_vocab_size_divisible_by, 0);
+    if (c.seq_length > 0)
+        mc__check_positive(&r, "max_position_embeddings", c.max_position_embeddings, 0);
+    mc__check_positive(&r, "tensor_model_parallel_size", c.tensor_model_parallel_size, 0);
+    mc__check_positive(&r, "pipeline_model_parallel_size", c.pipeline_model_parallel_size, 0);
+    if (c.virtual_pipeline_model_parallel_size < 0 ||
+        c.virtual_pipeline_model_parallel_size > MC_MAX_VPP)
+        mc__report_add(&r, "virtual_pipeline_model_parallel_size (%d) must be in [0, %d]",
+                       c.virtual_pipeline_model_parallel_size, MC_MAX_VPP);
+    mc__validate_shapes(&r, &c);
+    mc__validate_recompute(&r, &c);
+    mc__check_dropout(&r, "hidden_dropout", c.hidden_dropout);
+    mc__check_dropout(&r, "attention_dropout", c.attention_dropout);
+    if (!(c.layernorm_epsilon > 0.0f))
+        mc__report_add(&r, "layernorm_epsilon (%g) must be > 0", (double)c.layernorm_epsilon);
+    if (!(c.init_method_std > 0.0f))
+        mc__report_add(&r, "init_method_std (%g) must be > 0", (double)c.init_method_std);
+    if (c.seed <= 0) mc__report_add(&r, "seed (%d) must be > 0", c.seed);
+    if (c.seq_length > 0 && c.max_position_embeddings > 0 &&
+        c.max_position_embeddings < c.seq_length)
+        mc__report_add(&r, "max_position_embeddings (%d) must be >= seq_length (%d)",
+                       c.max_position_embeddings, c.seq_length);
+    return r.count;
+}
+
+/* The fingerprinted fields, by name and offset, so that the hash and the diff list the same
+   fields. A flag is hashed as 0/1. */
+enum { MC__CFG_INT = 0, MC__CFG_FLOAT, MC__CFG_FLAG };
+typedef struct mc__cfg_field {
+    const char *name;
+    size_t offset;
+    int kind;
+} mc__cfg_field;
+
+#define MC__CFG_FIELD(name, kind) {#name, offsetof(mc_gpt_config, name), kind}
+static const mc__cfg_field mc__cfg_math_fields[] = {
+    MC__CFG_FIELD(num_layers, MC__CFG_INT),
+    MC__CFG_FIELD(hidden_size, MC__CFG_INT),
+    MC__CFG_FIELD(num_attention_heads, MC__CFG_INT),
+    MC__CFG_FIELD(ffn_hidden_size, MC__CFG_INT),
+    MC__CFG_FIELD(kv_channels, MC__CFG_INT),
+    MC__CFG_FIELD(num_query_groups, MC__CFG_INT),
+    MC__CFG_FIELD(vocab_size, MC__CFG_INT),
+    MC__CFG_FIELD(make_vocab_size_divisible_by, MC__CFG_INT),
+    MC__CFG_FIELD(max_position_embeddings, MC__CFG_INT),
+    MC__CFG_FIELD(layernorm_epsilon, MC__CFG_FLOAT),
+    MC__CFG_FIELD(untie_embeddings_and_output_weights, MC__CFG_FLAG),
+};
+static const mc__cfg_field mc__cfg_layout_fields[] = {
+    MC__CFG_FIELD(tensor_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(pipeline_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(virtual_pipeline_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(sequence_parallel, MC__CFG_FLAG),
+};
+#undef MC__CFG_FIELD
+
+/* The field's value as 64 bits: ints sign-extended, floats by their bit pattern. */
+static uint64_t mc__cfg_bits(const mc_gpt_config *c, const mc__cfg_field *f) {
+    const char *base = (const char *)c + f->offset;
+    if (f->kind == MC__CFG_FLOAT) {
+        uint32_t bits;
+        memcpy(&bits, base, sizeof bits);
+        return bits;
+    } else {
+        int v;
+        memcpy(&v, base, sizeof v);
+        if (f->kind == MC__CFG_FLAG) v = v != 0;
+        return (uint64_t)(int64_t)v;
+    }
+}
+
+static uint64_t mc__cfg_hash(const mc_gpt_config *cfg, const char *tag,
+                             const mc__cfg_field *fields, size_t n) {
+    mc_gpt_config c;
+    uint64_t h = mc__fnv_bytes(MC__FNV_OFFSET, tag, strlen(tag));
+    size_t i;
+    if (!cfg) return 0;
+    mc_gpt_config_resolve(&c, cfg);
+    for (i = 0; i < n; i++) {
+        h = mc__fnv_bytes(h, fields[i].name, strlen(fields[i].name) + 1);
+        h = mc__fnv_int(h, mc__cfg_bits(&c, &fields[i]));
+    }
+    return h;
+}
+
+MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg) {
+    return mc__cfg_hash(cfg, "mc_gpt_config math v1", mc__cfg_math_fields,
+                        MC__COUNTOF(mc__cfg_math_fields));
+}
+
+MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg) {
+    return mc__cfg_hash(cfg, "mc_gpt_config layout v1", mc__cfg_layout_fields,
+                        MC__COUNTOF(mc__cfg_layout_fields));
+}
+
+static void mc__cfg_format(char *out, size_t cap, const mc_gpt_config *c,
+                           const mc__cfg_field *f) {
+    const char *base = (const char *)c + f->offset;
+    if (f->kind == MC__CFG_FLOAT) {
+        float v;
+        memcpy(&v, base, sizeof v);
+        snprintf(out, cap, "%g", (double)v);
+    } else {
+        int v;
+        memcpy(&v, base, sizeof v);
+        snprintf(out, cap, "%d", f->kind == MC__CFG_FLAG ? v != 0 : v);
+    }
+}
+
+MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
+                                   size_t cap) {
+    mc_gpt_config ra, rb;
+    size_t i, len = 0;
+    int count = 0;
+    if (out && cap > 0) out[0] = '\0';
+    if (!a || !b) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_math_diff: a (%p) and b (%p) "
+                                  "must be set", (const void *)a, (const void *)b);
+    mc_gpt_config_resolve(&ra, a);
+    mc_gpt_config_resolve(&rb, b);
+    for (i = 0; i < MC__COUNTOF(mc__cfg_math_fields); i++) {
+        const mc__cfg_field *f = &mc__cfg_math_fields[i];
+        char va[32], vb[32];
+        if (mc__cfg_bits(&ra, f) == mc__cfg_bits(&rb, f)) continue;
+        mc__cfg_format(va, sizeof va, &ra, f);
+        mc__cfg_format(vb, sizeof vb, &rb, f);
+        if (out && len + 1 < cap) {
+            snprintf(out + len, cap - len, "%s%s: %s vs %s", count ? "; " : "", f->name, va, vb);
+            len += strlen(out + len);
+        }
+        count++;
+    }
+    return count;
+}
 
 /* @config:implementation end */
 
