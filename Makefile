@@ -147,3 +147,27 @@ cuda: ## rebuild lab03 and the tests with the NCCL backend (CUDA=1)
 
 clean: ## remove build outputs
 	rm -rf $(BUILD) lab[0-9][0-9] megatron_c
+
+# ---------------------------------------------------------------------------------------------
+# bench: the CPU GEMM benchmark (plain program, not a test)
+#   make bench && ./build/bench/gemm_bench
+#   make bench CBLAS=1 && OPENBLAS_NUM_THREADS=1 ./build/bench/gemm_bench   (side by side with
+#   cblas_sgemm; needs libopenblas-dev)
+
+CBLAS ?= 0
+ifeq ($(CBLAS),1)
+  BENCH_CPPFLAGS := -DMC_USE_CBLAS
+  BENCH_LIBS     := -lopenblas
+else
+  BENCH_CPPFLAGS :=
+  BENCH_LIBS     :=
+endif
+
+.PHONY: bench
+bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (CBLAS=1: with cblas_sgemm)
+
+# Rebuilt every time: the CBLAS switch changes the program.
+.PHONY: $(BUILD)/bench/gemm_bench
+$(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(BENCH_CPPFLAGS) $< -o $@ -lm $(BENCH_LIBS)

@@ -4681,31 +4681,36 @@ static void mc__gemm_pack_a(float *MC__RESTRICT Ap, const float *MC__RESTRICT A,
     }
 }
 
-/* Bp[kb, nb] = op(B)[k0 .., j0 ..]; op(B) is B[K,N], or B^T with B stored [N,K]. */
+/* Bp[kb, NB] = op(B)[k0 .., j0 .. j0 + nb], zero beyond nb so that the kernel always runs
+   full-width rows; op(B) is B[K,N], or B^T with B stored [N,K]. */
 static void mc__gemm_pack_b(float *MC__RESTRICT Bp, const float *MC__RESTRICT B, int N, int K,
                             int trans_b, int k0, int kb, int j0, int nb) {
     int j, k;
+    if (nb < MC__GEMM_NB) memset(Bp, 0, sizeof(float) * (size_t)kb * MC__GEMM_NB);
     if (!trans_b) {
         for (k = 0; k < kb; k++)
-            for (j = 0; j < nb; j++) Bp[k * nb + j] = B[(size_t)(k0 + k) * N + (j0 + j)];
+            for (j = 0; j < nb; j++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(k0 + k) * N + (j0 + j)];
     } else {
         for (j = 0; j < nb; j++)   /* read rows of the stored [N,K] matrix */
-            for (k = 0; k < kb; k++) Bp[k * nb + j] = B[(size_t)(j0 + j) * K + (k0 + k)];
+            for (k = 0; k < kb; k++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(j0 + j) * K + (k0 + k)];
     }
 }
 
-/* acc[mb, nb] += Ap[mb, kb] Bp[kb, nb]. Four k at a time share one pass over an acc row;
-   each element still adds its products in k order, so the unrolling changes no bit. */
+/* acc[mb, NB] += Ap[mb, kb] Bp[kb, NB]. The rows have the fixed width NB (a trip count the
+   compiler knows, so the j loop vectorizes even at -O2). Four k at a time share one pass over
+   an acc row; each element still adds its products in k order, so the unrolling changes no
+   bit. */
 static void mc__gemm_kernel(mc__gemm_acc *MC__RESTRICT acc, const float *MC__RESTRICT Ap,
-                            const float *MC__RESTRICT Bp, int mb, int nb, int kb) {
+                            const float *MC__RESTRICT Bp, int mb, int kb) {
     int i, j, k;
     for (i = 0; i < mb; i++) {
-        mc__gemm_acc *MC__RESTRICT c = acc + (size_t)i * nb;
+        mc__gemm_acc *MC__RESTRICT c = acc + (size_t)i * MC__GEMM_NB;
         const float *a = Ap + (size_t)i * kb;
         for (k = 0; k + 4 <= kb; k += 4) {
             const float a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
-            const float *b0 = Bp + (size_t)k * nb, *b1 = b0 + nb, *b2 = b1 + nb, *b3 = b2 + nb;
-            for (j = 0; j < nb; j++) {
+            const float *b0 = Bp + (size_t)k * MC__GEMM_NB, *b1 = b0 + MC__GEMM_NB;
+            const float *b2 = b1 + MC__GEMM_NB, *b3 = b2 + MC__GEMM_NB;
+            for (j = 0; j < MC__GEMM_NB; j++) {
                 mc__gemm_acc s = c[j];
                 s += (mc__gemm_acc)(a0 * b0[j]);
                 s += (mc__gemm_acc)(a1 * b1[j]);
@@ -4716,8 +4721,8 @@ static void mc__gemm_kernel(mc__gemm_acc *MC__RESTRICT acc, const float *MC__RES
         }
         for (; k < kb; k++) {
             const float ak = a[k];
-            const float *bk = Bp + (size_t)k * nb;
-            for (j = 0; j < nb; j++) c[j] += (mc__gemm_acc)(ak * bk[j]);
+            const float *bk = Bp + (size_t)k * MC__GEMM_NB;
+            for (j = 0; j < MC__GEMM_NB; j++) c[j] += (mc__gemm_acc)(ak * bk[j]);
         }
     }
 }
@@ -4732,16 +4737,16 @@ MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M,
         const int mb = M - i0 < MC__GEMM_MB ? M - i0 : MC__GEMM_MB;
         for (j0 = 0; j0 < N; j0 += MC__GEMM_NB) {
             const int nb = N - j0 < MC__GEMM_NB ? N - j0 : MC__GEMM_NB;
-            for (i = 0; i < mb * nb; i++) acc[i] = 0;
+            for (i = 0; i < mb * MC__GEMM_NB; i++) acc[i] = 0;
             for (k0 = 0; k0 < K; k0 += MC__GEMM_KB) {
                 const int kb = K - k0 < MC__GEMM_KB ? K - k0 : MC__GEMM_KB;
                 mc__gemm_pack_a(Ap, A, M, K, trans_a, i0, mb, k0, kb);
                 mc__gemm_pack_b(Bp, B, N, K, trans_b, k0, kb, j0, nb);
-                mc__gemm_kernel(acc, Ap, Bp, mb, nb, kb);
+                mc__gemm_kernel(acc, Ap, Bp, mb, kb);
             }
             for (i = 0; i < mb; i++) {
                 float *c = C + (size_t)(i0 + i) * N + j0;
-                const mc__gemm_acc *s = acc + (size_t)i * nb;
+                const mc__gemm_acc *s = acc + (size_t)i * MC__GEMM_NB;
                 if (beta == 0.0f)   /* C is not read: it may hold garbage or NaN */
                     for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j];
                 else
