@@ -690,6 +690,8 @@ static model_run model_runs[] = {
     {"equiv", 4, "--tp 2 --pp 2 --sp"},
     {"equiv", 4, "--tp 2 --pp 2 --vpp 2 --sp --untied"},
     {"equiv", 4, "--tp 2"},   /* DP 2: replicas hold the same model */
+    {"equiv", 2, "--tp 2 --hidden-dropout"},
+    {"equiv", 4, "--tp 4 --hidden-dropout"},
     {"schedule", 1, "-M 3"},
     {"schedule", 2, "--pp 2 -M 4"},
     {"schedule", 4, "--pp 4 --vpp 2 -M 4"},

@@ -1,7 +1,7 @@
 /* model_cases - the GPT model over TP x PP (x VPP) ranks against the single-rank model.
 
        mpirun -np N build/tests/model_cases <case> [--tp T] [--pp P] [--vpp V] [--sp]
-                   [--untied] [--recompute full-uniform|full-block|selective] [-M microbatches]
+                   [--untied] [--hidden-dropout] [--recompute full-uniform|full-block|selective] [-M microbatches]
 
    Cases:
      equiv      every rank also builds the TP = PP = 1 model in process (ps = NULL; the
@@ -19,7 +19,10 @@
                 (no pipelining, 1F1B or interleaved) through mc_gpt_forward_step /
                 mc_gpt_backward_step; finalize is the hook; grad-ready reports come only from
                 each chunk's last micro-batch (grad sync), once per parameter.
-   Dropout is off in `equiv` (masks differ by design across TP ranks and PP stages). The
+   Dropout is off in `equiv` (masks differ by design across TP ranks and PP stages), except
+   with --hidden-dropout under TP without SP: hidden and embedding dropout act on activations
+   replicated over TP and draw from the default generator, whose seed does not depend on the
+   TP rank, so every TP rank draws the single-rank model's masks. The
    vocabulary (64, divisible by 8) pads to 64 for TP 1, 2 and 4, so the models compare.
    Rank 0 ends with "N passed, N failed". */
 #include <math.h>
@@ -33,6 +36,7 @@
 
 typedef struct options {
     int tp, pp, vpp, sp, untied, microbatches;
+    int hidden_dropout;          /* equiv: hidden dropout 0.1 (TP without SP only) */
     mc_recompute_granularity granularity;
     mc_recompute_method method;
 } options;
@@ -52,7 +56,7 @@ static mc_gpt_config base_config(const options *o) {
     c.max_position_embeddings = 8;
     c.micro_batch_size = 2;
     c.init_method_std = 0.1f;
-    c.hidden_dropout = MC_DROPOUT_OFF;
+    c.hidden_dropout = o->hidden_dropout ? 0.1f : MC_DROPOUT_OFF;
     c.attention_dropout = MC_DROPOUT_OFF;
     c.untie_embeddings_and_output_weights = o->untied;
     c.seed = 1234;
@@ -415,6 +419,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-M") && i + 1 < argc) o.microbatches = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sp")) o.sp = 1;
         else if (!strcmp(argv[i], "--untied")) o.untied = 1;
+        else if (!strcmp(argv[i], "--hidden-dropout")) o.hidden_dropout = 1;
         else if (!strcmp(argv[i], "--recompute") && i + 1 < argc) {
             const char *r = argv[++i];
             if (!strcmp(r, "selective")) o.granularity = MC_RECOMPUTE_SELECTIVE;
