@@ -5953,7 +5953,9 @@ static void *mc__gpt_host(mc_gpt *g, size_t bytes) {
     return p;
 }
 
-static float *mc__gpt_floats(mc_gpt *g, size_t n) { return (float *)mc__gpt_alloc(g, n * sizeof(float)); }
+static float *mc__gpt_floats(mc_gpt *g, size_t n) {
+    return (float *)mc__gpt_alloc(g, n * sizeof(float));
+}
 
 static mc_comm *mc__gpt_group(const mc_gpt *g, mc_group_kind kind) {
     return g->ps ? mc_parallel_group(g->ps, kind) : NULL;
@@ -6259,8 +6261,8 @@ MC_API const mc_transformer_spec *mc_transformer_spec_local(void) {
 
 static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_cache *cache,
                               mc_layer_ctx *ctx) {
-    const int *idx = g->impl->layer_params +
-                     ((size_t)chunk * (size_t)g->layers_per_chunk + (size_t)l) * MC_GPT_LAYER_TENSORS;
+    size_t at = ((size_t)chunk * (size_t)g->layers_per_chunk + (size_t)l) * MC_GPT_LAYER_TENSORS;
+    const int *idx = g->impl->layer_params + at;
     int t;
     ctx->gpt = g;
     ctx->chunk = chunk;
@@ -6356,7 +6358,8 @@ static int mc__gpt_block_forward(mc_gpt *g, int chunk, mc__gpt_act *a) {
 }
 
 static void mc__gpt_report_ready(mc_gpt *g, int chunk, int param) {
-    if (param >= 0 && g->grad_ready && g->grad_sync[chunk]) g->grad_ready(g->grad_ready_user, param);
+    if (param >= 0 && g->grad_ready && g->grad_sync[chunk])
+        g->grad_ready(g->grad_ready_user, param);
 }
 
 /* The block backward: d (Ns, H) holds d res[nl] on entry and d res[0] on return (in
@@ -6417,7 +6420,8 @@ static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
     /* scatter_to_sequence_parallel_region: the sequence rows of this TP rank */
     if (g->sequence_parallel) full += (size_t)g->tp_rank * n;
     if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n,
-                                mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) != MC_OK)
+                                mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) !=
+        MC_OK)
         return rc;
     mc__gpt_dropout_forward(g, a->res[0], full, n, &a->emb_drop);
     return MC_OK;
