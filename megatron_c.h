@@ -1056,6 +1056,195 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
 
 /* @checkpoint:declarations begin */
 
+/* ---------------------------------------------------------------------------------------------
+   >>checkpoint  Checkpoints that load under another TP / PP / DP layout (resharding).
+
+   Every tensor is stored in GLOBAL form, whatever the layout that saved it: one file per tensor
+   holding the full [rows, cols] array, written cooperatively. Each rank writes the rows or
+   columns of its shard at their global offsets, and on load each rank reads exactly the slices
+   of its current layout. Keys are Megatron's names with GLOBAL layer indices, so they do not
+   depend on PP or VPP either (megatron_semantics.md §14).
+
+   Directory (Megatron's training layout):
+       <dir>/latest_checkpointed_iteration.txt   "10\n" (or "release"), replaced atomically
+       <dir>/iter_0000010/metadata.txt           written last, by world rank 0
+       <dir>/iter_0000010/model.<name>.bin       one per parameter
+       <dir>/iter_0000010/exp_avg.<name>.bin     Adam m, when saved (and exp_avg_sq.<name>.bin)
+       <dir>/iter_0000010/rng_pp000_tp00.txt     RNG states of each (pp, tp) position
+
+   Who writes (main replicas, §14): the rank with dp = cp = 0 of each (tp, pp) position, and for
+   a parameter replicated across TP (partition_dim -1) only its tp rank 0. The tied last-stage
+   copy of the word embedding (`shared`) is never written; on load it is filled from
+   MC_CKPT_TIED_KEY. A parameter split along `partition_dim` with `partition_stride` s follows
+   Megatron's stride rule: the local extent is s pieces; local piece k is global piece
+   k * TP + tp_rank. Before writing, the ranks exchange what they wrote and the save fails
+   unless every tensor's elements were written exactly once.
+
+   Atomicity: everything goes into <dir>/iter_0000010.tmp/ (a stale one from an interrupted save
+   is removed first). After a barrier the world computes a CRC32 of every file (file i by world
+   rank i mod world size, so the work is spread; collected with one all-reduce). Rank 0 writes
+   metadata.txt.tmp, fsyncs it, renames it to metadata.txt, renames the directory to
+   iter_0000010 (an existing directory of that iteration is removed first) and replaces `latest`
+   through a temp file and a rename, fsyncing the directory after each rename. A crash at any
+   point before the directory rename leaves the previous checkpoint and `latest` as they were;
+   loaders never look at *.tmp.
+
+   Tensor file: a 64-byte header, then the elements, row-major, host byte order (metadata
+   records it; a loader with the other order refuses):
+       bytes  0.. 7  "MCTENSOR"             bytes 16..19  u32 ndim (1 or 2)
+       bytes  8..11  u32 format version (1) bytes 20..23  u32 0x01020304 (byte-order mark)
+       bytes 12..15  u32 dtype (0 = f32)    bytes 24..39  u64 shape[0], shape[1] (1 for 1-D)
+       bytes 40..63  zero
+   RNG file (text): "megatron_c-rng 1", "position pp P tp T", "current SEED OFFSET", then one
+   "stream NAME SEED OFFSET" per tracker stream.
+
+   metadata.txt: one record per line, fields separated by single spaces, "\n" line ends:
+       megatron_c-checkpoint 1                  first line: magic and format version
+       byte_order little                        or big
+       iteration 10                             |
+       consumed_samples 640                     | the training scalars
+       optimizer_step 10                        |
+       math_fingerprint 0123456789abcdef        mc_gpt_config_math_fingerprint, 16 hex digits
+       layout_fingerprint 0123456789abcdef      mc_gpt_config_layout_fingerprint
+       layout tp 2 pp 2 dp 2 cp 1 vpp 0 world 8 the layout that saved
+       config <field> <value>                   one per mc_gpt_config field (floats as %.9g)
+       tensor <kind> <name> f32 <ndim> <d0> [<d1>] <file> <bytes> <crc32>
+                                                kind: model, exp_avg or exp_avg_sq; bytes and
+                                                crc32 (8 hex digits) of the whole file
+       rng <pp> <tp> <file> <bytes> <crc32>
+       end <crc32>                              last line: CRC32 of every byte before it
+   Unknown keys (and unknown config fields) are ignored, as Megatron ignores unknown keys; a
+   missing `end` line means a truncated file, a wrong CRC a corrupted one.
+
+   Loading (mc_checkpoint_load) checks, in order: the metadata (magic, version, byte order,
+   checksum); the math fingerprint against the current config (a mismatch is MC_ERR_INVALID_DESC
+   naming every differing field, through mc_gpt_config_math_diff, unless
+   MC_CKPT_LOAD_IGNORE_MATH is set; the layout may differ); that every local parameter has a
+   tensor of compatible global shape; every file's size and CRC32 (spread over the world like
+   the save); then each rank reads its slices. Shapes must match, with one exception: a
+   vocabulary-padded tensor (dim 0 equal to the padded vocabulary of its config, e.g. 50304 at
+   TP 1 and 50432 at TP 2 for 50257) may change its row count: rows present in both are read,
+   further rows are zero. The RNG states are restored when the checkpoint holds the same
+   (pp, tp) position at the same TP and PP sizes; otherwise the tracker is reseeded as at start
+   (mc_rng_tracker_seed_megatron with config->seed) and the result says so. Every error is
+   agreed over the world: all ranks return the status and the message of the first failing
+   rank ("rank 3: ..."), nobody waits on a rank that gave up.
+
+       mc_checkpoint_desc cd = {0};
+       cd.dir = "ckpt"; cd.ps = &ps; cd.config = &cfg; cd.params = &table;
+       cd.param_data = params; cd.exp_avg = m; cd.exp_avg_sq = v; cd.rng = &tracker;
+       cd.iteration = 10; cd.consumed_samples = 640; cd.optimizer_step = 10;
+       mc_checkpoint_save(&cd);                         // -> ckpt/iter_0000010, latest = 10
+       ... later, under another layout:
+       mc_checkpoint_result res;
+       mc_checkpoint_load(&cd, 0, &res);                // res.iteration == 10, res.resharded
+
+   POSIX is required (open, lseek/read/write on a descriptor of one's own, fsync, rename,
+   mkdir, opendir); elsewhere save and load return MC_ERR_UNSUPPORTED. Not supported: bf16
+   storage, data_parallel_random_init (one RNG file per (pp, tp)), expert parallelism. */
+#define MC_CKPT_FORMAT_VERSION 1
+#define MC_CKPT_LATEST_FILE "latest_checkpointed_iteration.txt"
+#define MC_CKPT_METADATA_FILE "metadata.txt"
+#define MC_CKPT_TIED_KEY "embedding.word_embeddings.weight"   /* source of the `shared` copy */
+#define MC_CKPT_RELEASE (-1LL)          /* the iteration of a "release" checkpoint directory */
+#define MC_CKPT_HEADER_BYTES 64
+#define MC_CKPT_PATH_MAX 1024
+#define MC_CKPT_FILE_MAX (MC_PARAM_NAME_MAX + 24)
+
+/* mc_checkpoint_load flags. */
+#define MC_CKPT_LOAD_ITERATION 1u       /* load desc->iteration instead of `latest` */
+#define MC_CKPT_LOAD_IGNORE_MATH 2u     /* accept a math-fingerprint mismatch (logs a warning) */
+#define MC_CKPT_LOAD_NO_RNG 4u          /* leave the RNG tracker alone (Megatron's --no-load-rng) */
+
+/* The same desc serves save and load; every rank of the world passes its own. */
+typedef struct mc_checkpoint_desc {
+    const char *dir;                 /* required: the --save / --load directory */
+    const mc_parallel_state *ps;     /* required: layout, this rank's coordinates, the world */
+    const mc_gpt_config *config;     /* required: fingerprints, config text, vocab padding, seed */
+    const mc_param_table *params;    /* required: this rank's table, offsets set */
+    float *param_data;               /* required: the flat buffer [params->total]; load writes
+                                        only the parameters' elements, never the padding */
+    float *exp_avg;                  /* optional: Adam m in the same layout ...               */
+    float *exp_avg_sq;               /* ... and v: both or neither; full local shards        */
+    mc_rng_tracker *rng;             /* optional: saved per (pp, tp); restored or reseeded */
+    long long iteration;             /* save: >= 0, the same on every rank; load: read with
+                                        MC_CKPT_LOAD_ITERATION (MC_CKPT_RELEASE: "release") */
+    long long consumed_samples;      /* save: >= 0 */
+    long long optimizer_step;        /* save: >= 0, Adam's step count */
+} mc_checkpoint_desc;
+
+typedef struct mc_checkpoint_result {
+    long long iteration;
+    long long consumed_samples;
+    long long optimizer_step;
+    int saved_tp, saved_pp, saved_dp, saved_cp, saved_vpp, saved_world;
+    int resharded;                   /* the saved layout differs from the current one */
+    int math_mismatch_ignored;       /* loaded under MC_CKPT_LOAD_IGNORE_MATH despite a mismatch */
+    int optimizer_loaded;            /* exp_avg / exp_avg_sq were filled */
+    int rng_restored;                /* 1: states of this (pp, tp) restored; 0: see note */
+    char path[MC_CKPT_PATH_MAX];     /* the iteration directory that was read */
+    char note[512];                  /* e.g. "RNG states reset: saved at TP 2 PP 2, now ..." */
+} mc_checkpoint_result;
+
+/* Collective over ps->world. Returns MC_OK on every rank or the same error on every rank. */
+MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc);
+/* Collective over ps->world; result may be NULL. Fills params (and m, v when given) for the
+   current layout, restores or reseeds the RNG tracker. */
+MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+                              mc_checkpoint_result *result);
+
+/* Reads <dir>/latest_checkpointed_iteration.txt: the iteration, or MC_CKPT_RELEASE. MC_ERR_IO
+   when the file is missing or does not hold an integer or "release". Local, no communication. */
+MC_API int mc_checkpoint_latest(const char *dir, long long *iteration);
+/* "<dir>/iter_0000010" (or "<dir>/release"); MC_ERR_INVALID_ARG when it does not fit. */
+MC_API int mc_checkpoint_iteration_dir(char *out, size_t cap, const char *dir,
+                                       long long iteration);
+
+/* The parsed metadata.txt. */
+typedef struct mc_checkpoint_tensor {
+    char kind[16];                   /* "model", "exp_avg", "exp_avg_sq" */
+    char name[MC_PARAM_NAME_MAX];
+    int ndim;
+    long long shape[2];              /* shape[1] = 1 for 1-D */
+    char file[MC_CKPT_FILE_MAX];     /* relative to the iteration directory */
+    long long bytes;                 /* header included */
+    uint32_t crc32;
+} mc_checkpoint_tensor;
+
+typedef struct mc_checkpoint_rng_file {
+    int pp, tp;
+    char file[32];
+    long long bytes;
+    uint32_t crc32;
+} mc_checkpoint_rng_file;
+
+typedef struct mc_checkpoint_meta {
+    int format_version;
+    int big_endian;                  /* byte order of the tensor files */
+    long long iteration, consumed_samples, optimizer_step;
+    uint64_t math_fingerprint, layout_fingerprint;
+    int tp, pp, dp, cp, vpp, world;
+    mc_gpt_config config;            /* fields absent from the file keep the `base` values */
+    int n_tensors;                   /* sorted by (kind, name) */
+    mc_checkpoint_tensor *tensors;
+    int n_rng;
+    mc_checkpoint_rng_file *rng;
+} mc_checkpoint_meta;
+
+/* Parses metadata text (`source` names it in messages). `base` (may be NULL: zeros) seeds the
+   config, so fields the file does not mention compare equal. MC_ERR_IO with the line number and
+   the rule for every format error. Free with mc_checkpoint_meta_free (also after an error). */
+MC_API int mc_checkpoint_parse_metadata(mc_checkpoint_meta *meta, const char *text, size_t len,
+                                        const char *source, const mc_gpt_config *base);
+MC_API void mc_checkpoint_meta_free(mc_checkpoint_meta *meta);
+/* The tensor of (kind, name), or NULL. */
+MC_API const mc_checkpoint_tensor *mc_checkpoint_meta_find(const mc_checkpoint_meta *meta,
+                                                           const char *kind, const char *name);
+
+/* CRC-32 (IEEE 802.3, reflected 0xEDB88320, zlib's crc32): start with crc = 0 and feed the
+   previous result to continue. mc_crc32(0, "123456789", 9) == 0xCBF43926. */
+MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n);
+
 /* @checkpoint:declarations end */
 
 #ifdef __cplusplus
@@ -4563,6 +4752,1892 @@ MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int t
 /* @optimizer:implementation end */
 
 /* @checkpoint:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>checkpoint  (see the declarations for the format)
+
+#include <errno.h>
+#include <stddef.h>   /* offsetof */
+#if !defined(_WIN32)
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#endif
+
+
+MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n) {
+    /* Four bits at a time through a 16-entry table built here from the polynomial: fast enough
+       for checkpoint files, no constant table to trust and no global state. */
+    uint32_t table[16];
+    const unsigned char *p = (const unsigned char *)data;
+    uint32_t i;
+    int bit;
+    for (i = 0; i < 16; i++) {
+        uint32_t c = i;
+        for (bit = 0; bit < 4; bit++) c = (c & 1u) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        table[i] = c;
+    }
+    crc = ~crc;
+    while (n-- > 0) {
+        crc ^= *p++;
+        crc = (crc >> 4) ^ table[crc & 15u];
+        crc = (crc >> 4) ^ table[crc & 15u];
+    }
+    return ~crc;
+}
+
+/* A growing text buffer (the metadata, the per-rank write reports). */
+typedef struct mc__sb {
+    char *p;
+    size_t len, cap;
+    int oom;
+} mc__sb;
+
+static void mc__sb_printf(mc__sb *sb, const char *fmt, ...) MC__PRINTF(2, 3);
+static void mc__sb_printf(mc__sb *sb, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    if (sb->oom) return;
+    va_start(ap, fmt);
+    n = vsnprintf(sb->p ? sb->p + sb->len : NULL, sb->p ? sb->cap - sb->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        sb->oom = 1;
+        return;
+    }
+    if (sb->len + (size_t)n + 1 > sb->cap) {
+        size_t cap = sb->cap ? sb->cap : 1024;
+        char *q;
+        while (cap < sb->len + (size_t)n + 1) cap *= 2;
+        q = (char *)mc_malloc(cap);
+        if (!q) {
+            sb->oom = 1;
+            return;
+        }
+        if (sb->len) memcpy(q, sb->p, sb->len);
+        mc_free(sb->p);
+        sb->p = q;
+        sb->cap = cap;
+        va_start(ap, fmt);
+        vsnprintf(sb->p + sb->len, sb->cap - sb->len, fmt, ap);
+        va_end(ap);
+    }
+    sb->len += (size_t)n;
+}
+
+static void mc__sb_free(mc__sb *sb) {
+    mc_free(sb->p);
+    memset(sb, 0, sizeof *sb);
+}
+
+/* ---- names, paths, numbers */
+
+static const char *const mc__ckpt_kinds[3] = {"model", "exp_avg", "exp_avg_sq"};
+
+static int mc__ckpt_kind_index(const char *kind) {
+    int k;
+    for (k = 0; k < 3; k++)
+        if (strcmp(kind, mc__ckpt_kinds[k]) == 0) return k;
+    return -1;
+}
+
+/* Names become file names: letters, digits, '.', '_' and '-', not starting with '.', so that
+   neither a parameter name nor a crafted metadata file can point outside the directory. */
+static int mc__ckpt_name_ok(const char *s) {
+    if (!s || !s[0] || s[0] == '.') return 0;
+    for (; *s; s++) {
+        char c = *s;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static int mc__ckpt_join(char *out, const char *dir, const char *name) {
+    int n = snprintf(out, MC_CKPT_PATH_MAX, "%s/%s", dir, name);
+    if (n < 0 || n >= MC_CKPT_PATH_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "checkpoint path \"%s/%s\" is longer than %d bytes",
+                        dir, name, MC_CKPT_PATH_MAX - 1);
+    return MC_OK;
+}
+
+MC_API int mc_checkpoint_iteration_dir(char *out, size_t cap, const char *dir,
+                                       long long iteration) {
+    int n;
+    if (!out || !dir || cap == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_iteration_dir: out and dir must be set");
+    if (iteration == MC_CKPT_RELEASE)
+        n = snprintf(out, cap, "%s/release", dir);
+    else if (iteration < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_checkpoint_iteration_dir: iteration (%lld) must be >= 0 or "
+                        "MC_CKPT_RELEASE", iteration);
+    else
+        n = snprintf(out, cap, "%s/iter_%07lld", dir, iteration);
+    if (n < 0 || (size_t)n >= cap)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_checkpoint_iteration_dir: the path for \"%s\" does not fit in %zu bytes",
+                        dir, cap);
+    return MC_OK;
+}
+
+/* Whole-token integer parsing: "12x" and "" are errors, not 12 and 0. */
+static int mc__ckpt_parse_ll(const char *s, long long *out) {
+    char *end = NULL;
+    long long v;
+    if (!s || !*s) return 0;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || !end || *end != '\0') return 0;
+    *out = v;
+    return 1;
+}
+
+static int mc__ckpt_parse_hex(const char *s, int digits, uint64_t *out) {
+    uint64_t v = 0;
+    int i;
+    if (!s || (int)strlen(s) != digits) return 0;
+    for (i = 0; i < digits; i++) {
+        char c = s[i];
+        int d = (c >= '0' && c <= '9')   ? c - '0'
+                : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                         : -1;
+        if (d < 0) return 0;
+        v = (v << 4) | (uint64_t)d;
+    }
+    *out = v;
+    return 1;
+}
+
+static int mc__ckpt_host_big_endian(void) {
+    const uint32_t probe = 0x01020304u;
+    unsigned char b[4];
+    memcpy(b, &probe, 4);
+    return b[0] == 0x01;
+}
+
+/* ceil(vocab / (divisible_by * tp)) * divisible_by * tp: Megatron's vocabulary padding. */
+static long long mc__ckpt_padded_vocab(const mc_gpt_config *cfg, int tp) {
+    long long multiple = (long long)MC__DEF(cfg->make_vocab_size_divisible_by, 128) * tp;
+    if (cfg->vocab_size <= 0 || multiple <= 0) return -1;
+    return (cfg->vocab_size + multiple - 1) / multiple * multiple;
+}
+
+/* ---- the config as text: every mc_gpt_config field, by name */
+
+typedef enum { MC__CKPT_INT, MC__CKPT_FLOAT, MC__CKPT_GRANULARITY, MC__CKPT_METHOD } mc__ckpt_ftype;
+
+typedef struct mc__ckpt_field {
+    const char *name;
+    mc__ckpt_ftype type;
+    size_t offset;
+} mc__ckpt_field;
+
+#define MC__CKPT_F(name, type) {#name, type, offsetof(mc_gpt_config, name)}
+static const mc__ckpt_field mc__ckpt_config_fields[] = {
+    MC__CKPT_F(num_layers, MC__CKPT_INT),
+    MC__CKPT_F(hidden_size, MC__CKPT_INT),
+    MC__CKPT_F(num_attention_heads, MC__CKPT_INT),
+    MC__CKPT_F(ffn_hidden_size, MC__CKPT_INT),
+    MC__CKPT_F(kv_channels, MC__CKPT_INT),
+    MC__CKPT_F(num_query_groups, MC__CKPT_INT),
+    MC__CKPT_F(vocab_size, MC__CKPT_INT),
+    MC__CKPT_F(make_vocab_size_divisible_by, MC__CKPT_INT),
+    MC__CKPT_F(max_position_embeddings, MC__CKPT_INT),
+    MC__CKPT_F(seq_length, MC__CKPT_INT),
+    MC__CKPT_F(layernorm_epsilon, MC__CKPT_FLOAT),
+    MC__CKPT_F(init_method_std, MC__CKPT_FLOAT),
+    MC__CKPT_F(untie_embeddings_and_output_weights, MC__CKPT_INT),
+    MC__CKPT_F(hidden_dropout, MC__CKPT_FLOAT),
+    MC__CKPT_F(attention_dropout, MC__CKPT_FLOAT),
+    MC__CKPT_F(tensor_model_parallel_size, MC__CKPT_INT),
+    MC__CKPT_F(pipeline_model_parallel_size, MC__CKPT_INT),
+    MC__CKPT_F(virtual_pipeline_model_parallel_size, MC__CKPT_INT),
+    MC__CKPT_F(sequence_parallel, MC__CKPT_INT),
+    MC__CKPT_F(recompute_granularity, MC__CKPT_GRANULARITY),
+    MC__CKPT_F(recompute_method, MC__CKPT_METHOD),
+    MC__CKPT_F(recompute_num_layers, MC__CKPT_INT),
+    MC__CKPT_F(micro_batch_size, MC__CKPT_INT),
+    MC__CKPT_F(seed, MC__CKPT_INT),
+    MC__CKPT_F(padded_vocab_size, MC__CKPT_INT),
+};
+#undef MC__CKPT_F
+#define MC__CKPT_N_CONFIG_FIELDS \
+    ((int)(sizeof mc__ckpt_config_fields / sizeof mc__ckpt_config_fields[0]))
+
+static void mc__ckpt_format_config(mc__sb *sb, const mc_gpt_config *cfg) {
+    int i;
+    for (i = 0; i < MC__CKPT_N_CONFIG_FIELDS; i++) {
+        const mc__ckpt_field *f = &mc__ckpt_config_fields[i];
+        const char *at = (const char *)cfg + f->offset;
+        if (f->type == MC__CKPT_FLOAT) {
+            float v;
+            memcpy(&v, at, sizeof v);
+            mc__sb_printf(sb, "config %s %.9g\n", f->name, (double)v);   /* exact for fp32 */
+        } else if (f->type == MC__CKPT_GRANULARITY) {
+            mc__sb_printf(sb, "config %s %d\n", f->name, (int)cfg->recompute_granularity);
+        } else if (f->type == MC__CKPT_METHOD) {
+            mc__sb_printf(sb, "config %s %d\n", f->name, (int)cfg->recompute_method);
+        } else {
+            int v;
+            memcpy(&v, at, sizeof v);
+            mc__sb_printf(sb, "config %s %d\n", f->name, v);
+        }
+    }
+}
+
+/* 1 = set, 0 = unknown field (ignored), -1 = bad value. */
+static int mc__ckpt_parse_config_field(mc_gpt_config *cfg, const char *name, const char *value) {
+    int i;
+    for (i = 0; i < MC__CKPT_N_CONFIG_FIELDS; i++) {
+        const mc__ckpt_field *f = &mc__ckpt_config_fields[i];
+        char *at = (char *)cfg + f->offset;
+        if (strcmp(f->name, name) != 0) continue;
+        if (f->type == MC__CKPT_FLOAT) {
+            char *end = NULL;
+            float v = strtof(value, &end);
+            if (!end || end == value || *end != '\0') return -1;
+            memcpy(at, &v, sizeof v);
+        } else {
+            long long v;
+            if (!mc__ckpt_parse_ll(value, &v) || v < INT_MIN || v > INT_MAX) return -1;
+            if (f->type == MC__CKPT_GRANULARITY)
+                cfg->recompute_granularity = (mc_recompute_granularity)v;
+            else if (f->type == MC__CKPT_METHOD)
+                cfg->recompute_method = (mc_recompute_method)v;
+            else {
+                int iv = (int)v;
+                memcpy(at, &iv, sizeof iv);
+            }
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- metadata: format and parse */
+
+static int mc__ckpt_tensor_cmp(const void *a, const void *b) {
+    const mc_checkpoint_tensor *x = (const mc_checkpoint_tensor *)a;
+    const mc_checkpoint_tensor *y = (const mc_checkpoint_tensor *)b;
+    int kx = mc__ckpt_kind_index(x->kind), ky = mc__ckpt_kind_index(y->kind);
+    if (kx != ky) return kx < ky ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int mc__ckpt_rng_cmp(const void *a, const void *b) {
+    const mc_checkpoint_rng_file *x = (const mc_checkpoint_rng_file *)a;
+    const mc_checkpoint_rng_file *y = (const mc_checkpoint_rng_file *)b;
+    if (x->pp != y->pp) return x->pp < y->pp ? -1 : 1;
+    return x->tp < y->tp ? -1 : x->tp > y->tp;
+}
+
+MC_API void mc_checkpoint_meta_free(mc_checkpoint_meta *meta) {
+    if (!meta) return;
+    mc_free(meta->tensors);
+    mc_free(meta->rng);
+    meta->tensors = NULL;
+    meta->rng = NULL;
+    meta->n_tensors = meta->n_rng = 0;
+}
+
+MC_API const mc_checkpoint_tensor *mc_checkpoint_meta_find(const mc_checkpoint_meta *meta,
+                                                           const char *kind, const char *name) {
+    mc_checkpoint_tensor key;
+    if (!meta || !kind || !name || meta->n_tensors == 0) return NULL;
+    if (strlen(kind) >= sizeof key.kind || strlen(name) >= sizeof key.name) return NULL;
+    memset(&key, 0, sizeof key);
+    strcpy(key.kind, kind);
+    strcpy(key.name, name);
+    return (const mc_checkpoint_tensor *)bsearch(&key, meta->tensors, (size_t)meta->n_tensors,
+                                                 sizeof key, mc__ckpt_tensor_cmp);
+}
+
+static long long mc__ckpt_numel(const mc_checkpoint_tensor *t) { return t->shape[0] * t->shape[1]; }
+
+/* "[64, 16]" or "[16]", for messages. */
+static const char *mc__ckpt_shape_str(char *buf, size_t cap, int ndim, long long d0, long long d1) {
+    if (ndim == 2)
+        snprintf(buf, cap, "[%lld, %lld]", d0, d1);
+    else
+        snprintf(buf, cap, "[%lld]", d0);
+    return buf;
+}
+
+/* Writes the whole metadata text, ending with the "end <crc32>" line. */
+static void mc__ckpt_format_metadata(mc__sb *sb, const mc_checkpoint_meta *m) {
+    int i;
+    uint32_t crc;
+    mc__sb_printf(sb, "megatron_c-checkpoint %d\n", MC_CKPT_FORMAT_VERSION);
+    mc__sb_printf(sb, "byte_order %s\n", m->big_endian ? "big" : "little");
+    mc__sb_printf(sb, "iteration %lld\n", m->iteration);
+    mc__sb_printf(sb, "consumed_samples %lld\n", m->consumed_samples);
+    mc__sb_printf(sb, "optimizer_step %lld\n", m->optimizer_step);
+    mc__sb_printf(sb, "math_fingerprint %016llx\n", (unsigned long long)m->math_fingerprint);
+    mc__sb_printf(sb, "layout_fingerprint %016llx\n", (unsigned long long)m->layout_fingerprint);
+    mc__sb_printf(sb, "layout tp %d pp %d dp %d cp %d vpp %d world %d\n", m->tp, m->pp, m->dp,
+                  m->cp, m->vpp, m->world);
+    mc__ckpt_format_config(sb, &m->config);
+    for (i = 0; i < m->n_tensors; i++) {
+        const mc_checkpoint_tensor *t = &m->tensors[i];
+        mc__sb_printf(sb, "tensor %s %s f32 %d %lld", t->kind, t->name, t->ndim, t->shape[0]);
+        if (t->ndim == 2) mc__sb_printf(sb, " %lld", t->shape[1]);
+        mc__sb_printf(sb, " %s %lld %08lx\n", t->file, t->bytes, (unsigned long)t->crc32);
+    }
+    for (i = 0; i < m->n_rng; i++) {
+        const mc_checkpoint_rng_file *r = &m->rng[i];
+        mc__sb_printf(sb, "rng %d %d %s %lld %08lx\n", r->pp, r->tp, r->file, r->bytes,
+                      (unsigned long)r->crc32);
+    }
+    crc = sb->oom ? 0 : mc_crc32(0, sb->p, sb->len);
+    mc__sb_printf(sb, "end %08lx\n", (unsigned long)crc);
+}
+
+#define MC__CKPT_MAX_TOKENS 16
+
+/* Splits a line (modified in place) at single spaces. Returns the token count, or -1 for more
+   than MC__CKPT_MAX_TOKENS tokens or an empty token (two spaces, a leading or trailing one). */
+static int mc__ckpt_split(char *line, char **tok) {
+    int n = 0;
+    char *p = line;
+    if (*p == '\0') return 0;
+    for (;;) {
+        char *sp = strchr(p, ' ');
+        if (n == MC__CKPT_MAX_TOKENS) return -1;
+        tok[n++] = p;
+        if (!sp) break;
+        *sp = '\0';
+        if (*p == '\0') return -1;
+        p = sp + 1;
+        if (*p == '\0') return -1;
+    }
+    return tok[n - 1][0] ? n : -1;
+}
+
+typedef struct mc__ckpt_parse {
+    const char *src;
+    int line;
+    int cap_tensors, cap_rng;
+} mc__ckpt_parse;
+
+#define MC__CKPT_BAD(ps_, ...) mc__ckpt_bad_line((ps_), __LINE__, __VA_ARGS__)
+static int mc__ckpt_bad_line(const mc__ckpt_parse *ps, int src_line, const char *fmt, ...)
+    MC__PRINTF(3, 4);
+static int mc__ckpt_bad_line(const mc__ckpt_parse *ps, int src_line, const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return mc__fail_at(MC_ERR_IO, (uint32_t)src_line, __FILE__, "%s line %d: %s", ps->src,
+                       ps->line, what);
+}
+
+/* Returns arr with room for `need` elements (a bigger copy when needed, the old one freed), or
+   NULL when out of memory (arr is then still valid). */
+static void *mc__ckpt_grow(void *arr, int *cap, int need, size_t elem) {
+    void *q;
+    int cap2;
+    if (need <= *cap) return arr;
+    cap2 = *cap ? *cap * 2 : 64;
+    while (cap2 < need) cap2 *= 2;
+    q = mc_malloc((size_t)cap2 * elem);
+    if (!q) return NULL;
+    if (arr) memcpy(q, arr, (size_t)*cap * elem);
+    mc_free(arr);
+    *cap = cap2;
+    return q;
+}
+
+static int mc__ckpt_parse_tensor(mc_checkpoint_meta *m, mc__ckpt_parse *ps, char **tok, int n) {
+    mc_checkpoint_tensor t;
+    long long v, numel;
+    uint64_t crc;
+    void *grown;
+    int i, at;
+    memset(&t, 0, sizeof t);
+    if (n != 9 && n != 10)
+        return MC__CKPT_BAD(ps, "a tensor line has 9 or 10 fields "
+                                "(tensor KIND NAME f32 NDIM D0 [D1] FILE BYTES CRC32), found %d", n);
+    if (mc__ckpt_kind_index(tok[1]) < 0)
+        return MC__CKPT_BAD(ps, "tensor kind \"%s\" is not model, exp_avg or exp_avg_sq", tok[1]);
+    if (!mc__ckpt_name_ok(tok[2]) || strlen(tok[2]) >= sizeof t.name)
+        return MC__CKPT_BAD(ps, "tensor name \"%s\" is not a valid parameter name", tok[2]);
+    if (strcmp(tok[3], "f32") != 0)
+        return MC__CKPT_BAD(ps, "tensor %s: dtype \"%s\" is not supported (only f32)", tok[2],
+                            tok[3]);
+    if (!mc__ckpt_parse_ll(tok[4], &v) || v != n - 8)
+        return MC__CKPT_BAD(ps, "tensor %s: ndim \"%s\" does not match its %d dimension field(s)",
+                            tok[2], tok[4], n - 8);
+    strcpy(t.kind, tok[1]);
+    strcpy(t.name, tok[2]);
+    t.ndim = (int)v;
+    t.shape[1] = 1;
+    for (i = 0; i < t.ndim; i++)
+        if (!mc__ckpt_parse_ll(tok[5 + i], &t.shape[i]) || t.shape[i] <= 0 ||
+            t.shape[i] > INT_MAX)
+            return MC__CKPT_BAD(ps, "tensor %s: dimension %d (\"%s\") must be in [1, %d]", t.name,
+                                i, tok[5 + i], INT_MAX);
+    at = 5 + t.ndim;
+    if (!mc__ckpt_name_ok(tok[at]) || strlen(tok[at]) >= sizeof t.file)
+        return MC__CKPT_BAD(ps, "tensor %s: file name \"%s\" is not a plain file name", t.name,
+                            tok[at]);
+    strcpy(t.file, tok[at]);
+    numel = t.shape[0] * t.shape[1];
+    if (!mc__ckpt_parse_ll(tok[at + 1], &t.bytes) || t.bytes != MC_CKPT_HEADER_BYTES + 4 * numel)
+        return MC__CKPT_BAD(ps, "tensor %s: %s bytes, but %d header bytes + %lld f32 elements "
+                                "make %lld", t.name, tok[at + 1], MC_CKPT_HEADER_BYTES, numel,
+                            MC_CKPT_HEADER_BYTES + 4 * numel);
+    if (!mc__ckpt_parse_hex(tok[at + 2], 8, &crc))
+        return MC__CKPT_BAD(ps, "tensor %s: checksum \"%s\" is not 8 hex digits", t.name,
+                            tok[at + 2]);
+    t.crc32 = (uint32_t)crc;
+    grown = mc__ckpt_grow(m->tensors, &ps->cap_tensors, m->n_tensors + 1, sizeof t);
+    if (!grown) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", ps->src);
+    m->tensors = (mc_checkpoint_tensor *)grown;
+    m->tensors[m->n_tensors++] = t;
+    return MC_OK;
+}
+
+static int mc__ckpt_parse_rng(mc_checkpoint_meta *m, mc__ckpt_parse *ps, char **tok, int n) {
+    mc_checkpoint_rng_file r;
+    long long pp, tp;
+    uint64_t crc;
+    void *grown;
+    memset(&r, 0, sizeof r);
+    if (n != 6)
+        return MC__CKPT_BAD(ps, "an rng line has 6 fields (rng PP TP FILE BYTES CRC32), found %d",
+                            n);
+    if (!mc__ckpt_parse_ll(tok[1], &pp) || !mc__ckpt_parse_ll(tok[2], &tp) || pp < 0 || tp < 0 ||
+        pp > INT_MAX || tp > INT_MAX)
+        return MC__CKPT_BAD(ps, "rng position \"%s %s\" is not two ranks >= 0", tok[1], tok[2]);
+    if (!mc__ckpt_name_ok(tok[3]) || strlen(tok[3]) >= sizeof r.file)
+        return MC__CKPT_BAD(ps, "rng file name \"%s\" is not a plain file name", tok[3]);
+    if (!mc__ckpt_parse_ll(tok[4], &r.bytes) || r.bytes < 0)
+        return MC__CKPT_BAD(ps, "rng file %s: size \"%s\" is not a byte count", tok[3], tok[4]);
+    if (!mc__ckpt_parse_hex(tok[5], 8, &crc))
+        return MC__CKPT_BAD(ps, "rng file %s: checksum \"%s\" is not 8 hex digits", tok[3],
+                            tok[5]);
+    r.pp = (int)pp;
+    r.tp = (int)tp;
+    strcpy(r.file, tok[3]);
+    r.crc32 = (uint32_t)crc;
+    grown = mc__ckpt_grow(m->rng, &ps->cap_rng, m->n_rng + 1, sizeof r);
+    if (!grown) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", ps->src);
+    m->rng = (mc_checkpoint_rng_file *)grown;
+    m->rng[m->n_rng++] = r;
+    return MC_OK;
+}
+
+static int mc__ckpt_parse_layout(mc_checkpoint_meta *m, mc__ckpt_parse *ps, char **tok, int n) {
+    static const char *const keys[6] = {"tp", "pp", "dp", "cp", "vpp", "world"};
+    int *dst[6];
+    int i, k, seen = 0;
+    dst[0] = &m->tp;
+    dst[1] = &m->pp;
+    dst[2] = &m->dp;
+    dst[3] = &m->cp;
+    dst[4] = &m->vpp;
+    dst[5] = &m->world;
+    if (n % 2 != 1) return MC__CKPT_BAD(ps, "layout needs KEY VALUE pairs");
+    for (i = 1; i + 1 < n; i += 2) {
+        long long v;
+        for (k = 0; k < 6 && strcmp(tok[i], keys[k]) != 0; k++) {}
+        if (k == 6) continue;   /* an axis this build does not know */
+        if (!mc__ckpt_parse_ll(tok[i + 1], &v) || v < 0 || v > INT_MAX ||
+            (v == 0 && k != 4))
+            return MC__CKPT_BAD(ps, "layout %s \"%s\" is not a valid size", tok[i], tok[i + 1]);
+        *dst[k] = (int)v;
+        seen |= 1 << k;
+    }
+    for (k = 0; k < 6; k++)
+        if (k != 4 && !(seen & (1 << k)))
+            return MC__CKPT_BAD(ps, "layout has no %s", keys[k]);
+    if ((long long)m->tp * m->pp * m->dp * m->cp != m->world)
+        return MC__CKPT_BAD(ps, "layout tp %d x pp %d x dp %d x cp %d is not world %d", m->tp,
+                            m->pp, m->dp, m->cp, m->world);
+    return MC_OK;
+}
+
+/* Checks the magic line, the version and the end line's checksum, so that a foreign,
+   truncated or corrupted file is named as such before its lines are interpreted. On success
+   *body_end is the offset of the end line. */
+static int mc__ckpt_check_envelope(const char *text, size_t len, const char *src,
+                                   size_t *body_end) {
+    size_t first_end = 0, last_start, end_len;
+    long long version;
+    uint64_t stored;
+    uint32_t crc;
+    char head[64], tail[64];
+    while (first_end < len && text[first_end] != '\n') first_end++;
+    {
+        size_t n = first_end < sizeof head - 1 ? first_end : sizeof head - 1;
+        memcpy(head, text, n);
+        head[n] = '\0';
+    }
+    if (strncmp(head, "megatron_c-checkpoint ", 22) != 0)
+        return MC__FAIL(MC_ERR_IO,
+                        "%s line 1: expected \"megatron_c-checkpoint <version>\", found \"%s\" "
+                        "(not a megatron_c checkpoint metadata file)", src, head);
+    if (!mc__ckpt_parse_ll(head + 22, &version))
+        return MC__FAIL(MC_ERR_IO, "%s line 1: version \"%s\" is not a number", src, head + 22);
+    if (version != MC_CKPT_FORMAT_VERSION)
+        return MC__FAIL(MC_ERR_IO,
+                        "%s: checkpoint format version %lld, this build reads version %d", src,
+                        version, MC_CKPT_FORMAT_VERSION);
+    /* The end line is the last line; the file ends with its newline. */
+    if (len == 0 || text[len - 1] != '\n')
+        return MC__FAIL(MC_ERR_IO,
+                        "%s is truncated: it does not end with a complete \"end <crc32>\" line "
+                        "(%zu bytes)", src, len);
+    last_start = len - 1;
+    while (last_start > 0 && text[last_start - 1] != '\n') last_start--;
+    end_len = len - 1 - last_start;
+    if (end_len != 12 || strncmp(text + last_start, "end ", 4) != 0) {
+        size_t n = end_len < sizeof tail - 1 ? end_len : sizeof tail - 1;
+        memcpy(tail, text + last_start, n);
+        tail[n] = '\0';
+        return MC__FAIL(MC_ERR_IO,
+                        "%s is truncated: the last line is \"%s\", not \"end <crc32>\" "
+                        "(%zu bytes)", src, tail, len);
+    }
+    memcpy(tail, text + last_start + 4, 8);
+    tail[8] = '\0';
+    if (!mc__ckpt_parse_hex(tail, 8, &stored))
+        return MC__FAIL(MC_ERR_IO, "%s: the end line's checksum \"%s\" is not 8 hex digits", src,
+                        tail);
+    crc = mc_crc32(0, text, last_start);
+    if (crc != (uint32_t)stored)
+        return MC__FAIL(MC_ERR_IO,
+                        "%s is corrupted: its content has CRC32 %08lx, the end line says %08lx",
+                        src, (unsigned long)crc, (unsigned long)stored);
+    *body_end = last_start;
+    return MC_OK;
+}
+
+MC_API int mc_checkpoint_parse_metadata(mc_checkpoint_meta *meta, const char *text, size_t len,
+                                        const char *source, const mc_gpt_config *base) {
+    mc__ckpt_parse ps;
+    char *buf = NULL, *line, *tok[MC__CKPT_MAX_TOKENS];
+    size_t body_end = 0, i;
+    int rc, n, have = 0;   /* bits: 1 iteration, 2 math, 4 layout fp, 8 layout, 16 byte order */
+    if (!meta) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_parse_metadata: meta is NULL");
+    memset(meta, 0, sizeof *meta);
+    if (base) meta->config = *base;
+    memset(&ps, 0, sizeof ps);
+    ps.src = source ? source : "metadata";
+    if (!text) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_parse_metadata: text is NULL");
+    for (i = 0; i < len; i++)
+        if (text[i] == '\0')
+            return MC__FAIL(MC_ERR_IO, "%s: byte %zu is NUL (not a text file)", ps.src, i);
+    rc = mc__ckpt_check_envelope(text, len, ps.src, &body_end);
+    if (rc != MC_OK) return rc;
+    buf = (char *)mc_malloc(body_end + 1);
+    if (!buf) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", ps.src);
+    memcpy(buf, text, body_end);
+    buf[body_end] = '\0';
+    line = strchr(buf, '\n') + 1;   /* the magic line was checked */
+    ps.line = 1;
+    while (*line) {
+        char *nl = strchr(line, '\n');
+        long long v;
+        uint64_t h;
+        ps.line++;
+        if (nl) *nl = '\0';
+        n = mc__ckpt_split(line, tok);
+        if (n < 0) {
+            rc = MC__CKPT_BAD(&ps, "malformed line (fields are separated by one space)");
+            goto done;
+        }
+        if (n == 0) {
+            rc = MC__CKPT_BAD(&ps, "empty line");
+            goto done;
+        }
+        if (strcmp(tok[0], "tensor") == 0) {
+            rc = mc__ckpt_parse_tensor(meta, &ps, tok, n);
+        } else if (strcmp(tok[0], "rng") == 0) {
+            rc = mc__ckpt_parse_rng(meta, &ps, tok, n);
+        } else if (strcmp(tok[0], "layout") == 0) {
+            rc = mc__ckpt_parse_layout(meta, &ps, tok, n);
+            have |= 8;
+        } else if (strcmp(tok[0], "config") == 0) {
+            if (n != 3 || mc__ckpt_parse_config_field(&meta->config, tok[1], tok[2]) < 0)
+                rc = MC__CKPT_BAD(&ps, "a config line is \"config FIELD VALUE\" with a number");
+        } else if (strcmp(tok[0], "byte_order") == 0) {
+            if (n != 2 || (strcmp(tok[1], "little") != 0 && strcmp(tok[1], "big") != 0))
+                rc = MC__CKPT_BAD(&ps, "byte_order must be \"little\" or \"big\"");
+            else
+                meta->big_endian = strcmp(tok[1], "big") == 0;
+            have |= 16;
+        } else if (strcmp(tok[0], "iteration") == 0 || strcmp(tok[0], "consumed_samples") == 0 ||
+                   strcmp(tok[0], "optimizer_step") == 0) {
+            if (n != 2 || !mc__ckpt_parse_ll(tok[1], &v) ||
+                (v < 0 && !(v == MC_CKPT_RELEASE && tok[0][0] == 'i')))
+                rc = MC__CKPT_BAD(&ps, "%s must be one integer >= 0", tok[0]);
+            else if (tok[0][0] == 'i') {
+                meta->iteration = v;
+                have |= 1;
+            } else if (tok[0][0] == 'c')
+                meta->consumed_samples = v;
+            else
+                meta->optimizer_step = v;
+        } else if (strcmp(tok[0], "math_fingerprint") == 0 ||
+                   strcmp(tok[0], "layout_fingerprint") == 0) {
+            if (n != 2 || !mc__ckpt_parse_hex(tok[1], 16, &h))
+                rc = MC__CKPT_BAD(&ps, "%s must be 16 hex digits", tok[0]);
+            else if (tok[0][0] == 'm') {
+                meta->math_fingerprint = h;
+                have |= 2;
+            } else {
+                meta->layout_fingerprint = h;
+                have |= 4;
+            }
+        }   /* other keys: written by a newer version, ignored */
+        if (rc != MC_OK) goto done;
+        if (!nl) break;
+        line = nl + 1;
+    }
+    {
+        static const char *const names[5] = {"iteration", "math_fingerprint",
+                                             "layout_fingerprint", "layout", "byte_order"};
+        int k;
+        for (k = 0; k < 5; k++)
+            if (!(have & (1 << k))) {
+                rc = MC__FAIL(MC_ERR_IO, "%s: no \"%s\" line", ps.src, names[k]);
+                goto done;
+            }
+    }
+    meta->format_version = MC_CKPT_FORMAT_VERSION;
+    if (meta->n_tensors > 1)
+        qsort(meta->tensors, (size_t)meta->n_tensors, sizeof *meta->tensors, mc__ckpt_tensor_cmp);
+    if (meta->n_rng > 1) qsort(meta->rng, (size_t)meta->n_rng, sizeof *meta->rng, mc__ckpt_rng_cmp);
+    for (n = 1; n < meta->n_tensors; n++)
+        if (mc__ckpt_tensor_cmp(&meta->tensors[n - 1], &meta->tensors[n]) == 0) {
+            rc = MC__FAIL(MC_ERR_IO, "%s: tensor %s %s is listed twice", ps.src,
+                          meta->tensors[n].kind, meta->tensors[n].name);
+            goto done;
+        }
+    for (n = 1; n < meta->n_rng; n++)
+        if (mc__ckpt_rng_cmp(&meta->rng[n - 1], &meta->rng[n]) == 0) {
+            rc = MC__FAIL(MC_ERR_IO, "%s: rng state of pp %d tp %d is listed twice", ps.src,
+                          meta->rng[n].pp, meta->rng[n].tp);
+            goto done;
+        }
+done:
+    mc_free(buf);
+    return rc;
+}
+
+MC_API int mc_checkpoint_latest(const char *dir, long long *iteration) {
+    char path[MC_CKPT_PATH_MAX], buf[64];
+    FILE *f;
+    size_t n;
+    long long v;
+    int rc;
+    if (!dir || !iteration)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_latest: dir and iteration must be set");
+    rc = mc__ckpt_join(path, dir, MC_CKPT_LATEST_FILE);
+    if (rc != MC_OK) return rc;
+    f = fopen(path, "rb");
+    if (!f)
+        return MC__FAIL(MC_ERR_IO, "no checkpoint in %s: cannot open %s: %s", dir, path,
+                        strerror(errno));
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+    if (strcmp(buf, "release") == 0) {
+        *iteration = MC_CKPT_RELEASE;
+        return MC_OK;
+    }
+    if (!mc__ckpt_parse_ll(buf, &v) || v < 0)
+        return MC__FAIL(MC_ERR_IO, "%s holds \"%s\", not an iteration number or \"release\"", path,
+                        buf);
+    *iteration = v;
+    return MC_OK;
+}
+
+#if !defined(_WIN32)
+
+/* ---- POSIX file helpers. Positioned I/O is lseek + read/write on a descriptor this process
+   owns: the same as pread/pwrite here, and declared even under strict -std=c99. */
+
+static int mc__ckpt_os_fail(const char *what, const char *path) {
+    return MC__FAIL(MC_ERR_IO, "checkpoint: %s %s: %s", what, path, strerror(errno));
+}
+
+static int mc__ckpt_write_at(int fd, const void *buf, size_t bytes, long long offset,
+                             const char *path) {
+    const char *p = (const char *)buf;
+    if (lseek(fd, (off_t)offset, SEEK_SET) == (off_t)-1) return mc__ckpt_os_fail("cannot seek in", path);
+    while (bytes > 0) {
+        ssize_t n = write(fd, p, bytes);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return mc__ckpt_os_fail("cannot write", path);
+        p += n;
+        bytes -= (size_t)n;
+    }
+    return MC_OK;
+}
+
+static int mc__ckpt_read_at(int fd, void *buf, size_t bytes, long long offset, const char *path) {
+    char *p = (char *)buf;
+    long long at = offset;
+    if (lseek(fd, (off_t)offset, SEEK_SET) == (off_t)-1) return mc__ckpt_os_fail("cannot seek in", path);
+    while (bytes > 0) {
+        ssize_t n = read(fd, p, bytes);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return mc__ckpt_os_fail("cannot read", path);
+        if (n == 0)
+            return MC__FAIL(MC_ERR_IO, "checkpoint file %s ends at byte %lld, %zu bytes short "
+                                       "(the file is truncated)", path, at, bytes);
+        p += n;
+        at += n;
+        bytes -= (size_t)n;
+    }
+    return MC_OK;
+}
+
+/* Creates or replaces `path` with data and fsyncs it. */
+static int mc__ckpt_write_file(const char *path, const void *data, size_t len) {
+    int rc, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return mc__ckpt_os_fail("cannot create", path);
+    rc = mc__ckpt_write_at(fd, data, len, 0, path);
+    if (rc == MC_OK && fsync(fd) != 0) rc = mc__ckpt_os_fail("cannot fsync", path);
+    if (close(fd) != 0 && rc == MC_OK) rc = mc__ckpt_os_fail("cannot close", path);
+    return rc;
+}
+
+/* Reads a whole file (NUL-terminated; *out is freed with mc_free). */
+static int mc__ckpt_read_file(const char *path, char **out, size_t *len, size_t limit) {
+    struct stat st;
+    int rc, fd = open(path, O_RDONLY);
+    *out = NULL;
+    *len = 0;
+    if (fd < 0) return mc__ckpt_os_fail("cannot open", path);
+    if (fstat(fd, &st) != 0) {
+        rc = mc__ckpt_os_fail("cannot stat", path);
+        close(fd);
+        return rc;
+    }
+    if (st.st_size < 0 || (unsigned long long)st.st_size > limit) {
+        close(fd);
+        return MC__FAIL(MC_ERR_IO, "checkpoint file %s is %lld bytes, more than the %zu allowed",
+                        path, (long long)st.st_size, limit);
+    }
+    *out = (char *)mc_malloc((size_t)st.st_size + 1);
+    if (!*out) {
+        close(fd);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "checkpoint: out of memory reading %s", path);
+    }
+    rc = mc__ckpt_read_at(fd, *out, (size_t)st.st_size, 0, path);
+    close(fd);
+    if (rc != MC_OK) {
+        mc_free(*out);
+        *out = NULL;
+        return rc;
+    }
+    (*out)[st.st_size] = '\0';
+    *len = (size_t)st.st_size;
+    return MC_OK;
+}
+
+/* Makes a rename or a new file in `dir` durable. File systems that cannot fsync a directory
+   say EINVAL; that is not an error. */
+static int mc__ckpt_fsync_dir(const char *dir) {
+    int rc = MC_OK, fd = open(dir, O_RDONLY);
+    if (fd < 0) return mc__ckpt_os_fail("cannot open directory", dir);
+    if (fsync(fd) != 0 && errno != EINVAL) rc = mc__ckpt_os_fail("cannot fsync directory", dir);
+    close(fd);
+    return rc;
+}
+
+static int mc__ckpt_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* mkdir -p */
+static int mc__ckpt_mkdirs(const char *path) {
+    char buf[MC_CKPT_PATH_MAX];
+    size_t i, n = strlen(path);
+    struct stat st;
+    if (n >= sizeof buf)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "checkpoint directory \"%s\" is too long", path);
+    memcpy(buf, path, n + 1);
+    for (i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return mc__ckpt_os_fail("cannot create", buf);
+        buf[i] = path[i];
+    }
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return MC__FAIL(MC_ERR_IO, "checkpoint: %s exists and is not a directory", path);
+    return MC_OK;
+}
+
+/* Removes a checkpoint directory: its files, then itself (checkpoints hold no subdirectories). */
+static int mc__ckpt_remove_dir(const char *path) {
+    char file[MC_CKPT_PATH_MAX];
+    struct dirent *e;
+    int rc = MC_OK;
+    DIR *d = opendir(path);
+    if (!d) return mc__ckpt_os_fail("cannot open directory", path);
+    while (rc == MC_OK && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        rc = mc__ckpt_join(file, path, e->d_name);
+        if (rc == MC_OK && unlink(file) != 0) rc = mc__ckpt_os_fail("cannot remove", file);
+    }
+    closedir(d);
+    if (rc == MC_OK && rmdir(path) != 0) rc = mc__ckpt_os_fail("cannot remove directory", path);
+    return rc;
+}
+
+/* The 64-byte tensor file header (see >>checkpoint). */
+static void mc__ckpt_header(unsigned char *h, int ndim, long long d0, long long d1) {
+    uint32_t u;
+    uint64_t s;
+    memset(h, 0, MC_CKPT_HEADER_BYTES);
+    memcpy(h, "MCTENSOR", 8);
+    u = MC_CKPT_FORMAT_VERSION;
+    memcpy(h + 8, &u, 4);
+    u = 0;   /* f32 */
+    memcpy(h + 12, &u, 4);
+    u = (uint32_t)ndim;
+    memcpy(h + 16, &u, 4);
+    u = 0x01020304u;
+    memcpy(h + 20, &u, 4);
+    s = (uint64_t)d0;
+    memcpy(h + 24, &s, 8);
+    s = (uint64_t)d1;
+    memcpy(h + 32, &s, 8);
+}
+
+/* ---- the run context */
+
+typedef struct mc__ckpt_ctx {
+    const mc_checkpoint_desc *d;
+    const char *fn;              /* "mc_checkpoint_save" / "mc_checkpoint_load" */
+    mc_comm *world;
+    int rank, size;
+    int tp, tp_rank, pp, pp_rank, dp, cp, vpp;
+    int main_replica;            /* dp = cp = 0: writes for its (tp, pp) position */
+    int optim;                   /* exp_avg and exp_avg_sq given */
+    float *data[3];              /* model, exp_avg, exp_avg_sq flat buffers */
+} mc__ckpt_ctx;
+
+static int mc__ckpt_begin(mc__ckpt_ctx *cx, const mc_checkpoint_desc *d, const char *fn) {
+    const mc_parallel_state *ps;
+    memset(cx, 0, sizeof *cx);
+    if (!d || !d->ps || !d->ps->initialized || !d->ps->world)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: desc and desc->ps (an initialised mc_parallel_state with its world) "
+                        "must be set", fn);
+    ps = d->ps;
+    cx->d = d;
+    cx->fn = fn;
+    cx->world = ps->world;
+    cx->rank = ps->world->rank;
+    cx->size = ps->world->size;
+    cx->tp = ps->grid.desc.tp;
+    cx->pp = ps->grid.desc.pp;
+    cx->cp = ps->grid.desc.cp;
+    cx->vpp = ps->grid.desc.vpp;
+    cx->dp = ps->grid.dp;
+    cx->tp_rank = ps->coords.tp;
+    cx->pp_rank = ps->coords.pp;
+    cx->main_replica = ps->coords.dp == 0 && ps->coords.cp == 0;
+    cx->optim = d->exp_avg != NULL && d->exp_avg_sq != NULL;
+    cx->data[0] = d->param_data;
+    cx->data[1] = d->exp_avg;
+    cx->data[2] = d->exp_avg_sq;
+    return MC_OK;
+}
+
+/* Every rank learns whether any rank failed. The first failing rank's status and message
+   become every rank's result, so all ranks return the same error and none is left waiting in a
+   later collective for a rank that gave up. */
+static int mc__ckpt_agree(mc_comm *world, int status) {
+    int32_t key = status == MC_OK ? world->size : world->rank, first = 0, st = status;
+    unsigned char msg[4 + MC__ERROR_LEN];
+    char text[MC__ERROR_LEN];
+    int rc = mc_all_reduce(world, &key, &first, 1, MC_I32, MC_MIN);
+    if (rc != MC_OK) return rc;
+    if (first == world->size) return MC_OK;
+    memset(msg, 0, sizeof msg);
+    if (world->rank == first) {
+        memcpy(msg, &st, 4);
+        memcpy(msg + 4, mc__last_error_text, strlen(mc__last_error_text));
+    }
+    rc = mc_broadcast(world, msg, sizeof msg, MC_U8, first);
+    if (rc != MC_OK) return rc;
+    memcpy(&st, msg, 4);
+    msg[sizeof msg - 1] = '\0';
+    memcpy(text, msg + 4, sizeof text);
+    if (strncmp(text, "rank ", 5) == 0) return MC__FAIL(st, "%s", text);   /* already agreed */
+    return MC__FAIL(st, "rank %d: %s", (int)first, text);
+}
+
+#define MC__CKPT_AGREE(cx, rc)                      \
+    do {                                            \
+        (rc) = mc__ckpt_agree((cx)->world, (rc));   \
+        if ((rc) != MC_OK) goto done;               \
+    } while (0)
+
+static int mc__ckpt_str_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The parameter's shape checks for the layout of cx (the stride rule needs whole pieces). */
+static int mc__ckpt_check_param(const mc__ckpt_ctx *cx, const mc_param_info *p) {
+    const char *fn = cx->fn;
+    int g[2], l[2], d, pd = p->partition_dim, stride = MC__DEF(p->partition_stride, 1);
+    if (!mc__ckpt_name_ok(p->name))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter \"%s\": a name holds only letters, digits, '.', '_' and '-' "
+                        "and does not start with '.' (it names a file)", fn, p->name);
+    if (p->ndim != 1 && p->ndim != 2)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "%s: parameter %s: ndim (%d) must be 1 or 2", fn,
+                        p->name, p->ndim);
+    g[0] = p->global_shape[0];
+    l[0] = p->local_shape[0];
+    g[1] = p->ndim == 2 ? p->global_shape[1] : 1;
+    l[1] = p->ndim == 2 ? p->local_shape[1] : 1;
+    if (g[0] < 1 || g[1] < 1 || l[0] < 1 || l[1] < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: shapes must be >= 1 (global [%d, %d], local [%d, %d])",
+                        fn, p->name, g[0], g[1], l[0], l[1]);
+    if ((size_t)l[0] * (size_t)l[1] != p->numel)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: numel (%zu) is not local_shape %d x %d", fn, p->name,
+                        p->numel, l[0], l[1]);
+    if (cx->d->params->total > 0 && p->offset + p->numel > cx->d->params->total)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: offset %zu + numel %zu is past the buffer's total %zu",
+                        fn, p->name, p->offset, p->numel, cx->d->params->total);
+    if (pd < 0) {
+        if (g[0] != l[0] || g[1] != l[1])
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "%s: parameter %s is replicated (partition_dim -1) but its local shape "
+                            "[%d, %d] is not its global shape [%d, %d]", fn, p->name, l[0], l[1],
+                            g[0], g[1]);
+        return MC_OK;
+    }
+    if (pd >= p->ndim)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "%s: parameter %s: partition_dim (%d) must be < ndim (%d)",
+                        fn, p->name, pd, p->ndim);
+    if (stride < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "%s: parameter %s: partition_stride (%d) must be >= 1",
+                        fn, p->name, stride);
+    if ((long long)l[pd] * cx->tp != g[pd])
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: global_shape[%d] (%d) must be local_shape[%d] (%d) x "
+                        "tensor_model_parallel_size (%d)", fn, p->name, pd, g[pd], pd, l[pd], cx->tp);
+    if (l[pd] % stride != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: local_shape[%d] (%d) must be a multiple of "
+                        "partition_stride (%d)", fn, p->name, pd, l[pd], stride);
+    d = 1 - pd;
+    if (p->ndim == 2 && g[d] != l[d])
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: dimension %d is not split, yet global_shape[%d] (%d) != "
+                        "local_shape[%d] (%d)", fn, p->name, d, d, g[d], d, l[d]);
+    return MC_OK;
+}
+
+/* Local checks of the desc and the table, before anything touches the disk. */
+static int mc__ckpt_validate(const mc__ckpt_ctx *cx) {
+    const mc_checkpoint_desc *d = cx->d;
+    const mc_param_table *t = d->params;
+    const char **names;
+    int i, rc = MC_OK;
+    if (!d->dir || !d->dir[0]) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->dir must be set", cx->fn);
+    if (strlen(d->dir) + 2 * MC_CKPT_FILE_MAX + 32 >= MC_CKPT_PATH_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->dir \"%s\" is too long (%zu bytes)", cx->fn,
+                        d->dir, strlen(d->dir));
+    if (!d->config) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->config must be set", cx->fn);
+    if (!t || t->count < 0 || (t->count > 0 && !t->info))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->params must be a parameter table", cx->fn);
+    if (t->count > 0 && !d->param_data)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->param_data must be set", cx->fn);
+    if ((d->exp_avg == NULL) != (d->exp_avg_sq == NULL))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: desc->exp_avg (%p) and desc->exp_avg_sq (%p) are given together or "
+                        "not at all", cx->fn, (void *)d->exp_avg, (void *)d->exp_avg_sq);
+    for (i = 0; i < t->count; i++) {
+        rc = mc__ckpt_check_param(cx, &t->info[i]);
+        if (rc != MC_OK) return rc;
+    }
+    if (t->count < 2) return MC_OK;
+    names = (const char **)mc_malloc((size_t)t->count * sizeof *names);
+    if (!names) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    for (i = 0; i < t->count; i++) names[i] = t->info[i].name;
+    qsort(names, (size_t)t->count, sizeof *names, mc__ckpt_str_cmp);
+    for (i = 1; i < t->count && rc == MC_OK; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            rc = MC__FAIL(MC_ERR_INVALID_DESC, "%s: parameter name %s appears twice in the table",
+                          cx->fn, names[i]);
+    mc_free(names);
+    return rc;
+}
+
+/* ---- shard geometry: the stride rule as contiguous runs */
+
+/* A parameter seen as [outer, dim, inner] around its split dimension; the local shard holds
+   `stride` pieces of ldim / stride along dim, local piece k being global piece k * tp + rank. */
+typedef struct mc__ckpt_view {
+    size_t outer, gdim, ldim, inner;
+    size_t stride, tp, tp_rank;
+} mc__ckpt_view;
+
+static void mc__ckpt_view_of(mc__ckpt_view *v, const mc_param_info *p, int tp, int tp_rank) {
+    size_t g0 = (size_t)p->global_shape[0];
+    size_t g1 = p->ndim == 2 ? (size_t)p->global_shape[1] : 1;
+    if (p->partition_dim < 0) {   /* replicated: one run, the whole tensor */
+        v->outer = v->inner = v->stride = v->tp = 1;
+        v->gdim = v->ldim = g0 * g1;
+        v->tp_rank = 0;
+        return;
+    }
+    v->outer = p->partition_dim == 0 ? 1 : g0;
+    v->inner = p->partition_dim == 0 ? g1 : 1;
+    v->gdim = p->partition_dim == 0 ? g0 : g1;
+    v->ldim = v->gdim / (size_t)tp;
+    v->stride = (size_t)MC__DEF(p->partition_stride, 1);
+    v->tp = (size_t)tp;
+    v->tp_rank = (size_t)tp_rank;
+}
+
+static size_t mc__ckpt_n_runs(const mc__ckpt_view *v) { return v->outer * v->stride; }
+
+/* Run q: `len` elements at element `local` of the shard and element `global` of the tensor. */
+static void mc__ckpt_run(const mc__ckpt_view *v, size_t q, size_t *local, size_t *global,
+                         size_t *len) {
+    size_t o = q / v->stride, k = q % v->stride, piece = v->ldim / v->stride;
+    *local = (o * v->ldim + k * piece) * v->inner;
+    *global = (o * v->gdim + (k * v->tp + v->tp_rank) * piece) * v->inner;
+    *len = piece * v->inner;
+}
+
+/* Runs *q.. merged while they stay contiguous on both sides (TP = 1, stride 1). */
+static void mc__ckpt_next_run(const mc__ckpt_view *v, size_t *q, size_t *local, size_t *global,
+                              size_t *len) {
+    size_t n = mc__ckpt_n_runs(v), lo, go, ln;
+    mc__ckpt_run(v, (*q)++, local, global, len);
+    while (*q < n) {
+        mc__ckpt_run(v, *q, &lo, &go, &ln);
+        if (lo != *local + *len || go != *global + *len) break;
+        *len += ln;
+        (*q)++;
+    }
+}
+
+/* ---- save */
+
+static int mc__ckpt_check_same(const mc__ckpt_ctx *cx) {
+    static const char *const what[7] = {
+        "iteration", "consumed_samples", "optimizer_step", "the math fingerprint of the config",
+        "the layout fingerprint of the config", "whether exp_avg / exp_avg_sq are given",
+        "whether rng is given"};
+    const mc_checkpoint_desc *d = cx->d;
+    int64_t v[7], lo[7], hi[7];
+    uint64_t fp;
+    int i, rc;
+    v[0] = d->iteration;
+    v[1] = d->consumed_samples;
+    v[2] = d->optimizer_step;
+    fp = mc_gpt_config_math_fingerprint(d->config);
+    memcpy(&v[3], &fp, 8);
+    fp = mc_gpt_config_layout_fingerprint(d->config);
+    memcpy(&v[4], &fp, 8);
+    v[5] = cx->optim;
+    v[6] = d->rng != NULL;
+    rc = mc_all_reduce(cx->world, v, lo, 7, MC_I64, MC_MIN);
+    if (rc == MC_OK) rc = mc_all_reduce(cx->world, v, hi, 7, MC_I64, MC_MAX);
+    if (rc != MC_OK) return rc;
+    for (i = 0; i < 7; i++)
+        if (lo[i] != hi[i])
+            return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ranks disagree on %s (%lld on some, %lld on "
+                            "others)", cx->fn, what[i], (long long)lo[i], (long long)hi[i]);
+    return MC_OK;
+}
+
+/* Rank 0: the root directory exists, a stale <iter>.tmp is gone, a fresh one is made. */
+static int mc__ckpt_prepare_dir(const char *dir, const char *tmp) {
+    int rc = mc__ckpt_mkdirs(dir);
+    if (rc != MC_OK) return rc;
+    if (mc__ckpt_exists(tmp)) {
+        rc = mc__ckpt_remove_dir(tmp);
+        if (rc != MC_OK) return rc;
+        MC__INFO("checkpoint: removed %s, left by a save that did not finish", tmp);
+    }
+    if (mkdir(tmp, 0755) != 0) return mc__ckpt_os_fail("cannot create", tmp);
+    return MC_OK;
+}
+
+/* Writes this rank's shard of one tensor of `kind` at its global offsets. */
+static int mc__ckpt_write_tensor(const mc__ckpt_ctx *cx, const char *tmp, int kind,
+                                 const mc_param_info *p, size_t *written) {
+    char file[MC_CKPT_FILE_MAX + 16], path[MC_CKPT_PATH_MAX];
+    unsigned char h[MC_CKPT_HEADER_BYTES];
+    const float *src = cx->data[kind] + p->offset;   /* local shard, row-major */
+    mc__ckpt_view v;
+    size_t q = 0, lo, go, len;
+    int fd, rc;
+    snprintf(file, sizeof file, "%s.%s.bin", mc__ckpt_kinds[kind], p->name);
+    rc = mc__ckpt_join(path, tmp, file);
+    if (rc != MC_OK) return rc;
+    /* No O_TRUNC: the other TP ranks write into the same (fresh) file. */
+    fd = open(path, O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) return mc__ckpt_os_fail("cannot create", path);
+    mc__ckpt_view_of(&v, p, cx->tp, cx->tp_rank);
+    if (v.tp_rank == 0) {   /* the rank holding element 0 writes the header */
+        mc__ckpt_header(h, p->ndim, p->global_shape[0], p->ndim == 2 ? p->global_shape[1] : 1);
+        rc = mc__ckpt_write_at(fd, h, sizeof h, 0, path);
+    }
+    *written = 0;
+    while (rc == MC_OK && q < mc__ckpt_n_runs(&v)) {
+        mc__ckpt_next_run(&v, &q, &lo, &go, &len);
+        rc = mc__ckpt_write_at(fd, src + lo, len * sizeof(float),
+                               MC_CKPT_HEADER_BYTES + (long long)(go * sizeof(float)), path);
+        *written += len;
+    }
+    if (rc == MC_OK && fsync(fd) != 0) rc = mc__ckpt_os_fail("cannot fsync", path);
+    if (close(fd) != 0 && rc == MC_OK) rc = mc__ckpt_os_fail("cannot close", path);
+    return rc;
+}
+
+static void mc__ckpt_rng_file_name(char *out, size_t cap, int pp, int tp) {
+    snprintf(out, cap, "rng_pp%03d_tp%02d.txt", pp, tp);
+}
+
+static int mc__ckpt_write_rng(const mc__ckpt_ctx *cx, const char *tmp, char *file, size_t cap) {
+    char path[MC_CKPT_PATH_MAX];
+    mc_rng_states st;
+    mc__sb sb;
+    int i, rc = mc_rng_tracker_get_states(cx->d->rng, &st);
+    const char *c;
+    if (rc != MC_OK) return rc;
+    memset(&sb, 0, sizeof sb);
+    mc__sb_printf(&sb, "megatron_c-rng 1\nposition pp %d tp %d\ncurrent %llu %llu\n", cx->pp_rank,
+                  cx->tp_rank, (unsigned long long)st.current.seed,
+                  (unsigned long long)st.current.offset);
+    for (i = 0; i < st.n_streams; i++) {
+        for (c = st.names[i]; *c; c++)
+            if (*c <= ' ' || *c == 127) break;
+        if (*c || !st.names[i][0]) {
+            mc__sb_free(&sb);
+            return MC__FAIL(MC_ERR_INVALID_ARG, "%s: RNG stream name \"%s\" is empty or holds "
+                            "white space", cx->fn, st.names[i]);
+        }
+        mc__sb_printf(&sb, "stream %s %llu %llu\n", st.names[i],
+                      (unsigned long long)st.streams[i].seed,
+                      (unsigned long long)st.streams[i].offset);
+    }
+    mc__ckpt_rng_file_name(file, cap, cx->pp_rank, cx->tp_rank);
+    rc = sb.oom ? MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn)
+                : mc__ckpt_join(path, tmp, file);
+    if (rc == MC_OK) rc = mc__ckpt_write_file(path, sb.p, sb.len);
+    mc__sb_free(&sb);
+    return rc;
+}
+
+/* Main replicas write their shards; every rank reports what it wrote, one line each:
+   "tensor RANK KIND NAME NDIM D0 D1 ELEMENTS" and "rng RANK PP TP FILE". */
+static int mc__ckpt_write_shards(const mc__ckpt_ctx *cx, const char *tmp, mc__sb *report) {
+    const mc_param_table *t = cx->d->params;
+    char file[32];
+    int i, k, rc = MC_OK;
+    if (!cx->main_replica) return MC_OK;
+    for (i = 0; i < t->count && rc == MC_OK; i++) {
+        const mc_param_info *p = &t->info[i];
+        if (p->shared) continue;                                /* the tied copy: not a main replica */
+        if (p->partition_dim < 0 && cx->tp_rank != 0) continue; /* replicated over TP */
+        for (k = 0; k < (cx->optim ? 3 : 1) && rc == MC_OK; k++) {
+            size_t written = 0;
+            rc = mc__ckpt_write_tensor(cx, tmp, k, p, &written);
+            mc__sb_printf(report, "tensor %d %s %s %d %d %d %zu\n", cx->rank, mc__ckpt_kinds[k],
+                          p->name, p->ndim, p->global_shape[0],
+                          p->ndim == 2 ? p->global_shape[1] : 1, written);
+        }
+    }
+    if (rc == MC_OK && cx->d->rng) {
+        rc = mc__ckpt_write_rng(cx, tmp, file, sizeof file);
+        mc__sb_printf(report, "rng %d %d %d %s\n", cx->rank, cx->pp_rank, cx->tp_rank, file);
+    }
+    if (rc == MC_OK && report->oom) rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    return rc;
+}
+
+/* Every rank receives every rank's text: slot r of *all (slot bytes each) is rank r's. */
+static int mc__ckpt_allgather_text(const mc__ckpt_ctx *cx, const mc__sb *mine, char **all,
+                                   size_t *slot) {
+    int64_t len = (int64_t)mine->len + 1, max_len = 0;
+    char *send;
+    int rc = mc_all_reduce(cx->world, &len, &max_len, 1, MC_I64, MC_MAX);
+    *all = NULL;
+    if (rc != MC_OK) return rc;
+    send = (char *)mc_calloc((size_t)max_len, 1);
+    *all = (char *)mc_calloc((size_t)max_len * (size_t)cx->size, 1);
+    rc = (send && *all) ? MC_OK : MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    rc = mc__ckpt_agree(cx->world, rc);
+    if (rc == MC_OK) {
+        if (mine->len) memcpy(send, mine->p, mine->len);
+        rc = mc_all_gather(cx->world, send, *all, (size_t)max_len, MC_U8);
+    }
+    mc_free(send);
+    if (rc != MC_OK) {
+        mc_free(*all);
+        *all = NULL;
+    }
+    *slot = (size_t)max_len;
+    return rc;
+}
+
+typedef struct mc__ckpt_entry {
+    mc_checkpoint_tensor t;
+    long long written;
+    int rank;
+} mc__ckpt_entry;
+
+static int mc__ckpt_entry_cmp(const void *a, const void *b) {
+    return mc__ckpt_tensor_cmp(&((const mc__ckpt_entry *)a)->t, &((const mc__ckpt_entry *)b)->t);
+}
+
+/* Parses one report line into *e or *r; returns 1 tensor, 2 rng, 0 bad. */
+static int mc__ckpt_parse_report_line(char *line, mc__ckpt_entry *e, mc_checkpoint_rng_file *r) {
+    char *tok[MC__CKPT_MAX_TOKENS];
+    long long v[6];
+    int n = mc__ckpt_split(line, tok), i;
+    if (n == 8 && strcmp(tok[0], "tensor") == 0) {
+        if (!mc__ckpt_parse_ll(tok[1], &v[0]) || !mc__ckpt_parse_ll(tok[4], &v[1]) ||
+            !mc__ckpt_parse_ll(tok[5], &v[2]) || !mc__ckpt_parse_ll(tok[6], &v[3]) ||
+            !mc__ckpt_parse_ll(tok[7], &v[4]) || strlen(tok[2]) >= sizeof e->t.kind ||
+            strlen(tok[3]) >= sizeof e->t.name)
+            return 0;
+        memset(e, 0, sizeof *e);
+        e->rank = (int)v[0];
+        strcpy(e->t.kind, tok[2]);
+        strcpy(e->t.name, tok[3]);
+        e->t.ndim = (int)v[1];
+        e->t.shape[0] = v[2];
+        e->t.shape[1] = v[3];
+        e->written = v[4];
+        return 1;
+    }
+    if (n == 5 && strcmp(tok[0], "rng") == 0) {
+        for (i = 0; i < 3; i++)
+            if (!mc__ckpt_parse_ll(tok[1 + i], &v[i])) return 0;
+        if (strlen(tok[4]) >= sizeof r->file) return 0;
+        memset(r, 0, sizeof *r);
+        r->pp = (int)v[1];
+        r->tp = (int)v[2];
+        strcpy(r->file, tok[4]);
+        return 2;
+    }
+    return 0;
+}
+
+/* Builds the metadata's tensor and rng lists from every rank's report, checking that the ranks
+   agree on each tensor's shape and that its elements were written exactly once. */
+static int mc__ckpt_merge(const mc__ckpt_ctx *cx, char *all, size_t slot, mc_checkpoint_meta *m) {
+    mc__ckpt_entry *e = NULL, one;
+    mc_checkpoint_rng_file r;
+    char sa[48], sb[48];
+    int n_e = 0, cap_e = 0, cap_r = 0, cap_t = 0, i, j, rc = MC_OK, src_rank;
+    void *grown;
+    for (src_rank = 0; src_rank < cx->size && rc == MC_OK; src_rank++) {
+        char *line = all + (size_t)src_rank * slot;
+        all[(size_t)src_rank * slot + slot - 1] = '\0';
+        while (*line && rc == MC_OK) {
+            char *nl = strchr(line, '\n');
+            int kind;
+            if (nl) *nl = '\0';
+            kind = mc__ckpt_parse_report_line(line, &one, &r);
+            if (kind == 0)
+                rc = MC__FAIL(MC_ERR_STATE, "%s: rank %d reported an unreadable line", cx->fn,
+                              src_rank);
+            else if (kind == 1) {
+                grown = mc__ckpt_grow(e, &cap_e, n_e + 1, sizeof *e);
+                if (!grown) rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+                else {
+                    e = (mc__ckpt_entry *)grown;
+                    e[n_e++] = one;
+                }
+            } else {
+                grown = mc__ckpt_grow(m->rng, &cap_r, m->n_rng + 1, sizeof r);
+                if (!grown) rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+                else {
+                    m->rng = (mc_checkpoint_rng_file *)grown;
+                    m->rng[m->n_rng++] = r;
+                }
+            }
+            if (!nl) break;
+            line = nl + 1;
+        }
+    }
+    if (rc == MC_OK && n_e > 1) qsort(e, (size_t)n_e, sizeof *e, mc__ckpt_entry_cmp);
+    for (i = 0; i < n_e && rc == MC_OK; i = j) {
+        mc_checkpoint_tensor t = e[i].t;
+        long long written = 0, numel = t.shape[0] * t.shape[1];
+        for (j = i; j < n_e && mc__ckpt_tensor_cmp(&e[j].t, &t) == 0; j++) {
+            if (e[j].t.ndim != t.ndim || e[j].t.shape[0] != t.shape[0] ||
+                e[j].t.shape[1] != t.shape[1])
+                rc = MC__FAIL(MC_ERR_INVALID_DESC,
+                              "%s: %s %s has global shape %s on rank %d but %s on rank %d",
+                              cx->fn, t.kind, t.name,
+                              mc__ckpt_shape_str(sa, sizeof sa, t.ndim, t.shape[0], t.shape[1]),
+                              e[i].rank,
+                              mc__ckpt_shape_str(sb, sizeof sb, e[j].t.ndim, e[j].t.shape[0],
+                                                 e[j].t.shape[1]),
+                              e[j].rank);
+            written += e[j].written;
+        }
+        if (rc == MC_OK && written != numel)
+            rc = MC__FAIL(MC_ERR_INVALID_DESC,
+                          "%s: %s %s: the main replicas wrote %lld of its %lld elements (first "
+                          "writer rank %d): every shard needs exactly one writer (check "
+                          "partition_dim, the shared flag and that every stage holds its layers)",
+                          cx->fn, t.kind, t.name, written, numel, e[i].rank);
+        if (rc != MC_OK) break;
+        snprintf(t.file, sizeof t.file, "%s.%s.bin", t.kind, t.name);
+        t.bytes = MC_CKPT_HEADER_BYTES + 4 * numel;
+        grown = mc__ckpt_grow(m->tensors, &cap_t, m->n_tensors + 1, sizeof t);
+        if (!grown) {
+            rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+            break;
+        }
+        m->tensors = (mc_checkpoint_tensor *)grown;
+        m->tensors[m->n_tensors++] = t;
+    }
+    mc_free(e);
+    if (rc == MC_OK && m->n_rng > 1) qsort(m->rng, (size_t)m->n_rng, sizeof *m->rng, mc__ckpt_rng_cmp);
+    if (rc == MC_OK && cx->d->rng && m->n_rng != cx->tp * cx->pp)
+        rc = MC__FAIL(MC_ERR_STATE, "%s: %d RNG files for %d (pp, tp) positions", cx->fn, m->n_rng,
+                      cx->tp * cx->pp);
+    return rc;
+}
+
+static int mc__ckpt_file_crc(const char *path, long long *bytes, uint32_t *crc) {
+    enum { CHUNK = 1 << 20 };
+    unsigned char *buf;
+    int rc = MC_OK, fd = open(path, O_RDONLY);
+    *bytes = 0;
+    *crc = 0;
+    if (fd < 0) return mc__ckpt_os_fail("cannot open", path);
+    buf = (unsigned char *)mc_malloc(CHUNK);
+    if (!buf) rc = MC__FAIL(MC_ERR_NO_MEMORY, "checkpoint: out of memory checking %s", path);
+    while (rc == MC_OK) {
+        ssize_t n = read(fd, buf, CHUNK);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) rc = mc__ckpt_os_fail("cannot read", path);
+        if (n <= 0) break;
+        *crc = mc_crc32(*crc, buf, (size_t)n);
+        *bytes += n;
+    }
+    mc_free(buf);
+    close(fd);
+    return rc;
+}
+
+/* File i of the metadata (tensors first, then rng files). */
+static void mc__ckpt_file_of(const mc_checkpoint_meta *m, int i, const char **name,
+                             long long **bytes, uint32_t **crc) {
+    if (i < m->n_tensors) {
+        *name = m->tensors[i].file;
+        *bytes = &m->tensors[i].bytes;
+        *crc = &m->tensors[i].crc32;
+    } else {
+        *name = m->rng[i - m->n_tensors].file;
+        *bytes = &m->rng[i - m->n_tensors].bytes;
+        *crc = &m->rng[i - m->n_tensors].crc32;
+    }
+}
+
+/* The CRC32 and size of every file, spread over the world (file i on rank i mod size).
+   verify = 0 (save): fills m's bytes and crc32 from the sums; the tensor sizes must be what
+   the shapes say. verify = 1 (load): compares with m. Agreed over the world. */
+static int mc__ckpt_checksums(const mc__ckpt_ctx *cx, const char *dir, mc_checkpoint_meta *m,
+                              int verify) {
+    int n = m->n_tensors + m->n_rng, i, rc = MC_OK;
+    int64_t *mine = (int64_t *)mc_calloc((size_t)(2 * n + 1), sizeof(int64_t));
+    int64_t *sum = (int64_t *)mc_calloc((size_t)(2 * n + 1), sizeof(int64_t));
+    char path[MC_CKPT_PATH_MAX];
+    if (!mine || !sum) rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    for (i = cx->rank; i < n && rc == MC_OK; i += cx->size) {
+        const char *name;
+        long long *bytes, got_bytes;
+        uint32_t *crc, got_crc;
+        mc__ckpt_file_of(m, i, &name, &bytes, &crc);
+        rc = mc__ckpt_join(path, dir, name);
+        if (rc == MC_OK) rc = mc__ckpt_file_crc(path, &got_bytes, &got_crc);
+        if (rc != MC_OK) break;
+        mine[2 * i] = got_bytes;
+        mine[2 * i + 1] = got_crc;
+        if (verify && got_bytes != *bytes)
+            rc = MC__FAIL(MC_ERR_IO, "checkpoint file %s: %lld bytes, %s says %lld (the file is %s)",
+                          path, got_bytes, MC_CKPT_METADATA_FILE, *bytes,
+                          got_bytes < *bytes ? "truncated" : "longer than written");
+        else if (verify && got_crc != *crc)
+            rc = MC__FAIL(MC_ERR_IO, "checkpoint file %s: CRC32 %08lx, %s says %08lx (the file is "
+                          "corrupted)", path, (unsigned long)got_crc, MC_CKPT_METADATA_FILE,
+                          (unsigned long)*crc);
+    }
+    rc = mc__ckpt_agree(cx->world, rc);
+    if (rc == MC_OK && !verify) rc = mc_all_reduce(cx->world, mine, sum, (size_t)(2 * n + 1), MC_I64, MC_SUM);
+    for (i = 0; i < n && rc == MC_OK && !verify; i++) {
+        const char *name;
+        long long *bytes;
+        uint32_t *crc;
+        mc__ckpt_file_of(m, i, &name, &bytes, &crc);
+        if (i < m->n_tensors && sum[2 * i] != *bytes)
+            rc = MC__FAIL(MC_ERR_IO, "%s: %s has %lld bytes after the save, %lld expected", cx->fn,
+                          name, (long long)sum[2 * i], *bytes);
+        *bytes = sum[2 * i];
+        *crc = (uint32_t)sum[2 * i + 1];
+    }
+    mc_free(mine);
+    mc_free(sum);
+    return rc;
+}
+
+/* Rank 0: metadata (temp + fsync + rename), the directory rename, then `latest`. */
+static int mc__ckpt_finish(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m, const char *tmp,
+                           const char *final_dir) {
+    const char *dir = cx->d->dir;
+    char path[MC_CKPT_PATH_MAX], path_tmp[MC_CKPT_PATH_MAX], latest[64];
+    mc__sb sb;
+    int rc;
+    memset(&sb, 0, sizeof sb);
+    mc__ckpt_format_metadata(&sb, m);
+    if (sb.oom) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    rc = mc__ckpt_join(path, tmp, MC_CKPT_METADATA_FILE);
+    if (rc == MC_OK) rc = mc__ckpt_join(path_tmp, tmp, MC_CKPT_METADATA_FILE ".tmp");
+    if (rc == MC_OK) rc = mc__ckpt_write_file(path_tmp, sb.p, sb.len);
+    mc__sb_free(&sb);
+    if (rc == MC_OK && rename(path_tmp, path) != 0) rc = mc__ckpt_os_fail("cannot rename", path_tmp);
+    if (rc == MC_OK) rc = mc__ckpt_fsync_dir(tmp);
+    /* Saving an iteration again replaces its directory. */
+    if (rc == MC_OK && mc__ckpt_exists(final_dir)) rc = mc__ckpt_remove_dir(final_dir);
+    if (rc == MC_OK && rename(tmp, final_dir) != 0) rc = mc__ckpt_os_fail("cannot rename", tmp);
+    if (rc == MC_OK) rc = mc__ckpt_fsync_dir(dir);
+    if (rc != MC_OK) return rc;
+    if (m->iteration == MC_CKPT_RELEASE)
+        snprintf(latest, sizeof latest, "release\n");
+    else
+        snprintf(latest, sizeof latest, "%lld\n", m->iteration);
+    rc = mc__ckpt_join(path, dir, MC_CKPT_LATEST_FILE);
+    if (rc == MC_OK) rc = mc__ckpt_join(path_tmp, dir, MC_CKPT_LATEST_FILE ".tmp");
+    if (rc == MC_OK) rc = mc__ckpt_write_file(path_tmp, latest, strlen(latest));
+    if (rc == MC_OK && rename(path_tmp, path) != 0) rc = mc__ckpt_os_fail("cannot rename", path_tmp);
+    if (rc == MC_OK) rc = mc__ckpt_fsync_dir(dir);
+    return rc;
+}
+
+MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+    mc__ckpt_ctx cx;
+    mc_checkpoint_meta meta;
+    mc__sb report;
+    char final_dir[MC_CKPT_PATH_MAX], tmp[MC_CKPT_PATH_MAX], *all = NULL;
+    size_t slot = 0;
+    int rc, tmp_made = 0;
+    memset(&meta, 0, sizeof meta);
+    memset(&report, 0, sizeof report);
+    rc = mc__ckpt_begin(&cx, desc, "mc_checkpoint_save");
+    if (rc != MC_OK) return rc;
+    rc = mc__ckpt_validate(&cx);
+    if (rc == MC_OK && (desc->iteration < 0 || desc->consumed_samples < 0 || desc->optimizer_step < 0))
+        rc = MC__FAIL(MC_ERR_INVALID_ARG,
+                      "mc_checkpoint_save: iteration (%lld), consumed_samples (%lld) and "
+                      "optimizer_step (%lld) must be >= 0", desc->iteration,
+                      desc->consumed_samples, desc->optimizer_step);
+    if (rc == MC_OK) rc = mc_checkpoint_iteration_dir(final_dir, sizeof final_dir, desc->dir,
+                                                      desc->iteration);
+    if (rc == MC_OK && snprintf(tmp, sizeof tmp, "%s.tmp", final_dir) >= (int)sizeof tmp)
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_save: path %s.tmp is too long", final_dir);
+    MC__CKPT_AGREE(&cx, rc);
+    rc = mc__ckpt_check_same(&cx);   /* the same verdict on every rank */
+    if (rc != MC_OK) goto done;
+
+    if (cx.rank == 0) rc = mc__ckpt_prepare_dir(desc->dir, tmp);
+    MC__CKPT_AGREE(&cx, rc);
+    tmp_made = 1;
+    rc = mc__ckpt_write_shards(&cx, tmp, &report);
+    MC__CKPT_AGREE(&cx, rc);
+
+    rc = mc__ckpt_allgather_text(&cx, &report, &all, &slot);
+    if (rc != MC_OK) goto done;
+    rc = mc__ckpt_merge(&cx, all, slot, &meta);
+    MC__CKPT_AGREE(&cx, rc);
+    rc = mc__ckpt_checksums(&cx, tmp, &meta, 0);
+    if (rc != MC_OK) goto done;
+
+    meta.format_version = MC_CKPT_FORMAT_VERSION;
+    meta.big_endian = mc__ckpt_host_big_endian();
+    meta.iteration = desc->iteration;
+    meta.consumed_samples = desc->consumed_samples;
+    meta.optimizer_step = desc->optimizer_step;
+    meta.math_fingerprint = mc_gpt_config_math_fingerprint(desc->config);
+    meta.layout_fingerprint = mc_gpt_config_layout_fingerprint(desc->config);
+    meta.tp = cx.tp;
+    meta.pp = cx.pp;
+    meta.dp = cx.dp;
+    meta.cp = cx.cp;
+    meta.vpp = cx.vpp;
+    meta.world = cx.size;
+    meta.config = *desc->config;
+    if (cx.rank == 0) rc = mc__ckpt_finish(&cx, &meta, tmp, final_dir);
+    MC__CKPT_AGREE(&cx, rc);
+    if (cx.rank == 0)
+        MC__INFO("checkpoint: saved %s (%d tensors, TP %d PP %d DP %d)", final_dir,
+                 meta.n_tensors, cx.tp, cx.pp, cx.dp);
+done:
+    if (rc != MC_OK && tmp_made && cx.rank == 0 && mc__ckpt_exists(tmp)) {
+        /* Best effort, keeping the error being reported: the next save removes it anyway. */
+        char keep[MC__ERROR_LEN];
+        memcpy(keep, mc__last_error_text, sizeof keep);
+        mc__ckpt_remove_dir(tmp);
+        memcpy(mc__last_error_text, keep, sizeof keep);
+    }
+    mc_free(all);
+    mc__sb_free(&report);
+    mc_checkpoint_meta_free(&meta);
+    return rc;
+}
+
+/* ---- load */
+
+/* Rank 0: which iteration, its directory, and the metadata text. */
+static int mc__ckpt_read_metadata_text(const mc__ckpt_ctx *cx, unsigned flags, long long *it,
+                                       char *iter_dir, char **text, size_t *len) {
+    char path[MC_CKPT_PATH_MAX];
+    int rc = MC_OK;
+    if (flags & MC_CKPT_LOAD_ITERATION) {
+        *it = cx->d->iteration;
+        if (*it < 0 && *it != MC_CKPT_RELEASE)
+            return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->iteration (%lld) must be >= 0 or "
+                            "MC_CKPT_RELEASE", cx->fn, *it);
+    } else {
+        rc = mc_checkpoint_latest(cx->d->dir, it);
+        if (rc != MC_OK) return rc;
+    }
+    rc = mc_checkpoint_iteration_dir(iter_dir, MC_CKPT_PATH_MAX, cx->d->dir, *it);
+    if (rc != MC_OK) return rc;
+    if (!mc__ckpt_exists(iter_dir))
+        return MC__FAIL(MC_ERR_IO, "%s: checkpoint directory %s does not exist%s", cx->fn,
+                        iter_dir, (flags & MC_CKPT_LOAD_ITERATION) ? ""
+                                  : " (" MC_CKPT_LATEST_FILE " names it)");
+    rc = mc__ckpt_join(path, iter_dir, MC_CKPT_METADATA_FILE);
+    if (rc != MC_OK) return rc;
+    if (!mc__ckpt_exists(path))
+        return MC__FAIL(MC_ERR_IO, "%s: %s has no %s: not a complete checkpoint (a save that did "
+                        "not finish, or another format)", cx->fn, iter_dir, MC_CKPT_METADATA_FILE);
+    return mc__ckpt_read_file(path, text, len, (size_t)1 << 30);
+}
+
+/* Byte order and the math fingerprint (the layout may differ). */
+static int mc__ckpt_check_compat(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m,
+                                 const char *iter_dir, unsigned flags, mc_checkpoint_result *res) {
+    char diff[640];
+    uint64_t now = mc_gpt_config_math_fingerprint(cx->d->config);
+    int n;
+    if (m->big_endian != mc__ckpt_host_big_endian())
+        return MC__FAIL(MC_ERR_UNSUPPORTED, "%s: %s holds %s-endian tensors, this host is %s-endian",
+                        cx->fn, iter_dir, m->big_endian ? "big" : "little",
+                        m->big_endian ? "little" : "big");
+    if (m->math_fingerprint == now) return MC_OK;
+    diff[0] = '\0';
+    n = mc_gpt_config_math_diff(&m->config, cx->d->config, diff, sizeof diff);
+    if (n <= 0)
+        snprintf(diff, sizeof diff, "no config field differs, so the fingerprint itself changed "
+                 "(another megatron_c version?)");
+    if (!(flags & MC_CKPT_LOAD_IGNORE_MATH))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: %s was saved for another model (math fingerprint %016llx, the current "
+                        "config has %016llx): %s (saved vs current). Loading needs the same math "
+                        "config; MC_CKPT_LOAD_IGNORE_MATH overrides this check", cx->fn, iter_dir,
+                        (unsigned long long)m->math_fingerprint, (unsigned long long)now, diff);
+    MC__WARN("%s: loading %s despite a math config mismatch (MC_CKPT_LOAD_IGNORE_MATH): %s",
+             cx->fn, iter_dir, diff);
+    res->math_mismatch_ignored = 1;
+    return MC_OK;
+}
+
+/* Where each local parameter comes from: tensors[3] per parameter (model, m, v). */
+static int mc__ckpt_plan(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m,
+                         const mc_checkpoint_tensor **src) {
+    const mc_param_table *t = cx->d->params;
+    long long padded_then = mc__ckpt_padded_vocab(&m->config, m->tp);
+    long long padded_now = mc__ckpt_padded_vocab(cx->d->config, cx->tp);
+    char a[48], b[48];
+    int i, k;
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        const char *key = p->shared ? MC_CKPT_TIED_KEY : p->name;
+        long long g0 = p->global_shape[0], g1 = p->ndim == 2 ? p->global_shape[1] : 1;
+        for (k = 0; k < (cx->optim ? 3 : 1); k++) {
+            const mc_checkpoint_tensor *s = mc_checkpoint_meta_find(m, mc__ckpt_kinds[k], key);
+            src[3 * i + k] = s;
+            if (!s && k == 0)
+                return MC__FAIL(MC_ERR_IO, "%s: the checkpoint has no tensor %s (parameter %s%s)",
+                                cx->fn, key, p->name, p->shared ? ", the tied copy" : "");
+            if (!s)
+                return MC__FAIL(MC_ERR_IO, "%s: the checkpoint holds no %s for %s (saved without "
+                                "optimizer state?); pass exp_avg = exp_avg_sq = NULL to load the "
+                                "model alone", cx->fn, mc__ckpt_kinds[k], key);
+            if (s->ndim == p->ndim && s->shape[0] == g0 && s->shape[1] == g1) continue;
+            /* Vocabulary padding depends on TP: rows past the vocabulary may come and go. */
+            if (s->ndim == 2 && p->ndim == 2 && s->shape[1] == g1 && p->partition_dim <= 0 &&
+                padded_then > 0 && s->shape[0] == padded_then && g0 == padded_now)
+                continue;
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "%s: tensor %s has shape %s in the checkpoint, but parameter %s of the "
+                            "current model has global shape %s", cx->fn, key,
+                            mc__ckpt_shape_str(a, sizeof a, s->ndim, s->shape[0], s->shape[1]),
+                            p->name, mc__ckpt_shape_str(b, sizeof b, p->ndim, g0, g1));
+        }
+    }
+    return MC_OK;
+}
+
+/* Reads the slices of the current layout of tensor s into dst (the local shard). Rows that
+   the stored tensor does not have (vocabulary padding) become 0. */
+static int mc__ckpt_read_tensor(const mc__ckpt_ctx *cx, const char *iter_dir,
+                                const mc_checkpoint_tensor *s, const mc_param_info *p,
+                                float *dst) {
+    char path[MC_CKPT_PATH_MAX];
+    unsigned char h[MC_CKPT_HEADER_BYTES], want[MC_CKPT_HEADER_BYTES];
+    size_t stored = (size_t)mc__ckpt_numel(s), q = 0, lo, go, len, avail;
+    mc__ckpt_view v;
+    int fd, rc = mc__ckpt_join(path, iter_dir, s->file);
+    if (rc != MC_OK) return rc;
+    fd = open(path, O_RDONLY);
+    if (fd < 0) return mc__ckpt_os_fail("cannot open", path);
+    rc = mc__ckpt_read_at(fd, h, sizeof h, 0, path);
+    mc__ckpt_header(want, s->ndim, s->shape[0], s->shape[1]);
+    if (rc == MC_OK && memcmp(h, want, 8) != 0)
+        rc = MC__FAIL(MC_ERR_IO, "%s: not a megatron_c tensor file (no MCTENSOR magic)", path);
+    else if (rc == MC_OK && memcmp(h, want, sizeof h) != 0)
+        rc = MC__FAIL(MC_ERR_IO, "%s: the header (version, dtype, ndim, byte order, shape) does "
+                      "not match %s's [%lld, %lld] f32", path, MC_CKPT_METADATA_FILE, s->shape[0],
+                      s->shape[1]);
+    mc__ckpt_view_of(&v, p, cx->tp, cx->tp_rank);
+    while (rc == MC_OK && q < mc__ckpt_n_runs(&v)) {
+        mc__ckpt_next_run(&v, &q, &lo, &go, &len);
+        avail = go >= stored ? 0 : (stored - go < len ? stored - go : len);
+        if (avail > 0)
+            rc = mc__ckpt_read_at(fd, dst + lo, avail * sizeof(float),
+                                  MC_CKPT_HEADER_BYTES + (long long)(go * sizeof(float)), path);
+        if (avail < len) memset(dst + lo + avail, 0, (len - avail) * sizeof(float));
+    }
+    close(fd);
+    return rc;
+}
+
+static int mc__ckpt_parse_u64(const char *s, uint64_t *out) {
+    char *end = NULL;
+    unsigned long long v;
+    if (!s || !*s || *s == '-') return 0;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || !end || *end != '\0') return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+/* Parses an RNG file written by mc__ckpt_write_rng for position (pp, tp). */
+static int mc__ckpt_parse_rng_file(char *text, const char *path, int pp, int tp,
+                                   mc_rng_states *st) {
+    char *line = text, *tok[MC__CKPT_MAX_TOKENS];
+    int line_no = 0, n;
+    long long a, b;
+    memset(st, 0, sizeof *st);
+    while (*line) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        line_no++;
+        n = mc__ckpt_split(line, tok);
+        if (line_no == 1) {
+            if (n != 2 || strcmp(tok[0], "megatron_c-rng") != 0 || strcmp(tok[1], "1") != 0)
+                return MC__FAIL(MC_ERR_IO, "%s line 1: expected \"megatron_c-rng 1\"", path);
+        } else if (n == 5 && strcmp(tok[0], "position") == 0) {
+            if (!mc__ckpt_parse_ll(tok[2], &a) || !mc__ckpt_parse_ll(tok[4], &b) || a != pp ||
+                b != tp)
+                return MC__FAIL(MC_ERR_IO, "%s line %d: position is \"%s %s\", expected pp %d tp %d",
+                                path, line_no, tok[2], tok[4], pp, tp);
+        } else if (n == 3 && strcmp(tok[0], "current") == 0) {
+            if (!mc__ckpt_parse_u64(tok[1], &st->current.seed) ||
+                !mc__ckpt_parse_u64(tok[2], &st->current.offset))
+                return MC__FAIL(MC_ERR_IO, "%s line %d: current SEED OFFSET expected", path, line_no);
+        } else if (n == 4 && strcmp(tok[0], "stream") == 0) {
+            int k = st->n_streams;
+            if (k == MC_RNG_MAX_STREAMS || strlen(tok[1]) >= MC_RNG_NAME_MAX)
+                return MC__FAIL(MC_ERR_IO, "%s line %d: more than %d streams or a name longer than "
+                                "%d", path, line_no, MC_RNG_MAX_STREAMS, MC_RNG_NAME_MAX - 1);
+            strcpy(st->names[k], tok[1]);
+            if (!mc__ckpt_parse_u64(tok[2], &st->streams[k].seed) ||
+                !mc__ckpt_parse_u64(tok[3], &st->streams[k].offset))
+                return MC__FAIL(MC_ERR_IO, "%s line %d: stream NAME SEED OFFSET expected", path,
+                                line_no);
+            st->n_streams++;
+        } else {
+            return MC__FAIL(MC_ERR_IO, "%s line %d: unknown line", path, line_no);
+        }
+        if (!nl) break;
+        line = nl + 1;
+    }
+    if (line_no == 0) return MC__FAIL(MC_ERR_IO, "%s is empty", path);
+    return MC_OK;
+}
+
+/* Restores this (pp, tp) position's RNG states when the checkpoint has them at the same TP and
+   PP sizes; otherwise reseeds the tracker as at the start of training. */
+static int mc__ckpt_restore_rng(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m,
+                                const char *iter_dir, unsigned flags, mc_checkpoint_result *res) {
+    const mc_checkpoint_rng_file *f = NULL;
+    char path[MC_CKPT_PATH_MAX], why[160], *text = NULL;
+    size_t len;
+    mc_rng_states st;
+    int i, rc, seed = MC__DEF(cx->d->config->seed, 1234);
+    if (!cx->d->rng) return MC_OK;
+    if (flags & MC_CKPT_LOAD_NO_RNG) {
+        snprintf(res->note, sizeof res->note, "RNG states not loaded (MC_CKPT_LOAD_NO_RNG)");
+        return MC_OK;
+    }
+    if (m->tp == cx->tp && m->pp == cx->pp)
+        for (i = 0; i < m->n_rng; i++)
+            if (m->rng[i].pp == cx->pp_rank && m->rng[i].tp == cx->tp_rank) f = &m->rng[i];
+    if (f) {
+        rc = mc__ckpt_join(path, iter_dir, f->file);
+        if (rc == MC_OK) rc = mc__ckpt_read_file(path, &text, &len, (size_t)1 << 20);
+        if (rc == MC_OK) rc = mc__ckpt_parse_rng_file(text, path, cx->pp_rank, cx->tp_rank, &st);
+        if (rc == MC_OK) rc = mc_rng_tracker_set_states(cx->d->rng, &st);
+        mc_free(text);
+        if (rc == MC_OK) res->rng_restored = 1;
+        return rc;
+    }
+    if (m->n_rng == 0)
+        snprintf(why, sizeof why, "the checkpoint holds no RNG states");
+    else if (m->tp != cx->tp || m->pp != cx->pp)
+        snprintf(why, sizeof why, "saved at TP %d PP %d, loading at TP %d PP %d", m->tp, m->pp,
+                 cx->tp, cx->pp);
+    else
+        snprintf(why, sizeof why, "no RNG state for pp %d tp %d", cx->pp_rank, cx->tp_rank);
+    rc = mc_rng_tracker_seed_megatron(cx->d->rng, seed, cx->tp_rank, cx->pp_rank,
+                                      cx->d->ps->coords.ep, cx->d->ps->coords.etp, 0, 0);
+    snprintf(res->note, sizeof res->note,
+             "RNG states reset: %s; the tracker was seeded from seed %d as at the start of "
+             "training", why, seed);
+    if (rc == MC_OK && cx->rank == 0) MC__INFO("%s: %s", cx->fn, res->note);
+    return rc;
+}
+
+MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+                              mc_checkpoint_result *result) {
+    mc__ckpt_ctx cx;
+    mc_checkpoint_meta meta;
+    mc_checkpoint_result res;
+    const mc_checkpoint_tensor **src = NULL;
+    char iter_dir[MC_CKPT_PATH_MAX], meta_path[MC_CKPT_PATH_MAX], *text = NULL;
+    size_t len = 0;
+    long long it = 0;
+    int64_t head[2];
+    int rc, i, k;
+    memset(&meta, 0, sizeof meta);
+    memset(&res, 0, sizeof res);
+    iter_dir[0] = '\0';
+    if (result) memset(result, 0, sizeof *result);
+    rc = mc__ckpt_begin(&cx, desc, "mc_checkpoint_load");
+    if (rc != MC_OK) return rc;
+    rc = mc__ckpt_validate(&cx);
+    if (rc == MC_OK && (flags & ~(MC_CKPT_LOAD_ITERATION | MC_CKPT_LOAD_IGNORE_MATH |
+                                  MC_CKPT_LOAD_NO_RNG)))
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_load: unknown flags 0x%x", flags);
+    MC__CKPT_AGREE(&cx, rc);
+
+    /* Rank 0 reads `latest` and the metadata once and hands them to everyone, so every rank
+       decides from the same bytes. */
+    if (cx.rank == 0) rc = mc__ckpt_read_metadata_text(&cx, flags, &it, iter_dir, &text, &len);
+    MC__CKPT_AGREE(&cx, rc);
+    head[0] = it;
+    head[1] = (int64_t)len;
+    rc = mc_broadcast(cx.world, head, 2, MC_I64, 0);
+    if (rc != MC_OK) goto done;
+    it = head[0];
+    len = (size_t)head[1];
+    if (cx.rank != 0) {
+        text = (char *)mc_calloc(len + 1, 1);
+        rc = text ? mc_checkpoint_iteration_dir(iter_dir, sizeof iter_dir, desc->dir, it)
+                  : MC__FAIL(MC_ERR_NO_MEMORY, "mc_checkpoint_load: out of memory");
+    }
+    MC__CKPT_AGREE(&cx, rc);
+    if (len > 0) rc = mc_broadcast(cx.world, text, len, MC_U8, 0);
+    if (rc != MC_OK) goto done;
+    rc = mc__ckpt_join(meta_path, iter_dir, MC_CKPT_METADATA_FILE);
+    if (rc == MC_OK) rc = mc_checkpoint_parse_metadata(&meta, text, len, meta_path, desc->config);
+    if (rc == MC_OK) rc = mc__ckpt_check_compat(&cx, &meta, iter_dir, flags, &res);
+    MC__CKPT_AGREE(&cx, rc);
+
+    src = (const mc_checkpoint_tensor **)mc_calloc((size_t)desc->params->count * 3 + 1,
+                                                   sizeof *src);
+    rc = src ? mc__ckpt_plan(&cx, &meta, src)
+             : MC__FAIL(MC_ERR_NO_MEMORY, "mc_checkpoint_load: out of memory");
+    MC__CKPT_AGREE(&cx, rc);
+    rc = mc__ckpt_checksums(&cx, iter_dir, &meta, 1);
+    if (rc != MC_OK) goto done;
+    for (i = 0; i < desc->params->count && rc == MC_OK; i++)
+        for (k = 0; k < (cx.optim ? 3 : 1) && rc == MC_OK; k++)
+            rc = mc__ckpt_read_tensor(&cx, iter_dir, src[3 * i + k], &desc->params->info[i],
+                                      cx.data[k] + desc->params->info[i].offset);
+    MC__CKPT_AGREE(&cx, rc);
+    rc = mc__ckpt_restore_rng(&cx, &meta, iter_dir, flags, &res);
+    MC__CKPT_AGREE(&cx, rc);
+
+    res.iteration = meta.iteration;
+    res.consumed_samples = meta.consumed_samples;
+    res.optimizer_step = meta.optimizer_step;
+    res.saved_tp = meta.tp;
+    res.saved_pp = meta.pp;
+    res.saved_dp = meta.dp;
+    res.saved_cp = meta.cp;
+    res.saved_vpp = meta.vpp;
+    res.saved_world = meta.world;
+    res.resharded = meta.tp != cx.tp || meta.pp != cx.pp || meta.dp != cx.dp ||
+                    meta.cp != cx.cp || meta.vpp != cx.vpp;
+    res.optimizer_loaded = cx.optim;
+    snprintf(res.path, sizeof res.path, "%s", iter_dir);
+    if (result) *result = res;
+    if (cx.rank == 0)
+        MC__INFO("checkpoint: loaded %s (iteration %lld), saved at TP %d PP %d DP %d, now TP %d "
+                 "PP %d DP %d", iter_dir, meta.iteration, meta.tp, meta.pp, meta.dp, cx.tp, cx.pp,
+                 cx.dp);
+done:
+    mc_free(text);
+    mc_free((void *)src);
+    mc_checkpoint_meta_free(&meta);
+    return rc;
+}
+
+#else /* _WIN32 */
+
+MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+    (void)desc;
+    return MC__FAIL(MC_ERR_UNSUPPORTED, "mc_checkpoint_save needs POSIX file functions");
+}
+
+MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+                              mc_checkpoint_result *result) {
+    (void)desc;
+    (void)flags;
+    if (result) memset(result, 0, sizeof *result);
+    return MC__FAIL(MC_ERR_UNSUPPORTED, "mc_checkpoint_load needs POSIX file functions");
+}
+
+#endif /* _WIN32 */
 
 /* @checkpoint:implementation end */
 
