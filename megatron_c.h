@@ -1235,7 +1235,8 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
        math_fingerprint 0123456789abcdef        mc_gpt_config_math_fingerprint, 16 hex digits
        layout_fingerprint 0123456789abcdef      mc_gpt_config_layout_fingerprint
        layout tp 2 pp 2 dp 2 cp 1 vpp 0 world 8 the layout that saved
-       config <field> <value>                   one per mc_gpt_config field (floats as %.9g)
+       config <field> <value>                   one per field of the RESOLVED mc_gpt_config
+                                                (floats as %.9g, which reads back exactly)
        tensor <kind> <name> f32 <ndim> <d0> [<d1>] <file> <bytes> <crc32>
                                                 kind: model, exp_avg or exp_avg_sq; bytes and
                                                 crc32 (8 hex digits) of the whole file
@@ -1256,7 +1257,14 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
    (pp, tp) position at the same TP and PP sizes; otherwise the tracker is reseeded as at start
    (mc_rng_tracker_seed_megatron with config->seed) and the result says so. Every error is
    agreed over the world: all ranks return the status and the message of the first failing
-   rank ("rank 3: ..."), nobody waits on a rank that gave up.
+   rank ("rank 3: ..."), nobody waits on a rank that gave up. Statuses: MC_ERR_INVALID_ARG for
+   the desc (or ranks passing different iterations, configs, optimizer or RNG choices),
+   MC_ERR_INVALID_DESC for the parameter table, a math mismatch or a tensor of another shape,
+   MC_ERR_IO for missing, truncated or corrupted files and file-system errors,
+   MC_ERR_UNSUPPORTED for tensor files of the other byte order.
+   The collectives run with the world communicator's timeout: ranks wait there while others
+   write or checksum, so a checkpoint that takes longer than that needs a larger
+   mc_comm_desc.timeout_s.
 
        mc_checkpoint_desc cd = {0};
        cd.dir = "ckpt"; cd.ps = &ps; cd.config = &cfg; cd.params = &table;
@@ -6392,11 +6400,13 @@ static int mc__ckpt_host_big_endian(void) {
     return b[0] == 0x01;
 }
 
-/* ceil(vocab / (divisible_by * tp)) * divisible_by * tp: Megatron's vocabulary padding. */
+/* The padded vocabulary of cfg at TP size tp, or -1 (checked first, so that no error is
+   recorded for a config without a vocabulary). */
 static long long mc__ckpt_padded_vocab(const mc_gpt_config *cfg, int tp) {
-    long long multiple = (long long)MC__DEF(cfg->make_vocab_size_divisible_by, 128) * tp;
-    if (cfg->vocab_size <= 0 || multiple <= 0) return -1;
-    return (cfg->vocab_size + multiple - 1) / multiple * multiple;
+    int div = MC__DEF(cfg->make_vocab_size_divisible_by, 128), padded;
+    if (cfg->vocab_size <= 0 || div <= 0 || tp <= 0) return -1;
+    padded = mc_gpt_padded_vocab_size(cfg->vocab_size, div, tp);
+    return padded > 0 ? padded : -1;
 }
 
 /* ---- the config as text: every mc_gpt_config field, by name */
@@ -7761,7 +7771,7 @@ MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
     meta.cp = cx.cp;
     meta.vpp = cx.vpp;
     meta.world = cx.size;
-    meta.config = *desc->config;
+    mc_gpt_config_resolve(&meta.config, desc->config);   /* the file shows the defaults */
     if (cx.rank == 0) rc = mc__ckpt_finish(&cx, &meta, tmp, final_dir);
     MC__CKPT_AGREE(&cx, rc);
     if (cx.rank == 0)

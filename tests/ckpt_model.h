@@ -77,7 +77,7 @@ static inline mc_gpt_config ckpt_config(const ckpt_layout *l) {
     c.virtual_pipeline_model_parallel_size = l->vpp;
     c.micro_batch_size = 2;
     c.seed = 1234;
-    c.padded_vocab_size = ckpt_padded_vocab(l->vocab, l->tp);
+    mc_gpt_config_resolve(&c, &c);
     return c;
 }
 
@@ -268,46 +268,5 @@ static inline long long ckpt_model_compare(const ckpt_model *m, const ckpt_layou
     free(is_param);
     return bad;
 }
-
-/* ---------------------------------------------------------------------------------------------
-   Stand-ins for the config fingerprints (declared in @config), for builds where that module is
-   not there yet: define CKPT_CONFIG_STANDIN in exactly one file of a program. */
-#ifdef CKPT_CONFIG_STANDIN
-static uint64_t ckpt__fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = (const unsigned char *)p;
-    while (n--) h = (h ^ *b++) * 1099511628211ull;
-    return h;
-}
-MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *c) {
-    uint64_t h = 1469598103934665603ull;
-    h = ckpt__fnv(h, c, offsetof(mc_gpt_config, tensor_model_parallel_size));
-    return h;
-}
-MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *c) {
-    uint64_t h = 1469598103934665603ull;
-    h = ckpt__fnv(h, &c->tensor_model_parallel_size, 4 * sizeof(int));
-    return h;
-}
-MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
-                                   size_t cap) {
-    int n = 0;
-    size_t len = 0;
-    if (cap) out[0] = '\0';
-#define CKPT__DIFF_I(f)                                                                       \
-    if (a->f != b->f && len < cap)                                                            \
-        len += (size_t)snprintf(out + len, cap - len, "%s%s: %d vs %d", n++ ? "; " : "", #f, \
-                                a->f, b->f);
-#define CKPT__DIFF_F(f)                                                                       \
-    if (a->f != b->f && len < cap)                                                            \
-        len += (size_t)snprintf(out + len, cap - len, "%s%s: %g vs %g", n++ ? "; " : "", #f, \
-                                (double)a->f, (double)b->f);
-    CKPT__DIFF_I(num_layers) CKPT__DIFF_I(hidden_size) CKPT__DIFF_I(num_attention_heads)
-    CKPT__DIFF_I(ffn_hidden_size) CKPT__DIFF_I(vocab_size) CKPT__DIFF_I(seq_length)
-    CKPT__DIFF_F(layernorm_epsilon) CKPT__DIFF_F(init_method_std)
-#undef CKPT__DIFF_I
-#undef CKPT__DIFF_F
-    return n;
-}
-#endif
 
 #endif /* CKPT_MODEL_H_INCLUDED */

@@ -14,7 +14,6 @@
 
 #include "megatron_c.h"
 #include "tests/test_util.h"
-#define CKPT_CONFIG_STANDIN
 #include "tests/ckpt_model.h"
 
 #define RUN_LIMIT_S 120.0

@@ -35,7 +35,6 @@
 
 #include "megatron_c.h"
 #include "tests/test_util.h"
-#define CKPT_CONFIG_STANDIN
 #include "tests/ckpt_model.h"
 
 #define TIMEOUT_S 60.0
