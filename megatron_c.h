@@ -6269,14 +6269,14 @@ MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n) {
 }
 
 /* A growing text buffer (the metadata, the per-rank write reports). */
-typedef struct mc__sb {
+typedef struct mc__ckpt_sb {
     char *p;
     size_t len, cap;
     int oom;
-} mc__sb;
+} mc__ckpt_sb;
 
-static void mc__sb_printf(mc__sb *sb, const char *fmt, ...) MC__PRINTF(2, 3);
-static void mc__sb_printf(mc__sb *sb, const char *fmt, ...) {
+static void mc__ckpt_sb_printf(mc__ckpt_sb *sb, const char *fmt, ...) MC__PRINTF(2, 3);
+static void mc__ckpt_sb_printf(mc__ckpt_sb *sb, const char *fmt, ...) {
     va_list ap;
     int n;
     if (sb->oom) return;
@@ -6307,7 +6307,7 @@ static void mc__sb_printf(mc__sb *sb, const char *fmt, ...) {
     sb->len += (size_t)n;
 }
 
-static void mc__sb_free(mc__sb *sb) {
+static void mc__ckpt_sb_free(mc__ckpt_sb *sb) {
     mc_free(sb->p);
     memset(sb, 0, sizeof *sb);
 }
@@ -6451,7 +6451,7 @@ static const mc__ckpt_field mc__ckpt_config_fields[] = {
 #define MC__CKPT_N_CONFIG_FIELDS \
     ((int)(sizeof mc__ckpt_config_fields / sizeof mc__ckpt_config_fields[0]))
 
-static void mc__ckpt_format_config(mc__sb *sb, const mc_gpt_config *cfg) {
+static void mc__ckpt_format_config(mc__ckpt_sb *sb, const mc_gpt_config *cfg) {
     int i;
     for (i = 0; i < MC__CKPT_N_CONFIG_FIELDS; i++) {
         const mc__ckpt_field *f = &mc__ckpt_config_fields[i];
@@ -6459,15 +6459,15 @@ static void mc__ckpt_format_config(mc__sb *sb, const mc_gpt_config *cfg) {
         if (f->type == MC__CKPT_FLOAT) {
             float v;
             memcpy(&v, at, sizeof v);
-            mc__sb_printf(sb, "config %s %.9g\n", f->name, (double)v);   /* exact for fp32 */
+            mc__ckpt_sb_printf(sb, "config %s %.9g\n", f->name, (double)v);   /* exact for fp32 */
         } else if (f->type == MC__CKPT_GRANULARITY) {
-            mc__sb_printf(sb, "config %s %d\n", f->name, (int)cfg->recompute_granularity);
+            mc__ckpt_sb_printf(sb, "config %s %d\n", f->name, (int)cfg->recompute_granularity);
         } else if (f->type == MC__CKPT_METHOD) {
-            mc__sb_printf(sb, "config %s %d\n", f->name, (int)cfg->recompute_method);
+            mc__ckpt_sb_printf(sb, "config %s %d\n", f->name, (int)cfg->recompute_method);
         } else {
             int v;
             memcpy(&v, at, sizeof v);
-            mc__sb_printf(sb, "config %s %d\n", f->name, v);
+            mc__ckpt_sb_printf(sb, "config %s %d\n", f->name, v);
         }
     }
 }
@@ -6551,32 +6551,32 @@ static const char *mc__ckpt_shape_str(char *buf, size_t cap, int ndim, long long
 }
 
 /* Writes the whole metadata text, ending with the "end <crc32>" line. */
-static void mc__ckpt_format_metadata(mc__sb *sb, const mc_checkpoint_meta *m) {
+static void mc__ckpt_format_metadata(mc__ckpt_sb *sb, const mc_checkpoint_meta *m) {
     int i;
     uint32_t crc;
-    mc__sb_printf(sb, "megatron_c-checkpoint %d\n", MC_CKPT_FORMAT_VERSION);
-    mc__sb_printf(sb, "byte_order %s\n", m->big_endian ? "big" : "little");
-    mc__sb_printf(sb, "iteration %lld\n", m->iteration);
-    mc__sb_printf(sb, "consumed_samples %lld\n", m->consumed_samples);
-    mc__sb_printf(sb, "optimizer_step %lld\n", m->optimizer_step);
-    mc__sb_printf(sb, "math_fingerprint %016llx\n", (unsigned long long)m->math_fingerprint);
-    mc__sb_printf(sb, "layout_fingerprint %016llx\n", (unsigned long long)m->layout_fingerprint);
-    mc__sb_printf(sb, "layout tp %d pp %d dp %d cp %d vpp %d world %d\n", m->tp, m->pp, m->dp,
+    mc__ckpt_sb_printf(sb, "megatron_c-checkpoint %d\n", MC_CKPT_FORMAT_VERSION);
+    mc__ckpt_sb_printf(sb, "byte_order %s\n", m->big_endian ? "big" : "little");
+    mc__ckpt_sb_printf(sb, "iteration %lld\n", m->iteration);
+    mc__ckpt_sb_printf(sb, "consumed_samples %lld\n", m->consumed_samples);
+    mc__ckpt_sb_printf(sb, "optimizer_step %lld\n", m->optimizer_step);
+    mc__ckpt_sb_printf(sb, "math_fingerprint %016llx\n", (unsigned long long)m->math_fingerprint);
+    mc__ckpt_sb_printf(sb, "layout_fingerprint %016llx\n", (unsigned long long)m->layout_fingerprint);
+    mc__ckpt_sb_printf(sb, "layout tp %d pp %d dp %d cp %d vpp %d world %d\n", m->tp, m->pp, m->dp,
                   m->cp, m->vpp, m->world);
     mc__ckpt_format_config(sb, &m->config);
     for (i = 0; i < m->n_tensors; i++) {
         const mc_checkpoint_tensor *t = &m->tensors[i];
-        mc__sb_printf(sb, "tensor %s %s f32 %d %lld", t->kind, t->name, t->ndim, t->shape[0]);
-        if (t->ndim == 2) mc__sb_printf(sb, " %lld", t->shape[1]);
-        mc__sb_printf(sb, " %s %lld %08lx\n", t->file, t->bytes, (unsigned long)t->crc32);
+        mc__ckpt_sb_printf(sb, "tensor %s %s f32 %d %lld", t->kind, t->name, t->ndim, t->shape[0]);
+        if (t->ndim == 2) mc__ckpt_sb_printf(sb, " %lld", t->shape[1]);
+        mc__ckpt_sb_printf(sb, " %s %lld %08lx\n", t->file, t->bytes, (unsigned long)t->crc32);
     }
     for (i = 0; i < m->n_rng; i++) {
         const mc_checkpoint_rng_file *r = &m->rng[i];
-        mc__sb_printf(sb, "rng %d %d %s %lld %08lx\n", r->pp, r->tp, r->file, r->bytes,
+        mc__ckpt_sb_printf(sb, "rng %d %d %s %lld %08lx\n", r->pp, r->tp, r->file, r->bytes,
                       (unsigned long)r->crc32);
     }
     crc = sb->oom ? 0 : mc_crc32(0, sb->p, sb->len);
-    mc__sb_printf(sb, "end %08lx\n", (unsigned long)crc);
+    mc__ckpt_sb_printf(sb, "end %08lx\n", (unsigned long)crc);
 }
 
 #define MC__CKPT_MAX_TOKENS 16
@@ -7400,23 +7400,23 @@ static void mc__ckpt_rng_file_name(char *out, size_t cap, int pp, int tp) {
 static int mc__ckpt_write_rng(const mc__ckpt_ctx *cx, const char *tmp, char *file, size_t cap) {
     char path[MC_CKPT_PATH_MAX];
     mc_rng_states st;
-    mc__sb sb;
+    mc__ckpt_sb sb;
     int i, rc = mc_rng_tracker_get_states(cx->d->rng, &st);
     const char *c;
     if (rc != MC_OK) return rc;
     memset(&sb, 0, sizeof sb);
-    mc__sb_printf(&sb, "megatron_c-rng 1\nposition pp %d tp %d\ncurrent %llu %llu\n", cx->pp_rank,
+    mc__ckpt_sb_printf(&sb, "megatron_c-rng 1\nposition pp %d tp %d\ncurrent %llu %llu\n", cx->pp_rank,
                   cx->tp_rank, (unsigned long long)st.current.seed,
                   (unsigned long long)st.current.offset);
     for (i = 0; i < st.n_streams; i++) {
         for (c = st.names[i]; *c; c++)
             if (*c <= ' ' || *c == 127) break;
         if (*c || !st.names[i][0]) {
-            mc__sb_free(&sb);
+            mc__ckpt_sb_free(&sb);
             return MC__FAIL(MC_ERR_INVALID_ARG, "%s: RNG stream name \"%s\" is empty or holds "
                             "white space", cx->fn, st.names[i]);
         }
-        mc__sb_printf(&sb, "stream %s %llu %llu\n", st.names[i],
+        mc__ckpt_sb_printf(&sb, "stream %s %llu %llu\n", st.names[i],
                       (unsigned long long)st.streams[i].seed,
                       (unsigned long long)st.streams[i].offset);
     }
@@ -7424,13 +7424,13 @@ static int mc__ckpt_write_rng(const mc__ckpt_ctx *cx, const char *tmp, char *fil
     rc = sb.oom ? MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn)
                 : mc__ckpt_join(path, tmp, file);
     if (rc == MC_OK) rc = mc__ckpt_write_file(path, sb.p, sb.len);
-    mc__sb_free(&sb);
+    mc__ckpt_sb_free(&sb);
     return rc;
 }
 
 /* Main replicas write their shards; every rank reports what it wrote, one line each:
    "tensor RANK KIND NAME NDIM D0 D1 ELEMENTS" and "rng RANK PP TP FILE". */
-static int mc__ckpt_write_shards(const mc__ckpt_ctx *cx, const char *tmp, mc__sb *report) {
+static int mc__ckpt_write_shards(const mc__ckpt_ctx *cx, const char *tmp, mc__ckpt_sb *report) {
     const mc_param_table *t = cx->d->params;
     char file[32];
     int i, k, rc = MC_OK;
@@ -7442,21 +7442,21 @@ static int mc__ckpt_write_shards(const mc__ckpt_ctx *cx, const char *tmp, mc__sb
         for (k = 0; k < (cx->optim ? 3 : 1) && rc == MC_OK; k++) {
             size_t written = 0;
             rc = mc__ckpt_write_tensor(cx, tmp, k, p, &written);
-            mc__sb_printf(report, "tensor %d %s %s %d %d %d %zu\n", cx->rank, mc__ckpt_kinds[k],
+            mc__ckpt_sb_printf(report, "tensor %d %s %s %d %d %d %zu\n", cx->rank, mc__ckpt_kinds[k],
                           p->name, p->ndim, p->global_shape[0],
                           p->ndim == 2 ? p->global_shape[1] : 1, written);
         }
     }
     if (rc == MC_OK && cx->d->rng) {
         rc = mc__ckpt_write_rng(cx, tmp, file, sizeof file);
-        mc__sb_printf(report, "rng %d %d %d %s\n", cx->rank, cx->pp_rank, cx->tp_rank, file);
+        mc__ckpt_sb_printf(report, "rng %d %d %d %s\n", cx->rank, cx->pp_rank, cx->tp_rank, file);
     }
     if (rc == MC_OK && report->oom) rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
     return rc;
 }
 
 /* Every rank receives every rank's text: slot r of *all (slot bytes each) is rank r's. */
-static int mc__ckpt_allgather_text(const mc__ckpt_ctx *cx, const mc__sb *mine, char **all,
+static int mc__ckpt_allgather_text(const mc__ckpt_ctx *cx, const mc__ckpt_sb *mine, char **all,
                                    size_t *slot) {
     int64_t len = (int64_t)mine->len + 1, max_len = 0;
     char *send;
@@ -7692,7 +7692,7 @@ static int mc__ckpt_finish(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m, 
                            const char *final_dir) {
     const char *dir = cx->d->dir;
     char path[MC_CKPT_PATH_MAX], path_tmp[MC_CKPT_PATH_MAX], latest[64];
-    mc__sb sb;
+    mc__ckpt_sb sb;
     int rc;
     memset(&sb, 0, sizeof sb);
     mc__ckpt_format_metadata(&sb, m);
@@ -7700,7 +7700,7 @@ static int mc__ckpt_finish(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m, 
     rc = mc__ckpt_join(path, tmp, MC_CKPT_METADATA_FILE);
     if (rc == MC_OK) rc = mc__ckpt_join(path_tmp, tmp, MC_CKPT_METADATA_FILE ".tmp");
     if (rc == MC_OK) rc = mc__ckpt_write_file(path_tmp, sb.p, sb.len);
-    mc__sb_free(&sb);
+    mc__ckpt_sb_free(&sb);
     if (rc == MC_OK && rename(path_tmp, path) != 0) rc = mc__ckpt_os_fail("cannot rename", path_tmp);
     if (rc == MC_OK) rc = mc__ckpt_fsync_dir(tmp);
     /* Saving an iteration again replaces its directory. */
@@ -7723,7 +7723,7 @@ static int mc__ckpt_finish(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m, 
 MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
     mc__ckpt_ctx cx;
     mc_checkpoint_meta meta;
-    mc__sb report;
+    mc__ckpt_sb report;
     char final_dir[MC_CKPT_PATH_MAX], tmp[MC_CKPT_PATH_MAX], *all = NULL;
     size_t slot = 0;
     int rc, tmp_made = 0;
@@ -7786,7 +7786,7 @@ done:
         memcpy(mc__last_error_text, keep, sizeof keep);
     }
     mc_free(all);
-    mc__sb_free(&report);
+    mc__ckpt_sb_free(&report);
     mc_checkpoint_meta_free(&meta);
     return rc;
 }
