@@ -1048,6 +1048,117 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
 
 /* @ddp:declarations begin */
 
+/* ---------------------------------------------------------------------------------------------
+   >>ddp  Megatron's DistributedDataParallel over the flat gradient buffer of an mc_param_table,
+   and finalize_model_grads (megatron_semantics.md §10, §11).
+
+   One mc_ddp per rank reduces the grads of every model chunk over the data-parallel (x CP)
+   group, bucket by bucket. A bucket's collective is: scale the bucket by 1/DP, then SUM
+       all-reduce                 without the distributed optimizer: every DP rank ends up
+                                  with the mean gradient of the whole bucket;
+       reduce-scatter             with it: DP rank d receives the mean of its shard
+                                  [start + d*size/DP, start + (d+1)*size/DP) of each bucket
+                                  (mc_ddp_shard); the rest of its bucket keeps stale local
+                                  values that nothing reads.
+
+       mc_ddp_zero_grad(&ddp);                          // iteration start
+       for each micro-batch mb of M:
+           mc_ddp_set_grad_sync(&ddp, -1, mb == M - 1); // Megatron's no_sync() otherwise
+           backward(...);     // calls mc_ddp_register_grad_ready(&ddp, i) when param i's
+                              // grad is final: a bucket whose params are all ready starts
+                              // its async collective while backward goes on
+       mc_finalize_model_grads(&ps, &ddp, NULL, NULL, sp, NULL);  // waits (§10 order)
+
+   Overlap off (overlap_grad_reduce = 0): registrations are ignored and finish_grad_sync runs
+   every bucket's collective blocking. Either way every DP rank must launch the buckets in the
+   same order (the same backward does). Grad sync starts disabled after init and zero_grad:
+   the schedule (grad_sync hook) or the caller enables it for the last micro-batch. The event
+   log says when each bucket was launched and waited, counted in grad-ready registrations, so
+   a lab can show that bucket 0 went out while later params were still being computed. */
+
+typedef enum mc_ddp_event_kind {
+    MC_DDP_LAUNCH = 1,   /* async collective started */
+    MC_DDP_WAIT,         /* finish_grad_sync waited for an async collective */
+    MC_DDP_SYNC          /* collective run blocking (overlap off) */
+} mc_ddp_event_kind;
+
+typedef struct mc_ddp_event {
+    mc_ddp_event_kind kind;
+    int bucket;
+    int params_ready;    /* grad-ready registrations counted so far in this iteration */
+} mc_ddp_event;
+
+/* Zero means default. */
+typedef struct mc_ddp_desc {
+    mc_param_table *table;          /* required, laid out (mc_param_table_layout) */
+    float *grads;                   /* required: the flat gradient buffer [table->total] */
+    mc_comm *dp;                    /* data-parallel x CP group; NULL = DP 1 (no communication) */
+    int distributed_optimizer;      /* reduce-scatter; must match table->layout */
+    int overlap_grad_reduce;        /* launch buckets from register_grad_ready */
+    int calculate_per_token_loss;   /* 1: bucket factor 1 instead of 1/DP (finalize divides by
+                                       the global token count, §11.4) */
+    const mc_ops *ops;              /* default mc_ops_cpu() */
+} mc_ddp_desc;
+
+typedef struct mc_ddp {
+    mc_ddp_desc desc;               /* resolved */
+    int dp_size, dp_rank;
+    float scale;                    /* applied to a bucket before its SUM: 1/DP or 1 */
+    int grad_sync[MC_MAX_VPP];      /* per chunk: 1 while its last micro-batch runs */
+    int params_ready;               /* registrations since zero_grad */
+    int n_events;
+    mc_ddp_event *events;           /* [2 * n_buckets]: the log of this iteration */
+    /* Private. */
+    int *bucket_of;                 /* [table->count] bucket of each param */
+    unsigned char *ready;           /* [table->count] */
+    int *bucket_ready;              /* [n_buckets] params of the bucket registered ready */
+    int *bucket_state;              /* [n_buckets] idle, in flight, done */
+    mc_request **requests;          /* [n_buckets] */
+    int finished;                   /* finish_grad_sync ran since the last zero_grad */
+} mc_ddp;
+
+/* Validates (table laid out, grads set, dp size = table->layout.dp_size and the flags equal
+   under the distributed optimizer) and allocates the bookkeeping; does not touch grads. */
+MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc);
+/* MC_ERR_BUSY (and nothing freed) while a bucket's collective is in flight. */
+MC_API int mc_ddp_destroy(mc_ddp *ddp);
+/* zero_grad_buffer: zeroes the grads (padding included), forgets the registrations and the
+   event log, disables grad sync. MC_ERR_BUSY while a collective is in flight. */
+MC_API int mc_ddp_zero_grad(mc_ddp *ddp);
+/* Enables (1) or disables (0) grad sync for model chunk `chunk` (-1: every chunk). */
+MC_API int mc_ddp_set_grad_sync(mc_ddp *ddp, int chunk, int enable);
+/* Param `param` (index in the table) has its final grad. Ignored unless overlap is on and
+   grad sync is enabled for the param's chunk; a second registration in one iteration is
+   MC_ERR_STATE. Launches the bucket's async collective when it was the bucket's last param. */
+MC_API int mc_ddp_register_grad_ready(mc_ddp *ddp, int param);
+/* Launches every bucket not launched yet (async with overlap, else blocking). */
+MC_API int mc_ddp_start_grad_sync(mc_ddp *ddp);
+/* Launches what is left, then waits for every bucket; grads are reduced on return. A second
+   call before the next zero_grad is MC_ERR_STATE (it would reduce nothing new). */
+MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp);
+/* [*start, *end) of bucket `bucket` in the flat buffer that this DP rank owns: its
+   reduce-scatter shard under the distributed optimizer, else the whole bucket. */
+MC_API int mc_ddp_shard(const mc_ddp *ddp, int bucket, size_t *start, size_t *end);
+
+/* Megatron's finalize_model_grads, in its order (§10):
+     1. DP: mc_ddp_finish_grad_sync (skipped when ddp is NULL);
+     2. (conditional embedders: not in a GPT);
+     3. sequence parallel on and TP > 1: the grads of params flagged sequence_parallel are
+        summed over TP, packed into one buffer for a single all-reduce;
+     4. tied embeddings: this rank in an embedding group of size > 1 sums the grads of its
+        shared_embedding params over the group (the first stage's word embedding with the
+        last stage's output copy);
+     5. position-embedding group: size 1 in a GPT, nothing to do;
+     7. num_tokens != NULL: *num_tokens is broadcast from the last pipeline stage, summed
+        over DP x CP, and every grad is scaled by 1 / max(*num_tokens, 1); *num_tokens holds
+        the global count on return.
+   table and grads default to the ddp's; ps may be NULL (one model-parallel rank: steps 3 and
+   4 do nothing). Under the distributed optimizer steps 3 and 4 reduce whole params although
+   only this rank's shard is valid after step 1: the stale rest of each sum is never read. */
+MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
+                                   const mc_param_table *table, float *grads,
+                                   int sequence_parallel, double *num_tokens);
+
 /* @ddp:declarations end */
 
 /* @optimizer:declarations begin */
@@ -4628,11 +4739,13 @@ MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_para
     size_t len;
     int rc;
     if (!t || !name || !proto)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: table, name and proto must be set");
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: table, name and proto must be set");
     len = strlen(name);
     if (len == 0 || len >= MC_PARAM_NAME_MAX)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: name \"%.40s\" has %zu characters, "
-                        "must be 1 .. %d", name, len, MC_PARAM_NAME_MAX - 1);
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: name \"%.40s\" has %zu characters, must be 1 .. %d",
+                        name, len, MC_PARAM_NAME_MAX - 1);
     if ((rc = mc__param_check_proto(name, proto)) != MC_OK) return rc;
     if (mc_param_table_find(t, name) >= 0)
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: param %s is already registered "
@@ -4785,6 +4898,329 @@ MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *
 /* @schedules:implementation end */
 
 /* @ddp:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>ddp
+
+enum { MC__DDP_IDLE = 0, MC__DDP_IN_FLIGHT, MC__DDP_DONE };
+
+static void mc__ddp_release(mc_ddp *ddp) {
+    mc_free(ddp->events);
+    mc_free(ddp->bucket_of);
+    mc_free(ddp->ready);
+    mc_free(ddp->bucket_ready);
+    mc_free(ddp->bucket_state);
+    mc_free(ddp->requests);
+    memset(ddp, 0, sizeof *ddp);
+}
+
+static int mc__ddp_check(const mc_ddp *ddp, const char *fn) {
+    if (!ddp || !ddp->desc.table || !ddp->bucket_state)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ddp is NULL or not initialised (mc_ddp_init)", fn);
+    return MC_OK;
+}
+
+static int mc__ddp_validate(const mc_ddp_desc *d) {
+    const mc_param_table *t = d->table;
+    int dp = d->dp ? d->dp->size : 1;
+    if (!t) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.table is required");
+    if (!t->order && t->count > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.table: %d params but no layout "
+                        "(call mc_param_table_layout first)", t->count);
+    if (!d->grads && t->total > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.grads is required (%zu elements)",
+                        t->total);
+    if (!d->ops) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.ops: no op table");
+    if (d->distributed_optimizer != t->layout.distributed_optimizer)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.distributed_optimizer (%d) differs from "
+                        "the table's layout (%d): the padding would not fit the shards",
+                        d->distributed_optimizer, t->layout.distributed_optimizer);
+    if (d->distributed_optimizer && dp != t->layout.dp_size)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.dp: size %d, but the table was laid out "
+                        "for dp_size %d (the buckets must split into equal shards)", dp,
+                        t->layout.dp_size);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc) {
+    const mc_param_table *t;
+    size_t nb, np;
+    int rc, b, k;
+    if (!ddp || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_init: ddp and desc must be set");
+    memset(ddp, 0, sizeof *ddp);
+    ddp->desc = *desc;
+    if (!ddp->desc.ops) ddp->desc.ops = mc_ops_cpu();
+    if ((rc = mc__ddp_validate(&ddp->desc)) != MC_OK) {
+        memset(ddp, 0, sizeof *ddp);
+        return rc;
+    }
+    t = ddp->desc.table;
+    ddp->dp_size = ddp->desc.dp ? ddp->desc.dp->size : 1;
+    ddp->dp_rank = ddp->desc.dp ? ddp->desc.dp->rank : 0;
+    ddp->scale = ddp->desc.calculate_per_token_loss ? 1.0f : 1.0f / (float)ddp->dp_size;
+    nb = (size_t)(t->n_buckets > 0 ? t->n_buckets : 1);
+    np = (size_t)(t->count > 0 ? t->count : 1);
+    ddp->events = (mc_ddp_event *)mc_calloc(2 * nb, sizeof *ddp->events);
+    ddp->bucket_of = (int *)mc_calloc(np, sizeof *ddp->bucket_of);
+    ddp->ready = (unsigned char *)mc_calloc(np, 1);
+    ddp->bucket_ready = (int *)mc_calloc(nb, sizeof *ddp->bucket_ready);
+    ddp->bucket_state = (int *)mc_calloc(nb, sizeof *ddp->bucket_state);
+    ddp->requests = (mc_request **)mc_calloc(nb, sizeof *ddp->requests);
+    if (!ddp->events || !ddp->bucket_of || !ddp->ready || !ddp->bucket_ready ||
+        !ddp->bucket_state || !ddp->requests) {
+        mc__ddp_release(ddp);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_ddp_init: out of memory (%d buckets)", t->n_buckets);
+    }
+    for (b = 0; b < t->n_buckets; b++)
+        for (k = 0; k < t->buckets[b].n_params; k++)
+            ddp->bucket_of[t->order[t->buckets[b].first_param + k]] = b;
+    return MC_OK;
+}
+
+static int mc__ddp_in_flight(const mc_ddp *ddp) {
+    int b;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++)
+        if (ddp->bucket_state[b] == MC__DDP_IN_FLIGHT) return b;
+    return -1;
+}
+
+MC_API int mc_ddp_destroy(mc_ddp *ddp) {
+    int b;
+    if (!ddp || !ddp->bucket_state) return MC_OK;   /* never initialised, or destroyed */
+    if ((b = mc__ddp_in_flight(ddp)) >= 0)
+        return MC__FAIL(MC_ERR_BUSY, "mc_ddp_destroy: bucket %d's collective is still in flight "
+                        "(call mc_ddp_finish_grad_sync first)", b);
+    mc__ddp_release(ddp);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_zero_grad(mc_ddp *ddp) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_zero_grad")) != MC_OK) return rc;
+    if ((b = mc__ddp_in_flight(ddp)) >= 0)
+        return MC__FAIL(MC_ERR_BUSY, "mc_ddp_zero_grad: bucket %d's collective is still in flight "
+                        "and writes into the grads (call mc_ddp_finish_grad_sync first)", b);
+    t = ddp->desc.table;
+    if (t->total > 0) ddp->desc.ops->fill(ddp->desc.grads, 0.0f, t->total);
+    memset(ddp->ready, 0, (size_t)(t->count > 0 ? t->count : 1));
+    for (b = 0; b < t->n_buckets; b++) {
+        ddp->bucket_ready[b] = 0;
+        ddp->bucket_state[b] = MC__DDP_IDLE;
+    }
+    memset(ddp->grad_sync, 0, sizeof ddp->grad_sync);
+    ddp->params_ready = 0;
+    ddp->n_events = 0;
+    ddp->finished = 0;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_set_grad_sync(mc_ddp *ddp, int chunk, int enable) {
+    int rc, c;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_set_grad_sync")) != MC_OK) return rc;
+    if (chunk < -1 || chunk >= MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_set_grad_sync: chunk (%d) must be -1 (all) or "
+                        "in [0, MC_MAX_VPP = %d)", chunk, MC_MAX_VPP);
+    for (c = 0; c < MC_MAX_VPP; c++)
+        if (chunk == -1 || chunk == c) ddp->grad_sync[c] = enable ? 1 : 0;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_shard(const mc_ddp *ddp, int bucket, size_t *start, size_t *end) {
+    const mc_bucket *bk;
+    size_t size;
+    int rc;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_shard")) != MC_OK) return rc;
+    if (bucket < 0 || bucket >= ddp->desc.table->n_buckets)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_shard: bucket (%d) must be in [0, %d)", bucket,
+                        ddp->desc.table->n_buckets);
+    bk = &ddp->desc.table->buckets[bucket];
+    if (!ddp->desc.distributed_optimizer) {
+        *start = bk->start;
+        *end = bk->end;
+        return MC_OK;
+    }
+    size = (bk->end - bk->start) / (size_t)ddp->dp_size;
+    *start = bk->start + (size_t)ddp->dp_rank * size;
+    *end = *start + size;
+    return MC_OK;
+}
+
+static void mc__ddp_log(mc_ddp *ddp, mc_ddp_event_kind kind, int bucket) {
+    if (ddp->n_events >= 2 * ddp->desc.table->n_buckets) return;   /* cannot happen: 2 a bucket */
+    ddp->events[ddp->n_events].kind = kind;
+    ddp->events[ddp->n_events].bucket = bucket;
+    ddp->events[ddp->n_events].params_ready = ddp->params_ready;
+    ddp->n_events++;
+}
+
+/* Scales bucket b by 1/DP and starts (async) or runs (blocking) its SUM collective. */
+static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
+    const mc_bucket *bk = &ddp->desc.table->buckets[b];
+    float *data = ddp->desc.grads + bk->start;                 /* [end - start] */
+    size_t n = bk->end - bk->start, shard_start, shard_end;
+    mc_request **req = async ? &ddp->requests[b] : NULL;
+    int rc = MC_OK;
+    if (ddp->scale != 1.0f) ddp->desc.ops->scale(data, ddp->scale, n);
+    if (ddp->desc.dp && ddp->desc.distributed_optimizer) {
+        mc_ddp_shard(ddp, b, &shard_start, &shard_end);
+        rc = async ? mc_reduce_scatter_async(ddp->desc.dp, data, ddp->desc.grads + shard_start,
+                                             shard_end - shard_start, MC_F32, MC_SUM, req)
+                   : mc_reduce_scatter(ddp->desc.dp, data, ddp->desc.grads + shard_start,
+                                       shard_end - shard_start, MC_F32, MC_SUM);
+    } else if (ddp->desc.dp) {
+        rc = async ? mc_all_reduce_async(ddp->desc.dp, data, data, n, MC_F32, MC_SUM, req)
+                   : mc_all_reduce(ddp->desc.dp, data, data, n, MC_F32, MC_SUM);
+    }
+    if (rc != MC_OK) return rc;
+    ddp->bucket_state[b] = async && ddp->requests[b] ? MC__DDP_IN_FLIGHT : MC__DDP_DONE;
+    mc__ddp_log(ddp, async ? MC_DDP_LAUNCH : MC_DDP_SYNC, b);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_register_grad_ready(mc_ddp *ddp, int param) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_register_grad_ready")) != MC_OK) return rc;
+    t = ddp->desc.table;
+    if (param < 0 || param >= t->count)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_register_grad_ready: param (%d) must be in "
+                        "[0, %d)", param, t->count);
+    if (!ddp->desc.overlap_grad_reduce || !ddp->grad_sync[t->info[param].chunk]) return MC_OK;
+    if (ddp->ready[param])
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_register_grad_ready: the grad of %s was registered "
+                        "twice in one iteration (missing mc_ddp_zero_grad?)", t->info[param].name);
+    b = ddp->bucket_of[param];
+    if (ddp->bucket_state[b] != MC__DDP_IDLE)
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_register_grad_ready: %s is ready after its bucket %d "
+                        "was already reduced (its grad would be lost)", t->info[param].name, b);
+    ddp->ready[param] = 1;
+    ddp->params_ready++;
+    if (++ddp->bucket_ready[b] < t->buckets[b].n_params) return MC_OK;
+    return mc__ddp_launch(ddp, b, 1);
+}
+
+MC_API int mc_ddp_start_grad_sync(mc_ddp *ddp) {
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_start_grad_sync")) != MC_OK) return rc;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++)
+        if (ddp->bucket_state[b] == MC__DDP_IDLE &&
+            (rc = mc__ddp_launch(ddp, b, ddp->desc.overlap_grad_reduce)) != MC_OK)
+            return rc;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_finish_grad_sync")) != MC_OK) return rc;
+    t = ddp->desc.table;
+    if (ddp->finished)
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_finish_grad_sync: the grads are already reduced; "
+                        "call mc_ddp_zero_grad before the next iteration");
+    if ((rc = mc_ddp_start_grad_sync(ddp)) != MC_OK) return rc;
+    for (b = 0; b < t->n_buckets; b++) {
+        if (ddp->bucket_state[b] != MC__DDP_IN_FLIGHT) continue;
+        rc = mc_wait(ddp->requests[b]);   /* frees the request, also on error */
+        ddp->requests[b] = NULL;
+        ddp->bucket_state[b] = MC__DDP_DONE;
+        if (rc != MC_OK) return rc;
+        mc__ddp_log(ddp, MC_DDP_WAIT, b);
+    }
+    ddp->finished = 1;
+    return MC_OK;
+}
+
+/* Step 3 of finalize: one all-reduce over TP of every sequence_parallel param's grad, packed. */
+static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
+                                          const mc_param_table *t, float *grads) {
+    size_t n = 0, at = 0;
+    float *packed;
+    int i, rc;
+    for (i = 0; i < t->count; i++)
+        if (t->info[i].sequence_parallel) n += t->info[i].numel;
+    if (n == 0) return MC_OK;
+    packed = (float *)ops->alloc(n * sizeof *packed);   /* [n]: the flagged grads back to back */
+    if (!packed) return MC__FAIL(MC_ERR_NO_MEMORY, "finalize_model_grads: out of memory packing "
+                                 "%zu sequence-parallel grads", n);
+    for (i = 0; i < t->count; i++)
+        if (t->info[i].sequence_parallel) {
+            ops->copy(packed + at, grads + t->info[i].offset, t->info[i].numel);
+            at += t->info[i].numel;
+        }
+    rc = mc_all_reduce(tp, packed, packed, n, MC_F32, MC_SUM);
+    for (i = 0, at = 0; rc == MC_OK && i < t->count; i++)
+        if (t->info[i].sequence_parallel) {
+            ops->copy(grads + t->info[i].offset, packed + at, t->info[i].numel);
+            at += t->info[i].numel;
+        }
+    ops->free(packed);
+    return rc;
+}
+
+/* Step 4 of finalize: the tied word embedding's grad summed over the embedding group.
+
+   Under the distributed optimizer this runs AFTER the DP reduce-scatter of step 1 (Megatron's
+   order), so each stage holds a valid sum only in its own shard of the embedding's bucket,
+   and adding the two stages' buffers is right only if DP rank d owns the same elements of
+   the embedding on the first and on the last stage. That is what the own bucket buys
+   (mc_param_table_layout, Megatron issue #844): on both stages the embedding is alone in its
+   bucket, at bucket offset 0, with the same numel and so the same padded size, so shard d is
+   the same element range [d*size/DP, (d+1)*size/DP) of the embedding on both. Had it shared
+   a bucket with the other params of its stage (different on the two stages), the shard
+   boundaries would cut it at different elements and the sum would add a reduced piece to a
+   stale, unreduced one. */
+static int mc__finalize_embedding(mc_comm *embd, const mc_param_table *t, float *grads) {
+    int i, rc;
+    for (i = 0; i < t->count; i++) {
+        if (!t->info[i].shared_embedding) continue;
+        rc = mc_all_reduce(embd, grads + t->info[i].offset, grads + t->info[i].offset,
+                           t->info[i].numel, MC_F32, MC_SUM);
+        if (rc != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+/* Step 7: the loss was summed over tokens; divide by the global token count. */
+static int mc__finalize_per_token(const mc_parallel_state *ps, mc_comm *dp, const mc_ops *ops,
+                                  const mc_param_table *t, float *grads, double *num_tokens) {
+    mc_comm *pp = ps ? mc_parallel_group(ps, MC_GROUP_PP) : NULL;
+    int rc;
+    if (pp && (rc = mc_broadcast(pp, num_tokens, 1, MC_F64, pp->size - 1)) != MC_OK) return rc;
+    if (dp && (rc = mc_all_reduce(dp, num_tokens, num_tokens, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    if (t->total > 0)
+        ops->scale(grads, (float)(1.0 / (*num_tokens > 1.0 ? *num_tokens : 1.0)), t->total);
+    return MC_OK;
+}
+
+MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
+                                   const mc_param_table *table, float *grads,
+                                   int sequence_parallel, double *num_tokens) {
+    const mc_ops *ops = ddp ? ddp->desc.ops : mc_ops_cpu();
+    mc_comm *tp = ps ? mc_parallel_group(ps, MC_GROUP_TP) : NULL;
+    mc_comm *embd = ps ? mc_parallel_group(ps, MC_GROUP_EMBEDDING) : NULL;
+    mc_comm *dp = ddp ? ddp->desc.dp : (ps ? mc_parallel_group(ps, MC_GROUP_DP_CP) : NULL);
+    int rc;
+    if (!table && ddp) table = ddp->desc.table;
+    if (!grads && ddp) grads = ddp->desc.grads;
+    if (!table || (!grads && table->total > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_finalize_model_grads: no table or grads (pass "
+                        "them, or a ddp that holds them)");
+    if (!table->order && table->count > 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_finalize_model_grads: the table has no layout");
+    if (ddp && (rc = mc_ddp_finish_grad_sync(ddp)) != MC_OK) return rc;            /* 1 */
+    if (sequence_parallel && tp && tp->size > 1 &&                                  /* 3 */
+        (rc = mc__finalize_sequence_parallel(ops, tp, table, grads)) != MC_OK)
+        return rc;
+    if (embd && embd->size > 1 && (rc = mc__finalize_embedding(embd, table, grads)) != MC_OK)
+        return rc;                                                                  /* 4 */
+    /* 5: the position-embedding group has one member (the first stage) in a GPT. */
+    if (num_tokens &&                                                               /* 7 */
+        (rc = mc__finalize_per_token(ps, dp, ops, table, grads, num_tokens)) != MC_OK)
+        return rc;
+    return MC_OK;
+}
 
 /* @ddp:implementation end */
 
