@@ -1163,6 +1163,116 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
 
 /* @optimizer:declarations begin */
 
+/* ---------------------------------------------------------------------------------------------
+   >>optimizer  AdamW with fp32 state over the flat buffers, Megatron's learning-rate schedule
+   (OptimizerParamScheduler) and its model-parallel-aware grad norm and clipping
+   (megatron_semantics.md §11.6, §12).
+
+   A step, after mc_finalize_model_grads (fp32 everywhere, so no loss scaler and no inf check):
+     1. lr = mc_optimizer_lr_at(&opt.desc, opt.lr_steps);
+     2. clip_grad > 0: the grad norm over every logical parameter once (below), and the grads
+        scaled by clip_grad / (norm + 1e-6) when that is < 1;
+     3. AdamW on every param (weight decay 0 for no_weight_decay params: biases and norms),
+        m and v in the same layout as the params;
+        distributed optimizer: only this DP rank's shard of each bucket (mc_ddp_shard) is
+        stepped and has state, then each bucket's params are all-gathered over DP;
+     4. lr_steps and iteration advance by one.
+
+   Grad norm (§12): a param counts if it is not `shared` (the tied output copy) and is either
+   tensor_model_parallel or on TP rank 0 (replicas counted once). Local sum of squares in fp64,
+   all-reduced (SUM) over the model-parallel group TP x PP, or over the whole world under the
+   distributed optimizer, where each DP rank adds only its disjoint shard (padding is never a
+   param, so it adds nothing). Both give the same norm.
+
+   Learning rate at scheduler step s (Megatron's num_steps in iterations; a caller counting
+   samples gives warmup / decay in samples and sets lr_steps to the consumed samples):
+       s <= warmup (warmup > 0):  init + (lr - init) * s / warmup
+       constant style:            lr
+       s > decay:                 min_lr
+       else r = (s - warmup) / (decay - warmup):
+           cosine  min_lr + (lr - min_lr) * 0.5 * (cos(pi r) + 1)
+           linear  min_lr + (lr - min_lr) * (1 - r)
+   Step k (1-based) uses s = k - 1, as Megatron does (the scheduler steps after the
+   optimizer), so with warmup the first step runs at lr_warmup_init. Megatron's log line
+   prints the rate for the NEXT step: mc_optimizer_lr_at(&opt.desc, opt.lr_steps). */
+
+typedef enum mc_lr_decay_style {
+    MC_LR_DECAY_COSINE = 0, MC_LR_DECAY_LINEAR, MC_LR_DECAY_CONSTANT
+} mc_lr_decay_style;
+
+typedef enum mc_optimizer_state_kind {
+    MC_OPTIM_EXP_AVG = 0,   /* Adam's m */
+    MC_OPTIM_EXP_AVG_SQ     /* Adam's v */
+} mc_optimizer_state_kind;
+
+#define MC_WEIGHT_DECAY_OFF (-1.0f)
+#define MC_CLIP_GRAD_OFF (-1.0f)
+
+/* Zero means default:
+     lr required (> 0)   | min_lr 0            | lr_warmup_init 0  | lr_warmup_iters 0
+     lr_decay_iters = train_iters (both 0: no decay) | lr_decay_style cosine
+     weight_decay 0.01 (MC_WEIGHT_DECAY_OFF: none)   | beta1 0.9 | beta2 0.999 | eps 1e-8
+     clip_grad 1.0 (MC_CLIP_GRAD_OFF or any negative: no clipping, reported norm 0) */
+typedef struct mc_optimizer_desc {
+    mc_ddp *ddp;                    /* required: table, grads, DP group, distributed optimizer */
+    float *params;                  /* required: the flat parameters [table->total] */
+    const mc_parallel_state *ps;    /* TP rank and grad-norm groups; NULL: one model-parallel
+                                       rank (the norm is reduced over the ddp's DP group only
+                                       under the distributed optimizer) */
+    const mc_ops *ops;              /* default: the ddp's */
+    float lr;
+    float min_lr;
+    float lr_warmup_init;
+    long long lr_warmup_iters;
+    long long lr_decay_iters;
+    long long train_iters;
+    mc_lr_decay_style lr_decay_style;
+    float weight_decay;
+    float beta1, beta2, eps;
+    float clip_grad;
+} mc_optimizer_desc;
+
+typedef struct mc_optimizer {
+    mc_optimizer_desc desc;         /* resolved */
+    long long iteration;            /* steps taken (Adam's bias correction uses iteration) */
+    long long lr_steps;             /* scheduler position (Megatron's num_steps) */
+    float last_lr;                  /* learning rate of the last step */
+    double last_grad_norm;          /* its grad norm before clipping; 0 when clipping is off */
+    float last_clip_coeff;          /* the factor the grads were scaled by (1: not clipped) */
+    float *m, *v;                   /* [state_numel]; m[i] belongs to param element i, or under
+                                       the distributed optimizer to shard element i: bucket b's
+                                       shard starts at buckets[b].start / DP */
+    size_t state_numel;             /* table->total, or table->total / DP */
+    /* Private. */
+    int tp_rank;
+    mc_comm *stats;                 /* grad-norm group; NULL: local */
+} mc_optimizer;
+
+/* Validates the desc (Megatron's scheduler asserts: min_lr <= lr, warmup < decay when
+   decaying; betas in [0, 1), eps > 0) and allocates zeroed state. */
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc);
+MC_API void mc_optimizer_destroy(mc_optimizer *opt);
+/* The learning rate at scheduler step num_steps for a desc (defaults applied). */
+MC_API double mc_optimizer_lr_at(const mc_optimizer_desc *desc, long long num_steps);
+/* The §12 grad norm of the current grads (collective over the grad-norm group). */
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm);
+/* One step (see above); collective over the grad-norm group and, under the distributed
+   optimizer, over DP. A non-finite grad norm skips the update with MC_ERR_STATE. */
+MC_API int mc_optimizer_step(mc_optimizer *opt);
+
+/* Optimizer state per param, in the param's own (local TP shard) terms, for checkpoints.
+   owned range: the elements [*lo, *hi) of param `param` whose state this rank holds:
+   [0, numel) without the distributed optimizer, else the part inside this DP rank's shards
+   (possibly empty, lo == hi). */
+MC_API int mc_optimizer_owned_range(const mc_optimizer *opt, int param, size_t *lo, size_t *hi);
+/* out[numel] = the whole m or v of the param. Under the distributed optimizer a collective
+   over DP (every DP rank calls it for the same param) that assembles the owners' pieces. */
+MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  float *out);
+/* Stores the owned part of in[numel] (the whole m or v of the param); local, no collective. */
+MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  const float *in);
+
 /* @optimizer:declarations end */
 
 /* @checkpoint:declarations begin */
@@ -5225,6 +5335,296 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
 /* @ddp:implementation end */
 
 /* @optimizer:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>optimizer
+
+#include <math.h>
+
+#define MC__OPT_PI 3.14159265358979323846
+#define MC__OPT_CLIP_EPS 1e-6   /* Megatron: clip_coeff = max_norm / (total_norm + 1e-6) */
+
+static void mc__opt_defaults(mc_optimizer_desc *d) {
+    d->lr_decay_iters = MC__DEF(d->lr_decay_iters, d->train_iters);
+    d->weight_decay = MC__DEF(d->weight_decay, 0.01f);   /* negative (off) stays negative */
+    d->beta1 = MC__DEF(d->beta1, 0.9f);
+    d->beta2 = MC__DEF(d->beta2, 0.999f);
+    d->eps = MC__DEF(d->eps, 1e-8f);
+    d->clip_grad = MC__DEF(d->clip_grad, 1.0f);         /* negative: off (Megatron's 0) */
+    if (!d->ops && d->ddp) d->ops = d->ddp->desc.ops;
+}
+
+MC_API double mc_optimizer_lr_at(const mc_optimizer_desc *desc, long long num_steps) {
+    mc_optimizer_desc d;
+    double max_lr, min_lr, ratio, coeff;
+    if (!desc) return 0.0;
+    d = *desc;
+    mc__opt_defaults(&d);
+    max_lr = d.lr;
+    min_lr = d.min_lr;
+    if (d.lr_warmup_iters > 0 && num_steps <= d.lr_warmup_iters)
+        return d.lr_warmup_init +
+               (max_lr - d.lr_warmup_init) * (double)num_steps / (double)d.lr_warmup_iters;
+    /* No decay span (or none after the warmup): constant, as Megatron's 'constant' style. */
+    if (d.lr_decay_style == MC_LR_DECAY_CONSTANT || d.lr_decay_iters <= d.lr_warmup_iters)
+        return max_lr;
+    if (num_steps > d.lr_decay_iters) return min_lr;
+    ratio = (double)(num_steps - d.lr_warmup_iters) /
+            (double)(d.lr_decay_iters - d.lr_warmup_iters);
+    coeff = d.lr_decay_style == MC_LR_DECAY_LINEAR ? 1.0 - ratio
+                                                   : 0.5 * (cos(MC__OPT_PI * ratio) + 1.0);
+    return min_lr + coeff * (max_lr - min_lr);
+}
+
+static int mc__opt_validate(const mc_optimizer_desc *d) {
+    const mc_param_table *t;
+    if (!d->ddp || !d->ddp->bucket_state)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ddp is required (an initialised "
+                        "mc_ddp: it holds the table, the grads and the DP group)");
+    t = d->ddp->desc.table;
+    if (!d->params && t->total > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.params is required (%zu elements)",
+                        t->total);
+    if (!(d->lr > 0.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr (%g) is required and must be "
+                        "> 0", (double)d->lr);
+    if (d->min_lr < 0.0f || d->min_lr > d->lr)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_optimizer_desc.min_lr (%g) must be in [0, lr = %g] (Megatron asserts "
+                        "min_lr >= 0 and max_lr >= min_lr)", (double)d->min_lr, (double)d->lr);
+    if (d->lr_warmup_iters < 0 || d->lr_decay_iters < 0 || d->train_iters < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc: lr_warmup_iters (%lld), "
+                        "lr_decay_iters (%lld) and train_iters (%lld) must be >= 0",
+                        d->lr_warmup_iters, d->lr_decay_iters, d->train_iters);
+    if (d->lr_decay_style != MC_LR_DECAY_CONSTANT && d->lr_decay_iters > 0 &&
+        d->lr_warmup_iters >= d->lr_decay_iters)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr_warmup_iters (%lld) must be < "
+                        "lr_decay_iters (%lld) (Megatron: lr_warmup_steps < lr_decay_steps)",
+                        d->lr_warmup_iters, d->lr_decay_iters);
+    if ((int)d->lr_decay_style < 0 || (int)d->lr_decay_style > (int)MC_LR_DECAY_CONSTANT)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr_decay_style (%d) is not an "
+                        "mc_lr_decay_style", (int)d->lr_decay_style);
+    if (!(d->beta1 >= 0.0f && d->beta1 < 1.0f) || !(d->beta2 >= 0.0f && d->beta2 < 1.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc: beta1 (%g) and beta2 (%g) must be "
+                        "in [0, 1)", (double)d->beta1, (double)d->beta2);
+    if (!(d->eps > 0.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.eps (%g) must be > 0",
+                        (double)d->eps);
+    if (!d->ops || !d->ops->adamw)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ops: no op table with adamw");
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc) {
+    const mc_ddp *ddp;
+    int rc;
+    if (!opt || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_init: opt and desc must be set");
+    memset(opt, 0, sizeof *opt);
+    opt->desc = *desc;
+    mc__opt_defaults(&opt->desc);
+    if ((rc = mc__opt_validate(&opt->desc)) != MC_OK) {
+        memset(opt, 0, sizeof *opt);
+        return rc;
+    }
+    ddp = opt->desc.ddp;
+    opt->state_numel = ddp->desc.table->total /
+                       (size_t)(ddp->desc.distributed_optimizer ? ddp->dp_size : 1);
+    opt->m = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));   /* zeroed */
+    opt->v = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));
+    if (!opt->m || !opt->v) {
+        mc_optimizer_destroy(opt);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (2 x %zu floats)",
+                        opt->state_numel);
+    }
+    opt->tp_rank = opt->desc.ps ? mc_parallel_rank(opt->desc.ps, MC_GROUP_TP) : 0;
+    if (opt->tp_rank < 0) opt->tp_rank = 0;
+    /* §12: grads are equal over DP without the distributed optimizer (reduce over TP x PP);
+       with it each DP rank holds a disjoint shard (reduce over everyone). */
+    if (ddp->desc.distributed_optimizer)
+        opt->stats = opt->desc.ps ? opt->desc.ps->world : ddp->desc.dp;
+    else
+        opt->stats = opt->desc.ps ? mc_parallel_group(opt->desc.ps, MC_GROUP_MP) : NULL;
+    opt->last_clip_coeff = 1.0f;
+    return MC_OK;
+}
+
+MC_API void mc_optimizer_destroy(mc_optimizer *opt) {
+    if (!opt) return;
+    if (opt->desc.ops) {
+        if (opt->m) opt->desc.ops->free(opt->m);
+        if (opt->v) opt->desc.ops->free(opt->v);
+    }
+    memset(opt, 0, sizeof *opt);
+}
+
+/* The flat range [*lo, *hi) of param p whose grads this rank reduces and whose state it owns,
+   and the state index of *lo. Empty (lo == hi) when the param lies outside the rank's shards. */
+static void mc__opt_param_span(const mc_optimizer *opt, int p, size_t *lo, size_t *hi,
+                               size_t *state_at) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    const mc_param_info *info = &ddp->desc.table->info[p];
+    size_t s0, s1;
+    int b;
+    *lo = info->offset;
+    *hi = info->offset + info->numel;
+    *state_at = *lo;
+    if (!ddp->desc.distributed_optimizer) return;
+    b = ddp->bucket_of[p];
+    mc_ddp_shard(ddp, b, &s0, &s1);
+    if (*lo < s0) *lo = s0;
+    if (*hi > s1) *hi = s1;
+    if (*hi < *lo) *hi = *lo;
+    *state_at = ddp->desc.table->buckets[b].start / (size_t)ddp->dp_size + (*lo - s0);
+}
+
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm) {
+    const mc_param_table *t;
+    const float *grads;
+    double sum = 0.0;
+    size_t lo, hi, at;
+    int i, rc;
+    if (!opt || !opt->m || !norm)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_grad_norm: opt (initialised) and norm "
+                        "must be set");
+    t = opt->desc.ddp->desc.table;
+    grads = opt->desc.ddp->desc.grads;
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        if (p->shared) continue;                                  /* the tied copy */
+        if (!p->tensor_model_parallel && opt->tp_rank != 0) continue;   /* a TP replica */
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi > lo) sum += opt->desc.ops->sum_squares(grads + lo, hi - lo);
+    }
+    if (opt->stats && (rc = mc_all_reduce(opt->stats, &sum, &sum, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    *norm = sqrt(sum);
+    return MC_OK;
+}
+
+/* Scales every grad this rank steps (its shards under the distributed optimizer). */
+static void mc__opt_scale_grads(mc_optimizer *opt, float coeff) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    size_t s0, s1;
+    int b;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+        mc_ddp_shard(ddp, b, &s0, &s1);
+        if (s1 > s0) opt->desc.ops->scale(ddp->desc.grads + s0, coeff, s1 - s0);
+    }
+}
+
+/* Distributed optimizer: every DP rank gets every rank's freshly stepped shard. */
+static int mc__opt_gather_params(mc_optimizer *opt) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    size_t s0, s1;
+    int b, rc;
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) return MC_OK;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+        mc_ddp_shard(ddp, b, &s0, &s1);
+        rc = mc_all_gather(ddp->desc.dp, opt->desc.params + s0,
+                           opt->desc.params + ddp->desc.table->buckets[b].start, s1 - s0, MC_F32);
+        if (rc != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_step(mc_optimizer *opt) {
+    const mc_optimizer_desc *d;
+    const mc_param_table *t;
+    float *grads, lr, weight_decay, coeff = 1.0f;
+    double norm = 0.0;
+    size_t lo, hi, at;
+    int i, rc;
+    if (!opt || !opt->m)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_step: opt is NULL or not initialised");
+    d = &opt->desc;
+    t = d->ddp->desc.table;
+    grads = d->ddp->desc.grads;
+    lr = (float)mc_optimizer_lr_at(d, opt->lr_steps);
+    weight_decay = d->weight_decay > 0.0f ? d->weight_decay : 0.0f;
+    if (d->clip_grad > 0.0f) {
+        if ((rc = mc_optimizer_grad_norm(opt, &norm)) != MC_OK) return rc;
+        if (!isfinite(norm))
+            return MC__FAIL(MC_ERR_STATE, "mc_optimizer_step: grad norm is %g at iteration %lld; "
+                            "the step is skipped", norm, opt->iteration + 1);
+        coeff = (float)(d->clip_grad / (norm + MC__OPT_CLIP_EPS));
+        if (coeff < 1.0f)
+            mc__opt_scale_grads(opt, coeff);
+        else
+            coeff = 1.0f;
+    }
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi == lo) continue;
+        d->ops->adamw(d->params + lo, grads + lo, opt->m + at, opt->v + at, hi - lo, lr,
+                      d->beta1, d->beta2, d->eps, p->no_weight_decay ? 0.0f : weight_decay,
+                      (int)(opt->iteration + 1));
+    }
+    if ((rc = mc__opt_gather_params(opt)) != MC_OK) return rc;
+    opt->iteration++;
+    opt->lr_steps++;
+    opt->last_lr = lr;
+    opt->last_grad_norm = norm;
+    opt->last_clip_coeff = coeff;
+    return MC_OK;
+}
+
+static int mc__opt_check_param(const mc_optimizer *opt, int param, const char *fn) {
+    if (!opt || !opt->m)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: opt is NULL or not initialised", fn);
+    if (param < 0 || param >= opt->desc.ddp->desc.table->count)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: param (%d) must be in [0, %d)", fn, param,
+                        opt->desc.ddp->desc.table->count);
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_owned_range(const mc_optimizer *opt, int param, size_t *lo, size_t *hi) {
+    size_t a, b, at;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_owned_range")) != MC_OK) return rc;
+    mc__opt_param_span(opt, param, &a, &b, &at);
+    *lo = a - opt->desc.ddp->desc.table->info[param].offset;
+    *hi = b - opt->desc.ddp->desc.table->info[param].offset;
+    return MC_OK;
+}
+
+static float *mc__opt_state(mc_optimizer *opt, mc_optimizer_state_kind which) {
+    return which == MC_OPTIM_EXP_AVG_SQ ? opt->v : opt->m;
+}
+
+MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  float *out) {
+    const mc_ddp *ddp;
+    size_t lo, hi, at, numel, first;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_get_state")) != MC_OK) return rc;
+    ddp = opt->desc.ddp;
+    numel = ddp->desc.table->info[param].numel;
+    mc__opt_param_span(opt, param, &lo, &hi, &at);
+    first = lo - ddp->desc.table->info[param].offset;
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) {
+        opt->desc.ops->copy(out, mc__opt_state(opt, which) + at, numel);
+        return MC_OK;
+    }
+    /* The owners' pieces are disjoint and cover the param: summing zero-filled copies over
+       DP assembles it exactly (x + 0 = x). */
+    opt->desc.ops->fill(out, 0.0f, numel);
+    if (hi > lo) opt->desc.ops->copy(out + first, mc__opt_state(opt, which) + at, hi - lo);
+    return mc_all_reduce(ddp->desc.dp, out, out, numel, MC_F32, MC_SUM);
+}
+
+MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  const float *in) {
+    size_t lo, hi, at;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_set_state")) != MC_OK) return rc;
+    mc__opt_param_span(opt, param, &lo, &hi, &at);
+    if (hi > lo)
+        opt->desc.ops->copy(mc__opt_state(opt, which) + at,
+                            in + (lo - opt->desc.ddp->desc.table->info[param].offset), hi - lo);
+    return MC_OK;
+}
 
 /* @optimizer:implementation end */
 

@@ -1,8 +1,9 @@
-/* test_ddp.c - DDP grad buckets and finalize_model_grads across ranks.
+/* test_ddp.c - DDP grad buckets, finalize_model_grads and the optimizer across ranks.
 
    The multi-rank tests launch build/tests/ddp_cases under mpirun (never this binary) and judge
-   its exit status and its "N passed, N failed" line. The in-process tests cover the argument
-   checks and a single rank without a communicator. */
+   its exit status and its "N passed, N failed" line; the grad-norm test also checks that every
+   TP x PP x DP layout of the same model prints the same norm. The in-process tests cover the
+   argument checks on a one-rank `self` communicator. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
@@ -46,7 +47,8 @@ static ddp_run ddp_runs[] = {
     {"allreduce", 1, ""},       {"allreduce", 2, ""},       {"allreduce", 3, ""},
     {"allreduce", 4, ""},       {"reduce_scatter", 1, ""},  {"reduce_scatter", 2, ""},
     {"reduce_scatter", 3, ""},  {"reduce_scatter", 4, ""},  {"overlap", 1, ""},
-    {"overlap", 2, ""},         {"overlap", 4, ""},
+    {"overlap", 2, ""},         {"overlap", 4, ""},         {"optimizer", 1, ""},
+    {"optimizer", 2, ""},       {"optimizer", 3, ""},       {"optimizer", 4, ""},
     {"finalize", 1, ""},        {"finalize", 2, "--tp 2"},  {"finalize", 2, "--pp 2"},
     {"finalize", 2, ""},        {"finalize", 4, "--tp 2 --pp 2"},
     {"finalize", 4, "--tp 2"},  {"finalize", 4, "--pp 2"},  {"finalize", 4, "--pp 4"},
@@ -63,6 +65,28 @@ ParameterizedTestParameters(ddp, cases) {
 ParameterizedTest(ddp_run *run, ddp, cases) {
     cr_log_info("ddp_cases %s, %d ranks %s", run->case_name, run->np, run->extra);
     free(run_ddp_case(run->case_name, run->np, run->extra));
+}
+
+/* One model, nine layouts (TP, PP, DP over 1, 2 and 4 ranks): the same grad norm, because each
+   logical parameter counts once (TP replicas on TP rank 0 only, the tied copy never). */
+Test(ddp, grad_norm_is_the_same_in_every_layout) {
+    static const struct { int np; const char *extra; } layouts[] = {
+        {1, ""},       {2, "--tp 2"}, {2, "--pp 2"}, {2, ""},      {4, "--tp 2 --pp 2"},
+        {4, "--tp 2"}, {4, "--pp 2"}, {4, "--tp 4"}, {4, "--pp 4"},
+    };
+    char first[64] = "";
+    for (size_t i = 0; i < sizeof layouts / sizeof layouts[0]; i++) {
+        char *out = run_ddp_case("grad_norm", layouts[i].np, layouts[i].extra);
+        const char *line = strstr(out, "grad_norm ");
+        cr_assert_not_null(line, "no grad_norm line for %d ranks %s\n%s", layouts[i].np,
+                           layouts[i].extra, out);
+        char value[64] = "";
+        sscanf(line, "grad_norm %63s", value);
+        if (i == 0) memcpy(first, value, sizeof first);
+        cr_expect_str_eq(value, first, "%d ranks %s: grad norm %s, TP=PP=DP=1 gives %s",
+                         layouts[i].np, layouts[i].extra, value, first);
+        free(out);
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-/* ddp_cases - multi-rank checks of the DDP grad buckets and finalize_model_grads
-   (megatron_semantics.md §10, §11).
+/* ddp_cases - multi-rank checks of the DDP grad buckets, finalize_model_grads and the optimizer
+   (megatron_semantics.md §10 - §12).
 
        mpirun -np N build/tests/ddp_cases <case> [--tp T] [--pp P] [--dist]
 
@@ -9,10 +9,16 @@
                       bucket; the shards tile each bucket
      overlap          async buckets launched from register_grad_ready while later params are
                       still "in backward"; the event log; busy / state errors; finish
+     optimizer        the distributed optimizer (reduce-scatter, shard step, all-gather) gives
+                      the same params, norms and Adam state as the plain one, step after step
+     grad_norm        a TP x PP x DP model whose tensor_model_parallel / shared flags vary: the
+                      §12 norm counts each logical param once, with and without the
+                      distributed optimizer; clipping brings it to clip_grad. Rank 0 prints
+                      "grad_norm <value>" so the suite can compare layouts.
      finalize         finalize_model_grads: DP mean, sequence-parallel grads summed over TP,
                       tied embedding grads summed over the embedding group, per-token scaling
                       (with --dist: checked on each rank's shards)
-   --tp/--pp pick the parallel layout of finalize (DP = N / (T * P)).
+   --tp/--pp pick the parallel layout of grad_norm and finalize (DP = N / (T * P)).
    Every expected value is a closed form of the rank-dependent inputs. */
 #include <math.h>
 #include <stdint.h>
@@ -305,7 +311,141 @@ static void case_overlap(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------
-   a small GPT-like model over TP x PP (finalize)
+   optimizer: distributed == plain */
+
+typedef struct opt_rig {
+    mc_param_table t;
+    mc_ddp ddp;
+    mc_optimizer opt;
+    float *params, *grads;
+} opt_rig;
+
+static int opt_rig_build(opt_rig *r, int dist, mc_optimizer_desc od) {
+    memset(r, 0, sizeof *r);
+    char name[16];
+    for (int k = 0; k < N_DEMO; k++) {
+        mc_param_info p = vec(demo_sizes[k]);
+        p.no_weight_decay = (k == 2 || k == 5);
+        snprintf(name, sizeof name, "p%d", k);
+        mc_param_table_add(&r->t, name, &p);
+    }
+    int rc = mc_param_table_layout(&r->t, &(mc_param_layout_desc){.dp_size = np,
+                                                                   .distributed_optimizer = dist,
+                                                                   .bucket_size = 100});
+    if (!MC_CASE_CHECK_STATUS(rc, MC_OK, "layout")) return rc;
+    r->params = calloc(r->t.total, sizeof(float));
+    r->grads = calloc(r->t.total, sizeof(float));
+    for (int k = 0; k < r->t.count; k++)
+        for (size_t e = 0; e < r->t.info[k].numel; e++)
+            r->params[r->t.info[k].offset + e] = 0.1f * (float)sin(1.3 * k + 0.7 * (double)e);
+    if ((rc = ddp_start(&r->ddp, &r->t, r->grads, dist, 0)) != MC_OK) return rc;
+    od.ddp = &r->ddp;
+    od.params = r->params;
+    rc = mc_optimizer_init(&r->opt, &od);
+    MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_optimizer_init");
+    return rc;
+}
+
+static void opt_rig_free(opt_rig *r) {
+    mc_optimizer_destroy(&r->opt);
+    mc_ddp_destroy(&r->ddp);
+    mc_param_table_free(&r->t);
+    free(r->params);
+    free(r->grads);
+}
+
+static void opt_rig_fill(opt_rig *r, int iter) {
+    for (int k = 0; k < r->t.count; k++)
+        for (size_t e = 0; e < r->t.info[k].numel; e++)
+            r->grads[r->t.info[k].offset + e] =
+                0.01f * (float)(me + 1) * (float)cos(k + 0.3 * (double)e + iter);
+}
+
+/* Compares every param of b with a's (by name); returns the mismatch count. */
+static int compare_params(const char *label, const opt_rig *a, const opt_rig *b) {
+    int bad = 0;
+    for (int k = 0; k < a->t.count; k++) {
+        const mc_param_info *pa = &a->t.info[k], *pb = &b->t.info[k];
+        for (size_t e = 0; e < pa->numel; e++) {
+            double x = a->params[pa->offset + e], y = b->params[pb->offset + e];
+            if (fabs(x - y) > 1e-6 + 1e-5 * fabs(x) && bad++ == 0)
+                MC_CASE_CHECK(0, "%s: %s[%zu] = %.9g distributed, %.9g plain", label, pa->name,
+                              e, y, x);
+        }
+    }
+    return bad;
+}
+
+static void case_optimizer(void) {
+    mc_optimizer_desc od = {.lr = 0.01f, .weight_decay = 0.05f, .clip_grad = 0.05f,
+                            .lr_warmup_iters = 1, .train_iters = 5};
+    opt_rig plain, dist;
+    if (opt_rig_build(&plain, 0, od) != MC_OK || opt_rig_build(&dist, 1, od) != MC_OK) return;
+    MC_CASE_CHECK(dist.opt.state_numel * (size_t)np == dist.t.total,
+                  "distributed state %zu x DP %d != %zu", dist.opt.state_numel, np, dist.t.total);
+    int clipped = 0;
+    for (int iter = 0; iter < 4; iter++) {
+        opt_rig *rigs[2] = {&plain, &dist};
+        for (int j = 0; j < 2; j++) {
+            MC_CASE_CHECK_STATUS(mc_ddp_zero_grad(&rigs[j]->ddp), MC_OK, "zero_grad");
+            opt_rig_fill(rigs[j], iter);
+            MC_CASE_CHECK_STATUS(mc_finalize_model_grads(NULL, &rigs[j]->ddp, NULL, NULL, 0, NULL),
+                                 MC_OK, "finalize");
+            MC_CASE_CHECK_STATUS(mc_optimizer_step(&rigs[j]->opt), MC_OK, "step");
+        }
+        char label[32];
+        snprintf(label, sizeof label, "iteration %d", iter + 1);
+        MC_CASE_CHECK(compare_params(label, &plain, &dist) == 0, "%s: params differ", label);
+        MC_CASE_CHECK(close_to(dist.opt.last_grad_norm, plain.opt.last_grad_norm, 1e-6),
+                      "%s: grad norm %.12g distributed, %.12g plain", label,
+                      dist.opt.last_grad_norm, plain.opt.last_grad_norm);
+        MC_CASE_CHECK(dist.opt.last_lr == plain.opt.last_lr, "%s: lr %g vs %g", label,
+                      (double)dist.opt.last_lr, (double)plain.opt.last_lr);
+        clipped |= plain.opt.last_clip_coeff < 1.0f;
+    }
+    MC_CASE_CHECK(clipped, "clip_grad 0.05 should have clipped at least once");
+
+    /* Every DP rank holds the same full params after the all-gather. */
+    float *root = malloc(dist.t.total * sizeof *root);
+    memcpy(root, dist.params, dist.t.total * sizeof *root);
+    mc_broadcast(world, root, dist.t.total, MC_F32, 0);
+    MC_CASE_CHECK(memcmp(root, dist.params, dist.t.total * sizeof *root) == 0,
+                  "rank %d's params differ from rank 0's after the all-gather", me);
+    free(root);
+
+    /* Adam state, per param: assembled from the owners it equals the plain optimizer's. */
+    for (int k = 0; k < dist.t.count; k++) {
+        size_t n = dist.t.info[k].numel, lo, hi;
+        float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+        for (int which = 0; which < 2; which++) {
+            mc_optimizer_get_state(&plain.opt, k, (mc_optimizer_state_kind)which, a);
+            int rc = mc_optimizer_get_state(&dist.opt, k, (mc_optimizer_state_kind)which, b);
+            MC_CASE_CHECK_STATUS(rc, MC_OK, "get_state (distributed)");
+            int bad = 0;
+            for (size_t e = 0; e < n; e++) bad += !(fabs(a[e] - b[e]) <= 1e-9 + 1e-4 * fabs(a[e]));
+            MC_CASE_CHECK(bad == 0, "%s state %d: %d elements differ", dist.t.info[k].name,
+                          which, bad);
+        }
+        /* set_state stores only the owned piece; get_state assembles the whole again. */
+        for (size_t e = 0; e < n; e++) a[e] = (float)(k * 1000 + (int)e);
+        mc_optimizer_set_state(&dist.opt, k, MC_OPTIM_EXP_AVG, a);
+        mc_optimizer_get_state(&dist.opt, k, MC_OPTIM_EXP_AVG, b);
+        MC_CASE_CHECK(memcmp(a, b, n * sizeof *a) == 0, "%s: set/get state roundtrip",
+                      dist.t.info[k].name);
+        mc_optimizer_owned_range(&dist.opt, k, &lo, &hi);
+        int64_t owned = (int64_t)(hi - lo), total = 0;
+        mc_all_reduce(world, &owned, &total, 1, MC_I64, MC_SUM);
+        MC_CASE_CHECK(total == (int64_t)n, "%s: owned ranges add up to %lld of %zu",
+                      dist.t.info[k].name, (long long)total, n);
+        free(a);
+        free(b);
+    }
+    opt_rig_free(&plain);
+    opt_rig_free(&dist);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   a small GPT-like model over TP x PP (grad_norm, finalize)
 
    L = 4 layers, stage s holding layers [s L/P, (s+1) L/P). Per layer l:
      decoder.layers.l.mlp.linear_fc1.weight  [8, 6]  column-parallel (split dim 0)
@@ -382,7 +522,12 @@ static int model_table(mc_param_table *t, int tp, int pp, int pp_rank, int dist,
                                                              .pp_rank = pp_rank});
 }
 
-/* The global element of local element e of param p on tp_rank. */
+/* The logical name and global element of local element e of param p on tp_rank. */
+static const char *logical_name(const mc_param_info *p) {
+    return strcmp(p->name, "output_layer.weight") == 0 ? "embedding.word_embeddings.weight"
+                                                       : p->name;
+}
+
 static size_t global_index(const mc_param_info *p, size_t e, int tp_rank) {
     size_t lc = (size_t)p->local_shape[1], row = e / lc, c = e % lc;
     if (p->partition_dim == 0) row += (size_t)tp_rank * (size_t)p->local_shape[0];
@@ -396,6 +541,74 @@ static int setup_ps(mc_parallel_state *ps) {
                                                       .grid = {.tp = opt_tp, .pp = opt_pp}});
     MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_parallel_init");
     return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   grad_norm */
+
+/* sum over every logical param of its global grads squared, each counted once */
+static double expected_norm(void) {
+    mc_param_table t;
+    double sum = 0.0;
+    model_table(&t, 1, 1, 0, 0, 1);   /* the TP=PP=1 model lists every logical param once */
+    for (int k = 0; k < t.count; k++)
+        for (size_t e = 0; e < t.info[k].numel; e++) {
+            double g = global_grad(t.info[k].name, e);
+            sum += g * g;
+        }
+    mc_param_table_free(&t);
+    return sqrt(sum);
+}
+
+static void case_grad_norm(void) {
+    mc_parallel_state ps;
+    if (setup_ps(&ps) != MC_OK) return;
+    int tp_rank = ps.coords.tp, pp_rank = ps.coords.pp, dp = ps.grid.dp;
+    double want = expected_norm();
+    for (int dist = 0; dist <= 1; dist++) {
+        mc_param_table t;
+        mc_ddp ddp;
+        mc_optimizer opt;
+        if (!MC_CASE_CHECK_STATUS(model_table(&t, opt_tp, opt_pp, pp_rank, dist, dp), MC_OK,
+                                  "model layout"))
+            return;
+        float *grads = calloc(t.total, sizeof *grads), *params = calloc(t.total, sizeof *params);
+        int rc = mc_ddp_init(&ddp, &(mc_ddp_desc){.table = &t, .grads = grads,
+                                                  .dp = mc_parallel_group(&ps, MC_GROUP_DP_CP),
+                                                  .distributed_optimizer = dist});
+        MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_ddp_init");
+        rc = mc_optimizer_init(&opt, &(mc_optimizer_desc){.ddp = &ddp, .params = params,
+                                                          .ps = &ps, .lr = 1e-3f,
+                                                          .clip_grad = (float)(want / 4)});
+        MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_optimizer_init");
+        /* The grads as finalize leaves them: every DP rank equal, TP shards of one global
+           tensor, replicas equal on every TP rank, the tied copy equal to the embedding. */
+        for (int k = 0; k < t.count; k++)
+            for (size_t e = 0; e < t.info[k].numel; e++)
+                grads[t.info[k].offset + e] =
+                    global_grad(logical_name(&t.info[k]), global_index(&t.info[k], e, tp_rank));
+        double norm = -1.0;
+        MC_CASE_CHECK_STATUS(mc_optimizer_grad_norm(&opt, &norm), MC_OK, "grad_norm");
+        MC_CASE_CHECK(close_to(norm, want, 1e-6),
+                      "dist=%d tp %d pp %d dp %d: grad norm %.12g, want %.12g (each logical "
+                      "param once)", dist, opt_tp, opt_pp, dp, norm, want);
+        if (me == 0 && dist == 0) printf("grad_norm %.9f\n", norm);
+        /* Clipping to a quarter of the norm. */
+        MC_CASE_CHECK_STATUS(mc_optimizer_step(&opt), MC_OK, "step");
+        MC_CASE_CHECK(close_to(opt.last_grad_norm, want, 1e-6), "step's norm %.12g",
+                      opt.last_grad_norm);
+        MC_CASE_CHECK(close_to(opt.last_clip_coeff, (want / 4) / (want + 1e-6), 1e-6),
+                      "clip coefficient %.9g", (double)opt.last_clip_coeff);
+        MC_CASE_CHECK_STATUS(mc_optimizer_grad_norm(&opt, &norm), MC_OK, "grad_norm");
+        MC_CASE_CHECK(close_to(norm, want / 4, 1e-5), "dist=%d: norm after clipping %.9g, "
+                      "want clip_grad %.9g", dist, norm, want / 4);
+        mc_optimizer_destroy(&opt);
+        mc_ddp_destroy(&ddp);
+        mc_param_table_free(&t);
+        free(grads);
+        free(params);
+    }
+    mc_parallel_destroy(&ps);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -476,7 +689,8 @@ typedef struct ddp_case {
 
 static const ddp_case cases[] = {
     {"allreduce", case_allreduce}, {"reduce_scatter", case_reduce_scatter},
-    {"overlap", case_overlap},     {"finalize", case_finalize},
+    {"overlap", case_overlap},     {"optimizer", case_optimizer},
+    {"grad_norm", case_grad_norm}, {"finalize", case_finalize},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
