@@ -1022,7 +1022,8 @@ typedef struct mc_param_layout_desc {
     int dp_size;                    /* data-parallel (x CP) size the buckets are reduced over */
     int distributed_optimizer;      /* pad for reduce-scatter shards (§11.3) */
     size_t bucket_size;             /* elements; 0 = one bucket per chunk (overlap off) */
-    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 */
+    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 (and on
+                                       every chunk after the first: disable_bucketing) */
 } mc_param_layout_desc;
 
 typedef struct mc_param_table {
@@ -1036,9 +1037,17 @@ typedef struct mc_param_table {
 } mc_param_table;
 
 /* Registers a parameter (shapes, flags from `proto`; name/offset ignored in proto). Returns the
-   index, or a negative status. */
+   index, or a negative status. Checked: unique name, ndim 1 or 2, positive shapes, local ==
+   global outside partition_dim, tensor_model_parallel set exactly when partition_dim >= 0,
+   chunk < MC_MAX_VPP, shared only with shared_embedding. Stride 0 becomes 1; a 1-D param is
+   stored as [n] x 1. Adding after a layout drops the layout (offsets would move). */
 MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto);
 MC_API int mc_param_table_find(const mc_param_table *t, const char *name);   /* -1 if none */
+/* Sets every offset, order[] and the buckets; may be called again with another desc. Chunks
+   are placed one after the other (chunk 0 first), each in reverse registration order; a
+   bucket closes once end - bucket start >= bucket_size. E.g. DP 2, distributed optimizer,
+   params a(10) b(100) c(30) registered in that order: c [0,30), b [64,164), a [192,202), one
+   bucket [0,256). */
 MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc);
 MC_API void mc_param_table_free(mc_param_table *t);
 
