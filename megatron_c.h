@@ -1022,7 +1022,8 @@ typedef struct mc_param_layout_desc {
     int dp_size;                    /* data-parallel (x CP) size the buckets are reduced over */
     int distributed_optimizer;      /* pad for reduce-scatter shards (§11.3) */
     size_t bucket_size;             /* elements; 0 = one bucket per chunk (overlap off) */
-    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 */
+    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 (and on
+                                       every chunk after the first: disable_bucketing) */
 } mc_param_layout_desc;
 
 typedef struct mc_param_table {
@@ -1036,9 +1037,17 @@ typedef struct mc_param_table {
 } mc_param_table;
 
 /* Registers a parameter (shapes, flags from `proto`; name/offset ignored in proto). Returns the
-   index, or a negative status. */
+   index, or a negative status. Checked: unique name, ndim 1 or 2, positive shapes, local ==
+   global outside partition_dim, tensor_model_parallel set exactly when partition_dim >= 0,
+   chunk < MC_MAX_VPP, shared only with shared_embedding. Stride 0 becomes 1; a 1-D param is
+   stored as [n] x 1. Adding after a layout drops the layout (offsets would move). */
 MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto);
 MC_API int mc_param_table_find(const mc_param_table *t, const char *name);   /* -1 if none */
+/* Sets every offset, order[] and the buckets; may be called again with another desc. Chunks
+   are placed one after the other (chunk 0 first), each in reverse registration order; a
+   bucket closes once end - bucket start >= bucket_size. E.g. DP 2, distributed optimizer,
+   params a(10) b(100) c(30) registered in that order: c [0,30), b [64,164), a [192,202), one
+   bucket [0,256). */
 MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc);
 MC_API void mc_param_table_free(mc_param_table *t);
 
@@ -1176,9 +1185,230 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
 
 /* @ddp:declarations begin */
 
+/* ---------------------------------------------------------------------------------------------
+   >>ddp  Megatron's DistributedDataParallel over the flat gradient buffer of an mc_param_table,
+   and finalize_model_grads (megatron_semantics.md §10, §11).
+
+   One mc_ddp per rank reduces the grads of every model chunk over the data-parallel (x CP)
+   group, bucket by bucket. A bucket's collective is: scale the bucket by 1/DP, then SUM
+       all-reduce                 without the distributed optimizer: every DP rank ends up
+                                  with the mean gradient of the whole bucket;
+       reduce-scatter             with it: DP rank d receives the mean of its shard
+                                  [start + d*size/DP, start + (d+1)*size/DP) of each bucket
+                                  (mc_ddp_shard); the rest of its bucket keeps stale local
+                                  values that nothing reads.
+
+       mc_ddp_zero_grad(&ddp);                          // iteration start
+       for each micro-batch mb of M:
+           mc_ddp_set_grad_sync(&ddp, -1, mb == M - 1); // Megatron's no_sync() otherwise
+           backward(...);     // calls mc_ddp_register_grad_ready(&ddp, i) when param i's
+                              // grad is final: a bucket whose params are all ready starts
+                              // its async collective while backward goes on
+       mc_finalize_model_grads(&ps, &ddp, NULL, NULL, sp, NULL);  // waits (§10 order)
+
+   Overlap off (overlap_grad_reduce = 0): registrations are ignored and finish_grad_sync runs
+   every bucket's collective blocking. Either way every DP rank must launch the buckets in the
+   same order (the same backward does). Grad sync starts disabled after init and zero_grad:
+   the schedule (grad_sync hook) or the caller enables it for the last micro-batch. The event
+   log says when each bucket was launched and waited, counted in grad-ready registrations, so
+   a lab can show that bucket 0 went out while later params were still being computed. */
+
+typedef enum mc_ddp_event_kind {
+    MC_DDP_LAUNCH = 1,   /* async collective started */
+    MC_DDP_WAIT,         /* finish_grad_sync waited for an async collective */
+    MC_DDP_SYNC          /* collective run blocking (overlap off) */
+} mc_ddp_event_kind;
+
+typedef struct mc_ddp_event {
+    mc_ddp_event_kind kind;
+    int bucket;
+    int params_ready;    /* grad-ready registrations counted so far in this iteration */
+} mc_ddp_event;
+
+/* Zero means default. */
+typedef struct mc_ddp_desc {
+    mc_param_table *table;          /* required, laid out (mc_param_table_layout) */
+    float *grads;                   /* required: the flat gradient buffer [table->total] */
+    mc_comm *dp;                    /* data-parallel x CP group; NULL = DP 1 (no communication) */
+    int distributed_optimizer;      /* reduce-scatter; must match table->layout */
+    int overlap_grad_reduce;        /* launch buckets from register_grad_ready */
+    int calculate_per_token_loss;   /* 1: bucket factor 1 instead of 1/DP (finalize divides by
+                                       the global token count, §11.4) */
+    const mc_ops *ops;              /* default mc_ops_cpu() */
+} mc_ddp_desc;
+
+typedef struct mc_ddp {
+    mc_ddp_desc desc;               /* resolved */
+    int dp_size, dp_rank;
+    float scale;                    /* applied to a bucket before its SUM: 1/DP or 1 */
+    int grad_sync[MC_MAX_VPP];      /* per chunk: 1 while its last micro-batch runs */
+    int params_ready;               /* registrations since zero_grad */
+    int n_events;
+    mc_ddp_event *events;           /* [2 * n_buckets]: the log of this iteration */
+    /* Private. */
+    int *bucket_of;                 /* [table->count] bucket of each param */
+    unsigned char *ready;           /* [table->count] */
+    int *bucket_ready;              /* [n_buckets] params of the bucket registered ready */
+    int *bucket_state;              /* [n_buckets] idle, in flight, done */
+    mc_request **requests;          /* [n_buckets] */
+    int finished;                   /* finish_grad_sync ran since the last zero_grad */
+} mc_ddp;
+
+/* Validates (table laid out, grads set, dp size = table->layout.dp_size and the flags equal
+   under the distributed optimizer) and allocates the bookkeeping; does not touch grads. */
+MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc);
+/* MC_ERR_BUSY (and nothing freed) while a bucket's collective is in flight. */
+MC_API int mc_ddp_destroy(mc_ddp *ddp);
+/* zero_grad_buffer: zeroes the grads (padding included), forgets the registrations and the
+   event log, disables grad sync. MC_ERR_BUSY while a collective is in flight. */
+MC_API int mc_ddp_zero_grad(mc_ddp *ddp);
+/* Enables (1) or disables (0) grad sync for model chunk `chunk` (-1: every chunk). */
+MC_API int mc_ddp_set_grad_sync(mc_ddp *ddp, int chunk, int enable);
+/* Param `param` (index in the table) has its final grad. Ignored unless overlap is on and
+   grad sync is enabled for the param's chunk; a second registration in one iteration is
+   MC_ERR_STATE. Launches the bucket's async collective when it was the bucket's last param. */
+MC_API int mc_ddp_register_grad_ready(mc_ddp *ddp, int param);
+/* Launches every bucket not launched yet (async with overlap, else blocking). */
+MC_API int mc_ddp_start_grad_sync(mc_ddp *ddp);
+/* Launches what is left, then waits for every bucket; grads are reduced on return. A second
+   call before the next zero_grad is MC_ERR_STATE (it would reduce nothing new). */
+MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp);
+/* [*start, *end) of bucket `bucket` in the flat buffer that this DP rank owns: its
+   reduce-scatter shard under the distributed optimizer, else the whole bucket. */
+MC_API int mc_ddp_shard(const mc_ddp *ddp, int bucket, size_t *start, size_t *end);
+
+/* Megatron's finalize_model_grads, in its order (§10):
+     1. DP: mc_ddp_finish_grad_sync (skipped when ddp is NULL);
+     2. (conditional embedders: not in a GPT);
+     3. sequence parallel on and TP > 1: the grads of params flagged sequence_parallel are
+        summed over TP, packed into one buffer for a single all-reduce;
+     4. tied embeddings: this rank in an embedding group of size > 1 sums the grads of its
+        shared_embedding params over the group (the first stage's word embedding with the
+        last stage's output copy);
+     5. position-embedding group: size 1 in a GPT, nothing to do;
+     7. num_tokens != NULL: *num_tokens is broadcast from the last pipeline stage, summed
+        over DP x CP, and every grad is scaled by 1 / max(*num_tokens, 1); *num_tokens holds
+        the global count on return.
+   table and grads default to the ddp's; ps may be NULL (one model-parallel rank: steps 3 and
+   4 do nothing). Under the distributed optimizer steps 3 and 4 reduce whole params although
+   only this rank's shard is valid after step 1: the stale rest of each sum is never read. */
+MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
+                                   const mc_param_table *table, float *grads,
+                                   int sequence_parallel, double *num_tokens);
+
 /* @ddp:declarations end */
 
 /* @optimizer:declarations begin */
+
+/* ---------------------------------------------------------------------------------------------
+   >>optimizer  AdamW with fp32 state over the flat buffers, Megatron's learning-rate schedule
+   (OptimizerParamScheduler) and its model-parallel-aware grad norm and clipping
+   (megatron_semantics.md §11.6, §12).
+
+   A step, after mc_finalize_model_grads (fp32 everywhere, so no loss scaler and no inf check):
+     1. lr = mc_optimizer_lr_at(&opt.desc, opt.lr_steps);
+     2. clip_grad > 0: the grad norm over every logical parameter once (below), and the grads
+        scaled by clip_grad / (norm + 1e-6) when that is < 1;
+     3. AdamW on every param (weight decay 0 for no_weight_decay params: biases and norms),
+        m and v in the same layout as the params;
+        distributed optimizer: only this DP rank's shard of each bucket (mc_ddp_shard) is
+        stepped and has state, then each bucket's params are all-gathered over DP;
+     4. lr_steps and iteration advance by one.
+
+   Grad norm (§12): a param counts if it is not `shared` (the tied output copy) and is either
+   tensor_model_parallel or on TP rank 0 (replicas counted once). Local sum of squares in fp64,
+   all-reduced (SUM) over the model-parallel group TP x PP, or over the whole world under the
+   distributed optimizer, where each DP rank adds only its disjoint shard (padding is never a
+   param, so it adds nothing). Both give the same norm.
+
+   Learning rate at scheduler step s (Megatron's num_steps in iterations; a caller counting
+   samples gives warmup / decay in samples and sets lr_steps to the consumed samples):
+       s <= warmup (warmup > 0):  init + (lr - init) * s / warmup
+       constant style:            lr
+       s > decay:                 min_lr
+       else r = (s - warmup) / (decay - warmup):
+           cosine  min_lr + (lr - min_lr) * 0.5 * (cos(pi r) + 1)
+           linear  min_lr + (lr - min_lr) * (1 - r)
+   Step k (1-based) uses s = k - 1, as Megatron does (the scheduler steps after the
+   optimizer), so with warmup the first step runs at lr_warmup_init. Megatron's log line
+   prints the rate for the NEXT step: mc_optimizer_lr_at(&opt.desc, opt.lr_steps). */
+
+typedef enum mc_lr_decay_style {
+    MC_LR_DECAY_COSINE = 0, MC_LR_DECAY_LINEAR, MC_LR_DECAY_CONSTANT
+} mc_lr_decay_style;
+
+typedef enum mc_optimizer_state_kind {
+    MC_OPTIM_EXP_AVG = 0,   /* Adam's m */
+    MC_OPTIM_EXP_AVG_SQ     /* Adam's v */
+} mc_optimizer_state_kind;
+
+#define MC_WEIGHT_DECAY_OFF (-1.0f)
+#define MC_CLIP_GRAD_OFF (-1.0f)
+
+/* Zero means default:
+     lr required (> 0)   | min_lr 0            | lr_warmup_init 0  | lr_warmup_iters 0
+     lr_decay_iters = train_iters (both 0: no decay) | lr_decay_style cosine
+     weight_decay 0.01 (MC_WEIGHT_DECAY_OFF: none)   | beta1 0.9 | beta2 0.999 | eps 1e-8
+     clip_grad 1.0 (MC_CLIP_GRAD_OFF or any negative: no clipping, reported norm 0) */
+typedef struct mc_optimizer_desc {
+    mc_ddp *ddp;                    /* required: table, grads, DP group, distributed optimizer */
+    float *params;                  /* required: the flat parameters [table->total] */
+    const mc_parallel_state *ps;    /* TP rank and grad-norm groups; NULL: one model-parallel
+                                       rank (the norm is reduced over the ddp's DP group only
+                                       under the distributed optimizer) */
+    const mc_ops *ops;              /* default: the ddp's */
+    float lr;
+    float min_lr;
+    float lr_warmup_init;
+    long long lr_warmup_iters;
+    long long lr_decay_iters;
+    long long train_iters;
+    mc_lr_decay_style lr_decay_style;
+    float weight_decay;
+    float beta1, beta2, eps;
+    float clip_grad;
+} mc_optimizer_desc;
+
+typedef struct mc_optimizer {
+    mc_optimizer_desc desc;         /* resolved */
+    long long iteration;            /* steps taken (Adam's bias correction uses iteration) */
+    long long lr_steps;             /* scheduler position (Megatron's num_steps) */
+    float last_lr;                  /* learning rate of the last step */
+    double last_grad_norm;          /* its grad norm before clipping; 0 when clipping is off */
+    float last_clip_coeff;          /* the factor the grads were scaled by (1: not clipped) */
+    float *m, *v;                   /* [state_numel]; m[i] belongs to param element i, or under
+                                       the distributed optimizer to shard element i: bucket b's
+                                       shard starts at buckets[b].start / DP */
+    size_t state_numel;             /* table->total, or table->total / DP */
+    /* Private. */
+    int tp_rank;
+    mc_comm *stats;                 /* grad-norm group; NULL: local */
+} mc_optimizer;
+
+/* Validates the desc (Megatron's scheduler asserts: min_lr <= lr, warmup < decay when
+   decaying; betas in [0, 1), eps > 0) and allocates zeroed state. */
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc);
+MC_API void mc_optimizer_destroy(mc_optimizer *opt);
+/* The learning rate at scheduler step num_steps for a desc (defaults applied). */
+MC_API double mc_optimizer_lr_at(const mc_optimizer_desc *desc, long long num_steps);
+/* The §12 grad norm of the current grads (collective over the grad-norm group). */
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm);
+/* One step (see above); collective over the grad-norm group and, under the distributed
+   optimizer, over DP. A non-finite grad norm skips the update with MC_ERR_STATE. */
+MC_API int mc_optimizer_step(mc_optimizer *opt);
+
+/* Optimizer state per param, in the param's own (local TP shard) terms, for checkpoints.
+   owned range: the elements [*lo, *hi) of param `param` whose state this rank holds:
+   [0, numel) without the distributed optimizer, else the part inside this DP rank's shards
+   (possibly empty, lo == hi). */
+MC_API int mc_optimizer_owned_range(const mc_optimizer *opt, int param, size_t *lo, size_t *hi);
+/* out[numel] = the whole m or v of the param. Under the distributed optimizer a collective
+   over DP (every DP rank calls it for the same param) that assembles the owners' pieces. */
+MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  float *out);
+/* Stores the owned part of in[numel] (the whole m or v of the param); local, no collective. */
+MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  const float *in);
 
 /* @optimizer:declarations end */
 
@@ -5783,6 +6013,238 @@ MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *
 
 /* @params:implementation begin */
 
+// ---------------------------------------------------------------------------------------------
+// >>params
+//
+// The layout mirrors Megatron's _ParamAndGradBuffer, with every model chunk laid out after
+// the previous one in one flat buffer (Megatron keeps one buffer per chunk; offsets inside a
+// chunk are the same because each chunk starts on a padded bucket boundary).
+
+#define MC__PARAM_START_ALIGN 64   /* §11.3: 128-byte aligned param starts (64 values) */
+#define MC__PARAM_BUCKET_ALIGN 128 /* §11.3: bucket ends at a multiple of lcm(DP, 128) */
+
+static size_t mc__param_gcd(size_t a, size_t b) {
+    while (b != 0) {
+        size_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+static size_t mc__param_round_up(size_t value, size_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+}
+
+/* Drops a previous layout: adding a parameter changes every offset after it. */
+static void mc__param_layout_clear(mc_param_table *t) {
+    int i;
+    mc_free(t->order);
+    mc_free(t->buckets);
+    t->order = NULL;
+    t->buckets = NULL;
+    t->n_buckets = 0;
+    t->total = 0;
+    for (i = 0; i < t->count; i++) t->info[i].offset = 0;
+}
+
+static int mc__param_check_proto(const char *name, const mc_param_info *p) {
+    int d;
+    if (p->ndim != 1 && p->ndim != 2)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: ndim (%d) must be 1 or 2", name, p->ndim);
+    for (d = 0; d < p->ndim; d++) {
+        if (p->global_shape[d] <= 0 || p->local_shape[d] <= 0)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: global_shape[%d] (%d) and local_shape[%d] (%d) must be > 0",
+                            name, d, p->global_shape[d], d, p->local_shape[d]);
+        if (d != p->partition_dim && p->local_shape[d] != p->global_shape[d])
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: local_shape[%d] (%d) differs from global_shape[%d] (%d) "
+                            "but the tensor is not partitioned along dim %d (partition_dim %d)",
+                            name, d, p->local_shape[d], d, p->global_shape[d], d,
+                            p->partition_dim);
+    }
+    if (p->partition_dim < -1 || p->partition_dim >= p->ndim)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_dim (%d) must be -1 or in [0, %d)",
+                        name, p->partition_dim, p->ndim);
+    if ((p->partition_dim >= 0) != (p->tensor_model_parallel != 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "param %s: tensor_model_parallel (%d) must be set exactly when "
+                        "partition_dim (%d) >= 0 (Megatron sets both together)",
+                        name, p->tensor_model_parallel, p->partition_dim);
+    if (p->partition_stride < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_stride (%d) must be >= 0 "
+                        "(0 means 1)", name, p->partition_stride);
+    if (p->chunk < 0 || p->chunk >= MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: chunk (%d) must be in [0, MC_MAX_VPP = %d)",
+                        name, p->chunk, MC_MAX_VPP);
+    if (p->shared && !p->shared_embedding)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: shared (1) is the tied embedding copy and "
+                        "needs shared_embedding = 1", name);
+    return MC_OK;
+}
+
+static int mc__param_grow(mc_param_table *t) {
+    int cap = t->capacity > 0 ? 2 * t->capacity : 16;
+    mc_param_info *info = (mc_param_info *)mc_calloc((size_t)cap, sizeof *info);
+    if (!info) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_add: out of memory (%d params)",
+                               cap);
+    if (t->count > 0) memcpy(info, t->info, (size_t)t->count * sizeof *info);
+    mc_free(t->info);
+    t->info = info;
+    t->capacity = cap;
+    return MC_OK;
+}
+
+MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto) {
+    mc_param_info *p;
+    size_t len;
+    int rc;
+    if (!t || !name || !proto)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: table, name and proto must be set");
+    len = strlen(name);
+    if (len == 0 || len >= MC_PARAM_NAME_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: name \"%.40s\" has %zu characters, must be 1 .. %d",
+                        name, len, MC_PARAM_NAME_MAX - 1);
+    if ((rc = mc__param_check_proto(name, proto)) != MC_OK) return rc;
+    if (mc_param_table_find(t, name) >= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: param %s is already registered "
+                        "(names are unique keys)", name);
+    if (t->count == t->capacity && (rc = mc__param_grow(t)) != MC_OK) return rc;
+    mc__param_layout_clear(t);
+    p = &t->info[t->count];
+    *p = *proto;
+    memcpy(p->name, name, len + 1);
+    if (p->ndim == 1) {   /* keep the unused second dimension tidy: 1-D tensors are [n] */
+        p->global_shape[1] = 1;
+        p->local_shape[1] = 1;
+    }
+    p->partition_stride = MC__DEF(p->partition_stride, 1);
+    p->offset = 0;
+    p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    return t->count++;
+}
+
+MC_API int mc_param_table_find(const mc_param_table *t, const char *name) {
+    int i;
+    if (!t || !name) return -1;
+    for (i = 0; i < t->count; i++)
+        if (strcmp(t->info[i].name, name) == 0) return i;
+    return -1;
+}
+
+MC_API void mc_param_table_free(mc_param_table *t) {
+    if (!t) return;
+    mc__param_layout_clear(t);
+    mc_free(t->info);
+    memset(t, 0, sizeof *t);
+}
+
+/* The running state of one chunk's layout pass (Megatron's param_start_index etc.). */
+typedef struct mc__param_layouter {
+    mc_param_table *t;
+    size_t bucket_align;    /* lcm(DP, 128) under the distributed optimizer, else 1 */
+    size_t param_align;     /* 64 under the distributed optimizer, else 1 */
+    size_t bucket_start;
+    int bucket_first;       /* index into t->order of the open bucket's first param */
+    int n_placed;           /* params placed so far (all chunks) */
+    int chunk;
+} mc__param_layouter;
+
+/* Closes the open bucket at `param_end` (padded to the bucket alignment) and returns its end,
+   where the next bucket starts. */
+static size_t mc__param_close_bucket(mc__param_layouter *L, size_t param_end) {
+    mc_bucket *b = &L->t->buckets[L->t->n_buckets++];
+    int k;
+    b->start = L->bucket_start;
+    b->end = mc__param_round_up(param_end, L->bucket_align);
+    b->first_param = L->bucket_first;
+    b->n_params = L->n_placed - L->bucket_first;
+    b->chunk = L->chunk;
+    b->shared_embedding = 0;
+    for (k = 0; k < b->n_params; k++)
+        if (L->t->info[L->t->order[b->first_param + k]].shared_embedding) b->shared_embedding = 1;
+    L->bucket_start = b->end;
+    L->bucket_first = L->n_placed;
+    return b->end;
+}
+
+/* Lays out the params of `chunk` in reverse registration order, from L->bucket_start.
+   bucket_size 0: no size limit (one bucket, unless the shared embedding splits it). */
+static void mc__param_layout_chunk(mc__param_layouter *L, int chunk, size_t bucket_size,
+                                   int distributed_optimizer) {
+    mc_param_table *t = L->t;
+    size_t start = L->bucket_start, end = L->bucket_start;
+    int i;
+    L->chunk = chunk;
+    L->bucket_first = L->n_placed;
+    for (i = t->count - 1; i >= 0; i--) {
+        mc_param_info *p = &t->info[i];
+        /* Under the distributed optimizer the shared embedding gets a bucket of its own, so
+           that the first and the last stage shard it identically (see mc_finalize_model_grads). */
+        int own_bucket = distributed_optimizer && p->shared_embedding;
+        if (p->chunk != chunk) continue;
+        start = mc__param_round_up(start, L->param_align);
+        if (own_bucket && L->n_placed > L->bucket_first) start = mc__param_close_bucket(L, start);
+        p->offset = start;
+        end = start + p->numel;
+        t->order[L->n_placed++] = i;
+        if ((bucket_size > 0 && end - L->bucket_start >= bucket_size) || own_bucket)
+            start = mc__param_close_bucket(L, end);
+        else
+            start = end;
+    }
+    if (L->n_placed > L->bucket_first) mc__param_close_bucket(L, end);
+}
+
+MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc) {
+    mc_param_layout_desc d;
+    mc__param_layouter L;
+    int chunk, b;
+    if (!t || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_layout: table and desc "
+                                     "must be set");
+    d = *desc;
+    d.dp_size = MC__DEF(d.dp_size, 1);
+    if (d.dp_size < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.dp_size (%d) must be >= 1",
+                        d.dp_size);
+    if (d.pp_rank < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.pp_rank (%d) must be >= 0",
+                        d.pp_rank);
+    mc__param_layout_clear(t);
+    t->order = (int *)mc_calloc((size_t)(t->count > 0 ? t->count : 1), sizeof *t->order);
+    t->buckets = (mc_bucket *)mc_calloc((size_t)(t->count > 0 ? t->count : 1),
+                                        sizeof *t->buckets);   /* a bucket holds >= 1 param */
+    if (!t->order || !t->buckets) {
+        mc__param_layout_clear(t);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_layout: out of memory (%d params)",
+                        t->count);
+    }
+    memset(&L, 0, sizeof L);
+    L.t = t;
+    L.param_align = d.distributed_optimizer ? MC__PARAM_START_ALIGN : 1;
+    L.bucket_align = d.distributed_optimizer
+                         ? (size_t)d.dp_size / mc__param_gcd((size_t)d.dp_size,
+                                                             MC__PARAM_BUCKET_ALIGN) *
+                               MC__PARAM_BUCKET_ALIGN
+                         : 1;
+    for (chunk = 0; chunk < MC_MAX_VPP; chunk++) {
+        /* Megatron builds buckets only for the first chunk of the first stage; the others
+           get one bucket each (bucket_size None on pp_rank > 0 and disable_bucketing on
+           chunks after the first). */
+        size_t size = (d.pp_rank > 0 || chunk > 0) ? 0 : d.bucket_size;
+        mc__param_layout_chunk(&L, chunk, size, d.distributed_optimizer);
+    }
+    t->total = L.bucket_start;
+    t->layout = d;
+    for (b = 0; b < t->n_buckets; b++)   /* Megatron asserts it: equal reduce-scatter shards */
+        MC_ASSERT(!d.distributed_optimizer ||
+                  (t->buckets[b].end - t->buckets[b].start) % (size_t)d.dp_size == 0);
+    return MC_OK;
+}
+
 /* @params:implementation end */
 
 /* @tensor_parallel:implementation begin */
@@ -6225,9 +6687,622 @@ MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_s
 
 /* @ddp:implementation begin */
 
+// ---------------------------------------------------------------------------------------------
+// >>ddp
+
+enum { MC__DDP_IDLE = 0, MC__DDP_IN_FLIGHT, MC__DDP_DONE };
+
+static void mc__ddp_release(mc_ddp *ddp) {
+    mc_free(ddp->events);
+    mc_free(ddp->bucket_of);
+    mc_free(ddp->ready);
+    mc_free(ddp->bucket_ready);
+    mc_free(ddp->bucket_state);
+    mc_free(ddp->requests);
+    memset(ddp, 0, sizeof *ddp);
+}
+
+static int mc__ddp_check(const mc_ddp *ddp, const char *fn) {
+    if (!ddp || !ddp->desc.table || !ddp->bucket_state)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ddp is NULL or not initialised (mc_ddp_init)", fn);
+    return MC_OK;
+}
+
+static int mc__ddp_validate(const mc_ddp_desc *d) {
+    const mc_param_table *t = d->table;
+    int dp = d->dp ? d->dp->size : 1;
+    if (!t) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.table is required");
+    if (!t->order && t->count > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.table: %d params but no layout "
+                        "(call mc_param_table_layout first)", t->count);
+    if (!d->grads && t->total > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.grads is required (%zu elements)",
+                        t->total);
+    if (!d->ops) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.ops: no op table");
+    if (d->distributed_optimizer != t->layout.distributed_optimizer)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.distributed_optimizer (%d) differs from "
+                        "the table's layout (%d): the padding would not fit the shards",
+                        d->distributed_optimizer, t->layout.distributed_optimizer);
+    if (d->distributed_optimizer && dp != t->layout.dp_size)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.dp: size %d, but the table was laid out "
+                        "for dp_size %d (the buckets must split into equal shards)", dp,
+                        t->layout.dp_size);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc) {
+    const mc_param_table *t;
+    size_t nb, np;
+    int rc, b, k;
+    if (!ddp || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_init: ddp and desc must be set");
+    memset(ddp, 0, sizeof *ddp);
+    ddp->desc = *desc;
+    if (!ddp->desc.ops) ddp->desc.ops = mc_ops_cpu();
+    if ((rc = mc__ddp_validate(&ddp->desc)) != MC_OK) {
+        memset(ddp, 0, sizeof *ddp);
+        return rc;
+    }
+    t = ddp->desc.table;
+    ddp->dp_size = ddp->desc.dp ? ddp->desc.dp->size : 1;
+    ddp->dp_rank = ddp->desc.dp ? ddp->desc.dp->rank : 0;
+    ddp->scale = ddp->desc.calculate_per_token_loss ? 1.0f : 1.0f / (float)ddp->dp_size;
+    nb = (size_t)(t->n_buckets > 0 ? t->n_buckets : 1);
+    np = (size_t)(t->count > 0 ? t->count : 1);
+    ddp->events = (mc_ddp_event *)mc_calloc(2 * nb, sizeof *ddp->events);
+    ddp->bucket_of = (int *)mc_calloc(np, sizeof *ddp->bucket_of);
+    ddp->ready = (unsigned char *)mc_calloc(np, 1);
+    ddp->bucket_ready = (int *)mc_calloc(nb, sizeof *ddp->bucket_ready);
+    ddp->bucket_state = (int *)mc_calloc(nb, sizeof *ddp->bucket_state);
+    ddp->requests = (mc_request **)mc_calloc(nb, sizeof *ddp->requests);
+    if (!ddp->events || !ddp->bucket_of || !ddp->ready || !ddp->bucket_ready ||
+        !ddp->bucket_state || !ddp->requests) {
+        mc__ddp_release(ddp);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_ddp_init: out of memory (%d buckets)", t->n_buckets);
+    }
+    for (b = 0; b < t->n_buckets; b++)
+        for (k = 0; k < t->buckets[b].n_params; k++)
+            ddp->bucket_of[t->order[t->buckets[b].first_param + k]] = b;
+    return MC_OK;
+}
+
+static int mc__ddp_in_flight(const mc_ddp *ddp) {
+    int b;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++)
+        if (ddp->bucket_state[b] == MC__DDP_IN_FLIGHT) return b;
+    return -1;
+}
+
+MC_API int mc_ddp_destroy(mc_ddp *ddp) {
+    int b;
+    if (!ddp || !ddp->bucket_state) return MC_OK;   /* never initialised, or destroyed */
+    if ((b = mc__ddp_in_flight(ddp)) >= 0)
+        return MC__FAIL(MC_ERR_BUSY, "mc_ddp_destroy: bucket %d's collective is still in flight "
+                        "(call mc_ddp_finish_grad_sync first)", b);
+    mc__ddp_release(ddp);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_zero_grad(mc_ddp *ddp) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_zero_grad")) != MC_OK) return rc;
+    if ((b = mc__ddp_in_flight(ddp)) >= 0)
+        return MC__FAIL(MC_ERR_BUSY, "mc_ddp_zero_grad: bucket %d's collective is still in flight "
+                        "and writes into the grads (call mc_ddp_finish_grad_sync first)", b);
+    t = ddp->desc.table;
+    if (t->total > 0) ddp->desc.ops->fill(ddp->desc.grads, 0.0f, t->total);
+    memset(ddp->ready, 0, (size_t)(t->count > 0 ? t->count : 1));
+    for (b = 0; b < t->n_buckets; b++) {
+        ddp->bucket_ready[b] = 0;
+        ddp->bucket_state[b] = MC__DDP_IDLE;
+    }
+    memset(ddp->grad_sync, 0, sizeof ddp->grad_sync);
+    ddp->params_ready = 0;
+    ddp->n_events = 0;
+    ddp->finished = 0;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_set_grad_sync(mc_ddp *ddp, int chunk, int enable) {
+    int rc, c;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_set_grad_sync")) != MC_OK) return rc;
+    if (chunk < -1 || chunk >= MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_set_grad_sync: chunk (%d) must be -1 (all) or "
+                        "in [0, MC_MAX_VPP = %d)", chunk, MC_MAX_VPP);
+    for (c = 0; c < MC_MAX_VPP; c++)
+        if (chunk == -1 || chunk == c) ddp->grad_sync[c] = enable ? 1 : 0;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_shard(const mc_ddp *ddp, int bucket, size_t *start, size_t *end) {
+    const mc_bucket *bk;
+    size_t size;
+    int rc;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_shard")) != MC_OK) return rc;
+    if (bucket < 0 || bucket >= ddp->desc.table->n_buckets)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_shard: bucket (%d) must be in [0, %d)", bucket,
+                        ddp->desc.table->n_buckets);
+    bk = &ddp->desc.table->buckets[bucket];
+    if (!ddp->desc.distributed_optimizer) {
+        *start = bk->start;
+        *end = bk->end;
+        return MC_OK;
+    }
+    size = (bk->end - bk->start) / (size_t)ddp->dp_size;
+    *start = bk->start + (size_t)ddp->dp_rank * size;
+    *end = *start + size;
+    return MC_OK;
+}
+
+static void mc__ddp_log(mc_ddp *ddp, mc_ddp_event_kind kind, int bucket) {
+    if (ddp->n_events >= 2 * ddp->desc.table->n_buckets) return;   /* cannot happen: 2 a bucket */
+    ddp->events[ddp->n_events].kind = kind;
+    ddp->events[ddp->n_events].bucket = bucket;
+    ddp->events[ddp->n_events].params_ready = ddp->params_ready;
+    ddp->n_events++;
+}
+
+/* Scales bucket b by 1/DP and starts (async) or runs (blocking) its SUM collective. */
+static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
+    const mc_bucket *bk = &ddp->desc.table->buckets[b];
+    float *data = ddp->desc.grads + bk->start;                 /* [end - start] */
+    size_t n = bk->end - bk->start, shard_start, shard_end;
+    mc_request **req = async ? &ddp->requests[b] : NULL;
+    int rc = MC_OK;
+    if (ddp->scale != 1.0f) ddp->desc.ops->scale(data, ddp->scale, n);
+    if (ddp->desc.dp && ddp->desc.distributed_optimizer) {
+        mc_ddp_shard(ddp, b, &shard_start, &shard_end);
+        rc = async ? mc_reduce_scatter_async(ddp->desc.dp, data, ddp->desc.grads + shard_start,
+                                             shard_end - shard_start, MC_F32, MC_SUM, req)
+                   : mc_reduce_scatter(ddp->desc.dp, data, ddp->desc.grads + shard_start,
+                                       shard_end - shard_start, MC_F32, MC_SUM);
+    } else if (ddp->desc.dp) {
+        rc = async ? mc_all_reduce_async(ddp->desc.dp, data, data, n, MC_F32, MC_SUM, req)
+                   : mc_all_reduce(ddp->desc.dp, data, data, n, MC_F32, MC_SUM);
+    }
+    if (rc != MC_OK) return rc;
+    ddp->bucket_state[b] = async && ddp->requests[b] ? MC__DDP_IN_FLIGHT : MC__DDP_DONE;
+    mc__ddp_log(ddp, async ? MC_DDP_LAUNCH : MC_DDP_SYNC, b);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_register_grad_ready(mc_ddp *ddp, int param) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_register_grad_ready")) != MC_OK) return rc;
+    t = ddp->desc.table;
+    if (param < 0 || param >= t->count)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_register_grad_ready: param (%d) must be in "
+                        "[0, %d)", param, t->count);
+    if (!ddp->desc.overlap_grad_reduce || !ddp->grad_sync[t->info[param].chunk]) return MC_OK;
+    if (ddp->ready[param])
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_register_grad_ready: the grad of %s was registered "
+                        "twice in one iteration (missing mc_ddp_zero_grad?)", t->info[param].name);
+    b = ddp->bucket_of[param];
+    if (ddp->bucket_state[b] != MC__DDP_IDLE)
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_register_grad_ready: %s is ready after its bucket %d "
+                        "was already reduced (its grad would be lost)", t->info[param].name, b);
+    ddp->ready[param] = 1;
+    ddp->params_ready++;
+    if (++ddp->bucket_ready[b] < t->buckets[b].n_params) return MC_OK;
+    return mc__ddp_launch(ddp, b, 1);
+}
+
+MC_API int mc_ddp_start_grad_sync(mc_ddp *ddp) {
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_start_grad_sync")) != MC_OK) return rc;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++)
+        if (ddp->bucket_state[b] == MC__DDP_IDLE &&
+            (rc = mc__ddp_launch(ddp, b, ddp->desc.overlap_grad_reduce)) != MC_OK)
+            return rc;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_finish_grad_sync")) != MC_OK) return rc;
+    t = ddp->desc.table;
+    if (ddp->finished)
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_finish_grad_sync: the grads are already reduced; "
+                        "call mc_ddp_zero_grad before the next iteration");
+    if ((rc = mc_ddp_start_grad_sync(ddp)) != MC_OK) return rc;
+    for (b = 0; b < t->n_buckets; b++) {
+        if (ddp->bucket_state[b] != MC__DDP_IN_FLIGHT) continue;
+        rc = mc_wait(ddp->requests[b]);   /* frees the request, also on error */
+        ddp->requests[b] = NULL;
+        ddp->bucket_state[b] = MC__DDP_DONE;
+        if (rc != MC_OK) return rc;
+        mc__ddp_log(ddp, MC_DDP_WAIT, b);
+    }
+    ddp->finished = 1;
+    return MC_OK;
+}
+
+/* Step 3 of finalize: one all-reduce over TP of every sequence_parallel param's grad, packed. */
+static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
+                                          const mc_param_table *t, float *grads) {
+    size_t n = 0, at = 0;
+    float *packed;
+    int i, rc;
+    for (i = 0; i < t->count; i++)
+        if (t->info[i].sequence_parallel) n += t->info[i].numel;
+    if (n == 0) return MC_OK;
+    packed = (float *)ops->alloc(n * sizeof *packed);   /* [n]: the flagged grads back to back */
+    if (!packed) return MC__FAIL(MC_ERR_NO_MEMORY, "finalize_model_grads: out of memory packing "
+                                 "%zu sequence-parallel grads", n);
+    for (i = 0; i < t->count; i++)
+        if (t->info[i].sequence_parallel) {
+            ops->copy(packed + at, grads + t->info[i].offset, t->info[i].numel);
+            at += t->info[i].numel;
+        }
+    rc = mc_all_reduce(tp, packed, packed, n, MC_F32, MC_SUM);
+    for (i = 0, at = 0; rc == MC_OK && i < t->count; i++)
+        if (t->info[i].sequence_parallel) {
+            ops->copy(grads + t->info[i].offset, packed + at, t->info[i].numel);
+            at += t->info[i].numel;
+        }
+    ops->free(packed);
+    return rc;
+}
+
+/* Step 4 of finalize: the tied word embedding's grad summed over the embedding group.
+
+   Under the distributed optimizer this runs AFTER the DP reduce-scatter of step 1 (Megatron's
+   order), so each stage holds a valid sum only in its own shard of the embedding's bucket,
+   and adding the two stages' buffers is right only if DP rank d owns the same elements of
+   the embedding on the first and on the last stage. That is what the own bucket buys
+   (mc_param_table_layout, Megatron issue #844): on both stages the embedding is alone in its
+   bucket, at bucket offset 0, with the same numel and so the same padded size, so shard d is
+   the same element range [d*size/DP, (d+1)*size/DP) of the embedding on both. Had it shared
+   a bucket with the other params of its stage (different on the two stages), the shard
+   boundaries would cut it at different elements and the sum would add a reduced piece to a
+   stale, unreduced one. */
+static int mc__finalize_embedding(mc_comm *embd, const mc_param_table *t, float *grads) {
+    int i, rc;
+    for (i = 0; i < t->count; i++) {
+        if (!t->info[i].shared_embedding) continue;
+        rc = mc_all_reduce(embd, grads + t->info[i].offset, grads + t->info[i].offset,
+                           t->info[i].numel, MC_F32, MC_SUM);
+        if (rc != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+/* Step 7: the loss was summed over tokens; divide by the global token count. */
+static int mc__finalize_per_token(const mc_parallel_state *ps, mc_comm *dp, const mc_ops *ops,
+                                  const mc_param_table *t, float *grads, double *num_tokens) {
+    mc_comm *pp = ps ? mc_parallel_group(ps, MC_GROUP_PP) : NULL;
+    int rc;
+    if (pp && (rc = mc_broadcast(pp, num_tokens, 1, MC_F64, pp->size - 1)) != MC_OK) return rc;
+    if (dp && (rc = mc_all_reduce(dp, num_tokens, num_tokens, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    if (t->total > 0)
+        ops->scale(grads, (float)(1.0 / (*num_tokens > 1.0 ? *num_tokens : 1.0)), t->total);
+    return MC_OK;
+}
+
+MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
+                                   const mc_param_table *table, float *grads,
+                                   int sequence_parallel, double *num_tokens) {
+    const mc_ops *ops = ddp ? ddp->desc.ops : mc_ops_cpu();
+    mc_comm *tp = ps ? mc_parallel_group(ps, MC_GROUP_TP) : NULL;
+    mc_comm *embd = ps ? mc_parallel_group(ps, MC_GROUP_EMBEDDING) : NULL;
+    mc_comm *dp = ddp ? ddp->desc.dp : (ps ? mc_parallel_group(ps, MC_GROUP_DP_CP) : NULL);
+    int rc;
+    if (!table && ddp) table = ddp->desc.table;
+    if (!grads && ddp) grads = ddp->desc.grads;
+    if (!table || (!grads && table->total > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_finalize_model_grads: no table or grads (pass "
+                        "them, or a ddp that holds them)");
+    if (!table->order && table->count > 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_finalize_model_grads: the table has no layout");
+    if (ddp && (rc = mc_ddp_finish_grad_sync(ddp)) != MC_OK) return rc;            /* 1 */
+    if (sequence_parallel && tp && tp->size > 1 &&                                  /* 3 */
+        (rc = mc__finalize_sequence_parallel(ops, tp, table, grads)) != MC_OK)
+        return rc;
+    if (embd && embd->size > 1 && (rc = mc__finalize_embedding(embd, table, grads)) != MC_OK)
+        return rc;                                                                  /* 4 */
+    /* 5: the position-embedding group has one member (the first stage) in a GPT. */
+    if (num_tokens &&                                                               /* 7 */
+        (rc = mc__finalize_per_token(ps, dp, ops, table, grads, num_tokens)) != MC_OK)
+        return rc;
+    return MC_OK;
+}
+
 /* @ddp:implementation end */
 
 /* @optimizer:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>optimizer
+
+#include <math.h>
+
+#define MC__OPT_PI 3.14159265358979323846
+#define MC__OPT_CLIP_EPS 1e-6   /* Megatron: clip_coeff = max_norm / (total_norm + 1e-6) */
+
+static void mc__opt_defaults(mc_optimizer_desc *d) {
+    d->lr_decay_iters = MC__DEF(d->lr_decay_iters, d->train_iters);
+    d->weight_decay = MC__DEF(d->weight_decay, 0.01f);   /* negative (off) stays negative */
+    d->beta1 = MC__DEF(d->beta1, 0.9f);
+    d->beta2 = MC__DEF(d->beta2, 0.999f);
+    d->eps = MC__DEF(d->eps, 1e-8f);
+    d->clip_grad = MC__DEF(d->clip_grad, 1.0f);         /* negative: off (Megatron's 0) */
+    if (!d->ops && d->ddp) d->ops = d->ddp->desc.ops;
+}
+
+MC_API double mc_optimizer_lr_at(const mc_optimizer_desc *desc, long long num_steps) {
+    mc_optimizer_desc d;
+    double max_lr, min_lr, ratio, coeff;
+    if (!desc) return 0.0;
+    d = *desc;
+    mc__opt_defaults(&d);
+    max_lr = d.lr;
+    min_lr = d.min_lr;
+    if (d.lr_warmup_iters > 0 && num_steps <= d.lr_warmup_iters)
+        return d.lr_warmup_init +
+               (max_lr - d.lr_warmup_init) * (double)num_steps / (double)d.lr_warmup_iters;
+    /* No decay span (or none after the warmup): constant, as Megatron's 'constant' style. */
+    if (d.lr_decay_style == MC_LR_DECAY_CONSTANT || d.lr_decay_iters <= d.lr_warmup_iters)
+        return max_lr;
+    if (num_steps > d.lr_decay_iters) return min_lr;
+    ratio = (double)(num_steps - d.lr_warmup_iters) /
+            (double)(d.lr_decay_iters - d.lr_warmup_iters);
+    coeff = d.lr_decay_style == MC_LR_DECAY_LINEAR ? 1.0 - ratio
+                                                   : 0.5 * (cos(MC__OPT_PI * ratio) + 1.0);
+    return min_lr + coeff * (max_lr - min_lr);
+}
+
+static int mc__opt_validate(const mc_optimizer_desc *d) {
+    const mc_param_table *t;
+    if (!d->ddp || !d->ddp->bucket_state)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ddp is required (an initialised "
+                        "mc_ddp: it holds the table, the grads and the DP group)");
+    t = d->ddp->desc.table;
+    if (!d->params && t->total > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.params is required (%zu elements)",
+                        t->total);
+    if (!(d->lr > 0.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr (%g) is required and must be "
+                        "> 0", (double)d->lr);
+    if (d->min_lr < 0.0f || d->min_lr > d->lr)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_optimizer_desc.min_lr (%g) must be in [0, lr = %g] (Megatron asserts "
+                        "min_lr >= 0 and max_lr >= min_lr)", (double)d->min_lr, (double)d->lr);
+    if (d->lr_warmup_iters < 0 || d->lr_decay_iters < 0 || d->train_iters < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc: lr_warmup_iters (%lld), "
+                        "lr_decay_iters (%lld) and train_iters (%lld) must be >= 0",
+                        d->lr_warmup_iters, d->lr_decay_iters, d->train_iters);
+    if (d->lr_decay_style != MC_LR_DECAY_CONSTANT && d->lr_decay_iters > 0 &&
+        d->lr_warmup_iters >= d->lr_decay_iters)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr_warmup_iters (%lld) must be < "
+                        "lr_decay_iters (%lld) (Megatron: lr_warmup_steps < lr_decay_steps)",
+                        d->lr_warmup_iters, d->lr_decay_iters);
+    if ((int)d->lr_decay_style < 0 || (int)d->lr_decay_style > (int)MC_LR_DECAY_CONSTANT)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr_decay_style (%d) is not an "
+                        "mc_lr_decay_style", (int)d->lr_decay_style);
+    if (!(d->beta1 >= 0.0f && d->beta1 < 1.0f) || !(d->beta2 >= 0.0f && d->beta2 < 1.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc: beta1 (%g) and beta2 (%g) must be "
+                        "in [0, 1)", (double)d->beta1, (double)d->beta2);
+    if (!(d->eps > 0.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.eps (%g) must be > 0",
+                        (double)d->eps);
+    if (!d->ops || !d->ops->adamw)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ops: no op table with adamw");
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc) {
+    const mc_ddp *ddp;
+    int rc;
+    if (!opt || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_init: opt and desc must be set");
+    memset(opt, 0, sizeof *opt);
+    opt->desc = *desc;
+    mc__opt_defaults(&opt->desc);
+    if ((rc = mc__opt_validate(&opt->desc)) != MC_OK) {
+        memset(opt, 0, sizeof *opt);
+        return rc;
+    }
+    ddp = opt->desc.ddp;
+    opt->state_numel = ddp->desc.table->total /
+                       (size_t)(ddp->desc.distributed_optimizer ? ddp->dp_size : 1);
+    opt->m = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));   /* zeroed */
+    opt->v = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));
+    if (!opt->m || !opt->v) {
+        mc_optimizer_destroy(opt);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (2 x %zu floats)",
+                        opt->state_numel);
+    }
+    opt->tp_rank = opt->desc.ps ? mc_parallel_rank(opt->desc.ps, MC_GROUP_TP) : 0;
+    if (opt->tp_rank < 0) opt->tp_rank = 0;
+    /* §12: grads are equal over DP without the distributed optimizer (reduce over TP x PP);
+       with it each DP rank holds a disjoint shard (reduce over everyone). */
+    if (ddp->desc.distributed_optimizer)
+        opt->stats = opt->desc.ps ? opt->desc.ps->world : ddp->desc.dp;
+    else
+        opt->stats = opt->desc.ps ? mc_parallel_group(opt->desc.ps, MC_GROUP_MP) : NULL;
+    opt->last_clip_coeff = 1.0f;
+    return MC_OK;
+}
+
+MC_API void mc_optimizer_destroy(mc_optimizer *opt) {
+    if (!opt) return;
+    if (opt->desc.ops) {
+        if (opt->m) opt->desc.ops->free(opt->m);
+        if (opt->v) opt->desc.ops->free(opt->v);
+    }
+    memset(opt, 0, sizeof *opt);
+}
+
+/* The flat range [*lo, *hi) of param p whose grads this rank reduces and whose state it owns,
+   and the state index of *lo. Empty (lo == hi) when the param lies outside the rank's shards. */
+static void mc__opt_param_span(const mc_optimizer *opt, int p, size_t *lo, size_t *hi,
+                               size_t *state_at) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    const mc_param_info *info = &ddp->desc.table->info[p];
+    size_t s0, s1;
+    int b;
+    *lo = info->offset;
+    *hi = info->offset + info->numel;
+    *state_at = *lo;
+    if (!ddp->desc.distributed_optimizer) return;
+    b = ddp->bucket_of[p];
+    mc_ddp_shard(ddp, b, &s0, &s1);
+    if (*lo < s0) *lo = s0;
+    if (*hi > s1) *hi = s1;
+    if (*hi < *lo) *hi = *lo;
+    *state_at = ddp->desc.table->buckets[b].start / (size_t)ddp->dp_size + (*lo - s0);
+}
+
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm) {
+    const mc_param_table *t;
+    const float *grads;
+    double sum = 0.0;
+    size_t lo, hi, at;
+    int i, rc;
+    if (!opt || !opt->m || !norm)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_grad_norm: opt (initialised) and norm "
+                        "must be set");
+    t = opt->desc.ddp->desc.table;
+    grads = opt->desc.ddp->desc.grads;
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        if (p->shared) continue;                                  /* the tied copy */
+        if (!p->tensor_model_parallel && opt->tp_rank != 0) continue;   /* a TP replica */
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi > lo) sum += opt->desc.ops->sum_squares(grads + lo, hi - lo);
+    }
+    if (opt->stats && (rc = mc_all_reduce(opt->stats, &sum, &sum, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    *norm = sqrt(sum);
+    return MC_OK;
+}
+
+/* Scales every grad this rank steps (its shards under the distributed optimizer). */
+static void mc__opt_scale_grads(mc_optimizer *opt, float coeff) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    size_t s0, s1;
+    int b;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+        mc_ddp_shard(ddp, b, &s0, &s1);
+        if (s1 > s0) opt->desc.ops->scale(ddp->desc.grads + s0, coeff, s1 - s0);
+    }
+}
+
+/* Distributed optimizer: every DP rank gets every rank's freshly stepped shard. */
+static int mc__opt_gather_params(mc_optimizer *opt) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    size_t s0, s1;
+    int b, rc;
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) return MC_OK;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+        mc_ddp_shard(ddp, b, &s0, &s1);
+        rc = mc_all_gather(ddp->desc.dp, opt->desc.params + s0,
+                           opt->desc.params + ddp->desc.table->buckets[b].start, s1 - s0, MC_F32);
+        if (rc != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_step(mc_optimizer *opt) {
+    const mc_optimizer_desc *d;
+    const mc_param_table *t;
+    float *grads, lr, weight_decay, coeff = 1.0f;
+    double norm = 0.0;
+    size_t lo, hi, at;
+    int i, rc;
+    if (!opt || !opt->m)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_step: opt is NULL or not initialised");
+    d = &opt->desc;
+    t = d->ddp->desc.table;
+    grads = d->ddp->desc.grads;
+    lr = (float)mc_optimizer_lr_at(d, opt->lr_steps);
+    weight_decay = d->weight_decay > 0.0f ? d->weight_decay : 0.0f;
+    if (d->clip_grad > 0.0f) {
+        if ((rc = mc_optimizer_grad_norm(opt, &norm)) != MC_OK) return rc;
+        if (!isfinite(norm))
+            return MC__FAIL(MC_ERR_STATE, "mc_optimizer_step: grad norm is %g at iteration %lld; "
+                            "the step is skipped", norm, opt->iteration + 1);
+        coeff = (float)(d->clip_grad / (norm + MC__OPT_CLIP_EPS));
+        if (coeff < 1.0f)
+            mc__opt_scale_grads(opt, coeff);
+        else
+            coeff = 1.0f;
+    }
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi == lo) continue;
+        d->ops->adamw(d->params + lo, grads + lo, opt->m + at, opt->v + at, hi - lo, lr,
+                      d->beta1, d->beta2, d->eps, p->no_weight_decay ? 0.0f : weight_decay,
+                      (int)(opt->iteration + 1));
+    }
+    if ((rc = mc__opt_gather_params(opt)) != MC_OK) return rc;
+    opt->iteration++;
+    opt->lr_steps++;
+    opt->last_lr = lr;
+    opt->last_grad_norm = norm;
+    opt->last_clip_coeff = coeff;
+    return MC_OK;
+}
+
+static int mc__opt_check_param(const mc_optimizer *opt, int param, const char *fn) {
+    if (!opt || !opt->m)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: opt is NULL or not initialised", fn);
+    if (param < 0 || param >= opt->desc.ddp->desc.table->count)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: param (%d) must be in [0, %d)", fn, param,
+                        opt->desc.ddp->desc.table->count);
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_owned_range(const mc_optimizer *opt, int param, size_t *lo, size_t *hi) {
+    size_t a, b, at;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_owned_range")) != MC_OK) return rc;
+    mc__opt_param_span(opt, param, &a, &b, &at);
+    *lo = a - opt->desc.ddp->desc.table->info[param].offset;
+    *hi = b - opt->desc.ddp->desc.table->info[param].offset;
+    return MC_OK;
+}
+
+static float *mc__opt_state(mc_optimizer *opt, mc_optimizer_state_kind which) {
+    return which == MC_OPTIM_EXP_AVG_SQ ? opt->v : opt->m;
+}
+
+MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  float *out) {
+    const mc_ddp *ddp;
+    size_t lo, hi, at, numel, first;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_get_state")) != MC_OK) return rc;
+    ddp = opt->desc.ddp;
+    numel = ddp->desc.table->info[param].numel;
+    mc__opt_param_span(opt, param, &lo, &hi, &at);
+    first = lo - ddp->desc.table->info[param].offset;
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) {
+        opt->desc.ops->copy(out, mc__opt_state(opt, which) + at, numel);
+        return MC_OK;
+    }
+    /* The owners' pieces are disjoint and cover the param: summing zero-filled copies over
+       DP assembles it exactly (x + 0 = x). */
+    opt->desc.ops->fill(out, 0.0f, numel);
+    if (hi > lo) opt->desc.ops->copy(out + first, mc__opt_state(opt, which) + at, hi - lo);
+    return mc_all_reduce(ddp->desc.dp, out, out, numel, MC_F32, MC_SUM);
+}
+
+MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  const float *in) {
+    size_t lo, hi, at;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_set_state")) != MC_OK) return rc;
+    mc__opt_param_span(opt, param, &lo, &hi, &at);
+    if (hi > lo)
+        opt->desc.ops->copy(mc__opt_state(opt, which) + at,
+                            in + (lo - opt->desc.ddp->desc.table->info[param].offset), hi - lo);
+    return MC_OK;
+}
 
 /* @optimizer:implementation end */
 
