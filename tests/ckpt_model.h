@@ -15,8 +15,9 @@
        decoder.final_layernorm.weight / .bias [H]                       (last stage)
        output_layer.weight [Vp, H] dim 0, shared (the tied copy)        (last stage, PP > 1)
    The strides exercise Megatron's stride rule on both split dimensions (the real model uses
-   stride 1). Every parameter starts at a multiple of 64 elements; the gaps are padding that a
-   load must never touch.
+   stride 1). Offsets: either the registration order with a gap after every parameter, or the
+   library's own layout (mc_param_table_add + mc_param_table_layout: reverse order, padding for
+   the distributed optimizer). Either way the gaps are padding that a load must never touch.
 
    The values: element (i, j) of the GLOBAL tensor `name` of kind k (0 params, 1 exp_avg,
    2 exp_avg_sq) is ckpt_value(k, name, i, j), so a rank's expected shard can be computed
@@ -42,12 +43,17 @@ typedef struct ckpt_layout {
     int tp_rank, pp_rank;
     int layers;                    /* num_layers */
     int vocab;                     /* original vocabulary */
+    int library_table;             /* 1: register with mc_param_table_add and place with
+                                      mc_param_table_layout (reverse order, distributed-optimizer
+                                      padding for dp); 0: offsets in registration order */
+    int dp;                        /* for the library layout's padding; 0 means 1 */
 } ckpt_layout;
 
 typedef struct ckpt_model {
     mc_gpt_config cfg;
     mc_param_table table;
     float *data[3];                /* params, exp_avg, exp_avg_sq: [table.total] */
+    int library_table;             /* the table came from mc_param_table_add */
 } ckpt_model;
 
 static inline int ckpt_padded_vocab(int vocab, int tp) {
@@ -100,7 +106,7 @@ static inline float ckpt_value(int kind, const char *name, long long i, long lon
 static inline void ckpt__add(mc_param_table *t, const ckpt_layout *l, const char *name, int rows,
                              int cols, int pdim, int stride, int shared, int layer, int chunk,
                              size_t *offset) {
-    mc_param_info *p = &t->info[t->count];
+    mc_param_info proto, *p = l->library_table ? &proto : &t->info[t->count];
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "%s", name);
     p->ndim = cols > 0 ? 2 : 1;
@@ -115,6 +121,10 @@ static inline void ckpt__add(mc_param_table *t, const ckpt_layout *l, const char
     p->layer = layer;
     p->chunk = chunk;
     p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    if (l->library_table) {
+        mc_param_table_add(t, name, p);   /* a failure shows as a short table */
+        return;
+    }
     p->offset = *offset;
     *offset += (p->numel + 63) / 64 * 64 + 64;   /* a gap after every parameter */
     t->count++;
@@ -142,9 +152,11 @@ static inline int ckpt_build_table(mc_param_table *t, const ckpt_layout *l) {
     size_t offset = 32;   /* the buffer starts with padding too */
     char name[MC_PARAM_NAME_MAX];
     memset(t, 0, sizeof *t);
-    t->capacity = 8 + l->layers * 12;
-    t->info = (mc_param_info *)calloc((size_t)t->capacity, sizeof *t->info);
-    if (!t->info) return -1;
+    if (!l->library_table) {
+        t->capacity = 8 + l->layers * 12;
+        t->info = (mc_param_info *)calloc((size_t)t->capacity, sizeof *t->info);
+        if (!t->info) return -1;
+    }
     for (c = 0; c < chunks; c++) {
         int first = l->pp_rank == 0 && c == 0, last = l->pp_rank == l->pp - 1 && c == chunks - 1;
         int layer0 = c * (l->layers / chunks) + l->pp_rank * per_chunk;
@@ -165,6 +177,17 @@ static inline int ckpt_build_table(mc_param_table *t, const ckpt_layout *l) {
             if (l->pp > 1)   /* the tied copy of the word embedding */
                 ckpt__add(t, l, "output_layer.weight", vp, CKPT_H, 0, 1, 1, -1, c, &offset);
         }
+    }
+    if (l->library_table) {
+        mc_param_layout_desc ld;
+        int want = (chunks * per_chunk * 12) + (l->pp_rank == 0 ? 2 : 0) +
+                   (l->pp_rank == l->pp - 1 ? (l->pp > 1 ? 3 : 2) : 0);
+        if (t->count != want) return -1;
+        memset(&ld, 0, sizeof ld);
+        ld.dp_size = l->dp > 0 ? l->dp : 1;
+        ld.distributed_optimizer = 1;
+        ld.pp_rank = l->pp_rank;
+        return mc_param_table_layout(t, &ld) == MC_OK ? 0 : -1;
     }
     t->total = offset;
     return 0;
@@ -209,6 +232,7 @@ static inline int ckpt_model_init(ckpt_model *m, const ckpt_layout *l, float fil
     int k, i, li, lj;
     memset(m, 0, sizeof *m);
     m->cfg = ckpt_config(l);
+    m->library_table = l->library_table;
     if (ckpt_build_table(&m->table, l) != 0) return -1;
     for (k = 0; k < 3; k++) {
         m->data[k] = (float *)malloc(m->table.total * sizeof(float));
@@ -230,7 +254,8 @@ static inline int ckpt_model_init(ckpt_model *m, const ckpt_layout *l, float fil
 
 static inline void ckpt_model_free(ckpt_model *m) {
     for (int k = 0; k < 3; k++) free(m->data[k]);
-    free(m->table.info);
+    if (m->library_table) mc_param_table_free(&m->table);
+    else free(m->table.info);
     memset(m, 0, sizeof *m);
 }
 

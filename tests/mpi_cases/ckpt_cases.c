@@ -3,9 +3,11 @@
 
        mpirun -np N build/tests/ckpt_cases <case> --dir DIR [--tp T] [--pp P] [--vpp V]
                                            [--layers L] [--vocab V] [--iter N] [--explicit]
-                                           [--no-optim] [--saved-tp T --saved-pp P --saved-dp D]
+                                           [--no-optim] [--library-table]
+                                           [--saved-tp T --saved-pp P --saved-dp D]
 
-   DP is N / (TP * PP). The model is the synthetic GPT-shaped table of tests/ckpt_model.h.
+   DP is N / (TP * PP). The model is the synthetic GPT-shaped table of tests/ckpt_model.h, with
+   offsets from mc_param_table_layout under --library-table.
    Cases:
      save       fills params, exp_avg, exp_avg_sq with the global values of the layout, seeds
                 the RNG tracker Megatron's way and advances it per rank, saves iteration N
@@ -43,7 +45,7 @@ typedef struct options {
     const char *dir;
     int tp, pp, vpp, layers, vocab;
     long long iter;
-    int explicit_iter, no_optim;
+    int explicit_iter, no_optim, library_table;
     int saved_tp, saved_pp, saved_dp;
 } options;
 
@@ -74,6 +76,8 @@ static int setup_parallel(int tp, int pp, int vpp) {
     layout.pp_rank = ps.coords.pp;
     layout.layers = opt.layers;
     layout.vocab = opt.vocab;
+    layout.library_table = opt.library_table;
+    layout.dp = ps.grid.dp;
     return 1;
 }
 
@@ -313,6 +317,7 @@ static int load_into(ckpt_model *m, unsigned flags, long long iter, int with_opt
 
 static void case_corrupt(void) {
     if (!setup_parallel(opt.tp, 1, 0)) return;
+    layout.library_table = 0;   /* the case edits the table in place */
     ckpt_model src, m;
     mc_checkpoint_result res;
     mc_rng_tracker rng;
@@ -471,6 +476,7 @@ static void case_corrupt(void) {
 
 static void case_bad_table(void) {
     if (!setup_parallel(2, 1, 0)) return;
+    layout.library_table = 0;   /* the case edits the table in place */
     ckpt_model m;
     if (!MC_CASE_CHECK(ckpt_model_init(&m, &layout, NAN) == 0, "model init")) return;
     mc_checkpoint_desc d = make_desc(&m, NULL, 3, 0);
@@ -531,6 +537,7 @@ static int parse_options(int argc, char **argv) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--explicit") == 0) opt.explicit_iter = 1;
         else if (strcmp(a, "--no-optim") == 0) opt.no_optim = 1;
+        else if (strcmp(a, "--library-table") == 0) opt.library_table = 1;
         else if (!v) return 0;
         else if (strcmp(a, "--dir") == 0) opt.dir = v, i++;
         else if (strcmp(a, "--tp") == 0) opt.tp = atoi(v), i++;
@@ -554,6 +561,7 @@ int main(int argc, char **argv) {
     if (chosen == NULL || !parse_options(argc, argv)) {
         fprintf(stderr, "usage: %s save|load|math|corrupt|bad_table --dir DIR [--tp T] [--pp P] "
                         "[--vpp V] [--layers L] [--vocab V] [--iter N] [--explicit] [--no-optim] "
+                        "[--library-table] "
                         "[--saved-tp T --saved-pp P --saved-dp D]\n", argv[0]);
         return 2;
     }
