@@ -1022,7 +1022,8 @@ typedef struct mc_param_layout_desc {
     int dp_size;                    /* data-parallel (x CP) size the buckets are reduced over */
     int distributed_optimizer;      /* pad for reduce-scatter shards (§11.3) */
     size_t bucket_size;             /* elements; 0 = one bucket per chunk (overlap off) */
-    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 */
+    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 (and on
+                                       every chunk after the first: disable_bucketing) */
 } mc_param_layout_desc;
 
 typedef struct mc_param_table {
@@ -1036,9 +1037,17 @@ typedef struct mc_param_table {
 } mc_param_table;
 
 /* Registers a parameter (shapes, flags from `proto`; name/offset ignored in proto). Returns the
-   index, or a negative status. */
+   index, or a negative status. Checked: unique name, ndim 1 or 2, positive shapes, local ==
+   global outside partition_dim, tensor_model_parallel set exactly when partition_dim >= 0,
+   chunk < MC_MAX_VPP, shared only with shared_embedding. Stride 0 becomes 1; a 1-D param is
+   stored as [n] x 1. Adding after a layout drops the layout (offsets would move). */
 MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto);
 MC_API int mc_param_table_find(const mc_param_table *t, const char *name);   /* -1 if none */
+/* Sets every offset, order[] and the buckets; may be called again with another desc. Chunks
+   are placed one after the other (chunk 0 first), each in reverse registration order; a
+   bucket closes once end - bucket start >= bucket_size. E.g. DP 2, distributed optimizer,
+   params a(10) b(100) c(30) registered in that order: c [0,30), b [64,164), a [192,202), one
+   bucket [0,256). */
 MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc);
 MC_API void mc_param_table_free(mc_param_table *t);
 
@@ -1416,13 +1425,431 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
 
 /* @ddp:declarations begin */
 
+/* ---------------------------------------------------------------------------------------------
+   >>ddp  Megatron's DistributedDataParallel over the flat gradient buffer of an mc_param_table,
+   and finalize_model_grads (megatron_semantics.md §10, §11).
+
+   One mc_ddp per rank reduces the grads of every model chunk over the data-parallel (x CP)
+   group, bucket by bucket. A bucket's collective is: scale the bucket by 1/DP, then SUM
+       all-reduce                 without the distributed optimizer: every DP rank ends up
+                                  with the mean gradient of the whole bucket;
+       reduce-scatter             with it: DP rank d receives the mean of its shard
+                                  [start + d*size/DP, start + (d+1)*size/DP) of each bucket
+                                  (mc_ddp_shard); the rest of its bucket keeps stale local
+                                  values that nothing reads.
+
+       mc_ddp_zero_grad(&ddp);                          // iteration start
+       for each micro-batch mb of M:
+           mc_ddp_set_grad_sync(&ddp, -1, mb == M - 1); // Megatron's no_sync() otherwise
+           backward(...);     // calls mc_ddp_register_grad_ready(&ddp, i) when param i's
+                              // grad is final: a bucket whose params are all ready starts
+                              // its async collective while backward goes on
+       mc_finalize_model_grads(&ps, &ddp, NULL, NULL, sp, NULL);  // waits (§10 order)
+
+   Overlap off (overlap_grad_reduce = 0): registrations are ignored and finish_grad_sync runs
+   every bucket's collective blocking. Either way every DP rank must launch the buckets in the
+   same order (the same backward does). Grad sync starts disabled after init and zero_grad:
+   the schedule (grad_sync hook) or the caller enables it for the last micro-batch. The event
+   log says when each bucket was launched and waited, counted in grad-ready registrations, so
+   a lab can show that bucket 0 went out while later params were still being computed. */
+
+typedef enum mc_ddp_event_kind {
+    MC_DDP_LAUNCH = 1,   /* async collective started */
+    MC_DDP_WAIT,         /* finish_grad_sync waited for an async collective */
+    MC_DDP_SYNC          /* collective run blocking (overlap off) */
+} mc_ddp_event_kind;
+
+typedef struct mc_ddp_event {
+    mc_ddp_event_kind kind;
+    int bucket;
+    int params_ready;    /* grad-ready registrations counted so far in this iteration */
+} mc_ddp_event;
+
+/* Zero means default. */
+typedef struct mc_ddp_desc {
+    mc_param_table *table;          /* required, laid out (mc_param_table_layout) */
+    float *grads;                   /* required: the flat gradient buffer [table->total] */
+    mc_comm *dp;                    /* data-parallel x CP group; NULL = DP 1 (no communication) */
+    int distributed_optimizer;      /* reduce-scatter; must match table->layout */
+    int overlap_grad_reduce;        /* launch buckets from register_grad_ready */
+    int calculate_per_token_loss;   /* 1: bucket factor 1 instead of 1/DP (finalize divides by
+                                       the global token count, §11.4) */
+    const mc_ops *ops;              /* default mc_ops_cpu() */
+} mc_ddp_desc;
+
+typedef struct mc_ddp {
+    mc_ddp_desc desc;               /* resolved */
+    int dp_size, dp_rank;
+    float scale;                    /* applied to a bucket before its SUM: 1/DP or 1 */
+    int grad_sync[MC_MAX_VPP];      /* per chunk: 1 while its last micro-batch runs */
+    int params_ready;               /* registrations since zero_grad */
+    int n_events;
+    mc_ddp_event *events;           /* [2 * n_buckets]: the log of this iteration */
+    /* Private. */
+    int *bucket_of;                 /* [table->count] bucket of each param */
+    unsigned char *ready;           /* [table->count] */
+    int *bucket_ready;              /* [n_buckets] params of the bucket registered ready */
+    int *bucket_state;              /* [n_buckets] idle, in flight, done */
+    mc_request **requests;          /* [n_buckets] */
+    int finished;                   /* finish_grad_sync ran since the last zero_grad */
+} mc_ddp;
+
+/* Validates (table laid out, grads set, dp size = table->layout.dp_size and the flags equal
+   under the distributed optimizer) and allocates the bookkeeping; does not touch grads. */
+MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc);
+/* MC_ERR_BUSY (and nothing freed) while a bucket's collective is in flight. */
+MC_API int mc_ddp_destroy(mc_ddp *ddp);
+/* zero_grad_buffer: zeroes the grads (padding included), forgets the registrations and the
+   event log, disables grad sync. MC_ERR_BUSY while a collective is in flight. */
+MC_API int mc_ddp_zero_grad(mc_ddp *ddp);
+/* Enables (1) or disables (0) grad sync for model chunk `chunk` (-1: every chunk). */
+MC_API int mc_ddp_set_grad_sync(mc_ddp *ddp, int chunk, int enable);
+/* Param `param` (index in the table) has its final grad. Ignored unless overlap is on and
+   grad sync is enabled for the param's chunk; a second registration in one iteration is
+   MC_ERR_STATE. Launches the bucket's async collective when it was the bucket's last param. */
+MC_API int mc_ddp_register_grad_ready(mc_ddp *ddp, int param);
+/* Launches every bucket not launched yet (async with overlap, else blocking). */
+MC_API int mc_ddp_start_grad_sync(mc_ddp *ddp);
+/* Launches what is left, then waits for every bucket; grads are reduced on return. A second
+   call before the next zero_grad is MC_ERR_STATE (it would reduce nothing new). */
+MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp);
+/* [*start, *end) of bucket `bucket` in the flat buffer that this DP rank owns: its
+   reduce-scatter shard under the distributed optimizer, else the whole bucket. */
+MC_API int mc_ddp_shard(const mc_ddp *ddp, int bucket, size_t *start, size_t *end);
+
+/* Megatron's finalize_model_grads, in its order (§10):
+     1. DP: mc_ddp_finish_grad_sync (skipped when ddp is NULL);
+     2. (conditional embedders: not in a GPT);
+     3. sequence parallel on and TP > 1: the grads of params flagged sequence_parallel are
+        summed over TP, packed into one buffer for a single all-reduce;
+     4. tied embeddings: this rank in an embedding group of size > 1 sums the grads of its
+        shared_embedding params over the group (the first stage's word embedding with the
+        last stage's output copy);
+     5. position-embedding group: size 1 in a GPT, nothing to do;
+     7. num_tokens != NULL: *num_tokens is broadcast from the last pipeline stage, summed
+        over DP x CP, and every grad is scaled by 1 / max(*num_tokens, 1); *num_tokens holds
+        the global count on return.
+   table and grads default to the ddp's; ps may be NULL (one model-parallel rank: steps 3 and
+   4 do nothing). Under the distributed optimizer steps 3 and 4 reduce whole params although
+   only this rank's shard is valid after step 1: the stale rest of each sum is never read. */
+MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
+                                   const mc_param_table *table, float *grads,
+                                   int sequence_parallel, double *num_tokens);
+
 /* @ddp:declarations end */
 
 /* @optimizer:declarations begin */
 
+/* ---------------------------------------------------------------------------------------------
+   >>optimizer  AdamW with fp32 state over the flat buffers, Megatron's learning-rate schedule
+   (OptimizerParamScheduler) and its model-parallel-aware grad norm and clipping
+   (megatron_semantics.md §11.6, §12).
+
+   A step, after mc_finalize_model_grads (fp32 everywhere, so no loss scaler and no inf check):
+     1. lr = mc_optimizer_lr_at(&opt.desc, opt.lr_steps);
+     2. clip_grad > 0: the grad norm over every logical parameter once (below), and the grads
+        scaled by clip_grad / (norm + 1e-6) when that is < 1;
+     3. AdamW on every param (weight decay 0 for no_weight_decay params: biases and norms),
+        m and v in the same layout as the params;
+        distributed optimizer: only this DP rank's shard of each bucket (mc_ddp_shard) is
+        stepped and has state, then each bucket's params are all-gathered over DP;
+     4. lr_steps and iteration advance by one.
+
+   Grad norm (§12): a param counts if it is not `shared` (the tied output copy) and is either
+   tensor_model_parallel or on TP rank 0 (replicas counted once). Local sum of squares in fp64,
+   all-reduced (SUM) over the model-parallel group TP x PP, or over the whole world under the
+   distributed optimizer, where each DP rank adds only its disjoint shard (padding is never a
+   param, so it adds nothing). Both give the same norm.
+
+   Learning rate at scheduler step s (Megatron's num_steps in iterations; a caller counting
+   samples gives warmup / decay in samples and sets lr_steps to the consumed samples):
+       s <= warmup (warmup > 0):  init + (lr - init) * s / warmup
+       constant style:            lr
+       s > decay:                 min_lr
+       else r = (s - warmup) / (decay - warmup):
+           cosine  min_lr + (lr - min_lr) * 0.5 * (cos(pi r) + 1)
+           linear  min_lr + (lr - min_lr) * (1 - r)
+   Step k (1-based) uses s = k - 1, as Megatron does (the scheduler steps after the
+   optimizer), so with warmup the first step runs at lr_warmup_init. Megatron's log line
+   prints the rate for the NEXT step: mc_optimizer_lr_at(&opt.desc, opt.lr_steps). */
+
+typedef enum mc_lr_decay_style {
+    MC_LR_DECAY_COSINE = 0, MC_LR_DECAY_LINEAR, MC_LR_DECAY_CONSTANT
+} mc_lr_decay_style;
+
+typedef enum mc_optimizer_state_kind {
+    MC_OPTIM_EXP_AVG = 0,   /* Adam's m */
+    MC_OPTIM_EXP_AVG_SQ     /* Adam's v */
+} mc_optimizer_state_kind;
+
+#define MC_WEIGHT_DECAY_OFF (-1.0f)
+#define MC_CLIP_GRAD_OFF (-1.0f)
+
+/* Zero means default:
+     lr required (> 0)   | min_lr 0            | lr_warmup_init 0  | lr_warmup_iters 0
+     lr_decay_iters = train_iters (both 0: no decay) | lr_decay_style cosine
+     weight_decay 0.01 (MC_WEIGHT_DECAY_OFF: none)   | beta1 0.9 | beta2 0.999 | eps 1e-8
+     clip_grad 1.0 (MC_CLIP_GRAD_OFF or any negative: no clipping, reported norm 0) */
+typedef struct mc_optimizer_desc {
+    mc_ddp *ddp;                    /* required: table, grads, DP group, distributed optimizer */
+    float *params;                  /* required: the flat parameters [table->total] */
+    const mc_parallel_state *ps;    /* TP rank and grad-norm groups; NULL: one model-parallel
+                                       rank (the norm is reduced over the ddp's DP group only
+                                       under the distributed optimizer) */
+    const mc_ops *ops;              /* default: the ddp's */
+    float lr;
+    float min_lr;
+    float lr_warmup_init;
+    long long lr_warmup_iters;
+    long long lr_decay_iters;
+    long long train_iters;
+    mc_lr_decay_style lr_decay_style;
+    float weight_decay;
+    float beta1, beta2, eps;
+    float clip_grad;
+} mc_optimizer_desc;
+
+typedef struct mc_optimizer {
+    mc_optimizer_desc desc;         /* resolved */
+    long long iteration;            /* steps taken (Adam's bias correction uses iteration) */
+    long long lr_steps;             /* scheduler position (Megatron's num_steps) */
+    float last_lr;                  /* learning rate of the last step */
+    double last_grad_norm;          /* its grad norm before clipping; 0 when clipping is off */
+    float last_clip_coeff;          /* the factor the grads were scaled by (1: not clipped) */
+    float *m, *v;                   /* [state_numel]; m[i] belongs to param element i, or under
+                                       the distributed optimizer to shard element i: bucket b's
+                                       shard starts at buckets[b].start / DP */
+    size_t state_numel;             /* table->total, or table->total / DP */
+    /* Private. */
+    int tp_rank;
+    mc_comm *stats;                 /* grad-norm group; NULL: local */
+} mc_optimizer;
+
+/* Validates the desc (Megatron's scheduler asserts: min_lr <= lr, warmup < decay when
+   decaying; betas in [0, 1), eps > 0) and allocates zeroed state. */
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc);
+MC_API void mc_optimizer_destroy(mc_optimizer *opt);
+/* The learning rate at scheduler step num_steps for a desc (defaults applied). */
+MC_API double mc_optimizer_lr_at(const mc_optimizer_desc *desc, long long num_steps);
+/* The §12 grad norm of the current grads (collective over the grad-norm group). */
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm);
+/* One step (see above); collective over the grad-norm group and, under the distributed
+   optimizer, over DP. A non-finite grad norm skips the update with MC_ERR_STATE. */
+MC_API int mc_optimizer_step(mc_optimizer *opt);
+
+/* Optimizer state per param, in the param's own (local TP shard) terms, for checkpoints.
+   owned range: the elements [*lo, *hi) of param `param` whose state this rank holds:
+   [0, numel) without the distributed optimizer, else the part inside this DP rank's shards
+   (possibly empty, lo == hi). */
+MC_API int mc_optimizer_owned_range(const mc_optimizer *opt, int param, size_t *lo, size_t *hi);
+/* out[numel] = the whole m or v of the param. Under the distributed optimizer a collective
+   over DP (every DP rank calls it for the same param) that assembles the owners' pieces. */
+MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  float *out);
+/* Stores the owned part of in[numel] (the whole m or v of the param); local, no collective. */
+MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  const float *in);
+
 /* @optimizer:declarations end */
 
 /* @checkpoint:declarations begin */
+
+/* ---------------------------------------------------------------------------------------------
+   >>checkpoint  Checkpoints that load under another TP / PP / DP layout (resharding).
+
+   Every tensor is stored in GLOBAL form, whatever the layout that saved it: one file per tensor
+   holding the full [rows, cols] array, written cooperatively. Each rank writes the rows or
+   columns of its shard at their global offsets, and on load each rank reads exactly the slices
+   of its current layout. Keys are Megatron's names with GLOBAL layer indices, so they do not
+   depend on PP or VPP either (megatron_semantics.md §14).
+
+   Directory (Megatron's training layout):
+       <dir>/latest_checkpointed_iteration.txt   "10\n" (or "release"), replaced atomically
+       <dir>/iter_0000010/metadata.txt           written last, by world rank 0
+       <dir>/iter_0000010/model.<name>.bin       one per parameter
+       <dir>/iter_0000010/exp_avg.<name>.bin     Adam m, when saved (and exp_avg_sq.<name>.bin)
+       <dir>/iter_0000010/rng_pp000_tp00.txt     RNG states of each (pp, tp) position
+
+   Who writes (main replicas, §14): the rank with dp = cp = 0 of each (tp, pp) position, and for
+   a parameter replicated across TP (partition_dim -1) only its tp rank 0. The tied last-stage
+   copy of the word embedding (`shared`) is never written; on load it is filled from
+   MC_CKPT_TIED_KEY. A parameter split along `partition_dim` with `partition_stride` s follows
+   Megatron's stride rule: the local extent is s pieces; local piece k is global piece
+   k * TP + tp_rank. Before writing, the ranks exchange what they wrote and the save fails
+   unless every tensor's elements were written exactly once.
+
+   Atomicity: everything goes into <dir>/iter_0000010.tmp/ (a stale one from an interrupted save
+   is removed first). After a barrier the world computes a CRC32 of every file (file i by world
+   rank i mod world size, so the work is spread; collected with one all-reduce). Rank 0 writes
+   metadata.txt.tmp, fsyncs it, renames it to metadata.txt, renames the directory to
+   iter_0000010 (an existing directory of that iteration is removed first) and replaces `latest`
+   through a temp file and a rename, fsyncing the directory after each rename. A crash at any
+   point before the directory rename leaves the previous checkpoint and `latest` as they were;
+   loaders never look at *.tmp.
+
+   Tensor file: a 64-byte header, then the elements, row-major, host byte order (metadata
+   records it; a loader with the other order refuses):
+       bytes  0.. 7  "MCTENSOR"             bytes 16..19  u32 ndim (1 or 2)
+       bytes  8..11  u32 format version (1) bytes 20..23  u32 0x01020304 (byte-order mark)
+       bytes 12..15  u32 dtype (0 = f32)    bytes 24..39  u64 shape[0], shape[1] (1 for 1-D)
+       bytes 40..63  zero
+   RNG file (text): "megatron_c-rng 1", "position pp P tp T", "current SEED OFFSET", then one
+   "stream NAME SEED OFFSET" per tracker stream.
+
+   metadata.txt: one record per line, fields separated by single spaces, "\n" line ends:
+       megatron_c-checkpoint 1                  first line: magic and format version
+       byte_order little                        or big
+       iteration 10                             |
+       consumed_samples 640                     | the training scalars
+       optimizer_step 10                        |
+       math_fingerprint 0123456789abcdef        mc_gpt_config_math_fingerprint, 16 hex digits
+       layout_fingerprint 0123456789abcdef      mc_gpt_config_layout_fingerprint
+       layout tp 2 pp 2 dp 2 cp 1 vpp 0 world 8 the layout that saved
+       config <field> <value>                   one per field of the RESOLVED mc_gpt_config
+                                                (floats as %.9g, which reads back exactly)
+       tensor <kind> <name> f32 <ndim> <d0> [<d1>] <file> <bytes> <crc32>
+                                                kind: model, exp_avg or exp_avg_sq; bytes and
+                                                crc32 (8 hex digits) of the whole file
+       rng <pp> <tp> <file> <bytes> <crc32>
+       end <crc32>                              last line: CRC32 of every byte before it
+   Unknown keys (and unknown config fields) are ignored, as Megatron ignores unknown keys; a
+   missing `end` line means a truncated file, a wrong CRC a corrupted one.
+
+   Loading (mc_checkpoint_load) checks, in order: the metadata (magic, version, byte order,
+   checksum); the math fingerprint against the current config (a mismatch is MC_ERR_INVALID_DESC
+   naming every differing field, through mc_gpt_config_math_diff, unless
+   MC_CKPT_LOAD_IGNORE_MATH is set; the layout may differ); that every local parameter has a
+   tensor of compatible global shape; every file's size and CRC32 (spread over the world like
+   the save); then each rank reads its slices. Shapes must match, with one exception: a
+   vocabulary-padded tensor (dim 0 equal to the padded vocabulary of its config, e.g. 50304 at
+   TP 1 and 50432 at TP 2 for 50257) may change its row count: rows present in both are read,
+   further rows are zero. The RNG states are restored when the checkpoint holds the same
+   (pp, tp) position at the same TP and PP sizes; otherwise the tracker is reseeded as at start
+   (mc_rng_tracker_seed_megatron with config->seed) and the result says so. Every error is
+   agreed over the world: all ranks return the status and the message of the first failing
+   rank ("rank 3: ..."), nobody waits on a rank that gave up. Statuses: MC_ERR_INVALID_ARG for
+   the desc (or ranks passing different iterations, configs, optimizer or RNG choices),
+   MC_ERR_INVALID_DESC for the parameter table, a math mismatch or a tensor of another shape,
+   MC_ERR_IO for missing, truncated or corrupted files and file-system errors,
+   MC_ERR_UNSUPPORTED for tensor files of the other byte order.
+   The collectives run with the world communicator's timeout: ranks wait there while others
+   write or checksum, so a checkpoint that takes longer than that needs a larger
+   mc_comm_desc.timeout_s.
+
+       mc_checkpoint_desc cd = {0};
+       cd.dir = "ckpt"; cd.ps = &ps; cd.config = &cfg; cd.params = &table;
+       cd.param_data = params; cd.exp_avg = m; cd.exp_avg_sq = v; cd.rng = &tracker;
+       cd.iteration = 10; cd.consumed_samples = 640; cd.optimizer_step = 10;
+       mc_checkpoint_save(&cd);                         // -> ckpt/iter_0000010, latest = 10
+       ... later, under another layout:
+       mc_checkpoint_result res;
+       mc_checkpoint_load(&cd, 0, &res);                // res.iteration == 10, res.resharded
+
+   POSIX is required (open, lseek/read/write on a descriptor of one's own, fsync, rename,
+   mkdir, opendir); elsewhere save and load return MC_ERR_UNSUPPORTED. Not supported: bf16
+   storage, data_parallel_random_init (one RNG file per (pp, tp)), expert parallelism. */
+#define MC_CKPT_FORMAT_VERSION 1
+#define MC_CKPT_LATEST_FILE "latest_checkpointed_iteration.txt"
+#define MC_CKPT_METADATA_FILE "metadata.txt"
+#define MC_CKPT_TIED_KEY "embedding.word_embeddings.weight"   /* source of the `shared` copy */
+#define MC_CKPT_RELEASE (-1LL)          /* the iteration of a "release" checkpoint directory */
+#define MC_CKPT_HEADER_BYTES 64
+#define MC_CKPT_PATH_MAX 1024
+#define MC_CKPT_FILE_MAX (MC_PARAM_NAME_MAX + 24)
+
+/* mc_checkpoint_load flags. */
+#define MC_CKPT_LOAD_ITERATION 1u       /* load desc->iteration instead of `latest` */
+#define MC_CKPT_LOAD_IGNORE_MATH 2u     /* accept a math-fingerprint mismatch (logs a warning) */
+#define MC_CKPT_LOAD_NO_RNG 4u          /* leave the RNG tracker alone (Megatron's --no-load-rng) */
+
+/* The same desc serves save and load; every rank of the world passes its own. */
+typedef struct mc_checkpoint_desc {
+    const char *dir;                 /* required: the --save / --load directory */
+    const mc_parallel_state *ps;     /* required: layout, this rank's coordinates, the world */
+    const mc_gpt_config *config;     /* required: fingerprints, config text, vocab padding, seed */
+    const mc_param_table *params;    /* required: this rank's table, offsets set */
+    float *param_data;               /* required: the flat buffer [params->total]; load writes
+                                        only the parameters' elements, never the padding */
+    float *exp_avg;                  /* optional: Adam m in the same layout ...               */
+    float *exp_avg_sq;               /* ... and v: both or neither; full local shards        */
+    mc_rng_tracker *rng;             /* optional: saved per (pp, tp); restored or reseeded */
+    long long iteration;             /* save: >= 0, the same on every rank; load: read with
+                                        MC_CKPT_LOAD_ITERATION (MC_CKPT_RELEASE: "release") */
+    long long consumed_samples;      /* save: >= 0 */
+    long long optimizer_step;        /* save: >= 0, Adam's step count */
+} mc_checkpoint_desc;
+
+typedef struct mc_checkpoint_result {
+    long long iteration;
+    long long consumed_samples;
+    long long optimizer_step;
+    int saved_tp, saved_pp, saved_dp, saved_cp, saved_vpp, saved_world;
+    int resharded;                   /* the saved layout differs from the current one */
+    int math_mismatch_ignored;       /* loaded under MC_CKPT_LOAD_IGNORE_MATH despite a mismatch */
+    int optimizer_loaded;            /* exp_avg / exp_avg_sq were filled */
+    int rng_restored;                /* 1: states of this (pp, tp) restored; 0: see note */
+    char path[MC_CKPT_PATH_MAX];     /* the iteration directory that was read */
+    char note[512];                  /* e.g. "RNG states reset: saved at TP 2 PP 2, now ..." */
+} mc_checkpoint_result;
+
+/* Collective over ps->world. Returns MC_OK on every rank or the same error on every rank. */
+MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc);
+/* Collective over ps->world; result may be NULL. Fills params (and m, v when given) for the
+   current layout, restores or reseeds the RNG tracker. */
+MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+                              mc_checkpoint_result *result);
+
+/* Reads <dir>/latest_checkpointed_iteration.txt: the iteration, or MC_CKPT_RELEASE. MC_ERR_IO
+   when the file is missing or does not hold an integer or "release". Local, no communication. */
+MC_API int mc_checkpoint_latest(const char *dir, long long *iteration);
+/* "<dir>/iter_0000010" (or "<dir>/release"); MC_ERR_INVALID_ARG when it does not fit. */
+MC_API int mc_checkpoint_iteration_dir(char *out, size_t cap, const char *dir,
+                                       long long iteration);
+
+/* The parsed metadata.txt. */
+typedef struct mc_checkpoint_tensor {
+    char kind[16];                   /* "model", "exp_avg", "exp_avg_sq" */
+    char name[MC_PARAM_NAME_MAX];
+    int ndim;
+    long long shape[2];              /* shape[1] = 1 for 1-D */
+    char file[MC_CKPT_FILE_MAX];     /* relative to the iteration directory */
+    long long bytes;                 /* header included */
+    uint32_t crc32;
+} mc_checkpoint_tensor;
+
+typedef struct mc_checkpoint_rng_file {
+    int pp, tp;
+    char file[32];
+    long long bytes;
+    uint32_t crc32;
+} mc_checkpoint_rng_file;
+
+typedef struct mc_checkpoint_meta {
+    int format_version;
+    int big_endian;                  /* byte order of the tensor files */
+    long long iteration, consumed_samples, optimizer_step;
+    uint64_t math_fingerprint, layout_fingerprint;
+    int tp, pp, dp, cp, vpp, world;
+    mc_gpt_config config;            /* fields absent from the file keep the `base` values */
+    int n_tensors;                   /* sorted by (kind, name) */
+    mc_checkpoint_tensor *tensors;
+    int n_rng;
+    mc_checkpoint_rng_file *rng;
+} mc_checkpoint_meta;
+
+/* Parses metadata text (`source` names it in messages). `base` (may be NULL: zeros) seeds the
+   config, so fields the file does not mention compare equal. MC_ERR_IO with the line number and
+   the rule for every format error. Free with mc_checkpoint_meta_free (also after an error). */
+MC_API int mc_checkpoint_parse_metadata(mc_checkpoint_meta *meta, const char *text, size_t len,
+                                        const char *source, const mc_gpt_config *base);
+MC_API void mc_checkpoint_meta_free(mc_checkpoint_meta *meta);
+/* The tensor of (kind, name), or NULL. */
+MC_API const mc_checkpoint_tensor *mc_checkpoint_meta_find(const mc_checkpoint_meta *meta,
+                                                           const char *kind, const char *name);
+
+/* CRC-32 (IEEE 802.3, reflected 0xEDB88320, zlib's crc32): start with crc = 0 and feed the
+   previous result to continue. mc_crc32(0, "123456789", 9) == 0xCBF43926. */
+MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n);
 
 /* @checkpoint:declarations end */
 
@@ -5826,6 +6253,238 @@ MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *
 
 /* @params:implementation begin */
 
+// ---------------------------------------------------------------------------------------------
+// >>params
+//
+// The layout mirrors Megatron's _ParamAndGradBuffer, with every model chunk laid out after
+// the previous one in one flat buffer (Megatron keeps one buffer per chunk; offsets inside a
+// chunk are the same because each chunk starts on a padded bucket boundary).
+
+#define MC__PARAM_START_ALIGN 64   /* §11.3: 128-byte aligned param starts (64 values) */
+#define MC__PARAM_BUCKET_ALIGN 128 /* §11.3: bucket ends at a multiple of lcm(DP, 128) */
+
+static size_t mc__param_gcd(size_t a, size_t b) {
+    while (b != 0) {
+        size_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+static size_t mc__param_round_up(size_t value, size_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+}
+
+/* Drops a previous layout: adding a parameter changes every offset after it. */
+static void mc__param_layout_clear(mc_param_table *t) {
+    int i;
+    mc_free(t->order);
+    mc_free(t->buckets);
+    t->order = NULL;
+    t->buckets = NULL;
+    t->n_buckets = 0;
+    t->total = 0;
+    for (i = 0; i < t->count; i++) t->info[i].offset = 0;
+}
+
+static int mc__param_check_proto(const char *name, const mc_param_info *p) {
+    int d;
+    if (p->ndim != 1 && p->ndim != 2)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: ndim (%d) must be 1 or 2", name, p->ndim);
+    for (d = 0; d < p->ndim; d++) {
+        if (p->global_shape[d] <= 0 || p->local_shape[d] <= 0)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: global_shape[%d] (%d) and local_shape[%d] (%d) must be > 0",
+                            name, d, p->global_shape[d], d, p->local_shape[d]);
+        if (d != p->partition_dim && p->local_shape[d] != p->global_shape[d])
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: local_shape[%d] (%d) differs from global_shape[%d] (%d) "
+                            "but the tensor is not partitioned along dim %d (partition_dim %d)",
+                            name, d, p->local_shape[d], d, p->global_shape[d], d,
+                            p->partition_dim);
+    }
+    if (p->partition_dim < -1 || p->partition_dim >= p->ndim)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_dim (%d) must be -1 or in [0, %d)",
+                        name, p->partition_dim, p->ndim);
+    if ((p->partition_dim >= 0) != (p->tensor_model_parallel != 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "param %s: tensor_model_parallel (%d) must be set exactly when "
+                        "partition_dim (%d) >= 0 (Megatron sets both together)",
+                        name, p->tensor_model_parallel, p->partition_dim);
+    if (p->partition_stride < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_stride (%d) must be >= 0 "
+                        "(0 means 1)", name, p->partition_stride);
+    if (p->chunk < 0 || p->chunk >= MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: chunk (%d) must be in [0, MC_MAX_VPP = %d)",
+                        name, p->chunk, MC_MAX_VPP);
+    if (p->shared && !p->shared_embedding)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: shared (1) is the tied embedding copy and "
+                        "needs shared_embedding = 1", name);
+    return MC_OK;
+}
+
+static int mc__param_grow(mc_param_table *t) {
+    int cap = t->capacity > 0 ? 2 * t->capacity : 16;
+    mc_param_info *info = (mc_param_info *)mc_calloc((size_t)cap, sizeof *info);
+    if (!info) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_add: out of memory (%d params)",
+                               cap);
+    if (t->count > 0) memcpy(info, t->info, (size_t)t->count * sizeof *info);
+    mc_free(t->info);
+    t->info = info;
+    t->capacity = cap;
+    return MC_OK;
+}
+
+MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto) {
+    mc_param_info *p;
+    size_t len;
+    int rc;
+    if (!t || !name || !proto)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: table, name and proto must be set");
+    len = strlen(name);
+    if (len == 0 || len >= MC_PARAM_NAME_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: name \"%.40s\" has %zu characters, must be 1 .. %d",
+                        name, len, MC_PARAM_NAME_MAX - 1);
+    if ((rc = mc__param_check_proto(name, proto)) != MC_OK) return rc;
+    if (mc_param_table_find(t, name) >= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: param %s is already registered "
+                        "(names are unique keys)", name);
+    if (t->count == t->capacity && (rc = mc__param_grow(t)) != MC_OK) return rc;
+    mc__param_layout_clear(t);
+    p = &t->info[t->count];
+    *p = *proto;
+    memcpy(p->name, name, len + 1);
+    if (p->ndim == 1) {   /* keep the unused second dimension tidy: 1-D tensors are [n] */
+        p->global_shape[1] = 1;
+        p->local_shape[1] = 1;
+    }
+    p->partition_stride = MC__DEF(p->partition_stride, 1);
+    p->offset = 0;
+    p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    return t->count++;
+}
+
+MC_API int mc_param_table_find(const mc_param_table *t, const char *name) {
+    int i;
+    if (!t || !name) return -1;
+    for (i = 0; i < t->count; i++)
+        if (strcmp(t->info[i].name, name) == 0) return i;
+    return -1;
+}
+
+MC_API void mc_param_table_free(mc_param_table *t) {
+    if (!t) return;
+    mc__param_layout_clear(t);
+    mc_free(t->info);
+    memset(t, 0, sizeof *t);
+}
+
+/* The running state of one chunk's layout pass (Megatron's param_start_index etc.). */
+typedef struct mc__param_layouter {
+    mc_param_table *t;
+    size_t bucket_align;    /* lcm(DP, 128) under the distributed optimizer, else 1 */
+    size_t param_align;     /* 64 under the distributed optimizer, else 1 */
+    size_t bucket_start;
+    int bucket_first;       /* index into t->order of the open bucket's first param */
+    int n_placed;           /* params placed so far (all chunks) */
+    int chunk;
+} mc__param_layouter;
+
+/* Closes the open bucket at `param_end` (padded to the bucket alignment) and returns its end,
+   where the next bucket starts. */
+static size_t mc__param_close_bucket(mc__param_layouter *L, size_t param_end) {
+    mc_bucket *b = &L->t->buckets[L->t->n_buckets++];
+    int k;
+    b->start = L->bucket_start;
+    b->end = mc__param_round_up(param_end, L->bucket_align);
+    b->first_param = L->bucket_first;
+    b->n_params = L->n_placed - L->bucket_first;
+    b->chunk = L->chunk;
+    b->shared_embedding = 0;
+    for (k = 0; k < b->n_params; k++)
+        if (L->t->info[L->t->order[b->first_param + k]].shared_embedding) b->shared_embedding = 1;
+    L->bucket_start = b->end;
+    L->bucket_first = L->n_placed;
+    return b->end;
+}
+
+/* Lays out the params of `chunk` in reverse registration order, from L->bucket_start.
+   bucket_size 0: no size limit (one bucket, unless the shared embedding splits it). */
+static void mc__param_layout_chunk(mc__param_layouter *L, int chunk, size_t bucket_size,
+                                   int distributed_optimizer) {
+    mc_param_table *t = L->t;
+    size_t start = L->bucket_start, end = L->bucket_start;
+    int i;
+    L->chunk = chunk;
+    L->bucket_first = L->n_placed;
+    for (i = t->count - 1; i >= 0; i--) {
+        mc_param_info *p = &t->info[i];
+        /* Under the distributed optimizer the shared embedding gets a bucket of its own, so
+           that the first and the last stage shard it identically (see mc_finalize_model_grads). */
+        int own_bucket = distributed_optimizer && p->shared_embedding;
+        if (p->chunk != chunk) continue;
+        start = mc__param_round_up(start, L->param_align);
+        if (own_bucket && L->n_placed > L->bucket_first) start = mc__param_close_bucket(L, start);
+        p->offset = start;
+        end = start + p->numel;
+        t->order[L->n_placed++] = i;
+        if ((bucket_size > 0 && end - L->bucket_start >= bucket_size) || own_bucket)
+            start = mc__param_close_bucket(L, end);
+        else
+            start = end;
+    }
+    if (L->n_placed > L->bucket_first) mc__param_close_bucket(L, end);
+}
+
+MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc) {
+    mc_param_layout_desc d;
+    mc__param_layouter L;
+    int chunk, b;
+    if (!t || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_layout: table and desc "
+                                     "must be set");
+    d = *desc;
+    d.dp_size = MC__DEF(d.dp_size, 1);
+    if (d.dp_size < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.dp_size (%d) must be >= 1",
+                        d.dp_size);
+    if (d.pp_rank < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.pp_rank (%d) must be >= 0",
+                        d.pp_rank);
+    mc__param_layout_clear(t);
+    t->order = (int *)mc_calloc((size_t)(t->count > 0 ? t->count : 1), sizeof *t->order);
+    t->buckets = (mc_bucket *)mc_calloc((size_t)(t->count > 0 ? t->count : 1),
+                                        sizeof *t->buckets);   /* a bucket holds >= 1 param */
+    if (!t->order || !t->buckets) {
+        mc__param_layout_clear(t);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_layout: out of memory (%d params)",
+                        t->count);
+    }
+    memset(&L, 0, sizeof L);
+    L.t = t;
+    L.param_align = d.distributed_optimizer ? MC__PARAM_START_ALIGN : 1;
+    L.bucket_align = d.distributed_optimizer
+                         ? (size_t)d.dp_size / mc__param_gcd((size_t)d.dp_size,
+                                                             MC__PARAM_BUCKET_ALIGN) *
+                               MC__PARAM_BUCKET_ALIGN
+                         : 1;
+    for (chunk = 0; chunk < MC_MAX_VPP; chunk++) {
+        /* Megatron builds buckets only for the first chunk of the first stage; the others
+           get one bucket each (bucket_size None on pp_rank > 0 and disable_bucketing on
+           chunks after the first). */
+        size_t size = (d.pp_rank > 0 || chunk > 0) ? 0 : d.bucket_size;
+        mc__param_layout_chunk(&L, chunk, size, d.distributed_optimizer);
+    }
+    t->total = L.bucket_start;
+    t->layout = d;
+    for (b = 0; b < t->n_buckets; b++)   /* Megatron asserts it: equal reduce-scatter shards */
+        MC_ASSERT(!d.distributed_optimizer ||
+                  (t->buckets[b].end - t->buckets[b].start) % (size_t)d.dp_size == 0);
+    return MC_OK;
+}
+
 /* @params:implementation end */
 
 /* @tensor_parallel:implementation begin */
@@ -7600,13 +8259,2514 @@ MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_s
 
 /* @ddp:implementation begin */
 
+// ---------------------------------------------------------------------------------------------
+// >>ddp
+
+enum { MC__DDP_IDLE = 0, MC__DDP_IN_FLIGHT, MC__DDP_DONE };
+
+static void mc__ddp_release(mc_ddp *ddp) {
+    mc_free(ddp->events);
+    mc_free(ddp->bucket_of);
+    mc_free(ddp->ready);
+    mc_free(ddp->bucket_ready);
+    mc_free(ddp->bucket_state);
+    mc_free(ddp->requests);
+    memset(ddp, 0, sizeof *ddp);
+}
+
+static int mc__ddp_check(const mc_ddp *ddp, const char *fn) {
+    if (!ddp || !ddp->desc.table || !ddp->bucket_state)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ddp is NULL or not initialised (mc_ddp_init)", fn);
+    return MC_OK;
+}
+
+static int mc__ddp_validate(const mc_ddp_desc *d) {
+    const mc_param_table *t = d->table;
+    int dp = d->dp ? d->dp->size : 1;
+    if (!t) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.table is required");
+    if (!t->order && t->count > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.table: %d params but no layout "
+                        "(call mc_param_table_layout first)", t->count);
+    if (!d->grads && t->total > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.grads is required (%zu elements)",
+                        t->total);
+    if (!d->ops) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.ops: no op table");
+    if (d->distributed_optimizer != t->layout.distributed_optimizer)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.distributed_optimizer (%d) differs from "
+                        "the table's layout (%d): the padding would not fit the shards",
+                        d->distributed_optimizer, t->layout.distributed_optimizer);
+    if (d->distributed_optimizer && dp != t->layout.dp_size)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.dp: size %d, but the table was laid out "
+                        "for dp_size %d (the buckets must split into equal shards)", dp,
+                        t->layout.dp_size);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc) {
+    const mc_param_table *t;
+    size_t nb, np;
+    int rc, b, k;
+    if (!ddp || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_init: ddp and desc must be set");
+    memset(ddp, 0, sizeof *ddp);
+    ddp->desc = *desc;
+    if (!ddp->desc.ops) ddp->desc.ops = mc_ops_cpu();
+    if ((rc = mc__ddp_validate(&ddp->desc)) != MC_OK) {
+        memset(ddp, 0, sizeof *ddp);
+        return rc;
+    }
+    t = ddp->desc.table;
+    ddp->dp_size = ddp->desc.dp ? ddp->desc.dp->size : 1;
+    ddp->dp_rank = ddp->desc.dp ? ddp->desc.dp->rank : 0;
+    ddp->scale = ddp->desc.calculate_per_token_loss ? 1.0f : 1.0f / (float)ddp->dp_size;
+    nb = (size_t)(t->n_buckets > 0 ? t->n_buckets : 1);
+    np = (size_t)(t->count > 0 ? t->count : 1);
+    ddp->events = (mc_ddp_event *)mc_calloc(2 * nb, sizeof *ddp->events);
+    ddp->bucket_of = (int *)mc_calloc(np, sizeof *ddp->bucket_of);
+    ddp->ready = (unsigned char *)mc_calloc(np, 1);
+    ddp->bucket_ready = (int *)mc_calloc(nb, sizeof *ddp->bucket_ready);
+    ddp->bucket_state = (int *)mc_calloc(nb, sizeof *ddp->bucket_state);
+    ddp->requests = (mc_request **)mc_calloc(nb, sizeof *ddp->requests);
+    if (!ddp->events || !ddp->bucket_of || !ddp->ready || !ddp->bucket_ready ||
+        !ddp->bucket_state || !ddp->requests) {
+        mc__ddp_release(ddp);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_ddp_init: out of memory (%d buckets)", t->n_buckets);
+    }
+    for (b = 0; b < t->n_buckets; b++)
+        for (k = 0; k < t->buckets[b].n_params; k++)
+            ddp->bucket_of[t->order[t->buckets[b].first_param + k]] = b;
+    return MC_OK;
+}
+
+static int mc__ddp_in_flight(const mc_ddp *ddp) {
+    int b;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++)
+        if (ddp->bucket_state[b] == MC__DDP_IN_FLIGHT) return b;
+    return -1;
+}
+
+MC_API int mc_ddp_destroy(mc_ddp *ddp) {
+    int b;
+    if (!ddp || !ddp->bucket_state) return MC_OK;   /* never initialised, or destroyed */
+    if ((b = mc__ddp_in_flight(ddp)) >= 0)
+        return MC__FAIL(MC_ERR_BUSY, "mc_ddp_destroy: bucket %d's collective is still in flight "
+                        "(call mc_ddp_finish_grad_sync first)", b);
+    mc__ddp_release(ddp);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_zero_grad(mc_ddp *ddp) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_zero_grad")) != MC_OK) return rc;
+    if ((b = mc__ddp_in_flight(ddp)) >= 0)
+        return MC__FAIL(MC_ERR_BUSY, "mc_ddp_zero_grad: bucket %d's collective is still in flight "
+                        "and writes into the grads (call mc_ddp_finish_grad_sync first)", b);
+    t = ddp->desc.table;
+    if (t->total > 0) ddp->desc.ops->fill(ddp->desc.grads, 0.0f, t->total);
+    memset(ddp->ready, 0, (size_t)(t->count > 0 ? t->count : 1));
+    for (b = 0; b < t->n_buckets; b++) {
+        ddp->bucket_ready[b] = 0;
+        ddp->bucket_state[b] = MC__DDP_IDLE;
+    }
+    memset(ddp->grad_sync, 0, sizeof ddp->grad_sync);
+    ddp->params_ready = 0;
+    ddp->n_events = 0;
+    ddp->finished = 0;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_set_grad_sync(mc_ddp *ddp, int chunk, int enable) {
+    int rc, c;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_set_grad_sync")) != MC_OK) return rc;
+    if (chunk < -1 || chunk >= MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_set_grad_sync: chunk (%d) must be -1 (all) or "
+                        "in [0, MC_MAX_VPP = %d)", chunk, MC_MAX_VPP);
+    for (c = 0; c < MC_MAX_VPP; c++)
+        if (chunk == -1 || chunk == c) ddp->grad_sync[c] = enable ? 1 : 0;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_shard(const mc_ddp *ddp, int bucket, size_t *start, size_t *end) {
+    const mc_bucket *bk;
+    size_t size;
+    int rc;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_shard")) != MC_OK) return rc;
+    if (bucket < 0 || bucket >= ddp->desc.table->n_buckets)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_shard: bucket (%d) must be in [0, %d)", bucket,
+                        ddp->desc.table->n_buckets);
+    bk = &ddp->desc.table->buckets[bucket];
+    if (!ddp->desc.distributed_optimizer) {
+        *start = bk->start;
+        *end = bk->end;
+        return MC_OK;
+    }
+    size = (bk->end - bk->start) / (size_t)ddp->dp_size;
+    *start = bk->start + (size_t)ddp->dp_rank * size;
+    *end = *start + size;
+    return MC_OK;
+}
+
+static void mc__ddp_log(mc_ddp *ddp, mc_ddp_event_kind kind, int bucket) {
+    if (ddp->n_events >= 2 * ddp->desc.table->n_buckets) return;   /* cannot happen: 2 a bucket */
+    ddp->events[ddp->n_events].kind = kind;
+    ddp->events[ddp->n_events].bucket = bucket;
+    ddp->events[ddp->n_events].params_ready = ddp->params_ready;
+    ddp->n_events++;
+}
+
+/* Scales bucket b by 1/DP and starts (async) or runs (blocking) its SUM collective. */
+static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
+    const mc_bucket *bk = &ddp->desc.table->buckets[b];
+    float *data = ddp->desc.grads + bk->start;                 /* [end - start] */
+    size_t n = bk->end - bk->start, shard_start, shard_end;
+    mc_request **req = async ? &ddp->requests[b] : NULL;
+    int rc = MC_OK;
+    if (ddp->scale != 1.0f) ddp->desc.ops->scale(data, ddp->scale, n);
+    if (ddp->desc.dp && ddp->desc.distributed_optimizer) {
+        mc_ddp_shard(ddp, b, &shard_start, &shard_end);
+        rc = async ? mc_reduce_scatter_async(ddp->desc.dp, data, ddp->desc.grads + shard_start,
+                                             shard_end - shard_start, MC_F32, MC_SUM, req)
+                   : mc_reduce_scatter(ddp->desc.dp, data, ddp->desc.grads + shard_start,
+                                       shard_end - shard_start, MC_F32, MC_SUM);
+    } else if (ddp->desc.dp) {
+        rc = async ? mc_all_reduce_async(ddp->desc.dp, data, data, n, MC_F32, MC_SUM, req)
+                   : mc_all_reduce(ddp->desc.dp, data, data, n, MC_F32, MC_SUM);
+    }
+    if (rc != MC_OK) return rc;
+    ddp->bucket_state[b] = async && ddp->requests[b] ? MC__DDP_IN_FLIGHT : MC__DDP_DONE;
+    mc__ddp_log(ddp, async ? MC_DDP_LAUNCH : MC_DDP_SYNC, b);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_register_grad_ready(mc_ddp *ddp, int param) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_register_grad_ready")) != MC_OK) return rc;
+    t = ddp->desc.table;
+    if (param < 0 || param >= t->count)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_register_grad_ready: param (%d) must be in "
+                        "[0, %d)", param, t->count);
+    if (!ddp->desc.overlap_grad_reduce || !ddp->grad_sync[t->info[param].chunk]) return MC_OK;
+    if (ddp->ready[param])
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_register_grad_ready: the grad of %s was registered "
+                        "twice in one iteration (missing mc_ddp_zero_grad?)", t->info[param].name);
+    b = ddp->bucket_of[param];
+    if (ddp->bucket_state[b] != MC__DDP_IDLE)
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_register_grad_ready: %s is ready after its bucket %d "
+                        "was already reduced (its grad would be lost)", t->info[param].name, b);
+    ddp->ready[param] = 1;
+    ddp->params_ready++;
+    if (++ddp->bucket_ready[b] < t->buckets[b].n_params) return MC_OK;
+    return mc__ddp_launch(ddp, b, 1);
+}
+
+MC_API int mc_ddp_start_grad_sync(mc_ddp *ddp) {
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_start_grad_sync")) != MC_OK) return rc;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++)
+        if (ddp->bucket_state[b] == MC__DDP_IDLE &&
+            (rc = mc__ddp_launch(ddp, b, ddp->desc.overlap_grad_reduce)) != MC_OK)
+            return rc;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_finish_grad_sync")) != MC_OK) return rc;
+    t = ddp->desc.table;
+    if (ddp->finished)
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_finish_grad_sync: the grads are already reduced; "
+                        "call mc_ddp_zero_grad before the next iteration");
+    if ((rc = mc_ddp_start_grad_sync(ddp)) != MC_OK) return rc;
+    for (b = 0; b < t->n_buckets; b++) {
+        if (ddp->bucket_state[b] != MC__DDP_IN_FLIGHT) continue;
+        rc = mc_wait(ddp->requests[b]);   /* frees the request, also on error */
+        ddp->requests[b] = NULL;
+        ddp->bucket_state[b] = MC__DDP_DONE;
+        if (rc != MC_OK) return rc;
+        mc__ddp_log(ddp, MC_DDP_WAIT, b);
+    }
+    ddp->finished = 1;
+    return MC_OK;
+}
+
+/* Step 3 of finalize: one all-reduce over TP of every sequence_parallel param's grad, packed. */
+static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
+                                          const mc_param_table *t, float *grads) {
+    size_t n = 0, at = 0;
+    float *packed;
+    int i, rc;
+    for (i = 0; i < t->count; i++)
+        if (t->info[i].sequence_parallel) n += t->info[i].numel;
+    if (n == 0) return MC_OK;
+    packed = (float *)ops->alloc(n * sizeof *packed);   /* [n]: the flagged grads back to back */
+    if (!packed) return MC__FAIL(MC_ERR_NO_MEMORY, "finalize_model_grads: out of memory packing "
+                                 "%zu sequence-parallel grads", n);
+    for (i = 0; i < t->count; i++)
+        if (t->info[i].sequence_parallel) {
+            ops->copy(packed + at, grads + t->info[i].offset, t->info[i].numel);
+            at += t->info[i].numel;
+        }
+    rc = mc_all_reduce(tp, packed, packed, n, MC_F32, MC_SUM);
+    for (i = 0, at = 0; rc == MC_OK && i < t->count; i++)
+        if (t->info[i].sequence_parallel) {
+            ops->copy(grads + t->info[i].offset, packed + at, t->info[i].numel);
+            at += t->info[i].numel;
+        }
+    ops->free(packed);
+    return rc;
+}
+
+/* Step 4 of finalize: the tied word embedding's grad summed over the embedding group.
+
+   Under the distributed optimizer this runs AFTER the DP reduce-scatter of step 1 (Megatron's
+   order), so each stage holds a valid sum only in its own shard of the embedding's bucket,
+   and adding the two stages' buffers is right only if DP rank d owns the same elements of
+   the embedding on the first and on the last stage. That is what the own bucket buys
+   (mc_param_table_layout, Megatron issue #844): on both stages the embedding is alone in its
+   bucket, at bucket offset 0, with the same numel and so the same padded size, so shard d is
+   the same element range [d*size/DP, (d+1)*size/DP) of the embedding on both. Had it shared
+   a bucket with the other params of its stage (different on the two stages), the shard
+   boundaries would cut it at different elements and the sum would add a reduced piece to a
+   stale, unreduced one. */
+static int mc__finalize_embedding(mc_comm *embd, const mc_param_table *t, float *grads) {
+    int i, rc;
+    for (i = 0; i < t->count; i++) {
+        if (!t->info[i].shared_embedding) continue;
+        rc = mc_all_reduce(embd, grads + t->info[i].offset, grads + t->info[i].offset,
+                           t->info[i].numel, MC_F32, MC_SUM);
+        if (rc != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+/* Step 7: the loss was summed over tokens; divide by the global token count. */
+static int mc__finalize_per_token(const mc_parallel_state *ps, mc_comm *dp, const mc_ops *ops,
+                                  const mc_param_table *t, float *grads, double *num_tokens) {
+    mc_comm *pp = ps ? mc_parallel_group(ps, MC_GROUP_PP) : NULL;
+    int rc;
+    if (pp && (rc = mc_broadcast(pp, num_tokens, 1, MC_F64, pp->size - 1)) != MC_OK) return rc;
+    if (dp && (rc = mc_all_reduce(dp, num_tokens, num_tokens, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    if (t->total > 0)
+        ops->scale(grads, (float)(1.0 / (*num_tokens > 1.0 ? *num_tokens : 1.0)), t->total);
+    return MC_OK;
+}
+
+MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
+                                   const mc_param_table *table, float *grads,
+                                   int sequence_parallel, double *num_tokens) {
+    const mc_ops *ops = ddp ? ddp->desc.ops : mc_ops_cpu();
+    mc_comm *tp = ps ? mc_parallel_group(ps, MC_GROUP_TP) : NULL;
+    mc_comm *embd = ps ? mc_parallel_group(ps, MC_GROUP_EMBEDDING) : NULL;
+    mc_comm *dp = ddp ? ddp->desc.dp : (ps ? mc_parallel_group(ps, MC_GROUP_DP_CP) : NULL);
+    int rc;
+    if (!table && ddp) table = ddp->desc.table;
+    if (!grads && ddp) grads = ddp->desc.grads;
+    if (!table || (!grads && table->total > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_finalize_model_grads: no table or grads (pass "
+                        "them, or a ddp that holds them)");
+    if (!table->order && table->count > 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_finalize_model_grads: the table has no layout");
+    if (ddp && (rc = mc_ddp_finish_grad_sync(ddp)) != MC_OK) return rc;            /* 1 */
+    if (sequence_parallel && tp && tp->size > 1 &&                                  /* 3 */
+        (rc = mc__finalize_sequence_parallel(ops, tp, table, grads)) != MC_OK)
+        return rc;
+    if (embd && embd->size > 1 && (rc = mc__finalize_embedding(embd, table, grads)) != MC_OK)
+        return rc;                                                                  /* 4 */
+    /* 5: the position-embedding group has one member (the first stage) in a GPT. */
+    if (num_tokens &&                                                               /* 7 */
+        (rc = mc__finalize_per_token(ps, dp, ops, table, grads, num_tokens)) != MC_OK)
+        return rc;
+    return MC_OK;
+}
+
 /* @ddp:implementation end */
 
 /* @optimizer:implementation begin */
 
+// ---------------------------------------------------------------------------------------------
+// >>optimizer
+
+#include <math.h>
+
+#define MC__OPT_PI 3.14159265358979323846
+#define MC__OPT_CLIP_EPS 1e-6   /* Megatron: clip_coeff = max_norm / (total_norm + 1e-6) */
+
+static void mc__opt_defaults(mc_optimizer_desc *d) {
+    d->lr_decay_iters = MC__DEF(d->lr_decay_iters, d->train_iters);
+    d->weight_decay = MC__DEF(d->weight_decay, 0.01f);   /* negative (off) stays negative */
+    d->beta1 = MC__DEF(d->beta1, 0.9f);
+    d->beta2 = MC__DEF(d->beta2, 0.999f);
+    d->eps = MC__DEF(d->eps, 1e-8f);
+    d->clip_grad = MC__DEF(d->clip_grad, 1.0f);         /* negative: off (Megatron's 0) */
+    if (!d->ops && d->ddp) d->ops = d->ddp->desc.ops;
+}
+
+MC_API double mc_optimizer_lr_at(const mc_optimizer_desc *desc, long long num_steps) {
+    mc_optimizer_desc d;
+    double max_lr, min_lr, ratio, coeff;
+    if (!desc) return 0.0;
+    d = *desc;
+    mc__opt_defaults(&d);
+    max_lr = d.lr;
+    min_lr = d.min_lr;
+    if (d.lr_warmup_iters > 0 && num_steps <= d.lr_warmup_iters)
+        return d.lr_warmup_init +
+               (max_lr - d.lr_warmup_init) * (double)num_steps / (double)d.lr_warmup_iters;
+    /* No decay span (or none after the warmup): constant, as Megatron's 'constant' style. */
+    if (d.lr_decay_style == MC_LR_DECAY_CONSTANT || d.lr_decay_iters <= d.lr_warmup_iters)
+        return max_lr;
+    if (num_steps > d.lr_decay_iters) return min_lr;
+    ratio = (double)(num_steps - d.lr_warmup_iters) /
+            (double)(d.lr_decay_iters - d.lr_warmup_iters);
+    coeff = d.lr_decay_style == MC_LR_DECAY_LINEAR ? 1.0 - ratio
+                                                   : 0.5 * (cos(MC__OPT_PI * ratio) + 1.0);
+    return min_lr + coeff * (max_lr - min_lr);
+}
+
+static int mc__opt_validate(const mc_optimizer_desc *d) {
+    const mc_param_table *t;
+    if (!d->ddp || !d->ddp->bucket_state)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ddp is required (an initialised "
+                        "mc_ddp: it holds the table, the grads and the DP group)");
+    t = d->ddp->desc.table;
+    if (!d->params && t->total > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.params is required (%zu elements)",
+                        t->total);
+    if (!(d->lr > 0.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr (%g) is required and must be "
+                        "> 0", (double)d->lr);
+    if (d->min_lr < 0.0f || d->min_lr > d->lr)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_optimizer_desc.min_lr (%g) must be in [0, lr = %g] (Megatron asserts "
+                        "min_lr >= 0 and max_lr >= min_lr)", (double)d->min_lr, (double)d->lr);
+    if (d->lr_warmup_iters < 0 || d->lr_decay_iters < 0 || d->train_iters < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc: lr_warmup_iters (%lld), "
+                        "lr_decay_iters (%lld) and train_iters (%lld) must be >= 0",
+                        d->lr_warmup_iters, d->lr_decay_iters, d->train_iters);
+    if (d->lr_decay_style != MC_LR_DECAY_CONSTANT && d->lr_decay_iters > 0 &&
+        d->lr_warmup_iters >= d->lr_decay_iters)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr_warmup_iters (%lld) must be < "
+                        "lr_decay_iters (%lld) (Megatron: lr_warmup_steps < lr_decay_steps)",
+                        d->lr_warmup_iters, d->lr_decay_iters);
+    if ((int)d->lr_decay_style < 0 || (int)d->lr_decay_style > (int)MC_LR_DECAY_CONSTANT)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr_decay_style (%d) is not an "
+                        "mc_lr_decay_style", (int)d->lr_decay_style);
+    if (!(d->beta1 >= 0.0f && d->beta1 < 1.0f) || !(d->beta2 >= 0.0f && d->beta2 < 1.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc: beta1 (%g) and beta2 (%g) must be "
+                        "in [0, 1)", (double)d->beta1, (double)d->beta2);
+    if (!(d->eps > 0.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.eps (%g) must be > 0",
+                        (double)d->eps);
+    if (!d->ops || !d->ops->adamw)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ops: no op table with adamw");
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc) {
+    const mc_ddp *ddp;
+    int rc;
+    if (!opt || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_init: opt and desc must be set");
+    memset(opt, 0, sizeof *opt);
+    opt->desc = *desc;
+    mc__opt_defaults(&opt->desc);
+    if ((rc = mc__opt_validate(&opt->desc)) != MC_OK) {
+        memset(opt, 0, sizeof *opt);
+        return rc;
+    }
+    ddp = opt->desc.ddp;
+    opt->state_numel = ddp->desc.table->total /
+                       (size_t)(ddp->desc.distributed_optimizer ? ddp->dp_size : 1);
+    opt->m = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));   /* zeroed */
+    opt->v = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));
+    if (!opt->m || !opt->v) {
+        mc_optimizer_destroy(opt);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (2 x %zu floats)",
+                        opt->state_numel);
+    }
+    opt->tp_rank = opt->desc.ps ? mc_parallel_rank(opt->desc.ps, MC_GROUP_TP) : 0;
+    if (opt->tp_rank < 0) opt->tp_rank = 0;
+    /* §12: grads are equal over DP without the distributed optimizer (reduce over TP x PP);
+       with it each DP rank holds a disjoint shard (reduce over everyone). */
+    if (ddp->desc.distributed_optimizer)
+        opt->stats = opt->desc.ps ? opt->desc.ps->world : ddp->desc.dp;
+    else
+        opt->stats = opt->desc.ps ? mc_parallel_group(opt->desc.ps, MC_GROUP_MP) : NULL;
+    opt->last_clip_coeff = 1.0f;
+    return MC_OK;
+}
+
+MC_API void mc_optimizer_destroy(mc_optimizer *opt) {
+    if (!opt) return;
+    if (opt->desc.ops) {
+        if (opt->m) opt->desc.ops->free(opt->m);
+        if (opt->v) opt->desc.ops->free(opt->v);
+    }
+    memset(opt, 0, sizeof *opt);
+}
+
+/* The flat range [*lo, *hi) of param p whose grads this rank reduces and whose state it owns,
+   and the state index of *lo. Empty (lo == hi) when the param lies outside the rank's shards. */
+static void mc__opt_param_span(const mc_optimizer *opt, int p, size_t *lo, size_t *hi,
+                               size_t *state_at) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    const mc_param_info *info = &ddp->desc.table->info[p];
+    size_t s0, s1;
+    int b;
+    *lo = info->offset;
+    *hi = info->offset + info->numel;
+    *state_at = *lo;
+    if (!ddp->desc.distributed_optimizer) return;
+    b = ddp->bucket_of[p];
+    mc_ddp_shard(ddp, b, &s0, &s1);
+    if (*lo < s0) *lo = s0;
+    if (*hi > s1) *hi = s1;
+    if (*hi < *lo) *hi = *lo;
+    *state_at = ddp->desc.table->buckets[b].start / (size_t)ddp->dp_size + (*lo - s0);
+}
+
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm) {
+    const mc_param_table *t;
+    const float *grads;
+    double sum = 0.0;
+    size_t lo, hi, at;
+    int i, rc;
+    if (!opt || !opt->m || !norm)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_grad_norm: opt (initialised) and norm "
+                        "must be set");
+    t = opt->desc.ddp->desc.table;
+    grads = opt->desc.ddp->desc.grads;
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        if (p->shared) continue;                                  /* the tied copy */
+        if (!p->tensor_model_parallel && opt->tp_rank != 0) continue;   /* a TP replica */
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi > lo) sum += opt->desc.ops->sum_squares(grads + lo, hi - lo);
+    }
+    if (opt->stats && (rc = mc_all_reduce(opt->stats, &sum, &sum, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    *norm = sqrt(sum);
+    return MC_OK;
+}
+
+/* Scales every grad this rank steps (its shards under the distributed optimizer). */
+static void mc__opt_scale_grads(mc_optimizer *opt, float coeff) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    size_t s0, s1;
+    int b;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+        mc_ddp_shard(ddp, b, &s0, &s1);
+        if (s1 > s0) opt->desc.ops->scale(ddp->desc.grads + s0, coeff, s1 - s0);
+    }
+}
+
+/* Distributed optimizer: every DP rank gets every rank's freshly stepped shard. */
+static int mc__opt_gather_params(mc_optimizer *opt) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    size_t s0, s1;
+    int b, rc;
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) return MC_OK;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+        mc_ddp_shard(ddp, b, &s0, &s1);
+        rc = mc_all_gather(ddp->desc.dp, opt->desc.params + s0,
+                           opt->desc.params + ddp->desc.table->buckets[b].start, s1 - s0, MC_F32);
+        if (rc != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_step(mc_optimizer *opt) {
+    const mc_optimizer_desc *d;
+    const mc_param_table *t;
+    float *grads, lr, weight_decay, coeff = 1.0f;
+    double norm = 0.0;
+    size_t lo, hi, at;
+    int i, rc;
+    if (!opt || !opt->m)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_step: opt is NULL or not initialised");
+    d = &opt->desc;
+    t = d->ddp->desc.table;
+    grads = d->ddp->desc.grads;
+    lr = (float)mc_optimizer_lr_at(d, opt->lr_steps);
+    weight_decay = d->weight_decay > 0.0f ? d->weight_decay : 0.0f;
+    if (d->clip_grad > 0.0f) {
+        if ((rc = mc_optimizer_grad_norm(opt, &norm)) != MC_OK) return rc;
+        if (!isfinite(norm))
+            return MC__FAIL(MC_ERR_STATE, "mc_optimizer_step: grad norm is %g at iteration %lld; "
+                            "the step is skipped", norm, opt->iteration + 1);
+        coeff = (float)(d->clip_grad / (norm + MC__OPT_CLIP_EPS));
+        if (coeff < 1.0f)
+            mc__opt_scale_grads(opt, coeff);
+        else
+            coeff = 1.0f;
+    }
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi == lo) continue;
+        d->ops->adamw(d->params + lo, grads + lo, opt->m + at, opt->v + at, hi - lo, lr,
+                      d->beta1, d->beta2, d->eps, p->no_weight_decay ? 0.0f : weight_decay,
+                      (int)(opt->iteration + 1));
+    }
+    if ((rc = mc__opt_gather_params(opt)) != MC_OK) return rc;
+    opt->iteration++;
+    opt->lr_steps++;
+    opt->last_lr = lr;
+    opt->last_grad_norm = norm;
+    opt->last_clip_coeff = coeff;
+    return MC_OK;
+}
+
+static int mc__opt_check_param(const mc_optimizer *opt, int param, const char *fn) {
+    if (!opt || !opt->m)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: opt is NULL or not initialised", fn);
+    if (param < 0 || param >= opt->desc.ddp->desc.table->count)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: param (%d) must be in [0, %d)", fn, param,
+                        opt->desc.ddp->desc.table->count);
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_owned_range(const mc_optimizer *opt, int param, size_t *lo, size_t *hi) {
+    size_t a, b, at;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_owned_range")) != MC_OK) return rc;
+    mc__opt_param_span(opt, param, &a, &b, &at);
+    *lo = a - opt->desc.ddp->desc.table->info[param].offset;
+    *hi = b - opt->desc.ddp->desc.table->info[param].offset;
+    return MC_OK;
+}
+
+static float *mc__opt_state(mc_optimizer *opt, mc_optimizer_state_kind which) {
+    return which == MC_OPTIM_EXP_AVG_SQ ? opt->v : opt->m;
+}
+
+MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  float *out) {
+    const mc_ddp *ddp;
+    size_t lo, hi, at, numel, first;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_get_state")) != MC_OK) return rc;
+    ddp = opt->desc.ddp;
+    numel = ddp->desc.table->info[param].numel;
+    mc__opt_param_span(opt, param, &lo, &hi, &at);
+    first = lo - ddp->desc.table->info[param].offset;
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) {
+        opt->desc.ops->copy(out, mc__opt_state(opt, which) + at, numel);
+        return MC_OK;
+    }
+    /* The owners' pieces are disjoint and cover the param: summing zero-filled copies over
+       DP assembles it exactly (x + 0 = x). */
+    opt->desc.ops->fill(out, 0.0f, numel);
+    if (hi > lo) opt->desc.ops->copy(out + first, mc__opt_state(opt, which) + at, hi - lo);
+    return mc_all_reduce(ddp->desc.dp, out, out, numel, MC_F32, MC_SUM);
+}
+
+MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  const float *in) {
+    size_t lo, hi, at;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_set_state")) != MC_OK) return rc;
+    mc__opt_param_span(opt, param, &lo, &hi, &at);
+    if (hi > lo)
+        opt->desc.ops->copy(mc__opt_state(opt, which) + at,
+                            in + (lo - opt->desc.ddp->desc.table->info[param].offset), hi - lo);
+    return MC_OK;
+}
+
 /* @optimizer:implementation end */
 
 /* @checkpoint:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>checkpoint  (see the declarations for the format)
+
+#include <errno.h>
+#include <stddef.h>   /* offsetof */
+#if !defined(_WIN32)
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+#endif
+
+
+MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n) {
+    /* Four bits at a time through a 16-entry table built here from the polynomial: fast enough
+       for checkpoint files, no constant table to trust and no global state. */
+    uint32_t table[16];
+    const unsigned char *p = (const unsigned char *)data;
+    uint32_t i;
+    int bit;
+    for (i = 0; i < 16; i++) {
+        uint32_t c = i;
+        for (bit = 0; bit < 4; bit++) c = (c & 1u) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        table[i] = c;
+    }
+    crc = ~crc;
+    while (n-- > 0) {
+        crc ^= *p++;
+        crc = (crc >> 4) ^ table[crc & 15u];
+        crc = (crc >> 4) ^ table[crc & 15u];
+    }
+    return ~crc;
+}
+
+/* A growing text buffer (the metadata, the per-rank write reports). */
+typedef struct mc__ckpt_sb {
+    char *p;
+    size_t len, cap;
+    int oom;
+} mc__ckpt_sb;
+
+static void mc__ckpt_sb_printf(mc__ckpt_sb *sb, const char *fmt, ...) MC__PRINTF(2, 3);
+static void mc__ckpt_sb_printf(mc__ckpt_sb *sb, const char *fmt, ...) {
+    va_list ap;
+    int n;
+    if (sb->oom) return;
+    va_start(ap, fmt);
+    n = vsnprintf(sb->p ? sb->p + sb->len : NULL, sb->p ? sb->cap - sb->len : 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        sb->oom = 1;
+        return;
+    }
+    if (sb->len + (size_t)n + 1 > sb->cap) {
+        size_t cap = sb->cap ? sb->cap : 1024;
+        char *q;
+        while (cap < sb->len + (size_t)n + 1) cap *= 2;
+        q = (char *)mc_malloc(cap);
+        if (!q) {
+            sb->oom = 1;
+            return;
+        }
+        if (sb->len) memcpy(q, sb->p, sb->len);
+        mc_free(sb->p);
+        sb->p = q;
+        sb->cap = cap;
+        va_start(ap, fmt);
+        vsnprintf(sb->p + sb->len, sb->cap - sb->len, fmt, ap);
+        va_end(ap);
+    }
+    sb->len += (size_t)n;
+}
+
+static void mc__ckpt_sb_free(mc__ckpt_sb *sb) {
+    mc_free(sb->p);
+    memset(sb, 0, sizeof *sb);
+}
+
+/* ---- names, paths, numbers */
+
+static const char *const mc__ckpt_kinds[3] = {"model", "exp_avg", "exp_avg_sq"};
+
+static int mc__ckpt_kind_index(const char *kind) {
+    int k;
+    for (k = 0; k < 3; k++)
+        if (strcmp(kind, mc__ckpt_kinds[k]) == 0) return k;
+    return -1;
+}
+
+/* Names become file names: letters, digits, '.', '_' and '-', not starting with '.', so that
+   neither a parameter name nor a crafted metadata file can point outside the directory. */
+static int mc__ckpt_name_ok(const char *s) {
+    if (!s || !s[0] || s[0] == '.') return 0;
+    for (; *s; s++) {
+        char c = *s;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+static int mc__ckpt_join(char *out, const char *dir, const char *name) {
+    int n = snprintf(out, MC_CKPT_PATH_MAX, "%s/%s", dir, name);
+    if (n < 0 || n >= MC_CKPT_PATH_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "checkpoint path \"%s/%s\" is longer than %d bytes",
+                        dir, name, MC_CKPT_PATH_MAX - 1);
+    return MC_OK;
+}
+
+MC_API int mc_checkpoint_iteration_dir(char *out, size_t cap, const char *dir,
+                                       long long iteration) {
+    int n;
+    if (!out || !dir || cap == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_iteration_dir: out and dir must be set");
+    if (iteration == MC_CKPT_RELEASE)
+        n = snprintf(out, cap, "%s/release", dir);
+    else if (iteration < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_checkpoint_iteration_dir: iteration (%lld) must be >= 0 or "
+                        "MC_CKPT_RELEASE", iteration);
+    else
+        n = snprintf(out, cap, "%s/iter_%07lld", dir, iteration);
+    if (n < 0 || (size_t)n >= cap)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_checkpoint_iteration_dir: the path for \"%s\" does not fit in %zu bytes",
+                        dir, cap);
+    return MC_OK;
+}
+
+/* Whole-token integer parsing: "12x" and "" are errors, not 12 and 0. */
+static int mc__ckpt_parse_ll(const char *s, long long *out) {
+    char *end = NULL;
+    long long v;
+    if (!s || !*s) return 0;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || !end || *end != '\0') return 0;
+    *out = v;
+    return 1;
+}
+
+static int mc__ckpt_parse_hex(const char *s, int digits, uint64_t *out) {
+    uint64_t v = 0;
+    int i;
+    if (!s || (int)strlen(s) != digits) return 0;
+    for (i = 0; i < digits; i++) {
+        char c = s[i];
+        int d = (c >= '0' && c <= '9')   ? c - '0'
+                : (c >= 'a' && c <= 'f') ? c - 'a' + 10
+                : (c >= 'A' && c <= 'F') ? c - 'A' + 10
+                                         : -1;
+        if (d < 0) return 0;
+        v = (v << 4) | (uint64_t)d;
+    }
+    *out = v;
+    return 1;
+}
+
+static int mc__ckpt_host_big_endian(void) {
+    const uint32_t probe = 0x01020304u;
+    unsigned char b[4];
+    memcpy(b, &probe, 4);
+    return b[0] == 0x01;
+}
+
+/* The padded vocabulary of cfg at TP size tp, or -1 (checked first, so that no error is
+   recorded for a config without a vocabulary). */
+static long long mc__ckpt_padded_vocab(const mc_gpt_config *cfg, int tp) {
+    int div = MC__DEF(cfg->make_vocab_size_divisible_by, 128), padded;
+    if (cfg->vocab_size <= 0 || div <= 0 || tp <= 0) return -1;
+    padded = mc_gpt_padded_vocab_size(cfg->vocab_size, div, tp);
+    return padded > 0 ? padded : -1;
+}
+
+/* ---- the config as text: every mc_gpt_config field, by name */
+
+typedef enum { MC__CKPT_INT, MC__CKPT_FLOAT, MC__CKPT_GRANULARITY, MC__CKPT_METHOD } mc__ckpt_ftype;
+
+typedef struct mc__ckpt_field {
+    const char *name;
+    mc__ckpt_ftype type;
+    size_t offset;
+} mc__ckpt_field;
+
+#define MC__CKPT_F(name, type) {#name, type, offsetof(mc_gpt_config, name)}
+static const mc__ckpt_field mc__ckpt_config_fields[] = {
+    MC__CKPT_F(num_layers, MC__CKPT_INT),
+    MC__CKPT_F(hidden_size, MC__CKPT_INT),
+    MC__CKPT_F(num_attention_heads, MC__CKPT_INT),
+    MC__CKPT_F(ffn_hidden_size, MC__CKPT_INT),
+    MC__CKPT_F(kv_channels, MC__CKPT_INT),
+    MC__CKPT_F(num_query_groups, MC__CKPT_INT),
+    MC__CKPT_F(vocab_size, MC__CKPT_INT),
+    MC__CKPT_F(make_vocab_size_divisible_by, MC__CKPT_INT),
+    MC__CKPT_F(max_position_embeddings, MC__CKPT_INT),
+    MC__CKPT_F(seq_length, MC__CKPT_INT),
+    MC__CKPT_F(layernorm_epsilon, MC__CKPT_FLOAT),
+    MC__CKPT_F(init_method_std, MC__CKPT_FLOAT),
+    MC__CKPT_F(untie_embeddings_and_output_weights, MC__CKPT_INT),
+    MC__CKPT_F(hidden_dropout, MC__CKPT_FLOAT),
+    MC__CKPT_F(attention_dropout, MC__CKPT_FLOAT),
+    MC__CKPT_F(tensor_model_parallel_size, MC__CKPT_INT),
+    MC__CKPT_F(pipeline_model_parallel_size, MC__CKPT_INT),
+    MC__CKPT_F(virtual_pipeline_model_parallel_size, MC__CKPT_INT),
+    MC__CKPT_F(sequence_parallel, MC__CKPT_INT),
+    MC__CKPT_F(recompute_granularity, MC__CKPT_GRANULARITY),
+    MC__CKPT_F(recompute_method, MC__CKPT_METHOD),
+    MC__CKPT_F(recompute_num_layers, MC__CKPT_INT),
+    MC__CKPT_F(micro_batch_size, MC__CKPT_INT),
+    MC__CKPT_F(seed, MC__CKPT_INT),
+    MC__CKPT_F(padded_vocab_size, MC__CKPT_INT),
+};
+#undef MC__CKPT_F
+#define MC__CKPT_N_CONFIG_FIELDS \
+    ((int)(sizeof mc__ckpt_config_fields / sizeof mc__ckpt_config_fields[0]))
+
+static void mc__ckpt_format_config(mc__ckpt_sb *sb, const mc_gpt_config *cfg) {
+    int i;
+    for (i = 0; i < MC__CKPT_N_CONFIG_FIELDS; i++) {
+        const mc__ckpt_field *f = &mc__ckpt_config_fields[i];
+        const char *at = (const char *)cfg + f->offset;
+        if (f->type == MC__CKPT_FLOAT) {
+            float v;
+            memcpy(&v, at, sizeof v);
+            mc__ckpt_sb_printf(sb, "config %s %.9g\n", f->name, (double)v);   /* exact for fp32 */
+        } else if (f->type == MC__CKPT_GRANULARITY) {
+            mc__ckpt_sb_printf(sb, "config %s %d\n", f->name, (int)cfg->recompute_granularity);
+        } else if (f->type == MC__CKPT_METHOD) {
+            mc__ckpt_sb_printf(sb, "config %s %d\n", f->name, (int)cfg->recompute_method);
+        } else {
+            int v;
+            memcpy(&v, at, sizeof v);
+            mc__ckpt_sb_printf(sb, "config %s %d\n", f->name, v);
+        }
+    }
+}
+
+/* 1 = set, 0 = unknown field (ignored), -1 = bad value. */
+static int mc__ckpt_parse_config_field(mc_gpt_config *cfg, const char *name, const char *value) {
+    int i;
+    for (i = 0; i < MC__CKPT_N_CONFIG_FIELDS; i++) {
+        const mc__ckpt_field *f = &mc__ckpt_config_fields[i];
+        char *at = (char *)cfg + f->offset;
+        if (strcmp(f->name, name) != 0) continue;
+        if (f->type == MC__CKPT_FLOAT) {
+            char *end = NULL;
+            float v = strtof(value, &end);
+            if (!end || end == value || *end != '\0') return -1;
+            memcpy(at, &v, sizeof v);
+        } else {
+            long long v;
+            if (!mc__ckpt_parse_ll(value, &v) || v < INT_MIN || v > INT_MAX) return -1;
+            if (f->type == MC__CKPT_GRANULARITY)
+                cfg->recompute_granularity = (mc_recompute_granularity)v;
+            else if (f->type == MC__CKPT_METHOD)
+                cfg->recompute_method = (mc_recompute_method)v;
+            else {
+                int iv = (int)v;
+                memcpy(at, &iv, sizeof iv);
+            }
+        }
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- metadata: format and parse */
+
+static int mc__ckpt_tensor_cmp(const void *a, const void *b) {
+    const mc_checkpoint_tensor *x = (const mc_checkpoint_tensor *)a;
+    const mc_checkpoint_tensor *y = (const mc_checkpoint_tensor *)b;
+    int kx = mc__ckpt_kind_index(x->kind), ky = mc__ckpt_kind_index(y->kind);
+    if (kx != ky) return kx < ky ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static int mc__ckpt_rng_cmp(const void *a, const void *b) {
+    const mc_checkpoint_rng_file *x = (const mc_checkpoint_rng_file *)a;
+    const mc_checkpoint_rng_file *y = (const mc_checkpoint_rng_file *)b;
+    if (x->pp != y->pp) return x->pp < y->pp ? -1 : 1;
+    return x->tp < y->tp ? -1 : x->tp > y->tp;
+}
+
+MC_API void mc_checkpoint_meta_free(mc_checkpoint_meta *meta) {
+    if (!meta) return;
+    mc_free(meta->tensors);
+    mc_free(meta->rng);
+    meta->tensors = NULL;
+    meta->rng = NULL;
+    meta->n_tensors = meta->n_rng = 0;
+}
+
+MC_API const mc_checkpoint_tensor *mc_checkpoint_meta_find(const mc_checkpoint_meta *meta,
+                                                           const char *kind, const char *name) {
+    mc_checkpoint_tensor key;
+    if (!meta || !kind || !name || meta->n_tensors == 0) return NULL;
+    if (strlen(kind) >= sizeof key.kind || strlen(name) >= sizeof key.name) return NULL;
+    memset(&key, 0, sizeof key);
+    strcpy(key.kind, kind);
+    strcpy(key.name, name);
+    return (const mc_checkpoint_tensor *)bsearch(&key, meta->tensors, (size_t)meta->n_tensors,
+                                                 sizeof key, mc__ckpt_tensor_cmp);
+}
+
+static long long mc__ckpt_numel(const mc_checkpoint_tensor *t) { return t->shape[0] * t->shape[1]; }
+
+/* "[64, 16]" or "[16]", for messages. */
+static const char *mc__ckpt_shape_str(char *buf, size_t cap, int ndim, long long d0, long long d1) {
+    if (ndim == 2)
+        snprintf(buf, cap, "[%lld, %lld]", d0, d1);
+    else
+        snprintf(buf, cap, "[%lld]", d0);
+    return buf;
+}
+
+/* Writes the whole metadata text, ending with the "end <crc32>" line. */
+static void mc__ckpt_format_metadata(mc__ckpt_sb *sb, const mc_checkpoint_meta *m) {
+    int i;
+    uint32_t crc;
+    mc__ckpt_sb_printf(sb, "megatron_c-checkpoint %d\n", MC_CKPT_FORMAT_VERSION);
+    mc__ckpt_sb_printf(sb, "byte_order %s\n", m->big_endian ? "big" : "little");
+    mc__ckpt_sb_printf(sb, "iteration %lld\n", m->iteration);
+    mc__ckpt_sb_printf(sb, "consumed_samples %lld\n", m->consumed_samples);
+    mc__ckpt_sb_printf(sb, "optimizer_step %lld\n", m->optimizer_step);
+    mc__ckpt_sb_printf(sb, "math_fingerprint %016llx\n", (unsigned long long)m->math_fingerprint);
+    mc__ckpt_sb_printf(sb, "layout_fingerprint %016llx\n", (unsigned long long)m->layout_fingerprint);
+    mc__ckpt_sb_printf(sb, "layout tp %d pp %d dp %d cp %d vpp %d world %d\n", m->tp, m->pp, m->dp,
+                  m->cp, m->vpp, m->world);
+    mc__ckpt_format_config(sb, &m->config);
+    for (i = 0; i < m->n_tensors; i++) {
+        const mc_checkpoint_tensor *t = &m->tensors[i];
+        mc__ckpt_sb_printf(sb, "tensor %s %s f32 %d %lld", t->kind, t->name, t->ndim, t->shape[0]);
+        if (t->ndim == 2) mc__ckpt_sb_printf(sb, " %lld", t->shape[1]);
+        mc__ckpt_sb_printf(sb, " %s %lld %08lx\n", t->file, t->bytes, (unsigned long)t->crc32);
+    }
+    for (i = 0; i < m->n_rng; i++) {
+        const mc_checkpoint_rng_file *r = &m->rng[i];
+        mc__ckpt_sb_printf(sb, "rng %d %d %s %lld %08lx\n", r->pp, r->tp, r->file, r->bytes,
+                      (unsigned long)r->crc32);
+    }
+    crc = sb->oom ? 0 : mc_crc32(0, sb->p, sb->len);
+    mc__ckpt_sb_printf(sb, "end %08lx\n", (unsigned long)crc);
+}
+
+#define MC__CKPT_MAX_TOKENS 16
+
+/* Splits a line (modified in place) at single spaces. Returns the token count, or -1 for more
+   than MC__CKPT_MAX_TOKENS tokens or an empty token (two spaces, a leading or trailing one). */
+static int mc__ckpt_split(char *line, char **tok) {
+    int n = 0;
+    char *p = line;
+    if (*p == '\0') return 0;
+    for (;;) {
+        char *sp = strchr(p, ' ');
+        if (n == MC__CKPT_MAX_TOKENS) return -1;
+        tok[n++] = p;
+        if (!sp) break;
+        *sp = '\0';
+        if (*p == '\0') return -1;
+        p = sp + 1;
+        if (*p == '\0') return -1;
+    }
+    return tok[n - 1][0] ? n : -1;
+}
+
+typedef struct mc__ckpt_parse {
+    const char *src;
+    int line;
+    int cap_tensors, cap_rng;
+} mc__ckpt_parse;
+
+#define MC__CKPT_BAD(ps_, ...) mc__ckpt_bad_line((ps_), __LINE__, __VA_ARGS__)
+static int mc__ckpt_bad_line(const mc__ckpt_parse *ps, int src_line, const char *fmt, ...)
+    MC__PRINTF(3, 4);
+static int mc__ckpt_bad_line(const mc__ckpt_parse *ps, int src_line, const char *fmt, ...) {
+    char what[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return mc__fail_at(MC_ERR_IO, (uint32_t)src_line, __FILE__, "%s line %d: %s", ps->src,
+                       ps->line, what);
+}
+
+/* Returns arr with room for `need` elements (a bigger copy when needed, the old one freed), or
+   NULL when out of memory (arr is then still valid). */
+static void *mc__ckpt_grow(void *arr, int *cap, int need, size_t elem) {
+    void *q;
+    int cap2;
+    if (need <= *cap) return arr;
+    cap2 = *cap ? *cap * 2 : 64;
+    while (cap2 < need) cap2 *= 2;
+    q = mc_malloc((size_t)cap2 * elem);
+    if (!q) return NULL;
+    if (arr) memcpy(q, arr, (size_t)*cap * elem);
+    mc_free(arr);
+    *cap = cap2;
+    return q;
+}
+
+static int mc__ckpt_parse_tensor(mc_checkpoint_meta *m, mc__ckpt_parse *ps, char **tok, int n) {
+    mc_checkpoint_tensor t;
+    long long v, numel;
+    uint64_t crc;
+    void *grown;
+    int i, at;
+    memset(&t, 0, sizeof t);
+    if (n != 9 && n != 10)
+        return MC__CKPT_BAD(ps, "a tensor line has 9 or 10 fields "
+                                "(tensor KIND NAME f32 NDIM D0 [D1] FILE BYTES CRC32), found %d", n);
+    if (mc__ckpt_kind_index(tok[1]) < 0)
+        return MC__CKPT_BAD(ps, "tensor kind \"%s\" is not model, exp_avg or exp_avg_sq", tok[1]);
+    if (!mc__ckpt_name_ok(tok[2]) || strlen(tok[2]) >= sizeof t.name)
+        return MC__CKPT_BAD(ps, "tensor name \"%s\" is not a valid parameter name", tok[2]);
+    if (strcmp(tok[3], "f32") != 0)
+        return MC__CKPT_BAD(ps, "tensor %s: dtype \"%s\" is not supported (only f32)", tok[2],
+                            tok[3]);
+    if (!mc__ckpt_parse_ll(tok[4], &v) || v != n - 8)
+        return MC__CKPT_BAD(ps, "tensor %s: ndim \"%s\" does not match its %d dimension field(s)",
+                            tok[2], tok[4], n - 8);
+    strcpy(t.kind, tok[1]);
+    strcpy(t.name, tok[2]);
+    t.ndim = (int)v;
+    t.shape[1] = 1;
+    for (i = 0; i < t.ndim; i++)
+        if (!mc__ckpt_parse_ll(tok[5 + i], &t.shape[i]) || t.shape[i] <= 0 ||
+            t.shape[i] > INT_MAX)
+            return MC__CKPT_BAD(ps, "tensor %s: dimension %d (\"%s\") must be in [1, %d]", t.name,
+                                i, tok[5 + i], INT_MAX);
+    at = 5 + t.ndim;
+    if (!mc__ckpt_name_ok(tok[at]) || strlen(tok[at]) >= sizeof t.file)
+        return MC__CKPT_BAD(ps, "tensor %s: file name \"%s\" is not a plain file name", t.name,
+                            tok[at]);
+    strcpy(t.file, tok[at]);
+    numel = t.shape[0] * t.shape[1];
+    if (!mc__ckpt_parse_ll(tok[at + 1], &t.bytes) || t.bytes != MC_CKPT_HEADER_BYTES + 4 * numel)
+        return MC__CKPT_BAD(ps, "tensor %s: %s bytes, but %d header bytes + %lld f32 elements "
+                                "make %lld", t.name, tok[at + 1], MC_CKPT_HEADER_BYTES, numel,
+                            MC_CKPT_HEADER_BYTES + 4 * numel);
+    if (!mc__ckpt_parse_hex(tok[at + 2], 8, &crc))
+        return MC__CKPT_BAD(ps, "tensor %s: checksum \"%s\" is not 8 hex digits", t.name,
+                            tok[at + 2]);
+    t.crc32 = (uint32_t)crc;
+    grown = mc__ckpt_grow(m->tensors, &ps->cap_tensors, m->n_tensors + 1, sizeof t);
+    if (!grown) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", ps->src);
+    m->tensors = (mc_checkpoint_tensor *)grown;
+    m->tensors[m->n_tensors++] = t;
+    return MC_OK;
+}
+
+static int mc__ckpt_parse_rng(mc_checkpoint_meta *m, mc__ckpt_parse *ps, char **tok, int n) {
+    mc_checkpoint_rng_file r;
+    long long pp, tp;
+    uint64_t crc;
+    void *grown;
+    memset(&r, 0, sizeof r);
+    if (n != 6)
+        return MC__CKPT_BAD(ps, "an rng line has 6 fields (rng PP TP FILE BYTES CRC32), found %d",
+                            n);
+    if (!mc__ckpt_parse_ll(tok[1], &pp) || !mc__ckpt_parse_ll(tok[2], &tp) || pp < 0 || tp < 0 ||
+        pp > INT_MAX || tp > INT_MAX)
+        return MC__CKPT_BAD(ps, "rng position \"%s %s\" is not two ranks >= 0", tok[1], tok[2]);
+    if (!mc__ckpt_name_ok(tok[3]) || strlen(tok[3]) >= sizeof r.file)
+        return MC__CKPT_BAD(ps, "rng file name \"%s\" is not a plain file name", tok[3]);
+    if (!mc__ckpt_parse_ll(tok[4], &r.bytes) || r.bytes < 0)
+        return MC__CKPT_BAD(ps, "rng file %s: size \"%s\" is not a byte count", tok[3], tok[4]);
+    if (!mc__ckpt_parse_hex(tok[5], 8, &crc))
+        return MC__CKPT_BAD(ps, "rng file %s: checksum \"%s\" is not 8 hex digits", tok[3],
+                            tok[5]);
+    r.pp = (int)pp;
+    r.tp = (int)tp;
+    strcpy(r.file, tok[3]);
+    r.crc32 = (uint32_t)crc;
+    grown = mc__ckpt_grow(m->rng, &ps->cap_rng, m->n_rng + 1, sizeof r);
+    if (!grown) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", ps->src);
+    m->rng = (mc_checkpoint_rng_file *)grown;
+    m->rng[m->n_rng++] = r;
+    return MC_OK;
+}
+
+static int mc__ckpt_parse_layout(mc_checkpoint_meta *m, mc__ckpt_parse *ps, char **tok, int n) {
+    static const char *const keys[6] = {"tp", "pp", "dp", "cp", "vpp", "world"};
+    int *dst[6];
+    int i, k, seen = 0;
+    dst[0] = &m->tp;
+    dst[1] = &m->pp;
+    dst[2] = &m->dp;
+    dst[3] = &m->cp;
+    dst[4] = &m->vpp;
+    dst[5] = &m->world;
+    if (n % 2 != 1) return MC__CKPT_BAD(ps, "layout needs KEY VALUE pairs");
+    for (i = 1; i + 1 < n; i += 2) {
+        long long v;
+        for (k = 0; k < 6 && strcmp(tok[i], keys[k]) != 0; k++) {}
+        if (k == 6) continue;   /* an axis this build does not know */
+        if (!mc__ckpt_parse_ll(tok[i + 1], &v) || v < 0 || v > INT_MAX ||
+            (v == 0 && k != 4))
+            return MC__CKPT_BAD(ps, "layout %s \"%s\" is not a valid size", tok[i], tok[i + 1]);
+        *dst[k] = (int)v;
+        seen |= 1 << k;
+    }
+    for (k = 0; k < 6; k++)
+        if (k != 4 && !(seen & (1 << k)))
+            return MC__CKPT_BAD(ps, "layout has no %s", keys[k]);
+    if ((long long)m->tp * m->pp * m->dp * m->cp != m->world)
+        return MC__CKPT_BAD(ps, "layout tp %d x pp %d x dp %d x cp %d is not world %d", m->tp,
+                            m->pp, m->dp, m->cp, m->world);
+    return MC_OK;
+}
+
+/* Checks the magic line, the version and the end line's checksum, so that a foreign,
+   truncated or corrupted file is named as such before its lines are interpreted. On success
+   *body_end is the offset of the end line. */
+static int mc__ckpt_check_envelope(const char *text, size_t len, const char *src,
+                                   size_t *body_end) {
+    size_t first_end = 0, last_start, end_len;
+    long long version;
+    uint64_t stored;
+    uint32_t crc;
+    char head[64], tail[64];
+    while (first_end < len && text[first_end] != '\n') first_end++;
+    {
+        size_t n = first_end < sizeof head - 1 ? first_end : sizeof head - 1;
+        memcpy(head, text, n);
+        head[n] = '\0';
+    }
+    if (strncmp(head, "megatron_c-checkpoint ", 22) != 0)
+        return MC__FAIL(MC_ERR_IO,
+                        "%s line 1: expected \"megatron_c-checkpoint <version>\", found \"%s\" "
+                        "(not a megatron_c checkpoint metadata file)", src, head);
+    if (!mc__ckpt_parse_ll(head + 22, &version))
+        return MC__FAIL(MC_ERR_IO, "%s line 1: version \"%s\" is not a number", src, head + 22);
+    if (version != MC_CKPT_FORMAT_VERSION)
+        return MC__FAIL(MC_ERR_IO,
+                        "%s: checkpoint format version %lld, this build reads version %d", src,
+                        version, MC_CKPT_FORMAT_VERSION);
+    /* The end line is the last line; the file ends with its newline. */
+    if (len == 0 || text[len - 1] != '\n')
+        return MC__FAIL(MC_ERR_IO,
+                        "%s is truncated: it does not end with a complete \"end <crc32>\" line "
+                        "(%zu bytes)", src, len);
+    last_start = len - 1;
+    while (last_start > 0 && text[last_start - 1] != '\n') last_start--;
+    end_len = len - 1 - last_start;
+    if (end_len != 12 || strncmp(text + last_start, "end ", 4) != 0) {
+        size_t n = end_len < sizeof tail - 1 ? end_len : sizeof tail - 1;
+        memcpy(tail, text + last_start, n);
+        tail[n] = '\0';
+        return MC__FAIL(MC_ERR_IO,
+                        "%s is truncated: the last line is \"%s\", not \"end <crc32>\" "
+                        "(%zu bytes)", src, tail, len);
+    }
+    memcpy(tail, text + last_start + 4, 8);
+    tail[8] = '\0';
+    if (!mc__ckpt_parse_hex(tail, 8, &stored))
+        return MC__FAIL(MC_ERR_IO, "%s: the end line's checksum \"%s\" is not 8 hex digits", src,
+                        tail);
+    crc = mc_crc32(0, text, last_start);
+    if (crc != (uint32_t)stored)
+        return MC__FAIL(MC_ERR_IO,
+                        "%s is corrupted: its content has CRC32 %08lx, the end line says %08lx",
+                        src, (unsigned long)crc, (unsigned long)stored);
+    *body_end = last_start;
+    return MC_OK;
+}
+
+MC_API int mc_checkpoint_parse_metadata(mc_checkpoint_meta *meta, const char *text, size_t len,
+                                        const char *source, const mc_gpt_config *base) {
+    mc__ckpt_parse ps;
+    char *buf = NULL, *line, *tok[MC__CKPT_MAX_TOKENS];
+    size_t body_end = 0, i;
+    int rc, n, have = 0;   /* bits: 1 iteration, 2 math, 4 layout fp, 8 layout, 16 byte order */
+    if (!meta) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_parse_metadata: meta is NULL");
+    memset(meta, 0, sizeof *meta);
+    if (base) meta->config = *base;
+    memset(&ps, 0, sizeof ps);
+    ps.src = source ? source : "metadata";
+    if (!text) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_parse_metadata: text is NULL");
+    for (i = 0; i < len; i++)
+        if (text[i] == '\0')
+            return MC__FAIL(MC_ERR_IO, "%s: byte %zu is NUL (not a text file)", ps.src, i);
+    rc = mc__ckpt_check_envelope(text, len, ps.src, &body_end);
+    if (rc != MC_OK) return rc;
+    buf = (char *)mc_malloc(body_end + 1);
+    if (!buf) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", ps.src);
+    memcpy(buf, text, body_end);
+    buf[body_end] = '\0';
+    line = strchr(buf, '\n') + 1;   /* the magic line was checked */
+    ps.line = 1;
+    while (*line) {
+        char *nl = strchr(line, '\n');
+        long long v;
+        uint64_t h;
+        ps.line++;
+        if (nl) *nl = '\0';
+        n = mc__ckpt_split(line, tok);
+        if (n < 0) {
+            rc = MC__CKPT_BAD(&ps, "malformed line (fields are separated by one space)");
+            goto done;
+        }
+        if (n == 0) {
+            rc = MC__CKPT_BAD(&ps, "empty line");
+            goto done;
+        }
+        if (strcmp(tok[0], "tensor") == 0) {
+            rc = mc__ckpt_parse_tensor(meta, &ps, tok, n);
+        } else if (strcmp(tok[0], "rng") == 0) {
+            rc = mc__ckpt_parse_rng(meta, &ps, tok, n);
+        } else if (strcmp(tok[0], "layout") == 0) {
+            rc = mc__ckpt_parse_layout(meta, &ps, tok, n);
+            have |= 8;
+        } else if (strcmp(tok[0], "config") == 0) {
+            if (n != 3 || mc__ckpt_parse_config_field(&meta->config, tok[1], tok[2]) < 0)
+                rc = MC__CKPT_BAD(&ps, "a config line is \"config FIELD VALUE\" with a number");
+        } else if (strcmp(tok[0], "byte_order") == 0) {
+            if (n != 2 || (strcmp(tok[1], "little") != 0 && strcmp(tok[1], "big") != 0))
+                rc = MC__CKPT_BAD(&ps, "byte_order must be \"little\" or \"big\"");
+            else
+                meta->big_endian = strcmp(tok[1], "big") == 0;
+            have |= 16;
+        } else if (strcmp(tok[0], "iteration") == 0 || strcmp(tok[0], "consumed_samples") == 0 ||
+                   strcmp(tok[0], "optimizer_step") == 0) {
+            if (n != 2 || !mc__ckpt_parse_ll(tok[1], &v) ||
+                (v < 0 && !(v == MC_CKPT_RELEASE && tok[0][0] == 'i')))
+                rc = MC__CKPT_BAD(&ps, "%s must be one integer >= 0", tok[0]);
+            else if (tok[0][0] == 'i') {
+                meta->iteration = v;
+                have |= 1;
+            } else if (tok[0][0] == 'c')
+                meta->consumed_samples = v;
+            else
+                meta->optimizer_step = v;
+        } else if (strcmp(tok[0], "math_fingerprint") == 0 ||
+                   strcmp(tok[0], "layout_fingerprint") == 0) {
+            if (n != 2 || !mc__ckpt_parse_hex(tok[1], 16, &h))
+                rc = MC__CKPT_BAD(&ps, "%s must be 16 hex digits", tok[0]);
+            else if (tok[0][0] == 'm') {
+                meta->math_fingerprint = h;
+                have |= 2;
+            } else {
+                meta->layout_fingerprint = h;
+                have |= 4;
+            }
+        }   /* other keys: written by a newer version, ignored */
+        if (rc != MC_OK) goto done;
+        if (!nl) break;
+        line = nl + 1;
+    }
+    {
+        static const char *const names[5] = {"iteration", "math_fingerprint",
+                                             "layout_fingerprint", "layout", "byte_order"};
+        int k;
+        for (k = 0; k < 5; k++)
+            if (!(have & (1 << k))) {
+                rc = MC__FAIL(MC_ERR_IO, "%s: no \"%s\" line", ps.src, names[k]);
+                goto done;
+            }
+    }
+    meta->format_version = MC_CKPT_FORMAT_VERSION;
+    if (meta->n_tensors > 1)
+        qsort(meta->tensors, (size_t)meta->n_tensors, sizeof *meta->tensors, mc__ckpt_tensor_cmp);
+    if (meta->n_rng > 1) qsort(meta->rng, (size_t)meta->n_rng, sizeof *meta->rng, mc__ckpt_rng_cmp);
+    for (n = 1; n < meta->n_tensors; n++)
+        if (mc__ckpt_tensor_cmp(&meta->tensors[n - 1], &meta->tensors[n]) == 0) {
+            rc = MC__FAIL(MC_ERR_IO, "%s: tensor %s %s is listed twice", ps.src,
+                          meta->tensors[n].kind, meta->tensors[n].name);
+            goto done;
+        }
+    for (n = 1; n < meta->n_rng; n++)
+        if (mc__ckpt_rng_cmp(&meta->rng[n - 1], &meta->rng[n]) == 0) {
+            rc = MC__FAIL(MC_ERR_IO, "%s: rng state of pp %d tp %d is listed twice", ps.src,
+                          meta->rng[n].pp, meta->rng[n].tp);
+            goto done;
+        }
+done:
+    mc_free(buf);
+    return rc;
+}
+
+MC_API int mc_checkpoint_latest(const char *dir, long long *iteration) {
+    char path[MC_CKPT_PATH_MAX], buf[64];
+    FILE *f;
+    size_t n;
+    long long v;
+    int rc;
+    if (!dir || !iteration)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_latest: dir and iteration must be set");
+    rc = mc__ckpt_join(path, dir, MC_CKPT_LATEST_FILE);
+    if (rc != MC_OK) return rc;
+    f = fopen(path, "rb");
+    if (!f)
+        return MC__FAIL(MC_ERR_IO, "no checkpoint in %s: cannot open %s: %s", dir, path,
+                        strerror(errno));
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ')) buf[--n] = '\0';
+    if (strcmp(buf, "release") == 0) {
+        *iteration = MC_CKPT_RELEASE;
+        return MC_OK;
+    }
+    if (!mc__ckpt_parse_ll(buf, &v) || v < 0)
+        return MC__FAIL(MC_ERR_IO, "%s holds \"%s\", not an iteration number or \"release\"", path,
+                        buf);
+    *iteration = v;
+    return MC_OK;
+}
+
+#if !defined(_WIN32)
+
+/* ---- POSIX file helpers. Positioned I/O is lseek + read/write on a descriptor this process
+   owns: the same as pread/pwrite here, and declared even under strict -std=c99. */
+
+static int mc__ckpt_os_fail(const char *what, const char *path) {
+    return MC__FAIL(MC_ERR_IO, "checkpoint: %s %s: %s", what, path, strerror(errno));
+}
+
+static int mc__ckpt_write_at(int fd, const void *buf, size_t bytes, long long offset,
+                             const char *path) {
+    const char *p = (const char *)buf;
+    if (lseek(fd, (off_t)offset, SEEK_SET) == (off_t)-1) return mc__ckpt_os_fail("cannot seek in", path);
+    while (bytes > 0) {
+        ssize_t n = write(fd, p, bytes);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return mc__ckpt_os_fail("cannot write", path);
+        p += n;
+        bytes -= (size_t)n;
+    }
+    return MC_OK;
+}
+
+static int mc__ckpt_read_at(int fd, void *buf, size_t bytes, long long offset, const char *path) {
+    char *p = (char *)buf;
+    long long at = offset;
+    if (lseek(fd, (off_t)offset, SEEK_SET) == (off_t)-1) return mc__ckpt_os_fail("cannot seek in", path);
+    while (bytes > 0) {
+        ssize_t n = read(fd, p, bytes);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return mc__ckpt_os_fail("cannot read", path);
+        if (n == 0)
+            return MC__FAIL(MC_ERR_IO, "checkpoint file %s ends at byte %lld, %zu bytes short "
+                                       "(the file is truncated)", path, at, bytes);
+        p += n;
+        at += n;
+        bytes -= (size_t)n;
+    }
+    return MC_OK;
+}
+
+/* Creates or replaces `path` with data and fsyncs it. */
+static int mc__ckpt_write_file(const char *path, const void *data, size_t len) {
+    int rc, fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0) return mc__ckpt_os_fail("cannot create", path);
+    rc = mc__ckpt_write_at(fd, data, len, 0, path);
+    if (rc == MC_OK && fsync(fd) != 0) rc = mc__ckpt_os_fail("cannot fsync", path);
+    if (close(fd) != 0 && rc == MC_OK) rc = mc__ckpt_os_fail("cannot close", path);
+    return rc;
+}
+
+/* Reads a whole file (NUL-terminated; *out is freed with mc_free). */
+static int mc__ckpt_read_file(const char *path, char **out, size_t *len, size_t limit) {
+    struct stat st;
+    int rc, fd = open(path, O_RDONLY);
+    *out = NULL;
+    *len = 0;
+    if (fd < 0) return mc__ckpt_os_fail("cannot open", path);
+    if (fstat(fd, &st) != 0) {
+        rc = mc__ckpt_os_fail("cannot stat", path);
+        close(fd);
+        return rc;
+    }
+    if (st.st_size < 0 || (unsigned long long)st.st_size > limit) {
+        close(fd);
+        return MC__FAIL(MC_ERR_IO, "checkpoint file %s is %lld bytes, more than the %zu allowed",
+                        path, (long long)st.st_size, limit);
+    }
+    *out = (char *)mc_malloc((size_t)st.st_size + 1);
+    if (!*out) {
+        close(fd);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "checkpoint: out of memory reading %s", path);
+    }
+    rc = mc__ckpt_read_at(fd, *out, (size_t)st.st_size, 0, path);
+    close(fd);
+    if (rc != MC_OK) {
+        mc_free(*out);
+        *out = NULL;
+        return rc;
+    }
+    (*out)[st.st_size] = '\0';
+    *len = (size_t)st.st_size;
+    return MC_OK;
+}
+
+/* Makes a rename or a new file in `dir` durable. File systems that cannot fsync a directory
+   say EINVAL; that is not an error. */
+static int mc__ckpt_fsync_dir(const char *dir) {
+    int rc = MC_OK, fd = open(dir, O_RDONLY);
+    if (fd < 0) return mc__ckpt_os_fail("cannot open directory", dir);
+    if (fsync(fd) != 0 && errno != EINVAL) rc = mc__ckpt_os_fail("cannot fsync directory", dir);
+    close(fd);
+    return rc;
+}
+
+static int mc__ckpt_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+/* mkdir -p */
+static int mc__ckpt_mkdirs(const char *path) {
+    char buf[MC_CKPT_PATH_MAX];
+    size_t i, n = strlen(path);
+    struct stat st;
+    if (n >= sizeof buf)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "checkpoint directory \"%s\" is too long", path);
+    memcpy(buf, path, n + 1);
+    for (i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        buf[i] = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return mc__ckpt_os_fail("cannot create", buf);
+        buf[i] = path[i];
+    }
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+        return MC__FAIL(MC_ERR_IO, "checkpoint: %s exists and is not a directory", path);
+    return MC_OK;
+}
+
+/* Removes a checkpoint directory: its files, then itself (checkpoints hold no subdirectories). */
+static int mc__ckpt_remove_dir(const char *path) {
+    char file[MC_CKPT_PATH_MAX];
+    struct dirent *e;
+    int rc = MC_OK;
+    DIR *d = opendir(path);
+    if (!d) return mc__ckpt_os_fail("cannot open directory", path);
+    while (rc == MC_OK && (e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
+        rc = mc__ckpt_join(file, path, e->d_name);
+        if (rc == MC_OK && unlink(file) != 0) rc = mc__ckpt_os_fail("cannot remove", file);
+    }
+    closedir(d);
+    if (rc == MC_OK && rmdir(path) != 0) rc = mc__ckpt_os_fail("cannot remove directory", path);
+    return rc;
+}
+
+/* The 64-byte tensor file header (see >>checkpoint). */
+static void mc__ckpt_header(unsigned char *h, int ndim, long long d0, long long d1) {
+    uint32_t u;
+    uint64_t s;
+    memset(h, 0, MC_CKPT_HEADER_BYTES);
+    memcpy(h, "MCTENSOR", 8);
+    u = MC_CKPT_FORMAT_VERSION;
+    memcpy(h + 8, &u, 4);
+    u = 0;   /* f32 */
+    memcpy(h + 12, &u, 4);
+    u = (uint32_t)ndim;
+    memcpy(h + 16, &u, 4);
+    u = 0x01020304u;
+    memcpy(h + 20, &u, 4);
+    s = (uint64_t)d0;
+    memcpy(h + 24, &s, 8);
+    s = (uint64_t)d1;
+    memcpy(h + 32, &s, 8);
+}
+
+/* ---- the run context */
+
+typedef struct mc__ckpt_ctx {
+    const mc_checkpoint_desc *d;
+    const char *fn;              /* "mc_checkpoint_save" / "mc_checkpoint_load" */
+    mc_comm *world;
+    int rank, size;
+    int tp, tp_rank, pp, pp_rank, dp, cp, vpp;
+    int main_replica;            /* dp = cp = 0: writes for its (tp, pp) position */
+    int optim;                   /* exp_avg and exp_avg_sq given */
+    float *data[3];              /* model, exp_avg, exp_avg_sq flat buffers */
+} mc__ckpt_ctx;
+
+static int mc__ckpt_begin(mc__ckpt_ctx *cx, const mc_checkpoint_desc *d, const char *fn) {
+    const mc_parallel_state *ps;
+    memset(cx, 0, sizeof *cx);
+    if (!d || !d->ps || !d->ps->initialized || !d->ps->world)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: desc and desc->ps (an initialised mc_parallel_state with its world) "
+                        "must be set", fn);
+    ps = d->ps;
+    cx->d = d;
+    cx->fn = fn;
+    cx->world = ps->world;
+    cx->rank = ps->world->rank;
+    cx->size = ps->world->size;
+    cx->tp = ps->grid.desc.tp;
+    cx->pp = ps->grid.desc.pp;
+    cx->cp = ps->grid.desc.cp;
+    cx->vpp = ps->grid.desc.vpp;
+    cx->dp = ps->grid.dp;
+    cx->tp_rank = ps->coords.tp;
+    cx->pp_rank = ps->coords.pp;
+    cx->main_replica = ps->coords.dp == 0 && ps->coords.cp == 0;
+    cx->optim = d->exp_avg != NULL && d->exp_avg_sq != NULL;
+    cx->data[0] = d->param_data;
+    cx->data[1] = d->exp_avg;
+    cx->data[2] = d->exp_avg_sq;
+    return MC_OK;
+}
+
+/* Every rank learns whether any rank failed. The first failing rank's status and message
+   become every rank's result, so all ranks return the same error and none is left waiting in a
+   later collective for a rank that gave up. */
+static int mc__ckpt_agree(mc_comm *world, int status) {
+    int32_t key = status == MC_OK ? world->size : world->rank, first = 0, st = status;
+    unsigned char msg[4 + MC__ERROR_LEN];
+    char text[MC__ERROR_LEN];
+    int rc = mc_all_reduce(world, &key, &first, 1, MC_I32, MC_MIN);
+    if (rc != MC_OK) return rc;
+    if (first == world->size) return MC_OK;
+    memset(msg, 0, sizeof msg);
+    if (world->rank == first) {
+        memcpy(msg, &st, 4);
+        memcpy(msg + 4, mc__last_error_text, strlen(mc__last_error_text));
+    }
+    rc = mc_broadcast(world, msg, sizeof msg, MC_U8, first);
+    if (rc != MC_OK) return rc;
+    memcpy(&st, msg, 4);
+    msg[sizeof msg - 1] = '\0';
+    memcpy(text, msg + 4, sizeof text);
+    if (strncmp(text, "rank ", 5) == 0) return MC__FAIL(st, "%s", text);   /* already agreed */
+    return MC__FAIL(st, "rank %d: %s", (int)first, text);
+}
+
+#define MC__CKPT_AGREE(cx, rc)                      \
+    do {                                            \
+        (rc) = mc__ckpt_agree((cx)->world, (rc));   \
+        if ((rc) != MC_OK) goto done;               \
+    } while (0)
+
+static int mc__ckpt_str_cmp(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* The parameter's shape checks for the layout of cx (the stride rule needs whole pieces). */
+static int mc__ckpt_check_param(const mc__ckpt_ctx *cx, const mc_param_info *p) {
+    const char *fn = cx->fn;
+    int g[2], l[2], d, pd = p->partition_dim, stride = MC__DEF(p->partition_stride, 1);
+    if (!mc__ckpt_name_ok(p->name))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter \"%s\": a name holds only letters, digits, '.', '_' and '-' "
+                        "and does not start with '.' (it names a file)", fn, p->name);
+    if (p->ndim != 1 && p->ndim != 2)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "%s: parameter %s: ndim (%d) must be 1 or 2", fn,
+                        p->name, p->ndim);
+    g[0] = p->global_shape[0];
+    l[0] = p->local_shape[0];
+    g[1] = p->ndim == 2 ? p->global_shape[1] : 1;
+    l[1] = p->ndim == 2 ? p->local_shape[1] : 1;
+    if (g[0] < 1 || g[1] < 1 || l[0] < 1 || l[1] < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: shapes must be >= 1 (global [%d, %d], local [%d, %d])",
+                        fn, p->name, g[0], g[1], l[0], l[1]);
+    if ((size_t)l[0] * (size_t)l[1] != p->numel)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: numel (%zu) is not local_shape %d x %d", fn, p->name,
+                        p->numel, l[0], l[1]);
+    if (cx->d->params->total > 0 && p->offset + p->numel > cx->d->params->total)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: offset %zu + numel %zu is past the buffer's total %zu",
+                        fn, p->name, p->offset, p->numel, cx->d->params->total);
+    if (pd < 0) {
+        if (g[0] != l[0] || g[1] != l[1])
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "%s: parameter %s is replicated (partition_dim -1) but its local shape "
+                            "[%d, %d] is not its global shape [%d, %d]", fn, p->name, l[0], l[1],
+                            g[0], g[1]);
+        return MC_OK;
+    }
+    if (pd >= p->ndim)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "%s: parameter %s: partition_dim (%d) must be < ndim (%d)",
+                        fn, p->name, pd, p->ndim);
+    if (stride < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "%s: parameter %s: partition_stride (%d) must be >= 1",
+                        fn, p->name, stride);
+    if ((long long)l[pd] * cx->tp != g[pd])
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: global_shape[%d] (%d) must be local_shape[%d] (%d) x "
+                        "tensor_model_parallel_size (%d)", fn, p->name, pd, g[pd], pd, l[pd], cx->tp);
+    if (l[pd] % stride != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: local_shape[%d] (%d) must be a multiple of "
+                        "partition_stride (%d)", fn, p->name, pd, l[pd], stride);
+    d = 1 - pd;
+    if (p->ndim == 2 && g[d] != l[d])
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: parameter %s: dimension %d is not split, yet global_shape[%d] (%d) != "
+                        "local_shape[%d] (%d)", fn, p->name, d, d, g[d], d, l[d]);
+    return MC_OK;
+}
+
+/* Local checks of the desc and the table, before anything touches the disk. */
+static int mc__ckpt_validate(const mc__ckpt_ctx *cx) {
+    const mc_checkpoint_desc *d = cx->d;
+    const mc_param_table *t = d->params;
+    const char **names;
+    int i, rc = MC_OK;
+    if (!d->dir || !d->dir[0]) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->dir must be set", cx->fn);
+    if (strlen(d->dir) + 2 * MC_CKPT_FILE_MAX + 32 >= MC_CKPT_PATH_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->dir \"%s\" is too long (%zu bytes)", cx->fn,
+                        d->dir, strlen(d->dir));
+    if (!d->config) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->config must be set", cx->fn);
+    if (!t || t->count < 0 || (t->count > 0 && !t->info))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->params must be a parameter table", cx->fn);
+    if (t->count > 0 && !d->param_data)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->param_data must be set", cx->fn);
+    if ((d->exp_avg == NULL) != (d->exp_avg_sq == NULL))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: desc->exp_avg (%p) and desc->exp_avg_sq (%p) are given together or "
+                        "not at all", cx->fn, (void *)d->exp_avg, (void *)d->exp_avg_sq);
+    for (i = 0; i < t->count; i++) {
+        rc = mc__ckpt_check_param(cx, &t->info[i]);
+        if (rc != MC_OK) return rc;
+    }
+    if (t->count < 2) return MC_OK;
+    names = (const char **)mc_malloc((size_t)t->count * sizeof *names);
+    if (!names) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    for (i = 0; i < t->count; i++) names[i] = t->info[i].name;
+    qsort(names, (size_t)t->count, sizeof *names, mc__ckpt_str_cmp);
+    for (i = 1; i < t->count && rc == MC_OK; i++)
+        if (strcmp(names[i - 1], names[i]) == 0)
+            rc = MC__FAIL(MC_ERR_INVALID_DESC, "%s: parameter name %s appears twice in the table",
+                          cx->fn, names[i]);
+    mc_free(names);
+    return rc;
+}
+
+/* ---- shard geometry: the stride rule as contiguous runs */
+
+/* A parameter seen as [outer, dim, inner] around its split dimension; the local shard holds
+   `stride` pieces of ldim / stride along dim, local piece k being global piece k * tp + rank. */
+typedef struct mc__ckpt_view {
+    size_t outer, gdim, ldim, inner;
+    size_t stride, tp, tp_rank;
+} mc__ckpt_view;
+
+static void mc__ckpt_view_of(mc__ckpt_view *v, const mc_param_info *p, int tp, int tp_rank) {
+    size_t g0 = (size_t)p->global_shape[0];
+    size_t g1 = p->ndim == 2 ? (size_t)p->global_shape[1] : 1;
+    if (p->partition_dim < 0) {   /* replicated: one run, the whole tensor */
+        v->outer = v->inner = v->stride = v->tp = 1;
+        v->gdim = v->ldim = g0 * g1;
+        v->tp_rank = 0;
+        return;
+    }
+    v->outer = p->partition_dim == 0 ? 1 : g0;
+    v->inner = p->partition_dim == 0 ? g1 : 1;
+    v->gdim = p->partition_dim == 0 ? g0 : g1;
+    v->ldim = v->gdim / (size_t)tp;
+    v->stride = (size_t)MC__DEF(p->partition_stride, 1);
+    v->tp = (size_t)tp;
+    v->tp_rank = (size_t)tp_rank;
+}
+
+static size_t mc__ckpt_n_runs(const mc__ckpt_view *v) { return v->outer * v->stride; }
+
+/* Run q: `len` elements at element `local` of the shard and element `global` of the tensor. */
+static void mc__ckpt_run(const mc__ckpt_view *v, size_t q, size_t *local, size_t *global,
+                         size_t *len) {
+    size_t o = q / v->stride, k = q % v->stride, piece = v->ldim / v->stride;
+    *local = (o * v->ldim + k * piece) * v->inner;
+    *global = (o * v->gdim + (k * v->tp + v->tp_rank) * piece) * v->inner;
+    *len = piece * v->inner;
+}
+
+/* Runs *q.. merged while they stay contiguous on both sides (TP = 1, stride 1). */
+static void mc__ckpt_next_run(const mc__ckpt_view *v, size_t *q, size_t *local, size_t *global,
+                              size_t *len) {
+    size_t n = mc__ckpt_n_runs(v), lo, go, ln;
+    mc__ckpt_run(v, (*q)++, local, global, len);
+    while (*q < n) {
+        mc__ckpt_run(v, *q, &lo, &go, &ln);
+        if (lo != *local + *len || go != *global + *len) break;
+        *len += ln;
+        (*q)++;
+    }
+}
+
+/* ---- save */
+
+static int mc__ckpt_check_same(const mc__ckpt_ctx *cx) {
+    static const char *const what[7] = {
+        "iteration", "consumed_samples", "optimizer_step", "the math fingerprint of the config",
+        "the layout fingerprint of the config", "whether exp_avg / exp_avg_sq are given",
+        "whether rng is given"};
+    const mc_checkpoint_desc *d = cx->d;
+    int64_t v[7], lo[7], hi[7];
+    uint64_t fp;
+    int i, rc;
+    v[0] = d->iteration;
+    v[1] = d->consumed_samples;
+    v[2] = d->optimizer_step;
+    fp = mc_gpt_config_math_fingerprint(d->config);
+    memcpy(&v[3], &fp, 8);
+    fp = mc_gpt_config_layout_fingerprint(d->config);
+    memcpy(&v[4], &fp, 8);
+    v[5] = cx->optim;
+    v[6] = d->rng != NULL;
+    rc = mc_all_reduce(cx->world, v, lo, 7, MC_I64, MC_MIN);
+    if (rc == MC_OK) rc = mc_all_reduce(cx->world, v, hi, 7, MC_I64, MC_MAX);
+    if (rc != MC_OK) return rc;
+    for (i = 0; i < 7; i++)
+        if (lo[i] != hi[i])
+            return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ranks disagree on %s (%lld on some, %lld on "
+                            "others)", cx->fn, what[i], (long long)lo[i], (long long)hi[i]);
+    return MC_OK;
+}
+
+/* Rank 0: the root directory exists, a stale <iter>.tmp is gone, a fresh one is made. */
+static int mc__ckpt_prepare_dir(const char *dir, const char *tmp) {
+    int rc = mc__ckpt_mkdirs(dir);
+    if (rc != MC_OK) return rc;
+    if (mc__ckpt_exists(tmp)) {
+        rc = mc__ckpt_remove_dir(tmp);
+        if (rc != MC_OK) return rc;
+        MC__INFO("checkpoint: removed %s, left by a save that did not finish", tmp);
+    }
+    if (mkdir(tmp, 0755) != 0) return mc__ckpt_os_fail("cannot create", tmp);
+    return MC_OK;
+}
+
+/* Writes this rank's shard of one tensor of `kind` at its global offsets. */
+static int mc__ckpt_write_tensor(const mc__ckpt_ctx *cx, const char *tmp, int kind,
+                                 const mc_param_info *p, size_t *written) {
+    char file[MC_CKPT_FILE_MAX + 16], path[MC_CKPT_PATH_MAX];
+    unsigned char h[MC_CKPT_HEADER_BYTES];
+    const float *src = cx->data[kind] + p->offset;   /* local shard, row-major */
+    mc__ckpt_view v;
+    size_t q = 0, lo, go, len;
+    int fd, rc;
+    snprintf(file, sizeof file, "%s.%s.bin", mc__ckpt_kinds[kind], p->name);
+    rc = mc__ckpt_join(path, tmp, file);
+    if (rc != MC_OK) return rc;
+    /* No O_TRUNC: the other TP ranks write into the same (fresh) file. */
+    fd = open(path, O_WRONLY | O_CREAT, 0644);
+    if (fd < 0) return mc__ckpt_os_fail("cannot create", path);
+    mc__ckpt_view_of(&v, p, cx->tp, cx->tp_rank);
+    if (v.tp_rank == 0) {   /* the rank holding element 0 writes the header */
+        mc__ckpt_header(h, p->ndim, p->global_shape[0], p->ndim == 2 ? p->global_shape[1] : 1);
+        rc = mc__ckpt_write_at(fd, h, sizeof h, 0, path);
+    }
+    *written = 0;
+    while (rc == MC_OK && q < mc__ckpt_n_runs(&v)) {
+        mc__ckpt_next_run(&v, &q, &lo, &go, &len);
+        rc = mc__ckpt_write_at(fd, src + lo, len * sizeof(float),
+                               MC_CKPT_HEADER_BYTES + (long long)(go * sizeof(float)), path);
+        *written += len;
+    }
+    if (rc == MC_OK && fsync(fd) != 0) rc = mc__ckpt_os_fail("cannot fsync", path);
+    if (close(fd) != 0 && rc == MC_OK) rc = mc__ckpt_os_fail("cannot close", path);
+    return rc;
+}
+
+static void mc__ckpt_rng_file_name(char *out, size_t cap, int pp, int tp) {
+    snprintf(out, cap, "rng_pp%03d_tp%02d.txt", pp, tp);
+}
+
+static int mc__ckpt_write_rng(const mc__ckpt_ctx *cx, const char *tmp, char *file, size_t cap) {
+    char path[MC_CKPT_PATH_MAX];
+    mc_rng_states st;
+    mc__ckpt_sb sb;
+    int i, rc = mc_rng_tracker_get_states(cx->d->rng, &st);
+    const char *c;
+    if (rc != MC_OK) return rc;
+    memset(&sb, 0, sizeof sb);
+    mc__ckpt_sb_printf(&sb, "megatron_c-rng 1\nposition pp %d tp %d\ncurrent %llu %llu\n", cx->pp_rank,
+                  cx->tp_rank, (unsigned long long)st.current.seed,
+                  (unsigned long long)st.current.offset);
+    for (i = 0; i < st.n_streams; i++) {
+        for (c = st.names[i]; *c; c++)
+            if (*c <= ' ' || *c == 127) break;
+        if (*c || !st.names[i][0]) {
+            mc__ckpt_sb_free(&sb);
+            return MC__FAIL(MC_ERR_INVALID_ARG, "%s: RNG stream name \"%s\" is empty or holds "
+                            "white space", cx->fn, st.names[i]);
+        }
+        mc__ckpt_sb_printf(&sb, "stream %s %llu %llu\n", st.names[i],
+                      (unsigned long long)st.streams[i].seed,
+                      (unsigned long long)st.streams[i].offset);
+    }
+    mc__ckpt_rng_file_name(file, cap, cx->pp_rank, cx->tp_rank);
+    rc = sb.oom ? MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn)
+                : mc__ckpt_join(path, tmp, file);
+    if (rc == MC_OK) rc = mc__ckpt_write_file(path, sb.p, sb.len);
+    mc__ckpt_sb_free(&sb);
+    return rc;
+}
+
+/* Main replicas write their shards; every rank reports what it wrote, one line each:
+   "tensor RANK KIND NAME NDIM D0 D1 ELEMENTS" and "rng RANK PP TP FILE". */
+static int mc__ckpt_write_shards(const mc__ckpt_ctx *cx, const char *tmp, mc__ckpt_sb *report) {
+    const mc_param_table *t = cx->d->params;
+    char file[32];
+    int i, k, rc = MC_OK;
+    if (!cx->main_replica) return MC_OK;
+    for (i = 0; i < t->count && rc == MC_OK; i++) {
+        const mc_param_info *p = &t->info[i];
+        if (p->shared) continue;                                /* the tied copy: not a main replica */
+        if (p->partition_dim < 0 && cx->tp_rank != 0) continue; /* replicated over TP */
+        for (k = 0; k < (cx->optim ? 3 : 1) && rc == MC_OK; k++) {
+            size_t written = 0;
+            rc = mc__ckpt_write_tensor(cx, tmp, k, p, &written);
+            mc__ckpt_sb_printf(report, "tensor %d %s %s %d %d %d %zu\n", cx->rank, mc__ckpt_kinds[k],
+                          p->name, p->ndim, p->global_shape[0],
+                          p->ndim == 2 ? p->global_shape[1] : 1, written);
+        }
+    }
+    if (rc == MC_OK && cx->d->rng) {
+        rc = mc__ckpt_write_rng(cx, tmp, file, sizeof file);
+        mc__ckpt_sb_printf(report, "rng %d %d %d %s\n", cx->rank, cx->pp_rank, cx->tp_rank, file);
+    }
+    if (rc == MC_OK && report->oom) rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    return rc;
+}
+
+/* Every rank receives every rank's text: slot r of *all (slot bytes each) is rank r's. */
+static int mc__ckpt_allgather_text(const mc__ckpt_ctx *cx, const mc__ckpt_sb *mine, char **all,
+                                   size_t *slot) {
+    int64_t len = (int64_t)mine->len + 1, max_len = 0;
+    char *send;
+    int rc = mc_all_reduce(cx->world, &len, &max_len, 1, MC_I64, MC_MAX);
+    *all = NULL;
+    if (rc != MC_OK) return rc;
+    send = (char *)mc_calloc((size_t)max_len, 1);
+    *all = (char *)mc_calloc((size_t)max_len * (size_t)cx->size, 1);
+    rc = (send && *all) ? MC_OK : MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    rc = mc__ckpt_agree(cx->world, rc);
+    if (rc == MC_OK) {
+        if (mine->len) memcpy(send, mine->p, mine->len);
+        rc = mc_all_gather(cx->world, send, *all, (size_t)max_len, MC_U8);
+    }
+    mc_free(send);
+    if (rc != MC_OK) {
+        mc_free(*all);
+        *all = NULL;
+    }
+    *slot = (size_t)max_len;
+    return rc;
+}
+
+typedef struct mc__ckpt_entry {
+    mc_checkpoint_tensor t;
+    long long written;
+    int rank;
+} mc__ckpt_entry;
+
+static int mc__ckpt_entry_cmp(const void *a, const void *b) {
+    return mc__ckpt_tensor_cmp(&((const mc__ckpt_entry *)a)->t, &((const mc__ckpt_entry *)b)->t);
+}
+
+/* Parses one report line into *e or *r; returns 1 tensor, 2 rng, 0 bad. */
+static int mc__ckpt_parse_report_line(char *line, mc__ckpt_entry *e, mc_checkpoint_rng_file *r) {
+    char *tok[MC__CKPT_MAX_TOKENS];
+    long long v[6];
+    int n = mc__ckpt_split(line, tok), i;
+    if (n == 8 && strcmp(tok[0], "tensor") == 0) {
+        if (!mc__ckpt_parse_ll(tok[1], &v[0]) || !mc__ckpt_parse_ll(tok[4], &v[1]) ||
+            !mc__ckpt_parse_ll(tok[5], &v[2]) || !mc__ckpt_parse_ll(tok[6], &v[3]) ||
+            !mc__ckpt_parse_ll(tok[7], &v[4]) || strlen(tok[2]) >= sizeof e->t.kind ||
+            strlen(tok[3]) >= sizeof e->t.name)
+            return 0;
+        memset(e, 0, sizeof *e);
+        e->rank = (int)v[0];
+        strcpy(e->t.kind, tok[2]);
+        strcpy(e->t.name, tok[3]);
+        e->t.ndim = (int)v[1];
+        e->t.shape[0] = v[2];
+        e->t.shape[1] = v[3];
+        e->written = v[4];
+        return 1;
+    }
+    if (n == 5 && strcmp(tok[0], "rng") == 0) {
+        for (i = 0; i < 3; i++)
+            if (!mc__ckpt_parse_ll(tok[1 + i], &v[i])) return 0;
+        if (strlen(tok[4]) >= sizeof r->file) return 0;
+        memset(r, 0, sizeof *r);
+        r->pp = (int)v[1];
+        r->tp = (int)v[2];
+        strcpy(r->file, tok[4]);
+        return 2;
+    }
+    return 0;
+}
+
+/* Builds the metadata's tensor and rng lists from every rank's report, checking that the ranks
+   agree on each tensor's shape and that its elements were written exactly once. */
+static int mc__ckpt_merge(const mc__ckpt_ctx *cx, char *all, size_t slot, mc_checkpoint_meta *m) {
+    mc__ckpt_entry *e = NULL, one;
+    mc_checkpoint_rng_file r;
+    char sa[48], sb[48];
+    int n_e = 0, cap_e = 0, cap_r = 0, cap_t = 0, i, j, rc = MC_OK, src_rank;
+    void *grown;
+    for (src_rank = 0; src_rank < cx->size && rc == MC_OK; src_rank++) {
+        char *line = all + (size_t)src_rank * slot;
+        all[(size_t)src_rank * slot + slot - 1] = '\0';
+        while (*line && rc == MC_OK) {
+            char *nl = strchr(line, '\n');
+            int kind;
+            if (nl) *nl = '\0';
+            kind = mc__ckpt_parse_report_line(line, &one, &r);
+            if (kind == 0)
+                rc = MC__FAIL(MC_ERR_STATE, "%s: rank %d reported an unreadable line", cx->fn,
+                              src_rank);
+            else if (kind == 1) {
+                grown = mc__ckpt_grow(e, &cap_e, n_e + 1, sizeof *e);
+                if (!grown) rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+                else {
+                    e = (mc__ckpt_entry *)grown;
+                    e[n_e++] = one;
+                }
+            } else {
+                grown = mc__ckpt_grow(m->rng, &cap_r, m->n_rng + 1, sizeof r);
+                if (!grown) rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+                else {
+                    m->rng = (mc_checkpoint_rng_file *)grown;
+                    m->rng[m->n_rng++] = r;
+                }
+            }
+            if (!nl) break;
+            line = nl + 1;
+        }
+    }
+    if (rc == MC_OK && n_e > 1) qsort(e, (size_t)n_e, sizeof *e, mc__ckpt_entry_cmp);
+    for (i = 0; i < n_e && rc == MC_OK; i = j) {
+        mc_checkpoint_tensor t = e[i].t;
+        long long written = 0, numel = t.shape[0] * t.shape[1];
+        for (j = i; j < n_e && mc__ckpt_tensor_cmp(&e[j].t, &t) == 0; j++) {
+            if (e[j].t.ndim != t.ndim || e[j].t.shape[0] != t.shape[0] ||
+                e[j].t.shape[1] != t.shape[1])
+                rc = MC__FAIL(MC_ERR_INVALID_DESC,
+                              "%s: %s %s has global shape %s on rank %d but %s on rank %d",
+                              cx->fn, t.kind, t.name,
+                              mc__ckpt_shape_str(sa, sizeof sa, t.ndim, t.shape[0], t.shape[1]),
+                              e[i].rank,
+                              mc__ckpt_shape_str(sb, sizeof sb, e[j].t.ndim, e[j].t.shape[0],
+                                                 e[j].t.shape[1]),
+                              e[j].rank);
+            written += e[j].written;
+        }
+        if (rc == MC_OK && written != numel)
+            rc = MC__FAIL(MC_ERR_INVALID_DESC,
+                          "%s: %s %s: the main replicas wrote %lld of its %lld elements (first "
+                          "writer rank %d): every shard needs exactly one writer (check "
+                          "partition_dim, the shared flag and that every stage holds its layers)",
+                          cx->fn, t.kind, t.name, written, numel, e[i].rank);
+        if (rc != MC_OK) break;
+        snprintf(t.file, sizeof t.file, "%s.%s.bin", t.kind, t.name);
+        t.bytes = MC_CKPT_HEADER_BYTES + 4 * numel;
+        grown = mc__ckpt_grow(m->tensors, &cap_t, m->n_tensors + 1, sizeof t);
+        if (!grown) {
+            rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+            break;
+        }
+        m->tensors = (mc_checkpoint_tensor *)grown;
+        m->tensors[m->n_tensors++] = t;
+    }
+    mc_free(e);
+    if (rc == MC_OK && m->n_rng > 1) qsort(m->rng, (size_t)m->n_rng, sizeof *m->rng, mc__ckpt_rng_cmp);
+    if (rc == MC_OK && cx->d->rng && m->n_rng != cx->tp * cx->pp)
+        rc = MC__FAIL(MC_ERR_STATE, "%s: %d RNG files for %d (pp, tp) positions", cx->fn, m->n_rng,
+                      cx->tp * cx->pp);
+    return rc;
+}
+
+static int mc__ckpt_file_crc(const char *path, long long *bytes, uint32_t *crc) {
+    enum { CHUNK = 1 << 20 };
+    unsigned char *buf;
+    int rc = MC_OK, fd = open(path, O_RDONLY);
+    *bytes = 0;
+    *crc = 0;
+    if (fd < 0) return mc__ckpt_os_fail("cannot open", path);
+    buf = (unsigned char *)mc_malloc(CHUNK);
+    if (!buf) rc = MC__FAIL(MC_ERR_NO_MEMORY, "checkpoint: out of memory checking %s", path);
+    while (rc == MC_OK) {
+        ssize_t n = read(fd, buf, CHUNK);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) rc = mc__ckpt_os_fail("cannot read", path);
+        if (n <= 0) break;
+        *crc = mc_crc32(*crc, buf, (size_t)n);
+        *bytes += n;
+    }
+    mc_free(buf);
+    close(fd);
+    return rc;
+}
+
+/* File i of the metadata (tensors first, then rng files). */
+static void mc__ckpt_file_of(const mc_checkpoint_meta *m, int i, const char **name,
+                             long long **bytes, uint32_t **crc) {
+    if (i < m->n_tensors) {
+        *name = m->tensors[i].file;
+        *bytes = &m->tensors[i].bytes;
+        *crc = &m->tensors[i].crc32;
+    } else {
+        *name = m->rng[i - m->n_tensors].file;
+        *bytes = &m->rng[i - m->n_tensors].bytes;
+        *crc = &m->rng[i - m->n_tensors].crc32;
+    }
+}
+
+/* The CRC32 and size of every file, spread over the world (file i on rank i mod size).
+   verify = 0 (save): fills m's bytes and crc32 from the sums; the tensor sizes must be what
+   the shapes say. verify = 1 (load): compares with m. Agreed over the world. */
+static int mc__ckpt_checksums(const mc__ckpt_ctx *cx, const char *dir, mc_checkpoint_meta *m,
+                              int verify) {
+    int n = m->n_tensors + m->n_rng, i, rc = MC_OK;
+    int64_t *mine = (int64_t *)mc_calloc((size_t)(2 * n + 1), sizeof(int64_t));
+    int64_t *sum = (int64_t *)mc_calloc((size_t)(2 * n + 1), sizeof(int64_t));
+    char path[MC_CKPT_PATH_MAX];
+    if (!mine || !sum) rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    for (i = cx->rank; i < n && rc == MC_OK; i += cx->size) {
+        const char *name;
+        long long *bytes, got_bytes;
+        uint32_t *crc, got_crc;
+        mc__ckpt_file_of(m, i, &name, &bytes, &crc);
+        rc = mc__ckpt_join(path, dir, name);
+        if (rc == MC_OK) rc = mc__ckpt_file_crc(path, &got_bytes, &got_crc);
+        if (rc != MC_OK) break;
+        mine[2 * i] = got_bytes;
+        mine[2 * i + 1] = got_crc;
+        if (verify && got_bytes != *bytes)
+            rc = MC__FAIL(MC_ERR_IO, "checkpoint file %s: %lld bytes, %s says %lld (the file is %s)",
+                          path, got_bytes, MC_CKPT_METADATA_FILE, *bytes,
+                          got_bytes < *bytes ? "truncated" : "longer than written");
+        else if (verify && got_crc != *crc)
+            rc = MC__FAIL(MC_ERR_IO, "checkpoint file %s: CRC32 %08lx, %s says %08lx (the file is "
+                          "corrupted)", path, (unsigned long)got_crc, MC_CKPT_METADATA_FILE,
+                          (unsigned long)*crc);
+    }
+    rc = mc__ckpt_agree(cx->world, rc);
+    if (rc == MC_OK && !verify) rc = mc_all_reduce(cx->world, mine, sum, (size_t)(2 * n + 1), MC_I64, MC_SUM);
+    for (i = 0; i < n && rc == MC_OK && !verify; i++) {
+        const char *name;
+        long long *bytes;
+        uint32_t *crc;
+        mc__ckpt_file_of(m, i, &name, &bytes, &crc);
+        if (i < m->n_tensors && sum[2 * i] != *bytes)
+            rc = MC__FAIL(MC_ERR_IO, "%s: %s has %lld bytes after the save, %lld expected", cx->fn,
+                          name, (long long)sum[2 * i], *bytes);
+        *bytes = sum[2 * i];
+        *crc = (uint32_t)sum[2 * i + 1];
+    }
+    mc_free(mine);
+    mc_free(sum);
+    return rc;
+}
+
+/* Rank 0: metadata (temp + fsync + rename), the directory rename, then `latest`. */
+static int mc__ckpt_finish(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m, const char *tmp,
+                           const char *final_dir) {
+    const char *dir = cx->d->dir;
+    char path[MC_CKPT_PATH_MAX], path_tmp[MC_CKPT_PATH_MAX], latest[64];
+    mc__ckpt_sb sb;
+    int rc;
+    memset(&sb, 0, sizeof sb);
+    mc__ckpt_format_metadata(&sb, m);
+    if (sb.oom) return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory", cx->fn);
+    rc = mc__ckpt_join(path, tmp, MC_CKPT_METADATA_FILE);
+    if (rc == MC_OK) rc = mc__ckpt_join(path_tmp, tmp, MC_CKPT_METADATA_FILE ".tmp");
+    if (rc == MC_OK) rc = mc__ckpt_write_file(path_tmp, sb.p, sb.len);
+    mc__ckpt_sb_free(&sb);
+    if (rc == MC_OK && rename(path_tmp, path) != 0) rc = mc__ckpt_os_fail("cannot rename", path_tmp);
+    if (rc == MC_OK) rc = mc__ckpt_fsync_dir(tmp);
+    /* Saving an iteration again replaces its directory. */
+    if (rc == MC_OK && mc__ckpt_exists(final_dir)) rc = mc__ckpt_remove_dir(final_dir);
+    if (rc == MC_OK && rename(tmp, final_dir) != 0) rc = mc__ckpt_os_fail("cannot rename", tmp);
+    if (rc == MC_OK) rc = mc__ckpt_fsync_dir(dir);
+    if (rc != MC_OK) return rc;
+    if (m->iteration == MC_CKPT_RELEASE)
+        snprintf(latest, sizeof latest, "release\n");
+    else
+        snprintf(latest, sizeof latest, "%lld\n", m->iteration);
+    rc = mc__ckpt_join(path, dir, MC_CKPT_LATEST_FILE);
+    if (rc == MC_OK) rc = mc__ckpt_join(path_tmp, dir, MC_CKPT_LATEST_FILE ".tmp");
+    if (rc == MC_OK) rc = mc__ckpt_write_file(path_tmp, latest, strlen(latest));
+    if (rc == MC_OK && rename(path_tmp, path) != 0) rc = mc__ckpt_os_fail("cannot rename", path_tmp);
+    if (rc == MC_OK) rc = mc__ckpt_fsync_dir(dir);
+    return rc;
+}
+
+MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+    mc__ckpt_ctx cx;
+    mc_checkpoint_meta meta;
+    mc__ckpt_sb report;
+    char final_dir[MC_CKPT_PATH_MAX], tmp[MC_CKPT_PATH_MAX], *all = NULL;
+    size_t slot = 0;
+    int rc, tmp_made = 0;
+    memset(&meta, 0, sizeof meta);
+    memset(&report, 0, sizeof report);
+    rc = mc__ckpt_begin(&cx, desc, "mc_checkpoint_save");
+    if (rc != MC_OK) return rc;
+    rc = mc__ckpt_validate(&cx);
+    if (rc == MC_OK && (desc->iteration < 0 || desc->consumed_samples < 0 || desc->optimizer_step < 0))
+        rc = MC__FAIL(MC_ERR_INVALID_ARG,
+                      "mc_checkpoint_save: iteration (%lld), consumed_samples (%lld) and "
+                      "optimizer_step (%lld) must be >= 0", desc->iteration,
+                      desc->consumed_samples, desc->optimizer_step);
+    if (rc == MC_OK) rc = mc_checkpoint_iteration_dir(final_dir, sizeof final_dir, desc->dir,
+                                                      desc->iteration);
+    if (rc == MC_OK && snprintf(tmp, sizeof tmp, "%s.tmp", final_dir) >= (int)sizeof tmp)
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_save: path %s.tmp is too long", final_dir);
+    MC__CKPT_AGREE(&cx, rc);
+    rc = mc__ckpt_check_same(&cx);   /* the same verdict on every rank */
+    if (rc != MC_OK) goto done;
+
+    if (cx.rank == 0) rc = mc__ckpt_prepare_dir(desc->dir, tmp);
+    MC__CKPT_AGREE(&cx, rc);
+    tmp_made = 1;
+    rc = mc__ckpt_write_shards(&cx, tmp, &report);
+    MC__CKPT_AGREE(&cx, rc);
+
+    rc = mc__ckpt_allgather_text(&cx, &report, &all, &slot);
+    if (rc != MC_OK) goto done;
+    rc = mc__ckpt_merge(&cx, all, slot, &meta);
+    MC__CKPT_AGREE(&cx, rc);
+    rc = mc__ckpt_checksums(&cx, tmp, &meta, 0);
+    if (rc != MC_OK) goto done;
+
+    meta.format_version = MC_CKPT_FORMAT_VERSION;
+    meta.big_endian = mc__ckpt_host_big_endian();
+    meta.iteration = desc->iteration;
+    meta.consumed_samples = desc->consumed_samples;
+    meta.optimizer_step = desc->optimizer_step;
+    meta.math_fingerprint = mc_gpt_config_math_fingerprint(desc->config);
+    meta.layout_fingerprint = mc_gpt_config_layout_fingerprint(desc->config);
+    meta.tp = cx.tp;
+    meta.pp = cx.pp;
+    meta.dp = cx.dp;
+    meta.cp = cx.cp;
+    meta.vpp = cx.vpp;
+    meta.world = cx.size;
+    mc_gpt_config_resolve(&meta.config, desc->config);   /* the file shows the defaults */
+    if (cx.rank == 0) rc = mc__ckpt_finish(&cx, &meta, tmp, final_dir);
+    MC__CKPT_AGREE(&cx, rc);
+    if (cx.rank == 0)
+        MC__INFO("checkpoint: saved %s (%d tensors, TP %d PP %d DP %d)", final_dir,
+                 meta.n_tensors, cx.tp, cx.pp, cx.dp);
+done:
+    if (rc != MC_OK && tmp_made && cx.rank == 0 && mc__ckpt_exists(tmp)) {
+        /* Best effort, keeping the error being reported: the next save removes it anyway. */
+        char keep[MC__ERROR_LEN];
+        memcpy(keep, mc__last_error_text, sizeof keep);
+        mc__ckpt_remove_dir(tmp);
+        memcpy(mc__last_error_text, keep, sizeof keep);
+    }
+    mc_free(all);
+    mc__ckpt_sb_free(&report);
+    mc_checkpoint_meta_free(&meta);
+    return rc;
+}
+
+/* ---- load */
+
+/* Rank 0: which iteration, its directory, and the metadata text. */
+static int mc__ckpt_read_metadata_text(const mc__ckpt_ctx *cx, unsigned flags, long long *it,
+                                       char *iter_dir, char **text, size_t *len) {
+    char path[MC_CKPT_PATH_MAX];
+    int rc = MC_OK;
+    if (flags & MC_CKPT_LOAD_ITERATION) {
+        *it = cx->d->iteration;
+        if (*it < 0 && *it != MC_CKPT_RELEASE)
+            return MC__FAIL(MC_ERR_INVALID_ARG, "%s: desc->iteration (%lld) must be >= 0 or "
+                            "MC_CKPT_RELEASE", cx->fn, *it);
+    } else {
+        rc = mc_checkpoint_latest(cx->d->dir, it);
+        if (rc != MC_OK) return rc;
+    }
+    rc = mc_checkpoint_iteration_dir(iter_dir, MC_CKPT_PATH_MAX, cx->d->dir, *it);
+    if (rc != MC_OK) return rc;
+    if (!mc__ckpt_exists(iter_dir))
+        return MC__FAIL(MC_ERR_IO, "%s: checkpoint directory %s does not exist%s", cx->fn,
+                        iter_dir, (flags & MC_CKPT_LOAD_ITERATION) ? ""
+                                  : " (" MC_CKPT_LATEST_FILE " names it)");
+    rc = mc__ckpt_join(path, iter_dir, MC_CKPT_METADATA_FILE);
+    if (rc != MC_OK) return rc;
+    if (!mc__ckpt_exists(path))
+        return MC__FAIL(MC_ERR_IO, "%s: %s has no %s: not a complete checkpoint (a save that did "
+                        "not finish, or another format)", cx->fn, iter_dir, MC_CKPT_METADATA_FILE);
+    return mc__ckpt_read_file(path, text, len, (size_t)1 << 30);
+}
+
+/* Byte order and the math fingerprint (the layout may differ). */
+static int mc__ckpt_check_compat(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m,
+                                 const char *iter_dir, unsigned flags, mc_checkpoint_result *res) {
+    char diff[640];
+    uint64_t now = mc_gpt_config_math_fingerprint(cx->d->config);
+    int n;
+    if (m->big_endian != mc__ckpt_host_big_endian())
+        return MC__FAIL(MC_ERR_UNSUPPORTED, "%s: %s holds %s-endian tensors, this host is %s-endian",
+                        cx->fn, iter_dir, m->big_endian ? "big" : "little",
+                        m->big_endian ? "little" : "big");
+    if (m->math_fingerprint == now) return MC_OK;
+    diff[0] = '\0';
+    n = mc_gpt_config_math_diff(&m->config, cx->d->config, diff, sizeof diff);
+    if (n <= 0)
+        snprintf(diff, sizeof diff, "no config field differs, so the fingerprint itself changed "
+                 "(another megatron_c version?)");
+    if (!(flags & MC_CKPT_LOAD_IGNORE_MATH))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "%s: %s was saved for another model (math fingerprint %016llx, the current "
+                        "config has %016llx): %s (saved vs current). Loading needs the same math "
+                        "config; MC_CKPT_LOAD_IGNORE_MATH overrides this check", cx->fn, iter_dir,
+                        (unsigned long long)m->math_fingerprint, (unsigned long long)now, diff);
+    MC__WARN("%s: loading %s despite a math config mismatch (MC_CKPT_LOAD_IGNORE_MATH): %s",
+             cx->fn, iter_dir, diff);
+    res->math_mismatch_ignored = 1;
+    return MC_OK;
+}
+
+/* Where each local parameter comes from: tensors[3] per parameter (model, m, v). */
+static int mc__ckpt_plan(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m,
+                         const mc_checkpoint_tensor **src) {
+    const mc_param_table *t = cx->d->params;
+    long long padded_then = mc__ckpt_padded_vocab(&m->config, m->tp);
+    long long padded_now = mc__ckpt_padded_vocab(cx->d->config, cx->tp);
+    char a[48], b[48];
+    int i, k;
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        const char *key = p->shared ? MC_CKPT_TIED_KEY : p->name;
+        long long g0 = p->global_shape[0], g1 = p->ndim == 2 ? p->global_shape[1] : 1;
+        for (k = 0; k < (cx->optim ? 3 : 1); k++) {
+            const mc_checkpoint_tensor *s = mc_checkpoint_meta_find(m, mc__ckpt_kinds[k], key);
+            src[3 * i + k] = s;
+            if (!s && k == 0)
+                return MC__FAIL(MC_ERR_IO, "%s: the checkpoint has no tensor %s (parameter %s%s)",
+                                cx->fn, key, p->name, p->shared ? ", the tied copy" : "");
+            if (!s)
+                return MC__FAIL(MC_ERR_IO, "%s: the checkpoint holds no %s for %s (saved without "
+                                "optimizer state?); pass exp_avg = exp_avg_sq = NULL to load the "
+                                "model alone", cx->fn, mc__ckpt_kinds[k], key);
+            if (s->ndim == p->ndim && s->shape[0] == g0 && s->shape[1] == g1) continue;
+            /* Vocabulary padding depends on TP: rows past the vocabulary may come and go. */
+            if (s->ndim == 2 && p->ndim == 2 && s->shape[1] == g1 && p->partition_dim <= 0 &&
+                padded_then > 0 && s->shape[0] == padded_then && g0 == padded_now)
+                continue;
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "%s: tensor %s has shape %s in the checkpoint, but parameter %s of the "
+                            "current model has global shape %s", cx->fn, key,
+                            mc__ckpt_shape_str(a, sizeof a, s->ndim, s->shape[0], s->shape[1]),
+                            p->name, mc__ckpt_shape_str(b, sizeof b, p->ndim, g0, g1));
+        }
+    }
+    return MC_OK;
+}
+
+/* Reads the slices of the current layout of tensor s into dst (the local shard). Rows that
+   the stored tensor does not have (vocabulary padding) become 0. */
+static int mc__ckpt_read_tensor(const mc__ckpt_ctx *cx, const char *iter_dir,
+                                const mc_checkpoint_tensor *s, const mc_param_info *p,
+                                float *dst) {
+    char path[MC_CKPT_PATH_MAX];
+    unsigned char h[MC_CKPT_HEADER_BYTES], want[MC_CKPT_HEADER_BYTES];
+    size_t stored = (size_t)mc__ckpt_numel(s), q = 0, lo, go, len, avail;
+    mc__ckpt_view v;
+    int fd, rc = mc__ckpt_join(path, iter_dir, s->file);
+    if (rc != MC_OK) return rc;
+    fd = open(path, O_RDONLY);
+    if (fd < 0) return mc__ckpt_os_fail("cannot open", path);
+    rc = mc__ckpt_read_at(fd, h, sizeof h, 0, path);
+    mc__ckpt_header(want, s->ndim, s->shape[0], s->shape[1]);
+    if (rc == MC_OK && memcmp(h, want, 8) != 0)
+        rc = MC__FAIL(MC_ERR_IO, "%s: not a megatron_c tensor file (no MCTENSOR magic)", path);
+    else if (rc == MC_OK && memcmp(h, want, sizeof h) != 0)
+        rc = MC__FAIL(MC_ERR_IO, "%s: the header (version, dtype, ndim, byte order, shape) does "
+                      "not match %s's [%lld, %lld] f32", path, MC_CKPT_METADATA_FILE, s->shape[0],
+                      s->shape[1]);
+    mc__ckpt_view_of(&v, p, cx->tp, cx->tp_rank);
+    while (rc == MC_OK && q < mc__ckpt_n_runs(&v)) {
+        mc__ckpt_next_run(&v, &q, &lo, &go, &len);
+        avail = go >= stored ? 0 : (stored - go < len ? stored - go : len);
+        if (avail > 0)
+            rc = mc__ckpt_read_at(fd, dst + lo, avail * sizeof(float),
+                                  MC_CKPT_HEADER_BYTES + (long long)(go * sizeof(float)), path);
+        if (avail < len) memset(dst + lo + avail, 0, (len - avail) * sizeof(float));
+    }
+    close(fd);
+    return rc;
+}
+
+static int mc__ckpt_parse_u64(const char *s, uint64_t *out) {
+    char *end = NULL;
+    unsigned long long v;
+    if (!s || !*s || *s == '-') return 0;
+    errno = 0;
+    v = strtoull(s, &end, 10);
+    if (errno != 0 || !end || *end != '\0') return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+/* Parses an RNG file written by mc__ckpt_write_rng for position (pp, tp). */
+static int mc__ckpt_parse_rng_file(char *text, const char *path, int pp, int tp,
+                                   mc_rng_states *st) {
+    char *line = text, *tok[MC__CKPT_MAX_TOKENS];
+    int line_no = 0, n;
+    long long a, b;
+    memset(st, 0, sizeof *st);
+    while (*line) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = '\0';
+        line_no++;
+        n = mc__ckpt_split(line, tok);
+        if (line_no == 1) {
+            if (n != 2 || strcmp(tok[0], "megatron_c-rng") != 0 || strcmp(tok[1], "1") != 0)
+                return MC__FAIL(MC_ERR_IO, "%s line 1: expected \"megatron_c-rng 1\"", path);
+        } else if (n == 5 && strcmp(tok[0], "position") == 0) {
+            if (!mc__ckpt_parse_ll(tok[2], &a) || !mc__ckpt_parse_ll(tok[4], &b) || a != pp ||
+                b != tp)
+                return MC__FAIL(MC_ERR_IO, "%s line %d: position is \"%s %s\", expected pp %d tp %d",
+                                path, line_no, tok[2], tok[4], pp, tp);
+        } else if (n == 3 && strcmp(tok[0], "current") == 0) {
+            if (!mc__ckpt_parse_u64(tok[1], &st->current.seed) ||
+                !mc__ckpt_parse_u64(tok[2], &st->current.offset))
+                return MC__FAIL(MC_ERR_IO, "%s line %d: current SEED OFFSET expected", path, line_no);
+        } else if (n == 4 && strcmp(tok[0], "stream") == 0) {
+            int k = st->n_streams;
+            if (k == MC_RNG_MAX_STREAMS || strlen(tok[1]) >= MC_RNG_NAME_MAX)
+                return MC__FAIL(MC_ERR_IO, "%s line %d: more than %d streams or a name longer than "
+                                "%d", path, line_no, MC_RNG_MAX_STREAMS, MC_RNG_NAME_MAX - 1);
+            strcpy(st->names[k], tok[1]);
+            if (!mc__ckpt_parse_u64(tok[2], &st->streams[k].seed) ||
+                !mc__ckpt_parse_u64(tok[3], &st->streams[k].offset))
+                return MC__FAIL(MC_ERR_IO, "%s line %d: stream NAME SEED OFFSET expected", path,
+                                line_no);
+            st->n_streams++;
+        } else {
+            return MC__FAIL(MC_ERR_IO, "%s line %d: unknown line", path, line_no);
+        }
+        if (!nl) break;
+        line = nl + 1;
+    }
+    if (line_no == 0) return MC__FAIL(MC_ERR_IO, "%s is empty", path);
+    return MC_OK;
+}
+
+/* Restores this (pp, tp) position's RNG states when the checkpoint has them at the same TP and
+   PP sizes; otherwise reseeds the tracker as at the start of training. */
+static int mc__ckpt_restore_rng(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m,
+                                const char *iter_dir, unsigned flags, mc_checkpoint_result *res) {
+    const mc_checkpoint_rng_file *f = NULL;
+    char path[MC_CKPT_PATH_MAX], why[160], *text = NULL;
+    size_t len;
+    mc_rng_states st;
+    int i, rc, seed = MC__DEF(cx->d->config->seed, 1234);
+    if (!cx->d->rng) return MC_OK;
+    if (flags & MC_CKPT_LOAD_NO_RNG) {
+        snprintf(res->note, sizeof res->note, "RNG states not loaded (MC_CKPT_LOAD_NO_RNG)");
+        return MC_OK;
+    }
+    if (m->tp == cx->tp && m->pp == cx->pp)
+        for (i = 0; i < m->n_rng; i++)
+            if (m->rng[i].pp == cx->pp_rank && m->rng[i].tp == cx->tp_rank) f = &m->rng[i];
+    if (f) {
+        rc = mc__ckpt_join(path, iter_dir, f->file);
+        if (rc == MC_OK) rc = mc__ckpt_read_file(path, &text, &len, (size_t)1 << 20);
+        if (rc == MC_OK) rc = mc__ckpt_parse_rng_file(text, path, cx->pp_rank, cx->tp_rank, &st);
+        if (rc == MC_OK) rc = mc_rng_tracker_set_states(cx->d->rng, &st);
+        mc_free(text);
+        if (rc == MC_OK) res->rng_restored = 1;
+        return rc;
+    }
+    if (m->n_rng == 0)
+        snprintf(why, sizeof why, "the checkpoint holds no RNG states");
+    else if (m->tp != cx->tp || m->pp != cx->pp)
+        snprintf(why, sizeof why, "saved at TP %d PP %d, loading at TP %d PP %d", m->tp, m->pp,
+                 cx->tp, cx->pp);
+    else
+        snprintf(why, sizeof why, "no RNG state for pp %d tp %d", cx->pp_rank, cx->tp_rank);
+    rc = mc_rng_tracker_seed_megatron(cx->d->rng, seed, cx->tp_rank, cx->pp_rank,
+                                      cx->d->ps->coords.ep, cx->d->ps->coords.etp, 0, 0);
+    snprintf(res->note, sizeof res->note,
+             "RNG states reset: %s; the tracker was seeded from seed %d as at the start of "
+             "training", why, seed);
+    if (rc == MC_OK && cx->rank == 0) MC__INFO("%s: %s", cx->fn, res->note);
+    return rc;
+}
+
+MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+                              mc_checkpoint_result *result) {
+    mc__ckpt_ctx cx;
+    mc_checkpoint_meta meta;
+    mc_checkpoint_result res;
+    const mc_checkpoint_tensor **src = NULL;
+    char iter_dir[MC_CKPT_PATH_MAX], meta_path[MC_CKPT_PATH_MAX], *text = NULL;
+    size_t len = 0;
+    long long it = 0;
+    int64_t head[2];
+    int rc, i, k;
+    memset(&meta, 0, sizeof meta);
+    memset(&res, 0, sizeof res);
+    iter_dir[0] = '\0';
+    if (result) memset(result, 0, sizeof *result);
+    rc = mc__ckpt_begin(&cx, desc, "mc_checkpoint_load");
+    if (rc != MC_OK) return rc;
+    rc = mc__ckpt_validate(&cx);
+    if (rc == MC_OK && (flags & ~(MC_CKPT_LOAD_ITERATION | MC_CKPT_LOAD_IGNORE_MATH |
+                                  MC_CKPT_LOAD_NO_RNG)))
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "mc_checkpoint_load: unknown flags 0x%x", flags);
+    MC__CKPT_AGREE(&cx, rc);
+
+    /* Rank 0 reads `latest` and the metadata once and hands them to everyone, so every rank
+       decides from the same bytes. */
+    if (cx.rank == 0) rc = mc__ckpt_read_metadata_text(&cx, flags, &it, iter_dir, &text, &len);
+    MC__CKPT_AGREE(&cx, rc);
+    head[0] = it;
+    head[1] = (int64_t)len;
+    rc = mc_broadcast(cx.world, head, 2, MC_I64, 0);
+    if (rc != MC_OK) goto done;
+    it = head[0];
+    len = (size_t)head[1];
+    if (cx.rank != 0) {
+        text = (char *)mc_calloc(len + 1, 1);
+        rc = text ? mc_checkpoint_iteration_dir(iter_dir, sizeof iter_dir, desc->dir, it)
+                  : MC__FAIL(MC_ERR_NO_MEMORY, "mc_checkpoint_load: out of memory");
+    }
+    MC__CKPT_AGREE(&cx, rc);
+    if (len > 0) rc = mc_broadcast(cx.world, text, len, MC_U8, 0);
+    if (rc != MC_OK) goto done;
+    rc = mc__ckpt_join(meta_path, iter_dir, MC_CKPT_METADATA_FILE);
+    if (rc == MC_OK) rc = mc_checkpoint_parse_metadata(&meta, text, len, meta_path, desc->config);
+    if (rc == MC_OK) rc = mc__ckpt_check_compat(&cx, &meta, iter_dir, flags, &res);
+    MC__CKPT_AGREE(&cx, rc);
+
+    src = (const mc_checkpoint_tensor **)mc_calloc((size_t)desc->params->count * 3 + 1,
+                                                   sizeof *src);
+    rc = src ? mc__ckpt_plan(&cx, &meta, src)
+             : MC__FAIL(MC_ERR_NO_MEMORY, "mc_checkpoint_load: out of memory");
+    MC__CKPT_AGREE(&cx, rc);
+    rc = mc__ckpt_checksums(&cx, iter_dir, &meta, 1);
+    if (rc != MC_OK) goto done;
+    for (i = 0; i < desc->params->count && rc == MC_OK; i++)
+        for (k = 0; k < (cx.optim ? 3 : 1) && rc == MC_OK; k++)
+            rc = mc__ckpt_read_tensor(&cx, iter_dir, src[3 * i + k], &desc->params->info[i],
+                                      cx.data[k] + desc->params->info[i].offset);
+    MC__CKPT_AGREE(&cx, rc);
+    rc = mc__ckpt_restore_rng(&cx, &meta, iter_dir, flags, &res);
+    MC__CKPT_AGREE(&cx, rc);
+
+    res.iteration = meta.iteration;
+    res.consumed_samples = meta.consumed_samples;
+    res.optimizer_step = meta.optimizer_step;
+    res.saved_tp = meta.tp;
+    res.saved_pp = meta.pp;
+    res.saved_dp = meta.dp;
+    res.saved_cp = meta.cp;
+    res.saved_vpp = meta.vpp;
+    res.saved_world = meta.world;
+    res.resharded = meta.tp != cx.tp || meta.pp != cx.pp || meta.dp != cx.dp ||
+                    meta.cp != cx.cp || meta.vpp != cx.vpp;
+    res.optimizer_loaded = cx.optim;
+    snprintf(res.path, sizeof res.path, "%s", iter_dir);
+    if (result) *result = res;
+    if (cx.rank == 0)
+        MC__INFO("checkpoint: loaded %s (iteration %lld), saved at TP %d PP %d DP %d, now TP %d "
+                 "PP %d DP %d", iter_dir, meta.iteration, meta.tp, meta.pp, meta.dp, cx.tp, cx.pp,
+                 cx.dp);
+done:
+    mc_free(text);
+    mc_free((void *)src);
+    mc_checkpoint_meta_free(&meta);
+    return rc;
+}
+
+#else /* _WIN32 */
+
+MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+    (void)desc;
+    return MC__FAIL(MC_ERR_UNSUPPORTED, "mc_checkpoint_save needs POSIX file functions");
+}
+
+MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+                              mc_checkpoint_result *result) {
+    (void)desc;
+    (void)flags;
+    if (result) memset(result, 0, sizeof *result);
+    return MC__FAIL(MC_ERR_UNSUPPORTED, "mc_checkpoint_load needs POSIX file functions");
+}
+
+#endif /* _WIN32 */
 
 /* @checkpoint:implementation end */
 
