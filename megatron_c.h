@@ -994,7 +994,8 @@ MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int c
    TP = 1: every mapping is then the identity (a copy, none when out == inp).
    Argument order (llm.c): outputs, caches and scratch, inputs, weights, sizes, flags, tp, ops.
    Tensors live where `ops` computes (host memory for mc_ops_cpu()), and the communicator must
-   accept those buffers. Outputs must not overlap inputs unless a function says so.
+   accept those buffers. Outputs must not overlap inputs, except that copy_to and reduce_from
+   (both directions) also work in place (out == inp).
    Scratch: a buffer of at least the documented number of floats, or NULL to have the call
    allocate (and free) one through ops->alloc.
    Errors: MC_ERR_INVALID_ARG with Megatron's divisibility messages, e.g.
