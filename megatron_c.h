@@ -1171,8 +1171,8 @@ MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, float *max, fl
 /* dlogits [N, V/TP] (=) = (softmax - (1 - s) onehot(target) - s / K) * dlosses[row], with
    softmax = exp(logit - max) / sum_exp; no communication. It calls
    ops->cross_entropy_backward(dlogits, logits, max, sum_exp, targets, dlosses, N, V/TP,
-   r*V/TP, label_smoothing, V): that op receives a (not s) and the GLOBAL K = V, and puts the
-   -(1 - s) only at the target column of the rank that owns it. */
+   r*V/TP, s, V): the op takes s = a K / (K - 1) (not Megatron's a) and the GLOBAL K = V, and
+   puts the -(1 - s) only at the target column of the rank that owns it. */
 MC_API int mc_vocab_parallel_cross_entropy_backward(float *dlogits, const float *dlosses,
                                                     const float *logits, const float *max,
                                                     const float *sum_exp, const int *targets,
@@ -5423,6 +5423,13 @@ static int mc__tp_ce_check(const char *fn, const int *targets, int N, int V,
     return mc__tp_check_ids(fn, "targets", targets, N, V, ops);
 }
 
+/* Megatron's label_smoothing a as the weight s of the uniform part: the target gets 1 - a and
+   each of the K - 1 others a / (K - 1), i.e. (1 - s) onehot + s / K with s = a K / (K - 1). */
+static float mc__tp_smoothing_s(float label_smoothing, int K) {
+    if (label_smoothing <= 0.0f) return 0.0f;
+    return (float)((double)label_smoothing * K / (K - 1.0));
+}
+
 /* The per-token loss from the reduced pieces (host arithmetic, in double):
      nll  = log(sum_exp) + max - target_logit
      loss = (1 - s) nll - s (logit_sum / K - max - log(sum_exp)),  s = a K / (K - 1).
@@ -5430,7 +5437,7 @@ static int mc__tp_ce_check(const char *fn, const int *targets, int N, int V,
 static void mc__tp_ce_losses(float *losses, const float *max, const float *sum_exp,
                              const float *target_logit, const float *logit_sum, int N, int K,
                              float label_smoothing) {
-    double s = label_smoothing > 0.0f ? (double)label_smoothing * K / (K - 1.0) : 0.0;
+    double s = mc__tp_smoothing_s(label_smoothing, K);
     int i;
     for (i = 0; i < N; i++) {
         double log_z = log((double)sum_exp[i]) + (double)max[i];   /* log sum_j exp(logit_j) */
@@ -5506,7 +5513,7 @@ MC_API int mc_vocab_parallel_cross_entropy_backward(float *dlogits, const float 
     if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, tp, ops)) != MC_OK) return rc;
     Vl = V / mc__tp_size(tp);
     ops->cross_entropy_backward(dlogits, logits, max, sum_exp, targets, dlosses, N, Vl,
-                                mc__tp_rank(tp) * Vl, label_smoothing, V);
+                                mc__tp_rank(tp) * Vl, mc__tp_smoothing_s(label_smoothing, V), V);
     return MC_OK;
 }
 

@@ -96,13 +96,13 @@ static void tp_ref_sum_exp(float *sum, const float *logits, const float *max, in
     }
 }
 
-/* (softmax - (1 - s) onehot - s / K) * dloss, s = a K / (K - 1), K = vocab_global */
+/* (softmax - (1 - s) onehot - s / K) * dloss, K = vocab_global, s as given */
 static void tp_ref_cross_entropy_backward(float *dlogits, const float *logits, const float *max,
                                           const float *sum, const int *targets, const float *dloss,
                                           int N, int V, int vocab_start, float smoothing,
                                           int vocab_global) {
     double K = vocab_global;
-    double s = smoothing > 0.0f ? smoothing * K / (K - 1.0) : 0.0;
+    double s = smoothing;
     for (int i = 0; i < N; i++)
         for (int j = 0; j < V; j++) {
             double p = exp((double)logits[(size_t)i * V + j] - max[i]) / sum[i];
