@@ -128,12 +128,12 @@ $(BUILD)/tests/grade_%: tests/grade/grade_%.c $(LAB_COMMON) | $(BUILD)/.deps-ok
 HDR_FLAGS := -Wall -Wextra -pedantic -Werror -I.
 check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two TUs
 	@mkdir -p $(BUILD)/compile
-	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c99
-	$(CC)  -std=c11   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c11
-	$(CC)  -std=c11   $(HDR_FLAGS) -DMC_STATIC tests/compile/impl.c -o $(BUILD)/compile/c11_static
-	$(CXX) -std=c++17 $(HDR_FLAGS) -x c++ tests/compile/impl.c -o $(BUILD)/compile/cxx
-	$(MPICC) -std=c99 $(HDR_FLAGS) -DMC_COMM_MPI tests/compile/impl.c -o $(BUILD)/compile/c99_mpi
-	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/two_a.c tests/compile/two_b.c -o $(BUILD)/compile/two_tu
+	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c99 -lm
+	$(CC)  -std=c11   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c11 -lm
+	$(CC)  -std=c11   $(HDR_FLAGS) -DMC_STATIC tests/compile/impl.c -o $(BUILD)/compile/c11_static -lm
+	$(CXX) -std=c++17 $(HDR_FLAGS) -x c++ tests/compile/impl.c -o $(BUILD)/compile/cxx -lm
+	$(MPICC) -std=c99 $(HDR_FLAGS) -DMC_COMM_MPI tests/compile/impl.c -o $(BUILD)/compile/c99_mpi -lm
+	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/two_a.c tests/compile/two_b.c -o $(BUILD)/compile/two_tu -lm
 	@for b in c99 c11 c11_static cxx two_tu; do ./$(BUILD)/compile/$$b >/dev/null || exit 1; done
 	@echo "check-header: 6 builds clean (C99, C11, MC_STATIC, C++17, MPI, two TUs)"
 
@@ -147,3 +147,27 @@ cuda: ## rebuild lab03 and the tests with the NCCL backend (CUDA=1)
 
 clean: ## remove build outputs
 	rm -rf $(BUILD) lab[0-9][0-9] megatron_c
+
+# ---------------------------------------------------------------------------------------------
+# bench: the CPU GEMM benchmark (plain program, not a test)
+#   make bench && ./build/bench/gemm_bench
+#   make bench CBLAS=1 && OPENBLAS_NUM_THREADS=1 ./build/bench/gemm_bench   (side by side with
+#   cblas_sgemm; needs libopenblas-dev)
+
+CBLAS ?= 0
+ifeq ($(CBLAS),1)
+  BENCH_CPPFLAGS := -DMC_USE_CBLAS
+  BENCH_LIBS     := -lopenblas
+else
+  BENCH_CPPFLAGS :=
+  BENCH_LIBS     :=
+endif
+
+.PHONY: bench
+bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (CBLAS=1: with cblas_sgemm)
+
+# Rebuilt every time: the CBLAS switch changes the program.
+.PHONY: $(BUILD)/bench/gemm_bench
+$(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h
+	@mkdir -p $(@D)
+	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(BENCH_CPPFLAGS) $< -o $@ -lm $(BENCH_LIBS)

@@ -767,10 +767,25 @@ MC_API int mc__set_error(int status, const char *fmt, ...);
    (clear loops, fp32 storage, deterministic); megatron_c_cuda.cu fills the same table later, so
    layer code never changes. Activations are [S, B, C] row-major (sequence first, as Megatron),
    so sequence-parallel shards are contiguous. "Accumulate" (+=) vs "overwrite" (=) is stated per
-   op: parameter gradients always accumulate.
+   op: parameter gradients always accumulate. In-place use (out == inp) is allowed for the
+   element-wise ops (fill, copy, axpy, scale, gelu, dropout).
 
    Dimension letters: N = rows (tokens, S*B), C = channels, K = reduction dim, V = vocab (local
-   shard), S = sequence, B = micro-batch size, NH = heads (local), HD = head dim. */
+   shard), S = sequence, B = micro-batch size, NH = heads (local), HD = head dim.
+
+   Determinism: every CPU op sums in a fixed order that depends only on the shapes, never on
+   blocking or on the values. The GEMM sums each output element over k = 0 .. K-1 in order, so a
+   column-parallel shard of C equals the same columns of the unsharded product bit for bit; a
+   row-parallel split of K changes the order (the partial sums meet in the TP all-reduce), which
+   is the only source of TP-vs-single-rank rounding differences in the linear layers. Build with
+   MC_CPU_GEMM_ACC_F64 to accumulate the reference GEMM in double (smaller such differences).
+   Build with MC_USE_CBLAS (link a CBLAS, e.g. -lopenblas) to route the table's gemm through
+   cblas_sgemm; multi-threaded BLAS libraries need not be deterministic across shapes.
+
+   Dropout (dropout_* and the attention probabilities): element i is kept iff
+   mc_rng_uniform_at(seed, offset + i) >= p, and kept values are scaled by 1 / (1 - p); p = 0
+   keeps everything and draws nothing, p >= 1 drops everything. The mask is a pure function of
+   (seed, offset + i), so backward and recompute redraw it instead of storing it. */
 typedef enum mc_device { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device;
 
 typedef struct mc_ops {
@@ -784,24 +799,30 @@ typedef struct mc_ops {
     void (*scale)(float *x, float a, size_t n);
     double (*sum_squares)(const float *x, size_t n);                  /* fp64 accumulation */
     /* C[M,N] = alpha * op(A) op(B) + beta * C, op(A) = A[M,K] or A^T (A stored [K,M]),
-       op(B) = B[K,N] or B^T (B stored [N,K]). beta = 1 accumulates. */
+       op(B) = B[K,N] or B^T (B stored [N,K]). beta = 1 accumulates; beta = 0 never reads C
+       (so C may hold garbage). K = 0 gives beta * C. */
     void (*gemm)(float *C, const float *A, const float *B, int M, int N, int K,
                  int trans_a, int trans_b, float alpha, float beta);
-    /* out[N,C] = x + bias; bias may be NULL */
+    /* out[N,C] += bias (broadcast over rows); bias NULL: nothing */
     void (*add_bias)(float *out, const float *bias, int N, int C);
     void (*bias_backward)(float *dbias, const float *dout, int N, int C);   /* dbias += sum rows */
+    /* out[N,C] = (inp - mean) * rstd * weight + bias, mean[N] and rstd[N] = 1/sqrt(var + eps)
+       (biased variance) cached for backward (either may be NULL); bias may be NULL. */
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
-    /* dinp += ..., dweight += ..., dbias += ... */
+    /* dinp += ..., dweight += ..., dbias += ... (dbias may be NULL) */
     void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C);
+    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
     void (*gelu_forward)(float *out, const float *inp, size_t n);      /* tanh approximation */
     void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n); /* = */
     /* Causal self-attention on local heads. qkv [S,B,NH*3*HD] with per-head [q|k|v] blocks
        (Megatron's fused layout, so a TP shard of whole heads is a contiguous slice);
-       out [S,B,NH*HD]; probs [B,NH,S,S] = softmax before dropout, cached for backward; the
-       dropout mask on the probabilities is redrawn from (seed, offset), never stored. */
+       out [S,B,NH*HD] (=); probs [B,NH,S,S] = softmax(q k^T / sqrt(HD)) before dropout, zero
+       above the diagonal, cached for backward. Dropout on the probabilities uses element
+       index ((b*NH + h)*S + t)*S + t2 + offset of the stream `seed` (see Dropout above); the
+       mask is redrawn from (seed, offset), never stored. */
     void (*attention_forward)(float *out, float *probs, const float *qkv, int S, int B, int NH,
                               int HD, float dropout_p, uint64_t seed, uint64_t offset);
     void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
@@ -818,23 +839,42 @@ typedef struct mc_ops {
     void (*embedding_backward)(float *dtable, const float *dout, const int *ids, int N, int C,
                                int vocab_start, int vocab_end);                      /* += */
     /* Vocab-parallel cross-entropy pieces over a local shard logits[N,V] of global columns
-       [vocab_start, vocab_start + V). */
+       [vocab_start, vocab_start + V). All overwrite. With m = the all-reduced (MAX) row_max,
+       x_t = the all-reduced (SUM) target_logit and z = the all-reduced (SUM) sum_exp(m):
+           loss = log(z) + m - x_t
+       and with label smoothing s over the global (padded) vocabulary Vg, the all-reduced
+       (SUM) row_sum r gives mean_j log softmax_j = r / Vg - m - log(z), and
+           loss = (1 - s) (log(z) + m - x_t) - s (r / Vg - m - log(z)). */
     void (*row_max)(float *max, const float *logits, int N, int V);
     void (*target_logit)(float *out, const float *logits, const int *targets, int N, int V,
                          int vocab_start);          /* logits[t - start] or 0 if not local */
     void (*sum_exp)(float *sum, const float *logits, const float *max, int N, int V);
-    /* dlogits = (softmax - onehot_local) * dloss[row] (label smoothing: see tensor_parallel) */
+    void (*row_sum)(float *sum, const float *logits, int N, int V);   /* fp64 accumulation */
+    /* dlogits[n,j] = dloss[n] * (softmax_j - (1 - s) onehot_j - s / vocab_global), softmax from
+       the global max and sum; onehot only on the rank owning the target (targets outside
+       [vocab_start, vocab_start + V), e.g. negative "ignore" ids, give none). This is the
+       gradient of the smoothed loss above: (1-s)(softmax - onehot) + s(softmax - 1/Vg).
+       The uniform part uses the GLOBAL vocabulary, so every TP size gives the same loss and
+       gradient; Megatron instead uses the local shard size K and the local mean
+       (s = alpha K / (K-1)), which makes the loss differ across TP ranks (open issues
+       NVIDIA/Megatron-LM #737, #7464). s = 0: plain cross entropy. */
     void (*cross_entropy_backward)(float *dlogits, const float *logits, const float *max,
                                    const float *sum, const int *targets, const float *dloss,
                                    int N, int V, int vocab_start, float smoothing,
                                    int vocab_global);
-    /* AdamW on one contiguous range; step counts from 1 */
+    /* AdamW on one contiguous range; step counts from 1. m = b1 m + (1-b1) g,
+       v = b2 v + (1-b2) g^2, p -= lr (m / (1-b1^step) / (sqrt(v / (1-b2^step)) + eps) + wd p)
+       (decoupled weight decay on the parameter before the step, as torch.optim.AdamW). */
     void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, int step);
 } mc_ops;
 
 MC_API const mc_ops *mc_ops_cpu(void);
-
+/* The cache-blocked reference GEMM of the CPU table (the table's gemm unless MC_USE_CBLAS);
+   public so that benchmarks can compare it with a BLAS side by side. Same contract as
+   mc_ops.gemm. */
+MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
+                                int trans_a, int trans_b, float alpha, float beta);
 
 /* @ops:declarations end */
 
@@ -845,8 +885,25 @@ MC_API const mc_ops *mc_ops_cpu(void);
 
    default table:  ffn_hidden_size 4*hidden | kv_channels hidden/heads | num_query_groups heads
                    layernorm_epsilon 1e-5   | init_method_std 0.02      | hidden/attention dropout 0.1
-                   make_vocab_size_divisible_by 128 | tp, pp 1 | seed 1234
-   Dropout: 0 selects the default 0.1; MC_DROPOUT_OFF (negative) switches dropout off. */
+                   make_vocab_size_divisible_by 128 | max_position_embeddings seq_length
+                   tp, pp 1 | vpp 0 (1 becomes 0: one chunk is not interleaved) | seed 1234
+   Dropout: 0 selects the default 0.1; MC_DROPOUT_OFF (negative) switches dropout off, and the
+   resolved config then holds 0. A resolved config is marked by padded_vocab_size != 0 (never set
+   it yourself): resolving it again keeps its dropouts as they are (0 stays off) and recomputes
+   padded_vocab_size, so a resolved config may be edited (e.g. another TP size) and re-resolved.
+   validate, the fingerprints and math_diff resolve a copy first, so they accept either form.
+
+   Fingerprints (64-bit FNV-1a over field names and values of the resolved config):
+     math    what a checkpoint's numbers mean: num_layers, hidden_size, num_attention_heads,
+             ffn_hidden_size, kv_channels, num_query_groups, vocab_size (the ORIGINAL size) and
+             make_vocab_size_divisible_by, max_position_embeddings, layernorm_epsilon,
+             untie_embeddings_and_output_weights. Left out on purpose: the padded vocabulary
+             (it depends on TP; loading reshards and re-pads it), seq_length (any length up to
+             max_position_embeddings runs the same function), the dropouts and init_method_std
+             (they change training, not the function a loaded checkpoint computes), the
+             layout, recompute, micro_batch_size and seed.
+     layout  tensor / pipeline / virtual pipeline sizes and sequence_parallel: may differ
+             between save and load (the loader reshards). DP is not part of the config. */
 #define MC_DROPOUT_OFF (-1.0f)
 #define MC_MAX_VPP 8
 
@@ -863,17 +920,17 @@ typedef struct mc_gpt_config {
     int hidden_size;                   /* required */
     int num_attention_heads;           /* required */
     int ffn_hidden_size;
-    int kv_channels;
+    int kv_channels;                   /* kv_channels * heads must equal hidden_size here */
     int num_query_groups;              /* only == heads (no GQA) is implemented */
-    int vocab_size;                    /* original vocabulary (padded inside) */
+    int vocab_size;                    /* required: original vocabulary (padded inside) */
     int make_vocab_size_divisible_by;
     int max_position_embeddings;       /* default seq_length */
-    int seq_length;                    /* required */
+    int seq_length;                    /* required (not in the math fingerprint) */
     float layernorm_epsilon;
-    float init_method_std;
+    float init_method_std;             /* not in the math fingerprint */
     int untie_embeddings_and_output_weights;   /* 0 = tied (Megatron GPT default) */
-    float hidden_dropout;
-    float attention_dropout;
+    float hidden_dropout;              /* not in the math fingerprint */
+    float attention_dropout;           /* not in the math fingerprint */
     /* layout (layout fingerprint: may differ between save and load) */
     int tensor_model_parallel_size;
     int pipeline_model_parallel_size;
@@ -882,26 +939,40 @@ typedef struct mc_gpt_config {
     /* performance only (no fingerprint) */
     mc_recompute_granularity recompute_granularity;
     mc_recompute_method recompute_method;
-    int recompute_num_layers;
+    int recompute_num_layers;          /* full: 1 .. num_layers / pp; selective: 0 */
     int micro_batch_size;              /* required for activation sizing */
     /* run */
     int seed;                          /* > 0 */
     int padded_vocab_size;             /* resolved: ceil(vocab / (div * tp)) * div * tp */
 } mc_gpt_config;
 
-/* Fills defaults into *out (in may equal out). */
+/* Fills defaults into *out (in may equal out). MC_ERR_INVALID_ARG for NULL pointers only: the
+   values are checked by mc_gpt_config_validate. */
 MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in);
-/* Checks every rule that applies (Megatron §13 subset: heads % TP, ffn % TP, layers % PP and
-   % (PP*VPP), VPP needs PP > 1, SP needs TP > 1, query groups vs TP, recompute options, dropout
-   in [0,1), vocab padding, seq % TP under SP, positions >= seq ...). Writes one line per
-   violation into report (may be NULL) and returns the number of violations (0 = valid). */
+/* Checks every rule that applies (Megatron §13 subset) on the resolved config:
+     required fields (> 0): num_layers, hidden_size, num_attention_heads, seq_length,
+       vocab_size, micro_batch_size; other sizes > 0; tp, pp >= 1; 0 <= vpp <= MC_MAX_VPP;
+     num_attention_heads % tp and ffn_hidden_size % tp; kv_channels * heads == hidden_size;
+     num_query_groups == heads (no GQA) and Megatron's "multiple or divisor of tp";
+     num_layers % pp; with vpp: pp > 1 and num_layers % (pp * vpp) (Megatron-LM #468: upstream
+       once divided silently and built fewer layers);
+     sequence parallelism needs tp > 1, and seq_length % tp;
+     recompute: full needs a method and 1 <= recompute_num_layers <= num_layers / pp;
+       selective needs no method and recompute_num_layers 0; none needs neither;
+     dropouts in [0, 1); layernorm_epsilon > 0; init_method_std > 0; seed > 0;
+     max_position_embeddings >= seq_length.
+   Writes one line per violation ("field (value) rule", ending in '\n') into report (may be
+   NULL; truncated to report_cap, always NUL-terminated) and returns the number of violations
+   (0 = valid). */
 MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap);
 MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg);
 MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg);
 /* Names every math field that differs ("layernorm_epsilon: 1e-05 vs 1e-06; ..."); returns the
-   count. */
+   count (out may be NULL; truncated to cap, always NUL-terminated). */
 MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
                                    size_t cap);
+/* ceil(vocab / (divisible_by * tp)) * divisible_by * tp, e.g. 50257 -> 50304 (tp 1), 50432
+   (tp 2), 51200 (tp 8). MC_ERR_INVALID_ARG for a value <= 0 or a result beyond INT_MAX. */
 MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp);
 
 /* @config:declarations end */
@@ -951,7 +1022,8 @@ typedef struct mc_param_layout_desc {
     int dp_size;                    /* data-parallel (x CP) size the buckets are reduced over */
     int distributed_optimizer;      /* pad for reduce-scatter shards (§11.3) */
     size_t bucket_size;             /* elements; 0 = one bucket per chunk (overlap off) */
-    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 */
+    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 (and on
+                                       every chunk after the first: disable_bucketing) */
 } mc_param_layout_desc;
 
 typedef struct mc_param_table {
@@ -965,9 +1037,17 @@ typedef struct mc_param_table {
 } mc_param_table;
 
 /* Registers a parameter (shapes, flags from `proto`; name/offset ignored in proto). Returns the
-   index, or a negative status. */
+   index, or a negative status. Checked: unique name, ndim 1 or 2, positive shapes, local ==
+   global outside partition_dim, tensor_model_parallel set exactly when partition_dim >= 0,
+   chunk < MC_MAX_VPP, shared only with shared_embedding. Stride 0 becomes 1; a 1-D param is
+   stored as [n] x 1. Adding after a layout drops the layout (offsets would move). */
 MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto);
 MC_API int mc_param_table_find(const mc_param_table *t, const char *name);   /* -1 if none */
+/* Sets every offset, order[] and the buckets; may be called again with another desc. Chunks
+   are placed one after the other (chunk 0 first), each in reverse registration order; a
+   bucket closes once end - bucket start >= bucket_size. E.g. DP 2, distributed optimizer,
+   params a(10) b(100) c(30) registered in that order: c [0,30), b [64,164), a [192,202), one
+   bucket [0,256). */
 MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc);
 MC_API void mc_param_table_free(mc_param_table *t);
 
@@ -1218,53 +1298,110 @@ MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, in
 /* @schedules:declarations begin */
 
 /* ---------------------------------------------------------------------------------------------
-   >>schedules  Megatron's forward_backward functions. The application (or lab) owns data and
-   the model; the schedule owns the micro-batch order, the P2P between stages (batched), the
-   grad-sync switch on the last micro-batch, and the call to finalize_model_grads.
+   >>schedules  Megatron's forward_backward functions (megatron_semantics.md section 8). The
+   application (or lab) owns data and the model; the schedule owns the micro-batch order, the
+   P2P between stages (batched), the grad-sync switch on each chunk's last micro-batch, and the
+   call to finalize_model_grads.
+
+   Op order: exactly mc_schedule_ops() of this stage (no pipelining, 1F1B, interleaved); the
+   executed compute ops are traced into mc_schedule_result.ops, so a caller can compare.
 
    The forward_step contract: for every micro-batch on every stage the schedule calls
-   forward_step once; on the last (virtual) stage the output is the loss: forward_step sets
-   *loss_sum (sum of per-token losses) and *num_tokens, and the schedule scales the backward
-   seed like Megatron's loss_func 3-tuple path: loss / max(num_tokens, 1) / num_microbatches. */
+   forward_step once per chunk; on the last virtual stage (pp rank P-1, chunk V-1) the output
+   is the loss: forward_step sets *loss_sum (sum of per-token losses) and *num_tokens, and the
+   schedule scales the backward seed like Megatron's loss_func 3-tuple path (not per-token):
+       loss_scale = 1 / (max(num_tokens, 1) * num_microbatches)
+   and passes it to that micro-batch's backward_step.
+
+   P2P (pp communicator, Megatron's cyclic next / prev ranks): one mc_batch_send_recv per
+   exchange with the ops in Megatron's order send_prev, recv_prev, send_next, recv_next.
+   recv_forward on the first virtual stage and recv_backward on the last one return NULL
+   without communicating; sends there are no-ops. Activations travel on tag
+   MC_SCHEDULE_TAG_FORWARD and gradients on MC_SCHEDULE_TAG_BACKWARD: at PP = 2 the next and
+   previous ranks are the same peer, and interleaving can send both kinds to it in one batch.
+   Megatron's batched path is tagless on NCCL, which pairs such ops by posting order: the
+   activation lands in the gradient's buffer and the other way round (same size, no error).
+   A tagless backend has to split that batch by direction.
+
+   Buffer ownership:
+     - received activations and gradients live in buffers the schedule allocates from the pp
+       communicator (mc_comm_alloc: device memory on nccl). An input passed to forward_step stays
+       valid and unchanged until that micro-batch's backward_step on the same chunk has returned
+       (forward_only: until forward_step returns); an output_grad until backward_step returns.
+       The model may keep the input pointer instead of copying it.
+     - *output of forward_step belongs to the app and must stay valid until the backward of
+       that micro-batch and chunk (forward_only: until the next forward_step call); *input_grad
+       of backward_step until the next forward_step or backward_step call.
+
+   Grad sync (Megatron's no_sync switch, per chunk; never called when forward_only):
+       grad_sync(c, 0) for every chunk before the first compute op (sync off),
+       grad_sync(c, 1) right before the backward of chunk c's micro-batch M-1 (its last),
+       grad_sync(c, 0) right after that backward returns.
+   So every backward but each chunk's last runs with sync off: the DDP layer only accumulates
+   then, and with sync on starts the reductions of that chunk's buckets as they fill; finalize
+   waits for them.
+
+   The schedule does not write ps (ps->vp_stage included): forward_step and backward_step get
+   the chunk and set whatever stage state the model reads. An error on one stage (a hook failing,
+   a bad argument) returns at once there; its pipeline peers then fail in their next exchange
+   with MC_ERR_TIMEOUT after the pp communicator's timeout. Validation errors (the interleaving
+   rules) are the same on every rank, so every rank fails before communicating. */
+#define MC_SCHEDULE_TRACE_MAX 4096
+#define MC_SCHEDULE_TAG_FORWARD 1001     /* activations, to the next stage */
+#define MC_SCHEDULE_TAG_BACKWARD 1002    /* gradients, to the previous stage */
+
 typedef struct mc_schedule_hooks {
     void *app;
     /* input: tensor received from the previous virtual stage (NULL on the first one).
-       *output: the tensor to send (owned by the app, valid until its backward), NULL on the
-       last virtual stage, where *loss_sum and *num_tokens are set instead. */
+       *output: the tensor to send (owned by the app, see above), NULL on the last virtual
+       stage, where *loss_sum and *num_tokens are set instead (both are 0 on entry). */
     int (*forward_step)(void *app, int chunk, int microbatch, const float *input,
                         float **output, double *loss_sum, double *num_tokens);
     /* output_grad: gradient received from the next virtual stage, NULL on the last one, where
-       backward starts from the loss with per-token weight loss_scale. *input_grad: the gradient
-       to send to the previous stage (NULL on the first virtual stage). */
+       backward starts from the loss with per-token weight loss_scale (1 elsewhere).
+       *input_grad: the gradient to send to the previous stage (ignored on the first virtual
+       stage; may be left NULL there). Required unless every call is forward_only. */
     int (*backward_step)(void *app, int chunk, int microbatch, const float *output_grad,
                          float loss_scale, float **input_grad);
-    /* enable = 1 right before the backward of a chunk's last micro-batch (grads of that chunk
-       become final: start the DDP bucket reductions), 0 after it. May be NULL. */
+    /* Megatron's no_sync switch for chunk `chunk` (see above). May be NULL. */
     void (*grad_sync)(void *app, int chunk, int enable);
-    /* finalize_model_grads (§10); called once after the last backward, not when forward_only.
-       May be NULL. */
+    /* finalize_model_grads (section 10); called once after the last backward, not when
+       forward_only. May be NULL. A status != MC_OK is returned by the schedule. */
     int (*finalize)(void *app);
-    size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H */
+    size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H;
+                                       required (> 0) when PP > 1 */
+    int group_size;                 /* interleaved only: microbatch_group_size_per_vp_stage N;
+                                       0 = PP (Megatron's default) */
 } mc_schedule_hooks;
 
 typedef struct mc_schedule_result {
     double loss_sum;                /* last stage: sum over micro-batches of per-token loss sums */
-    double num_tokens;
-    int n_ops;                      /* compute ops executed, in order */
-    mc_sched_op ops[4096];          /* trace (truncated beyond 4096) */
+    double num_tokens;              /* last stage: sum of num_tokens (0 on other stages) */
+    int n_warmup;                   /* warmup forwards this stage ran (mc_schedule_ops' count) */
+    int n_ops;                      /* compute ops executed */
+    mc_sched_op ops[MC_SCHEDULE_TRACE_MAX];   /* the first MC_SCHEDULE_TRACE_MAX of them, in
+                                                 execution order */
 } mc_schedule_result;
 
+/* All three share this signature. The result is reset at entry. num_microbatches is M (per
+   data-parallel rank). Returns MC_OK, MC_ERR_INVALID_ARG / MC_ERR_INVALID_DESC (arguments,
+   Megatron's interleaving rules), a hook's status, or a communication error. */
 typedef int (*mc_forward_backward_func)(const mc_parallel_state *ps,
                                         const mc_schedule_hooks *hooks, int num_microbatches,
                                         int forward_only, mc_schedule_result *result);
-/* no pipelining (PP = 1), 1F1B (PP > 1), interleaved 1F1B (VPP > 1), as Megatron decides. */
+/* Megatron's get_forward_backward_func, from ps->grid alone (section 8.1): PP > 1 with VPP > 1
+   -> with_interleaving; PP > 1 -> without_interleaving; else no_pipelining. NULL for NULL ps. */
 MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps);
+/* PP must be 1: M times "F(i) B(i)", grad sync on for the last backward. */
 MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
                                              const mc_schedule_hooks *hooks, int num_microbatches,
                                              int forward_only, mc_schedule_result *result);
+/* 1F1B (section 8.4); refuses VPP > 1 (no model chunks). PP = 1 runs like no pipelining. */
 MC_API int mc_forward_backward_pipelining_without_interleaving(
     const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
     int forward_only, mc_schedule_result *result);
+/* Interleaved 1F1B (section 8.5): needs PP > 1 and VPP > 1, PP <= N <= M and M mod N equal to
+   0 or >= PP (the messages give Megatron's rules). */
 MC_API int mc_forward_backward_pipelining_with_interleaving(
     const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
     int forward_only, mc_schedule_result *result);
@@ -1273,9 +1410,230 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
 
 /* @ddp:declarations begin */
 
+/* ---------------------------------------------------------------------------------------------
+   >>ddp  Megatron's DistributedDataParallel over the flat gradient buffer of an mc_param_table,
+   and finalize_model_grads (megatron_semantics.md §10, §11).
+
+   One mc_ddp per rank reduces the grads of every model chunk over the data-parallel (x CP)
+   group, bucket by bucket. A bucket's collective is: scale the bucket by 1/DP, then SUM
+       all-reduce                 without the distributed optimizer: every DP rank ends up
+                                  with the mean gradient of the whole bucket;
+       reduce-scatter             with it: DP rank d receives the mean of its shard
+                                  [start + d*size/DP, start + (d+1)*size/DP) of each bucket
+                                  (mc_ddp_shard); the rest of its bucket keeps stale local
+                                  values that nothing reads.
+
+       mc_ddp_zero_grad(&ddp);                          // iteration start
+       for each micro-batch mb of M:
+           mc_ddp_set_grad_sync(&ddp, -1, mb == M - 1); // Megatron's no_sync() otherwise
+           backward(...);     // calls mc_ddp_register_grad_ready(&ddp, i) when param i's
+                              // grad is final: a bucket whose params are all ready starts
+                              // its async collective while backward goes on
+       mc_finalize_model_grads(&ps, &ddp, NULL, NULL, sp, NULL);  // waits (§10 order)
+
+   Overlap off (overlap_grad_reduce = 0): registrations are ignored and finish_grad_sync runs
+   every bucket's collective blocking. Either way every DP rank must launch the buckets in the
+   same order (the same backward does). Grad sync starts disabled after init and zero_grad:
+   the schedule (grad_sync hook) or the caller enables it for the last micro-batch. The event
+   log says when each bucket was launched and waited, counted in grad-ready registrations, so
+   a lab can show that bucket 0 went out while later params were still being computed. */
+
+typedef enum mc_ddp_event_kind {
+    MC_DDP_LAUNCH = 1,   /* async collective started */
+    MC_DDP_WAIT,         /* finish_grad_sync waited for an async collective */
+    MC_DDP_SYNC          /* collective run blocking (overlap off) */
+} mc_ddp_event_kind;
+
+typedef struct mc_ddp_event {
+    mc_ddp_event_kind kind;
+    int bucket;
+    int params_ready;    /* grad-ready registrations counted so far in this iteration */
+} mc_ddp_event;
+
+/* Zero means default. */
+typedef struct mc_ddp_desc {
+    mc_param_table *table;          /* required, laid out (mc_param_table_layout) */
+    float *grads;                   /* required: the flat gradient buffer [table->total] */
+    mc_comm *dp;                    /* data-parallel x CP group; NULL = DP 1 (no communication) */
+    int distributed_optimizer;      /* reduce-scatter; must match table->layout */
+    int overlap_grad_reduce;        /* launch buckets from register_grad_ready */
+    int calculate_per_token_loss;   /* 1: bucket factor 1 instead of 1/DP (finalize divides by
+                                       the global token count, §11.4) */
+    const mc_ops *ops;              /* default mc_ops_cpu() */
+} mc_ddp_desc;
+
+typedef struct mc_ddp {
+    mc_ddp_desc desc;               /* resolved */
+    int dp_size, dp_rank;
+    float scale;                    /* applied to a bucket before its SUM: 1/DP or 1 */
+    int grad_sync[MC_MAX_VPP];      /* per chunk: 1 while its last micro-batch runs */
+    int params_ready;               /* registrations since zero_grad */
+    int n_events;
+    mc_ddp_event *events;           /* [2 * n_buckets]: the log of this iteration */
+    /* Private. */
+    int *bucket_of;                 /* [table->count] bucket of each param */
+    unsigned char *ready;           /* [table->count] */
+    int *bucket_ready;              /* [n_buckets] params of the bucket registered ready */
+    int *bucket_state;              /* [n_buckets] idle, in flight, done */
+    mc_request **requests;          /* [n_buckets] */
+    int finished;                   /* finish_grad_sync ran since the last zero_grad */
+} mc_ddp;
+
+/* Validates (table laid out, grads set, dp size = table->layout.dp_size and the flags equal
+   under the distributed optimizer) and allocates the bookkeeping; does not touch grads. */
+MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc);
+/* MC_ERR_BUSY (and nothing freed) while a bucket's collective is in flight. */
+MC_API int mc_ddp_destroy(mc_ddp *ddp);
+/* zero_grad_buffer: zeroes the grads (padding included), forgets the registrations and the
+   event log, disables grad sync. MC_ERR_BUSY while a collective is in flight. */
+MC_API int mc_ddp_zero_grad(mc_ddp *ddp);
+/* Enables (1) or disables (0) grad sync for model chunk `chunk` (-1: every chunk). */
+MC_API int mc_ddp_set_grad_sync(mc_ddp *ddp, int chunk, int enable);
+/* Param `param` (index in the table) has its final grad. Ignored unless overlap is on and
+   grad sync is enabled for the param's chunk; a second registration in one iteration is
+   MC_ERR_STATE. Launches the bucket's async collective when it was the bucket's last param. */
+MC_API int mc_ddp_register_grad_ready(mc_ddp *ddp, int param);
+/* Launches every bucket not launched yet (async with overlap, else blocking). */
+MC_API int mc_ddp_start_grad_sync(mc_ddp *ddp);
+/* Launches what is left, then waits for every bucket; grads are reduced on return. A second
+   call before the next zero_grad is MC_ERR_STATE (it would reduce nothing new). */
+MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp);
+/* [*start, *end) of bucket `bucket` in the flat buffer that this DP rank owns: its
+   reduce-scatter shard under the distributed optimizer, else the whole bucket. */
+MC_API int mc_ddp_shard(const mc_ddp *ddp, int bucket, size_t *start, size_t *end);
+
+/* Megatron's finalize_model_grads, in its order (§10):
+     1. DP: mc_ddp_finish_grad_sync (skipped when ddp is NULL);
+     2. (conditional embedders: not in a GPT);
+     3. sequence parallel on and TP > 1: the grads of params flagged sequence_parallel are
+        summed over TP, packed into one buffer for a single all-reduce;
+     4. tied embeddings: this rank in an embedding group of size > 1 sums the grads of its
+        shared_embedding params over the group (the first stage's word embedding with the
+        last stage's output copy);
+     5. position-embedding group: size 1 in a GPT, nothing to do;
+     7. num_tokens != NULL: *num_tokens is broadcast from the last pipeline stage, summed
+        over DP x CP, and every grad is scaled by 1 / max(*num_tokens, 1); *num_tokens holds
+        the global count on return.
+   table and grads default to the ddp's; ps may be NULL (one model-parallel rank: steps 3 and
+   4 do nothing). Under the distributed optimizer steps 3 and 4 reduce whole params although
+   only this rank's shard is valid after step 1: the stale rest of each sum is never read. */
+MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
+                                   const mc_param_table *table, float *grads,
+                                   int sequence_parallel, double *num_tokens);
+
 /* @ddp:declarations end */
 
 /* @optimizer:declarations begin */
+
+/* ---------------------------------------------------------------------------------------------
+   >>optimizer  AdamW with fp32 state over the flat buffers, Megatron's learning-rate schedule
+   (OptimizerParamScheduler) and its model-parallel-aware grad norm and clipping
+   (megatron_semantics.md §11.6, §12).
+
+   A step, after mc_finalize_model_grads (fp32 everywhere, so no loss scaler and no inf check):
+     1. lr = mc_optimizer_lr_at(&opt.desc, opt.lr_steps);
+     2. clip_grad > 0: the grad norm over every logical parameter once (below), and the grads
+        scaled by clip_grad / (norm + 1e-6) when that is < 1;
+     3. AdamW on every param (weight decay 0 for no_weight_decay params: biases and norms),
+        m and v in the same layout as the params;
+        distributed optimizer: only this DP rank's shard of each bucket (mc_ddp_shard) is
+        stepped and has state, then each bucket's params are all-gathered over DP;
+     4. lr_steps and iteration advance by one.
+
+   Grad norm (§12): a param counts if it is not `shared` (the tied output copy) and is either
+   tensor_model_parallel or on TP rank 0 (replicas counted once). Local sum of squares in fp64,
+   all-reduced (SUM) over the model-parallel group TP x PP, or over the whole world under the
+   distributed optimizer, where each DP rank adds only its disjoint shard (padding is never a
+   param, so it adds nothing). Both give the same norm.
+
+   Learning rate at scheduler step s (Megatron's num_steps in iterations; a caller counting
+   samples gives warmup / decay in samples and sets lr_steps to the consumed samples):
+       s <= warmup (warmup > 0):  init + (lr - init) * s / warmup
+       constant style:            lr
+       s > decay:                 min_lr
+       else r = (s - warmup) / (decay - warmup):
+           cosine  min_lr + (lr - min_lr) * 0.5 * (cos(pi r) + 1)
+           linear  min_lr + (lr - min_lr) * (1 - r)
+   Step k (1-based) uses s = k - 1, as Megatron does (the scheduler steps after the
+   optimizer), so with warmup the first step runs at lr_warmup_init. Megatron's log line
+   prints the rate for the NEXT step: mc_optimizer_lr_at(&opt.desc, opt.lr_steps). */
+
+typedef enum mc_lr_decay_style {
+    MC_LR_DECAY_COSINE = 0, MC_LR_DECAY_LINEAR, MC_LR_DECAY_CONSTANT
+} mc_lr_decay_style;
+
+typedef enum mc_optimizer_state_kind {
+    MC_OPTIM_EXP_AVG = 0,   /* Adam's m */
+    MC_OPTIM_EXP_AVG_SQ     /* Adam's v */
+} mc_optimizer_state_kind;
+
+#define MC_WEIGHT_DECAY_OFF (-1.0f)
+#define MC_CLIP_GRAD_OFF (-1.0f)
+
+/* Zero means default:
+     lr required (> 0)   | min_lr 0            | lr_warmup_init 0  | lr_warmup_iters 0
+     lr_decay_iters = train_iters (both 0: no decay) | lr_decay_style cosine
+     weight_decay 0.01 (MC_WEIGHT_DECAY_OFF: none)   | beta1 0.9 | beta2 0.999 | eps 1e-8
+     clip_grad 1.0 (MC_CLIP_GRAD_OFF or any negative: no clipping, reported norm 0) */
+typedef struct mc_optimizer_desc {
+    mc_ddp *ddp;                    /* required: table, grads, DP group, distributed optimizer */
+    float *params;                  /* required: the flat parameters [table->total] */
+    const mc_parallel_state *ps;    /* TP rank and grad-norm groups; NULL: one model-parallel
+                                       rank (the norm is reduced over the ddp's DP group only
+                                       under the distributed optimizer) */
+    const mc_ops *ops;              /* default: the ddp's */
+    float lr;
+    float min_lr;
+    float lr_warmup_init;
+    long long lr_warmup_iters;
+    long long lr_decay_iters;
+    long long train_iters;
+    mc_lr_decay_style lr_decay_style;
+    float weight_decay;
+    float beta1, beta2, eps;
+    float clip_grad;
+} mc_optimizer_desc;
+
+typedef struct mc_optimizer {
+    mc_optimizer_desc desc;         /* resolved */
+    long long iteration;            /* steps taken (Adam's bias correction uses iteration) */
+    long long lr_steps;             /* scheduler position (Megatron's num_steps) */
+    float last_lr;                  /* learning rate of the last step */
+    double last_grad_norm;          /* its grad norm before clipping; 0 when clipping is off */
+    float last_clip_coeff;          /* the factor the grads were scaled by (1: not clipped) */
+    float *m, *v;                   /* [state_numel]; m[i] belongs to param element i, or under
+                                       the distributed optimizer to shard element i: bucket b's
+                                       shard starts at buckets[b].start / DP */
+    size_t state_numel;             /* table->total, or table->total / DP */
+    /* Private. */
+    int tp_rank;
+    mc_comm *stats;                 /* grad-norm group; NULL: local */
+} mc_optimizer;
+
+/* Validates the desc (Megatron's scheduler asserts: min_lr <= lr, warmup < decay when
+   decaying; betas in [0, 1), eps > 0) and allocates zeroed state. */
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc);
+MC_API void mc_optimizer_destroy(mc_optimizer *opt);
+/* The learning rate at scheduler step num_steps for a desc (defaults applied). */
+MC_API double mc_optimizer_lr_at(const mc_optimizer_desc *desc, long long num_steps);
+/* The §12 grad norm of the current grads (collective over the grad-norm group). */
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm);
+/* One step (see above); collective over the grad-norm group and, under the distributed
+   optimizer, over DP. A non-finite grad norm skips the update with MC_ERR_STATE. */
+MC_API int mc_optimizer_step(mc_optimizer *opt);
+
+/* Optimizer state per param, in the param's own (local TP shard) terms, for checkpoints.
+   owned range: the elements [*lo, *hi) of param `param` whose state this rank holds:
+   [0, numel) without the distributed optimizer, else the part inside this DP rank's shards
+   (possibly empty, lo == hi). */
+MC_API int mc_optimizer_owned_range(const mc_optimizer *opt, int param, size_t *lo, size_t *hi);
+/* out[numel] = the whole m or v of the param. Under the distributed optimizer a collective
+   over DP (every DP rank calls it for the same param) that assembles the owners' pieces. */
+MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  float *out);
+/* Stores the owned part of in[numel] (the whole m or v of the param); local, no collective. */
+MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  const float *in);
 
 /* @optimizer:declarations end */
 
@@ -4756,14 +5114,1164 @@ MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int t
    The training core (implementation), one block per module in dependency order. */
 
 /* @ops:implementation begin */
+// ---------------------------------------------------------------------------------------------
+// >>ops_cpu  The CPU reference op table: plain loops over fp32 arrays, every sum in a fixed
+// order. Element-wise and row-wise ops follow llm.c's formulas; the shapes are in each
+// function's comment ([rows, cols], row-major).
+
+#include <math.h>
+#if defined(MC_USE_CBLAS)
+#include <cblas.h>
+#endif
+
+#if defined(__GNUC__) || defined(_MSC_VER)
+#define MC__RESTRICT __restrict
+#else
+#define MC__RESTRICT
+#endif
+
+static void *mc__cpu_alloc(size_t bytes) { return mc_calloc(1, bytes); }
+static void mc__cpu_free(void *ptr) { mc_free(ptr); }
+
+static void mc__cpu_fill(float *x, float value, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = value;
+}
+
+static void mc__cpu_copy(float *dst, const float *src, size_t n) {
+    if (n > 0 && dst != src) memmove(dst, src, n * sizeof(float));
+}
+
+static void mc__cpu_axpy(float *y, float a, const float *x, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static void mc__cpu_scale(float *x, float a, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] *= a;
+}
+
+static double mc__cpu_sum_squares(const float *x, size_t n) {
+    double s = 0.0;
+    size_t i;
+    for (i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
+    return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>ops_cpu gemm
+//
+// C is computed in blocks of MB x NB. For each block an accumulator acc[MB, NB] starts at zero
+// and K is walked in KB-deep slices, in order: the slice of op(A) is copied ("packed") into
+// Ap[MB, KB] and that of op(B) into Bp[KB, NB], whatever the transposes, so the kernel's
+// inner loop runs over contiguous columns of Bp and acc (it vectorizes) and the blocks stay
+// in cache (Bp is 64 KiB). Every acc element receives its K products in the order
+// k = 0 .. K-1, whatever the block sizes: the result of an element depends only on its row of
+// op(A), its column of op(B) and K. Finally C = alpha * acc + beta * C.
+
+#define MC__GEMM_MB 32
+#define MC__GEMM_NB 128
+#define MC__GEMM_KB 128
+
+#if defined(MC_CPU_GEMM_ACC_F64)
+typedef double mc__gemm_acc;
+#else
+typedef float mc__gemm_acc;
+#endif
+
+/* Ap[mb, kb] = op(A)[i0 .., k0 ..]; op(A) is A[M,K], or A^T with A stored [K,M]. */
+static void mc__gemm_pack_a(float *MC__RESTRICT Ap, const float *MC__RESTRICT A, int M, int K,
+                            int trans_a, int i0, int mb, int k0, int kb) {
+    int i, k;
+    if (!trans_a) {
+        for (i = 0; i < mb; i++)
+            for (k = 0; k < kb; k++) Ap[i * kb + k] = A[(size_t)(i0 + i) * K + (k0 + k)];
+    } else {
+        for (k = 0; k < kb; k++)   /* read rows of the stored [K,M] matrix */
+            for (i = 0; i < mb; i++) Ap[i * kb + k] = A[(size_t)(k0 + k) * M + (i0 + i)];
+    }
+}
+
+/* Bp[kb, NB] = op(B)[k0 .., j0 .. j0 + nb], zero beyond nb so that the kernel always runs
+   full-width rows; op(B) is B[K,N], or B^T with B stored [N,K]. */
+static void mc__gemm_pack_b(float *MC__RESTRICT Bp, const float *MC__RESTRICT B, int N, int K,
+                            int trans_b, int k0, int kb, int j0, int nb) {
+    int j, k;
+    if (nb < MC__GEMM_NB) memset(Bp, 0, sizeof(float) * (size_t)kb * MC__GEMM_NB);
+    if (!trans_b) {
+        for (k = 0; k < kb; k++)
+            for (j = 0; j < nb; j++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(k0 + k) * N + (j0 + j)];
+    } else {
+        for (j = 0; j < nb; j++)   /* read rows of the stored [N,K] matrix */
+            for (k = 0; k < kb; k++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(j0 + j) * K + (k0 + k)];
+    }
+}
+
+/* acc[mb, NB] += Ap[mb, kb] Bp[kb, NB]. The rows have the fixed width NB (a trip count the
+   compiler knows, so the j loop vectorizes even at -O2). Four k at a time share one pass over
+   an acc row; each element still adds its products in k order, so the unrolling changes no
+   bit. */
+static void mc__gemm_kernel(mc__gemm_acc *MC__RESTRICT acc, const float *MC__RESTRICT Ap,
+                            const float *MC__RESTRICT Bp, int mb, int kb) {
+    int i, j, k;
+    for (i = 0; i < mb; i++) {
+        mc__gemm_acc *MC__RESTRICT c = acc + (size_t)i * MC__GEMM_NB;
+        const float *a = Ap + (size_t)i * kb;
+        for (k = 0; k + 4 <= kb; k += 4) {
+            const float a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
+            const float *b0 = Bp + (size_t)k * MC__GEMM_NB, *b1 = b0 + MC__GEMM_NB;
+            const float *b2 = b1 + MC__GEMM_NB, *b3 = b2 + MC__GEMM_NB;
+            for (j = 0; j < MC__GEMM_NB; j++) {
+                mc__gemm_acc s = c[j];
+                s += (mc__gemm_acc)(a0 * b0[j]);
+                s += (mc__gemm_acc)(a1 * b1[j]);
+                s += (mc__gemm_acc)(a2 * b2[j]);
+                s += (mc__gemm_acc)(a3 * b3[j]);
+                c[j] = s;
+            }
+        }
+        for (; k < kb; k++) {
+            const float ak = a[k];
+            const float *bk = Bp + (size_t)k * MC__GEMM_NB;
+            for (j = 0; j < MC__GEMM_NB; j++) c[j] += (mc__gemm_acc)(ak * bk[j]);
+        }
+    }
+}
+
+MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
+                                int trans_a, int trans_b, float alpha, float beta) {
+    float Ap[MC__GEMM_MB * MC__GEMM_KB];
+    float Bp[MC__GEMM_KB * MC__GEMM_NB];
+    mc__gemm_acc acc[MC__GEMM_MB * MC__GEMM_NB];
+    int i0, j0, k0, i, j;
+    for (i0 = 0; i0 < M; i0 += MC__GEMM_MB) {
+        const int mb = M - i0 < MC__GEMM_MB ? M - i0 : MC__GEMM_MB;
+        for (j0 = 0; j0 < N; j0 += MC__GEMM_NB) {
+            const int nb = N - j0 < MC__GEMM_NB ? N - j0 : MC__GEMM_NB;
+            for (i = 0; i < mb * MC__GEMM_NB; i++) acc[i] = 0;
+            for (k0 = 0; k0 < K; k0 += MC__GEMM_KB) {
+                const int kb = K - k0 < MC__GEMM_KB ? K - k0 : MC__GEMM_KB;
+                mc__gemm_pack_a(Ap, A, M, K, trans_a, i0, mb, k0, kb);
+                mc__gemm_pack_b(Bp, B, N, K, trans_b, k0, kb, j0, nb);
+                mc__gemm_kernel(acc, Ap, Bp, mb, kb);
+            }
+            for (i = 0; i < mb; i++) {
+                float *c = C + (size_t)(i0 + i) * N + j0;
+                const mc__gemm_acc *s = acc + (size_t)i * MC__GEMM_NB;
+                if (beta == 0.0f)   /* C is not read: it may hold garbage or NaN */
+                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j];
+                else
+                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j] + beta * c[j];
+            }
+        }
+    }
+}
+
+#if defined(MC_USE_CBLAS)
+static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, int N, int K,
+                               int trans_a, int trans_b, float alpha, float beta) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {   /* some BLAS builds reject K = 0 with ldb = 0 */
+        mc_cpu_gemm_blocked(C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
+                trans_b ? K : N, beta, C, N);
+}
+#define MC__CPU_GEMM mc__cpu_gemm_cblas
+#else
+#define MC__CPU_GEMM mc_cpu_gemm_blocked
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// >>ops_cpu bias, layernorm, gelu
+
+/* out[N,C] += bias[C] */
+static void mc__cpu_add_bias(float *out, const float *bias, int N, int C) {
+    int n, c;
+    if (!bias) return;
+    for (n = 0; n < N; n++)
+        for (c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
+}
+
+/* dbias[C] += sum over rows of dout[N,C] (rows in order) */
+static void mc__cpu_bias_backward(float *dbias, const float *dout, int N, int C) {
+    int n, c;
+    for (n = 0; n < N; n++)
+        for (c = 0; c < C; c++) dbias[c] += dout[(size_t)n * C + c];
+}
+
+/* out[N,C], mean[N], rstd[N] <- inp[N,C], weight[C], bias[C] */
+static void mc__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                      const float *weight, const float *bias, int N, int C,
+                                      float eps) {
+    int n, c;
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float m = 0.0f, v = 0.0f, s;
+        for (c = 0; c < C; c++) m += x[c];
+        m /= (float)C;
+        for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        v /= (float)C;
+        s = 1.0f / sqrtf(v + eps);
+        for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = s;
+    }
+}
+
+/* dinp[N,C] +=, dweight[C] +=, dbias[C] += (may be NULL) <- dout[N,C], inp[N,C], weight[C],
+   mean[N], rstd[N]. With xhat = (x - mean) * rstd and g = weight * dout:
+   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
+static void mc__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
+                                       const float *dout, const float *inp, const float *weight,
+                                       const float *mean, const float *rstd, int N, int C) {
+    int n, c;
+    for (n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+        float *dx = dinp + (size_t)n * C;
+        const float m = mean[n], s = rstd[n];
+        float g_mean = 0.0f, g_xhat_mean = 0.0f;
+        for (c = 0; c < C; c++) {
+            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
+            g_mean += g;
+            g_xhat_mean += g * xhat;
+        }
+        g_mean /= (float)C;
+        g_xhat_mean /= (float)C;
+        for (c = 0; c < C; c++) {
+            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
+            if (dbias) dbias[c] += dy[c];
+            if (dweight) dweight[c] += xhat * dy[c];
+            if (dinp) dx[c] += (g - g_mean - xhat * g_xhat_mean) * s;
+        }
+    }
+}
+
+#define MC__GELU_SCALE 0.7978845608028654f   /* sqrt(2 / pi) */
+#define MC__GELU_CUBIC 0.044715f
+
+static void mc__cpu_gelu_forward(float *out, const float *inp, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        const float x = inp[i];
+        out[i] = 0.5f * x * (1.0f + tanhf(MC__GELU_SCALE * (x + MC__GELU_CUBIC * x * x * x)));
+    }
+}
+
+/* dinp = dout * d/dx gelu(x); tanh' = 1 - tanh^2 (no cosh, which overflows for large x) */
+static void mc__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) {
+        const float x = inp[i];
+        const float t = tanhf(MC__GELU_SCALE * (x + MC__GELU_CUBIC * x * x * x));
+        const float dt = (1.0f - t * t) * MC__GELU_SCALE * (1.0f + 3.0f * MC__GELU_CUBIC * x * x);
+        dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * dt);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>ops_cpu dropout  (the keep rule of mc_rng_dropout_mask, element by element)
+
+/* Keeps the last Philox block, so a run of consecutive indices costs one block per four. */
+typedef struct mc__keep_cache {
+    uint64_t seed;
+    uint64_t block;
+    int valid;
+    uint32_t bits[4];
+} mc__keep_cache;
+
+static void mc__keep_cache_init(mc__keep_cache *kc, uint64_t seed) {
+    memset(kc, 0, sizeof *kc);
+    kc->seed = seed;
+}
+
+/* 1 iff element `index` of the stream is kept under drop probability p (> 0). */
+static int mc__keep(mc__keep_cache *kc, uint64_t index, float p) {
+    if (!kc->valid || index / 4 != kc->block) {
+        kc->block = index / 4;
+        kc->valid = 1;
+        mc__rng_block(kc->seed, kc->block, kc->bits);
+    }
+    return mc__rng_to_uniform(kc->bits[index % 4]) >= p;
+}
+
+/* 1 / (1 - p), or 0 when everything is dropped (p >= 1) */
+static float mc__dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+/* out[i] = inp[i] * keep(offset + i) / (1 - p); also the backward (same mask, same scale) */
+static void mc__cpu_dropout_apply(float *out, const float *inp, size_t n, float p,
+                                  uint64_t seed, uint64_t offset) {
+    mc__keep_cache kc;
+    const float scale = mc__dropout_scale(p);
+    size_t i;
+    if (p <= 0.0f) {
+        mc__cpu_copy(out, inp, n);
+        return;
+    }
+    mc__keep_cache_init(&kc, seed);
+    for (i = 0; i < n; i++) out[i] = mc__keep(&kc, offset + i, p) ? inp[i] * scale : 0.0f;
+}
+
+static void mc__cpu_dropout_forward(float *out, const float *inp, size_t n, float p,
+                                    uint64_t seed, uint64_t offset) {
+    mc__cpu_dropout_apply(out, inp, n, p, seed, offset);
+}
+
+static void mc__cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p,
+                                     uint64_t seed, uint64_t offset) {
+    mc__cpu_dropout_apply(dinp, dout, n, p, seed, offset);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>ops_cpu attention
+//
+// Row t of head h in sequence b: scores[t2] = q_t . k_t2 / sqrt(HD) for t2 <= t (causal),
+// P = softmax(scores), D = P * mask / (1 - p) (dropout), out_t = sum_t2 D[t2] v_t2.
+// Token (s, b) is row s*B + b of qkv [S*B, NH*3*HD]; head h's q, k, v start at columns
+// h*3*HD, h*3*HD + HD, h*3*HD + 2*HD.
+
+/* Weight of v_t2 in out_t: P, dropped and rescaled when p > 0. */
+static float mc__attn_weight(mc__keep_cache *kc, float prob, uint64_t index, float p,
+                             float keep_scale) {
+    if (p <= 0.0f) return prob;
+    return mc__keep(kc, index, p) ? prob * keep_scale : 0.0f;
+}
+
+static float mc__dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    int i;
+    for (i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* out[S,B,NH*HD] (=), probs[B,NH,S,S] (=) <- qkv[S,B,NH*3*HD] */
+static void mc__cpu_attention_forward(float *out, float *probs, const float *qkv, int S, int B,
+                                      int NH, int HD, float dropout_p, uint64_t seed,
+                                      uint64_t offset) {
+    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
+    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
+    mc__keep_cache kc;
+    int b, h, t, t2, d;
+    mc__keep_cache_init(&kc, seed);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < S; t++) {
+                const float *q = qkv + ((size_t)t * B + b) * C3 + (size_t)h * 3 * HD;
+                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
+                float *row = probs + row_index;
+                float *o = out + ((size_t)t * B + b) * C + (size_t)h * HD;
+                float max = -INFINITY, sum = 0.0f, inv;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + HD;
+                    row[t2] = mc__dot(q, k, HD) * scale;
+                    if (row[t2] > max) max = row[t2];
+                }
+                for (t2 = 0; t2 <= t; t2++) {
+                    row[t2] = expf(row[t2] - max);
+                    sum += row[t2];
+                }
+                inv = 1.0f / sum;
+                for (t2 = 0; t2 <= t; t2++) row[t2] *= inv;
+                for (t2 = t + 1; t2 < S; t2++) row[t2] = 0.0f;   /* masked (future) keys */
+                for (d = 0; d < HD; d++) o[d] = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + 2 * HD;
+                    const float w = mc__attn_weight(&kc, row[t2], offset + row_index + t2,
+                                                    dropout_p, keep_scale);
+                    for (d = 0; d < HD; d++) o[d] += w * v[d];
+                }
+            }
+}
+
+/* dqkv[S,B,NH*3*HD] (=) <- dout[S,B,NH*HD], qkv, probs[B,NH,S,S]. Per row t:
+     dv_t2 += D[t2] dout_t,  dP[t2] = (dout_t . v_t2) * mask / (1 - p),
+     dscore[t2] = P[t2] (dP[t2] - sum_u P[u] dP[u]),
+     dq_t += dscore[t2] k_t2 / sqrt(HD),  dk_t2 += dscore[t2] q_t / sqrt(HD).
+   dP is computed twice (once for the sum, once for dscore) instead of being stored. */
+static void mc__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
+                                       const float *probs, int S, int B, int NH, int HD,
+                                       float dropout_p, uint64_t seed, uint64_t offset) {
+    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
+    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
+    mc__keep_cache kc;
+    int b, h, t, t2, d;
+    mc__keep_cache_init(&kc, seed);
+    mc__cpu_fill(dqkv, 0.0f, (size_t)S * B * C3);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < S; t++) {
+                const size_t head = (size_t)h * 3 * HD;
+                const float *q = qkv + ((size_t)t * B + b) * C3 + head;
+                float *dq = dqkv + ((size_t)t * B + b) * C3 + head;
+                const float *dy = dout + ((size_t)t * B + b) * C + (size_t)h * HD;
+                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
+                const float *P = probs + row_index;
+                float p_dp = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
+                    const float *v = qkv + tok + 2 * HD;
+                    float *dv = dqkv + tok + 2 * HD;
+                    const float w = mc__attn_weight(&kc, P[t2], offset + row_index + t2,
+                                                    dropout_p, keep_scale);
+                    const float dP = mc__attn_weight(&kc, mc__dot(dy, v, HD),
+                                                     offset + row_index + t2, dropout_p,
+                                                     keep_scale);
+                    for (d = 0; d < HD; d++) dv[d] += w * dy[d];
+                    p_dp += P[t2] * dP;
+                }
+                for (t2 = 0; t2 <= t; t2++) {
+                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
+                    const float *k = qkv + tok + HD;
+                    float *dk = dqkv + tok + HD;
+                    const float dP = mc__attn_weight(&kc, mc__dot(dy, qkv + tok + 2 * HD, HD),
+                                                     offset + row_index + t2, dropout_p,
+                                                     keep_scale);
+                    const float ds = P[t2] * (dP - p_dp) * scale;
+                    for (d = 0; d < HD; d++) {
+                        dq[d] += ds * k[d];
+                        dk[d] += ds * q[d];
+                    }
+                }
+            }
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>ops_cpu embedding, cross-entropy pieces, adamw
+
+/* out[N,C] = table[ids[n] - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
+static void mc__cpu_embedding_forward(float *out, const int *ids, const float *table, int N,
+                                      int C, int vocab_start, int vocab_end) {
+    int n;
+    for (n = 0; n < N; n++) {
+        const int id = ids[n];
+        float *o = out + (size_t)n * C;
+        if (id >= vocab_start && id < vocab_end)
+            memcpy(o, table + (size_t)(id - vocab_start) * C, (size_t)C * sizeof(float));
+        else
+            mc__cpu_fill(o, 0.0f, (size_t)C);
+    }
+}
+
+/* dtable[V_local, C] += dout[N,C] rows of the local ids (tokens in order) */
+static void mc__cpu_embedding_backward(float *dtable, const float *dout, const int *ids, int N,
+                                       int C, int vocab_start, int vocab_end) {
+    int n;
+    for (n = 0; n < N; n++) {
+        const int id = ids[n];
+        if (id >= vocab_start && id < vocab_end)
+            mc__cpu_axpy(dtable + (size_t)(id - vocab_start) * C, 1.0f, dout + (size_t)n * C,
+                         (size_t)C);
+    }
+}
+
+/* max[N] = max over the row of logits[N,V] (-inf for V = 0) */
+static void mc__cpu_row_max(float *max, const float *logits, int N, int V) {
+    int n, j;
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        float m = -INFINITY;
+        for (j = 0; j < V; j++)
+            if (l[j] > m) m = l[j];
+        max[n] = m;
+    }
+}
+
+/* out[N] = logits[n, targets[n] - vocab_start] when the target is in this shard, else 0 */
+static void mc__cpu_target_logit(float *out, const float *logits, const int *targets, int N,
+                                 int V, int vocab_start) {
+    int n;
+    for (n = 0; n < N; n++) {
+        const int local = targets[n] - vocab_start;
+        out[n] = (targets[n] >= vocab_start && local < V) ? logits[(size_t)n * V + local] : 0.0f;
+    }
+}
+
+/* sum[N] = sum_j exp(logits[n,j] - max[n]) */
+static void mc__cpu_sum_exp(float *sum, const float *logits, const float *max, int N, int V) {
+    int n, j;
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        double s = 0.0;
+        for (j = 0; j < V; j++) s += (double)expf(l[j] - max[n]);
+        sum[n] = (float)s;
+    }
+}
+
+/* sum[N] = sum_j logits[n,j] */
+static void mc__cpu_row_sum(float *sum, const float *logits, int N, int V) {
+    int n, j;
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        double s = 0.0;
+        for (j = 0; j < V; j++) s += (double)l[j];
+        sum[n] = (float)s;
+    }
+}
+
+/* dlogits[N,V] (=) <- logits[N,V], max[N], sum[N] (global), targets[N], dloss[N] */
+static void mc__cpu_cross_entropy_backward(float *dlogits, const float *logits,
+                                           const float *max, const float *sum,
+                                           const int *targets, const float *dloss, int N, int V,
+                                           int vocab_start, float smoothing, int vocab_global) {
+    const float uniform = vocab_global > 0 ? smoothing / (float)vocab_global : 0.0f;
+    int n, j;
+    for (n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * V;
+        float *dl = dlogits + (size_t)n * V;
+        const float inv = 1.0f / sum[n], g = dloss[n];
+        const int local = targets[n] - vocab_start;
+        const int owned = targets[n] >= vocab_start && local < V;
+        for (j = 0; j < V; j++) {
+            float d = expf(l[j] - max[n]) * inv - uniform;
+            if (owned && j == local) d -= 1.0f - smoothing;
+            dl[j] = d * g;
+        }
+    }
+}
+
+/* param, m, v (fp32 state) updated in place from grad; bias corrections in double */
+static void mc__cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n,
+                          float lr, float beta1, float beta2, float eps, float weight_decay,
+                          int step) {
+    const float bc1 = (float)(1.0 - pow((double)beta1, (double)step));
+    const float bc2 = (float)(1.0 - pow((double)beta2, (double)step));
+    size_t i;
+    for (i = 0; i < n; i++) {
+        const float g = grad[i];
+        const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+        const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+        const float m_hat = mi / bc1, v_hat = vi / bc2;
+        m[i] = mi;
+        v[i] = vi;
+        param[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * param[i]);
+    }
+}
+
+/* In mc_ops field order (positional: C++17 has no designated initializers). */
+static const mc_ops mc__cpu_ops = {
+    "cpu",
+    MC_DEVICE_CPU,
+    mc__cpu_alloc,
+    mc__cpu_free,
+    mc__cpu_fill,
+    mc__cpu_copy,
+    mc__cpu_axpy,
+    mc__cpu_scale,
+    mc__cpu_sum_squares,
+    MC__CPU_GEMM,
+    mc__cpu_add_bias,
+    mc__cpu_bias_backward,
+    mc__cpu_layernorm_forward,
+    mc__cpu_layernorm_backward,
+    mc__cpu_gelu_forward,
+    mc__cpu_gelu_backward,
+    mc__cpu_attention_forward,
+    mc__cpu_attention_backward,
+    mc__cpu_dropout_forward,
+    mc__cpu_dropout_backward,
+    mc__cpu_embedding_forward,
+    mc__cpu_embedding_backward,
+    mc__cpu_row_max,
+    mc__cpu_target_logit,
+    mc__cpu_sum_exp,
+    mc__cpu_row_sum,
+    mc__cpu_cross_entropy_backward,
+    mc__cpu_adamw,
+};
+
+MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
 
 /* @ops:implementation end */
 
 /* @config:implementation begin */
+// ---------------------------------------------------------------------------------------------
+// >>config  Defaults, validation (every violated rule, one line each) and the fingerprints.
+
+MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp) {
+    long long multiple, padded;
+    if (vocab <= 0 || divisible_by <= 0 || tp <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_gpt_padded_vocab_size: vocab (%d), make_vocab_size_divisible_by (%d) "
+                        "and tensor_model_parallel_size (%d) must be > 0",
+                        vocab, divisible_by, tp);
+    multiple = (long long)divisible_by * tp;
+    padded = ((long long)vocab + multiple - 1) / multiple * multiple;
+    if (padded > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_gpt_padded_vocab_size: vocab (%d) padded to a multiple of %lld "
+                        "exceeds INT_MAX",
+                        vocab, multiple);
+    return (int)padded;
+}
+
+/* 0 selects the default; MC_DROPOUT_OFF means 0; in a resolved config 0 stays 0. */
+static float mc__resolve_dropout(float p, int resolved) {
+    if (p == MC_DROPOUT_OFF) return 0.0f;
+    if (p == 0.0f && !resolved) return 0.1f;
+    return p;
+}
+
+MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in) {
+    mc_gpt_config c;
+    int resolved;
+    if (!out || !in)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_resolve: out (%p) and in (%p) must be set",
+                        (void *)out, (const void *)in);
+    c = *in;
+    resolved = in->padded_vocab_size != 0;
+    c.ffn_hidden_size = MC__DEF(c.ffn_hidden_size, 4 * c.hidden_size);
+    c.kv_channels = MC__DEF(c.kv_channels,
+                            c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+    c.num_query_groups = MC__DEF(c.num_query_groups, c.num_attention_heads);
+    c.make_vocab_size_divisible_by = MC__DEF(c.make_vocab_size_divisible_by, 128);
+    c.max_position_embeddings = MC__DEF(c.max_position_embeddings, c.seq_length);
+    if (c.layernorm_epsilon == 0.0f) c.layernorm_epsilon = 1e-5f;
+    if (c.init_method_std == 0.0f) c.init_method_std = 0.02f;
+    c.hidden_dropout = mc__resolve_dropout(c.hidden_dropout, resolved);
+    c.attention_dropout = mc__resolve_dropout(c.attention_dropout, resolved);
+    c.tensor_model_parallel_size = MC__DEF(c.tensor_model_parallel_size, 1);
+    c.pipeline_model_parallel_size = MC__DEF(c.pipeline_model_parallel_size, 1);
+    if (c.virtual_pipeline_model_parallel_size == 1) c.virtual_pipeline_model_parallel_size = 0;
+    c.seed = MC__DEF(c.seed, 1234);
+    c.padded_vocab_size = 0;
+    if (c.vocab_size > 0 && c.make_vocab_size_divisible_by > 0 &&
+        c.tensor_model_parallel_size > 0) {
+        int padded = mc_gpt_padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by,
+                                              c.tensor_model_parallel_size);
+        c.padded_vocab_size = padded > 0 ? padded : 0;
+    }
+    *out = c;
+    return MC_OK;
+}
+
+/* A growing report: one line per violation, counted even when the text no longer fits. */
+typedef struct mc__report {
+    char *buf;
+    size_t cap, len;
+    int count;
+} mc__report;
+
+static void mc__report_add(mc__report *r, const char *fmt, ...) MC__PRINTF(2, 3);
+static void mc__report_add(mc__report *r, const char *fmt, ...) {
+    va_list ap;
+    r->count++;
+    if (!r->buf || r->len + 1 >= r->cap) return;
+    va_start(ap, fmt);
+    vsnprintf(r->buf + r->len, r->cap - r->len, fmt, ap);
+    va_end(ap);
+    r->len += strlen(r->buf + r->len);
+    if (r->len + 1 < r->cap) {
+        r->buf[r->len++] = '\n';
+        r->buf[r->len] = '\0';
+    }
+}
+
+static const char *mc__recompute_granularity_name(int g) {
+    switch (g) {
+        case MC_RECOMPUTE_NONE: return "none";
+        case MC_RECOMPUTE_FULL: return "full";
+        case MC_RECOMPUTE_SELECTIVE: return "selective";
+        default: return "unknown";
+    }
+}
+
+static const char *mc__recompute_method_name(int m) {
+    switch (m) {
+        case MC_RECOMPUTE_METHOD_NONE: return "none";
+        case MC_RECOMPUTE_UNIFORM: return "uniform";
+        case MC_RECOMPUTE_BLOCK: return "block";
+        default: return "unknown";
+    }
+}
+
+static void mc__check_positive(mc__report *r, const char *field, int value, int required) {
+    if (value <= 0)
+        mc__report_add(r, "%s (%d) %smust be > 0", field, value,
+                       required ? "is required and " : "");
+}
+
+static void mc__check_dropout(mc__report *r, const char *field, float p) {
+    if (!(p >= 0.0f && p < 1.0f))
+        mc__report_add(r, "%s (%g) must be in [0, 1) (0 selects 0.1; MC_DROPOUT_OFF switches it "
+                       "off)", field, (double)p);
+}
+
+/* Sizes and divisibility of the model against TP and PP (§13.2 items 4-6 and 12). */
+static void mc__validate_shapes(mc__report *r, const mc_gpt_config *c) {
+    const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+    const int vpp = c->virtual_pipeline_model_parallel_size, heads = c->num_attention_heads;
+    if (tp > 0 && heads > 0 && heads % tp != 0)
+        mc__report_add(r, "num_attention_heads (%d) must be divisible by "
+                       "tensor_model_parallel_size (%d)", heads, tp);
+    if (tp > 0 && c->ffn_hidden_size > 0 && c->ffn_hidden_size % tp != 0)
+        mc__report_add(r, "ffn_hidden_size (%d) must be divisible by tensor_model_parallel_size "
+                       "(%d)", c->ffn_hidden_size, tp);
+    if (heads > 0 && c->kv_channels > 0 && c->hidden_size > 0 &&
+        (long long)c->kv_channels * heads != c->hidden_size)
+        mc__report_add(r, "kv_channels (%d) x num_attention_heads (%d) = %lld must equal "
+                       "hidden_size (%d): the attention projection of this build maps back to "
+                       "hidden_size (the default kv_channels is hidden_size / heads)",
+                       c->kv_channels, heads, (long long)c->kv_channels * heads, c->hidden_size);
+    if (heads > 0 && c->num_query_groups > 0 && c->num_query_groups != heads)
+        mc__report_add(r, "num_query_groups (%d) must equal num_attention_heads (%d): grouped-"
+                       "query attention is not implemented", c->num_query_groups, heads);
+    if (tp > 0 && c->num_query_groups > 0 && c->num_query_groups % tp != 0 &&
+        tp % c->num_query_groups != 0)
+        mc__report_add(r, "num_query_groups (%d) must be a multiple or a divisor of "
+                       "tensor_model_parallel_size (%d)", c->num_query_groups, tp);
+    if (pp > 0 && c->num_layers > 0 && c->num_layers % pp != 0)
+        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d)",
+                       c->num_layers, pp);
+    if (vpp > 0 && pp <= 1)
+        mc__report_add(r, "virtual_pipeline_model_parallel_size (%d) needs "
+                       "pipeline_model_parallel_size > 1 (it is %d)", vpp, pp);
+    if (vpp > 0 && pp > 0 && c->num_layers > 0 && c->num_layers % (pp * vpp) != 0)
+        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d) "
+                       "x virtual_pipeline_model_parallel_size (%d) = %d (upstream once divided "
+                       "silently and built %d layers: NVIDIA/Megatron-LM #468)",
+                       c->num_layers, pp, vpp, pp * vpp, c->num_layers / (pp * vpp) * pp * vpp);
+    if (c->sequence_parallel && tp <= 1)
+        mc__report_add(r, "sequence_parallel (%d): Cannot use sequence parallelism without tensor "
+                       "parallelism (tensor_model_parallel_size is %d)", c->sequence_parallel, tp);
+    if (c->sequence_parallel && tp > 1 && c->seq_length > 0 && c->seq_length % tp != 0)
+        mc__report_add(r, "seq_length (%d) must be divisible by tensor_model_parallel_size (%d) "
+                       "with sequence_parallel (the sequence is split across TP ranks)",
+                       c->seq_length, tp);
+}
+
+/* §13.2 item 11, with Megatron's arguments.py rule that selective takes no method. */
+static void mc__validate_recompute(mc__report *r, const mc_gpt_config *c) {
+    const int g = (int)c->recompute_granularity, m = (int)c->recompute_method;
+    const int n = c->recompute_num_layers, pp = c->pipeline_model_parallel_size;
+    const int per_rank = pp > 0 ? c->num_layers / pp : 0;
+    if (g < MC_RECOMPUTE_NONE || g > MC_RECOMPUTE_SELECTIVE) {
+        mc__report_add(r, "recompute_granularity (%d) must be none, full or selective", g);
+        return;
+    }
+    if (m < MC_RECOMPUTE_METHOD_NONE || m > MC_RECOMPUTE_BLOCK) {
+        mc__report_add(r, "recompute_method (%d) must be none, uniform or block", m);
+        return;
+    }
+    if (g == MC_RECOMPUTE_FULL) {
+        if (m == MC_RECOMPUTE_METHOD_NONE)
+            mc__report_add(r, "recompute_method (none): recompute_granularity full needs "
+                           "recompute_method uniform or block");
+        if (n < 1 || (per_rank > 0 && n > per_rank))
+            mc__report_add(r, "recompute_num_layers (%d) must be between 1 and "
+                           "num_layers_per_pipeline_rank (%d) with recompute_granularity full",
+                           n, per_rank);
+    } else if (g == MC_RECOMPUTE_SELECTIVE) {
+        if (m != MC_RECOMPUTE_METHOD_NONE)
+            mc__report_add(r, "recompute_method (%s) is not supported with "
+                           "recompute_granularity selective", mc__recompute_method_name(m));
+        if (n != 0)
+            mc__report_add(r, "recompute_num_layers (%d) must be 0 (None) with "
+                           "recompute_granularity selective", n);
+    } else {
+        if (m != MC_RECOMPUTE_METHOD_NONE || n != 0)
+            mc__report_add(r, "recompute_method (%s) and recompute_num_layers (%d) need "
+                           "recompute_granularity full (granularity is %s)",
+                           mc__recompute_method_name(m), n, mc__recompute_granularity_name(g));
+    }
+}
+
+MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap) {
+    mc_gpt_config c;
+    mc__report r;
+    r.buf = report_cap > 0 ? report : NULL;
+    r.cap = report_cap;
+    r.len = 0;
+    r.count = 0;
+    if (r.buf) r.buf[0] = '\0';
+    if (!cfg) {
+        mc__report_add(&r, "config (NULL) must be given");
+        return r.count;
+    }
+    mc_gpt_config_resolve(&c, cfg);
+    mc__check_positive(&r, "num_layers", c.num_layers, 1);
+    mc__check_positive(&r, "hidden_size", c.hidden_size, 1);
+    mc__check_positive(&r, "num_attention_heads", c.num_attention_heads, 1);
+    mc__check_positive(&r, "seq_length", c.seq_length, 1);
+    mc__check_positive(&r, "vocab_size", c.vocab_size, 1);
+    mc__check_positive(&r, "micro_batch_size", c.micro_batch_size, 1);
+    if (c.hidden_size > 0) mc__check_positive(&r, "ffn_hidden_size", c.ffn_hidden_size, 0);
+    if (c.hidden_size > 0 && c.num_attention_heads > 0)
+        mc__check_positive(&r, "kv_channels", c.kv_channels, 0);
+    if (c.num_attention_heads > 0)
+        mc__check_positive(&r, "num_query_groups", c.num_query_groups, 0);
+    mc__check_positive(&r, "make_vocab_size_divisible_by", c.make_vocab_size_divisible_by, 0);
+    if (c.seq_length > 0)
+        mc__check_positive(&r, "max_position_embeddings", c.max_position_embeddings, 0);
+    mc__check_positive(&r, "tensor_model_parallel_size", c.tensor_model_parallel_size, 0);
+    mc__check_positive(&r, "pipeline_model_parallel_size", c.pipeline_model_parallel_size, 0);
+    if (c.virtual_pipeline_model_parallel_size < 0 ||
+        c.virtual_pipeline_model_parallel_size > MC_MAX_VPP)
+        mc__report_add(&r, "virtual_pipeline_model_parallel_size (%d) must be in [0, %d]",
+                       c.virtual_pipeline_model_parallel_size, MC_MAX_VPP);
+    mc__validate_shapes(&r, &c);
+    mc__validate_recompute(&r, &c);
+    mc__check_dropout(&r, "hidden_dropout", c.hidden_dropout);
+    mc__check_dropout(&r, "attention_dropout", c.attention_dropout);
+    if (!(c.layernorm_epsilon > 0.0f))
+        mc__report_add(&r, "layernorm_epsilon (%g) must be > 0", (double)c.layernorm_epsilon);
+    if (!(c.init_method_std > 0.0f))
+        mc__report_add(&r, "init_method_std (%g) must be > 0", (double)c.init_method_std);
+    if (c.seed <= 0) mc__report_add(&r, "seed (%d) must be > 0", c.seed);
+    if (c.seq_length > 0 && c.max_position_embeddings > 0 &&
+        c.max_position_embeddings < c.seq_length)
+        mc__report_add(&r, "max_position_embeddings (%d) must be >= seq_length (%d)",
+                       c.max_position_embeddings, c.seq_length);
+    return r.count;
+}
+
+/* The fingerprinted fields, by name and offset, so that the hash and the diff list the same
+   fields. A flag is hashed as 0/1. */
+enum { MC__CFG_INT = 0, MC__CFG_FLOAT, MC__CFG_FLAG };
+typedef struct mc__cfg_field {
+    const char *name;
+    size_t offset;
+    int kind;
+} mc__cfg_field;
+
+#define MC__CFG_FIELD(name, kind) {#name, offsetof(mc_gpt_config, name), kind}
+static const mc__cfg_field mc__cfg_math_fields[] = {
+    MC__CFG_FIELD(num_layers, MC__CFG_INT),
+    MC__CFG_FIELD(hidden_size, MC__CFG_INT),
+    MC__CFG_FIELD(num_attention_heads, MC__CFG_INT),
+    MC__CFG_FIELD(ffn_hidden_size, MC__CFG_INT),
+    MC__CFG_FIELD(kv_channels, MC__CFG_INT),
+    MC__CFG_FIELD(num_query_groups, MC__CFG_INT),
+    MC__CFG_FIELD(vocab_size, MC__CFG_INT),
+    MC__CFG_FIELD(make_vocab_size_divisible_by, MC__CFG_INT),
+    MC__CFG_FIELD(max_position_embeddings, MC__CFG_INT),
+    MC__CFG_FIELD(layernorm_epsilon, MC__CFG_FLOAT),
+    MC__CFG_FIELD(untie_embeddings_and_output_weights, MC__CFG_FLAG),
+};
+static const mc__cfg_field mc__cfg_layout_fields[] = {
+    MC__CFG_FIELD(tensor_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(pipeline_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(virtual_pipeline_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(sequence_parallel, MC__CFG_FLAG),
+};
+#undef MC__CFG_FIELD
+
+/* The field's value as 64 bits: ints sign-extended, floats by their bit pattern. */
+static uint64_t mc__cfg_bits(const mc_gpt_config *c, const mc__cfg_field *f) {
+    const char *base = (const char *)c + f->offset;
+    if (f->kind == MC__CFG_FLOAT) {
+        uint32_t bits;
+        memcpy(&bits, base, sizeof bits);
+        return bits;
+    } else {
+        int v;
+        memcpy(&v, base, sizeof v);
+        if (f->kind == MC__CFG_FLAG) v = v != 0;
+        return (uint64_t)(int64_t)v;
+    }
+}
+
+static uint64_t mc__cfg_hash(const mc_gpt_config *cfg, const char *tag,
+                             const mc__cfg_field *fields, size_t n) {
+    mc_gpt_config c;
+    uint64_t h = mc__fnv_bytes(MC__FNV_OFFSET, tag, strlen(tag));
+    size_t i;
+    if (!cfg) return 0;
+    mc_gpt_config_resolve(&c, cfg);
+    for (i = 0; i < n; i++) {
+        h = mc__fnv_bytes(h, fields[i].name, strlen(fields[i].name) + 1);
+        h = mc__fnv_int(h, mc__cfg_bits(&c, &fields[i]));
+    }
+    return h;
+}
+
+MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg) {
+    return mc__cfg_hash(cfg, "mc_gpt_config math v1", mc__cfg_math_fields,
+                        MC__COUNTOF(mc__cfg_math_fields));
+}
+
+MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg) {
+    return mc__cfg_hash(cfg, "mc_gpt_config layout v1", mc__cfg_layout_fields,
+                        MC__COUNTOF(mc__cfg_layout_fields));
+}
+
+static void mc__cfg_format(char *out, size_t cap, const mc_gpt_config *c,
+                           const mc__cfg_field *f) {
+    const char *base = (const char *)c + f->offset;
+    if (f->kind == MC__CFG_FLOAT) {
+        float v;
+        memcpy(&v, base, sizeof v);
+        snprintf(out, cap, "%g", (double)v);
+    } else {
+        int v;
+        memcpy(&v, base, sizeof v);
+        snprintf(out, cap, "%d", f->kind == MC__CFG_FLAG ? v != 0 : v);
+    }
+}
+
+MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
+                                   size_t cap) {
+    mc_gpt_config ra, rb;
+    size_t i, len = 0;
+    int count = 0;
+    if (out && cap > 0) out[0] = '\0';
+    if (!a || !b) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_math_diff: a (%p) and b (%p) "
+                                  "must be set", (const void *)a, (const void *)b);
+    mc_gpt_config_resolve(&ra, a);
+    mc_gpt_config_resolve(&rb, b);
+    for (i = 0; i < MC__COUNTOF(mc__cfg_math_fields); i++) {
+        const mc__cfg_field *f = &mc__cfg_math_fields[i];
+        char va[32], vb[32];
+        if (mc__cfg_bits(&ra, f) == mc__cfg_bits(&rb, f)) continue;
+        mc__cfg_format(va, sizeof va, &ra, f);
+        mc__cfg_format(vb, sizeof vb, &rb, f);
+        if (out && len + 1 < cap) {
+            snprintf(out + len, cap - len, "%s%s: %s vs %s", count ? "; " : "", f->name, va, vb);
+            len += strlen(out + len);
+        }
+        count++;
+    }
+    return count;
+}
 
 /* @config:implementation end */
 
 /* @params:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>params
+//
+// The layout mirrors Megatron's _ParamAndGradBuffer, with every model chunk laid out after
+// the previous one in one flat buffer (Megatron keeps one buffer per chunk; offsets inside a
+// chunk are the same because each chunk starts on a padded bucket boundary).
+
+#define MC__PARAM_START_ALIGN 64   /* §11.3: 128-byte aligned param starts (64 values) */
+#define MC__PARAM_BUCKET_ALIGN 128 /* §11.3: bucket ends at a multiple of lcm(DP, 128) */
+
+static size_t mc__param_gcd(size_t a, size_t b) {
+    while (b != 0) {
+        size_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+static size_t mc__param_round_up(size_t value, size_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+}
+
+/* Drops a previous layout: adding a parameter changes every offset after it. */
+static void mc__param_layout_clear(mc_param_table *t) {
+    int i;
+    mc_free(t->order);
+    mc_free(t->buckets);
+    t->order = NULL;
+    t->buckets = NULL;
+    t->n_buckets = 0;
+    t->total = 0;
+    for (i = 0; i < t->count; i++) t->info[i].offset = 0;
+}
+
+static int mc__param_check_proto(const char *name, const mc_param_info *p) {
+    int d;
+    if (p->ndim != 1 && p->ndim != 2)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: ndim (%d) must be 1 or 2", name, p->ndim);
+    for (d = 0; d < p->ndim; d++) {
+        if (p->global_shape[d] <= 0 || p->local_shape[d] <= 0)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: global_shape[%d] (%d) and local_shape[%d] (%d) must be > 0",
+                            name, d, p->global_shape[d], d, p->local_shape[d]);
+        if (d != p->partition_dim && p->local_shape[d] != p->global_shape[d])
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: local_shape[%d] (%d) differs from global_shape[%d] (%d) "
+                            "but the tensor is not partitioned along dim %d (partition_dim %d)",
+                            name, d, p->local_shape[d], d, p->global_shape[d], d,
+                            p->partition_dim);
+    }
+    if (p->partition_dim < -1 || p->partition_dim >= p->ndim)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_dim (%d) must be -1 or in [0, %d)",
+                        name, p->partition_dim, p->ndim);
+    if ((p->partition_dim >= 0) != (p->tensor_model_parallel != 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "param %s: tensor_model_parallel (%d) must be set exactly when "
+                        "partition_dim (%d) >= 0 (Megatron sets both together)",
+                        name, p->tensor_model_parallel, p->partition_dim);
+    if (p->partition_stride < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_stride (%d) must be >= 0 "
+                        "(0 means 1)", name, p->partition_stride);
+    if (p->chunk < 0 || p->chunk >= MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: chunk (%d) must be in [0, MC_MAX_VPP = %d)",
+                        name, p->chunk, MC_MAX_VPP);
+    if (p->shared && !p->shared_embedding)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: shared (1) is the tied embedding copy and "
+                        "needs shared_embedding = 1", name);
+    return MC_OK;
+}
+
+static int mc__param_grow(mc_param_table *t) {
+    int cap = t->capacity > 0 ? 2 * t->capacity : 16;
+    mc_param_info *info = (mc_param_info *)mc_calloc((size_t)cap, sizeof *info);
+    if (!info) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_add: out of memory (%d params)",
+                               cap);
+    if (t->count > 0) memcpy(info, t->info, (size_t)t->count * sizeof *info);
+    mc_free(t->info);
+    t->info = info;
+    t->capacity = cap;
+    return MC_OK;
+}
+
+MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto) {
+    mc_param_info *p;
+    size_t len;
+    int rc;
+    if (!t || !name || !proto)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: table, name and proto must be set");
+    len = strlen(name);
+    if (len == 0 || len >= MC_PARAM_NAME_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: name \"%.40s\" has %zu characters, must be 1 .. %d",
+                        name, len, MC_PARAM_NAME_MAX - 1);
+    if ((rc = mc__param_check_proto(name, proto)) != MC_OK) return rc;
+    if (mc_param_table_find(t, name) >= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: param %s is already registered "
+                        "(names are unique keys)", name);
+    if (t->count == t->capacity && (rc = mc__param_grow(t)) != MC_OK) return rc;
+    mc__param_layout_clear(t);
+    p = &t->info[t->count];
+    *p = *proto;
+    memcpy(p->name, name, len + 1);
+    if (p->ndim == 1) {   /* keep the unused second dimension tidy: 1-D tensors are [n] */
+        p->global_shape[1] = 1;
+        p->local_shape[1] = 1;
+    }
+    p->partition_stride = MC__DEF(p->partition_stride, 1);
+    p->offset = 0;
+    p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    return t->count++;
+}
+
+MC_API int mc_param_table_find(const mc_param_table *t, const char *name) {
+    int i;
+    if (!t || !name) return -1;
+    for (i = 0; i < t->count; i++)
+        if (strcmp(t->info[i].name, name) == 0) return i;
+    return -1;
+}
+
+MC_API void mc_param_table_free(mc_param_table *t) {
+    if (!t) return;
+    mc__param_layout_clear(t);
+    mc_free(t->info);
+    memset(t, 0, sizeof *t);
+}
+
+/* The running state of one chunk's layout pass (Megatron's param_start_index etc.). */
+typedef struct mc__param_layouter {
+    mc_param_table *t;
+    size_t bucket_align;    /* lcm(DP, 128) under the distributed optimizer, else 1 */
+    size_t param_align;     /* 64 under the distributed optimizer, else 1 */
+    size_t bucket_start;
+    int bucket_first;       /* index into t->order of the open bucket's first param */
+    int n_placed;           /* params placed so far (all chunks) */
+    int chunk;
+} mc__param_layouter;
+
+/* Closes the open bucket at `param_end` (padded to the bucket alignment) and returns its end,
+   where the next bucket starts. */
+static size_t mc__param_close_bucket(mc__param_layouter *L, size_t param_end) {
+    mc_bucket *b = &L->t->buckets[L->t->n_buckets++];
+    int k;
+    b->start = L->bucket_start;
+    b->end = mc__param_round_up(param_end, L->bucket_align);
+    b->first_param = L->bucket_first;
+    b->n_params = L->n_placed - L->bucket_first;
+    b->chunk = L->chunk;
+    b->shared_embedding = 0;
+    for (k = 0; k < b->n_params; k++)
+        if (L->t->info[L->t->order[b->first_param + k]].shared_embedding) b->shared_embedding = 1;
+    L->bucket_start = b->end;
+    L->bucket_first = L->n_placed;
+    return b->end;
+}
+
+/* Lays out the params of `chunk` in reverse registration order, from L->bucket_start.
+   bucket_size 0: no size limit (one bucket, unless the shared embedding splits it). */
+static void mc__param_layout_chunk(mc__param_layouter *L, int chunk, size_t bucket_size,
+                                   int distributed_optimizer) {
+    mc_param_table *t = L->t;
+    size_t start = L->bucket_start, end = L->bucket_start;
+    int i;
+    L->chunk = chunk;
+    L->bucket_first = L->n_placed;
+    for (i = t->count - 1; i >= 0; i--) {
+        mc_param_info *p = &t->info[i];
+        /* Under the distributed optimizer the shared embedding gets a bucket of its own, so
+           that the first and the last stage shard it identically (see mc_finalize_model_grads). */
+        int own_bucket = distributed_optimizer && p->shared_embedding;
+        if (p->chunk != chunk) continue;
+        start = mc__param_round_up(start, L->param_align);
+        if (own_bucket && L->n_placed > L->bucket_first) start = mc__param_close_bucket(L, start);
+        p->offset = start;
+        end = start + p->numel;
+        t->order[L->n_placed++] = i;
+        if ((bucket_size > 0 && end - L->bucket_start >= bucket_size) || own_bucket)
+            start = mc__param_close_bucket(L, end);
+        else
+            start = end;
+    }
+    if (L->n_placed > L->bucket_first) mc__param_close_bucket(L, end);
+}
+
+MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc) {
+    mc_param_layout_desc d;
+    mc__param_layouter L;
+    int chunk, b;
+    if (!t || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_layout: table and desc "
+                                     "must be set");
+    d = *desc;
+    d.dp_size = MC__DEF(d.dp_size, 1);
+    if (d.dp_size < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.dp_size (%d) must be >= 1",
+                        d.dp_size);
+    if (d.pp_rank < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.pp_rank (%d) must be >= 0",
+                        d.pp_rank);
+    mc__param_layout_clear(t);
+    t->order = (int *)mc_calloc((size_t)(t->count > 0 ? t->count : 1), sizeof *t->order);
+    t->buckets = (mc_bucket *)mc_calloc((size_t)(t->count > 0 ? t->count : 1),
+                                        sizeof *t->buckets);   /* a bucket holds >= 1 param */
+    if (!t->order || !t->buckets) {
+        mc__param_layout_clear(t);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_layout: out of memory (%d params)",
+                        t->count);
+    }
+    memset(&L, 0, sizeof L);
+    L.t = t;
+    L.param_align = d.distributed_optimizer ? MC__PARAM_START_ALIGN : 1;
+    L.bucket_align = d.distributed_optimizer
+                         ? (size_t)d.dp_size / mc__param_gcd((size_t)d.dp_size,
+                                                             MC__PARAM_BUCKET_ALIGN) *
+                               MC__PARAM_BUCKET_ALIGN
+                         : 1;
+    for (chunk = 0; chunk < MC_MAX_VPP; chunk++) {
+        /* Megatron builds buckets only for the first chunk of the first stage; the others
+           get one bucket each (bucket_size None on pp_rank > 0 and disable_bucketing on
+           chunks after the first). */
+        size_t size = (d.pp_rank > 0 || chunk > 0) ? 0 : d.bucket_size;
+        mc__param_layout_chunk(&L, chunk, size, d.distributed_optimizer);
+    }
+    t->total = L.bucket_start;
+    t->layout = d;
+    for (b = 0; b < t->n_buckets; b++)   /* Megatron asserts it: equal reduce-scatter shards */
+        MC_ASSERT(!d.distributed_optimizer ||
+                  (t->buckets[b].end - t->buckets[b].start) % (size_t)d.dp_size == 0);
+    return MC_OK;
+}
 
 /* @params:implementation end */
 
@@ -5597,13 +7105,1052 @@ MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int c
 
 /* @schedules:implementation begin */
 
+// ---------------------------------------------------------------------------------------------
+// >>schedules
+//
+// Megatron's forward_backward functions over the op order of >>schedule_table. The loops keep
+// Megatron's shape (warmup, steady 1F1B, cooldown) because the P2P calls hang off that shape;
+// the tests check that the executed order equals mc_schedule_ops.
+
+/* One run of a schedule on this rank. Received tensors are indexed by (chunk, micro-batch):
+   every stage sends a chunk's tensors in micro-batch order, so the n-th tensor received for
+   chunk c belongs to micro-batch n (Megatron's per-chunk FIFO lists). */
+typedef struct mc__pipe {
+    const mc_schedule_hooks *h;
+    mc_schedule_result *res;
+    mc_comm *pp_comm;            /* NULL when PP = 1 */
+    int pp, rank, v, m, forward_only;
+    int prev, next;              /* cyclic neighbours in the pp group */
+    int total, warmup;           /* M*V virtual micro-batches; warmup forwards */
+    int *mb_of, *chunk_of;       /* (M*V) the interleaved table (identity when V = 1) */
+    float **input;               /* (V*M) received activation of (chunk, mb), NULL once used */
+    float **out_grad;            /* (V*M) received gradient of (chunk, mb) */
+    int *n_inputs, *n_grads;     /* (V) tensors received so far per chunk */
+    double *tokens;              /* (M) num_tokens per micro-batch, last virtual stage */
+    float **spare;               /* free receive buffers, reused before allocating */
+    int n_spare;
+} mc__pipe;
+
+static int mc__pipe_slot(const mc__pipe *p, int chunk, int mb) { return chunk * p->m + mb; }
+static int mc__pipe_first_virtual(const mc__pipe *p, int chunk) {
+    return p->rank == 0 && chunk == 0;
+}
+static int mc__pipe_last_virtual(const mc__pipe *p, int chunk) {
+    return p->rank == p->pp - 1 && chunk == p->v - 1;
+}
+/* Megatron's get_model_chunk_id: backward k runs the table's chunk mirrored, V - 1 - c. */
+static int mc__pipe_chunk(const mc__pipe *p, int k, int forward) {
+    int c = p->chunk_of[k % p->total];
+    return forward ? c : p->v - 1 - c;
+}
+
+static float *mc__pipe_buffer(mc__pipe *p) {
+    if (p->n_spare > 0) return p->spare[--p->n_spare];
+    return (float *)mc_comm_alloc(p->pp_comm, p->h->tensor_elems * sizeof(float));
+}
+
+/* Every buffer ever handed out is either in a slot or spare, so spare (2*V*M) never overflows. */
+static void mc__pipe_release(mc__pipe *p, float **slot) {
+    if (*slot) p->spare[p->n_spare++] = *slot;
+    *slot = NULL;
+}
+
+static void mc__pipe_free(mc__pipe *p) {
+    int i, slots = p->v * p->m;
+    for (i = 0; p->input && i < slots; i++) mc__pipe_release(p, &p->input[i]);
+    for (i = 0; p->out_grad && i < slots; i++) mc__pipe_release(p, &p->out_grad[i]);
+    for (i = 0; i < p->n_spare; i++) mc_comm_free(p->pp_comm, p->spare[i]);
+    mc_free(p->mb_of);
+    mc_free(p->chunk_of);
+    mc_free(p->input);
+    mc_free(p->out_grad);
+    mc_free(p->n_inputs);
+    mc_free(p->n_grads);
+    mc_free(p->tokens);
+    mc_free(p->spare);
+}
+
+/* Megatron's _communicate in batched mode: send_prev, recv_prev, send_next, recv_next, in that
+   order, as one batch waited as a whole. A NULL send or a recv chunk < 0 leaves that op out;
+   a received tensor goes to the next free micro-batch slot of its chunk. */
+static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float *send_prev,
+                                int recv_prev_chunk, int recv_next_chunk) {
+    mc_p2p_op ops[4];
+    int n = 0, rc;
+    float *from_prev = NULL, *from_next = NULL;
+    if (recv_prev_chunk >= 0 && p->n_inputs[recv_prev_chunk] >= p->m)
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive activation %d for "
+                        "chunk %d, but M = %d", p->rank, p->m + 1, recv_prev_chunk, p->m);
+    if (recv_next_chunk >= 0 && p->n_grads[recv_next_chunk] >= p->m)
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive gradient %d for "
+                        "chunk %d, but M = %d", p->rank, p->m + 1, recv_next_chunk, p->m);
+    if ((recv_prev_chunk >= 0 && !(from_prev = mc__pipe_buffer(p))) ||
+        (recv_next_chunk >= 0 && !(from_next = mc__pipe_buffer(p)))) {
+        mc__pipe_release(p, &from_prev);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "schedule: out of memory for a %zu-element P2P buffer",
+                        p->h->tensor_elems);
+    }
+#define MC__P2P_OP(send, buffer, peer_rank, tag_value)                          \
+    do {                                                                        \
+        ops[n].is_send = (send);                                                \
+        ops[n].buf = (void *)(uintptr_t)(buffer);                               \
+        ops[n].count = p->h->tensor_elems;                                      \
+        ops[n].dtype = MC_F32;                                                  \
+        ops[n].peer = (peer_rank);                                              \
+        ops[n].tag = (tag_value);                                               \
+        n++;                                                                    \
+    } while (0)
+    if (send_prev) MC__P2P_OP(1, send_prev, p->prev, MC_SCHEDULE_TAG_BACKWARD);
+    if (from_prev) MC__P2P_OP(0, from_prev, p->prev, MC_SCHEDULE_TAG_FORWARD);
+    if (send_next) MC__P2P_OP(1, send_next, p->next, MC_SCHEDULE_TAG_FORWARD);
+    if (from_next) MC__P2P_OP(0, from_next, p->next, MC_SCHEDULE_TAG_BACKWARD);
+#undef MC__P2P_OP
+    rc = n > 0 ? mc_batch_send_recv(p->pp_comm, ops, n) : MC_OK;
+    if (rc != MC_OK) {
+        mc__pipe_release(p, &from_prev);
+        mc__pipe_release(p, &from_next);
+        return rc;
+    }
+    if (from_prev)
+        p->input[mc__pipe_slot(p, recv_prev_chunk, p->n_inputs[recv_prev_chunk]++)] = from_prev;
+    if (from_next)
+        p->out_grad[mc__pipe_slot(p, recv_next_chunk, p->n_grads[recv_next_chunk]++)] = from_next;
+    return MC_OK;
+}
+
+static void mc__pipe_trace(mc__pipe *p, char kind, int mb, int chunk) {
+    if (p->res->n_ops < MC_SCHEDULE_TRACE_MAX) {
+        mc_sched_op *op = &p->res->ops[p->res->n_ops];
+        op->kind = kind;
+        op->microbatch = mb;
+        op->chunk = chunk;
+    }
+    p->res->n_ops++;
+}
+
+/* Forward of virtual micro-batch k. *output: what to send next (NULL on the last virtual
+   stage, which instead accumulates the loss). */
+static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
+    int mb = p->mb_of[k], chunk = p->chunk_of[k], slot = mc__pipe_slot(p, chunk, mb), rc;
+    int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
+    double loss = 0.0, tokens = 0.0;
+    float *out = NULL;
+    if (!first && !p->input[slot])
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no input for the forward of "
+                        "micro-batch %d on chunk %d", p->rank, mb, chunk);
+    mc__pipe_trace(p, 'F', mb, chunk);
+    rc = p->h->forward_step(p->h->app, chunk, mb, first ? NULL : p->input[slot], &out, &loss,
+                            &tokens);
+    if (rc != MC_OK) return rc;
+    if (last) {
+        p->res->loss_sum += loss;
+        p->res->num_tokens += tokens;
+        p->tokens[mb] = tokens;
+        out = NULL;
+    } else if (!out) {
+        return MC__FAIL(MC_ERR_STATE, "schedule: forward_step of micro-batch %d on chunk %d "
+                        "(virtual stage %d) returned no output to send", mb, chunk,
+                        chunk * p->pp + p->rank);
+    }
+    if (p->forward_only) mc__pipe_release(p, &p->input[slot]);
+    *output = out;
+    return MC_OK;
+}
+
+/* Backward of virtual micro-batch k (chunk mirrored). Grad sync is on for exactly the backward
+   of a chunk's last micro-batch. *input_grad: what to send back (NULL on the first virtual
+   stage). */
+static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
+    int chunk = mc__pipe_chunk(p, k, 0), mb = p->mb_of[k], slot = mc__pipe_slot(p, chunk, mb);
+    int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
+    int last_mb = mb == p->m - 1, rc;
+    float *grad = NULL, scale = 1.0f;
+    if (!last && !p->out_grad[slot])
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no output gradient for the "
+                        "backward of micro-batch %d on chunk %d", p->rank, mb, chunk);
+    if (last) {
+        /* Megatron's loss_func 3-tuple: loss / max(num_tokens, 1) / num_microbatches. */
+        double tokens = p->tokens[mb] > 1.0 ? p->tokens[mb] : 1.0;
+        scale = (float)(1.0 / (tokens * (double)p->m));
+    }
+    if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 1);
+    mc__pipe_trace(p, 'B', mb, chunk);
+    rc = p->h->backward_step(p->h->app, chunk, mb, last ? NULL : p->out_grad[slot], scale, &grad);
+    if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 0);
+    if (rc != MC_OK) return rc;
+    mc__pipe_release(p, &p->input[slot]);
+    mc__pipe_release(p, &p->out_grad[slot]);
+    if (first) grad = NULL;
+    else if (!grad)
+        return MC__FAIL(MC_ERR_STATE, "schedule: backward_step of micro-batch %d on chunk %d "
+                        "(virtual stage %d) returned no input gradient to send", mb, chunk,
+                        chunk * p->pp + p->rank);
+    *input_grad = grad;
+    return MC_OK;
+}
+
+/* Checks the arguments, resolves the schedule (mc_schedule_ops' validation gives Megatron's
+   rules) and allocates the run. `vpp` is 1 unless interleaved. */
+static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_schedule_hooks *h,
+                         int m, int forward_only, mc_schedule_result *res, int vpp,
+                         const char *fn) {
+    mc_schedule_desc d;
+    int rc, slots, k;
+    memset(p, 0, sizeof *p);
+    if (!ps || !ps->initialized)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: the parallel state is %s", fn,
+                        ps ? "not initialized" : "NULL");
+    if (!h || !h->forward_step)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks%s is NULL", fn, h ? "->forward_step" : "");
+    if (!forward_only && !h->backward_step)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks->backward_step is NULL but forward_only "
+                        "is 0", fn);
+    if (!res) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: result is NULL", fn);
+    memset(res, 0, sizeof *res);
+    p->h = h;
+    p->res = res;
+    p->pp_comm = mc_parallel_group(ps, MC_GROUP_PP);
+    p->pp = p->pp_comm ? p->pp_comm->size : 1;
+    p->rank = p->pp_comm ? p->pp_comm->rank : 0;
+    p->prev = (p->rank + p->pp - 1) % p->pp;
+    p->next = (p->rank + 1) % p->pp;
+    p->forward_only = forward_only != 0;
+    if (p->pp > 1 && h->tensor_elems == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks->tensor_elems is 0, but pipeline stages "
+                        "(PP = %d) exchange tensors of that many floats", fn, p->pp);
+    memset(&d, 0, sizeof d);
+    d.pp = p->pp;
+    d.pp_rank = p->rank;
+    d.num_microbatches = m;
+    d.vpp = vpp > 1 ? vpp : 0;
+    d.group_size = h->group_size;
+    d.forward_only = forward_only;
+    if ((rc = mc_schedule_ops(&d, NULL, 0, &p->warmup)) < 0) return rc;
+    p->m = m;
+    p->v = vpp > 1 ? vpp : 1;
+    p->total = m * p->v;
+    slots = p->total;
+    p->mb_of = (int *)mc_calloc((size_t)slots, sizeof(int));
+    p->chunk_of = (int *)mc_calloc((size_t)slots, sizeof(int));
+    p->input = (float **)mc_calloc((size_t)slots, sizeof(float *));
+    p->out_grad = (float **)mc_calloc((size_t)slots, sizeof(float *));
+    p->spare = (float **)mc_calloc((size_t)slots * 2, sizeof(float *));
+    p->n_inputs = (int *)mc_calloc((size_t)p->v, sizeof(int));
+    p->n_grads = (int *)mc_calloc((size_t)p->v, sizeof(int));
+    p->tokens = (double *)mc_calloc((size_t)m, sizeof(double));
+    if (!p->mb_of || !p->chunk_of || !p->input || !p->out_grad || !p->spare || !p->n_inputs ||
+        !p->n_grads || !p->tokens) {
+        mc__pipe_free(p);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory for M x V = %d slots", fn, slots);
+    }
+    if (p->v > 1) mc_schedule_table(&d, p->mb_of, p->chunk_of, slots);
+    else
+        for (k = 0; k < slots; k++) p->mb_of[k] = k;
+    res->n_warmup = p->warmup;
+    return MC_OK;
+}
+
+/* Megatron's disable_grad_sync at entry (every chunk), then the run, then finalize. */
+static int mc__pipe_finish(mc__pipe *p, int rc) {
+    int i, left = 0;
+    for (i = 0; rc == MC_OK && i < p->v * p->m; i++) left += p->input[i] || p->out_grad[i];
+    if (rc == MC_OK && left)
+        rc = MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d received %d tensors it never used",
+                      p->rank, left);
+    if (rc == MC_OK && !p->forward_only && p->h->finalize) rc = p->h->finalize(p->h->app);
+    mc__pipe_free(p);
+    return rc;
+}
+
+static void mc__pipe_sync_off(mc__pipe *p) {
+    int c;
+    if (p->forward_only || !p->h->grad_sync) return;
+    for (c = 0; c < p->v; c++) p->h->grad_sync(p->h->app, c, 0);
+}
+
+/* Megatron's P2P helpers of the non-interleaved schedule (V = 1): no-ops on the first stage
+   (recv_forward, send_backward) and on the last one (send_forward, recv_backward). */
+static int mc__pipe_recv_forward(mc__pipe *p) {
+    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, NULL, 0, -1);
+}
+static int mc__pipe_send_forward(mc__pipe *p, const float *out) {
+    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, out, NULL, -1, -1);
+}
+static int mc__pipe_recv_backward(mc__pipe *p) {
+    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, NULL, NULL, -1, 0);
+}
+static int mc__pipe_send_backward(mc__pipe *p, const float *grad) {
+    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, grad, -1, -1);
+}
+static int mc__pipe_send_forward_recv_backward(mc__pipe *p, const float *out) {
+    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, out, NULL, -1, 0);
+}
+static int mc__pipe_send_backward_recv_forward(mc__pipe *p, const float *grad) {
+    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, grad, 0, -1);
+}
+
+MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
+                                             const mc_schedule_hooks *hooks, int num_microbatches,
+                                             int forward_only, mc_schedule_result *result) {
+    mc__pipe p;
+    float *out = NULL, *grad = NULL;
+    int rc, i;
+    if (ps && ps->initialized && mc_parallel_size(ps, MC_GROUP_PP) > 1)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_no_pipelining: the pipeline-model-"
+                        "parallel size is %d; no pipelining needs 1 (use "
+                        "mc_get_forward_backward_func)", mc_parallel_size(ps, MC_GROUP_PP));
+    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, 1,
+                       "mc_forward_backward_no_pipelining");
+    if (rc != MC_OK) return rc;
+    mc__pipe_sync_off(&p);
+    /* Megatron runs micro-batches 0..M-2 inside no_sync and the last one outside it; the
+       switch sits in mc__pipe_backward. */
+    for (i = 0; i < p.m && rc == MC_OK; i++) {
+        rc = mc__pipe_forward(&p, i, &out);
+        if (rc == MC_OK && !p.forward_only) rc = mc__pipe_backward(&p, i, &grad);
+    }
+    return mc__pipe_finish(&p, rc);
+}
+
+/* 1F1B, section 8.4: warmup forwards, the steady 1F1B pairs with combined exchanges, the
+   cooldown backwards. */
+static int mc__pipe_run_1f1b(mc__pipe *p) {
+    int w = p->warmup, remaining = p->m - w, i, rc = MC_OK;
+    float *out = NULL, *grad = NULL;
+    for (i = 0; i < w && rc == MC_OK; i++) {
+        if ((rc = mc__pipe_recv_forward(p)) != MC_OK) break;
+        if ((rc = mc__pipe_forward(p, i, &out)) != MC_OK) break;
+        rc = mc__pipe_send_forward(p, out);
+    }
+    if (rc == MC_OK && remaining > 0) rc = mc__pipe_recv_forward(p);
+    for (i = 0; i < remaining && rc == MC_OK; i++) {
+        int last_iteration = i == remaining - 1;
+        if ((rc = mc__pipe_forward(p, w + i, &out)) != MC_OK) break;
+        if (p->forward_only) {
+            if ((rc = mc__pipe_send_forward(p, out)) != MC_OK) break;
+            if (!last_iteration) rc = mc__pipe_recv_forward(p);
+            continue;
+        }
+        if ((rc = mc__pipe_send_forward_recv_backward(p, out)) != MC_OK) break;
+        if ((rc = mc__pipe_backward(p, i, &grad)) != MC_OK) break;
+        rc = last_iteration ? mc__pipe_send_backward(p, grad)
+                            : mc__pipe_send_backward_recv_forward(p, grad);
+    }
+    for (i = 0; i < w && rc == MC_OK && !p->forward_only; i++) {
+        if ((rc = mc__pipe_recv_backward(p)) != MC_OK) break;
+        if ((rc = mc__pipe_backward(p, remaining + i, &grad)) != MC_OK) break;
+        rc = mc__pipe_send_backward(p, grad);
+    }
+    return rc;
+}
+
+MC_API int mc_forward_backward_pipelining_without_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result) {
+    mc__pipe p;
+    int rc;
+    if (ps && ps->initialized && ps->grid.desc.vpp > 1)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_pipelining_without_interleaving: "
+                        "non-interleaved pipeline-parallel schedule does not support model "
+                        "chunking (virtual pipeline size %d)", ps->grid.desc.vpp);
+    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, 1,
+                       "mc_forward_backward_pipelining_without_interleaving");
+    if (rc != MC_OK) return rc;
+    mc__pipe_sync_off(&p);
+    return mc__pipe_finish(&p, mc__pipe_run_1f1b(&p));
+}
+
+/* Megatron's recv_tensor_from_previous_stage: whether this stage receives a tensor in the
+   exchange after virtual micro-batch k, and for which chunk. The leading stage (pp rank 0 for
+   activations, P-1 for gradients) receives what the other end of the pipeline produced
+   P-1 virtual micro-batches earlier, through the cyclic link, for the neighbouring chunk. */
+static int mc__pipe_recv_chunk(const mc__pipe *p, int k, int forward) {
+    int leading = forward ? p->rank == 0 : p->rank == p->pp - 1;
+    int edge_chunk = forward ? p->v - 1 : 0, step = forward ? 1 : -1, c;
+    if (!leading) return mc__pipe_chunk(p, k + 1, forward);
+    if (k < p->pp - 1) return -1;   /* the other end has produced nothing yet */
+    c = mc__pipe_chunk(p, k - (p->pp - 1), forward);
+    return c == edge_chunk ? -1 : c + step;   /* the last chunk leaves the pipeline */
+}
+
+/* Interleaved 1F1B, section 8.5 (batched P2P, no overlap). */
+static int mc__pipe_run_interleaved(mc__pipe *p) {
+    int total = p->total, w = p->warmup, remaining = total - w, all_warmup = w == total;
+    int first_pp = p->rank == 0, last_pp = p->rank == p->pp - 1, k, rc = MC_OK;
+    float *out = NULL, *grad = NULL;
+    if (!first_pp) rc = mc__pipe_communicate(p, NULL, NULL, 0, -1);   /* recv_forward, chunk 0 */
+    for (k = 0; k < w && rc == MC_OK; k++) {
+        int recv_prev = k == total - 1 ? -1 : mc__pipe_recv_chunk(p, k, 1);
+        if ((rc = mc__pipe_forward(p, k, &out)) != MC_OK) break;
+        if (k == w - 1 && !p->forward_only && !all_warmup)
+            /* the last warmup exchange also fetches the first backward's gradient */
+            rc = mc__pipe_communicate(p, out, NULL, recv_prev, last_pp ? -1 : p->v - 1);
+        else
+            rc = mc__pipe_communicate(p, out, NULL, recv_prev, -1);   /* send_forward_recv_forward */
+    }
+    for (k = 0; k < remaining && rc == MC_OK; k++) {
+        int forward_k = k + w, recv_prev, recv_next;
+        if ((rc = mc__pipe_forward(p, forward_k, &out)) != MC_OK) break;
+        if ((rc = mc__pipe_backward(p, k, &grad)) != MC_OK) break;
+        recv_prev = k == remaining - 1 ? -1 : mc__pipe_recv_chunk(p, forward_k, 1);
+        recv_next = mc__pipe_recv_chunk(p, k, 0);
+        rc = mc__pipe_communicate(p, out, grad, recv_prev, recv_next);
+    }
+    if (p->forward_only) return rc;
+    if (rc == MC_OK && all_warmup && !last_pp)   /* recv_backward for chunk V-1 */
+        rc = mc__pipe_communicate(p, NULL, NULL, -1, p->v - 1);
+    for (k = remaining; k < total && rc == MC_OK; k++) {
+        int recv_next = k == total - 1 ? -1 : mc__pipe_recv_chunk(p, k, 0);
+        if ((rc = mc__pipe_backward(p, k, &grad)) != MC_OK) break;
+        rc = mc__pipe_communicate(p, NULL, grad, -1, recv_next);   /* send_backward_recv_backward */
+    }
+    return rc;
+}
+
+MC_API int mc_forward_backward_pipelining_with_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result) {
+    mc__pipe p;
+    int rc, vpp = ps && ps->initialized ? ps->grid.desc.vpp : 0;
+    if (ps && ps->initialized && vpp <= 1)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_pipelining_with_interleaving: "
+                        "interleaved pipeline parallelism expected model chunking, but the "
+                        "virtual pipeline size is %d (set mc_grid_desc.vpp >= 2)", vpp);
+    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, vpp,
+                       "mc_forward_backward_pipelining_with_interleaving");
+    if (rc != MC_OK) return rc;
+    mc__pipe_sync_off(&p);
+    return mc__pipe_finish(&p, mc__pipe_run_interleaved(&p));
+}
+
+MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps) {
+    if (!ps) return NULL;
+    if (ps->grid.desc.pp > 1)
+        return ps->grid.desc.vpp > 1 ? mc_forward_backward_pipelining_with_interleaving
+                                     : mc_forward_backward_pipelining_without_interleaving;
+    return mc_forward_backward_no_pipelining;
+}
+
 /* @schedules:implementation end */
 
 /* @ddp:implementation begin */
 
+// ---------------------------------------------------------------------------------------------
+// >>ddp
+
+enum { MC__DDP_IDLE = 0, MC__DDP_IN_FLIGHT, MC__DDP_DONE };
+
+static void mc__ddp_release(mc_ddp *ddp) {
+    mc_free(ddp->events);
+    mc_free(ddp->bucket_of);
+    mc_free(ddp->ready);
+    mc_free(ddp->bucket_ready);
+    mc_free(ddp->bucket_state);
+    mc_free(ddp->requests);
+    memset(ddp, 0, sizeof *ddp);
+}
+
+static int mc__ddp_check(const mc_ddp *ddp, const char *fn) {
+    if (!ddp || !ddp->desc.table || !ddp->bucket_state)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ddp is NULL or not initialised (mc_ddp_init)", fn);
+    return MC_OK;
+}
+
+static int mc__ddp_validate(const mc_ddp_desc *d) {
+    const mc_param_table *t = d->table;
+    int dp = d->dp ? d->dp->size : 1;
+    if (!t) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.table is required");
+    if (!t->order && t->count > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.table: %d params but no layout "
+                        "(call mc_param_table_layout first)", t->count);
+    if (!d->grads && t->total > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.grads is required (%zu elements)",
+                        t->total);
+    if (!d->ops) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.ops: no op table");
+    if (d->distributed_optimizer != t->layout.distributed_optimizer)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.distributed_optimizer (%d) differs from "
+                        "the table's layout (%d): the padding would not fit the shards",
+                        d->distributed_optimizer, t->layout.distributed_optimizer);
+    if (d->distributed_optimizer && dp != t->layout.dp_size)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.dp: size %d, but the table was laid out "
+                        "for dp_size %d (the buckets must split into equal shards)", dp,
+                        t->layout.dp_size);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc) {
+    const mc_param_table *t;
+    size_t nb, np;
+    int rc, b, k;
+    if (!ddp || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_init: ddp and desc must be set");
+    memset(ddp, 0, sizeof *ddp);
+    ddp->desc = *desc;
+    if (!ddp->desc.ops) ddp->desc.ops = mc_ops_cpu();
+    if ((rc = mc__ddp_validate(&ddp->desc)) != MC_OK) {
+        memset(ddp, 0, sizeof *ddp);
+        return rc;
+    }
+    t = ddp->desc.table;
+    ddp->dp_size = ddp->desc.dp ? ddp->desc.dp->size : 1;
+    ddp->dp_rank = ddp->desc.dp ? ddp->desc.dp->rank : 0;
+    ddp->scale = ddp->desc.calculate_per_token_loss ? 1.0f : 1.0f / (float)ddp->dp_size;
+    nb = (size_t)(t->n_buckets > 0 ? t->n_buckets : 1);
+    np = (size_t)(t->count > 0 ? t->count : 1);
+    ddp->events = (mc_ddp_event *)mc_calloc(2 * nb, sizeof *ddp->events);
+    ddp->bucket_of = (int *)mc_calloc(np, sizeof *ddp->bucket_of);
+    ddp->ready = (unsigned char *)mc_calloc(np, 1);
+    ddp->bucket_ready = (int *)mc_calloc(nb, sizeof *ddp->bucket_ready);
+    ddp->bucket_state = (int *)mc_calloc(nb, sizeof *ddp->bucket_state);
+    ddp->requests = (mc_request **)mc_calloc(nb, sizeof *ddp->requests);
+    if (!ddp->events || !ddp->bucket_of || !ddp->ready || !ddp->bucket_ready ||
+        !ddp->bucket_state || !ddp->requests) {
+        mc__ddp_release(ddp);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_ddp_init: out of memory (%d buckets)", t->n_buckets);
+    }
+    for (b = 0; b < t->n_buckets; b++)
+        for (k = 0; k < t->buckets[b].n_params; k++)
+            ddp->bucket_of[t->order[t->buckets[b].first_param + k]] = b;
+    return MC_OK;
+}
+
+static int mc__ddp_in_flight(const mc_ddp *ddp) {
+    int b;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++)
+        if (ddp->bucket_state[b] == MC__DDP_IN_FLIGHT) return b;
+    return -1;
+}
+
+MC_API int mc_ddp_destroy(mc_ddp *ddp) {
+    int b;
+    if (!ddp || !ddp->bucket_state) return MC_OK;   /* never initialised, or destroyed */
+    if ((b = mc__ddp_in_flight(ddp)) >= 0)
+        return MC__FAIL(MC_ERR_BUSY, "mc_ddp_destroy: bucket %d's collective is still in flight "
+                        "(call mc_ddp_finish_grad_sync first)", b);
+    mc__ddp_release(ddp);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_zero_grad(mc_ddp *ddp) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_zero_grad")) != MC_OK) return rc;
+    if ((b = mc__ddp_in_flight(ddp)) >= 0)
+        return MC__FAIL(MC_ERR_BUSY, "mc_ddp_zero_grad: bucket %d's collective is still in flight "
+                        "and writes into the grads (call mc_ddp_finish_grad_sync first)", b);
+    t = ddp->desc.table;
+    if (t->total > 0) ddp->desc.ops->fill(ddp->desc.grads, 0.0f, t->total);
+    memset(ddp->ready, 0, (size_t)(t->count > 0 ? t->count : 1));
+    for (b = 0; b < t->n_buckets; b++) {
+        ddp->bucket_ready[b] = 0;
+        ddp->bucket_state[b] = MC__DDP_IDLE;
+    }
+    memset(ddp->grad_sync, 0, sizeof ddp->grad_sync);
+    ddp->params_ready = 0;
+    ddp->n_events = 0;
+    ddp->finished = 0;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_set_grad_sync(mc_ddp *ddp, int chunk, int enable) {
+    int rc, c;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_set_grad_sync")) != MC_OK) return rc;
+    if (chunk < -1 || chunk >= MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_set_grad_sync: chunk (%d) must be -1 (all) or "
+                        "in [0, MC_MAX_VPP = %d)", chunk, MC_MAX_VPP);
+    for (c = 0; c < MC_MAX_VPP; c++)
+        if (chunk == -1 || chunk == c) ddp->grad_sync[c] = enable ? 1 : 0;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_shard(const mc_ddp *ddp, int bucket, size_t *start, size_t *end) {
+    const mc_bucket *bk;
+    size_t size;
+    int rc;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_shard")) != MC_OK) return rc;
+    if (bucket < 0 || bucket >= ddp->desc.table->n_buckets)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_shard: bucket (%d) must be in [0, %d)", bucket,
+                        ddp->desc.table->n_buckets);
+    bk = &ddp->desc.table->buckets[bucket];
+    if (!ddp->desc.distributed_optimizer) {
+        *start = bk->start;
+        *end = bk->end;
+        return MC_OK;
+    }
+    size = (bk->end - bk->start) / (size_t)ddp->dp_size;
+    *start = bk->start + (size_t)ddp->dp_rank * size;
+    *end = *start + size;
+    return MC_OK;
+}
+
+static void mc__ddp_log(mc_ddp *ddp, mc_ddp_event_kind kind, int bucket) {
+    if (ddp->n_events >= 2 * ddp->desc.table->n_buckets) return;   /* cannot happen: 2 a bucket */
+    ddp->events[ddp->n_events].kind = kind;
+    ddp->events[ddp->n_events].bucket = bucket;
+    ddp->events[ddp->n_events].params_ready = ddp->params_ready;
+    ddp->n_events++;
+}
+
+/* Scales bucket b by 1/DP and starts (async) or runs (blocking) its SUM collective. */
+static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
+    const mc_bucket *bk = &ddp->desc.table->buckets[b];
+    float *data = ddp->desc.grads + bk->start;                 /* [end - start] */
+    size_t n = bk->end - bk->start, shard_start, shard_end;
+    mc_request **req = async ? &ddp->requests[b] : NULL;
+    int rc = MC_OK;
+    if (ddp->scale != 1.0f) ddp->desc.ops->scale(data, ddp->scale, n);
+    if (ddp->desc.dp && ddp->desc.distributed_optimizer) {
+        mc_ddp_shard(ddp, b, &shard_start, &shard_end);
+        rc = async ? mc_reduce_scatter_async(ddp->desc.dp, data, ddp->desc.grads + shard_start,
+                                             shard_end - shard_start, MC_F32, MC_SUM, req)
+                   : mc_reduce_scatter(ddp->desc.dp, data, ddp->desc.grads + shard_start,
+                                       shard_end - shard_start, MC_F32, MC_SUM);
+    } else if (ddp->desc.dp) {
+        rc = async ? mc_all_reduce_async(ddp->desc.dp, data, data, n, MC_F32, MC_SUM, req)
+                   : mc_all_reduce(ddp->desc.dp, data, data, n, MC_F32, MC_SUM);
+    }
+    if (rc != MC_OK) return rc;
+    ddp->bucket_state[b] = async && ddp->requests[b] ? MC__DDP_IN_FLIGHT : MC__DDP_DONE;
+    mc__ddp_log(ddp, async ? MC_DDP_LAUNCH : MC_DDP_SYNC, b);
+    return MC_OK;
+}
+
+MC_API int mc_ddp_register_grad_ready(mc_ddp *ddp, int param) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_register_grad_ready")) != MC_OK) return rc;
+    t = ddp->desc.table;
+    if (param < 0 || param >= t->count)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_register_grad_ready: param (%d) must be in "
+                        "[0, %d)", param, t->count);
+    if (!ddp->desc.overlap_grad_reduce || !ddp->grad_sync[t->info[param].chunk]) return MC_OK;
+    if (ddp->ready[param])
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_register_grad_ready: the grad of %s was registered "
+                        "twice in one iteration (missing mc_ddp_zero_grad?)", t->info[param].name);
+    b = ddp->bucket_of[param];
+    if (ddp->bucket_state[b] != MC__DDP_IDLE)
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_register_grad_ready: %s is ready after its bucket %d "
+                        "was already reduced (its grad would be lost)", t->info[param].name, b);
+    ddp->ready[param] = 1;
+    ddp->params_ready++;
+    if (++ddp->bucket_ready[b] < t->buckets[b].n_params) return MC_OK;
+    return mc__ddp_launch(ddp, b, 1);
+}
+
+MC_API int mc_ddp_start_grad_sync(mc_ddp *ddp) {
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_start_grad_sync")) != MC_OK) return rc;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++)
+        if (ddp->bucket_state[b] == MC__DDP_IDLE &&
+            (rc = mc__ddp_launch(ddp, b, ddp->desc.overlap_grad_reduce)) != MC_OK)
+            return rc;
+    return MC_OK;
+}
+
+MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp) {
+    const mc_param_table *t;
+    int rc, b;
+    if ((rc = mc__ddp_check(ddp, "mc_ddp_finish_grad_sync")) != MC_OK) return rc;
+    t = ddp->desc.table;
+    if (ddp->finished)
+        return MC__FAIL(MC_ERR_STATE, "mc_ddp_finish_grad_sync: the grads are already reduced; "
+                        "call mc_ddp_zero_grad before the next iteration");
+    if ((rc = mc_ddp_start_grad_sync(ddp)) != MC_OK) return rc;
+    for (b = 0; b < t->n_buckets; b++) {
+        if (ddp->bucket_state[b] != MC__DDP_IN_FLIGHT) continue;
+        rc = mc_wait(ddp->requests[b]);   /* frees the request, also on error */
+        ddp->requests[b] = NULL;
+        ddp->bucket_state[b] = MC__DDP_DONE;
+        if (rc != MC_OK) return rc;
+        mc__ddp_log(ddp, MC_DDP_WAIT, b);
+    }
+    ddp->finished = 1;
+    return MC_OK;
+}
+
+/* Step 3 of finalize: one all-reduce over TP of every sequence_parallel param's grad, packed. */
+static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
+                                          const mc_param_table *t, float *grads) {
+    size_t n = 0, at = 0;
+    float *packed;
+    int i, rc;
+    for (i = 0; i < t->count; i++)
+        if (t->info[i].sequence_parallel) n += t->info[i].numel;
+    if (n == 0) return MC_OK;
+    packed = (float *)ops->alloc(n * sizeof *packed);   /* [n]: the flagged grads back to back */
+    if (!packed) return MC__FAIL(MC_ERR_NO_MEMORY, "finalize_model_grads: out of memory packing "
+                                 "%zu sequence-parallel grads", n);
+    for (i = 0; i < t->count; i++)
+        if (t->info[i].sequence_parallel) {
+            ops->copy(packed + at, grads + t->info[i].offset, t->info[i].numel);
+            at += t->info[i].numel;
+        }
+    rc = mc_all_reduce(tp, packed, packed, n, MC_F32, MC_SUM);
+    for (i = 0, at = 0; rc == MC_OK && i < t->count; i++)
+        if (t->info[i].sequence_parallel) {
+            ops->copy(grads + t->info[i].offset, packed + at, t->info[i].numel);
+            at += t->info[i].numel;
+        }
+    ops->free(packed);
+    return rc;
+}
+
+/* Step 4 of finalize: the tied word embedding's grad summed over the embedding group.
+
+   Under the distributed optimizer this runs AFTER the DP reduce-scatter of step 1 (Megatron's
+   order), so each stage holds a valid sum only in its own shard of the embedding's bucket,
+   and adding the two stages' buffers is right only if DP rank d owns the same elements of
+   the embedding on the first and on the last stage. That is what the own bucket buys
+   (mc_param_table_layout, Megatron issue #844): on both stages the embedding is alone in its
+   bucket, at bucket offset 0, with the same numel and so the same padded size, so shard d is
+   the same element range [d*size/DP, (d+1)*size/DP) of the embedding on both. Had it shared
+   a bucket with the other params of its stage (different on the two stages), the shard
+   boundaries would cut it at different elements and the sum would add a reduced piece to a
+   stale, unreduced one. */
+static int mc__finalize_embedding(mc_comm *embd, const mc_param_table *t, float *grads) {
+    int i, rc;
+    for (i = 0; i < t->count; i++) {
+        if (!t->info[i].shared_embedding) continue;
+        rc = mc_all_reduce(embd, grads + t->info[i].offset, grads + t->info[i].offset,
+                           t->info[i].numel, MC_F32, MC_SUM);
+        if (rc != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+/* Step 7: the loss was summed over tokens; divide by the global token count. */
+static int mc__finalize_per_token(const mc_parallel_state *ps, mc_comm *dp, const mc_ops *ops,
+                                  const mc_param_table *t, float *grads, double *num_tokens) {
+    mc_comm *pp = ps ? mc_parallel_group(ps, MC_GROUP_PP) : NULL;
+    int rc;
+    if (pp && (rc = mc_broadcast(pp, num_tokens, 1, MC_F64, pp->size - 1)) != MC_OK) return rc;
+    if (dp && (rc = mc_all_reduce(dp, num_tokens, num_tokens, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    if (t->total > 0)
+        ops->scale(grads, (float)(1.0 / (*num_tokens > 1.0 ? *num_tokens : 1.0)), t->total);
+    return MC_OK;
+}
+
+MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
+                                   const mc_param_table *table, float *grads,
+                                   int sequence_parallel, double *num_tokens) {
+    const mc_ops *ops = ddp ? ddp->desc.ops : mc_ops_cpu();
+    mc_comm *tp = ps ? mc_parallel_group(ps, MC_GROUP_TP) : NULL;
+    mc_comm *embd = ps ? mc_parallel_group(ps, MC_GROUP_EMBEDDING) : NULL;
+    mc_comm *dp = ddp ? ddp->desc.dp : (ps ? mc_parallel_group(ps, MC_GROUP_DP_CP) : NULL);
+    int rc;
+    if (!table && ddp) table = ddp->desc.table;
+    if (!grads && ddp) grads = ddp->desc.grads;
+    if (!table || (!grads && table->total > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_finalize_model_grads: no table or grads (pass "
+                        "them, or a ddp that holds them)");
+    if (!table->order && table->count > 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_finalize_model_grads: the table has no layout");
+    if (ddp && (rc = mc_ddp_finish_grad_sync(ddp)) != MC_OK) return rc;            /* 1 */
+    if (sequence_parallel && tp && tp->size > 1 &&                                  /* 3 */
+        (rc = mc__finalize_sequence_parallel(ops, tp, table, grads)) != MC_OK)
+        return rc;
+    if (embd && embd->size > 1 && (rc = mc__finalize_embedding(embd, table, grads)) != MC_OK)
+        return rc;                                                                  /* 4 */
+    /* 5: the position-embedding group has one member (the first stage) in a GPT. */
+    if (num_tokens &&                                                               /* 7 */
+        (rc = mc__finalize_per_token(ps, dp, ops, table, grads, num_tokens)) != MC_OK)
+        return rc;
+    return MC_OK;
+}
+
 /* @ddp:implementation end */
 
 /* @optimizer:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>optimizer
+
+#include <math.h>
+
+#define MC__OPT_PI 3.14159265358979323846
+#define MC__OPT_CLIP_EPS 1e-6   /* Megatron: clip_coeff = max_norm / (total_norm + 1e-6) */
+
+static void mc__opt_defaults(mc_optimizer_desc *d) {
+    d->lr_decay_iters = MC__DEF(d->lr_decay_iters, d->train_iters);
+    d->weight_decay = MC__DEF(d->weight_decay, 0.01f);   /* negative (off) stays negative */
+    d->beta1 = MC__DEF(d->beta1, 0.9f);
+    d->beta2 = MC__DEF(d->beta2, 0.999f);
+    d->eps = MC__DEF(d->eps, 1e-8f);
+    d->clip_grad = MC__DEF(d->clip_grad, 1.0f);         /* negative: off (Megatron's 0) */
+    if (!d->ops && d->ddp) d->ops = d->ddp->desc.ops;
+}
+
+MC_API double mc_optimizer_lr_at(const mc_optimizer_desc *desc, long long num_steps) {
+    mc_optimizer_desc d;
+    double max_lr, min_lr, ratio, coeff;
+    if (!desc) return 0.0;
+    d = *desc;
+    mc__opt_defaults(&d);
+    max_lr = d.lr;
+    min_lr = d.min_lr;
+    if (d.lr_warmup_iters > 0 && num_steps <= d.lr_warmup_iters)
+        return d.lr_warmup_init +
+               (max_lr - d.lr_warmup_init) * (double)num_steps / (double)d.lr_warmup_iters;
+    /* No decay span (or none after the warmup): constant, as Megatron's 'constant' style. */
+    if (d.lr_decay_style == MC_LR_DECAY_CONSTANT || d.lr_decay_iters <= d.lr_warmup_iters)
+        return max_lr;
+    if (num_steps > d.lr_decay_iters) return min_lr;
+    ratio = (double)(num_steps - d.lr_warmup_iters) /
+            (double)(d.lr_decay_iters - d.lr_warmup_iters);
+    coeff = d.lr_decay_style == MC_LR_DECAY_LINEAR ? 1.0 - ratio
+                                                   : 0.5 * (cos(MC__OPT_PI * ratio) + 1.0);
+    return min_lr + coeff * (max_lr - min_lr);
+}
+
+static int mc__opt_validate(const mc_optimizer_desc *d) {
+    const mc_param_table *t;
+    if (!d->ddp || !d->ddp->bucket_state)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ddp is required (an initialised "
+                        "mc_ddp: it holds the table, the grads and the DP group)");
+    t = d->ddp->desc.table;
+    if (!d->params && t->total > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.params is required (%zu elements)",
+                        t->total);
+    if (!(d->lr > 0.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr (%g) is required and must be "
+                        "> 0", (double)d->lr);
+    if (d->min_lr < 0.0f || d->min_lr > d->lr)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_optimizer_desc.min_lr (%g) must be in [0, lr = %g] (Megatron asserts "
+                        "min_lr >= 0 and max_lr >= min_lr)", (double)d->min_lr, (double)d->lr);
+    if (d->lr_warmup_iters < 0 || d->lr_decay_iters < 0 || d->train_iters < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc: lr_warmup_iters (%lld), "
+                        "lr_decay_iters (%lld) and train_iters (%lld) must be >= 0",
+                        d->lr_warmup_iters, d->lr_decay_iters, d->train_iters);
+    if (d->lr_decay_style != MC_LR_DECAY_CONSTANT && d->lr_decay_iters > 0 &&
+        d->lr_warmup_iters >= d->lr_decay_iters)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr_warmup_iters (%lld) must be < "
+                        "lr_decay_iters (%lld) (Megatron: lr_warmup_steps < lr_decay_steps)",
+                        d->lr_warmup_iters, d->lr_decay_iters);
+    if ((int)d->lr_decay_style < 0 || (int)d->lr_decay_style > (int)MC_LR_DECAY_CONSTANT)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.lr_decay_style (%d) is not an "
+                        "mc_lr_decay_style", (int)d->lr_decay_style);
+    if (!(d->beta1 >= 0.0f && d->beta1 < 1.0f) || !(d->beta2 >= 0.0f && d->beta2 < 1.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc: beta1 (%g) and beta2 (%g) must be "
+                        "in [0, 1)", (double)d->beta1, (double)d->beta2);
+    if (!(d->eps > 0.0f))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.eps (%g) must be > 0",
+                        (double)d->eps);
+    if (!d->ops || !d->ops->adamw)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ops: no op table with adamw");
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc) {
+    const mc_ddp *ddp;
+    int rc;
+    if (!opt || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_init: opt and desc must be set");
+    memset(opt, 0, sizeof *opt);
+    opt->desc = *desc;
+    mc__opt_defaults(&opt->desc);
+    if ((rc = mc__opt_validate(&opt->desc)) != MC_OK) {
+        memset(opt, 0, sizeof *opt);
+        return rc;
+    }
+    ddp = opt->desc.ddp;
+    opt->state_numel = ddp->desc.table->total /
+                       (size_t)(ddp->desc.distributed_optimizer ? ddp->dp_size : 1);
+    opt->m = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));   /* zeroed */
+    opt->v = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));
+    if (!opt->m || !opt->v) {
+        mc_optimizer_destroy(opt);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (2 x %zu floats)",
+                        opt->state_numel);
+    }
+    opt->tp_rank = opt->desc.ps ? mc_parallel_rank(opt->desc.ps, MC_GROUP_TP) : 0;
+    if (opt->tp_rank < 0) opt->tp_rank = 0;
+    /* §12: grads are equal over DP without the distributed optimizer (reduce over TP x PP);
+       with it each DP rank holds a disjoint shard (reduce over everyone). */
+    if (ddp->desc.distributed_optimizer)
+        opt->stats = opt->desc.ps ? opt->desc.ps->world : ddp->desc.dp;
+    else
+        opt->stats = opt->desc.ps ? mc_parallel_group(opt->desc.ps, MC_GROUP_MP) : NULL;
+    opt->last_clip_coeff = 1.0f;
+    return MC_OK;
+}
+
+MC_API void mc_optimizer_destroy(mc_optimizer *opt) {
+    if (!opt) return;
+    if (opt->desc.ops) {
+        if (opt->m) opt->desc.ops->free(opt->m);
+        if (opt->v) opt->desc.ops->free(opt->v);
+    }
+    memset(opt, 0, sizeof *opt);
+}
+
+/* The flat range [*lo, *hi) of param p whose grads this rank reduces and whose state it owns,
+   and the state index of *lo. Empty (lo == hi) when the param lies outside the rank's shards. */
+static void mc__opt_param_span(const mc_optimizer *opt, int p, size_t *lo, size_t *hi,
+                               size_t *state_at) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    const mc_param_info *info = &ddp->desc.table->info[p];
+    size_t s0, s1;
+    int b;
+    *lo = info->offset;
+    *hi = info->offset + info->numel;
+    *state_at = *lo;
+    if (!ddp->desc.distributed_optimizer) return;
+    b = ddp->bucket_of[p];
+    mc_ddp_shard(ddp, b, &s0, &s1);
+    if (*lo < s0) *lo = s0;
+    if (*hi > s1) *hi = s1;
+    if (*hi < *lo) *hi = *lo;
+    *state_at = ddp->desc.table->buckets[b].start / (size_t)ddp->dp_size + (*lo - s0);
+}
+
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm) {
+    const mc_param_table *t;
+    const float *grads;
+    double sum = 0.0;
+    size_t lo, hi, at;
+    int i, rc;
+    if (!opt || !opt->m || !norm)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_grad_norm: opt (initialised) and norm "
+                        "must be set");
+    t = opt->desc.ddp->desc.table;
+    grads = opt->desc.ddp->desc.grads;
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        if (p->shared) continue;                                  /* the tied copy */
+        if (!p->tensor_model_parallel && opt->tp_rank != 0) continue;   /* a TP replica */
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi > lo) sum += opt->desc.ops->sum_squares(grads + lo, hi - lo);
+    }
+    if (opt->stats && (rc = mc_all_reduce(opt->stats, &sum, &sum, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    *norm = sqrt(sum);
+    return MC_OK;
+}
+
+/* Scales every grad this rank steps (its shards under the distributed optimizer). */
+static void mc__opt_scale_grads(mc_optimizer *opt, float coeff) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    size_t s0, s1;
+    int b;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+        mc_ddp_shard(ddp, b, &s0, &s1);
+        if (s1 > s0) opt->desc.ops->scale(ddp->desc.grads + s0, coeff, s1 - s0);
+    }
+}
+
+/* Distributed optimizer: every DP rank gets every rank's freshly stepped shard. */
+static int mc__opt_gather_params(mc_optimizer *opt) {
+    const mc_ddp *ddp = opt->desc.ddp;
+    size_t s0, s1;
+    int b, rc;
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) return MC_OK;
+    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+        mc_ddp_shard(ddp, b, &s0, &s1);
+        rc = mc_all_gather(ddp->desc.dp, opt->desc.params + s0,
+                           opt->desc.params + ddp->desc.table->buckets[b].start, s1 - s0, MC_F32);
+        if (rc != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_step(mc_optimizer *opt) {
+    const mc_optimizer_desc *d;
+    const mc_param_table *t;
+    float *grads, lr, weight_decay, coeff = 1.0f;
+    double norm = 0.0;
+    size_t lo, hi, at;
+    int i, rc;
+    if (!opt || !opt->m)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_step: opt is NULL or not initialised");
+    d = &opt->desc;
+    t = d->ddp->desc.table;
+    grads = d->ddp->desc.grads;
+    lr = (float)mc_optimizer_lr_at(d, opt->lr_steps);
+    weight_decay = d->weight_decay > 0.0f ? d->weight_decay : 0.0f;
+    if (d->clip_grad > 0.0f) {
+        if ((rc = mc_optimizer_grad_norm(opt, &norm)) != MC_OK) return rc;
+        if (!isfinite(norm))
+            return MC__FAIL(MC_ERR_STATE, "mc_optimizer_step: grad norm is %g at iteration %lld; "
+                            "the step is skipped", norm, opt->iteration + 1);
+        coeff = (float)(d->clip_grad / (norm + MC__OPT_CLIP_EPS));
+        if (coeff < 1.0f)
+            mc__opt_scale_grads(opt, coeff);
+        else
+            coeff = 1.0f;
+    }
+    for (i = 0; i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi == lo) continue;
+        d->ops->adamw(d->params + lo, grads + lo, opt->m + at, opt->v + at, hi - lo, lr,
+                      d->beta1, d->beta2, d->eps, p->no_weight_decay ? 0.0f : weight_decay,
+                      (int)(opt->iteration + 1));
+    }
+    if ((rc = mc__opt_gather_params(opt)) != MC_OK) return rc;
+    opt->iteration++;
+    opt->lr_steps++;
+    opt->last_lr = lr;
+    opt->last_grad_norm = norm;
+    opt->last_clip_coeff = coeff;
+    return MC_OK;
+}
+
+static int mc__opt_check_param(const mc_optimizer *opt, int param, const char *fn) {
+    if (!opt || !opt->m)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: opt is NULL or not initialised", fn);
+    if (param < 0 || param >= opt->desc.ddp->desc.table->count)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: param (%d) must be in [0, %d)", fn, param,
+                        opt->desc.ddp->desc.table->count);
+    return MC_OK;
+}
+
+MC_API int mc_optimizer_owned_range(const mc_optimizer *opt, int param, size_t *lo, size_t *hi) {
+    size_t a, b, at;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_owned_range")) != MC_OK) return rc;
+    mc__opt_param_span(opt, param, &a, &b, &at);
+    *lo = a - opt->desc.ddp->desc.table->info[param].offset;
+    *hi = b - opt->desc.ddp->desc.table->info[param].offset;
+    return MC_OK;
+}
+
+static float *mc__opt_state(mc_optimizer *opt, mc_optimizer_state_kind which) {
+    return which == MC_OPTIM_EXP_AVG_SQ ? opt->v : opt->m;
+}
+
+MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  float *out) {
+    const mc_ddp *ddp;
+    size_t lo, hi, at, numel, first;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_get_state")) != MC_OK) return rc;
+    ddp = opt->desc.ddp;
+    numel = ddp->desc.table->info[param].numel;
+    mc__opt_param_span(opt, param, &lo, &hi, &at);
+    first = lo - ddp->desc.table->info[param].offset;
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) {
+        opt->desc.ops->copy(out, mc__opt_state(opt, which) + at, numel);
+        return MC_OK;
+    }
+    /* The owners' pieces are disjoint and cover the param: summing zero-filled copies over
+       DP assembles it exactly (x + 0 = x). */
+    opt->desc.ops->fill(out, 0.0f, numel);
+    if (hi > lo) opt->desc.ops->copy(out + first, mc__opt_state(opt, which) + at, hi - lo);
+    return mc_all_reduce(ddp->desc.dp, out, out, numel, MC_F32, MC_SUM);
+}
+
+MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
+                                  const float *in) {
+    size_t lo, hi, at;
+    int rc;
+    if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_set_state")) != MC_OK) return rc;
+    mc__opt_param_span(opt, param, &lo, &hi, &at);
+    if (hi > lo)
+        opt->desc.ops->copy(mc__opt_state(opt, which) + at,
+                            in + (lo - opt->desc.ddp->desc.table->info[param].offset), hi - lo);
+    return MC_OK;
+}
 
 /* @optimizer:implementation end */
 

@@ -1,0 +1,725 @@
+/* test_ops.c - the CPU op table against independent fp64 references.
+
+   Every forward is compared with a naive double-precision version written here (plain loops,
+   no blocking); every backward with central finite differences of that fp64 forward, for the
+   scalar loss L = sum_i w_i out_i with random weights w (so dout = w). Shapes are small and
+   deliberately odd: S not a multiple of anything, B > 1, NH > 1, GEMM sizes that cross the
+   block edges. The dropout masks are checked against the RNG section's functions, the
+   cross-entropy pieces by composing the vocab-parallel loss over two uneven vocab shards. */
+#include <criterion/criterion.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "megatron_c.h"
+#include "test_util.h"
+
+TestSuite(ops, .timeout = 60);
+
+/* ---------------------------------------------------------------------------------------------
+   helpers */
+
+/* A small deterministic generator for test inputs (independent of the library's Philox). */
+static uint64_t g_state = 88172645463325252ULL;
+static void seed_inputs(uint64_t s) { g_state = s * 2654435761ULL + 1; }
+static double urand(void) {   /* [0, 1) */
+    g_state ^= g_state << 13;
+    g_state ^= g_state >> 7;
+    g_state ^= g_state << 17;
+    return (double)(g_state >> 11) * (1.0 / 9007199254740992.0);
+}
+static void fill_rand(float *x, size_t n, double lo, double hi) {
+    for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * urand());
+}
+static double *to_double(const float *x, size_t n) {
+    double *d = (double *)malloc(n * sizeof(double) + 1);
+    for (size_t i = 0; i < n; i++) d[i] = x[i];
+    return d;
+}
+static float *falloc(size_t n) { return (float *)calloc(n + 1, sizeof(float)); }
+static double *dalloc(size_t n) { return (double *)calloc(n + 1, sizeof(double)); }
+
+/* |got - want| <= atol + rtol |want| everywhere; reports the worst element. */
+static int expect_close(const char *what, const float *got, const double *want, size_t n,
+                        double atol, double rtol) {
+    size_t bad = 0, worst = 0;
+    double worst_excess = -1.0;
+    for (size_t i = 0; i < n; i++) {
+        double diff = fabs((double)got[i] - want[i]);
+        double tol = atol + rtol * fabs(want[i]);
+        if (!(diff <= tol)) bad++;
+        if (diff - tol > worst_excess || isnan(diff)) {
+            worst_excess = isnan(diff) ? INFINITY : diff - tol;
+            worst = i;
+        }
+    }
+    cr_expect(bad == 0, "%s: %zu of %zu elements off; worst [%zu] got %.9g want %.9g", what, bad,
+              n, worst, n ? (double)got[worst] : 0.0, n ? want[worst] : 0.0);
+    return (int)bad;
+}
+
+/* Central differences of a scalar fp64 function f(x, ctx) at x (x is restored). */
+typedef double (*scalar_fn)(const double *x, void *ctx);
+static void finite_diff(double *grad, double *x, size_t n, scalar_fn f, void *ctx, double h) {
+    for (size_t i = 0; i < n; i++) {
+        double keep = x[i];
+        x[i] = keep + h;
+        double up = f(x, ctx);
+        x[i] = keep - h;
+        double down = f(x, ctx);
+        x[i] = keep;
+        grad[i] = (up - down) / (2.0 * h);
+    }
+}
+
+static double weighted_sum(const double *out, const double *w, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += out[i] * w[i];
+    return s;
+}
+
+#define FD_H 1e-5
+#define FD_ATOL 2e-4
+#define FD_RTOL 2e-3
+
+/* ---------------------------------------------------------------------------------------------
+   element-wise and vector ops */
+
+Test(ops, table_is_complete) {
+    const mc_ops *ops = mc_ops_cpu();
+    cr_assert_not_null(ops);
+    cr_expect_str_eq(ops->name, "cpu");
+    cr_expect_eq(ops->device, MC_DEVICE_CPU);
+    /* every slot after the header fields is a function */
+    const void *const *slot = (const void *const *)&ops->alloc;
+    size_t n = (sizeof(mc_ops) - offsetof(mc_ops, alloc)) / sizeof(void *);
+    for (size_t i = 0; i < n; i++) cr_expect_not_null(slot[i], "op slot %zu is NULL", i);
+}
+
+Test(ops, alloc_fill_copy_axpy_scale_sum_squares) {
+    const mc_ops *ops = mc_ops_cpu();
+    size_t n = 1001;
+    float *x = (float *)ops->alloc(n * sizeof(float));
+    float *y = falloc(n);
+    cr_assert_not_null(x);
+    for (size_t i = 0; i < n; i++) cr_expect_eq(x[i], 0.0f, "alloc is not zero-filled at %zu", i);
+    ops->fill(x, 2.5f, n);
+    for (size_t i = 0; i < n; i++) cr_expect_eq(x[i], 2.5f);
+    seed_inputs(1);
+    fill_rand(y, n, -1, 1);
+    ops->copy(x, y, n);
+    cr_expect(memcmp(x, y, n * sizeof(float)) == 0, "copy");
+    double *want = dalloc(n);
+    for (size_t i = 0; i < n; i++) want[i] = (double)x[i] + (double)-0.75f * y[i];
+    ops->axpy(x, -0.75f, y, n);
+    expect_close("axpy", x, want, n, 1e-7, 1e-6);
+    for (size_t i = 0; i < n; i++) want[i] = (double)x[i] * 3.0;
+    ops->scale(x, 3.0f, n);
+    expect_close("scale", x, want, n, 1e-7, 1e-6);
+    double ss = 0.0;
+    for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    cr_expect(fabs(ops->sum_squares(x, n) - ss) <= 1e-12 * ss, "sum_squares %.17g vs %.17g",
+              ops->sum_squares(x, n), ss);
+    cr_expect_eq(ops->sum_squares(x, 0), 0.0);
+    ops->free(x);
+    free(y);
+    free(want);
+}
+
+Test(ops, bias_forward_and_backward) {
+    const mc_ops *ops = mc_ops_cpu();
+    int N = 7, C = 5;
+    float *out = falloc(N * C), *bias = falloc(C), *dbias = falloc(C), *dout = falloc(N * C);
+    seed_inputs(2);
+    fill_rand(out, N * C, -1, 1);
+    fill_rand(bias, C, -1, 1);
+    fill_rand(dout, N * C, -1, 1);
+    fill_rand(dbias, C, -1, 1);
+    double *want = dalloc(N * C), *want_db = dalloc(C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) want[n * C + c] = (double)out[n * C + c] + bias[c];
+    for (int c = 0; c < C; c++) {
+        want_db[c] = dbias[c];
+        for (int n = 0; n < N; n++) want_db[c] += dout[n * C + c];
+    }
+    ops->add_bias(out, bias, N, C);
+    expect_close("add_bias", out, want, N * C, 1e-7, 1e-6);
+    double *before = to_double(out, N * C);
+    ops->add_bias(out, NULL, N, C);   /* no bias: unchanged */
+    expect_close("add_bias NULL", out, before, N * C, 0, 0);
+    free(before);
+    ops->bias_backward(dbias, dout, N, C);
+    expect_close("bias_backward accumulates", dbias, want_db, C, 1e-6, 1e-6);
+    free(out), free(bias), free(dbias), free(dout), free(want), free(want_db);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   GEMM */
+
+static void ref_gemm(double *C, const float *A, const float *B, int M, int N, int K, int ta,
+                     int tb, double alpha, double beta) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0.0;
+            for (int k = 0; k < K; k++) {
+                double a = ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k];
+                double b = tb ? B[(size_t)j * K + k] : B[(size_t)k * N + j];
+                s += a * b;
+            }
+            C[(size_t)i * N + j] = alpha * s + beta * C[(size_t)i * N + j];
+        }
+}
+
+static void check_gemm(void (*gemm)(float *, const float *, const float *, int, int, int, int,
+                                    int, float, float),
+                       const char *name, int M, int N, int K) {
+    float *A = falloc((size_t)M * K), *B = falloc((size_t)K * N), *C = falloc((size_t)M * N);
+    double *want = dalloc((size_t)M * N);
+    static const float alphas[] = {1.0f, -0.5f};
+    static const float betas[] = {0.0f, 1.0f, 0.25f};
+    seed_inputs((uint64_t)(M * 131 + N * 7 + K));
+    fill_rand(A, (size_t)M * K, -1, 1);
+    fill_rand(B, (size_t)K * N, -1, 1);
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int ia = 0; ia < 2; ia++)
+                for (int ib = 0; ib < 3; ib++) {
+                    char what[128];
+                    fill_rand(C, (size_t)M * N, -1, 1);
+                    for (size_t i = 0; i < (size_t)M * N; i++) want[i] = C[i];
+                    if (betas[ib] == 0.0f)   /* beta = 0 must not read C */
+                        for (size_t i = 0; i < (size_t)M * N; i++) C[i] = NAN;
+                    ref_gemm(want, A, B, M, N, K, ta, tb, alphas[ia], betas[ib]);
+                    gemm(C, A, B, M, N, K, ta, tb, alphas[ia], betas[ib]);
+                    snprintf(what, sizeof what, "%s M%d N%d K%d ta%d tb%d alpha %g beta %g",
+                             name, M, N, K, ta, tb, (double)alphas[ia], (double)betas[ib]);
+                    expect_close(what, C, want, (size_t)M * N, 1e-5, 1e-5 * (K > 64 ? 4 : 1));
+                }
+    free(A), free(B), free(C), free(want);
+}
+
+Test(ops, gemm_all_transposes_and_betas) {
+    const mc_ops *ops = mc_ops_cpu();
+    /* one block; the k-unroll remainder; every block edge crossed (32 x 128 x 128 blocks) */
+    check_gemm(ops->gemm, "table gemm", 3, 5, 7);
+    check_gemm(ops->gemm, "table gemm", 1, 1, 1);
+    check_gemm(ops->gemm, "table gemm", 37, 133, 259);
+    check_gemm(mc_cpu_gemm_blocked, "blocked gemm", 65, 129, 130);
+    check_gemm(mc_cpu_gemm_blocked, "blocked gemm", 33, 4, 3);
+}
+
+Test(ops, gemm_k_zero_scales_c) {
+    float C[6] = {1, 2, 3, 4, 5, 6}, A[1] = {0}, B[1] = {0};
+    mc_cpu_gemm_blocked(C, A, B, 2, 3, 0, 0, 0, 1.0f, 0.5f);
+    for (int i = 0; i < 6; i++) cr_expect_eq(C[i], 0.5f * (float)(i + 1));
+}
+
+/* A column-parallel shard (a slice of the columns of op(B)) gives the same columns of C bit
+   for bit, whatever the transposes; so does a block of rows. */
+Test(ops, gemm_column_and_row_shards_are_bitwise_equal) {
+    const int M = 45, N = 300, K = 150, lo = 77, width = 140, rlo = 9, rows = 30;
+    float *A = falloc(M * K), *B = falloc(K * N), *C = falloc(M * N);
+    float *Bs = falloc(K * width), *Cs = falloc(M * width), *Cr = falloc(rows * N);
+    seed_inputs(5);
+    fill_rand(A, M * K, -1, 1);
+    fill_rand(B, K * N, -1, 1);
+    for (int tb = 0; tb < 2; tb++) {
+        /* shard of op(B) columns lo .. lo + width */
+        for (int k = 0; k < K; k++)
+            for (int j = 0; j < width; j++) {
+                if (!tb) Bs[k * width + j] = B[k * N + lo + j];
+                else Bs[j * K + k] = B[(lo + j) * K + k];   /* B^T stored [N, K] */
+            }
+        mc_cpu_gemm_blocked(C, A, B, M, N, K, 0, tb, 1.0f, 0.0f);
+        mc_cpu_gemm_blocked(Cs, A, Bs, M, width, K, 0, tb, 1.0f, 0.0f);
+        int diff = 0;
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < width; j++) diff += C[i * N + lo + j] != Cs[i * width + j];
+        cr_expect_eq(diff, 0, "tb %d: %d elements of the column shard differ", tb, diff);
+        mc_cpu_gemm_blocked(Cr, A + rlo * K, B, rows, N, K, 0, tb, 1.0f, 0.0f);
+        cr_expect(memcmp(Cr, C + rlo * N, sizeof(float) * rows * N) == 0, "row block differs");
+    }
+    free(A), free(B), free(C), free(Bs), free(Cs), free(Cr);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   LayerNorm */
+
+typedef struct ln_ctx {
+    int N, C, which;       /* which input the FD varies: 0 inp, 1 weight, 2 bias */
+    double *x, *w, *b, *dout, eps;
+} ln_ctx;
+
+static void ref_layernorm(double *out, const double *x, const double *w, const double *b, int N,
+                          int C, double eps) {
+    for (int n = 0; n < N; n++) {
+        double m = 0.0, v = 0.0;
+        for (int c = 0; c < C; c++) m += x[n * C + c];
+        m /= C;
+        for (int c = 0; c < C; c++) v += (x[n * C + c] - m) * (x[n * C + c] - m);
+        v /= C;
+        for (int c = 0; c < C; c++)
+            out[n * C + c] = (x[n * C + c] - m) / sqrt(v + eps) * w[c] + b[c];
+    }
+}
+
+static double ln_loss(const double *p, void *vctx) {
+    ln_ctx *c = (ln_ctx *)vctx;
+    double *out = dalloc((size_t)c->N * c->C);
+    ref_layernorm(out, c->which == 0 ? p : c->x, c->which == 1 ? p : c->w,
+                  c->which == 2 ? p : c->b, c->N, c->C, c->eps);
+    double s = weighted_sum(out, c->dout, (size_t)c->N * c->C);
+    free(out);
+    return s;
+}
+
+static void check_layernorm(int N, int C) {
+    const mc_ops *ops = mc_ops_cpu();
+    size_t nc = (size_t)N * C;
+    float *x = falloc(nc), *w = falloc(C), *b = falloc(C), *out = falloc(nc), *dout = falloc(nc);
+    float *mean = falloc(N), *rstd = falloc(N), *dx = falloc(nc), *dw = falloc(C), *db = falloc(C);
+    float eps = 1e-5f;
+    char what[96];
+    seed_inputs((uint64_t)(N * 100 + C));
+    fill_rand(x, nc, -2, 3);
+    fill_rand(w, C, 0.5, 1.5);
+    fill_rand(b, C, -0.5, 0.5);
+    fill_rand(dout, nc, -1, 1);
+    /* gradients accumulate: start from known non-zero values */
+    fill_rand(dx, nc, -1, 1);
+    fill_rand(dw, C, -1, 1);
+    fill_rand(db, C, -1, 1);
+    double *dx0 = to_double(dx, nc), *dw0 = to_double(dw, C), *db0 = to_double(db, C);
+    ln_ctx ctx = {N, C, 0, to_double(x, nc), to_double(w, C), to_double(b, C),
+                  to_double(dout, nc), (double)eps};
+    double *want = dalloc(nc);
+    ref_layernorm(want, ctx.x, ctx.w, ctx.b, N, C, ctx.eps);
+    ops->layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+    snprintf(what, sizeof what, "layernorm forward N%d C%d", N, C);
+    expect_close(what, out, want, nc, 1e-5, 1e-5);
+
+    ops->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    double *fd = dalloc(nc);
+    finite_diff(fd, ctx.x, nc, ln_loss, &ctx, FD_H);
+    for (size_t i = 0; i < nc; i++) fd[i] += dx0[i];
+    snprintf(what, sizeof what, "layernorm dinp N%d C%d", N, C);
+    expect_close(what, dx, fd, nc, FD_ATOL, FD_RTOL);
+    ctx.which = 1;
+    finite_diff(fd, ctx.w, C, ln_loss, &ctx, FD_H);
+    for (int i = 0; i < C; i++) fd[i] += dw0[i];
+    snprintf(what, sizeof what, "layernorm dweight N%d C%d", N, C);
+    expect_close(what, dw, fd, C, FD_ATOL, FD_RTOL);
+    ctx.which = 2;
+    finite_diff(fd, ctx.b, C, ln_loss, &ctx, FD_H);
+    for (int i = 0; i < C; i++) fd[i] += db0[i];
+    snprintf(what, sizeof what, "layernorm dbias N%d C%d", N, C);
+    expect_close(what, db, fd, C, FD_ATOL, FD_RTOL);
+
+    free(x), free(w), free(b), free(out), free(dout), free(mean), free(rstd), free(dx);
+    free(dw), free(db), free(dx0), free(dw0), free(db0), free(ctx.x), free(ctx.w), free(ctx.b);
+    free(ctx.dout), free(want), free(fd);
+}
+
+Test(ops, layernorm_forward_backward_vs_fp64) {
+    check_layernorm(1, 1 + 7);
+    check_layernorm(6, 13);
+    check_layernorm(11, 32);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   GELU */
+
+static double ref_gelu1(double x) {
+    return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+typedef struct vec_ctx {
+    size_t n;
+    double *dout;
+} vec_ctx;
+static double gelu_loss(const double *x, void *vctx) {
+    vec_ctx *c = (vec_ctx *)vctx;
+    double s = 0.0;
+    for (size_t i = 0; i < c->n; i++) s += ref_gelu1(x[i]) * c->dout[i];
+    return s;
+}
+
+Test(ops, gelu_forward_backward_vs_fp64) {
+    const mc_ops *ops = mc_ops_cpu();
+    size_t n = 203;
+    float *x = falloc(n), *out = falloc(n), *dout = falloc(n), *dx = falloc(n);
+    seed_inputs(7);
+    fill_rand(x, n, -6, 6);
+    x[0] = 0.0f, x[1] = 30.0f, x[2] = -30.0f;   /* saturated tanh */
+    fill_rand(dout, n, -1, 1);
+    double *want = dalloc(n), *xd = to_double(x, n), *fd = dalloc(n);
+    for (size_t i = 0; i < n; i++) want[i] = ref_gelu1(xd[i]);
+    ops->gelu_forward(out, x, n);
+    expect_close("gelu forward", out, want, n, 1e-6, 1e-5);
+    fill_rand(dx, n, 100, 200);   /* overwritten, not accumulated */
+    ops->gelu_backward(dx, x, dout, n);
+    vec_ctx ctx = {n, to_double(dout, n)};
+    finite_diff(fd, xd, n, gelu_loss, &ctx, FD_H);
+    expect_close("gelu backward", dx, fd, n, FD_ATOL, FD_RTOL);
+    /* in place */
+    ops->gelu_forward(x, x, n);
+    expect_close("gelu forward in place", x, want, n, 1e-6, 1e-5);
+    free(x), free(out), free(dout), free(dx), free(want), free(xd), free(fd), free(ctx.dout);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   dropout */
+
+Test(ops, dropout_mask_is_philox_and_keeps_one_minus_p) {
+    const mc_ops *ops = mc_ops_cpu();
+    size_t n = 200003;
+    float p = 0.3f;
+    uint64_t seed = 4321, offset = 1000;   /* a multiple of 4: equals a fresh stream draw */
+    float *x = falloc(n), *out = falloc(n), *again = falloc(n);
+    uint8_t *mask = (uint8_t *)malloc(n);
+    seed_inputs(8);
+    fill_rand(x, n, 0.5, 1.5);   /* never 0, so a 0 output means dropped */
+    ops->dropout_forward(out, x, n, p, seed, offset);
+    mc_rng rng = {seed, offset};
+    cr_assert_eq(mc_rng_dropout_mask(&rng, mask, n, p), MC_OK);
+    size_t kept = 0, mismatch = 0;
+    for (size_t i = 0; i < n; i++) {
+        int k = out[i] != 0.0f;
+        kept += (size_t)k;
+        mismatch += (size_t)(k != mask[i]);
+        if (k) cr_expect_eq(out[i], x[i] * (1.0f / (1.0f - p)), "scale at %zu", i);
+    }
+    cr_expect_eq(mismatch, 0, "%zu elements differ from mc_rng_dropout_mask", mismatch);
+    double frac = (double)kept / (double)n;   /* sd = sqrt(p(1-p)/n) ~ 0.001 */
+    cr_expect(fabs(frac - (1.0 - p)) < 0.006, "kept fraction %.4f, want ~%.2f", frac, 1.0 - p);
+    /* reproducible; a different offset or seed gives a different mask */
+    ops->dropout_forward(again, x, n, p, seed, offset);
+    cr_expect(memcmp(out, again, n * sizeof(float)) == 0, "same (seed, offset), other mask");
+    ops->dropout_forward(again, x, n, p, seed, offset + 4);
+    cr_expect(memcmp(out, again, n * sizeof(float)) != 0, "offset ignored");
+    ops->dropout_forward(again, x, n, p, seed + 1, offset);
+    cr_expect(memcmp(out, again, n * sizeof(float)) != 0, "seed ignored");
+    /* any offset (not a multiple of 4): element i follows mc_rng_uniform_at(seed, offset + i) */
+    ops->dropout_forward(again, x, 1000, p, seed, 7);
+    for (size_t i = 0; i < 1000; i++)
+        cr_expect_eq(again[i] != 0.0f, mc_rng_uniform_at(seed, 7 + i) >= p, "offset 7, %zu", i);
+    free(x), free(out), free(again), free(mask);
+}
+
+Test(ops, dropout_backward_uses_the_same_mask_and_edge_probabilities) {
+    const mc_ops *ops = mc_ops_cpu();
+    size_t n = 517;
+    float *x = falloc(n), *out = falloc(n), *dout = falloc(n), *dx = falloc(n);
+    seed_inputs(9);
+    fill_rand(x, n, 0.5, 1.5);
+    fill_rand(dout, n, 0.5, 1.5);
+    ops->dropout_forward(out, x, n, 0.5f, 99, 13);
+    ops->dropout_backward(dx, dout, n, 0.5f, 99, 13);
+    for (size_t i = 0; i < n; i++) {
+        cr_expect_eq(out[i] != 0.0f, dx[i] != 0.0f, "mask differs at %zu", i);
+        if (dx[i] != 0.0f) cr_expect_eq(dx[i], dout[i] * 2.0f);
+    }
+    ops->dropout_forward(out, x, n, 0.0f, 99, 13);   /* p = 0: identity */
+    cr_expect(memcmp(out, x, n * sizeof(float)) == 0, "p = 0 is not the identity");
+    ops->dropout_forward(out, x, n, 1.0f, 99, 13);   /* p = 1: all dropped, no inf/NaN */
+    for (size_t i = 0; i < n; i++) cr_expect_eq(out[i], 0.0f, "p = 1 at %zu: %g", i, out[i]);
+    ops->dropout_forward(x, x, n, 0.5f, 99, 13);     /* in place */
+    ops->dropout_forward(out, dout, n, 0.5f, 99, 13);
+    for (size_t i = 0; i < n; i++) cr_expect_eq(x[i] != 0.0f, out[i] != 0.0f);
+    free(x), free(out), free(dout), free(dx);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   causal attention */
+
+typedef struct attn_ctx {
+    int S, B, NH, HD;
+    double p;
+    uint64_t seed, offset;
+    double *dout;
+} attn_ctx;
+
+/* out[S,B,NH*HD], probs[B,NH,S,S] (may be NULL) from qkv[S,B,NH*3*HD], naive fp64 */
+static void ref_attention(double *out, double *probs, const double *qkv, const attn_ctx *c) {
+    int S = c->S, B = c->B, NH = c->NH, HD = c->HD;
+    double *row = dalloc(S);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < S; t++) {
+                double mx = -INFINITY, sum = 0.0;
+                for (int u = 0; u <= t; u++) {
+                    double s = 0.0;
+                    for (int d = 0; d < HD; d++)
+                        s += qkv[((size_t)t * B + b) * NH * 3 * HD + h * 3 * HD + d] *
+                             qkv[((size_t)u * B + b) * NH * 3 * HD + h * 3 * HD + HD + d];
+                    row[u] = s / sqrt((double)HD);
+                    if (row[u] > mx) mx = row[u];
+                }
+                for (int u = 0; u <= t; u++) sum += (row[u] = exp(row[u] - mx));
+                size_t prow = (((size_t)b * NH + h) * S + t) * S;
+                for (int u = 0; u < S; u++) {
+                    double pr = u <= t ? row[u] / sum : 0.0;
+                    if (probs) probs[prow + u] = pr;
+                    row[u] = pr;
+                }
+                for (int d = 0; d < HD; d++) {
+                    double o = 0.0;
+                    for (int u = 0; u <= t; u++) {
+                        double w = row[u];
+                        if (c->p > 0.0)
+                            w = mc_rng_uniform_at(c->seed, c->offset + prow + u) >= (float)c->p
+                                    ? w / (1.0 - c->p)
+                                    : 0.0;
+                        o += w * qkv[((size_t)u * B + b) * NH * 3 * HD + h * 3 * HD + 2 * HD + d];
+                    }
+                    out[((size_t)t * B + b) * NH * HD + h * HD + d] = o;
+                }
+            }
+    free(row);
+}
+
+static double attn_loss(const double *qkv, void *vctx) {
+    attn_ctx *c = (attn_ctx *)vctx;
+    size_t n = (size_t)c->S * c->B * c->NH * c->HD;
+    double *out = dalloc(n);
+    ref_attention(out, NULL, qkv, c);
+    double s = weighted_sum(out, c->dout, n);
+    free(out);
+    return s;
+}
+
+static void check_attention(int S, int B, int NH, int HD, float p) {
+    const mc_ops *ops = mc_ops_cpu();
+    size_t nqkv = (size_t)S * B * NH * 3 * HD, nout = (size_t)S * B * NH * HD;
+    size_t nprobs = (size_t)B * NH * S * S;
+    float *qkv = falloc(nqkv), *out = falloc(nout), *probs = falloc(nprobs);
+    float *dout = falloc(nout), *dqkv = falloc(nqkv);
+    char what[128];
+    attn_ctx ctx = {S, B, NH, HD, (double)p, 2024, 36, NULL};
+    seed_inputs((uint64_t)(S * 1000 + B * 100 + NH * 10 + HD));
+    fill_rand(qkv, nqkv, -1.5, 1.5);
+    fill_rand(dout, nout, -1, 1);
+    fill_rand(probs, nprobs, 5, 6);   /* garbage that the forward must overwrite */
+    ctx.dout = to_double(dout, nout);
+    double *qd = to_double(qkv, nqkv), *want = dalloc(nout), *want_p = dalloc(nprobs);
+    ref_attention(want, want_p, qd, &ctx);
+    ops->attention_forward(out, probs, qkv, S, B, NH, HD, p, ctx.seed, ctx.offset);
+    snprintf(what, sizeof what, "attention forward S%d B%d NH%d HD%d p%g", S, B, NH, HD, (double)p);
+    expect_close(what, out, want, nout, 1e-5, 1e-5);
+    snprintf(what, sizeof what, "attention probs S%d B%d NH%d HD%d", S, B, NH, HD);
+    expect_close(what, probs, want_p, nprobs, 1e-6, 1e-5);
+
+    fill_rand(dqkv, nqkv, 7, 8);      /* overwritten */
+    ops->attention_backward(dqkv, dout, qkv, probs, S, B, NH, HD, p, ctx.seed, ctx.offset);
+    double *fd = dalloc(nqkv);
+    finite_diff(fd, qd, nqkv, attn_loss, &ctx, FD_H);
+    snprintf(what, sizeof what, "attention dqkv S%d B%d NH%d HD%d p%g", S, B, NH, HD, (double)p);
+    expect_close(what, dqkv, fd, nqkv, FD_ATOL, FD_RTOL);
+    free(qkv), free(out), free(probs), free(dout), free(dqkv), free(ctx.dout), free(qd);
+    free(want), free(want_p), free(fd);
+}
+
+Test(ops, attention_forward_backward_vs_fp64) {
+    check_attention(1, 1, 1, 2, 0.0f);
+    check_attention(5, 2, 3, 4, 0.0f);
+    check_attention(7, 3, 2, 3, 0.0f);
+    check_attention(9, 1, 1, 8, 0.0f);
+}
+
+Test(ops, attention_with_probability_dropout_vs_fp64) {
+    check_attention(5, 2, 3, 4, 0.25f);
+    check_attention(7, 3, 2, 3, 0.5f);
+}
+
+/* The mask index is the position in probs [B,NH,S,S] plus the offset: shifting the offset by
+   the size of one head's block equals moving to the next head. */
+Test(ops, attention_dropout_mask_follows_probs_index) {
+    const mc_ops *ops = mc_ops_cpu();
+    int S = 6, B = 1, NH = 2, HD = 4;
+    size_t nqkv = (size_t)S * B * NH * 3 * HD, nout = (size_t)S * B * NH * HD;
+    float *qkv = falloc(nqkv), *out = falloc(nout), *probs = falloc((size_t)NH * S * S);
+    float *qkv1 = falloc(nqkv / 2), *out1 = falloc(nout / 2), *probs1 = falloc((size_t)S * S);
+    seed_inputs(77);
+    fill_rand(qkv, nqkv, -1, 1);
+    ops->attention_forward(out, probs, qkv, S, B, NH, HD, 0.4f, 5, 0);
+    /* head 1 alone (NH = 1) with offset S*S reproduces head 1 of the two-head call */
+    for (int s = 0; s < S; s++) memcpy(qkv1 + s * 3 * HD, qkv + s * 6 * HD + 3 * HD, 3 * HD * 4);
+    ops->attention_forward(out1, probs1, qkv1, S, B, 1, HD, 0.4f, 5, (uint64_t)S * S);
+    for (int s = 0; s < S; s++)
+        for (int d = 0; d < HD; d++)
+            cr_expect_eq(out1[s * HD + d], out[s * 2 * HD + HD + d], "s %d d %d", s, d);
+    free(qkv), free(out), free(probs), free(qkv1), free(out1), free(probs1);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   embedding */
+
+Test(ops, embedding_forward_backward_with_vocab_range) {
+    const mc_ops *ops = mc_ops_cpu();
+    int N = 9, C = 5, start = 4, end = 10, Vl = end - start;
+    int ids[9] = {0, 4, 9, 10, 5, 5, 13, 3, 4};
+    float *table = falloc(Vl * C), *out = falloc(N * C), *dout = falloc(N * C);
+    float *dtable = falloc(Vl * C);
+    seed_inputs(10);
+    fill_rand(table, Vl * C, -1, 1);
+    fill_rand(out, N * C, 3, 4);   /* overwritten, rows outside the range too */
+    fill_rand(dout, N * C, -1, 1);
+    fill_rand(dtable, Vl * C, -1, 1);
+    double *want = dalloc(N * C), *want_dt = to_double(dtable, Vl * C);
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            int local = ids[n] >= start && ids[n] < end;
+            want[n * C + c] = local ? table[(ids[n] - start) * C + c] : 0.0;
+            if (local) want_dt[(ids[n] - start) * C + c] += dout[n * C + c];
+        }
+    ops->embedding_forward(out, ids, table, N, C, start, end);
+    expect_close("embedding forward", out, want, N * C, 0, 0);
+    ops->embedding_backward(dtable, dout, ids, N, C, start, end);
+    expect_close("embedding backward accumulates", dtable, want_dt, Vl * C, 1e-6, 1e-6);
+    free(table), free(out), free(dout), free(dtable), free(want), free(want_dt);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   cross entropy: the vocab-parallel composition over two uneven shards of V = 11 */
+
+typedef struct ce_ctx {
+    int N, V;
+    const int *targets;
+    double s;
+    double *dloss;
+} ce_ctx;
+
+/* sum_n dloss[n] * loss_n, loss_n = (1-s)(lse - x_t) + s(lse - mean_j x_j) */
+static double ref_ce_loss(const double *logits, void *vctx) {
+    ce_ctx *c = (ce_ctx *)vctx;
+    double total = 0.0;
+    for (int n = 0; n < c->N; n++) {
+        const double *l = logits + (size_t)n * c->V;
+        double mx = -INFINITY, z = 0.0, mean = 0.0;
+        for (int j = 0; j < c->V; j++) mx = l[j] > mx ? l[j] : mx;
+        for (int j = 0; j < c->V; j++) z += exp(l[j] - mx), mean += l[j] / c->V;
+        double lse = log(z) + mx;
+        double loss = (1.0 - c->s) * (lse - l[c->targets[n]]) + c->s * (lse - mean);
+        total += c->dloss[n] * loss;
+    }
+    return total;
+}
+
+static void check_cross_entropy(float smoothing) {
+    const mc_ops *ops = mc_ops_cpu();
+    enum { N = 6, V = 11, V0 = 6, V1 = 5 };
+    int targets[N] = {0, 5, 6, 10, 3, 7};
+    float logits[N * V], sh[2][N * V0], dl[N * V], dsh[2][N * V0], dloss[N];
+    float mx[2][N], xt[2][N], z[2][N], rs[2][N], gmax[N], gz[N], loss[N];
+    const int starts[2] = {0, V0}, widths[2] = {V0, V1};
+    char what[96];
+    seed_inputs(11);
+    fill_rand(logits, N * V, -4, 4);
+    logits[1 * V + 5] = 9.0f;   /* a dominant target */
+    fill_rand(dloss, N, 0.2, 1.2);
+    for (int r = 0; r < 2; r++)
+        for (int n = 0; n < N; n++)
+            memcpy(sh[r] + n * widths[r], logits + n * V + starts[r], sizeof(float) * widths[r]);
+    /* forward pieces on each shard, combined as the three TP all-reduces would */
+    for (int r = 0; r < 2; r++) ops->row_max(mx[r], sh[r], N, widths[r]);
+    for (int n = 0; n < N; n++) gmax[n] = mx[0][n] > mx[1][n] ? mx[0][n] : mx[1][n];
+    for (int r = 0; r < 2; r++) {
+        ops->target_logit(xt[r], sh[r], targets, N, widths[r], starts[r]);
+        ops->sum_exp(z[r], sh[r], gmax, N, widths[r]);
+        ops->row_sum(rs[r], sh[r], N, widths[r]);
+    }
+    ce_ctx ctx = {N, V, targets, (double)smoothing, to_double(dloss, N)};
+    double *ld = to_double(logits, N * V), want_loss[N];
+    for (int n = 0; n < N; n++) {
+        double one = 1.0;
+        ce_ctx row = {1, V, targets + n, (double)smoothing, &one};   /* row n alone */
+        want_loss[n] = ref_ce_loss(ld + n * V, &row);
+        gz[n] = z[0][n] + z[1][n];
+        float lse = logf(gz[n]) + gmax[n], x_t = xt[0][n] + xt[1][n];
+        float mean_logp = (rs[0][n] + rs[1][n]) / (float)V - lse;
+        loss[n] = (1.0f - smoothing) * (lse - x_t) - smoothing * mean_logp;
+        /* exactly one shard owns the target */
+        cr_expect_eq((xt[0][n] != 0.0f) + (xt[1][n] != 0.0f), 1, "target logit row %d", n);
+    }
+    snprintf(what, sizeof what, "cross entropy loss from pieces, s %g", (double)smoothing);
+    expect_close(what, loss, want_loss, N, 1e-5, 1e-5);
+
+    for (int r = 0; r < 2; r++)
+        ops->cross_entropy_backward(dsh[r], sh[r], gmax, gz, targets, dloss, N, widths[r],
+                                    starts[r], smoothing, V);
+    for (int r = 0; r < 2; r++)
+        for (int n = 0; n < N; n++)
+            memcpy(dl + n * V + starts[r], dsh[r] + n * widths[r], sizeof(float) * widths[r]);
+    double fd[N * V];
+    finite_diff(fd, ld, N * V, ref_ce_loss, &ctx, FD_H);
+    snprintf(what, sizeof what, "cross entropy backward over 2 shards, s %g", (double)smoothing);
+    expect_close(what, dl, fd, N * V, 1e-5, 1e-4);
+    /* one shard holding the whole vocabulary gives the same gradient */
+    float dfull[N * V];
+    ops->cross_entropy_backward(dfull, logits, gmax, gz, targets, dloss, N, V, 0, smoothing, V);
+    expect_close("cross entropy backward unsharded", dfull, fd, N * V, 1e-5, 1e-4);
+    free(ctx.dloss), free(ld);
+}
+
+Test(ops, cross_entropy_pieces_and_backward_vs_fp64) {
+    check_cross_entropy(0.0f);
+    check_cross_entropy(0.1f);
+}
+
+Test(ops, cross_entropy_ignores_targets_outside_the_shard) {
+    const mc_ops *ops = mc_ops_cpu();
+    float logits[2 * 3] = {1, 2, 3, 0, 0, 0}, mx[2], xt[2], z[2], d[6], dloss[2] = {1, 0};
+    int targets[2] = {7, -100};   /* not in [4, 7); an ignore id */
+    ops->row_max(mx, logits, 2, 3);
+    ops->target_logit(xt, logits, targets, 2, 3, 4);
+    cr_expect_eq(xt[0], 0.0f);
+    cr_expect_eq(xt[1], 0.0f);
+    ops->sum_exp(z, logits, mx, 2, 3);
+    ops->cross_entropy_backward(d, logits, mx, z, targets, dloss, 2, 3, 4, 0.0f, 3);
+    double s = 0.0;
+    for (int j = 0; j < 3; j++) s += d[j];
+    cr_expect(fabs(s - 1.0) < 1e-6, "no one-hot: the row sums to 1 (softmax), got %g", s);
+    for (int j = 3; j < 6; j++) cr_expect_eq(d[j], 0.0f, "dloss 0 row");
+}
+
+/* ---------------------------------------------------------------------------------------------
+   AdamW */
+
+Test(ops, adamw_one_and_several_steps_vs_fp64) {
+    const mc_ops *ops = mc_ops_cpu();
+    enum { n = 37, steps = 5 };
+    float p[n], m[n], v[n], g[n];
+    double pd[n], md[n], vd[n];
+    const double lr = 3e-3, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
+    seed_inputs(12);
+    fill_rand(p, n, -1, 1);
+    for (int i = 0; i < n; i++) m[i] = v[i] = 0.0f, pd[i] = p[i], md[i] = vd[i] = 0.0;
+    for (int step = 1; step <= steps; step++) {
+        char what[64];
+        fill_rand(g, n, -0.5, 0.5);
+        if (step == 2) g[0] = 0.0f;   /* a zero gradient still decays */
+        for (int i = 0; i < n; i++) {
+            md[i] = b1 * md[i] + (1 - b1) * g[i];
+            vd[i] = b2 * vd[i] + (1 - b2) * (double)g[i] * g[i];
+            double mh = md[i] / (1 - pow(b1, step)), vh = vd[i] / (1 - pow(b2, step));
+            pd[i] = pd[i] - lr * wd * pd[i] - lr * mh / (sqrt(vh) + eps);
+        }
+        ops->adamw(p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, step);
+        snprintf(what, sizeof what, "adamw param after step %d", step);
+        expect_close(what, p, pd, n, 1e-6, 1e-5);
+        snprintf(what, sizeof what, "adamw m after step %d", step);
+        expect_close(what, m, md, n, 1e-7, 1e-5);
+        snprintf(what, sizeof what, "adamw v after step %d", step);
+        expect_close(what, v, vd, n, 1e-9, 1e-5);
+    }
+    /* the first step moves every parameter by about lr (|m_hat / sqrt(v_hat)| = 1) */
+}
+
+Test(ops, adamw_first_step_is_sign_times_lr) {
+    const mc_ops *ops = mc_ops_cpu();
+    float p[4] = {1, -1, 2, 0}, g[4] = {0.3f, -0.2f, -5.0f, 1e-3f}, m[4] = {0}, v[4] = {0};
+    ops->adamw(p, g, m, v, 4, 0.01f, 0.9f, 0.999f, 1e-12f, 0.0f, 1);
+    double want[4] = {0.99, -0.99, 2.01, -0.01};
+    expect_close("adamw step 1", p, want, 4, 1e-6, 1e-5);
+}
