@@ -1209,7 +1209,7 @@ MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int fl
 MC_API int mc_vocab_range(int V, int tp_rank, int tp_size, int *start, int *end);
 
 /* VocabParallelEmbedding (§4): table [V/TP, C] holds this rank's vocab rows (V: the padded
-   vocabulary). out [N, C] (=): each rank looks up the ids it owns and writes zero rows for the
+   vocabulary, mc_gpt_padded_vocab_size()). out [N, C] (=): each rank looks up the ids it owns and writes zero rows for the
    others, then the rows are all-reduced over TP, so every rank holds the full lookup.
    (Megatron reduce-scatters along S instead when SP is on and there is no learned position
    embedding; the GPT here has position embeddings, so the model scatters to SP after adding
@@ -6911,9 +6911,8 @@ MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const float *dout
 MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
                                                       int tp_size) {
     if (N <= 0 || V <= 0 || tp_size <= 0) return 0;
-    /* target logits [N]; with smoothing also [sum_exp | sum of logits] [2N] and ones [V/TP] */
-    if (label_smoothing > 0.0f) return 3 * (size_t)N + (size_t)(V / tp_size);
-    return (size_t)N;
+    /* target logits [N]; with smoothing also [sum_exp | sum of logits] [2N] */
+    return label_smoothing > 0.0f ? 3 * (size_t)N : (size_t)N;
 }
 
 static int mc__tp_ce_check(const char *fn, const int *targets, int N, int V,
@@ -6964,7 +6963,7 @@ MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, float *max, fl
     static const char fn[] = "vocab_parallel_cross_entropy_forward";
     int tp_size = mc__tp_size(tp), rc, Vl, start;
     int smoothing = label_smoothing > 0.0f;
-    float *target_logit, *packed = NULL, *ones;
+    float *target_logit, *packed = NULL;
     mc__tp_scratch s;
     if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, tp, ops)) != MC_OK) return rc;
     if (ops->device != MC_DEVICE_CPU)
@@ -6989,13 +6988,11 @@ MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, float *max, fl
     if (tp_size > 1 && (rc = mc__tp_all_reduce(target_logit, target_logit, (size_t)N, tp)) != MC_OK)
         goto done;
     /* 3. The sum of exp(logit - max); with smoothing the row sums of the logits ride along
-          ([sum_exp | logit_sum], one all-reduce of 2N), computed as logits [N, V/TP] x ones. */
+          ([sum_exp | logit_sum], one all-reduce of 2N). */
     if (smoothing) {
         packed = target_logit + N;
-        ones = packed + 2 * (size_t)N;
         ops->sum_exp(packed, logits, max, N, Vl);
-        ops->fill(ones, 1.0f, (size_t)Vl);
-        ops->gemm(packed + N, logits, ones, N, 1, Vl, 0, 0, 1.0f, 0.0f);
+        ops->row_sum(packed + N, logits, N, Vl);
         if (tp_size > 1 && (rc = mc__tp_all_reduce(packed, packed, 2 * (size_t)N, tp)) != MC_OK)
             goto done;
         ops->copy(sum_exp, packed, (size_t)N);

@@ -12,7 +12,6 @@
 
 #include "megatron_c.h"
 #include "tests/test_util.h"
-#include "tests/tp_ref_ops.h"
 
 #define RUN_LIMIT_S 120.0
 #define OUT_CAP (1 << 16)
@@ -21,7 +20,7 @@
 TestSuite(tensor_parallel, .timeout = 180);
 
 static const mc_ops *ops(void) {
-    return tp_ref_ops();
+    return mc_ops_cpu();
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -471,6 +470,20 @@ Test(tensor_parallel, error_messages_name_the_rule) {
     cr_expect(start == 8 && end == 12, "rank 2 of 4 owns [%d, %d), want [8, 12)", start, end);
 }
 
+/* §4: the padded vocabulary (from @config) splits evenly, and each rank's range follows. */
+Test(tensor_parallel, padded_vocabulary_splits_over_tp) {
+    const int tps[3] = {1, 2, 8}, want[3] = {50304, 50432, 51200};
+    for (int k = 0; k < 3; k++) {
+        int V = mc_gpt_padded_vocab_size(50257, 128, tps[k]), start = -1, end = -1;
+        cr_expect_eq(V, want[k], "50257 at TP %d -> %d, want %d", tps[k], V, want[k]);
+        cr_expect_eq(mc_vocab_range(V, tps[k] - 1, tps[k], &start, &end), MC_OK, "%s",
+                     mc_last_error());
+        cr_expect(end == V && end - start == V / tps[k], "last rank of %d: [%d, %d)", tps[k],
+                  start, end);
+    }
+    cr_expect_eq(mc_gpt_padded_vocab_size(32000, 128, 4), 32256);
+}
+
 /* Scratch: column SP needs the gathered input in forward and input + full dX in backward;
    gather_output the local output and the [TP, N, OC/TP] buffer; row without
    input_is_parallel the split input, the local dX and the gather buffer. */
@@ -488,5 +501,5 @@ Test(tensor_parallel, scratch_sizes) {
                      S, B, C, OC, MC_TP_INPUT_IS_PARALLEL | MC_TP_SEQUENCE_PARALLEL, 4),
                  (size_t)N * OC);
     cr_expect_eq(mc_vocab_parallel_cross_entropy_scratch(N, 64, 0.0f, 4), (size_t)N);
-    cr_expect_eq(mc_vocab_parallel_cross_entropy_scratch(N, 64, 0.1f, 4), (size_t)3 * N + 16);
+    cr_expect_eq(mc_vocab_parallel_cross_entropy_scratch(N, 64, 0.1f, 4), (size_t)3 * N);
 }

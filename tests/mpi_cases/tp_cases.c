@@ -25,7 +25,6 @@
 
 #include "megatron_c.h"
 #include "tests/test_util.h"
-#include "tests/tp_ref_ops.h"
 
 #define TIMEOUT_S 30.0
 #define SEED 1234u
@@ -469,9 +468,10 @@ static void case_row(void) {
    vocab-parallel embedding */
 
 static void case_embedding(void) {
-    const int V = 16, C = 4, N = 12, Vl = V / np;
+    /* the vocabulary padded as @config does: 29 -> 32 with make_vocab_size_divisible_by 4 */
+    const int V = mc_gpt_padded_vocab_size(29, 4, np), C = 4, N = 12, Vl = V / np;
     int ids[12];
-    for (int i = 0; i < N; i++) ids[i] = (i * 5 + 3) % V; /* every shard, with repeats */
+    for (int i = 0; i < N; i++) ids[i] = (i * 5 + 3) % 29; /* every shard, with repeats */
     ids[7] = ids[2];
     float *T = full_tensor("emb.w", V, C, 1.0f), *dY = full_tensor("emb.dy", N, C, 1.0f);
     float *Y = fzalloc((size_t)N * C), *dT = fzalloc((size_t)V * C);
@@ -484,6 +484,7 @@ static void case_embedding(void) {
     mc_init_normal_shard(t, "emb.w", V, C, 0, 1, me, np, 1.0f, SEED);
     float *t_want = rows_of(T, C, me * Vl, Vl), *dT_rows = rows_of(dT, C, me * Vl, Vl);
     CLOSE("embedding shard = vocab rows of the TP=1 master", t, t_want, (size_t)Vl * C);
+    MC_CASE_CHECK(V == 32, "padded vocabulary of 29 (divisible by 4, TP %d) = %d, want 32", np, V);
     OK(mc_vocab_parallel_embedding_forward(out, ids, t, N, C, V, tp, ops));
     CLOSE("embedding forward", out, Y, (size_t)N * C);
     prefill(dt, (size_t)Vl * C);
@@ -492,7 +493,7 @@ static void case_embedding(void) {
 
     int bad_ids[2] = {3, V};
     int rc = mc_vocab_parallel_embedding_forward(out, bad_ids, t, 2, C, V, tp, ops);
-    MC_CASE_CHECK(rc == MC_ERR_INVALID_ARG && mc_test_contains(mc_last_error(), "ids[1] = 16"),
+    MC_CASE_CHECK(rc == MC_ERR_INVALID_ARG && mc_test_contains(mc_last_error(), "ids[1] = 32"),
                   "id outside the vocabulary: %s '%s'", mc_err_name(rc), mc_last_error());
 
     if (np == 2) {
@@ -543,10 +544,10 @@ static double megatron_local_smoothing_loss(const float *logits_local, int Vl, d
 }
 
 static void case_cross_entropy(void) {
-    const int N = 6, V = 16, Vl = V / np;
+    const int N = 8, V = mc_gpt_padded_vocab_size(29, 4, np), Vl = V / np;
     const float smoothings[2] = {0.0f, 0.1f};
-    int targets[6];
-    for (int i = 0; i < N; i++) targets[i] = (i * 7 + 2) % V; /* spread over every shard */
+    int targets[8];
+    for (int i = 0; i < N; i++) targets[i] = (i * 7 + 3) % 29; /* spread over every shard */
     float *L = full_tensor("ce.logits", N, V, 3.0f), *dL = full_tensor("ce.dloss", 1, N, 1.0f);
     float *logits = cols_of(L, N, V, me * Vl, Vl);
     for (int k = 0; k < 2; k++) {
@@ -660,7 +661,7 @@ int main(int argc, char **argv) {
     rc = mc_parallel_init(&ps, &(mc_parallel_desc){.world = world, .grid = {.tp = np}});
     if (MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_parallel_init with tp = world size")) {
         tp = mc_parallel_group(&ps, MC_GROUP_TP);
-        ops = tp_ref_ops();
+        ops = mc_ops_cpu();
         chosen->run();
         mc_parallel_destroy(&ps);
     }
