@@ -1063,6 +1063,231 @@ MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int c
 /* @params:declarations end */
 
 /* @tensor_parallel:declarations begin */
+/* ---------------------------------------------------------------------------------------------
+   >>tensor_parallel  Megatron's tensor-parallel mappings and layers (megatron_semantics.md
+   §2-§5): the communication of a layer is written out in the layer function.
+
+   Activations are [S, B, C] row-major: the "first dim" is the sequence S (the sequence-parallel
+   split), the "last dim" is C (the tensor-parallel split of hidden, ffn and vocab columns).
+   Every function takes GLOBAL sizes (the full S, C, OC, V) and derives the local ones from the
+   tp communicator: TP = tp->size, r = tp->rank. tp == NULL or a communicator of size 1 is
+   TP = 1: every mapping is then the identity (a copy, none when out == inp).
+   Argument order (llm.c): outputs, caches and scratch, inputs, weights, sizes, flags, tp, ops.
+   Tensors live where `ops` computes (host memory for mc_ops_cpu()), and the communicator must
+   accept those buffers. Outputs must not overlap inputs, except that copy_to and reduce_from
+   (both directions) also work in place (out == inp).
+   Scratch: a buffer of at least the documented number of floats, or NULL to have the call
+   allocate (and free) one through ops->alloc.
+   Errors: MC_ERR_INVALID_ARG with Megatron's divisibility messages, e.g.
+     "scatter_to_tensor_model_parallel_region: last dimension (6) is not divisible by
+      tensor_model_parallel_size (4) (Megatron's divide: 6 is not divisible by 4)"
+     "gather_from_sequence_parallel_region: first dimension of the tensor (S = 6) should be
+      divisible by tensor parallel size (4)"
+   and the communicator's MC_ERR_COMM / MC_ERR_TIMEOUT (the outputs are then undefined).
+
+   The mappings (§2). R = elements per sequence position (B * C); D = the full last dim.
+     mapping                              forward                backward
+     copy_to_tp_region          [n]       identity               all-reduce SUM
+     reduce_from_tp_region      [n]       all-reduce SUM         identity
+     scatter_to_tp_region       [N, D]    split last dim         all-gather last dim
+     gather_from_tp_region      [N, D/TP] all-gather last dim    split last dim
+     scatter_to_sp_region       [S, R]    split first dim        all-gather first dim
+     gather_from_sp_region      [S/TP, R] all-gather first dim   reduce-scatter first dim, or
+                                                                 split with tp_output_grad = 0
+     reduce_scatter_to_sp_region [S, R]   reduce-scatter first   all-gather first dim
+     all_gather_last_dim        [N, D/TP] all-gather last dim    reduce-scatter last dim
+     reduce_scatter_last_dim    [N, D]    reduce-scatter last    all-gather last dim
+   A first-dim shard is contiguous ([S/TP, R] rows r*S/TP ..), so those are single collectives.
+   A last-dim gather all-gathers the [N, D/TP] shards into scratch [TP, N, D/TP] and re-chunks
+   them into [N, D]; a last-dim reduce-scatter stacks the TP column slices of [N, D] into
+   scratch [TP, N, D/TP] and reduce-scatters that (both as Megatron does). Their scratch: N * D
+   floats. */
+MC_API int mc_copy_to_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
+                                        const mc_ops *ops);
+MC_API int mc_copy_to_tp_region_backward(float *dinp, const float *dout, size_t n, mc_comm *tp,
+                                         const mc_ops *ops);
+MC_API int mc_reduce_from_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
+                                            const mc_ops *ops);
+MC_API int mc_reduce_from_tp_region_backward(float *dinp, const float *dout, size_t n,
+                                             mc_comm *tp, const mc_ops *ops);
+/* out [N, D/TP] = this rank's columns of inp [N, D] */
+MC_API int mc_scatter_to_tp_region_forward(float *out, const float *inp, int N, int D,
+                                           mc_comm *tp, const mc_ops *ops);
+/* dinp [N, D] = all-gather of dout [N, D/TP] */
+MC_API int mc_scatter_to_tp_region_backward(float *dinp, float *scratch, const float *dout,
+                                            int N, int D, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_tp_region_forward(float *out, float *scratch, const float *inp, int N,
+                                            int D, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_tp_region_backward(float *dinp, const float *dout, int N, int D,
+                                             mc_comm *tp, const mc_ops *ops);
+/* out [S/TP, R] = rows r*S/TP .. of inp [S, R] */
+MC_API int mc_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
+                                           mc_comm *tp, const mc_ops *ops);
+MC_API int mc_scatter_to_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
+                                            mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_sp_region_forward(float *out, const float *inp, int S, size_t R,
+                                            mc_comm *tp, const mc_ops *ops);
+/* tensor_parallel_output_grad = 1 (Megatron's default): dout [S, R] holds partial sums (the
+   next layer is tensor-parallel), so it is reduce-scattered; 0: dout is already complete and
+   replicated, so this rank's rows are only cut out. */
+MC_API int mc_gather_from_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
+                                             int tensor_parallel_output_grad, mc_comm *tp,
+                                             const mc_ops *ops);
+MC_API int mc_reduce_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
+                                                  mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_to_sp_region_backward(float *dinp, const float *dout, int S,
+                                                   size_t R, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_all_gather_last_dim_forward(float *out, float *scratch, const float *inp, int N,
+                                          int D, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_all_gather_last_dim_backward(float *dinp, float *scratch, const float *dout, int N,
+                                           int D, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_last_dim_forward(float *out, float *scratch, const float *inp,
+                                              int N, int D, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_last_dim_backward(float *dinp, float *scratch, const float *dout,
+                                               int N, int D, mc_comm *tp, const mc_ops *ops);
+
+/* Column / Row parallel linear (§3). flags is an OR of: */
+typedef enum mc_tp_flag {
+    MC_TP_SEQUENCE_PARALLEL = 1,   /* activations outside the layer are [S/TP, B, C] */
+    MC_TP_GATHER_OUTPUT = 2,       /* column: all-gather the output to [S, B, OC] (not with SP) */
+    MC_TP_INPUT_IS_PARALLEL = 4,   /* row: the input is already [S, B, C/TP] (SP requires it) */
+    MC_TP_SKIP_BIAS_ADD = 8        /* leave the bias to the caller (e.g. a fused bias-dropout-add):
+                                      the layer neither adds it nor computes its gradient */
+} mc_tp_flag;
+/* MC_TP_SEQUENCE_PARALLEL with TP = 1 is ignored, as Megatron's layers disable SP for
+   themselves when the group has one rank (the config validator refuses it earlier). */
+
+/* ColumnParallelLinear(C -> OC), Y = X A^T + b split by output rows: weight [OC/TP, C] (rows
+   r*OC/TP .., partition dim 0), bias [OC/TP] or NULL; OC % TP == 0.
+     inp  [S, B, C] replicated, or [S/TP, B, C] under SP (all-gathered along S here)
+     out  [S, B, OC/TP], or [S, B, OC] with MC_TP_GATHER_OUTPUT (the bias is added before the
+          gather). SP together with MC_TP_GATHER_OUTPUT is an error (Megatron asserts). */
+MC_API int mc_column_parallel_linear_forward(float *out, float *scratch, const float *inp,
+                                             const float *weight, const float *bias, int S, int B,
+                                             int C, int OC, int flags, mc_comm *tp,
+                                             const mc_ops *ops);
+/* dinp [shape of inp] (=), dweight [OC/TP, C] (+=), dbias [OC/TP] (+=, may be NULL);
+   dout [shape of out]; inp and weight as in the forward. With MC_TP_GATHER_OUTPUT dout is first
+   split to this rank's columns. Then
+     no SP, TP > 1: dX = dY A is all-reduced over TP asynchronously while dA += dY^T X runs
+                    (Megatron's allreduce_dgrad);
+     SP:            the input is all-gathered AGAIN (it is not kept from the forward) while
+                    dX = dY A runs; dX [S, B, C] is then reduce-scattered along S asynchronously
+                    while dA += dY^T X runs. */
+MC_API int mc_column_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
+                                              float *scratch, const float *dout,
+                                              const float *inp, const float *weight, int S, int B,
+                                              int C, int OC, int flags, mc_comm *tp,
+                                              const mc_ops *ops);
+/* Floats of scratch that both passes of the layer need (0 when none). */
+MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
+                                                int tp_size);
+
+/* RowParallelLinear(C -> OC), Y = sum_r X_r A_r^T + b split by input columns: weight
+   [OC, C/TP] (columns r*C/TP .., partition dim 1), bias [OC] (not split) or NULL; C % TP == 0.
+     inp  [S, B, C/TP] with MC_TP_INPUT_IS_PARALLEL, else [S, B, C] (split here; not allowed
+          under SP: "To enable sequence_parallel, input_is_parallel must be true")
+     out  [S, B, OC] all-reduced over TP, or [S/TP, B, OC] reduce-scattered along S under SP.
+   The bias is added once, after the reduction (it is replicated; under SP its gradient is
+   partial per rank: mark it sequence_parallel so that finalize all-reduces it over TP). */
+MC_API int mc_row_parallel_linear_forward(float *out, float *scratch, const float *inp,
+                                          const float *weight, const float *bias, int S, int B,
+                                          int C, int OC, int flags, mc_comm *tp,
+                                          const mc_ops *ops);
+/* dinp [shape of inp] (=), dweight [OC, C/TP] (+=), dbias [OC] (+=, may be NULL); dout [shape
+   of out]. Under SP dout is all-gathered along S first; without MC_TP_INPUT_IS_PARALLEL the
+   local dX is all-gathered along the last dim (asynchronously, while dA runs) into [S, B, C]. */
+MC_API int mc_row_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
+                                           float *scratch, const float *dout, const float *inp,
+                                           const float *weight, int S, int B, int C, int OC,
+                                           int flags, mc_comm *tp, const mc_ops *ops);
+MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
+                                             int tp_size);
+
+/* Megatron's VocabUtility: rank r of TP owns vocab ids [*start, *end) = [r V/TP, (r+1) V/TP).
+   V % TP != 0 is MC_ERR_INVALID_ARG. */
+MC_API int mc_vocab_range(int V, int tp_rank, int tp_size, int *start, int *end);
+
+/* VocabParallelEmbedding (§4): table [V/TP, C] holds this rank's vocab rows (V: the padded
+   vocabulary, mc_gpt_padded_vocab_size()). out [N, C] (=): each rank looks up the ids it owns and writes zero rows for the
+   others, then the rows are all-reduced over TP, so every rank holds the full lookup.
+   (Megatron reduce-scatters along S instead when SP is on and there is no learned position
+   embedding; the GPT here has position embeddings, so the model scatters to SP after adding
+   them.) ids [N] outside [0, V) are an error, checked when ops computes on the host. */
+MC_API int mc_vocab_parallel_embedding_forward(float *out, const int *ids, const float *table,
+                                               int N, int C, int V, mc_comm *tp,
+                                               const mc_ops *ops);
+/* dtable [V/TP, C] (+=) gets the rows of dout [N, C] whose ids this rank owns; no
+   communication (the all-reduce's backward is the identity). */
+MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const float *dout, const int *ids,
+                                                int N, int C, int V, mc_comm *tp,
+                                                const mc_ops *ops);
+
+/* Vocab-parallel cross entropy (§5) on logits [N, V/TP] (this rank's columns of the padded
+   vocabulary V) and targets [N] in [0, V). losses [N] (=) per token; max [N] and sum_exp [N]
+   are the caches for backward: the global row maximum and the global sum of exp(logit - max).
+   Exactly three all-reduces over TP and never the full logits:
+     1. MAX of the local row maxima;
+     2. SUM of the target logit (nonzero only on the rank that owns the target column);
+     3. SUM of the local sums of exp(logit - max).
+   loss = log(sum_exp) + max - target_logit.
+   Label smoothing a = label_smoothing in [0, 1): the target distribution puts 1 - a on the
+   target and a / (K - 1) on each other entry of the K = V (global) entries. With
+   s = a K / (K - 1):
+       loss = (1 - s) (log(sum_exp) + max - target_logit) - s mean_j log p_j,
+       mean_j log p_j = (sum over the GLOBAL vocabulary of logit_j) / K - max - log(sum_exp).
+   The local sums of logits ride in all-reduce 3 (packed after the sums of exp), so smoothing
+   still costs three all-reduces. This differs from Megatron (open issues #737 and #7464), which
+   takes K = the LOCAL partition size and the mean over the LOCAL partition: there the smoothed
+   loss changes with TP and differs between TP ranks; here it is the TP = 1 loss on every rank.
+   Scratch: mc_vocab_parallel_cross_entropy_scratch() floats, or NULL.
+   The per-token combination (a log per token) runs on the host: a device op table makes this
+   call return MC_ERR_UNSUPPORTED until mc_ops has a loss-combination op. */
+MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, float *max, float *sum_exp,
+                                                   float *scratch, const float *logits,
+                                                   const int *targets, int N, int V,
+                                                   float label_smoothing, mc_comm *tp,
+                                                   const mc_ops *ops);
+/* dlogits [N, V/TP] (=) = (softmax - (1 - s) onehot(target) - s / K) * dlosses[row], with
+   softmax = exp(logit - max) / sum_exp; no communication. It calls
+   ops->cross_entropy_backward(dlogits, logits, max, sum_exp, targets, dlosses, N, V/TP,
+   r*V/TP, s, V): the op takes s = a K / (K - 1) (not Megatron's a) and the GLOBAL K = V, and
+   puts the -(1 - s) only at the target column of the rank that owns it. */
+MC_API int mc_vocab_parallel_cross_entropy_backward(float *dlogits, const float *dlosses,
+                                                    const float *logits, const float *max,
+                                                    const float *sum_exp, const int *targets,
+                                                    int N, int V, float label_smoothing,
+                                                    mc_comm *tp, const mc_ops *ops);
+MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
+                                                      int tp_size);
+
+/* CPU initialisation (§3.1): mc_init_normal_shard, declared in >>params, is implemented here.
+   Element g = i * cols + j of the GLOBAL master of parameter `name` is
+       key = FNV-1a 64 over the bytes of name, continued over the 8 little-endian bytes of seed
+       x   = Philox4x32-10(counter = (g low, g high, 0, 0), key = (key low, key high))
+       u1  = (x[0] + 1) / 2^32 in (0, 1],  u2 = x[1] / 2^32 in [0, 1)    (x[2], x[3] unused)
+       w   = std * sqrt(-2 ln u1) * cos(2 pi u2)                        (Box-Muller, in double)
+   one Philox block per element, so any element, hence any shard at any TP size and stride, is
+   computed on its own: shards are TP-size invariant like Megatron's CPU initialisation (which
+   builds the whole master with torch's CPU generator and cuts it). A 1-D tensor (rows == 1)
+   splits along its only dimension. Invalid sizes write nothing and set mc_last_error().
+
+       float full[32], shard[16];
+       mc_init_normal_shard(full, "decoder.layers.0.mlp.linear_fc1.weight", 8, 4, -1, 1, 0, 1,
+                            0.02f, 1234);    // row 0: -0.034442 0.034814 -0.007775 -0.029111
+       mc_init_normal_shard(shard, "decoder.layers.0.mlp.linear_fc1.weight", 8, 4, 0, 1, 1, 2,
+                            0.02f, 1234);    // TP 2, rank 1: row 0 = global row 4 =
+                                             //   -0.012309 0.016442 -0.027588 0.013217
+       with stride 2 the same rank's row 0 is global row 2: -0.010136 -0.020999 0.032555 0.010440 */
+
+/* Megatron's partition-stride rule (§3.1), shared by initialisation and checkpoint resharding:
+   the index along the partition dim, in the GLOBAL tensor of `global_dim` entries, of local
+   index `local_index` on tp_rank. The dim is cut into TP * stride pieces of
+   global_dim / (TP * stride); rank r holds pieces r, r + TP, r + 2 TP, ... in that order.
+   E.g. global_dim 8, TP 2, stride 2: rank 0 holds {0, 1, 4, 5}. Returns -1 for invalid input
+   (indivisible sizes, a rank or index out of range). */
+MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, int tp_rank,
+                                 int tp_size);
 
 /* @tensor_parallel:declarations end */
 
@@ -6488,6 +6713,823 @@ MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *
 /* @params:implementation end */
 
 /* @tensor_parallel:implementation begin */
+// ---------------------------------------------------------------------------------------------
+// >>tensor_parallel
+
+#include <math.h>
+
+static int mc__tp_size(const mc_comm *tp) { return tp ? tp->size : 1; }
+static int mc__tp_rank(const mc_comm *tp) { return tp ? tp->rank : 0; }
+
+static int mc__tp_check_ops(const char *fn, const mc_ops *ops) {
+    if (!ops) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ops is NULL (pass mc_ops_cpu())", fn);
+    return MC_OK;
+}
+
+/* Megatron's divide(): the last dimension must split evenly over the TP ranks. */
+static int mc__tp_divide(const char *fn, const char *what, long long n, int tp_size) {
+    if (n <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: %s (%lld) must be > 0", fn, what, n);
+    if (n % tp_size != 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: %s (%lld) is not divisible by tensor_model_parallel_size (%d) "
+                        "(Megatron's divide: %lld is not divisible by %d)",
+                        fn, what, n, tp_size, n, tp_size);
+    return MC_OK;
+}
+
+/* The sequence-parallel split: Megatron's assert on the first dimension. */
+static int mc__tp_first_dim(const char *fn, int S, int tp_size) {
+    if (S <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: first dimension (S = %d) must be > 0", fn, S);
+    if (S % tp_size != 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: first dimension of the tensor (S = %d) should be divisible by "
+                        "tensor parallel size (%d)",
+                        fn, S, tp_size);
+    return MC_OK;
+}
+
+static int mc__tp_positive(const char *fn, const char *what, long long n) {
+    if (n <= 0) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: %s (%lld) must be > 0", fn, what, n);
+    return MC_OK;
+}
+
+/* A caller's scratch, or one allocated through the op table for the duration of a call. */
+typedef struct mc__tp_scratch {
+    float *base;
+    int owned;
+} mc__tp_scratch;
+
+static int mc__tp_scratch_get(mc__tp_scratch *s, float *given, size_t n, const char *fn,
+                              const mc_ops *ops) {
+    s->base = given;
+    s->owned = 0;
+    if (given || n == 0) return MC_OK;
+    s->base = (float *)ops->alloc(n * sizeof(float));
+    if (!s->base)
+        return MC__FAIL(MC_ERR_NO_MEMORY, "%s: no memory for %zu floats of scratch", fn, n);
+    s->owned = 1;
+    return MC_OK;
+}
+
+static void mc__tp_scratch_put(mc__tp_scratch *s, const mc_ops *ops) {
+    if (s->owned) ops->free(s->base);
+    s->base = NULL;
+    s->owned = 0;
+}
+
+/* out = inp; nothing to do in place. */
+static void mc__tp_copy(float *out, const float *inp, size_t n, const mc_ops *ops) {
+    if (out != inp) ops->copy(out, inp, n);
+}
+
+// The primitives every mapping is made of. All take the communicator's TP size > 1 as given.
+
+/* out [n] = sum over TP of inp [n] (in place when out == inp). */
+static int mc__tp_all_reduce(float *out, const float *inp, size_t n, mc_comm *tp) {
+    return mc_all_reduce(tp, inp, out, n, MC_F32, MC_SUM);
+}
+
+/* out [N, D/TP] = columns r*D/TP .. of inp [N, D]. */
+static void mc__tp_split_last(float *out, const float *inp, int N, int D, int tp_size,
+                              int tp_rank, const mc_ops *ops) {
+    size_t Dl = (size_t)(D / tp_size), i;
+    for (i = 0; i < (size_t)N; i++) ops->copy(out + i * Dl, inp + i * (size_t)D + tp_rank * Dl, Dl);
+}
+
+/* stacked [TP, N, D/TP] holds the shards of TP ranks one after the other; out [N, D] puts them
+   side by side: out[i, t*D/TP + j] = stacked[t, i, j]. */
+static void mc__tp_rechunk_last(float *out, const float *stacked, int N, int D, int tp_size,
+                                const mc_ops *ops) {
+    size_t Dl = (size_t)(D / tp_size), i;
+    int t;
+    for (t = 0; t < tp_size; t++)
+        for (i = 0; i < (size_t)N; i++)
+            ops->copy(out + i * (size_t)D + t * Dl, stacked + ((size_t)t * N + i) * Dl, Dl);
+}
+
+/* out [N, D] = the [N, D/TP] shards of every rank side by side; scratch [TP, N, D/TP]. */
+static int mc__tp_gather_last(float *out, float *scratch, const float *inp, int N, int D,
+                              mc_comm *tp, const mc_ops *ops) {
+    size_t shard = (size_t)N * (size_t)(D / tp->size);
+    int rc = mc_all_gather(tp, inp, scratch, shard, MC_F32);
+    if (rc != MC_OK) return rc;
+    mc__tp_rechunk_last(out, scratch, N, D, tp->size, ops);
+    return MC_OK;
+}
+
+/* out [N, D/TP] = sum over TP of this rank's columns of inp [N, D]: the column slices are
+   stacked along a new first dim of scratch [TP, N, D/TP], which is then reduce-scattered. */
+static int mc__tp_reduce_scatter_last(float *out, float *scratch, const float *inp, int N, int D,
+                                      mc_comm *tp, const mc_ops *ops) {
+    size_t Dl = (size_t)(D / tp->size), i;
+    int t;
+    for (t = 0; t < tp->size; t++)
+        for (i = 0; i < (size_t)N; i++)
+            ops->copy(scratch + ((size_t)t * N + i) * Dl, inp + i * (size_t)D + t * Dl, Dl);
+    return mc_reduce_scatter(tp, scratch, out, (size_t)N * Dl, MC_F32, MC_SUM);
+}
+
+/* Along the first dim a shard [S/TP, R] is contiguous: split is one copy, gather and
+   reduce-scatter are one collective each. */
+static void mc__tp_split_first(float *out, const float *inp, int S, size_t R, int tp_size,
+                               int tp_rank, const mc_ops *ops) {
+    size_t shard = (size_t)(S / tp_size) * R;
+    ops->copy(out, inp + (size_t)tp_rank * shard, shard);
+}
+
+static int mc__tp_gather_first(float *out, const float *inp, int S, size_t R, mc_comm *tp) {
+    return mc_all_gather(tp, inp, out, (size_t)(S / tp->size) * R, MC_F32);
+}
+
+static int mc__tp_reduce_scatter_first(float *out, const float *inp, int S, size_t R,
+                                       mc_comm *tp) {
+    return mc_reduce_scatter(tp, inp, out, (size_t)(S / tp->size) * R, MC_F32, MC_SUM);
+}
+
+// The mappings (§2): checks, the identity at TP = 1, then one primitive.
+
+static int mc__tp_map_elems(const char *fn, float *out, const float *inp, size_t n, int reduce,
+                            mc_comm *tp, const mc_ops *ops) {
+    int rc = mc__tp_check_ops(fn, ops);
+    if (rc != MC_OK) return rc;
+    if (!reduce || mc__tp_size(tp) == 1) {
+        mc__tp_copy(out, inp, n, ops);
+        return MC_OK;
+    }
+    return mc__tp_all_reduce(out, inp, n, tp);
+}
+
+MC_API int mc_copy_to_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
+                                        const mc_ops *ops) {
+    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", out, inp, n, 0, tp, ops);
+}
+
+MC_API int mc_copy_to_tp_region_backward(float *dinp, const float *dout, size_t n, mc_comm *tp,
+                                         const mc_ops *ops) {
+    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", dinp, dout, n, 1, tp, ops);
+}
+
+MC_API int mc_reduce_from_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
+                                            const mc_ops *ops) {
+    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", out, inp, n, 1, tp, ops);
+}
+
+MC_API int mc_reduce_from_tp_region_backward(float *dinp, const float *dout, size_t n,
+                                             mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", dinp, dout, n, 0, tp,
+                            ops);
+}
+
+/* Last-dim mappings. kind: 0 split, 1 gather, 2 reduce-scatter. */
+static int mc__tp_map_last(const char *fn, int kind, float *out, float *scratch,
+                           const float *inp, int N, int D, mc_comm *tp, const mc_ops *ops) {
+    int tp_size = mc__tp_size(tp), rc;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "rows N", N)) != MC_OK) return rc;
+    if ((rc = mc__tp_divide(fn, "last dimension", D, tp_size)) != MC_OK) return rc;
+    if (tp_size == 1) {
+        mc__tp_copy(out, inp, (size_t)N * (size_t)D, ops);
+        return MC_OK;
+    }
+    if (kind == 0) {
+        mc__tp_split_last(out, inp, N, D, tp_size, tp->rank, ops);
+        return MC_OK;
+    }
+    if ((rc = mc__tp_scratch_get(&s, scratch, (size_t)N * (size_t)D, fn, ops)) != MC_OK)
+        return rc;
+    rc = kind == 1 ? mc__tp_gather_last(out, s.base, inp, N, D, tp, ops)
+                   : mc__tp_reduce_scatter_last(out, s.base, inp, N, D, tp, ops);
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+MC_API int mc_scatter_to_tp_region_forward(float *out, const float *inp, int N, int D,
+                                           mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("scatter_to_tensor_model_parallel_region", 0, out, NULL, inp, N, D,
+                           tp, ops);
+}
+
+MC_API int mc_scatter_to_tp_region_backward(float *dinp, float *scratch, const float *dout,
+                                            int N, int D, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("scatter_to_tensor_model_parallel_region", 1, dinp, scratch, dout, N,
+                           D, tp, ops);
+}
+
+MC_API int mc_gather_from_tp_region_forward(float *out, float *scratch, const float *inp, int N,
+                                            int D, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("gather_from_tensor_model_parallel_region", 1, out, scratch, inp, N,
+                           D, tp, ops);
+}
+
+MC_API int mc_gather_from_tp_region_backward(float *dinp, const float *dout, int N, int D,
+                                             mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("gather_from_tensor_model_parallel_region", 0, dinp, NULL, dout, N, D,
+                           tp, ops);
+}
+
+MC_API int mc_all_gather_last_dim_forward(float *out, float *scratch, const float *inp, int N,
+                                          int D, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("all_gather_last_dim_from_tensor_parallel_region", 1, out, scratch,
+                           inp, N, D, tp, ops);
+}
+
+MC_API int mc_all_gather_last_dim_backward(float *dinp, float *scratch, const float *dout, int N,
+                                           int D, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("all_gather_last_dim_from_tensor_parallel_region", 2, dinp, scratch,
+                           dout, N, D, tp, ops);
+}
+
+MC_API int mc_reduce_scatter_last_dim_forward(float *out, float *scratch, const float *inp,
+                                              int N, int D, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("reduce_scatter_last_dim_to_tensor_parallel_region", 2, out, scratch,
+                           inp, N, D, tp, ops);
+}
+
+MC_API int mc_reduce_scatter_last_dim_backward(float *dinp, float *scratch, const float *dout,
+                                               int N, int D, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("reduce_scatter_last_dim_to_tensor_parallel_region", 1, dinp, scratch,
+                           dout, N, D, tp, ops);
+}
+
+/* First-dim mappings. kind: 0 split, 1 gather, 2 reduce-scatter. */
+static int mc__tp_map_first(const char *fn, int kind, float *out, const float *inp, int S,
+                            size_t R, mc_comm *tp, const mc_ops *ops) {
+    int tp_size = mc__tp_size(tp), rc;
+    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_first_dim(fn, S, tp_size)) != MC_OK) return rc;
+    if (tp_size == 1) {
+        mc__tp_copy(out, inp, (size_t)S * R, ops);
+        return MC_OK;
+    }
+    if (kind == 0) {
+        mc__tp_split_first(out, inp, S, R, tp_size, tp->rank, ops);
+        return MC_OK;
+    }
+    return kind == 1 ? mc__tp_gather_first(out, inp, S, R, tp)
+                     : mc__tp_reduce_scatter_first(out, inp, S, R, tp);
+}
+
+MC_API int mc_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
+                                           mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("scatter_to_sequence_parallel_region", 0, out, inp, S, R, tp, ops);
+}
+
+MC_API int mc_scatter_to_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
+                                            mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("scatter_to_sequence_parallel_region", 1, dinp, dout, S, R, tp, ops);
+}
+
+MC_API int mc_gather_from_sp_region_forward(float *out, const float *inp, int S, size_t R,
+                                            mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("gather_from_sequence_parallel_region", 1, out, inp, S, R, tp, ops);
+}
+
+MC_API int mc_gather_from_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
+                                             int tensor_parallel_output_grad, mc_comm *tp,
+                                             const mc_ops *ops) {
+    return mc__tp_map_first("gather_from_sequence_parallel_region",
+                            tensor_parallel_output_grad ? 2 : 0, dinp, dout, S, R, tp, ops);
+}
+
+MC_API int mc_reduce_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
+                                                  mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 2, out, inp, S, R, tp,
+                            ops);
+}
+
+MC_API int mc_reduce_scatter_to_sp_region_backward(float *dinp, const float *dout, int S,
+                                                   size_t R, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 1, dinp, dout, S, R, tp,
+                            ops);
+}
+
+// Column / Row parallel linear (§3).
+//
+// GEMM shapes, with N = S * B tokens (ops->gemm: C[M,N] = op(A) op(B)):
+//   Y  [N, OUT] = X [N, IN] W^T      W stored [OUT, IN]       gemm(Y, X, W, N, OUT, IN, 0, 1)
+//   dX [N, IN]  = dY [N, OUT] W                               gemm(dX, dY, W, N, IN, OUT, 0, 0)
+//   dW [OUT, IN] += dY^T X                                    gemm(dW, dY, X, OUT, IN, N, 1, 0)
+
+static void mc__tp_linear_fwd(float *y, const float *x, const float *w, int N, int IN, int OUT,
+                              const mc_ops *ops) {
+    ops->gemm(y, x, w, N, OUT, IN, 0, 1, 1.0f, 0.0f);
+}
+
+static void mc__tp_linear_dgrad(float *dx, const float *dy, const float *w, int N, int IN,
+                                int OUT, const mc_ops *ops) {
+    ops->gemm(dx, dy, w, N, IN, OUT, 0, 0, 1.0f, 0.0f);
+}
+
+static void mc__tp_linear_wgrad(float *dw, float *db, const float *dy, const float *x, int N,
+                                int IN, int OUT, const mc_ops *ops) {
+    ops->gemm(dw, dy, x, OUT, IN, N, 1, 0, 1.0f, 1.0f);
+    if (db) ops->bias_backward(db, dy, N, OUT);
+}
+
+/* Common checks of both linear layers; *sp receives whether SP is in effect (TP > 1). */
+static int mc__tp_linear_check(const char *fn, int is_row, int S, int B, int C, int OC,
+                               int flags, mc_comm *tp, const mc_ops *ops, int *sp) {
+    int tp_size = mc__tp_size(tp), rc;
+    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "S", S)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "B", B)) != MC_OK) return rc;
+    if (is_row) {
+        if ((rc = mc__tp_positive(fn, "output_size", OC)) != MC_OK) return rc;
+        if ((rc = mc__tp_divide(fn, "input_size", C, tp_size)) != MC_OK) return rc;
+        if ((flags & MC_TP_SEQUENCE_PARALLEL) && !(flags & MC_TP_INPUT_IS_PARALLEL))
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: flags has MC_TP_SEQUENCE_PARALLEL without "
+                            "MC_TP_INPUT_IS_PARALLEL (Megatron: To enable `sequence_parallel`, "
+                            "`input_is_parallel` must be `True`)",
+                            fn);
+        if (flags & MC_TP_GATHER_OUTPUT)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: MC_TP_GATHER_OUTPUT is a column-parallel option", fn);
+    } else {
+        if ((rc = mc__tp_positive(fn, "input_size", C)) != MC_OK) return rc;
+        if ((rc = mc__tp_divide(fn, "output_size", OC, tp_size)) != MC_OK) return rc;
+        if ((flags & MC_TP_SEQUENCE_PARALLEL) && (flags & MC_TP_GATHER_OUTPUT))
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: MC_TP_GATHER_OUTPUT with MC_TP_SEQUENCE_PARALLEL (Megatron "
+                            "asserts not sequence_parallel when gather_output)",
+                            fn);
+        if (flags & MC_TP_INPUT_IS_PARALLEL)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: MC_TP_INPUT_IS_PARALLEL is a row-parallel option", fn);
+    }
+    *sp = (flags & MC_TP_SEQUENCE_PARALLEL) && tp_size > 1;
+    if (*sp && (rc = mc__tp_first_dim(fn, S, tp_size)) != MC_OK) return rc;
+    return MC_OK;
+}
+
+/* Column scratch, forward:  [S, B, C] gathered input (SP) | [N, OC/TP] local output and
+   [TP, N, OC/TP] gather buffer (gather_output). Backward: [N, OC/TP] split dY
+   (gather_output) | [S, B, C] re-gathered input and [S, B, C] full dX (SP). */
+MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
+                                                int tp_size) {
+    size_t N = (size_t)S * (size_t)B, fwd = 0, bwd = 0;
+    int sp = (flags & MC_TP_SEQUENCE_PARALLEL) && tp_size > 1;
+    int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
+    if (S <= 0 || B <= 0 || C <= 0 || OC <= 0 || tp_size <= 0) return 0;
+    if (sp) {
+        fwd += N * (size_t)C;
+        bwd += 2 * N * (size_t)C;
+    }
+    if (gather) {
+        fwd += N * (size_t)(OC / tp_size) + N * (size_t)OC;
+        bwd += N * (size_t)(OC / tp_size);
+    }
+    return fwd > bwd ? fwd : bwd;
+}
+
+MC_API int mc_column_parallel_linear_forward(float *out, float *scratch, const float *inp,
+                                             const float *weight, const float *bias, int S, int B,
+                                             int C, int OC, int flags, mc_comm *tp,
+                                             const mc_ops *ops) {
+    static const char fn[] = "column_parallel_linear_forward";
+    int sp, rc, tp_size = mc__tp_size(tp);
+    int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
+    int N = S * B, OCl;
+    const float *x = inp;
+    float *y = out, *next;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
+    OCl = OC / tp_size;
+    if ((rc = mc__tp_scratch_get(&s, scratch,
+                                 mc_column_parallel_linear_scratch(S, B, C, OC, flags, tp_size),
+                                 fn, ops)) != MC_OK)
+        return rc;
+    next = s.base;
+    if (sp) {   /* [S/TP, B, C] -> [S, B, C]: every rank multiplies the whole sequence */
+        if ((rc = mc__tp_gather_first(next, inp, S, (size_t)B * C, tp)) != MC_OK) goto done;
+        x = next;
+        next += (size_t)N * C;
+    }
+    if (gather) {   /* the local [N, OC/TP] first, then [TP, N, OC/TP] -> out [N, OC] */
+        y = next;
+        next += (size_t)N * OCl;
+    }
+    mc__tp_linear_fwd(y, x, weight, N, C, OCl, ops);
+    if (bias && !(flags & MC_TP_SKIP_BIAS_ADD)) ops->add_bias(y, bias, N, OCl);
+    if (gather) rc = mc__tp_gather_last(out, next, y, N, OC, tp, ops);
+done:
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+MC_API int mc_column_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
+                                              float *scratch, const float *dout,
+                                              const float *inp, const float *weight, int S, int B,
+                                              int C, int OC, int flags, mc_comm *tp,
+                                              const mc_ops *ops) {
+    static const char fn[] = "column_parallel_linear_backward";
+    int sp, rc, tp_size = mc__tp_size(tp);
+    int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
+    int N = S * B, OCl;
+    const float *dy = dout;
+    float *next, *db = (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : dbias;
+    mc_request *req = NULL;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
+    OCl = OC / tp_size;
+    if ((rc = mc__tp_scratch_get(&s, scratch,
+                                 mc_column_parallel_linear_scratch(S, B, C, OC, flags, tp_size),
+                                 fn, ops)) != MC_OK)
+        return rc;
+    next = s.base;
+    if (gather) {   /* the gather's backward: keep this rank's columns of dY [N, OC] */
+        mc__tp_split_last(next, dout, N, OC, tp_size, tp->rank, ops);
+        dy = next;
+        next += (size_t)N * OCl;
+    }
+    if (sp) {
+        /* The forward did not keep the gathered input: gather it again while dX = dY A runs,
+           then reduce-scatter dX along S while dA = dY^T X runs. */
+        float *x_full = next, *dx_full = next + (size_t)N * C;
+        rc = mc_all_gather_async(tp, inp, x_full, (size_t)(S / tp_size) * B * C, MC_F32, &req);
+        if (rc != MC_OK) goto done;
+        mc__tp_linear_dgrad(dx_full, dy, weight, N, C, OCl, ops);
+        if ((rc = mc_wait(req)) != MC_OK) goto done;
+        rc = mc_reduce_scatter_async(tp, dx_full, dinp, (size_t)(S / tp_size) * B * C, MC_F32,
+                                     MC_SUM, &req);
+        if (rc != MC_OK) goto done;
+        mc__tp_linear_wgrad(dweight, db, dy, x_full, N, C, OCl, ops);
+        rc = mc_wait(req);
+        goto done;
+    }
+    mc__tp_linear_dgrad(dinp, dy, weight, N, C, OCl, ops);
+    if (tp_size > 1) {
+        /* Every rank holds a partial dX (its OC/TP outputs' share): sum it over TP while the
+           weight gradient is computed, the overlap Megatron's allreduce_dgrad exists for. */
+        rc = mc_all_reduce_async(tp, dinp, dinp, (size_t)N * C, MC_F32, MC_SUM, &req);
+        if (rc != MC_OK) goto done;
+    }
+    mc__tp_linear_wgrad(dweight, db, dy, inp, N, C, OCl, ops);
+    if (req) rc = mc_wait(req);
+done:
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+/* Row scratch, forward: [N, C/TP] split input (input not parallel) | [S, B, OC] partial output
+   before the reduce-scatter (SP). Backward: [S, B, OC] gathered dY (SP) | [N, C/TP] split
+   input, [N, C/TP] local dX and [TP, N, C/TP] gather buffer (input not parallel). */
+MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
+                                             int tp_size) {
+    size_t N = (size_t)S * (size_t)B, fwd = 0, bwd = 0;
+    int sp = (flags & MC_TP_SEQUENCE_PARALLEL) && tp_size > 1;
+    int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
+    if (S <= 0 || B <= 0 || C <= 0 || OC <= 0 || tp_size <= 0) return 0;
+    if (split) {
+        fwd += N * (size_t)(C / tp_size);
+        bwd += 2 * N * (size_t)(C / tp_size) + N * (size_t)C;
+    }
+    if (sp) {
+        fwd += N * (size_t)OC;
+        bwd += N * (size_t)OC;
+    }
+    return fwd > bwd ? fwd : bwd;
+}
+
+MC_API int mc_row_parallel_linear_forward(float *out, float *scratch, const float *inp,
+                                          const float *weight, const float *bias, int S, int B,
+                                          int C, int OC, int flags, mc_comm *tp,
+                                          const mc_ops *ops) {
+    static const char fn[] = "row_parallel_linear_forward";
+    int sp, rc, tp_size = mc__tp_size(tp);
+    int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
+    int N = S * B, Cl, rows;
+    const float *x = inp;
+    float *next;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
+    Cl = C / tp_size;
+    if ((rc = mc__tp_scratch_get(&s, scratch,
+                                 mc_row_parallel_linear_scratch(S, B, C, OC, flags, tp_size), fn,
+                                 ops)) != MC_OK)
+        return rc;
+    next = s.base;
+    if (split) {   /* scatter_to_tensor_model_parallel_region: keep this rank's C/TP columns */
+        mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, ops);
+        x = next;
+        next += (size_t)N * Cl;
+    }
+    if (sp) {   /* partial [S, B, OC] -> summed [S/TP, B, OC] */
+        mc__tp_linear_fwd(next, x, weight, N, Cl, OC, ops);
+        rc = mc__tp_reduce_scatter_first(out, next, S, (size_t)B * OC, tp);
+        rows = N / tp_size;
+    } else {   /* partial [S, B, OC] -> summed in place */
+        mc__tp_linear_fwd(out, x, weight, N, Cl, OC, ops);
+        rc = tp_size > 1 ? mc__tp_all_reduce(out, out, (size_t)N * OC, tp) : MC_OK;
+        rows = N;
+    }
+    /* After the reduction, so that the replicated bias is counted once, not TP times. */
+    if (rc == MC_OK && bias && !(flags & MC_TP_SKIP_BIAS_ADD)) ops->add_bias(out, bias, rows, OC);
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+MC_API int mc_row_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
+                                           float *scratch, const float *dout, const float *inp,
+                                           const float *weight, int S, int B, int C, int OC,
+                                           int flags, mc_comm *tp, const mc_ops *ops) {
+    static const char fn[] = "row_parallel_linear_backward";
+    int sp, rc, tp_size = mc__tp_size(tp);
+    int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
+    int N = S * B, Cl;
+    const float *x = inp, *dy = dout;
+    float *next, *dx = dinp;
+    mc_request *req = NULL;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
+    Cl = C / tp_size;
+    if ((rc = mc__tp_scratch_get(&s, scratch,
+                                 mc_row_parallel_linear_scratch(S, B, C, OC, flags, tp_size), fn,
+                                 ops)) != MC_OK)
+        return rc;
+    next = s.base;
+    /* The bias was added to this rank's rows of the output: its gradient is the sum of those
+       rows of dY (under SP a partial sum, completed by the TP all-reduce in finalize). */
+    if (dbias && !(flags & MC_TP_SKIP_BIAS_ADD))
+        ops->bias_backward(dbias, dout, sp ? N / tp_size : N, OC);
+    if (sp) {   /* the reduce-scatter's backward: all-gather dY along S */
+        if ((rc = mc__tp_gather_first(next, dout, S, (size_t)B * OC, tp)) != MC_OK) goto done;
+        dy = next;
+        next += (size_t)N * OC;
+    }
+    if (split) {   /* the forward's split input (recomputed) and a local dX to gather later */
+        mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, ops);
+        x = next;
+        dx = next + (size_t)N * Cl;
+        next += 2 * (size_t)N * Cl;
+    }
+    mc__tp_linear_dgrad(dx, dy, weight, N, Cl, OC, ops);
+    if (split) {   /* the split's backward: all-gather dX [N, C/TP] while dA runs */
+        rc = mc_all_gather_async(tp, dx, next, (size_t)N * Cl, MC_F32, &req);
+        if (rc != MC_OK) goto done;
+    }
+    mc__tp_linear_wgrad(dweight, NULL, dy, x, N, Cl, OC, ops);
+    if (split) {
+        if ((rc = mc_wait(req)) != MC_OK) goto done;
+        mc__tp_rechunk_last(dinp, next, N, C, tp_size, ops);
+    }
+done:
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+// Vocab-parallel embedding and cross entropy (§4, §5).
+
+MC_API int mc_vocab_range(int V, int tp_rank, int tp_size, int *start, int *end) {
+    static const char fn[] = "vocab_range";
+    int rc;
+    if (tp_size <= 0 || tp_rank < 0 || tp_rank >= tp_size)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: tp_rank (%d) is not in [0, tp_size = %d)", fn,
+                        tp_rank, tp_size);
+    if ((rc = mc__tp_divide(fn, "vocabulary size", V, tp_size)) != MC_OK) return rc;
+    if (start) *start = tp_rank * (V / tp_size);
+    if (end) *end = (tp_rank + 1) * (V / tp_size);
+    return MC_OK;
+}
+
+/* ids / targets must index the vocabulary; checked where the host can read them. */
+static int mc__tp_check_ids(const char *fn, const char *what, const int *ids, int N, int V,
+                            const mc_ops *ops) {
+    int i;
+    if (ops->device != MC_DEVICE_CPU) return MC_OK;
+    for (i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: %s[%d] = %d is outside the vocabulary [0, %d)", fn, what, i,
+                            ids[i], V);
+    return MC_OK;
+}
+
+static int mc__tp_embedding_check(const char *fn, const int *ids, int N, int C, int V,
+                                  mc_comm *tp, const mc_ops *ops, int *start, int *end) {
+    int rc;
+    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "tokens N", N)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "embedding_dim C", C)) != MC_OK) return rc;
+    if ((rc = mc__tp_divide(fn, "num_embeddings (padded vocabulary)", V, mc__tp_size(tp))) !=
+        MC_OK)
+        return rc;
+    if ((rc = mc__tp_check_ids(fn, "ids", ids, N, V, ops)) != MC_OK) return rc;
+    return mc_vocab_range(V, mc__tp_rank(tp), mc__tp_size(tp), start, end);
+}
+
+MC_API int mc_vocab_parallel_embedding_forward(float *out, const int *ids, const float *table,
+                                               int N, int C, int V, mc_comm *tp,
+                                               const mc_ops *ops) {
+    static const char fn[] = "vocab_parallel_embedding_forward";
+    int start, end, rc;
+    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, tp, ops, &start, &end)) != MC_OK)
+        return rc;
+    /* Ids outside [start, end) give zero rows, so the sum over TP is the full lookup. */
+    ops->embedding_forward(out, ids, table, N, C, start, end);
+    if (mc__tp_size(tp) == 1) return MC_OK;
+    return mc__tp_all_reduce(out, out, (size_t)N * C, tp);
+}
+
+MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const float *dout, const int *ids,
+                                                int N, int C, int V, mc_comm *tp,
+                                                const mc_ops *ops) {
+    static const char fn[] = "vocab_parallel_embedding_backward";
+    int start, end, rc;
+    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, tp, ops, &start, &end)) != MC_OK)
+        return rc;
+    ops->embedding_backward(dtable, dout, ids, N, C, start, end);
+    return MC_OK;
+}
+
+MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
+                                                      int tp_size) {
+    if (N <= 0 || V <= 0 || tp_size <= 0) return 0;
+    /* target logits [N]; with smoothing also [sum_exp | sum of logits] [2N] */
+    return label_smoothing > 0.0f ? 3 * (size_t)N : (size_t)N;
+}
+
+static int mc__tp_ce_check(const char *fn, const int *targets, int N, int V,
+                           float label_smoothing, mc_comm *tp, const mc_ops *ops) {
+    int rc;
+    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "tokens N", N)) != MC_OK) return rc;
+    if ((rc = mc__tp_divide(fn, "vocabulary size V", V, mc__tp_size(tp))) != MC_OK) return rc;
+    if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: label_smoothing (%g) must be in [0, 1)", fn,
+                        (double)label_smoothing);
+    if (label_smoothing > 0.0f && V < 2)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: label smoothing needs a vocabulary of at least 2 (V = %d)", fn, V);
+    return mc__tp_check_ids(fn, "targets", targets, N, V, ops);
+}
+
+/* Megatron's label_smoothing a as the weight s of the uniform part: the target gets 1 - a and
+   each of the K - 1 others a / (K - 1), i.e. (1 - s) onehot + s / K with s = a K / (K - 1). */
+static float mc__tp_smoothing_s(float label_smoothing, int K) {
+    if (label_smoothing <= 0.0f) return 0.0f;
+    return (float)((double)label_smoothing * K / (K - 1.0));
+}
+
+/* The per-token loss from the reduced pieces (host arithmetic, in double):
+     nll  = log(sum_exp) + max - target_logit
+     loss = (1 - s) nll - s (logit_sum / K - max - log(sum_exp)),  s = a K / (K - 1).
+   logit_sum is NULL without smoothing. */
+static void mc__tp_ce_losses(float *losses, const float *max, const float *sum_exp,
+                             const float *target_logit, const float *logit_sum, int N, int K,
+                             float label_smoothing) {
+    double s = mc__tp_smoothing_s(label_smoothing, K);
+    int i;
+    for (i = 0; i < N; i++) {
+        double log_z = log((double)sum_exp[i]) + (double)max[i];   /* log sum_j exp(logit_j) */
+        double nll = log_z - (double)target_logit[i];
+        double loss = nll;
+        if (logit_sum) loss = (1.0 - s) * nll - s * ((double)logit_sum[i] / K - log_z);
+        losses[i] = (float)loss;
+    }
+}
+
+MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, float *max, float *sum_exp,
+                                                   float *scratch, const float *logits,
+                                                   const int *targets, int N, int V,
+                                                   float label_smoothing, mc_comm *tp,
+                                                   const mc_ops *ops) {
+    static const char fn[] = "vocab_parallel_cross_entropy_forward";
+    int tp_size = mc__tp_size(tp), rc, Vl, start;
+    int smoothing = label_smoothing > 0.0f;
+    float *target_logit, *packed = NULL;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, tp, ops)) != MC_OK) return rc;
+    if (ops->device != MC_DEVICE_CPU)
+        return MC__FAIL(MC_ERR_UNSUPPORTED,
+                        "%s: the per-token loss is combined on the host; the '%s' op table has "
+                        "no loss-combination op yet",
+                        fn, ops->name ? ops->name : "?");
+    Vl = V / tp_size;
+    start = mc__tp_rank(tp) * Vl;
+    if ((rc = mc__tp_scratch_get(
+             &s, scratch, mc_vocab_parallel_cross_entropy_scratch(N, V, label_smoothing, tp_size),
+             fn, ops)) != MC_OK)
+        return rc;
+    target_logit = s.base;
+
+    /* 1. The global row maximum, so that no rank's exp overflows. */
+    ops->row_max(max, logits, N, Vl);
+    if (tp_size > 1 && (rc = mc_all_reduce(tp, max, max, (size_t)N, MC_F32, MC_MAX)) != MC_OK)
+        goto done;
+    /* 2. The target logit: only its owner contributes, the others add 0. */
+    ops->target_logit(target_logit, logits, targets, N, Vl, start);
+    if (tp_size > 1 && (rc = mc__tp_all_reduce(target_logit, target_logit, (size_t)N, tp)) != MC_OK)
+        goto done;
+    /* 3. The sum of exp(logit - max); with smoothing the row sums of the logits ride along
+          ([sum_exp | logit_sum], one all-reduce of 2N). */
+    if (smoothing) {
+        packed = target_logit + N;
+        ops->sum_exp(packed, logits, max, N, Vl);
+        ops->row_sum(packed + N, logits, N, Vl);
+        if (tp_size > 1 && (rc = mc__tp_all_reduce(packed, packed, 2 * (size_t)N, tp)) != MC_OK)
+            goto done;
+        ops->copy(sum_exp, packed, (size_t)N);
+    } else {
+        ops->sum_exp(sum_exp, logits, max, N, Vl);
+        if (tp_size > 1 && (rc = mc__tp_all_reduce(sum_exp, sum_exp, (size_t)N, tp)) != MC_OK)
+            goto done;
+    }
+    mc__tp_ce_losses(losses, max, sum_exp, target_logit, smoothing ? packed + N : NULL, N, V,
+                     label_smoothing);
+done:
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+MC_API int mc_vocab_parallel_cross_entropy_backward(float *dlogits, const float *dlosses,
+                                                    const float *logits, const float *max,
+                                                    const float *sum_exp, const int *targets,
+                                                    int N, int V, float label_smoothing,
+                                                    mc_comm *tp, const mc_ops *ops) {
+    static const char fn[] = "vocab_parallel_cross_entropy_backward";
+    int rc, Vl;
+    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, tp, ops)) != MC_OK) return rc;
+    Vl = V / mc__tp_size(tp);
+    ops->cross_entropy_backward(dlogits, logits, max, sum_exp, targets, dlosses, N, Vl,
+                                mc__tp_rank(tp) * Vl, mc__tp_smoothing_s(label_smoothing, V), V);
+    return MC_OK;
+}
+
+// CPU initialisation (§3.1): every element of the global master comes from its own index, so
+// any shard at any TP size is computed without the others.
+
+MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, int tp_rank,
+                                 int tp_size) {
+    int per_rank, piece;
+    if (tp_size <= 0 || stride <= 0 || tp_rank < 0 || tp_rank >= tp_size || global_dim <= 0)
+        return -1;
+    if (global_dim % tp_size != 0 || (global_dim / tp_size) % stride != 0) return -1;
+    per_rank = global_dim / tp_size;
+    if (local_index < 0 || local_index >= per_rank) return -1;
+    piece = per_rank / stride;
+    /* my k-th piece is global piece k * TP + r */
+    return ((local_index / piece) * tp_size + tp_rank) * piece + local_index % piece;
+}
+
+/* The Philox key of a parameter: FNV-1a over the name's bytes, then over the seed's 8
+   little-endian bytes, so two parameters (or two seeds) get unrelated streams. */
+static uint64_t mc__init_key(const char *name, uint64_t seed) {
+    uint64_t h = mc__fnv_bytes(MC__FNV_OFFSET, name, strlen(name));
+    return mc__fnv_int(h, seed);
+}
+
+/* normal(0, 1) of global element g: Box-Muller on lanes 0 and 1 of the Philox block at
+   counter g (32-bit uniforms; u1 in (0, 1] keeps the log finite). Lanes 2 and 3 are unused, so
+   every element needs only its own index. */
+static double mc__init_normal_at(uint64_t key, uint64_t g) {
+    uint32_t block[4];
+    double u1, u2;
+    mc__rng_block(key, g, block);
+    u1 = ((double)block[0] + 1.0) * (1.0 / 4294967296.0);
+    u2 = (double)block[1] * (1.0 / 4294967296.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int cols,
+                                 int partition_dim, int stride, int tp_rank, int tp_size,
+                                 float std, uint64_t seed) {
+    static const char fn[] = "init_normal_shard";
+    int split_rows, split_cols, lr, lc, i, j;
+    uint64_t key;
+    if (!local || !name || rows <= 0 || cols <= 0 || partition_dim < -1 || partition_dim > 1) {
+        MC__FAIL(MC_ERR_INVALID_ARG,
+                 "%s: invalid arguments (name %s, shape [%d, %d], partition_dim %d); nothing "
+                 "written",
+                 fn, name ? name : "NULL", rows, cols, partition_dim);
+        return;
+    }
+    /* A 1-D tensor (rows == 1) splits along its only dimension. */
+    split_rows = partition_dim == 0 && rows > 1;
+    split_cols = partition_dim == 1 || (partition_dim == 0 && rows == 1);
+    lr = split_rows ? rows / (tp_size > 0 ? tp_size : 1) : rows;
+    lc = split_cols ? cols / (tp_size > 0 ? tp_size : 1) : cols;
+    if (partition_dim >= 0 && mc_shard_global_index(0, split_rows ? rows : cols, stride, tp_rank,
+                                                    tp_size) < 0) {
+        MC__FAIL(MC_ERR_INVALID_ARG,
+                 "%s: %s [%d, %d]: partition dim size %d does not split into tp_size (%d) x "
+                 "stride (%d) pieces for tp_rank %d; nothing written",
+                 fn, name, rows, cols, split_rows ? rows : cols, tp_size, stride, tp_rank);
+        return;
+    }
+    key = mc__init_key(name, seed);
+    for (i = 0; i < lr; i++) {
+        int gi = split_rows ? mc_shard_global_index(i, rows, stride, tp_rank, tp_size) : i;
+        for (j = 0; j < lc; j++) {
+            int gj = split_cols ? mc_shard_global_index(j, cols, stride, tp_rank, tp_size) : j;
+            double z = mc__init_normal_at(key, (uint64_t)gi * (uint64_t)cols + (uint64_t)gj);
+            local[(size_t)i * lc + j] = (float)((double)std * z);
+        }
+    }
+}
 
 /* @tensor_parallel:implementation end */
 
