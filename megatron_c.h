@@ -7610,7 +7610,7 @@ struct mc__gpt_impl {
     float *d_fc_a, *d_fc_b;      /* (N, Fl) */
     float *d_logits;             /* (N, Vl) */
     float *d_loss;               /* (N) */
-    float *ce_tmp;               /* (N) target logits */
+    float *tp_scratch;           /* scratch of the tensor-parallel layers (their _scratch()) */
     int *pos_ids;                /* (N) position of each token: s */
 };
 
@@ -7668,141 +7668,64 @@ static mc_comm *mc__gpt_tp_comm(const mc_gpt *g) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// TP glue: the column / row linear layers, the vocab-parallel embedding and cross entropy as
-// the layer code calls them, with their communication explicit.
+// TP glue: the model's calls into the tensor-parallel layers (>>tensor_parallel), which hold
+// the communication; sizes here are the model's local ones.
 
-/* all-gather along the sequence: full (N, C) <- local (Ns, C) of every TP rank, rank order */
-static int mc__gpt_sp_gather(mc_gpt *g, float *full, const float *local, int C) {
-    mc_comm *tp = mc__gpt_tp_comm(g);
-    if (!tp) {
-        g->ops->copy(full, local, (size_t)g->N * (size_t)C);
-        return MC_OK;
-    }
-    return mc_all_gather(tp, local, full, (size_t)g->Ns * (size_t)C, MC_F32);
+static int mc__gpt_tp_flags(const mc_gpt *g) {
+    return g->sequence_parallel ? MC_TP_SEQUENCE_PARALLEL : 0;
 }
 
-/* reduce-scatter along the sequence: local (Ns, C) <- sum over TP of full (N, C), own rows */
-static int mc__gpt_sp_reduce_scatter(mc_gpt *g, float *local, const float *full, int C) {
-    mc_comm *tp = mc__gpt_tp_comm(g);
-    if (!tp) {
-        g->ops->copy(local, full, (size_t)g->N * (size_t)C);
-        return MC_OK;
-    }
-    return mc_reduce_scatter(tp, full, local, (size_t)g->Ns * (size_t)C, MC_F32, MC_SUM);
-}
-
-static int mc__gpt_tp_all_reduce(mc_gpt *g, float *buf, size_t n, mc_reduce_op op) {
-    mc_comm *tp = mc__gpt_tp_comm(g);
-    return tp ? mc_all_reduce(tp, buf, buf, n, MC_F32, op) : MC_OK;
-}
-
-/* ColumnParallelLinear forward: out (N, O) = X W^T + b with X (N, K) the input, gathered along
-   the sequence first under SP (in is then (Ns, K)). W (O, K) and b (O) are this rank's rows. */
+/* ColumnParallelLinear: out (N, O) = X W^T + b with W (O, K) this rank's rows; X (Ns, K) is
+   gathered along the sequence inside under SP. */
 static int mc__gpt_column_forward(mc_gpt *g, float *out, const float *in, const float *w,
                                   const float *b, int O, int K) {
-    const float *x = in;
-    int rc;
-    if (g->sequence_parallel) {
-        if ((rc = mc__gpt_sp_gather(g, g->impl->full_a, in, K)) != MC_OK) return rc;
-        x = g->impl->full_a;
-    }
-    g->ops->gemm(out, x, w, g->N, O, K, 0, 1, 1.0f, 0.0f);
-    if (b) g->ops->add_bias(out, b, g->N, O);
-    return MC_OK;
+    return mc_column_parallel_linear_forward(out, g->impl->tp_scratch, in, w, b, g->S, g->B, K,
+                                             O * g->tp, mc__gpt_tp_flags(g), mc__gpt_tp_comm(g),
+                                             g->ops);
 }
 
-/* ColumnParallelLinear backward. din = (overwrite): (N, K) all-reduced over TP without SP,
-   (Ns, K) reduce-scattered along the sequence with SP. dW += dY^T X, db += column sums of dY.
-   The dX reduction is started before the weight-gradient GEMM and waited after it (they
-   overlap, as in Megatron). Under SP the input is gathered again: it was not kept. */
+/* din (Ns, K) (=), dW += dY^T X, db += column sums of dY */
 static int mc__gpt_column_backward(mc_gpt *g, float *din, float *dw, float *db,
                                    const float *dout, const float *in, const float *w, int O,
                                    int K) {
-    struct mc__gpt_impl *im = g->impl;
-    mc_comm *tp = mc__gpt_tp_comm(g);
-    mc_request *req = NULL;
-    const float *x = in;
-    int rc;
-    if (g->sequence_parallel) {
-        /* dX (N, K) into full_b, reduce-scatter into din after the wgrad GEMM */
-        g->ops->gemm(im->full_b, dout, w, g->N, K, O, 0, 0, 1.0f, 0.0f);
-        if ((rc = mc__gpt_sp_gather(g, im->full_a, in, K)) != MC_OK) return rc;
-        x = im->full_a;
-        if (tp && (rc = mc_reduce_scatter_async(tp, im->full_b, din, (size_t)g->Ns * (size_t)K,
-                                                MC_F32, MC_SUM, &req)) != MC_OK)
-            return rc;
-        if (!tp) g->ops->copy(din, im->full_b, (size_t)g->N * (size_t)K);
-    } else {
-        g->ops->gemm(din, dout, w, g->N, K, O, 0, 0, 1.0f, 0.0f);
-        if (tp && (rc = mc_all_reduce_async(tp, din, din, (size_t)g->N * (size_t)K, MC_F32,
-                                            MC_SUM, &req)) != MC_OK)
-            return rc;
-    }
-    g->ops->gemm(dw, dout, x, O, K, g->N, 1, 0, 1.0f, 1.0f);
-    if (db) g->ops->bias_backward(db, dout, g->N, O);
-    return req ? mc_wait(req) : MC_OK;
+    return mc_column_parallel_linear_backward(din, dw, db, g->impl->tp_scratch, dout, in, w,
+                                              g->S, g->B, K, O * g->tp, mc__gpt_tp_flags(g),
+                                              mc__gpt_tp_comm(g), g->ops);
 }
 
-/* RowParallelLinear forward (input_is_parallel): partial (N, O) = X W^T with X (N, K) this
-   rank's slice of the input features; summed over TP by an all-reduce into out (N, O), or by
-   a reduce-scatter along the sequence into out (Ns, O) under SP; then the full bias, once. */
+/* RowParallelLinear with input_is_parallel: out (Ns, O) = sum over TP of X W^T, then the bias
+   once; X (N, K) is this rank's slice of the input features, W (O, K). */
 static int mc__gpt_row_forward(mc_gpt *g, float *out, const float *in, const float *w,
                                const float *b, int O, int K) {
-    int rc;
-    if (g->sequence_parallel) {
-        g->ops->gemm(g->impl->full_a, in, w, g->N, O, K, 0, 1, 1.0f, 0.0f);
-        if ((rc = mc__gpt_sp_reduce_scatter(g, out, g->impl->full_a, O)) != MC_OK) return rc;
-    } else {
-        g->ops->gemm(out, in, w, g->N, O, K, 0, 1, 1.0f, 0.0f);
-        if ((rc = mc__gpt_tp_all_reduce(g, out, (size_t)g->N * (size_t)O, MC_SUM)) != MC_OK)
-            return rc;
-    }
-    if (b) g->ops->add_bias(out, b, g->Ns, O);
-    return MC_OK;
+    return mc_row_parallel_linear_forward(out, g->impl->tp_scratch, in, w, b, g->S, g->B,
+                                          K * g->tp, O,
+                                          mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL,
+                                          mc__gpt_tp_comm(g), g->ops);
 }
 
-/* RowParallelLinear backward. dout is (Ns, O) (all-gathered along the sequence first under
-   SP) or (N, O). din (N, K) = dY W (overwrite), dW += dY^T X, db += column sums of the LOCAL
-   dout (a partial sum under SP, completed by finalize's TP all-reduce). */
+/* din (N, K) (=), dW +=, db += column sums of the local dout (partial under SP: finalize sums
+   the sequence_parallel-tagged bias over TP) */
 static int mc__gpt_row_backward(mc_gpt *g, float *din, float *dw, float *db, const float *dout,
                                 const float *in, const float *w, int O, int K) {
-    const float *dy = dout;
-    int rc;
-    if (db) g->ops->bias_backward(db, dout, g->Ns, O);
-    if (g->sequence_parallel) {
-        if ((rc = mc__gpt_sp_gather(g, g->impl->full_b, dout, O)) != MC_OK) return rc;
-        dy = g->impl->full_b;
-    }
-    g->ops->gemm(din, dy, w, g->N, K, O, 0, 0, 1.0f, 0.0f);
-    g->ops->gemm(dw, dy, in, O, K, g->N, 1, 0, 1.0f, 1.0f);
-    return MC_OK;
+    return mc_row_parallel_linear_backward(din, dw, db, g->impl->tp_scratch, dout, in, w, g->S,
+                                           g->B, K * g->tp, O,
+                                           mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL,
+                                           mc__gpt_tp_comm(g), g->ops);
 }
 
-/* VocabParallelEmbedding forward: out (N, H) = rows of this rank's vocab range, zero
-   elsewhere, summed over TP (every token's row lives on exactly one rank). */
-static int mc__gpt_vocab_embedding_forward(mc_gpt *g, float *out, const int *ids,
-                                           const float *table) {
-    g->ops->embedding_forward(out, ids, table, g->N, g->H, g->vocab_start,
-                              g->vocab_start + g->vocab_local);
-    return mc__gpt_tp_all_reduce(g, out, (size_t)g->N * (size_t)g->H, MC_SUM);
-}
-
-/* Vocab-parallel cross entropy forward (§5): three TP all-reduces (MAX of the row maxima,
-   SUM of the target logits, SUM of the exponentials); the full logits are never gathered.
-   losses (N) = log(sum exp(l - max)) + max - l[target]. */
-static int mc__gpt_vocab_ce_forward(mc_gpt *g, float *losses, float *row_max, float *sum_exp,
-                                    const float *logits, const int *targets) {
-    float *target = g->impl->ce_tmp;
-    int n, rc;
-    g->ops->row_max(row_max, logits, g->N, g->vocab_local);
-    if ((rc = mc__gpt_tp_all_reduce(g, row_max, (size_t)g->N, MC_MAX)) != MC_OK) return rc;
-    g->ops->target_logit(target, logits, targets, g->N, g->vocab_local, g->vocab_start);
-    if ((rc = mc__gpt_tp_all_reduce(g, target, (size_t)g->N, MC_SUM)) != MC_OK) return rc;
-    g->ops->sum_exp(sum_exp, logits, row_max, g->N, g->vocab_local);
-    if ((rc = mc__gpt_tp_all_reduce(g, sum_exp, (size_t)g->N, MC_SUM)) != MC_OK) return rc;
-    for (n = 0; n < g->N; n++)
-        losses[n] = (float)(log((double)sum_exp[n]) + (double)row_max[n] - (double)target[n]);
-    return MC_OK;
+/* Floats of scratch the TP calls above need, the largest over the model's layers. */
+static size_t mc__gpt_tp_scratch_floats(const mc_gpt *g) {
+    int f = mc__gpt_tp_flags(g), fr = f | MC_TP_INPUT_IS_PARALLEL;
+    size_t need = 0, n;
+#define MC__GPT_NEED(x) n = (x); if (n > need) need = n
+    MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, 3 * g->Q, f, g->tp));
+    MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, g->F, f, g->tp));
+    MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, g->vocab_padded, f, g->tp));
+    MC__GPT_NEED(mc_row_parallel_linear_scratch(g->S, g->B, g->Q, g->H, fr, g->tp));
+    MC__GPT_NEED(mc_row_parallel_linear_scratch(g->S, g->B, g->F, g->H, fr, g->tp));
+    MC__GPT_NEED(mc_vocab_parallel_cross_entropy_scratch(g->N, g->vocab_padded, 0.0f, g->tp));
+#undef MC__GPT_NEED
+    return need;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -8105,26 +8028,32 @@ static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const fl
 static float *mc__gpt_p(const mc_gpt *g, int idx) { return g->params + g->table.info[idx].offset; }
 static float *mc__gpt_g(const mc_gpt *g, int idx) { return g->grads + g->table.info[idx].offset; }
 
-/* word (vocab-parallel) + learned position embedding -> (SP: keep this rank's sequence
-   piece) -> embedding dropout -> res[0] (Ns, H) */
+/* word (vocab-parallel, all-reduced over TP) + learned position embedding -> (SP: scatter to
+   this rank's sequence piece) -> embedding dropout -> res[0] (Ns, H). Megatron reduce-scatters
+   the word lookup straight to SP only without learned positions; here they are added first. */
 static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
     struct mc__gpt_impl *im = g->impl;
     size_t n = (size_t)g->Ns * (size_t)g->H;
-    float *full = im->full_b;    /* (N, H) */
+    float *emb = im->full_b;    /* (N, H) */
     int rc;
-    if ((rc = mc__gpt_vocab_embedding_forward(g, full, a->tokens, mc__gpt_p(g, im->word[0])))
-        != MC_OK)
+    if ((rc = mc_vocab_parallel_embedding_forward(emb, a->tokens, mc__gpt_p(g, im->word[0]), g->N,
+                                                  g->H, g->vocab_padded, mc__gpt_tp_comm(g),
+                                                  g->ops)) != MC_OK)
         return rc;
     g->ops->embedding_forward(im->full_a, im->pos_ids, mc__gpt_p(g, im->pos[0]), g->N, g->H, 0,
                               g->config.max_position_embeddings);
-    g->ops->axpy(full, 1.0f, im->full_a, (size_t)g->N * (size_t)g->H);
-    /* scatter_to_sequence_parallel_region: the sequence rows of this TP rank */
-    if (g->sequence_parallel) full += (size_t)g->tp_rank * n;
+    g->ops->axpy(emb, 1.0f, im->full_a, (size_t)g->N * (size_t)g->H);
+    if (g->sequence_parallel) {
+        if ((rc = mc_scatter_to_sp_region_forward(im->tmp_a, emb, g->S, (size_t)g->B * g->H,
+                                                  mc__gpt_tp_comm(g), g->ops)) != MC_OK)
+            return rc;
+        emb = im->tmp_a;
+    }
     if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n,
                                 mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) !=
         MC_OK)
         return rc;
-    mc__gpt_dropout_forward(g, a->res[0], full, n, &a->emb_drop);
+    mc__gpt_dropout_forward(g, a->res[0], emb, n, &a->emb_drop);
     return MC_OK;
 }
 
@@ -8134,16 +8063,20 @@ static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
 static int mc__gpt_embedding_backward(mc_gpt *g, mc__gpt_act *a) {
     struct mc__gpt_impl *im = g->impl;
     size_t n = (size_t)g->Ns * (size_t)g->H;
-    float *d_full = im->full_b;
+    float *d_emb = im->d_c;
     int rc;
     mc__gpt_dropout_backward(g, im->d_c, a->dinput, n, &a->emb_drop);
-    if (!g->sequence_parallel)
-        d_full = im->d_c;
-    else if ((rc = mc__gpt_sp_gather(g, d_full, im->d_c, g->H)) != MC_OK)
+    if (g->sequence_parallel) {
+        if ((rc = mc_scatter_to_sp_region_backward(im->full_b, im->d_c, g->S, (size_t)g->B * g->H,
+                                                   mc__gpt_tp_comm(g), g->ops)) != MC_OK)
+            return rc;
+        d_emb = im->full_b;
+    }
+    if ((rc = mc_vocab_parallel_embedding_backward(mc__gpt_g(g, im->word[0]), d_emb, a->tokens,
+                                                   g->N, g->H, g->vocab_padded,
+                                                   mc__gpt_tp_comm(g), g->ops)) != MC_OK)
         return rc;
-    g->ops->embedding_backward(mc__gpt_g(g, im->word[0]), d_full, a->tokens, g->N, g->H,
-                               g->vocab_start, g->vocab_start + g->vocab_local);
-    g->ops->embedding_backward(mc__gpt_g(g, im->pos[0]), d_full, im->pos_ids, g->N, g->H, 0,
+    g->ops->embedding_backward(mc__gpt_g(g, im->pos[0]), d_emb, im->pos_ids, g->N, g->H, 0,
                                g->config.max_position_embeddings);
     mc__gpt_report_ready(g, 0, im->word[0]);
     mc__gpt_report_ready(g, 0, im->pos[0]);
@@ -8167,8 +8100,11 @@ static int mc__gpt_head_forward(mc_gpt *g, int chunk, mc__gpt_act *a, const floa
                                      g->vocab_local, g->H)) != MC_OK)
         return rc;
     if (!a->has_labels) return MC_OK;
-    if ((rc = mc__gpt_vocab_ce_forward(g, a->losses, a->ce_max, a->ce_sum, a->logits, a->labels))
-        != MC_OK)
+    /* vocab-parallel cross entropy: three TP all-reduces, never the full logits */
+    if ((rc = mc_vocab_parallel_cross_entropy_forward(a->losses, a->ce_max, a->ce_sum,
+                                                      im->tp_scratch, a->logits, a->labels, g->N,
+                                                      g->vocab_padded, 0.0f, mc__gpt_tp_comm(g),
+                                                      g->ops)) != MC_OK)
         return rc;
     if (loss_sum) {
         double s = 0.0;
@@ -8184,9 +8120,11 @@ static int mc__gpt_head_backward(mc_gpt *g, int chunk, mc__gpt_act *a, float los
     struct mc__gpt_impl *im = g->impl;
     int w = mc__gpt_output_weight(g, chunk), rc;
     g->ops->fill(im->d_loss, loss_scale, (size_t)g->N);
-    g->ops->cross_entropy_backward(im->d_logits, a->logits, a->ce_max, a->ce_sum, a->labels,
-                                   im->d_loss, g->N, g->vocab_local, g->vocab_start, 0.0f,
-                                   g->vocab_padded);
+    if ((rc = mc_vocab_parallel_cross_entropy_backward(im->d_logits, im->d_loss, a->logits,
+                                                       a->ce_max, a->ce_sum, a->labels, g->N,
+                                                       g->vocab_padded, 0.0f, mc__gpt_tp_comm(g),
+                                                       g->ops)) != MC_OK)
+        return rc;
     if ((rc = mc__gpt_column_backward(g, im->d_ln, mc__gpt_g(g, w), NULL, im->d_logits, a->lnf,
                                       mc__gpt_p(g, w), g->vocab_local, g->H)) != MC_OK)
         return rc;
@@ -8385,25 +8323,13 @@ MC_API int mc_gpt_logits(mc_gpt *g, int slot, float *out, int *n_vocab) {
     n = (size_t)g->N * (size_t)g->vocab_local;
     if (n_vocab) *n_vocab = g->gather_logits ? g->vocab_padded : g->vocab_local;
     if (!out) return MC_OK;
-    if (!g->gather_logits || !mc__gpt_tp_comm(g)) {
+    if (!g->gather_logits) {
         g->ops->copy(out, local, n);
         return MC_OK;
-    } else {
-        /* gather_from_tensor_model_parallel_region: all-gather into [TP, N, Vl], then put
-           each rank's columns side by side */
-        float *all = (float *)g->ops->alloc(n * (size_t)g->tp * sizeof(float));
-        int r, row;
-        if (!all) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_logits: out of memory");
-        rc = mc_all_gather(mc__gpt_tp_comm(g), local, all, n, MC_F32);
-        for (r = 0; rc == MC_OK && r < g->tp; r++)
-            for (row = 0; row < g->N; row++)
-                g->ops->copy(out + (size_t)row * (size_t)g->vocab_padded +
-                                 (size_t)r * (size_t)g->vocab_local,
-                             all + (size_t)r * n + (size_t)row * (size_t)g->vocab_local,
-                             (size_t)g->vocab_local);
-        g->ops->free(all);
-        return rc;
     }
+    /* gather_from_tensor_model_parallel_region: [N, Vl] of every rank -> [N, Vp] */
+    return mc_gather_from_tp_region_forward(out, NULL, local, g->N, g->vocab_padded,
+                                            mc__gpt_tp_comm(g), g->ops);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -8658,11 +8584,11 @@ static int mc__gpt_alloc_activations(mc_gpt *g) {
     im->d_fc_a = mc__gpt_floats(g, n * (size_t)g->Fl);
     im->d_fc_b = mc__gpt_floats(g, n * (size_t)g->Fl);
     im->d_loss = mc__gpt_floats(g, n);
-    im->ce_tmp = mc__gpt_floats(g, n);
+    im->tp_scratch = mc__gpt_floats(g, mc__gpt_tp_scratch_floats(g));
     im->pos_ids = (int *)mc__gpt_alloc(g, n * sizeof(int));
     if (!im->full_a || !im->full_b || !im->tmp_a || !im->tmp_b || !im->d_a || !im->d_b ||
         !im->d_c || !im->d_ln || !im->d_qkv || !im->d_atty || !im->d_fc_a || !im->d_fc_b ||
-        !im->d_loss || !im->ce_tmp || !im->pos_ids)
+        !im->d_loss || !im->tp_scratch || !im->pos_ids)
         return MC_ERR_NO_MEMORY;
     for (l = 0; l < (int)n; l++) im->pos_ids[l] = l / g->B;   /* token n = s * B + b */
     /* per chunk and slot */
