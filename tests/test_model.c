@@ -697,6 +697,7 @@ static model_run model_runs[] = {
     {"schedule", 4, "--pp 4 --vpp 2 -M 4"},
     {"schedule", 4, "--tp 2 --pp 2 --sp -M 3"},
     {"schedule", 2, "--pp 2 --vpp 2 -M 4 --recompute full-uniform"},
+    {"schedule", 8, "--tp 2 --pp 4 --vpp 2 --sp -M 4"},
     {"recompute", 1, "--recompute full-uniform"},
     {"recompute", 2, "--tp 2 --sp --recompute full-uniform"},
     {"recompute", 2, "--pp 2 --vpp 2 --recompute full-block"},
