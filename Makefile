@@ -50,7 +50,7 @@ help: ## list the targets
 	@echo "megatron_c targets:"
 	@grep -E '^[a-zA-Z0-9_%-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([^:]+):.*## (.*)/  \1\t\2/' | expand -t 20
 
-all: labs megatron_c ## build every lab and the calculator
+all: labs megatron_c pretrain_gpt ## build every lab and the calculator
 
 deps: ## install the Debian packages the build needs (apt-get, as root or with sudo)
 	@./.ci/deps.sh $(DEB_PACKAGES)
@@ -83,6 +83,13 @@ lab%: labs/lab%.c $(LAB_COMMON) | $(BUILD)/.deps-ok ## build ./labNN (e.g. make 
 labs: lab03 ## build every lab
 
 # ---------------------------------------------------------------------------------------------
+# the recipe: mpirun -np N ./pretrain_gpt --tensor-model-parallel-size 2 ... (Megatron's flags)
+
+pretrain_gpt: examples/pretrain_gpt.c $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok ## build ./pretrain_gpt (train a GPT, Megatron's flags)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
+	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
+
+# ---------------------------------------------------------------------------------------------
 # the command-line calculator (no MPI)
 
 megatron_c: tools/megatron_c.c megatron_c.h | $(BUILD)/.deps-ok ## build ./megatron_c (layout calculator)
@@ -111,7 +118,7 @@ $(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUD
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
 	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
 
-test: $(UNIT_TESTS) $(MPI_CASES) lab03 megatron_c check-header ## build and run every test suite
+test: $(UNIT_TESTS) $(MPI_CASES) lab03 megatron_c pretrain_gpt check-header ## build and run every test suite
 	@./tests/run_all.sh $(UNIT_TESTS)
 
 grade: $(BUILD)/tests/grade_lab03 ## self-grade your answers/ with Criterion (one test per rubric point)
@@ -146,7 +153,7 @@ cuda: ## rebuild lab03 and the tests with the NCCL backend (CUDA=1)
 	$(MAKE) CUDA=1 lab03 $(MPI_CASES)
 
 clean: ## remove build outputs
-	rm -rf $(BUILD) lab[0-9][0-9] megatron_c
+	rm -rf $(BUILD) lab[0-9][0-9] megatron_c pretrain_gpt
 
 # ---------------------------------------------------------------------------------------------
 # bench: the CPU GEMM benchmark (plain program, not a test)
