@@ -21,7 +21,7 @@
 #define MODEL_FLAGS                                                                            \
     "--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 "                 \
     "--max-position-embeddings 16 --vocab-size 512 --micro-batch-size 2 --global-batch-size 8 " \
-    "--train-iters 10 --lr 3e-3 --lr-warmup-iters 2 --seed 1234 --hidden-dropout 0 "            \
+    "--lr 3e-3 --lr-warmup-iters 2 --lr-decay-iters 10 --seed 1234 --hidden-dropout 0 "            \
     "--attention-dropout 0"
 
 typedef struct layout_case {
@@ -51,6 +51,9 @@ static layout_case layout_cases[] = {
     {8, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
         "--virtual-pipeline-model-parallel-size 2 --sequence-parallel --recompute-granularity full "
         "--recompute-method block --recompute-num-layers 1 --use-distributed-optimizer", ""},
+    {8, "--tensor-model-parallel-size 4 --sequence-parallel --use-distributed-optimizer", ""},
+    {4, "--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2",
+        "--num-layers 8"},
 };
 
 ParameterizedTestParameters(train, matches_single_rank) {
@@ -69,8 +72,8 @@ static int parse_losses(const char *out, double *loss, int cap) {
 static int run_training(int np, const char *flags, const char *common, const char *save,
                         double *loss, char *out, size_t cap) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "./pretrain_gpt " MODEL_FLAGS " %s %s --save %s", common, flags,
-             save);
+    snprintf(cmd, sizeof cmd, "./pretrain_gpt " MODEL_FLAGS " --train-iters %d %s %s --save %s",
+             N_ITERS, common, flags, save);
     int rc = mc_test_mpirun(np, cmd, 240.0, out, cap);
     cr_assert_eq(rc, 0, "mpirun -np %d %s exited with %d:\n%s", np, cmd, rc, out);
     return parse_losses(out, loss, N_ITERS + 1);
@@ -174,4 +177,95 @@ ParameterizedTest(layout_case *c, train, matches_single_rank, .timeout = 600) {
     char rm[1200];
     snprintf(rm, sizeof rm, "rm -rf %s", dir);
     if (system(rm) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   Checkpoints through the recipe: stop at iteration 5 under one layout, resume under another,
+   and the next steps must be the uninterrupted single-rank run's (parameters, Adam state, the
+   iteration, consumed samples and the LR schedule all carry over). */
+
+#define HALF (N_ITERS / 2)
+
+static int run_cmd(int np, const char *args, char *out, size_t cap) {
+    char cmd[1400];
+    snprintf(cmd, sizeof cmd, "./pretrain_gpt " MODEL_FLAGS " %s", args);
+    return mc_test_mpirun(np, cmd, 240.0, out, cap);
+}
+
+typedef struct resume_case { int np; char flags[128]; } resume_case;
+static resume_case resume_cases[] = {
+    {1, ""},                                   /* TP1 PP1 */
+    {4, "--tensor-model-parallel-size 4"},     /* TP4 PP1 */
+    {4, "--tensor-model-parallel-size 2 --pipeline-model-parallel-size 2"},   /* same layout */
+};
+
+ParameterizedTestParameters(train, resume_resharded) {
+    return cr_make_param_array(resume_case, resume_cases,
+                               sizeof resume_cases / sizeof resume_cases[0]);
+}
+
+ParameterizedTest(resume_case *c, train, resume_resharded, .timeout = 600) {
+    char dir[] = "/tmp/mc_resume_XXXXXX", args[1200];
+    cr_assert_not_null(mkdtemp(dir));
+    static char out[1 << 16];
+    double ref[N_ITERS + 1], resumed[N_ITERS + 1];
+
+    snprintf(args, sizeof args, "--train-iters %d", N_ITERS);
+    cr_assert_eq(run_cmd(1, args, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(parse_losses(out, ref, N_ITERS + 1), N_ITERS, "%s", out);
+
+    /* the first half at TP2 PP2, saved */
+    snprintf(args, sizeof args, "--train-iters %d --tensor-model-parallel-size 2 "
+             "--pipeline-model-parallel-size 2 --save %s/ckpt", HALF, dir);
+    cr_assert_eq(run_cmd(4, args, out, sizeof out), 0, "%s", out);
+
+    /* the second half under the case's layout */
+    snprintf(args, sizeof args, "--train-iters %d %s --load %s/ckpt", N_ITERS, c->flags, dir);
+    cr_assert_eq(run_cmd(c->np, args, out, sizeof out), 0, "%s", out);
+    cr_assert(mc_test_contains(out, "loaded checkpoint"), "%s", out);
+    int n = parse_losses(out, resumed, N_ITERS + 1);
+    cr_assert_eq(n, N_ITERS - HALF, "the resumed run logged %d losses:\n%s", n, out);
+    for (int i = 0; i < n; i++) {
+        double want = ref[HALF + i], rel = fabs(resumed[i] - want) / fabs(want);
+        cr_expect_leq(rel, 1e-5, "np %d %s: iteration %d after resuming: lm loss %.7e vs "
+                      "uninterrupted %.7e (relative %.2e)", c->np, c->flags, HALF + i + 1,
+                      resumed[i], want, rel);
+    }
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    if (system(args) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+/* A checkpoint of another model (tied vs untied embeddings) is refused and names the field;
+   a truncated tensor file is a clear error, not a crash or a hang. */
+Test(train, checkpoint_refusals, .timeout = 300) {
+    char dir[] = "/tmp/mc_refuse_XXXXXX", args[1200];
+    cr_assert_not_null(mkdtemp(dir));
+    static char out[1 << 16];
+    snprintf(args, sizeof args, "--train-iters 2 --tensor-model-parallel-size 2 --save %s/ckpt",
+             dir);
+    cr_assert_eq(run_cmd(2, args, out, sizeof out), 0, "%s", out);
+
+    snprintf(args, sizeof args, "--train-iters 4 --untie-embeddings-and-output-weights "
+             "--load %s/ckpt", dir);
+    int rc = run_cmd(1, args, out, sizeof out);
+    cr_expect_neq(rc, 0, "loading a tied checkpoint into an untied model must fail:\n%s", out);
+    cr_expect(mc_test_contains(out, "untie_embeddings_and_output_weights"),
+              "the refusal must name the differing field:\n%s", out);
+
+    /* cut the word embedding's file in half */
+    char path[1400];
+    snprintf(path, sizeof path, "%s/ckpt/iter_0000002/model.embedding.word_embeddings.weight.bin",
+             dir);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "expected tensor file %s", path);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    cr_assert_eq(truncate(path, size / 2), 0);
+    snprintf(args, sizeof args, "--train-iters 4 --load %s/ckpt", dir);
+    rc = run_cmd(2, args, out, sizeof out);
+    cr_expect_neq(rc, 0, "a truncated tensor file must fail the load:\n%s", out);
+    cr_expect(mc_test_contains(out, "word_embeddings"), "the error must name the file:\n%s", out);
+    snprintf(args, sizeof args, "rm -rf %s", dir);
+    if (system(args) != 0) cr_log_warn("could not remove %s", dir);
 }
