@@ -402,8 +402,9 @@ static int load_checkpoint(trainer *t, long long *iteration, long long *consumed
         d.params = &t->gpt.table, d.param_data = t->gpt.params;
         d.exp_avg = m, d.exp_avg_sq = v, d.rng = &t->gpt.rng;
         rc = mc_checkpoint_load(&d, t->a.override_math ? MC_CKPT_LOAD_IGNORE_MATH : 0u, &res);
-        if (rc != MC_OK)
-            fprintf(stderr, "pretrain_gpt: loading %s failed: %s\n", t->a.load, mc_last_error());
+        if (rc == MC_ERR_INVALID_DESC && t->ps.world->rank == 0)
+            fprintf(stderr, "pretrain_gpt: --load %s: the checkpoint's model differs from this "
+                    "one (pass --override-math-fingerprint to load it anyway)\n", t->a.load);
     }
     if (rc == MC_OK && res.optimizer_loaded) rc = scatter_optimizer_state(t, m, v);
     if (rc == MC_OK) {
