@@ -1,4 +1,4 @@
-/* megatron_c.h - v0.1.0 - Megatron-Core's parallel machinery in C
+/* megatron_c.h - v0.1.0 - Megatron-Core's parallel machinery and a GPT trainer in C
 
    Do this:
        #define MEGATRON_C_IMPLEMENTATION
@@ -31,7 +31,16 @@
          - the op order of the pipeline schedules (no pipelining, 1F1B, interleaved 1F1B)
            and a dependency simulation of them that measures the bubble,
          - Philox4x32-10 random streams and Megatron's model-parallel RNG tracker
-           (named streams, nested forks, save/restore, Megatron's seeds).
+           (named streams, nested forks, save/restore, Megatron's seeds),
+         - the training core on an op table (CPU reference today; the CUDA backend fills
+           the same table): the GPT config with Megatron's validation and two fingerprints,
+           tensor-parallel mappings and layers (column/row parallel linear with sequence
+           parallelism, vocab-parallel embedding and cross entropy), the transformer layer
+           spec, block and GPTModel (pipeline stages, virtual chunks, tied embeddings,
+           recompute), the schedules that run it (no pipelining, 1F1B, interleaved) with
+           batched P2P, DDP gradient buckets, finalize_model_grads, the distributed
+           optimizer, AdamW with the model-parallel grad norm and clipping, and
+           checkpoints that reshard across TP / PP / DP.
 
    megatron_c DOES NOT
        - call exit() or print by itself: functions return a status (MC_OK == 0,
@@ -61,6 +70,17 @@
                                                            F0 F1 F2 F3 B0 F4 B1 ... B7
           Random numbers: see the example at >>rng below.
 
+       Training (examples/pretrain_gpt.c is the whole recipe, about 600 lines):
+          mc_gpt_init(&gpt, &(mc_gpt_desc){ .config = cfg, .ps = &ps, .n_slots = M });
+          mc_ddp_init(&ddp, &(mc_ddp_desc){ .table = &gpt.table, .grads = gpt.grads,
+                                            .dp = mc_parallel_group(&ps, MC_GROUP_DP_CP) });
+          mc_optimizer_init(&opt, &(mc_optimizer_desc){ .ddp = &ddp, .params = gpt.params,
+                                                        .ps = &ps, .lr = 1e-3f });
+          per iteration: mc_ddp_zero_grad, mc_gpt_zero_grad,
+             mc_get_forward_backward_func(&ps)(&ps, &hooks, M, 0, &result)
+                 (hooks call mc_gpt_forward_step / mc_gpt_backward_step with the batch and
+                  mc_finalize_model_grads at the end), then mc_optimizer_step(&opt).
+
    ERROR REPORTING
        int rc = mc_grid_init(&g, &d);
        if (rc != MC_OK) fprintf(stderr, "%s: %s\n", mc_err_name(rc), mc_last_error());
@@ -68,7 +88,9 @@
    RECENT REVISION HISTORY
        0.1.0  communicators (self, MPI, NCCL), rank grid, parallel state;
               micro-batch calculator, pipeline schedule tables and simulation,
-              Philox RNG streams and the RNG tracker
+              Philox RNG streams and the RNG tracker; the training core on the CPU op
+              table (config, tensor parallel, GPT, schedules, DDP, distributed optimizer,
+              AdamW, checkpoints)
 
    LICENSE: MIT, see end of file.
 */
