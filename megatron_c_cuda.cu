@@ -484,6 +484,20 @@ static int mc__nccl_batch_send_recv(mc_comm *c, const mc_p2p_op *ops, int n_ops,
         status = mc__nccl_p2p_args(c, ops[i].dtype, ops[i].peer, &type, "batch_send_recv");
         if (status != MC_OK) return status;
     }
+    /* NCCL matches a pair's messages by order alone. Two sends to (or receives from) one peer
+       with different tags are two different messages the other side tells apart by tag - on
+       NCCL they could cross silently (e.g. a pipeline of 2 stages sending an activation and a
+       gradient to the same neighbour in one batch), so refuse them. */
+    for (int i = 0; i < n_ops; i++)
+        for (int j = i + 1; j < n_ops; j++)
+            if (ops[i].is_send == ops[j].is_send && ops[i].peer == ops[j].peer &&
+                ops[i].tag != ops[j].tag)
+                return mc__nccl_fail(MC_ERR_UNSUPPORTED,
+                                     "batch_send_recv: ops %d and %d both %s peer %d, with tags %d "
+                                     "and %d; NCCL has no tags, so the two messages could be "
+                                     "swapped (split the batch so each holds one of them)",
+                                     i, j, ops[i].is_send ? "send to" : "receive from",
+                                     ops[i].peer, ops[i].tag, ops[j].tag);
     mc__nccl_state *st = mc__nccl_get(c);
     ncclResult_t res = ncclGroupStart();
     for (int i = 0; i < n_ops && res == ncclSuccess; i++) {

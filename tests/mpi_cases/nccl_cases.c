@@ -337,11 +337,13 @@ static void case_batch_both_directions(mc_comm *world) {
     CHECK_MC(dev_buf_init(&from_prev, world, MC_I32, n));
     CHECK_MC(dev_buf_init(&from_next, world, MC_I32, n));
     CHECK_MC(dev_buf_fill(&out, v_p2p, g_rank));
+    /* One tag for all four: with 2 ranks next == prev, and NCCL (which has no tags) refuses
+       two messages to one peer that only a tag would tell apart (see case_batch_ambiguous). */
     mc_p2p_op ops[4] = {
         {.is_send = 1, .buf = out.dev, .count = n, .dtype = MC_I32, .peer = next, .tag = 1},
-        {.is_send = 1, .buf = out.dev, .count = n, .dtype = MC_I32, .peer = prev, .tag = 2},
+        {.is_send = 1, .buf = out.dev, .count = n, .dtype = MC_I32, .peer = prev, .tag = 1},
         {.is_send = 0, .buf = from_prev.dev, .count = n, .dtype = MC_I32, .peer = prev, .tag = 1},
-        {.is_send = 0, .buf = from_next.dev, .count = n, .dtype = MC_I32, .peer = next, .tag = 2},
+        {.is_send = 0, .buf = from_next.dev, .count = n, .dtype = MC_I32, .peer = next, .tag = 1},
     };
     CHECK_MC(mc_batch_send_recv(world, ops, 4));
     CHECK_MC(dev_buf_read(&from_prev));
@@ -353,6 +355,34 @@ static void case_batch_both_directions(mc_comm *world) {
     dev_buf_free(&out);
     dev_buf_free(&from_prev);
     dev_buf_free(&from_next);
+}
+
+/* Two sends to the same peer with different tags (a 2-stage pipeline sending an activation and
+   a gradient to its only neighbour): NCCL cannot keep them apart, so the batch is refused with
+   MC_ERR_UNSUPPORTED before anything is posted - and the communicator stays usable. */
+static void case_batch_ambiguous(mc_comm *world) {
+    const size_t n = 8;
+    int peer = (g_rank + 1) % g_size;
+    dev_buf a, b, r1, r2;
+    CHECK_MC(dev_buf_init(&a, world, MC_I32, n));
+    CHECK_MC(dev_buf_init(&b, world, MC_I32, n));
+    CHECK_MC(dev_buf_init(&r1, world, MC_I32, n));
+    CHECK_MC(dev_buf_init(&r2, world, MC_I32, n));
+    mc_p2p_op ops[4] = {
+        {.is_send = 1, .buf = a.dev, .count = n, .dtype = MC_I32, .peer = peer, .tag = 1001},
+        {.is_send = 0, .buf = r1.dev, .count = n, .dtype = MC_I32, .peer = peer, .tag = 1001},
+        {.is_send = 1, .buf = b.dev, .count = n, .dtype = MC_I32, .peer = peer, .tag = 1002},
+        {.is_send = 0, .buf = r2.dev, .count = n, .dtype = MC_I32, .peer = peer, .tag = 1002},
+    };
+    int rc = mc_batch_send_recv(world, ops, 4);
+    EXPECT(rc == MC_ERR_UNSUPPORTED, "ambiguous batch: got %s, want MC_ERR_UNSUPPORTED (%s)",
+           mc_err_name(rc), mc_last_error());
+    EXPECT(strstr(mc_last_error(), "no tags") != NULL, "message: %s", mc_last_error());
+    CHECK_MC(mc_barrier(world));   /* still usable */
+    dev_buf_free(&a);
+    dev_buf_free(&b);
+    dev_buf_free(&r1);
+    dev_buf_free(&r2);
 }
 
 /* Three operations in flight at once: one polled with mc_test until done (which frees it),
@@ -605,6 +635,7 @@ int main(int argc, char **argv) {
            peer: these two need a second rank. */
         if (g_size >= 2) run_case("send/recv ring", case_send_recv_ring, world);
         run_case("batch_send_recv both directions", case_batch_both_directions, world);
+        run_case("batch with one peer and two tags refused", case_batch_ambiguous, world);
         run_case("async + test + wait", case_async_wait, world);
         run_case("barrier", case_barrier, world);
         run_case("invalid arguments", case_invalid_arguments, world);
