@@ -375,11 +375,30 @@ static int mc__nccl_issued(mc_comm *c, ncclResult_t res, const char *what, mc_re
 
 /* --- collectives --------------------------------------------------------------------------- */
 
+/* NCCL reads and writes device memory only; a host pointer would be an illegal access on the
+   GPU (the stream, then the communicator, dies). Check first and name the buffer. */
+static int mc__nccl_buffer(const mc_comm *c, const void *p, const char *field, const char *what) {
+    cudaPointerAttributes attr;
+    if (p == NULL) return MC_OK;   /* counted elsewhere: count 0 or a missing operand */
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        cudaGetLastError();   /* clear the error so that later CUDA calls do not report it */
+        attr.type = cudaMemoryTypeUnregistered;
+    }
+    if (attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged) return MC_OK;
+    return mc__nccl_fail(MC_ERR_INVALID_ARG,
+                         "%s on nccl communicator '%s': %s (%p) is host memory, but an nccl "
+                         "communicator works on device buffers (allocate them with "
+                         "mc_comm_alloc and copy with mc_comm_upload / mc_comm_download)",
+                         what, c->name, field, p);
+}
+
 static int mc__nccl_all_reduce(mc_comm *c, const void *send, void *recv, size_t count,
                                mc_dtype dt, mc_reduce_op op, mc_request **req) {
     ncclDataType_t type = ncclFloat32;
     ncclRedOp_t red = ncclSum;
     int status = mc__nccl_ready(c, "all_reduce");
+    if (status == MC_OK) status = mc__nccl_buffer(c, send, "send", "all_reduce");
+    if (status == MC_OK) status = mc__nccl_buffer(c, recv, "recv", "all_reduce");
     if (status == MC_OK) status = mc__nccl_dtype(dt, &type, "all_reduce");
     if (status == MC_OK) status = mc__nccl_redop(op, &red, "all_reduce");
     if (status != MC_OK) return status;
@@ -392,6 +411,8 @@ static int mc__nccl_all_gather(mc_comm *c, const void *send, void *recv, size_t 
                                mc_dtype dt, mc_request **req) {
     ncclDataType_t type = ncclFloat32;
     int status = mc__nccl_ready(c, "all_gather");
+    if (status == MC_OK) status = mc__nccl_buffer(c, send, "send", "all_gather");
+    if (status == MC_OK) status = mc__nccl_buffer(c, recv, "recv", "all_gather");
     if (status == MC_OK) status = mc__nccl_dtype(dt, &type, "all_gather");
     if (status != MC_OK) return status;
     mc__nccl_state *st = mc__nccl_get(c);
@@ -404,6 +425,8 @@ static int mc__nccl_reduce_scatter(mc_comm *c, const void *send, void *recv, siz
     ncclDataType_t type = ncclFloat32;
     ncclRedOp_t red = ncclSum;
     int status = mc__nccl_ready(c, "reduce_scatter");
+    if (status == MC_OK) status = mc__nccl_buffer(c, send, "send", "reduce_scatter");
+    if (status == MC_OK) status = mc__nccl_buffer(c, recv, "recv", "reduce_scatter");
     if (status == MC_OK) status = mc__nccl_dtype(dt, &type, "reduce_scatter");
     if (status == MC_OK) status = mc__nccl_redop(op, &red, "reduce_scatter");
     if (status != MC_OK) return status;
@@ -417,6 +440,7 @@ static int mc__nccl_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, 
                               mc_request **req) {
     ncclDataType_t type = ncclFloat32;
     int status = mc__nccl_ready(c, "broadcast");
+    if (status == MC_OK) status = mc__nccl_buffer(c, buf, "buf", "broadcast");
     if (status == MC_OK) status = mc__nccl_dtype(dt, &type, "broadcast");
     if (status == MC_OK) status = mc__nccl_check_rank(c, root, "root", "broadcast");
     if (status != MC_OK) return status;
@@ -449,6 +473,7 @@ static int mc__nccl_send(mc_comm *c, const void *buf, size_t count, mc_dtype dt,
     (void)tag;   // NCCL matches point-to-point messages by order, not by tag
     ncclDataType_t type = ncclFloat32;
     int status = mc__nccl_ready(c, "send");
+    if (status == MC_OK) status = mc__nccl_buffer(c, buf, "buf", "send");
     if (status == MC_OK) status = mc__nccl_p2p_args(c, dt, peer, &type, "send");
     if (status != MC_OK) return status;
     mc__nccl_state *st = mc__nccl_get(c);
@@ -461,6 +486,7 @@ static int mc__nccl_recv(mc_comm *c, void *buf, size_t count, mc_dtype dt, int p
     (void)tag;
     ncclDataType_t type = ncclFloat32;
     int status = mc__nccl_ready(c, "recv");
+    if (status == MC_OK) status = mc__nccl_buffer(c, buf, "buf", "recv");
     if (status == MC_OK) status = mc__nccl_p2p_args(c, dt, peer, &type, "recv");
     if (status != MC_OK) return status;
     mc__nccl_state *st = mc__nccl_get(c);
@@ -482,6 +508,7 @@ static int mc__nccl_batch_send_recv(mc_comm *c, const mc_p2p_op *ops, int n_ops,
     for (int i = 0; i < n_ops; i++) {
         ncclDataType_t type = ncclFloat32;
         status = mc__nccl_p2p_args(c, ops[i].dtype, ops[i].peer, &type, "batch_send_recv");
+        if (status == MC_OK) status = mc__nccl_buffer(c, ops[i].buf, "ops[i].buf", "batch_send_recv");
         if (status != MC_OK) return status;
     }
     /* NCCL matches a pair's messages by order alone. Two sends to (or receives from) one peer

@@ -412,6 +412,26 @@ static inline const char *mc_case_format_ranks(char *buf, size_t cap, const int 
 /* Checks that `c` holds exactly `world_members` (world ranks, in member order): local fields
    first, then through the wire, by all-reducing the members' world ranks and all-gathering
    them. Only members call it; all of a group's members must call it together. */
+/* A collective on host values through the communicator's own buffers (device memory on nccl),
+   so the case programs run unchanged on every backend. */
+static inline int mc_case_collective_host(mc_comm *c, int gather, const void *send, void *recv,
+                                          size_t count, mc_dtype dt) {
+    size_t in_bytes = count * mc_dtype_size(dt), out_bytes = gather ? in_bytes * (size_t)c->size
+                                                                     : in_bytes;
+    void *dsend = mc_comm_alloc(c, in_bytes), *drecv = mc_comm_alloc(c, out_bytes);
+    int rc = dsend && drecv ? mc_comm_upload(c, dsend, send, in_bytes) : MC_ERR_NO_MEMORY;
+    if (rc == MC_OK)
+        rc = gather ? mc_all_gather(c, dsend, drecv, count, dt)
+                    : mc_all_reduce(c, dsend, drecv, count, dt, MC_SUM);
+    if (rc == MC_OK) rc = mc_comm_download(c, recv, drecv, out_bytes);
+    /* after a failed collective the backend may still write the buffers: keep them */
+    if (rc == MC_OK || !dsend || !drecv) {
+        if (dsend) mc_comm_free(c, dsend);
+        if (drecv) mc_comm_free(c, drecv);
+    }
+    return rc;
+}
+
 static inline void mc_case_check_group(mc_comm *c, const int *world_members, int n,
                                        const char *label) {
     int my_world = mc_case__state()->world_rank;
@@ -433,7 +453,7 @@ static inline void mc_case_check_group(mc_comm *c, const int *world_members, int
 
     int64_t mine = my_world, sum = -1, want_sum = 0;
     for (int j = 0; j < n; j++) want_sum += world_members[j];
-    int rc = mc_all_reduce(c, &mine, &sum, 1, MC_I64, MC_SUM);
+    int rc = mc_case_collective_host(c, 0, &mine, &sum, 1, MC_I64);
     if (MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_all_reduce over the group"))
         MC_CASE_CHECK(sum == want_sum, "%s: all-reduce of world ranks = %lld, want %lld (%s)",
                       label, (long long)sum, (long long)want_sum, want);
@@ -441,7 +461,7 @@ static inline void mc_case_check_group(mc_comm *c, const int *world_members, int
     int32_t me32 = my_world;
     int32_t *gathered = (int32_t *)calloc((size_t)n, sizeof *gathered);
     if (gathered == NULL) return;
-    rc = mc_all_gather(c, &me32, gathered, 1, MC_I32);
+    rc = mc_case_collective_host(c, 1, &me32, gathered, 1, MC_I32);
     if (MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_all_gather over the group")) {
         int same = 1;
         for (int j = 0; j < n; j++) same = same && gathered[j] == world_members[j];
@@ -469,7 +489,7 @@ static inline int mc_case_finish(mc_comm *world) {
     mc_case_state *st = mc_case__state();
     int64_t local[2] = {st->passed, st->failed}, total[2] = {0, 0};
     fflush(stdout);
-    int rc = mc_all_reduce(world, local, total, 2, MC_I64, MC_SUM);
+    int rc = mc_case_collective_host(world, 0, local, total, 2, MC_I64);
     if (rc != MC_OK) {
         printf("[rank %d] could not sum the counts over the world (%s: %s); local counts\n",
                world->rank, mc_err_name(rc), mc_last_error());

@@ -438,6 +438,11 @@ static void case_invalid_arguments(mc_comm *world) {
     rc = mc_send(world, b.dev, 4, MC_F32, -1, 0);
     EXPECT(rc == MC_ERR_INVALID_ARG, "send to peer -1 gave %s", mc_err_name(rc));
     EXPECT(mc_last_error()[0] != '\0', "no message in mc_last_error() after an invalid argument");
+    /* A host buffer would be an illegal access on the GPU: refused with a message instead. */
+    float host[4] = {0, 0, 0, 0};
+    rc = mc_all_reduce(world, host, host, 4, MC_F32, MC_SUM);
+    EXPECT(rc == MC_ERR_INVALID_ARG, "host buffer gave %s", mc_err_name(rc));
+    EXPECT(strstr(mc_last_error(), "host memory") != NULL, "message: %s", mc_last_error());
     dev_buf_free(&b);
     CHECK_MC(mc_barrier(world));   /* the communicator is still usable */
 }
