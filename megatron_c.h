@@ -2884,6 +2884,19 @@ MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt) {
 // ---------------------------------------------------------------------------------------------
 // >>comm  (shared helpers; the public wrappers follow the backends)
 
+/* One point-to-point operation as a batch of one: the backends run send and recv that way. */
+static mc_p2p_op mc__p2p_one(int is_send, const void *buf, size_t count, mc_dtype dt, int peer,
+                             int tag) {
+    mc_p2p_op op;
+    op.is_send = is_send;
+    op.buf = (void *)(uintptr_t)buf;
+    op.count = count;
+    op.dtype = dt;
+    op.peer = peer;
+    op.tag = tag;
+    return op;
+}
+
 MC_API size_t mc_dtype_size(mc_dtype dtype) {
     switch (dtype) {
         case MC_F32: return 4;
@@ -3133,25 +3146,13 @@ static int mc__self_batch(mc_comm *c, const mc_p2p_op *ops, int n_ops, mc_reques
 
 static int mc__self_send(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer,
                          int tag, mc_request **req) {
-    mc_p2p_op op;
-    op.is_send = 1;
-    op.buf = (void *)(uintptr_t)buf;
-    op.count = count;
-    op.dtype = dt;
-    op.peer = peer;
-    op.tag = tag;
+    mc_p2p_op op = mc__p2p_one(1, buf, count, dt, peer, tag);
     return mc__self_batch(c, &op, 1, req);
 }
 
 static int mc__self_recv(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag,
                          mc_request **req) {
-    mc_p2p_op op;
-    op.is_send = 0;
-    op.buf = buf;
-    op.count = count;
-    op.dtype = dt;
-    op.peer = peer;
-    op.tag = tag;
+    mc_p2p_op op = mc__p2p_one(0, buf, count, dt, peer, tag);
     return mc__self_batch(c, &op, 1, req);
 }
 
@@ -3562,25 +3563,13 @@ static int mc__mpi_batch(mc_comm *c, const mc_p2p_op *ops, int n_ops, mc_request
 
 static int mc__mpi_send(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer, int tag,
                         mc_request **req) {
-    mc_p2p_op op;
-    op.is_send = 1;
-    op.buf = (void *)(uintptr_t)buf;
-    op.count = count;
-    op.dtype = dt;
-    op.peer = peer;
-    op.tag = tag;
+    mc_p2p_op op = mc__p2p_one(1, buf, count, dt, peer, tag);
     return mc__mpi_batch(c, &op, 1, req);
 }
 
 static int mc__mpi_recv(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag,
                         mc_request **req) {
-    mc_p2p_op op;
-    op.is_send = 0;
-    op.buf = buf;
-    op.count = count;
-    op.dtype = dt;
-    op.peer = peer;
-    op.tag = tag;
+    mc_p2p_op op = mc__p2p_one(0, buf, count, dt, peer, tag);
     return mc__mpi_batch(c, &op, 1, req);
 }
 

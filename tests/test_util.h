@@ -475,6 +475,26 @@ static inline void mc_case_check_group(mc_comm *c, const int *world_members, int
     free(gathered);
 }
 
+/* The value of a case program's --backend flag; returns 0 for an unknown name. */
+static inline int mc_case_backend_option(const char *value, mc_comm_backend *out) {
+    if (strcmp(value, "auto") == 0) *out = MC_BACKEND_AUTO;
+    else if (strcmp(value, "self") == 0) *out = MC_BACKEND_SELF;
+    else if (strcmp(value, "mpi") == 0) *out = MC_BACKEND_MPI;
+    else if (strcmp(value, "nccl") == 0) *out = MC_BACKEND_NCCL;
+    else return 0;
+    return 1;
+}
+
+/* mc_comm_init_world for a case program: on failure it prints the reason and the
+   "0 passed, 1 failed" summary the test runner reads, and the caller exits with 1. */
+static inline int mc_case_init_world(mc_comm **world, const mc_comm_desc *desc) {
+    int rc = mc_comm_init_world(world, desc);
+    if (rc != MC_OK)
+        printf("mc_comm_init_world: %s: %s\n0 passed, 1 failed\n", mc_err_name(rc),
+               mc_last_error());
+    return rc;
+}
+
 /* Rank 0 prints the reason and the program exits 0: the case does not apply at this size. */
 static inline int mc_case_skip(mc_comm *world, const char *reason) {
     if (world->rank == 0) printf("skipped: %s\n", reason);

@@ -570,12 +570,8 @@ int main(int argc, char **argv) {
     cd.timeout_s = TIMEOUT_S;
     cd.argc = &argc;
     cd.argv = &argv;
-    int rc = mc_comm_init_world(&world, &cd);
-    if (rc != MC_OK) {
-        printf("mc_comm_init_world: %s: %s\n0 passed, 1 failed\n", mc_err_name(rc),
-               mc_last_error());
-        return 1;
-    }
+    int rc = mc_case_init_world(&world, &cd);
+    if (rc != MC_OK) return 1;
     me = world->rank;
     np = world->size;
     mc_case_begin(chosen->name, me);

@@ -876,14 +876,6 @@ static void usage(const char *prog) {
     fprintf(stderr, "\n");
 }
 
-static int parse_backend(const char *s, mc_comm_backend *out) {
-    if (strcmp(s, "auto") == 0) *out = MC_BACKEND_AUTO;
-    else if (strcmp(s, "self") == 0) *out = MC_BACKEND_SELF;
-    else if (strcmp(s, "mpi") == 0) *out = MC_BACKEND_MPI;
-    else return 0;
-    return 1;
-}
-
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(argv[0]);
@@ -895,7 +887,7 @@ int main(int argc, char **argv) {
     mc_comm_backend backend = MC_BACKEND_AUTO;
     for (int i = 2; i < argc; i++) {
         int is_backend = strcmp(argv[i], "--backend") == 0 && i + 1 < argc;
-        if (is_backend && parse_backend(argv[i + 1], &backend))
+        if (is_backend && mc_case_backend_option(argv[i + 1], &backend))
             i++;
         else
             chosen = NULL;
@@ -905,14 +897,10 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    int rc = mc_comm_init_world(&world, &(mc_comm_desc){.backend = backend,
+    int rc = mc_case_init_world(&world, &(mc_comm_desc){.backend = backend,
                                                          .timeout_s = DEFAULT_TIMEOUT_S,
                                                          .argc = &argc, .argv = &argv});
-    if (rc != MC_OK) {
-        printf("mc_comm_init_world: %s: %s\n0 passed, 1 failed\n", mc_err_name(rc),
-               mc_last_error());
-        return 1;
-    }
+    if (rc != MC_OK) return 1;
     me = world->rank;
     np = world->size;
     mc_case_begin(chosen->name, me);

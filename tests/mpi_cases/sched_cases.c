@@ -251,10 +251,7 @@ static int parse_options(int argc, char **argv) {
                    int_option("--m", &opt.m, flag, value) | int_option("--n", &opt.n, flag, value);
         if (used < 0) return 0;
         if (!used && strcmp(flag, "--backend") == 0) {
-            if (strcmp(value, "auto") == 0) opt.backend = MC_BACKEND_AUTO;
-            else if (strcmp(value, "self") == 0) opt.backend = MC_BACKEND_SELF;
-            else if (strcmp(value, "mpi") == 0) opt.backend = MC_BACKEND_MPI;
-            else return 0;
+            if (!mc_case_backend_option(value, &opt.backend)) return 0;
             used = 1;
         }
         if (!used) return 0;
@@ -271,14 +268,10 @@ int main(int argc, char **argv) {
         usage(argv[0]);
         return 2;
     }
-    int rc = mc_comm_init_world(&world, &(mc_comm_desc){.backend = opt.backend,
+    int rc = mc_case_init_world(&world, &(mc_comm_desc){.backend = opt.backend,
                                                          .timeout_s = TIMEOUT_S,
                                                          .argc = &argc, .argv = &argv});
-    if (rc != MC_OK) {
-        printf("mc_comm_init_world: %s: %s\n0 passed, 1 failed\n", mc_err_name(rc),
-               mc_last_error());
-        return 1;
-    }
+    if (rc != MC_OK) return 1;
     if (opt.pp == 0) opt.pp = world->size;
     mc_case_begin(chosen->name, world->rank);
     rc = mc_parallel_init(&ps, &(mc_parallel_desc){.world = world,

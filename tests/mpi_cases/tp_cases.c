@@ -646,13 +646,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s mappings|column|row|embedding|cross_entropy\n", argv[0]);
         return 2;
     }
-    int rc = mc_comm_init_world(
+    int rc = mc_case_init_world(
         &world, &(mc_comm_desc){.timeout_s = TIMEOUT_S, .argc = &argc, .argv = &argv});
-    if (rc != MC_OK) {
-        printf("mc_comm_init_world: %s: %s\n0 passed, 1 failed\n", mc_err_name(rc),
-               mc_last_error());
-        return 1;
-    }
+    if (rc != MC_OK) return 1;
     me = world->rank;
     np = world->size;
     mc_case_begin(chosen->name, me);
