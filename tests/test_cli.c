@@ -26,21 +26,10 @@ TestSuite(cli, .timeout = 60);
 /* ---------------------------------------------------------------------------------------------
    Running the program. */
 
-/* The repository root is three levels above this binary (<root>/build/tests/test_cli). */
 static const char *cli_binary(void) {
-    static char path[PATH_MAX];
+    static char path[4096 + 16];
     if (path[0]) return path;
-    char self[PATH_MAX - 16];   /* leaves room for "/megatron_c" */
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        for (int up = 0; up < 3; ++up) {
-            char *slash = strrchr(self, '/');
-            if (slash) *slash = '\0';
-        }
-        snprintf(path, sizeof path, "%s/megatron_c", self);
-    }
-    if (n <= 0 || access(path, X_OK) != 0) snprintf(path, sizeof path, "./megatron_c");
+    snprintf(path, sizeof path, "%s/megatron_c", mc_test_repo_root());
     cr_assert(access(path, X_OK) == 0, "%s not found: build it with `make megatron_c`", path);
     return path;
 }

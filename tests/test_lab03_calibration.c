@@ -22,25 +22,8 @@
 #include "megatron_c.h"
 #include "tests/test_util.h"
 
-static char g_root[PATH_MAX];
 
-static const char *repo_root(void) {
-    if (g_root[0] != '\0') return g_root;
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    snprintf(g_root, sizeof g_root, ".");
-    if (n > 0) {
-        self[n] = '\0';
-        for (int i = 0; i < 3; i++) {
-            char *slash = strrchr(self, '/');
-            if (slash != NULL) *slash = '\0';
-        }
-        char probe[PATH_MAX + 64];
-        snprintf(probe, sizeof probe, "%s/labs/rubric/lab03.json", self);
-        if (access(probe, R_OK) == 0) snprintf(g_root, sizeof g_root, "%s", self);
-    }
-    return g_root;
-}
+static const char *repo_root(void) { return mc_test_repo_root(); }
 
 static void path_of(const char *rel, char *out, size_t cap) {
     snprintf(out, cap, "%s/%s", repo_root(), rel);

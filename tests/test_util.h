@@ -275,6 +275,27 @@ static inline int mc_test_mpirun(int np, const char *prog_and_args, double timeo
 
 /* Path of a program that sits next to the running test binary (build/tests/<name>), so
    the suites work from any working directory. Falls back to build/tests/<name>. */
+/* The repository root: three levels above the running binary (<root>/build/tests/<binary>)
+   when megatron_c.h is there, else "." (a binary run from the root). */
+static inline const char *mc_test_repo_root(void) {
+    static char root[4096];
+    if (root[0] != '\0') return root;
+    snprintf(root, sizeof root, ".");
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = '\0';
+        for (int up = 0; up < 3; up++) {
+            char *slash = strrchr(self, '/');
+            if (slash != NULL) *slash = '\0';
+        }
+        char probe[4096 + 16];
+        snprintf(probe, sizeof probe, "%s/megatron_c.h", self);
+        if (access(probe, R_OK) == 0) snprintf(root, sizeof root, "%s", self);
+    }
+    return root;
+}
+
 static inline const char *mc_test_sibling(const char *name, char *buf, size_t cap) {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

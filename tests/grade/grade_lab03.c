@@ -17,27 +17,11 @@
 #include <unistd.h>
 
 #include "labs/grader.h"
+#include "tests/test_util.h"
 
 static char g_paths[3][PATH_MAX + 64];
 
-static const char *repo_root(void) {
-    static char root[PATH_MAX];
-    if (root[0] != '\0') return root;
-    snprintf(root, sizeof root, ".");
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n > 0) {
-        self[n] = '\0';
-        for (int i = 0; i < 3; i++) { /* <root>/build/tests/grade_lab03 */
-            char *slash = strrchr(self, '/');
-            if (slash != NULL) *slash = '\0';
-        }
-        char probe[PATH_MAX + 64];
-        snprintf(probe, sizeof probe, "%s/labs/rubric/lab03.json", self);
-        if (access(probe, R_OK) == 0) snprintf(root, sizeof root, "%s", self);
-    }
-    return root;
-}
+static const char *repo_root(void) { return mc_test_repo_root(); }
 
 static const char *input(int which) {
     static const char *const env[3] = {"MC_GRADE_ANSWERS", "MC_GRADE_RESULTS", "MC_GRADE_RUBRIC"};
