@@ -163,8 +163,10 @@ ParameterizedTest(layout_case *c, train, matches_single_rank, .timeout = 600) {
     cr_assert_eq(n_ref, N_ITERS, "reference run logged %d losses:\n%s", n_ref, out);
     int n = run_training(c->np, c->flags, c->common, par, loss, out, sizeof out);
     cr_assert_eq(n, N_ITERS, "%s logged %d losses:\n%s", c->flags, n, out);
+    double worst_rel = 0.0;
     for (int i = 0; i < N_ITERS; i++) {
         double rel = fabs(loss[i] - ref_loss[i]) / fabs(ref_loss[i]);
+        if (rel > worst_rel) worst_rel = rel;
         cr_expect_leq(rel, 1e-5, "np %d %s: iteration %d lm loss %.7e vs single rank %.7e "
                       "(relative %.2e)", c->np, c->flags, i + 1, loss[i], ref_loss[i], rel);
     }
@@ -174,6 +176,8 @@ ParameterizedTest(layout_case *c, train, matches_single_rank, .timeout = 600) {
     double diff = compare_checkpoints(ref, par, worst, sizeof worst);
     cr_expect_leq(diff, 1e-4, "np %d %s: parameters differ by up to %.3g (%s)", c->np, c->flags,
                   diff, worst);
+    cr_log_info("np %d %s %s: max relative loss difference %.2e, max |parameter difference| "
+                "%.2e", c->np, c->flags, c->common, worst_rel, diff);
     char rm[1200];
     snprintf(rm, sizeof rm, "rm -rf %s", dir);
     if (system(rm) != 0) cr_log_warn("could not remove %s", dir);
