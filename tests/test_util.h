@@ -545,6 +545,22 @@ static inline int mc_case_finish(mc_comm *world) {
     return total[1] == 0 ? 0 : 1;
 }
 
+/* A case program's last steps: start the case, run it (or, with skip_reason, skip it), print
+   the summary, destroy the world; returns the exit code. */
+static inline int mc_case_run(mc_comm *world, const char *name, void (*run)(void),
+                              const char *skip_reason) {
+    mc_case_begin(name, world->rank);
+    int exit_code;
+    if (skip_reason != NULL) {
+        exit_code = mc_case_skip(world, skip_reason);
+    } else {
+        run();
+        exit_code = mc_case_finish(world);
+    }
+    mc_comm_destroy(world);
+    return exit_code;
+}
+
 #endif /* MEGATRON_C_H_INCLUDED */
 
 #endif /* MC_TEST_UTIL_H_INCLUDED */

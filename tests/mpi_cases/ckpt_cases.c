@@ -574,9 +574,5 @@ int main(int argc, char **argv) {
     if (rc != MC_OK) return 1;
     me = world->rank;
     np = world->size;
-    mc_case_begin(chosen->name, me);
-    chosen->run();
-    int exit_code = mc_case_finish(world);
-    mc_comm_destroy(world);
-    return exit_code;
+    return mc_case_run(world, chosen->name, chosen->run, NULL);
 }

@@ -723,14 +723,7 @@ int main(int argc, char **argv) {
     if (rc != MC_OK) return 1;
     me = world->rank;
     np = world->size;
-    mc_case_begin(chosen->name, me);
-    int exit_code;
-    if (np % (opt_tp * opt_pp) != 0 || N_LAYERS % opt_pp != 0) {
-        exit_code = mc_case_skip(world, "the layout does not fit this many ranks");
-    } else {
-        chosen->run();
-        exit_code = mc_case_finish(world);
-    }
-    mc_comm_destroy(world);
-    return exit_code;
+    int fits = np % (opt_tp * opt_pp) == 0 && N_LAYERS % opt_pp == 0;
+    return mc_case_run(world, chosen->name, chosen->run,
+                       fits ? NULL : "the layout does not fit this many ranks");
 }

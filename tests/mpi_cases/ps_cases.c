@@ -499,14 +499,6 @@ int main(int argc, char **argv) {
     if (rc != MC_OK) return 1;
     me = world->rank;
     np = world->size;
-    mc_case_begin(chosen->name, me);
-    int exit_code;
-    if (np < chosen->min_ranks) {
-        exit_code = mc_case_skip(world, "needs 2 ranks");
-    } else {
-        chosen->run();
-        exit_code = mc_case_finish(world);
-    }
-    mc_comm_destroy(world);
-    return exit_code;
+    return mc_case_run(world, chosen->name, chosen->run,
+                       np < chosen->min_ranks ? "needs 2 ranks" : NULL);
 }
