@@ -63,39 +63,6 @@ static const char *lab03_outcome_name(int outcome) {
 /* ---------------------------------------------------------------------------------------------
    Small helpers */
 
-/* "[0,1,4,5]"; long lists are cut with "...". */
-static void lab03_format_list(char *out, size_t cap, const int *v, int n) {
-    size_t len = 0;
-    if (cap == 0) return;
-    len += (size_t)snprintf(out, cap, "[");
-    for (int i = 0; i < n && len < cap; i++) {
-        if (len + 16 >= cap) {
-            snprintf(out + len, cap - len, "...");
-            len = strlen(out);
-            break;
-        }
-        len += (size_t)snprintf(out + len, cap - len, "%s%d", i ? "," : "", v[i]);
-    }
-    if (len < cap) snprintf(out + len, cap - len, "]");
-}
-
-static int lab03_contains(const int *v, int n, int x) {
-    for (int i = 0; i < n; i++)
-        if (v[i] == x) return 1;
-    return 0;
-}
-
-static int lab03_same_set(const int *a, int na, const int *b, int nb) {
-    if (na != nb) return 0;
-    for (int i = 0; i < na; i++)
-        if (!lab03_contains(b, nb, a[i])) return 0;
-    return 1;
-}
-
-static int lab03_same_list(const int *a, int na, const int *b, int nb) {
-    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
-}
-
 static void lab03_group_label(char *out, size_t cap, int kind, int index) {
     snprintf(out, cap, "%s[%d]", mc_group_kind_name((mc_group_kind)kind), index);
 }
@@ -129,8 +96,8 @@ static void lab03_check_membership(mc_comm *comm, int me, const int *planned, in
     int planned_sum = 0;
     for (int i = 0; i < n_planned; i++) planned_sum += planned[i];
     out->sum_ok = out->sum == planned_sum;
-    out->list_ok = lab03_same_list(observed_buf, out->n_observed, planned, n_planned);
-    out->set_ok = lab03_same_set(observed_buf, out->n_observed, planned, n_planned);
+    out->list_ok = lab_ints_same_list(observed_buf, out->n_observed, planned, n_planned);
+    out->set_ok = lab_ints_same_set(observed_buf, out->n_observed, planned, n_planned);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -233,7 +200,7 @@ static void lab03_assemble_layout(lab_ctx *cx, lab03_exp_a *a) {
             if (a->layout.sizes[k][gi] == 0) {
                 memcpy(row, rec + 2, (size_t)n * sizeof(int));
                 a->layout.sizes[k][gi] = n;
-            } else if (!lab03_same_list(row, a->layout.sizes[k][gi], rec + 2, n)) {
+            } else if (!lab_ints_same_list(row, a->layout.sizes[k][gi], rec + 2, n)) {
                 a->verified = 0;
                 if (!a->problem[0])
                     snprintf(a->problem, sizeof a->problem,
@@ -244,12 +211,12 @@ static void lab03_assemble_layout(lab_ctx *cx, lab03_exp_a *a) {
         for (int g = 0; g < ng; g++) {
             int n = mc_grid_group_members(&cx->grid, (mc_group_kind)k, g, planned, W);
             int got = a->layout.sizes[k][g];
-            if (!lab03_same_list(a->layout.members[k] + (size_t)g * W, got, planned, n)) {
+            if (!lab_ints_same_list(a->layout.members[k] + (size_t)g * W, got, planned, n)) {
                 a->verified = 0;
                 if (!a->problem[0]) {
                     char want[128], have[128], label[48];
-                    lab03_format_list(want, sizeof want, planned, n);
-                    lab03_format_list(have, sizeof have, a->layout.members[k] + (size_t)g * W,
+                    lab_format_ints(want, sizeof want, planned, n);
+                    lab_format_ints(have, sizeof have, a->layout.members[k] + (size_t)g * W,
                                       got);
                     lab03_group_label(label, sizeof label, k, g);
                     snprintf(a->problem, sizeof a->problem, "%s planned %s, observed %s", label,
@@ -316,7 +283,7 @@ static void lab03_print_layout(lab_ctx *cx, const lab03_exp_a *a) {
         int shown = ng < 16 ? ng : 16;
         for (int g = 0; g < shown && len < sizeof line - 64; g++) {
             char item[256];
-            lab03_format_list(item, sizeof item, a->layout.members[k] + (size_t)g * W,
+            lab_format_ints(item, sizeof item, a->layout.members[k] + (size_t)g * W,
                               a->layout.sizes[k][g]);
             len += (size_t)snprintf(line + len, sizeof line - len, " %s", item);
         }
@@ -352,7 +319,7 @@ static void lab03_print_probe(lab_ctx *cx, const lab03_exp_a *a) {
         if (n < 0)
             snprintf(item, sizeof item, "none");
         else
-            lab03_format_list(item, sizeof item, m, n);
+            lab_format_ints(item, sizeof item, m, n);
         len += (size_t)snprintf(line + len, sizeof line - len, " %s %s",
                                 mc_group_kind_name((mc_group_kind)kinds[i]), item);
     }
@@ -400,7 +367,7 @@ static cJSON *lab03_getters_json(const lab_ctx *cx, const mc_parallel_state *ps)
     return o;
 }
 
-static void lab03_experiment_a(lab_ctx *cx, lab03_exp_a *a) {
+static int lab03_experiment_a(lab_ctx *cx, lab03_exp_a *a) {
     int W = cx->world_size;
     memset(a, 0, sizeof *a);   /* the parallel state starts zeroed (init never reads it) */
     lab_heading(cx, "A. initialize_model_parallel on real communicators");
@@ -460,6 +427,9 @@ static void lab03_experiment_a(lab_ctx *cx, lab03_exp_a *a) {
         lab03_print_layout(cx, a);
         lab03_print_probe(cx, a);
     }
+    lab_check(cx, a->verified, "every group's members match the plan");
+    lab_check(cx, a->sequence_identical, "the creation sequence is the same on every rank");
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -514,7 +484,7 @@ static int lab03_walk_step(lab_ctx *cx, mc_comm *parent, lab03_walk_mode mode,
     int W = cx->world_size;
     int n = mc_grid_group_members(&cx->grid, e->kind, e->index, planned, W);
     MC_CHECK(n < 0 ? n : MC_OK);
-    int member = lab03_contains(planned, n, cx->me);
+    int member = lab_ints_contain(planned, n, cx->me);
     int embedding = e->kind == MC_GROUP_EMBEDDING;
     mc_comm *child = NULL;
     int rc;
@@ -600,7 +570,7 @@ static const int *lab03_walk_rec(const int *all, int rank, int W) {
 /* "1,3,5" */
 static void lab03_format_ranks(char *out, size_t cap, const int *ranks, int n) {
     char list[512];
-    lab03_format_list(list, sizeof list, ranks, n);
+    lab_format_ints(list, sizeof list, ranks, n);
     size_t len = strlen(list);
     if (len >= 2) list[len - 1] = '\0';
     snprintf(out, cap, "%s", list + 1);
@@ -625,7 +595,7 @@ static void lab03_describe_hang(const lab_ctx *cx, const int *all, lab03_walk_su
     char wl[512], al[512], planned_txt[128];
     int *planned = lab_xcalloc((size_t)W, sizeof(int));
     int n = mc_grid_group_members(&cx->grid, (mc_group_kind)r[W_KIND], r[W_GROUP], planned, W);
-    lab03_format_list(planned_txt, sizeof planned_txt, planned, n < 0 ? 0 : n);
+    lab_format_ints(planned_txt, sizeof planned_txt, planned, n < 0 ? 0 : n);
     lab03_format_ranks(wl, sizeof wl, waiting, n_wait);
     lab03_format_ranks(al, sizeof al, absent, n_absent);
     int used = snprintf(s->detail, sizeof s->detail,
@@ -694,8 +664,8 @@ static void lab03_summarize_walk(const lab_ctx *cx, const int *all, const double
         int n = mc_grid_group_members(&cx->grid, (mc_group_kind)r[W_KIND], r[W_GROUP],
                                       planned, W);
         char have[256], want[256];
-        lab03_format_list(have, sizeof have, r + W_OBS, r[W_N_OBS]);
-        lab03_format_list(want, sizeof want, planned, n < 0 ? 0 : n);
+        lab_format_ints(have, sizeof have, r + W_OBS, r[W_N_OBS]);
+        lab_format_ints(want, sizeof want, planned, n < 0 ? 0 : n);
         snprintf(s->detail, sizeof s->detail,
                  "rank %d joined a communicator of %d ranks %s for a group planned as %s "
                  "(%s, creation call #%d)",
@@ -768,7 +738,7 @@ static void lab03_print_walk(const lab_ctx *cx, const lab03_walk_summary *s) {
     lab_printf0("%s\n", line);
 }
 
-static void lab03_experiment_b(lab_ctx *cx, const lab03_exp_a *a, double timeout_s,
+static int lab03_experiment_b(lab_ctx *cx, const lab03_exp_a *a, double timeout_s,
                                lab03_walk_summary *s) {
     lab_heading(cx, "B. only the members create each embedding group (the bug)");
     lab_printf0("same %d-call plan on a copy of the world; embedding groups paired by call "
@@ -776,9 +746,10 @@ static void lab03_experiment_b(lab_ctx *cx, const lab03_exp_a *a, double timeout
                 a->plan_len, timeout_s);
     lab03_run_walk(cx, a, LAB03_WALK_BUG, timeout_s, s);
     lab03_print_walk(cx, s);
+    return LAB_RAN;
 }
 
-static void lab03_experiment_c(lab_ctx *cx, const lab03_exp_a *a, double timeout_s,
+static int lab03_experiment_c(lab_ctx *cx, const lab03_exp_a *a, double timeout_s,
                                lab03_walk_summary *s) {
     lab_heading(cx, "C. the same groups created member-locally");
     lab_printf0("embedding groups made with mc_comm_create_group_local by their members only "
@@ -791,6 +762,8 @@ static void lab03_experiment_c(lab_ctx *cx, const lab03_exp_a *a, double timeout
         strncat(s->detail, more, sizeof s->detail - strlen(s->detail) - 1);
     }
     lab03_print_walk(cx, s);
+    lab_check(cx, s->outcome == LAB03_OK, "member-local creation of the embedding groups works");
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -819,7 +792,7 @@ static void lab03_swap_dp_pp(const char *order, char *out, size_t cap) {
     }
 }
 
-static void lab03_plan_check_run(lab_ctx *cx, lab03_plan_check *pc) {
+static int lab03_plan_check_run(lab_ctx *cx, lab03_plan_check *pc) {
     memset(pc, 0, sizeof *pc);
     int W = cx->world_size;
     lab_heading(cx, "Plan check: one rank disagrees about the plan");
@@ -865,6 +838,8 @@ static void lab03_plan_check_run(lab_ctx *cx, lab03_plan_check *pc) {
     lab_printf0("outcome: %s in %.3f s; %s on %s\n", lab03_outcome_name(pc->outcome), pc->seconds,
                 mc_err_name(pc->status0), pc->all_mismatch ? "every rank" : "some ranks");
     if (pc->message[0]) lab_printf0("  rank 0: %s\n", pc->message);
+    lab_check(cx, pc->outcome == LAB03_ERROR, "the plan check refuses a rank that plans other groups");
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -934,7 +909,7 @@ static int lab03_followup_on_comms(lab_ctx *cx, lab03_followup *f) {
     return all_ok;
 }
 
-static void lab03_followup_run(lab_ctx *cx, lab03_followup *f) {
+static int lab03_followup_run(lab_ctx *cx, lab03_followup *f) {
     memset(f, 0, sizeof *f);
     f->spec = &lab03_variants[cx->variant - 1];
     lab_heading(cx, "Follow-up M003-F%d: %s", cx->variant, f->spec->what);
@@ -944,7 +919,7 @@ static void lab03_followup_run(lab_ctx *cx, lab03_followup *f) {
     if (f->grid_status != MC_OK) {
         snprintf(f->grid_error, sizeof f->grid_error, "%s", mc_last_error());
         lab_printf0("the rank grid refused the variant: %s\n", f->grid_error);
-        return;
+        return LAB_RAN;
     }
     f->probe = lab_probe_in_world(cx->probe_base, f->spec->world);
     const char *order = f->spec->order != NULL ? f->spec->order : f->grid.order;
@@ -959,13 +934,15 @@ static void lab03_followup_run(lab_ctx *cx, lab03_followup *f) {
     }
     lab_printf0("dp_size %d, order %s (resolved %s): %s\n", f->grid.dp, order, f->grid.order,
                 f->order_accepted ? "accepted" : "Megatron's order assert would fire");
-    if (f->built)
+    if (f->built) {
         lab_printf0("built on this run's %d ranks with mc_parallel_init: membership %s\n",
                     cx->world_size, f->verified ? "verified" : "MISMATCH");
-    else
+        lab_check(cx, f->verified, "the follow-up variant's groups match its plan");
+    } else
         lab_printf0("world %d differs from this run's %d ranks: groups from the rank grid only"
                     " (mpirun -np %d to build them)\n",
                     f->spec->world, cx->world_size, f->spec->world);
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -994,7 +971,7 @@ static double lab03_time_one(lab_ctx *cx, mc_comm *g, void *send, void *recv, si
     return lab_median(times, LAB03_TIMING_REPEATS) * 1000.0;
 }
 
-static void lab03_timing_run(lab_ctx *cx, lab03_exp_a *a, lab03_timing *t) {
+static int lab03_timing_run(lab_ctx *cx, lab03_exp_a *a, lab03_timing *t) {
     memset(t, 0, sizeof *t);
     lab_heading(cx, "Timing: all-reduce in the TP, DP and PP groups");
     /* 64 MiB as in the lab text on GPUs; 4 MiB keeps 8 CPU ranks on 2 cores quick. */
@@ -1018,6 +995,7 @@ static void lab03_timing_run(lab_ctx *cx, lab03_exp_a *a, lab03_timing *t) {
                 "pp %.2f ms (size %d)\n",
                 t->bytes, LAB03_TIMING_REPEATS, t->ms[0], t->size[0], t->ms[1], t->size[1],
                 t->ms[2], t->size[2]);
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1028,30 +1006,6 @@ static cJSON *lab03_layout_json(const lab_ctx *cx, const lab03_layout *l, int ki
     for (int g = 0; g < l->n_groups[kind]; g++)
         cJSON_AddItemToArray(arr, lab_json_int_array(l->members[kind] + (size_t)g * cx->world_size,
                                                      l->sizes[kind][g]));
-    return arr;
-}
-
-static cJSON *lab03_grid_groups_json(const mc_grid *grid, int kind) {
-    cJSON *arr = cJSON_CreateArray();
-    int ng = mc_grid_num_groups(grid, (mc_group_kind)kind);
-    int *m = lab_xcalloc((size_t)grid->desc.world, sizeof(int));
-    for (int g = 0; g < ng; g++) {
-        int n = mc_grid_group_members(grid, (mc_group_kind)kind, g, m, grid->desc.world);
-        cJSON_AddItemToArray(arr, lab_json_int_array(m, n < 0 ? 0 : n));
-    }
-    free(m);
-    return arr;
-}
-
-/* The members of `rank`'s group of `kind` in the grid, or null when it has none. */
-static cJSON *lab03_grid_group_of_json(const mc_grid *grid, int kind, int rank) {
-    int gi = -1;
-    if (mc_grid_group_of(grid, (mc_group_kind)kind, rank, &gi, NULL) != MC_OK || gi < 0)
-        return cJSON_CreateNull();
-    int *m = lab_xcalloc((size_t)grid->desc.world, sizeof(int));
-    int n = mc_grid_group_members(grid, (mc_group_kind)kind, gi, m, grid->desc.world);
-    cJSON *arr = lab_json_int_array(m, n < 0 ? 0 : n);
-    free(m);
     return arr;
 }
 
@@ -1158,7 +1112,7 @@ static cJSON *lab03_followup_json(const lab_ctx *cx, const lab03_followup *f) {
     for (int i = 0; i < LAB03_N_FOLLOWUP_KINDS; i++) {
         int k = lab03_followup_kinds[i];
         cJSON_AddItemToObject(groups, mc_group_kind_name((mc_group_kind)k),
-                              lab03_grid_groups_json(g, k));
+                              lab_json_grid_groups(g, (mc_group_kind)k));
     }
     mc_rank_coords rc;
     memset(&rc, 0, sizeof rc);
@@ -1177,7 +1131,8 @@ static cJSON *lab03_followup_json(const lab_ctx *cx, const lab03_followup *f) {
         {MC_GROUP_CP, "cp_group"}, {MC_GROUP_DP_CP, "dp_cp_group"}, {MC_GROUP_MP, "mp_group"},
         {MC_GROUP_EMBEDDING, "embedding_group"}};
     for (size_t i = 0; i < sizeof pg / sizeof pg[0]; i++)
-        cJSON_AddItemToObject(p, pg[i].key, lab03_grid_group_of_json(g, pg[i].kind, f->probe));
+        cJSON_AddItemToObject(p, pg[i].key,
+                              lab_json_grid_group_of(g, (mc_group_kind)pg[i].kind, f->probe));
     cJSON_AddBoolToObject(o, "order_accepted", f->order_accepted);
     cJSON_AddBoolToObject(o, "order_assert_would_fire", f->order_assert_would_fire);
     cJSON_AddBoolToObject(o, "built_on_communicators", f->built);
@@ -1310,7 +1265,7 @@ static void lab03_print_model(const lab_ctx *cx, const lab03_model *md) {
                 cx->world_size / cx->grid.desc.pp, md->covered ? "yes" : "NO");
 }
 
-static void lab03_experiment_model(lab_ctx *cx, const lab03_exp_a *a, lab03_model *md) {
+static int lab03_experiment_model(lab_ctx *cx, const lab03_exp_a *a, lab03_model *md) {
     lab_heading(cx, "M. The model on top of the same parallel state");
     md->config = lab03_model_config(cx);
     int *flags = lab_xcalloc((size_t)md->config.num_layers, sizeof *flags);
@@ -1337,8 +1292,10 @@ static void lab03_experiment_model(lab_ctx *cx, const lab03_exp_a *a, lab03_mode
     if (md->status == MC_OK) {
         lab03_count_holders(cx, md, flags);
         lab03_print_model(cx, md);
+        lab_check(cx, md->covered, "every layer of the model is on world / pp ranks");
     }
     free(flags);
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1460,19 +1417,21 @@ static void lab03_d_summarize(const lab_ctx *cx, const int *all, lab03_d_run *ou
                    : out->size_mismatches  ? LAB03_WRONG_MEMBERSHIP
                    : out->n_wrong          ? LAB03_SILENT_WRONG
                                            : LAB03_OK;
+    int failed = out->error_ranks + out->timeout_ranks;
     size_t len = 0;
-    if (out->outcome == LAB03_SILENT_WRONG || out->outcome == LAB03_OK)
-        len = (size_t)snprintf(out->detail, sizeof out->detail,
-                               "every creation call and every all-reduce returned MC_OK; %d "
-                               "all-reduce%s returned a wrong sum",
-                               out->n_wrong, out->n_wrong == 1 ? "" : "s");
+    if (failed)
+        len = (size_t)snprintf(out->detail, sizeof out->detail, "%d rank%s failed (%d timed out)",
+                               failed, failed == 1 ? "" : "s", out->timeout_ranks);
     else
         len = (size_t)snprintf(out->detail, sizeof out->detail,
-                               "%d rank%s failed (%d timed out), %d group%s of the wrong size",
-                               out->error_ranks + out->timeout_ranks,
-                               out->error_ranks + out->timeout_ranks == 1 ? "" : "s",
-                               out->timeout_ranks, out->size_mismatches,
-                               out->size_mismatches == 1 ? "" : "s");
+                               "every creation call and every all-reduce returned MC_OK");
+    if (out->size_mismatches)
+        len += (size_t)snprintf(out->detail + len, sizeof out->detail - len,
+                                "; %d group handle%s of the wrong size", out->size_mismatches,
+                                out->size_mismatches == 1 ? "" : "s");
+    len += (size_t)snprintf(out->detail + len, sizeof out->detail - len,
+                            "; %d all-reduce%s returned a wrong sum", out->n_wrong,
+                            out->n_wrong == 1 ? "" : "s");
     for (int i = 0; i < out->n_wrong && len + 80 < sizeof out->detail; i++)
         len += (size_t)snprintf(out->detail + len, sizeof out->detail - len,
                                 "%s rank %d %s got %d (expected %d)", i ? ";" : ":",
@@ -1537,7 +1496,7 @@ static void lab03_d_plan(lab_ctx *cx, const lab03_exp_a *a, lab03_exp_d *d) {
         MC_CHECK(mc_grid_group_of(&cx->grid, (mc_group_kind)d->kinds[i], d->swap_rank,
                                   &d->groups[i], NULL));
         int n = mc_grid_group_members(&cx->grid, (mc_group_kind)d->kinds[i], d->groups[i], m, W);
-        lab03_format_list(d->lists[i], sizeof d->lists[i], m, n);
+        lab_format_ints(d->lists[i], sizeof d->lists[i], m, n);
         d->calls[i] = -1;
         for (int p = 0; p < a->plan_len; p++)
             if ((int)a->plan[p].kind == d->kinds[i] && a->plan[p].index == d->groups[i])
@@ -1546,7 +1505,7 @@ static void lab03_d_plan(lab_ctx *cx, const lab03_exp_a *a, lab03_exp_d *d) {
     free(m);
 }
 
-static void lab03_experiment_d(lab_ctx *cx, const lab03_exp_a *a, lab03_exp_d *d) {
+static int lab03_experiment_d(lab_ctx *cx, const lab03_exp_a *a, lab03_exp_d *d) {
     memset(d, 0, sizeof *d);
     lab03_d_plan(cx, a, d);
     const char *ka = mc_group_kind_name((mc_group_kind)d->kinds[0]);
@@ -1563,13 +1522,18 @@ static void lab03_experiment_d(lab_ctx *cx, const lab03_exp_a *a, lab03_exp_d *d
     lab_printf0("unverified (paired by call position, verify=0): %s\n  %s\n",
                 lab03_outcome_name(d->unverified.outcome), d->unverified.detail);
     lab03_d_walk(cx, a, d, 1, &d->verified);
-    lab_printf0("verified (member lists compared, verify=1): %s", 
+    lab_printf0("verified (member lists compared, verify=1): %s",
                 lab03_outcome_name(d->verified.outcome));
     if (d->verified.call_index >= 0)
         lab_printf0(" at call #%d after %.3f s (%s)", d->verified.call_index, d->verified.seconds,
                     mc_err_name(d->verified.status));
     lab_printf0("\n");
     if (d->verified.message[0]) lab_printf0("  rank 0: %s\n", d->verified.message);
+    lab_check(cx, d->unverified.outcome != LAB03_OK,
+              "the swapped creation calls show up when paired by position");
+    lab_check(cx, d->verified.outcome == LAB03_ERROR && d->verified.status == MC_ERR_PLAN_MISMATCH,
+              "the member-list check refuses the swapped calls");
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1595,7 +1559,7 @@ static void lab03_on_free(void *ptr, void *user) {
         }
 }
 
-static void lab03_experiment_destroy(lab_ctx *cx, lab03_exp_a *a, lab03_destroy *ds) {
+static int lab03_experiment_destroy(lab_ctx *cx, lab03_exp_a *a, lab03_destroy *ds) {
     lab_heading(cx, "Destroy: mc_parallel_destroy");
     lab03_watch w;
     memset(&w, 0, sizeof w);
@@ -1643,6 +1607,9 @@ static void lab03_experiment_destroy(lab_ctx *cx, lab03_exp_a *a, lab03_destroy 
                 "and the heap mc_parallel_init took is back on every rank: %s\n",
                 ds->reverse ? "yes" : "NO", ds->released ? "yes" : "NO");
     free(order);
+    lab_check(cx, ds->reverse, "groups are destroyed in reverse creation order");
+    lab_check(cx, ds->released, "mc_parallel_destroy releases every handle");
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1758,76 +1725,34 @@ typedef struct lab03_state {
     lab03_destroy destroy;
 } lab03_state;
 
-static int lab03_run_a(lab_ctx *cx) {
-    lab03_state *st = cx->state;
-    lab03_experiment_a(cx, &st->a);
-    lab_check(cx, st->a.verified, "every group's members match the plan");
-    lab_check(cx, st->a.sequence_identical, "the creation sequence is the same on every rank");
-    return LAB_RAN;
-}
-
+/* The experiments as the driver calls them (each records its own checks). */
+#define LAB03_ST(cx) ((lab03_state *)(cx)->state)
+static int lab03_run_a(lab_ctx *cx) { return lab03_experiment_a(cx, &LAB03_ST(cx)->a); }
 static int lab03_run_model(lab_ctx *cx) {
-    lab03_state *st = cx->state;
-    lab03_experiment_model(cx, &st->a, &st->model);
-    if (st->model.status == MC_OK)
-        lab_check(cx, st->model.covered, "every layer of the model is on world / pp ranks");
-    return LAB_RAN;
+    return lab03_experiment_model(cx, &LAB03_ST(cx)->a, &LAB03_ST(cx)->model);
 }
-
 static int lab03_run_b(lab_ctx *cx) {
-    lab03_state *st = cx->state;
-    lab03_experiment_b(cx, &st->a, cx->call_timeout_s, &st->b);
-    return LAB_RAN;
+    return lab03_experiment_b(cx, &LAB03_ST(cx)->a, cx->call_timeout_s, &LAB03_ST(cx)->b);
 }
-
 static int lab03_run_c(lab_ctx *cx) {
-    lab03_state *st = cx->state;
-    lab03_experiment_c(cx, &st->a, cx->call_timeout_s, &st->c);
-    lab_check(cx, st->c.outcome == LAB03_OK, "member-local creation of the embedding groups works");
-    return LAB_RAN;
+    return lab03_experiment_c(cx, &LAB03_ST(cx)->a, cx->call_timeout_s, &LAB03_ST(cx)->c);
 }
-
 static int lab03_run_plan_check(lab_ctx *cx) {
-    lab03_state *st = cx->state;
-    lab03_plan_check_run(cx, &st->plan);
-    lab_check(cx, st->plan.outcome == LAB03_ERROR,
-              "the plan check refuses a rank that plans other groups");
-    return LAB_RAN;
+    return lab03_plan_check_run(cx, &LAB03_ST(cx)->plan);
 }
-
 static int lab03_run_followup(lab_ctx *cx) {
-    lab03_state *st = cx->state;
-    lab03_followup_run(cx, &st->followup);
-    if (st->followup.built)
-        lab_check(cx, st->followup.verified, "the follow-up variant's groups match its plan");
-    return LAB_RAN;
+    return lab03_followup_run(cx, &LAB03_ST(cx)->followup);
 }
-
 static int lab03_run_d(lab_ctx *cx) {
-    lab03_state *st = cx->state;
-    lab03_experiment_d(cx, &st->a, &st->d);
-    lab_check(cx, st->d.unverified.outcome != LAB03_OK,
-              "the swapped creation calls show up when paired by position");
-    lab_check(cx, st->d.verified.outcome == LAB03_ERROR &&
-                      st->d.verified.status == MC_ERR_PLAN_MISMATCH,
-              "the member-list check refuses the swapped calls");
-    return LAB_RAN;
+    return lab03_experiment_d(cx, &LAB03_ST(cx)->a, &LAB03_ST(cx)->d);
 }
-
-static int lab03_run_timing(lab_ctx *cx) {
-    lab03_state *st = cx->state;
-    int wanted = cx->args->timing >= 0 ? cx->args->timing : cx->world_size <= 8 && !cx->args->quick;
-    if (!wanted) return LAB_SKIPPED;
-    lab03_timing_run(cx, &st->a, &st->timing);
-    return LAB_RAN;
-}
-
 static int lab03_run_destroy(lab_ctx *cx) {
-    lab03_state *st = cx->state;
-    lab03_experiment_destroy(cx, &st->a, &st->destroy);
-    lab_check(cx, st->destroy.reverse, "groups are destroyed in reverse creation order");
-    lab_check(cx, st->destroy.released, "mc_parallel_destroy releases every handle");
-    return LAB_RAN;
+    return lab03_experiment_destroy(cx, &LAB03_ST(cx)->a, &LAB03_ST(cx)->destroy);
+}
+/* on by default up to 8 ranks (2 cores share them), off with --quick or --no-timing */
+static int lab03_run_timing(lab_ctx *cx) {
+    int wanted = cx->args->timing >= 0 ? cx->args->timing : cx->world_size <= 8 && !cx->args->quick;
+    return wanted ? lab03_timing_run(cx, &LAB03_ST(cx)->a, &LAB03_ST(cx)->timing) : LAB_SKIPPED;
 }
 
 static cJSON *lab03_facts(lab_ctx *cx) {

@@ -477,6 +477,50 @@ int lab_broadcast_bytes(mc_comm *c, void *buf, size_t bytes, int root) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+   >>lists */
+
+void lab_format_ints(char *out, size_t cap, const int *v, int n) {
+    size_t len = 0;
+    if (cap == 0) return;
+    len += (size_t)snprintf(out, cap, "[");
+    for (int i = 0; i < n && len < cap; i++) {
+        if (len + 16 >= cap) {
+            snprintf(out + len, cap - len, "...");
+            len = strlen(out);
+            break;
+        }
+        len += (size_t)snprintf(out + len, cap - len, "%s%d", i ? "," : "", v[i]);
+    }
+    if (len < cap) snprintf(out + len, cap - len, "]");
+}
+
+int lab_ints_contain(const int *v, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return 1;
+    return 0;
+}
+
+int lab_ints_same_set(const int *a, int na, const int *b, int nb) {
+    if (na != nb) return 0;
+    for (int i = 0; i < na; i++)
+        if (!lab_ints_contain(b, nb, a[i])) return 0;
+    return 1;
+}
+
+int lab_ints_same_list(const int *a, int na, const int *b, int nb) {
+    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
+}
+
+void *lab_xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL) {
+        fprintf(stderr, "[rank %d] out of memory (%zu x %zu bytes)\n", lab_rank(), n, size);
+        lab_abort(LAB_EXIT_FAILED);
+    }
+    return p;
+}
+
+/* ---------------------------------------------------------------------------------------------
    >>nonce */
 
 int lab_nonce_new(char out[LAB_NONCE_LEN + 1]) {
@@ -570,6 +614,29 @@ cJSON *lab_json_groups(const int *members, const int *offsets, const int *sizes,
     cJSON *arr = cJSON_CreateArray();
     for (int g = 0; arr != NULL && g < n_groups; g++)
         cJSON_AddItemToArray(arr, lab_json_int_array(members + offsets[g], sizes[g]));
+    return arr;
+}
+
+cJSON *lab_json_grid_groups(const mc_grid *grid, mc_group_kind kind) {
+    cJSON *arr = cJSON_CreateArray();
+    int ng = mc_grid_num_groups(grid, kind);
+    int *m = lab_xcalloc((size_t)grid->desc.world, sizeof(int));
+    for (int g = 0; g < ng; g++) {
+        int n = mc_grid_group_members(grid, kind, g, m, grid->desc.world);
+        cJSON_AddItemToArray(arr, lab_json_int_array(m, n < 0 ? 0 : n));
+    }
+    free(m);
+    return arr;
+}
+
+cJSON *lab_json_grid_group_of(const mc_grid *grid, mc_group_kind kind, int rank) {
+    int gi = -1;
+    if (mc_grid_group_of(grid, kind, rank, &gi, NULL) != MC_OK || gi < 0)
+        return cJSON_CreateNull();
+    int *m = lab_xcalloc((size_t)grid->desc.world, sizeof(int));
+    int n = mc_grid_group_members(grid, kind, gi, m, grid->desc.world);
+    cJSON *arr = lab_json_int_array(m, n < 0 ? 0 : n);
+    free(m);
     return arr;
 }
 

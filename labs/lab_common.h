@@ -141,6 +141,18 @@ int lab_all_gather_f64(mc_comm *c, const double *send, double *recv, size_t coun
 int lab_broadcast_bytes(mc_comm *c, void *buf, size_t bytes, int root);
 
 /* ---------------------------------------------------------------------------------------------
+   >>lists  Rank lists: printing and comparing (small n; order matters only for same_list). */
+
+/* "[0,1,4,5]"; a list too long for cap ends in "...". */
+void lab_format_ints(char *out, size_t cap, const int *v, int n);
+int lab_ints_contain(const int *v, int n, int x);
+int lab_ints_same_set(const int *a, int na, const int *b, int nb);
+int lab_ints_same_list(const int *a, int na, const int *b, int nb);
+
+/* calloc that stops the program with a message on failure (n or size 0 allocate 1 byte). */
+void *lab_xcalloc(size_t n, size_t size);
+
+/* ---------------------------------------------------------------------------------------------
    >>nonce  Per-learner nonce: 6 lower-case hex digits from /dev/urandom, written into the
    answer-sheet header by --init.
 
@@ -177,6 +189,9 @@ cJSON *lab_results_new(const char *lab, const char *question, const char *rubric
 cJSON *lab_json_int_array(const int *values, int n);
 /* [[...], [...]]: n_groups lists, group g holds sizes[g] ints starting at members[offsets[g]]. */
 cJSON *lab_json_groups(const int *members, const int *offsets, const int *sizes, int n_groups);
+/* Every group of `kind` in the grid, [[...], ...]; the members of `rank`'s group, or null. */
+cJSON *lab_json_grid_groups(const mc_grid *grid, mc_group_kind kind);
+cJSON *lab_json_grid_group_of(const mc_grid *grid, mc_group_kind kind, int rank);
 int lab_json_write_atomic(const cJSON *doc, const char *path);   /* 0 or MC_ERR_IO */
 /* The same for text (answer sheets, SVG figures). */
 int lab_write_text_atomic(const char *text, const char *path);   /* 0 or MC_ERR_IO */

@@ -71,15 +71,6 @@ static void lab__logger(const char *tag, uint32_t level, int item, const char *m
 /* ---------------------------------------------------------------------------------------------
    >>small */
 
-void *lab_xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (p == NULL) {
-        fprintf(stderr, "[rank %d] out of memory (%zu x %zu bytes)\n", lab_rank(), n, size);
-        lab_abort(LAB_EXIT_FAILED);
-    }
-    return p;
-}
-
 double lab_round_s(double seconds) { return (double)(long long)(seconds * 1e4 + 0.5) / 1e4; }
 double lab_round_ms(double ms) { return (double)(long long)(ms * 1e3 + 0.5) / 1e3; }
 

@@ -188,9 +188,6 @@ void lab_heap_watch_frees(void (*fn)(void *ptr, void *user), void *user);
 double lab_round_s(double seconds);
 double lab_round_ms(double ms);
 
-/* calloc that stops the program with a message on failure (n or size 0 allocate 1 byte). */
-void *lab_xcalloc(size_t n, size_t size);
-
 #ifdef __cplusplus
 }
 #endif
