@@ -97,6 +97,7 @@ typedef struct lab__check {
 typedef struct lab__ledger {
     int available;         /* the grader has a ledger */
     int status;            /* its return value */
+    int locked_empty;      /* this run locked a sheet without predictions */
     char message[512];
     cJSON *json;           /* rank 0: what goes into the results */
 } lab__ledger;
@@ -192,40 +193,60 @@ int lab_figure(lab_ctx *cx, const char *name, lab_svg *svg) {
 
 static int lab__gr_read_header(const char *answers_path, char nonce[17], int *probe,
                                char variant[8]) {
-    return mc_grade_read_header(answers_path, nonce, probe, variant);
+    return gr_read_header(answers_path, nonce, probe, variant);
 }
 
 static int lab__gr_prediction_hash(const char *answers_path, char hex[17], int *filled) {
-    return mc_grade_prediction_hash(answers_path, hex, filled);
+    return gr_prediction_hash(answers_path, hex, filled);
 }
+
+/* The grader's name for the envelope version: "results_format" 2 = predictions locked in the
+   ledger (the envelope's own "format" says the same to other readers). */
+static int lab__gr_results_format(void) { return GR_RESULTS_FORMAT; }
 
 /* Writes <results>.grade.json and prints the table (last line "Total x/15"). Rank 0 only. */
 static int lab__gr_grade(const lab_args *args, int print) {
-    char grade_path[4200];
+    char grade_path[4200], ledger_path[4200];
     lab_grade_path_from_results(args->results_path, grade_path, sizeof grade_path);
-    mc_grade_desc desc = {
+    gr_ledger_path_for(args->results_path, ledger_path, sizeof ledger_path);
+    gr_grade_desc desc = {
         .rubric_path = args->rubric_path,
         .answers_path = args->answers_path,
         .results_path = args->results_path,
+        .ledger_path = ledger_path,
         .grade_out_path = grade_path,
         .out = stdout,
         .quiet = print ? 0 : 1,
     };
     fflush(stdout);
-    int rc = mc_grade(&desc, NULL);
+    int rc = gr_grade(&desc, NULL);
     fflush(stdout);
     return rc;
 }
 
-/* The prediction ledger: the first measured run per nonce locks the sheet's predictions,
-   later runs never re-lock. This grader has no ledger yet; the run records that. */
+/* The prediction ledger beside the results: the first measured run per nonce locks the
+   sheet's predictions, later runs never re-lock (they say how many keys changed). Rank 0,
+   before anything is measured; the outcome goes into the results' "ledger". */
 static void lab__gr_ledger_lock(const lab_args *args, const char *nonce, lab__ledger *out) {
-    (void)args;
-    (void)nonce;
+    char ledger_path[4200];
+    gr_ledger_path_for(args->results_path, ledger_path, sizeof ledger_path);
+    lab_make_parent_dirs(ledger_path);   /* the first run may come before results/ exists */
+    gr_lock_info info;
+    memset(&info, 0, sizeof info);
     memset(out, 0, sizeof *out);
-    out->available = 0;
+    out->available = 1;
+    out->status = gr_ledger_lock(ledger_path, args->rubric_path, args->answers_path, nonce,
+                                 &info);
+    snprintf(out->message, sizeof out->message, "%s", info.message);
+    out->locked_empty = out->status == 0 && info.locked_now && info.n_keys == 0;
     out->json = cJSON_CreateObject();
-    cJSON_AddBoolToObject(out->json, "available", 0);
+    cJSON_AddStringToObject(out->json, "path", ledger_path);
+    cJSON_AddBoolToObject(out->json, "ok", out->status == 0);
+    cJSON_AddBoolToObject(out->json, "locked_now", info.locked_now);
+    cJSON_AddStringToObject(out->json, "locked_at", info.locked_at);
+    cJSON_AddNumberToObject(out->json, "keys", info.n_keys);
+    cJSON_AddNumberToObject(out->json, "changed_since_lock", info.n_changed);
+    cJSON_AddStringToObject(out->json, "message", info.message);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -634,6 +655,7 @@ static cJSON *lab__results_json(lab_ctx *cx, cJSON *facts, int all_checks_held) 
     cJSON *rubric = lab__rubric_load(cx->args->rubric_path);
     cJSON *doc = cJSON_CreateObject();
     cJSON_AddNumberToObject(doc, "format", LAB__RESULTS_FORMAT);
+    cJSON_AddNumberToObject(doc, "results_format", lab__gr_results_format());
     cJSON_AddStringToObject(doc, "lab", spec->name);
     cJSON_AddStringToObject(doc, "question", spec->question);
     cJSON_AddStringToObject(doc, "rubric_version", lab__json_str(rubric, "rubric_version", ""));
@@ -704,7 +726,12 @@ static void lab__print_header(const lab_ctx *cx) {
                 sh->pred_present ? "present" : "not filled in", sh->pred_blocks,
                 sh->pred_blocks == 1 ? "" : "s", sh->pred_hash[0] ? sh->pred_hash : "-",
                 sh->pred_time);
-    if (cx->run->ledger.available) lab_printf0("ledger: %s\n", cx->run->ledger.message);
+    if (!cx->run->ledger.available) return;
+    lab_printf0("ledger: %s%s\n", cx->run->ledger.status == 0 ? "" : "ERROR: ",
+                cx->run->ledger.message);
+    if (cx->run->ledger.locked_empty)
+        lab_printf0("  to predict for real: ./%s --init --force draws a fresh nonce; fill in the "
+                    "pred blocks, then run again\n", cx->spec->name);
 }
 
 static void lab__run_experiments(lab_ctx *cx) {

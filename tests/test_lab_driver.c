@@ -324,7 +324,11 @@ Test(lab_driver, run_writes_the_versioned_envelope_and_exits_0) {
     cr_expect_str_eq(get(doc, "backend.device_kind")->valuestring, "cpu");
     cr_expect(get(doc, "backend.cpu_count")->valueint >= 1);
     cr_expect(mc_test_contains(get(doc, "backend.mpi_library")->valuestring, "MPI"));
-    cr_expect(cJSON_IsObject(get(doc, "ledger")));
+    cr_expect(cJSON_IsTrue(get(doc, "ledger.ok")), "%s", get(doc, "ledger.message")->valuestring);
+    cr_expect(cJSON_IsTrue(get(doc, "ledger.locked_now")), "the first run locks");
+    cr_expect_eq(get(doc, "results_format")->valueint, 2);
+    cr_expect(mc_test_contains(out, "ledger: predictions locked for nonce abc123"), "%s", out);
+    cr_expect(mc_test_contains(out, "./lab99 --init --force draws a fresh nonce"), "%s", out);
     cr_expect(cJSON_IsTrue(get(doc, "predictions.template_written_by_run")));
 
     /* per-experiment timing and the checks */
@@ -573,5 +577,36 @@ Test(lab_driver, nonce_flag_overrides_the_sheet_and_says_so) {
     cJSON *doc = load_json(res);
     cr_expect_str_eq(get(doc, "nonce")->valuestring, "c0ffee");
     cr_expect_eq(get(doc, "probe_rank")->valueint, lab_nonce_probe_rank("c0ffee", 4) % 2);
+    cJSON_Delete(doc);
+}
+
+/* The first measured run per nonce locks the predictions; a later run never re-locks and
+   says how many keys changed since. */
+Test(lab_driver, the_ledger_locks_once_per_nonce) {
+    char sheet[256], ledger[256], res[256];
+    tmp_path(sheet, sizeof sheet, "a.md");
+    tmp_path(ledger, sizeof ledger, "r.ledger.json");
+    tmp_path(res, sizeof res, "r.json");
+    cr_assert_eq(run_lab(0, "--init --nonce abc123"), 0, "%s", out);
+    char *text = lab_read_text(sheet, NULL);
+    cr_assert_not_null(text);
+    char *q = strstr(text, "rank_sum: ?");
+    cr_assert_not_null(q);
+    memcpy(q, "rank_sum: 6", 11);
+    cr_assert_eq(lab_write_text_atomic(text, sheet), 0);
+    cr_assert_eq(run_lab(2, "--no-figure"), 0, "%s", out);
+    cr_expect(file_exists(ledger), "no ledger at %s", ledger);
+    cJSON *doc = load_json(res);
+    cr_expect(cJSON_IsTrue(get(doc, "ledger.locked_now")));
+    cr_expect_eq(get(doc, "ledger.keys")->valueint, 1, "%s", get(doc, "ledger.message")->valuestring);
+    cJSON_Delete(doc);
+
+    memcpy(q, "rank_sum: 7", 11);   /* changed after the first run */
+    cr_assert_eq(lab_write_text_atomic(text, sheet), 0);
+    free(text);
+    cr_assert_eq(run_lab(2, "--no-figure"), 0, "%s", out);
+    doc = load_json(res);
+    cr_expect(cJSON_IsFalse(get(doc, "ledger.locked_now")), "a later run re-locked");
+    cr_expect_eq(get(doc, "ledger.changed_since_lock")->valueint, 1);
     cJSON_Delete(doc);
 }
