@@ -1529,6 +1529,11 @@ static int lab03_experiment_d(lab_ctx *cx, const lab03_exp_a *a, lab03_exp_d *d)
                     mc_err_name(d->verified.status));
     lab_printf0("\n");
     if (d->verified.message[0]) lab_printf0("  rank 0: %s\n", d->verified.message);
+    if (strcmp(d->lists[0], d->lists[1]) == 0) {   /* e.g. TP = DP = 1: nothing to swap */
+        lab_printf0("  (both groups are %s in this layout: the swap changes no call)\n",
+                    d->lists[0]);
+        return LAB_RAN;
+    }
     lab_check(cx, d->unverified.outcome != LAB03_OK,
               "the swapped creation calls show up when paired by position");
     lab_check(cx, d->verified.outcome == LAB03_ERROR && d->verified.status == MC_ERR_PLAN_MISMATCH,
@@ -1679,6 +1684,7 @@ static cJSON *lab03_d_json(const lab_ctx *cx, const lab03_exp_d *d) {
         cJSON_AddItemToArray(groups, list != NULL ? list : cJSON_CreateNull());
     }
     cJSON_AddItemToObject(o, "swapped_calls", lab_json_int_array(d->calls, 2));
+    cJSON_AddBoolToObject(o, "swap_changes_members", strcmp(d->lists[0], d->lists[1]) != 0);
     cJSON_AddItemToObject(o, "unverified", lab03_d_run_json(&d->unverified, 0));
     cJSON_AddItemToObject(o, "verified", lab03_d_run_json(&d->verified, 1));
     return o;
