@@ -838,7 +838,8 @@ static int lab03_plan_check_run(lab_ctx *cx, lab03_plan_check *pc) {
     lab_printf0("outcome: %s in %.3f s; %s on %s\n", lab03_outcome_name(pc->outcome), pc->seconds,
                 mc_err_name(pc->status0), pc->all_mismatch ? "every rank" : "some ranks");
     if (pc->message[0]) lab_printf0("  rank 0: %s\n", pc->message);
-    lab_check(cx, pc->outcome == LAB03_ERROR, "the plan check refuses a rank that plans other groups");
+    lab_check(cx, pc->outcome == LAB03_ERROR,
+              "the plan check refuses a rank that plans other groups");
     return LAB_RAN;
 }
 
@@ -1677,7 +1678,8 @@ static cJSON *lab03_d_json(const lab_ctx *cx, const lab03_exp_d *d) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "variant", cx->variant_name);
     cJSON_AddNumberToObject(o, "swap_rank", d->swap_rank);
-    cJSON *kinds = cJSON_AddArrayToObject(o, "kinds"), *groups = cJSON_AddArrayToObject(o, "groups");
+    cJSON *kinds = cJSON_AddArrayToObject(o, "kinds");
+    cJSON *groups = cJSON_AddArrayToObject(o, "groups");
     for (int i = 0; i < 2; i++) {
         cJSON_AddItemToArray(kinds, cJSON_CreateString(mc_group_kind_name(d->kinds[i])));
         cJSON *list = cJSON_Parse(d->lists[i]);

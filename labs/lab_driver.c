@@ -1,6 +1,7 @@
 /* labs/lab_driver.c - the lab driver. See lab_driver.h for what a run does, in order. */
 #include "lab_driver.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <malloc.h>
 #include <stdarg.h>
@@ -861,6 +862,12 @@ int lab_main(int argc, char **argv, const lab_spec *spec) {
     if (args.help) {
         if (lab_launcher_rank() == 0) lab__usage(stdout, spec, 1);
         return LAB_EXIT_OK;
+    }
+    char nonce[LAB_NONCE_LEN + 1];   /* --nonce in lower case, as --init writes nonces */
+    if (args.nonce != NULL) {
+        for (int i = 0; i <= LAB_NONCE_LEN; i++)
+            nonce[i] = (char)tolower((unsigned char)args.nonce[i]);
+        args.nonce = nonce;
     }
     /* --init and --grade-only need no MPI: under mpirun only the first rank acts. */
     if (args.init)

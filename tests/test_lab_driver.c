@@ -598,7 +598,8 @@ Test(lab_driver, the_ledger_locks_once_per_nonce) {
     cr_expect(file_exists(ledger), "no ledger at %s", ledger);
     cJSON *doc = load_json(res);
     cr_expect(cJSON_IsTrue(get(doc, "ledger.locked_now")));
-    cr_expect_eq(get(doc, "ledger.keys")->valueint, 1, "%s", get(doc, "ledger.message")->valuestring);
+    cr_expect_eq(get(doc, "ledger.keys")->valueint, 1, "%s",
+                 get(doc, "ledger.message")->valuestring);
     cJSON_Delete(doc);
 
     memcpy(q, "rank_sum: 7", 11);   /* changed after the first run */
