@@ -33,7 +33,6 @@
 #define LAB03_N_VARIANTS 3
 #define LAB03_TIMING_REPEATS 5
 #define LAB03_LOCAL_TAG_BASE 3000   /* tags of the member-local embedding creations in C */
-#define LAB03_MODEL_PARAMS 6        /* parameters of the probe rank shown in facts */
 
 /* ---------------------------------------------------------------------------------------------
    Outcomes of experiments B and C. The numeric order is the precedence used to combine ranks:
