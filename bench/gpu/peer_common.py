@@ -217,6 +217,7 @@ BENCH_KEYS = ("impl", "model", "tok_s", "mfu", "peak_gib", "ms_step", "steps", "
 def emit(rec, args, tag="BENCH"):
     """Prints the fixed-format line (and the JSON line when asked); returns the exit status."""
     line = " ".join(f"{k}={rec[k]}" for k in BENCH_KEYS)
+    print(f"# {MFU_FORMULA}; {rec['flops_per_token']} FLOPs per token", flush=True)
     print(f"{tag} {line}", flush=True)
     if args.json is not None:
         text = json.dumps(rec, sort_keys=True)
