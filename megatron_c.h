@@ -14,8 +14,10 @@
    OPTIONS (define before including, in every file that includes the header)
        MC_COMM_MPI        build the MPI communicator backend (needs <mpi.h>, link with mpicc).
                           Without it only the `self` backend (world size 1) exists.
-       MC_ENABLE_CUDA     declare the NCCL communicator backend implemented in
-                          megatron_c_cuda.cu (compile that file with nvcc and link it, -lnccl).
+       MC_ENABLE_CUDA     declare the CUDA op table (mc_ops_cuda_init) and the NCCL
+                          communicator backend, both implemented in megatron_c_cuda.cu (compile
+                          that file with nvcc and link it: -lnccl -lcublasLt -lcublas -lcudnn
+                          -lcudart).
        MC_STATIC          make every public function static (private copy per translation unit).
        MC_ASSERT(c)       override assert() for internal invariants.
 
@@ -32,8 +34,11 @@
            and a dependency simulation of them that measures the bubble,
          - Philox4x32-10 random streams and Megatron's model-parallel RNG tracker
            (named streams, nested forks, save/restore, Megatron's seeds),
-         - the training core on an op table (CPU reference today; the CUDA backend fills
-           the same table): the GPT config with Megatron's validation and two fingerprints,
+         - the training core on an op table (the CPU reference, or CUDA: cuBLASLt GEMMs,
+           fused kernels, cuDNN attention), which also owns the memory every communicator
+           and module works on; fp32, or Megatron's --bf16 (bf16 parameters and activations,
+           fp32 main parameters, gradients and optimizer state): the GPT config with
+           Megatron's validation and two fingerprints,
            tensor-parallel mappings and layers (column/row parallel linear with sequence
            parallelism, vocab-parallel embedding and cross entropy), the transformer layer
            spec, block and GPTModel (pipeline stages, virtual chunks, tied embeddings,
@@ -70,11 +75,16 @@
                                                            F0 F1 F2 F3 B0 F4 B1 ... B7
           Random numbers: see the example at >>rng below.
 
-       Training (examples/pretrain_gpt.c is the whole recipe, about 600 lines):
-          mc_gpt_init(&gpt, &(mc_gpt_desc){ .config = cfg, .ps = &ps, .n_slots = M });
+       Training (examples/pretrain_gpt.c is the whole recipe, about 600 lines). One op table
+       owns the memory of everything below; give the world the same table
+       (mc_comm_desc.memory, or take mc_comm_memory(world): the nccl world makes a CUDA one):
+          mc_gpt_init(&gpt, &(mc_gpt_desc){ .config = cfg, .ps = &ps, .n_slots = M,
+                                            .ops = mc_comm_memory(world), .dtype = MC_BF16 });
           mc_ddp_init(&ddp, &(mc_ddp_desc){ .table = &gpt.table, .grads = gpt.grads,
-                                            .dp = mc_parallel_group(&ps, MC_GROUP_DP_CP) });
+                                            .dp = mc_parallel_group(&ps, MC_GROUP_DP_CP),
+                                            .ops = gpt.ops });
           mc_optimizer_init(&opt, &(mc_optimizer_desc){ .ddp = &ddp, .params = gpt.params,
+                                                        .params_dtype = gpt.dtype,
                                                         .ps = &ps, .lr = 1e-3f });
           per iteration: mc_ddp_zero_grad, mc_gpt_zero_grad,
              mc_get_forward_backward_func(&ps)(&ps, &hooks, M, 0, &result)
@@ -355,10 +365,6 @@ typedef struct mc_comm_ops {
        Called only on member ranks, after the generic layer has agreed on the call. */
     int (*create_child)(mc_comm *c, const int *members, int n_members, int seq,
                         mc_comm **out);
-    void *(*alloc)(mc_comm *c, size_t bytes);
-    void (*free)(mc_comm *c, void *ptr);
-    int (*upload)(mc_comm *c, void *dst, const void *host_src, size_t bytes);
-    int (*download)(mc_comm *c, void *host_dst, const void *src, size_t bytes);
     /* Releases the backend's own state (impl). mc_comm_destroy then frees `mpi`
        (MPI_Comm_free + mc_free), `world_ranks` and the mc_comm itself. */
     void (*destroy)(mc_comm *c);
@@ -378,6 +384,9 @@ struct mc_comm {
     void *mpi;               /* MPI_Comm * (mpi and nccl backends), else NULL; allocated with
                                 mc_malloc, freed by mc_comm_destroy */
     void *impl;              /* backend state */
+    const struct mc_ops *mem;/* the memory owner: the op table whose memory the collectives
+                                read and write (mc_comm_memory); children inherit it */
+    int owns_mem;            /* nccl world only: the CUDA table was made for it */
 };
 
 typedef struct mc_comm_desc {
@@ -385,6 +394,11 @@ typedef struct mc_comm_desc {
     double timeout_s;         /* default 30 s; inherited by groups */
     int *argc;                /* passed to MPI_Init when this call initialises MPI */
     char ***argv;
+    /* The op table that owns the collectives' buffers (mc_comm_memory). Default: the CPU table
+       for self and mpi; for nccl a CUDA table (mc_ops_cuda_init) on the rank's GPU, made for
+       the world and destroyed with it. self takes any table (its collectives are copies
+       through the table); mpi needs host memory; nccl needs a CUDA table on its GPU. */
+    const struct mc_ops *memory;
 } mc_comm_desc;
 
 /* The world communicator. Initialises MPI when built with MC_COMM_MPI and MPI is not yet
@@ -446,11 +460,29 @@ MC_API int mc_barrier_async(mc_comm *c, mc_request **req);
 MC_API int mc_wait(mc_request *req);
 /* *done = 1: the operation finished (or failed, see the status) and req has been freed. */
 MC_API int mc_test(mc_request *req, int *done);
-/* Backend-neutral buffers (device memory for nccl). */
+/* The communicator's memory owner (mc_comm_desc.memory): every buffer of a collective is
+   memory of this table. The four helpers below go through it (device memory for nccl). */
+MC_API const struct mc_ops *mc_comm_memory(const mc_comm *c);
 MC_API void *mc_comm_alloc(mc_comm *c, size_t bytes);
 MC_API void mc_comm_free(mc_comm *c, void *ptr);
 MC_API int mc_comm_upload(mc_comm *c, void *dst, const void *host_src, size_t bytes);
 MC_API int mc_comm_download(mc_comm *c, void *host_dst, const void *src, size_t bytes);
+
+/* A blocking collective on HOST values, whatever memory the communicator works on: send and
+   recv are host buffers; the values travel through buffers of the communicator's memory owner
+   (device memory on nccl) and back, or directly when that memory is the host's. The one way
+   for token counts, loss sums and flags to cross ranks.
+     MC_COLL_ALL_REDUCE  recv[count] = op over ranks of send[count] (send may equal recv)
+     MC_COLL_ALL_GATHER  recv[size * count] = every rank's send[count], rank order
+     MC_COLL_BROADCAST   recv[count] = root's send[count] (send may equal recv; on other ranks
+                         send is not read and may be NULL)
+   op is read by the all-reduce only, root by the broadcast only. After a timeout the staging
+   buffers are leaked on purpose (the backend may still write them). */
+typedef enum mc_collective {
+    MC_COLL_ALL_REDUCE = 0, MC_COLL_ALL_GATHER, MC_COLL_BROADCAST
+} mc_collective;
+MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, void *recv,
+                              size_t count, mc_dtype dt, mc_reduce_op op, int root);
 
 /* ---------------------------------------------------------------------------------------------
    >>parallel_state  Megatron's initialize_model_parallel. */
@@ -773,7 +805,9 @@ MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int t
 #if defined(MC_ENABLE_CUDA)
 /* Implemented in megatron_c_cuda.cu. */
 MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
-MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled);      /* turns an MPI world into NCCL */
+/* Turns an MPI world into NCCL; memory: the CUDA table for its buffers, or NULL to make one on
+   the rank's GPU (owned by the world). */
+MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
 MC_API const mc_comm_ops *mc__nccl_ops(void);
 /* Implemented by the header: lets the companion file report through mc_last_error() and the
    logger (level 1). Returns `status`. */
@@ -785,12 +819,29 @@ MC_API int mc__set_error(int status, const char *fmt, ...);
 
 /* @ops:declarations begin */
 /* ---------------------------------------------------------------------------------------------
-   >>ops  The op table: every numeric primitive the model uses. The CPU table is the reference
-   (clear loops, fp32 storage, deterministic); megatron_c_cuda.cu fills the same table later, so
-   layer code never changes. Activations are [S, B, C] row-major (sequence first, as Megatron),
-   so sequence-parallel shards are contiguous. "Accumulate" (+=) vs "overwrite" (=) is stated per
-   op: parameter gradients always accumulate. In-place use (out == inp) is allowed for the
-   element-wise ops (fill, copy, axpy, scale, gelu, dropout).
+   >>ops  The op table: the memory and every numeric primitive the model uses. The CPU table is
+   the reference (clear loops, fp32 math, deterministic); megatron_c_cuda.cu fills the same table
+   for a GPU (mc_ops_cuda_init), so layer code never changes. Activations are [S, B, C] row-major
+   (sequence first, as Megatron), so sequence-parallel shards are contiguous. "Accumulate" (+=)
+   vs "overwrite" (=) is stated per op: parameter gradients always accumulate. In-place use
+   (out == inp) is allowed for the element-wise ops (fill, copy, axpy, scale, gelu, dropout).
+
+   The table is the one memory owner: tensors are op memory (host memory for the CPU table,
+   device memory for CUDA), allocated, freed, filled from the host (upload), read back
+   (download) and copied (copy_2d) through it. Communicators use the same table for their
+   buffers (mc_comm_memory), and the model, DDP and the optimizer refuse tables that do not
+   share one memory. Layer code never dereferences op memory on the host.
+
+   Every op returns a status (MC_OK, or MC_ERR_* with mc_last_error naming the op and the
+   shapes) and runs on the table's context `ctx` (for CUDA: the device, a stream, the cuBLASLt
+   and cuDNN handles and a workspace; NULL for the CPU). Ops run in call order on that context;
+   a CUDA op may return before its kernel has finished (download and synchronize wait).
+
+   Precision (Megatron's --bf16 with grad_reduce_in_fp32): a `dt` argument says the storage of
+   the activations and of the model's parameters, MC_F32 or MC_BF16. Parameter gradients, the
+   LayerNorm and softmax statistics, losses and the optimizer state are always fp32 (float *).
+   Every op computes in fp32 and rounds bf16 results to nearest-even on store, on the CPU too
+   (mc_bf16_from_float), so the bf16 path runs in CI.
 
    Dimension letters: N = rows (tokens, S*B), C = channels, K = reduction dim, V = vocab (local
    shard), S = sequence, B = micro-batch size, NH = heads (local), HD = head dim.
@@ -807,96 +858,203 @@ MC_API int mc__set_error(int status, const char *fmt, ...);
    Dropout (dropout_* and the attention probabilities): element i is kept iff
    mc_rng_uniform_at(seed, offset + i) >= p, and kept values are scaled by 1 / (1 - p); p = 0
    keeps everything and draws nothing, p >= 1 drops everything. The mask is a pure function of
-   (seed, offset + i), so backward and recompute redraw it instead of storing it. */
+   (seed, offset + i), so backward and recompute redraw it instead of storing it, and the CPU
+   and the GPU draw the same masks. */
 typedef enum mc_device { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device;
 
-typedef struct mc_ops {
-    const char *name;                       /* "cpu" */
+/* bf16 storage: the top 16 bits of an IEEE fp32. from_float rounds to nearest, ties to even;
+   NaN stays a (quiet) NaN, +-inf and overflow to +-inf as in hardware conversions. */
+typedef uint16_t mc_bf16;
+MC_API mc_bf16 mc_bf16_from_float(float x);
+MC_API float mc_bf16_to_float(mc_bf16 x);
+
+/* AdamW hyper-parameters of one step (see mc_ops.adamw). */
+typedef struct mc_adamw_step {
+    float lr, beta1, beta2, eps;
+    int step;                               /* 1-based: bias corrections 1 - beta^step */
+} mc_adamw_step;
+
+/* One contiguous range of the flat buffers that AdamW steps (see mc_ops.adamw). */
+typedef struct mc_adamw_span {
+    size_t grad_at;                         /* first element in grad (and model_param) */
+    size_t state_at;                        /* ... in m and v */
+    size_t main_at;                         /* ... in the fp32 main parameters */
+    size_t n;
+    float weight_decay;                     /* 0 for biases and norms */
+} mc_adamw_span;
+
+typedef struct mc_ops mc_ops;
+struct mc_ops {
+    const char *name;                       /* "cpu", "cuda" */
     mc_device device;
-    void *(*alloc)(size_t bytes);           /* zero-filled */
-    void (*free)(void *ptr);
-    void (*fill)(float *x, float value, size_t n);
-    void (*copy)(float *dst, const float *src, size_t n);
-    void (*axpy)(float *y, float a, const float *x, size_t n);        /* y += a * x */
-    void (*scale)(float *x, float a, size_t n);
-    double (*sum_squares)(const float *x, size_t n);                  /* fp64 accumulation */
-    /* C[M,N] = alpha * op(A) op(B) + beta * C, op(A) = A[M,K] or A^T (A stored [K,M]),
-       op(B) = B[K,N] or B^T (B stored [N,K]). beta = 1 accumulates; beta = 0 never reads C
-       (so C may hold garbage). K = 0 gives beta * C. */
-    void (*gemm)(float *C, const float *A, const float *B, int M, int N, int K,
-                 int trans_a, int trans_b, float alpha, float beta);
-    /* out[N,C] += bias (broadcast over rows); bias NULL: nothing */
-    void (*add_bias)(float *out, const float *bias, int N, int C);
-    void (*bias_backward)(float *dbias, const float *dout, int N, int C);   /* dbias += sum rows */
+    void *ctx;                              /* backend context; NULL for the CPU table */
+
+    /* memory: bytes of op memory */
+    int (*alloc)(const mc_ops *o, void **ptr, size_t bytes);           /* zero-filled */
+    int (*free)(const mc_ops *o, void *ptr);                           /* NULL: nothing */
+    int (*upload)(const mc_ops *o, void *dst, const void *host_src, size_t bytes);
+    /* waits for the work queued before it, so host_dst holds the result on return */
+    int (*download)(const mc_ops *o, void *host_dst, const void *src, size_t bytes);
+    /* rows of `width` bytes: dst + r * dst_pitch = src + r * src_pitch (op memory to op memory;
+       rows == 1 is a plain copy). The tensor-parallel split / gather of a last dimension. */
+    int (*copy_2d)(const mc_ops *o, void *dst, size_t dst_pitch, const void *src,
+                   size_t src_pitch, size_t width, size_t rows);
+    int (*synchronize)(const mc_ops *o);    /* waits for every queued op; reports its error */
+
+    /* element-wise (dt elements) */
+    int (*fill)(const mc_ops *o, void *x, float value, size_t n, mc_dtype dt);
+    /* dst = src, converting between the dtypes (dst_dt may differ from src_dt) */
+    int (*copy)(const mc_ops *o, void *dst, const void *src, size_t n, mc_dtype dst_dt,
+                mc_dtype src_dt);
+    /* y += a x */
+    int (*axpy)(const mc_ops *o, void *y, float a, const void *x, size_t n, mc_dtype dt);
+    int (*scale)(const mc_ops *o, void *x, float a, size_t n, mc_dtype dt);
+    /* *out (one fp64 value in op memory, =) = sum of x[i]^2 over the spans
+       [spans[2k], spans[2k+1]) for k < n_spans (spans: 2 * n_spans size_t in op memory):
+       the grad-norm partial of a flat fp32 buffer in one op. fp64 accumulation, spans in
+       order. */
+    int (*sum_squares)(const mc_ops *o, double *out, const float *x, const size_t *spans,
+                       int n_spans);
+
+    /* C[M,N] = alpha * op(A) op(B) + beta * C (+ bias[N] on every row when bias != NULL),
+       op(A) = A[M,K] or A^T (A stored [K,M]), op(B) = B[K,N] or B^T (B stored [N,K]).
+       A, B and bias are ab_dt, C is c_dt; fp32 accumulation. beta = 1 accumulates (the weight
+       gradients: c_dt fp32, ab_dt bf16 under --bf16); beta = 0 never reads C (so C may hold
+       garbage). K = 0 gives beta * C (+ bias). */
+    int (*gemm)(const mc_ops *o, void *C, const void *A, const void *B, const void *bias, int M,
+                int N, int K, int trans_a, int trans_b, float alpha, float beta, mc_dtype c_dt,
+                mc_dtype ab_dt);
+    int (*bias_backward)(const mc_ops *o, float *dbias, const void *dout, int N, int C,
+                         mc_dtype dt);                                 /* dbias += sum rows */
     /* out[N,C] = (inp - mean) * rstd * weight + bias, mean[N] and rstd[N] = 1/sqrt(var + eps)
-       (biased variance) cached for backward (either may be NULL); bias may be NULL. */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C, float eps);
-    /* dinp += ..., dweight += ..., dbias += ... (dbias may be NULL) */
-    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int N, int C);
-    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    void (*gelu_forward)(float *out, const float *inp, size_t n);      /* tanh approximation */
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n); /* = */
+       (biased variance) cached for backward (either may be NULL); bias may be NULL. inp, out,
+       weight and bias are dt. */
+    int (*layernorm_forward)(const mc_ops *o, void *out, float *mean, float *rstd,
+                             const void *inp, const void *weight, const void *bias, int N, int C,
+                             float eps, mc_dtype dt);
+    /* dinp += ... (dt), dweight += ..., dbias += ... (fp32; dbias may be NULL) */
+    int (*layernorm_backward)(const mc_ops *o, void *dinp, float *dweight, float *dbias,
+                              const void *dout, const void *inp, const void *weight,
+                              const float *mean, const float *rstd, int N, int C, mc_dtype dt);
+    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation */
+    int (*gelu_forward)(const mc_ops *o, void *out, const void *inp, size_t n, mc_dtype dt);
+    int (*gelu_backward)(const mc_ops *o, void *dinp, const void *inp, const void *dout,
+                         size_t n, mc_dtype dt);                       /* dinp = */
     /* Causal self-attention on local heads. qkv [S,B,NH*3*HD] with per-head [q|k|v] blocks
        (Megatron's fused layout, so a TP shard of whole heads is a contiguous slice);
-       out [S,B,NH*HD] (=); probs [B,NH,S,S] = softmax(q k^T / sqrt(HD)) before dropout, zero
-       above the diagonal, cached for backward. Dropout on the probabilities uses element
-       index ((b*NH + h)*S + t)*S + t2 + offset of the stream `seed` (see Dropout above); the
-       mask is redrawn from (seed, offset), never stored. */
-    void (*attention_forward)(float *out, float *probs, const float *qkv, int S, int B, int NH,
-                              int HD, float dropout_p, uint64_t seed, uint64_t offset);
-    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
-                               const float *probs, int S, int B, int NH, int HD,
-                               float dropout_p, uint64_t seed, uint64_t offset);   /* dqkv = */
+       out [S,B,NH*HD] (=); stats: attention_stats() floats the forward writes for the
+       backward (the CPU keeps the probabilities [B,NH,S,S] = softmax(q k^T / sqrt(HD)) before
+       dropout, zero above the diagonal; a flash-attention backend keeps the row log-sum-exp
+       [B,NH,S]). Dropout on the probabilities uses element index ((b*NH + h)*S + t)*S + t2
+       + offset of the stream `seed` (see Dropout above); the mask is redrawn, never stored. */
+    size_t (*attention_stats)(const mc_ops *o, int S, int B, int NH, int HD);
+    int (*attention_forward)(const mc_ops *o, void *out, float *stats, const void *qkv, int S,
+                             int B, int NH, int HD, float dropout_p, uint64_t seed,
+                             uint64_t offset, mc_dtype dt);
+    /* dqkv = ...; out and stats as the forward wrote them */
+    int (*attention_backward)(const mc_ops *o, void *dqkv, const void *dout, const void *qkv,
+                              const void *out, const float *stats, int S, int B, int NH, int HD,
+                              float dropout_p, uint64_t seed, uint64_t offset, mc_dtype dt);
     /* out = inp * mask / (1-p), mask element i drawn from Philox(seed, offset + i) */
-    void (*dropout_forward)(float *out, const float *inp, size_t n, float p, uint64_t seed,
-                            uint64_t offset);
-    void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
-                             uint64_t offset);                                       /* = */
+    int (*dropout_forward)(const mc_ops *o, void *out, const void *inp, size_t n, float p,
+                           uint64_t seed, uint64_t offset, mc_dtype dt);
+    int (*dropout_backward)(const mc_ops *o, void *dinp, const void *dout, size_t n, float p,
+                            uint64_t seed, uint64_t offset, mc_dtype dt);    /* dinp = */
+    /* MC_ERR_INVALID_ARG naming `fn`, `what`, the index and the value when an id of ids[N] is
+       outside [0, V). Backends that cannot read op memory cheaply may accept everything
+       (CUDA checks only with MC_CUDA_SYNC_CHECK=1); the embedding ops write zero rows then. */
+    int (*check_ids)(const mc_ops *o, const int *ids, int N, int V, const char *fn,
+                     const char *what);
     /* out[N,C] = table[id - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
-    void (*embedding_forward)(float *out, const int *ids, const float *table, int N, int C,
-                              int vocab_start, int vocab_end);
-    void (*embedding_backward)(float *dtable, const float *dout, const int *ids, int N, int C,
-                               int vocab_start, int vocab_end);                      /* += */
-    /* Vocab-parallel cross-entropy pieces over a local shard logits[N,V] of global columns
-       [vocab_start, vocab_start + V). All overwrite. With m = the all-reduced (MAX) row_max,
-       x_t = the all-reduced (SUM) target_logit and z = the all-reduced (SUM) sum_exp(m):
+    int (*embedding_forward)(const mc_ops *o, void *out, const int *ids, const void *table,
+                             int N, int C, int vocab_start, int vocab_end, mc_dtype dt);
+    int (*embedding_backward)(const mc_ops *o, float *dtable, const void *dout, const int *ids,
+                              int N, int C, int vocab_start, int vocab_end, mc_dtype dt); /* += */
+    /* Vocab-parallel cross-entropy pieces over a local shard logits[N,V] (dt) of global columns
+       [vocab_start, vocab_start + V). All overwrite fp32 [N] results. With m = the all-reduced
+       (MAX) row_max, x_t = the all-reduced (SUM) target_logit and z = the all-reduced (SUM)
+       sum_exp(m):
            loss = log(z) + m - x_t
        and with label smoothing s over the global (padded) vocabulary Vg, the all-reduced
        (SUM) row_sum r gives mean_j log softmax_j = r / Vg - m - log(z), and
            loss = (1 - s) (log(z) + m - x_t) - s (r / Vg - m - log(z)). */
-    void (*row_max)(float *max, const float *logits, int N, int V);
-    void (*target_logit)(float *out, const float *logits, const int *targets, int N, int V,
-                         int vocab_start);          /* logits[t - start] or 0 if not local */
-    void (*sum_exp)(float *sum, const float *logits, const float *max, int N, int V);
-    void (*row_sum)(float *sum, const float *logits, int N, int V);   /* fp64 accumulation */
-    /* dlogits[n,j] = dloss[n] * (softmax_j - (1 - s) onehot_j - s / vocab_global), softmax from
-       the global max and sum; onehot only on the rank owning the target (targets outside
-       [vocab_start, vocab_start + V), e.g. negative "ignore" ids, give none). This is the
-       gradient of the smoothed loss above: (1-s)(softmax - onehot) + s(softmax - 1/Vg).
+    int (*row_max)(const mc_ops *o, float *max, const void *logits, int N, int V, mc_dtype dt);
+    int (*target_logit)(const mc_ops *o, float *out, const void *logits, const int *targets,
+                        int N, int V, int vocab_start, mc_dtype dt);   /* 0 if not local */
+    int (*sum_exp)(const mc_ops *o, float *sum, const void *logits, const float *max, int N,
+                   int V, mc_dtype dt);
+    int (*row_sum)(const mc_ops *o, float *sum, const void *logits, int N, int V,
+                   mc_dtype dt);                                       /* fp64 accumulation */
+    /* losses[N] (=) from the reduced pieces, in double: the formula above with K = Vg (the
+       global vocabulary) and logit_sum = r (NULL without smoothing, s = 0). loss_sum (one
+       fp64 value, may be NULL) = the sum of the N losses, tokens in order. */
+    int (*cross_entropy_loss)(const mc_ops *o, float *losses, double *loss_sum,
+                              const float *max, const float *sum_exp, const float *target_logit,
+                              const float *logit_sum, int N, int K, float smoothing);
+    /* dlogits[n,j] (dt, =) = dloss[n] * (softmax_j - (1 - s) onehot_j - s / vocab_global),
+       softmax from the global max and sum; onehot only on the rank owning the target (targets
+       outside [vocab_start, vocab_start + V), e.g. negative "ignore" ids, give none). This is
+       the gradient of the smoothed loss above: (1-s)(softmax - onehot) + s(softmax - 1/Vg).
        The uniform part uses the GLOBAL vocabulary, so every TP size gives the same loss and
        gradient; Megatron instead uses the local shard size K and the local mean
        (s = alpha K / (K-1)), which makes the loss differ across TP ranks (open issues
-       NVIDIA/Megatron-LM #737, #7464). s = 0: plain cross entropy. */
-    void (*cross_entropy_backward)(float *dlogits, const float *logits, const float *max,
-                                   const float *sum, const int *targets, const float *dloss,
-                                   int N, int V, int vocab_start, float smoothing,
-                                   int vocab_global);
-    /* AdamW on one contiguous range; step counts from 1. m = b1 m + (1-b1) g,
-       v = b2 v + (1-b2) g^2, p -= lr (m / (1-b1^step) / (sqrt(v / (1-b2^step)) + eps) + wd p)
-       (decoupled weight decay on the parameter before the step, as torch.optim.AdamW). */
-    void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int step);
-} mc_ops;
+       NVIDIA/Megatron-LM #737, #7464). s = 0: plain cross entropy. dlogits may be logits. */
+    int (*cross_entropy_backward)(const mc_ops *o, void *dlogits, const void *logits,
+                                  const float *max, const float *sum, const int *targets,
+                                  const float *dloss, int N, int V, int vocab_start,
+                                  float smoothing, int vocab_global, mc_dtype dt);
+    /* AdamW over the flat buffers in one op: for every span and i < n, with
+       g = grad[grad_at + i], m, v at state_at + i and p = main[main_at + i] (fp32):
+       m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2,
+       p -= lr (m / (1-b1^step) / (sqrt(v / (1-b2^step)) + eps) + wd p)
+       (decoupled weight decay on the parameter before the step, as torch.optim.AdamW).
+       model_param (may be NULL) receives p in model_dt at grad_at + i: the model's bf16 copy
+       under --bf16 (Megatron copies main params to model params after the step).
+       spans: n_spans entries in op memory (the optimizer uploads them once). */
+    int (*adamw)(const mc_ops *o, float *main, const float *grad, float *m, float *v,
+                 void *model_param, const mc_adamw_span *spans, int n_spans,
+                 const mc_adamw_step *h, mc_dtype model_dt);
+};
 
 MC_API const mc_ops *mc_ops_cpu(void);
 /* The cache-blocked reference GEMM of the CPU table (the table's gemm unless MC_USE_CBLAS);
-   public so that benchmarks can compare it with a BLAS side by side. Same contract as
-   mc_ops.gemm. */
+   public so that benchmarks can compare it with a BLAS side by side. fp32, row-major, same
+   contract as mc_ops.gemm without bias. */
 MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
                                 int trans_a, int trans_b, float alpha, float beta);
+/* 1 when the two tables work on the same memory (the same table, or the same device and
+   context), so that one's buffers are valid for the other. */
+MC_API int mc_ops_same_memory(const mc_ops *a, const mc_ops *b);
+/* Bytes of n elements of dt (mc_dtype_size(dt) * n). */
+MC_API size_t mc_dtype_bytes(mc_dtype dt, size_t n);
+
+#if defined(MC_ENABLE_CUDA)
+/* The CUDA table (megatron_c_cuda.cu). Zero means default. */
+typedef struct mc_cuda_desc {
+    int device;                 /* CUDA ordinal; default 0 (-1: the current device) */
+    size_t workspace_bytes;     /* cuBLASLt / cuDNN workspace; default 32 MiB */
+    int attention;              /* 0 auto (cuDNN fused SDPA when it can, else the own kernel),
+                                   1 always the own kernel, 2 always cuDNN (an error where it
+                                   cannot); the environment MC_CUDA_ATTENTION=own|cudnn
+                                   overrides auto */
+    int sync_check;             /* 1: synchronise after every op and check it (slow; also
+                                   MC_CUDA_SYNC_CHECK=1 in the environment) */
+    int tf32;                   /* 1: allow TF32 in fp32 GEMMs (default off: fp32 GEMMs match
+                                   the CPU to 1e-5) */
+} mc_cuda_desc;
+/* Fills *ops (written only on success) with the CUDA table and a new context on desc->device
+   (stream, cuBLASLt and cuDNN handles, workspace). MC_ERR_CUDA naming the call when the device
+   or a library cannot start. */
+MC_API int mc_ops_cuda_init(mc_ops *ops, const mc_cuda_desc *desc);
+MC_API void mc_ops_cuda_destroy(mc_ops *ops);
+/* Visible CUDA devices (0 without a driver or a device; never an error). */
+MC_API int mc_cuda_device_count(void);
+/* One line about the table's device and libraries ("NVIDIA H200, sm_90, 139.8 GiB, cuBLASLt
+   13.0, cuDNN 9.14, attention auto"); "" for a table that is not CUDA. */
+MC_API const char *mc_ops_cuda_describe(const mc_ops *ops);
+/* Peak bytes of device memory allocated through the table since init (or the last reset). */
+MC_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+#endif
 
 /* @ops:declarations end */
 
@@ -1071,7 +1229,7 @@ MC_API int mc_param_table_find(const mc_param_table *t, const char *name);   /* 
    params a(10) b(100) c(30) registered in that order: c [0,30), b [64,164), a [192,202), one
    bucket [0,256). */
 MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc);
-MC_API void mc_param_table_free(mc_param_table *t);
+MC_API void mc_param_table_destroy(mc_param_table *t);
 
 /* Deterministic "CPU initialisation" (§3.1): element (i, j) of the GLOBAL [rows, cols] master of
    parameter `name` is normal(0, std) drawn from Philox keyed by (seed, hash(name)) at counter
@@ -1094,12 +1252,16 @@ MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int c
    Every function takes GLOBAL sizes (the full S, C, OC, V) and derives the local ones from the
    tp communicator: TP = tp->size, r = tp->rank. tp == NULL or a communicator of size 1 is
    TP = 1: every mapping is then the identity (a copy, none when out == inp).
-   Argument order (llm.c): outputs, caches and scratch, inputs, weights, sizes, flags, tp, ops.
-   Tensors live where `ops` computes (host memory for mc_ops_cpu()), and the communicator must
-   accept those buffers. Outputs must not overlap inputs, except that copy_to and reduce_from
-   (both directions) also work in place (out == inp).
-   Scratch: a buffer of at least the documented number of floats, or NULL to have the call
-   allocate (and free) one through ops->alloc.
+   Argument order (llm.c): outputs, caches and scratch, inputs, weights, sizes, flags, the
+   dtype, tp, ops. Tensors are op memory of `ops` (host memory for mc_ops_cpu(), device memory
+   for CUDA), and the communicator must work on that memory (mc_comm_memory). Activations,
+   weights and the logits are `dt` elements (MC_F32, or MC_BF16 under --bf16); weight and
+   bias gradients (float *) and the cross-entropy statistics are always fp32. Outputs must not
+   overlap inputs, except that copy_to and reduce_from (both directions) also work in place
+   (out == inp). Split and gather of a last dimension are strided copies (ops->copy_2d), one
+   per shard, never a copy per row.
+   Scratch: a buffer of at least the documented number of dt elements (fp32 floats for the
+   cross entropy), or NULL to have the call allocate (and free) one through ops->alloc.
    Errors: MC_ERR_INVALID_ARG with Megatron's divisibility messages, e.g.
      "scatter_to_tensor_model_parallel_region: last dimension (6) is not divisible by
       tensor_model_parallel_size (4) (Megatron's divide: 6 is not divisible by 4)"
@@ -1123,50 +1285,50 @@ MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int c
    A last-dim gather all-gathers the [N, D/TP] shards into scratch [TP, N, D/TP] and re-chunks
    them into [N, D]; a last-dim reduce-scatter stacks the TP column slices of [N, D] into
    scratch [TP, N, D/TP] and reduce-scatters that (both as Megatron does). Their scratch: N * D
-   floats. */
-MC_API int mc_copy_to_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
-                                        const mc_ops *ops);
-MC_API int mc_copy_to_tp_region_backward(float *dinp, const float *dout, size_t n, mc_comm *tp,
-                                         const mc_ops *ops);
-MC_API int mc_reduce_from_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
-                                            const mc_ops *ops);
-MC_API int mc_reduce_from_tp_region_backward(float *dinp, const float *dout, size_t n,
+   elements. */
+MC_API int mc_copy_to_tp_region_forward(void *out, const void *inp, size_t n, mc_dtype dt,
+                                        mc_comm *tp, const mc_ops *ops);
+MC_API int mc_copy_to_tp_region_backward(void *dinp, const void *dout, size_t n, mc_dtype dt,
+                                         mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_from_tp_region_forward(void *out, const void *inp, size_t n, mc_dtype dt,
+                                            mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_from_tp_region_backward(void *dinp, const void *dout, size_t n, mc_dtype dt,
                                              mc_comm *tp, const mc_ops *ops);
 /* out [N, D/TP] = this rank's columns of inp [N, D] */
-MC_API int mc_scatter_to_tp_region_forward(float *out, const float *inp, int N, int D,
+MC_API int mc_scatter_to_tp_region_forward(void *out, const void *inp, int N, int D, mc_dtype dt,
                                            mc_comm *tp, const mc_ops *ops);
 /* dinp [N, D] = all-gather of dout [N, D/TP] */
-MC_API int mc_scatter_to_tp_region_backward(float *dinp, float *scratch, const float *dout,
-                                            int N, int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_gather_from_tp_region_forward(float *out, float *scratch, const float *inp, int N,
-                                            int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_gather_from_tp_region_backward(float *dinp, const float *dout, int N, int D,
-                                             mc_comm *tp, const mc_ops *ops);
+MC_API int mc_scatter_to_tp_region_backward(void *dinp, void *scratch, const void *dout, int N,
+                                            int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_tp_region_forward(void *out, void *scratch, const void *inp, int N, int D,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_tp_region_backward(void *dinp, const void *dout, int N, int D,
+                                             mc_dtype dt, mc_comm *tp, const mc_ops *ops);
 /* out [S/TP, R] = rows r*S/TP .. of inp [S, R] */
-MC_API int mc_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
+MC_API int mc_scatter_to_sp_region_forward(void *out, const void *inp, int S, size_t R, mc_dtype dt,
                                            mc_comm *tp, const mc_ops *ops);
-MC_API int mc_scatter_to_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
-                                            mc_comm *tp, const mc_ops *ops);
-MC_API int mc_gather_from_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                            mc_comm *tp, const mc_ops *ops);
+MC_API int mc_scatter_to_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops);
 /* tensor_parallel_output_grad = 1 (Megatron's default): dout [S, R] holds partial sums (the
    next layer is tensor-parallel), so it is reduce-scattered; 0: dout is already complete and
    replicated, so this rank's rows are only cut out. */
-MC_API int mc_gather_from_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
-                                             int tensor_parallel_output_grad, mc_comm *tp,
-                                             const mc_ops *ops);
-MC_API int mc_reduce_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                                  mc_comm *tp, const mc_ops *ops);
-MC_API int mc_reduce_scatter_to_sp_region_backward(float *dinp, const float *dout, int S,
-                                                   size_t R, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_all_gather_last_dim_forward(float *out, float *scratch, const float *inp, int N,
-                                          int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_all_gather_last_dim_backward(float *dinp, float *scratch, const float *dout, int N,
-                                           int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_reduce_scatter_last_dim_forward(float *out, float *scratch, const float *inp,
-                                              int N, int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_reduce_scatter_last_dim_backward(float *dinp, float *scratch, const float *dout,
-                                               int N, int D, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                             int tensor_parallel_output_grad, mc_dtype dt,
+                                             mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_to_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                                  mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_to_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                                   mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_all_gather_last_dim_forward(void *out, void *scratch, const void *inp, int N, int D,
+                                          mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_all_gather_last_dim_backward(void *dinp, void *scratch, const void *dout, int N,
+                                           int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_last_dim_forward(void *out, void *scratch, const void *inp, int N,
+                                              int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_last_dim_backward(void *dinp, void *scratch, const void *dout, int N,
+                                               int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops);
 
 /* Column / Row parallel linear (§3). flags is an OR of: */
 typedef enum mc_tp_flag {
@@ -1184,9 +1346,9 @@ typedef enum mc_tp_flag {
      inp  [S, B, C] replicated, or [S/TP, B, C] under SP (all-gathered along S here)
      out  [S, B, OC/TP], or [S, B, OC] with MC_TP_GATHER_OUTPUT (the bias is added before the
           gather). SP together with MC_TP_GATHER_OUTPUT is an error (Megatron asserts). */
-MC_API int mc_column_parallel_linear_forward(float *out, float *scratch, const float *inp,
-                                             const float *weight, const float *bias, int S, int B,
-                                             int C, int OC, int flags, mc_comm *tp,
+MC_API int mc_column_parallel_linear_forward(void *out, void *scratch, const void *inp,
+                                             const void *weight, const void *bias, int S, int B,
+                                             int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
                                              const mc_ops *ops);
 /* dinp [shape of inp] (=), dweight [OC/TP, C] (+=), dbias [OC/TP] (+=, may be NULL);
    dout [shape of out]; inp and weight as in the forward. With MC_TP_GATHER_OUTPUT dout is first
@@ -1196,10 +1358,10 @@ MC_API int mc_column_parallel_linear_forward(float *out, float *scratch, const f
      SP:            the input is all-gathered AGAIN (it is not kept from the forward) while
                     dX = dY A runs; dX [S, B, C] is then reduce-scattered along S asynchronously
                     while dA += dY^T X runs. */
-MC_API int mc_column_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
-                                              float *scratch, const float *dout,
-                                              const float *inp, const float *weight, int S, int B,
-                                              int C, int OC, int flags, mc_comm *tp,
+MC_API int mc_column_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
+                                              void *scratch, const void *dout, const void *inp,
+                                              const void *weight, int S, int B, int C, int OC,
+                                              int flags, mc_dtype dt, mc_comm *tp,
                                               const mc_ops *ops);
 /* Floats of scratch that both passes of the layer need (0 when none). */
 MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
@@ -1212,17 +1374,18 @@ MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int
      out  [S, B, OC] all-reduced over TP, or [S/TP, B, OC] reduce-scattered along S under SP.
    The bias is added once, after the reduction (it is replicated; under SP its gradient is
    partial per rank: mark it sequence_parallel so that finalize all-reduces it over TP). */
-MC_API int mc_row_parallel_linear_forward(float *out, float *scratch, const float *inp,
-                                          const float *weight, const float *bias, int S, int B,
-                                          int C, int OC, int flags, mc_comm *tp,
+MC_API int mc_row_parallel_linear_forward(void *out, void *scratch, const void *inp,
+                                          const void *weight, const void *bias, int S, int B,
+                                          int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
                                           const mc_ops *ops);
 /* dinp [shape of inp] (=), dweight [OC, C/TP] (+=), dbias [OC] (+=, may be NULL); dout [shape
    of out]. Under SP dout is all-gathered along S first; without MC_TP_INPUT_IS_PARALLEL the
    local dX is all-gathered along the last dim (asynchronously, while dA runs) into [S, B, C]. */
-MC_API int mc_row_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
-                                           float *scratch, const float *dout, const float *inp,
-                                           const float *weight, int S, int B, int C, int OC,
-                                           int flags, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_row_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
+                                           void *scratch, const void *dout, const void *inp,
+                                           const void *weight, int S, int B, int C, int OC,
+                                           int flags, mc_dtype dt, mc_comm *tp,
+                                           const mc_ops *ops);
 MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
                                              int tp_size);
 
@@ -1235,14 +1398,15 @@ MC_API int mc_vocab_range(int V, int tp_rank, int tp_size, int *start, int *end)
    others, then the rows are all-reduced over TP, so every rank holds the full lookup.
    (Megatron reduce-scatters along S instead when SP is on and there is no learned position
    embedding; the GPT here has position embeddings, so the model scatters to SP after adding
-   them.) ids [N] outside [0, V) are an error, checked when ops computes on the host. */
-MC_API int mc_vocab_parallel_embedding_forward(float *out, const int *ids, const float *table,
-                                               int N, int C, int V, mc_comm *tp,
+   them.) ids [N] outside [0, V) are an error, checked by ops->check_ids (the CPU table reads
+   them; CUDA checks only with MC_CUDA_SYNC_CHECK=1). */
+MC_API int mc_vocab_parallel_embedding_forward(void *out, const int *ids, const void *table,
+                                               int N, int C, int V, mc_dtype dt, mc_comm *tp,
                                                const mc_ops *ops);
 /* dtable [V/TP, C] (+=) gets the rows of dout [N, C] whose ids this rank owns; no
    communication (the all-reduce's backward is the identity). */
-MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const float *dout, const int *ids,
-                                                int N, int C, int V, mc_comm *tp,
+MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const void *dout, const int *ids,
+                                                int N, int C, int V, mc_dtype dt, mc_comm *tp,
                                                 const mc_ops *ops);
 
 /* Vocab-parallel cross entropy (§5) on logits [N, V/TP] (this rank's columns of the padded
@@ -1263,23 +1427,25 @@ MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const float *dout
    takes K = the LOCAL partition size and the mean over the LOCAL partition: there the smoothed
    loss changes with TP and differs between TP ranks; here it is the TP = 1 loss on every rank.
    Scratch: mc_vocab_parallel_cross_entropy_scratch() floats, or NULL.
-   The per-token combination (a log per token) runs on the host: a device op table makes this
-   call return MC_ERR_UNSUPPORTED until mc_ops has a loss-combination op. */
-MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, float *max, float *sum_exp,
-                                                   float *scratch, const float *logits,
-                                                   const int *targets, int N, int V,
-                                                   float label_smoothing, mc_comm *tp,
-                                                   const mc_ops *ops);
+   The per-token combination (a log per token) is an op (cross_entropy_loss), and so is the
+   loss sum: loss_sum (one fp64 value in op memory, may be NULL) = the sum of the N losses.
+   Nothing is read back to the host. */
+MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, double *loss_sum, float *max,
+                                                   float *sum_exp, float *scratch,
+                                                   const void *logits, const int *targets, int N,
+                                                   int V, float label_smoothing, mc_dtype dt,
+                                                   mc_comm *tp, const mc_ops *ops);
 /* dlogits [N, V/TP] (=) = (softmax - (1 - s) onehot(target) - s / K) * dlosses[row], with
    softmax = exp(logit - max) / sum_exp; no communication. It calls
    ops->cross_entropy_backward(dlogits, logits, max, sum_exp, targets, dlosses, N, V/TP,
    r*V/TP, s, V): the op takes s = a K / (K - 1) (not Megatron's a) and the GLOBAL K = V, and
    puts the -(1 - s) only at the target column of the rank that owns it. */
-MC_API int mc_vocab_parallel_cross_entropy_backward(float *dlogits, const float *dlosses,
-                                                    const float *logits, const float *max,
+MC_API int mc_vocab_parallel_cross_entropy_backward(void *dlogits, const float *dlosses,
+                                                    const void *logits, const float *max,
                                                     const float *sum_exp, const int *targets,
                                                     int N, int V, float label_smoothing,
-                                                    mc_comm *tp, const mc_ops *ops);
+                                                    mc_dtype dt, mc_comm *tp,
+                                                    const mc_ops *ops);
 MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
                                                       int tp_size);
 
@@ -1329,7 +1495,7 @@ MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, in
        float *out; double loss_sum; float *dinp;
        mc_gpt_forward(&gpt, chunk, slot, tokens, labels, input, &out, &loss_sum);
        mc_gpt_backward(&gpt, chunk, slot, out_grad, 1.0f / (S * B), &dinp);
-       mc_gpt_free(&gpt);
+       mc_gpt_destroy(&gpt);
 
    Shapes (llm.c style; every activation is [S, B, C] row-major, token n = s * B + b):
      S seq_length, B micro_batch_size, N = S * B tokens, H hidden, NH heads, HD kv_channels,
@@ -1423,8 +1589,8 @@ typedef struct mc_layer_ctx {
     int chunk;                              /* model chunk on this stage */
     int layer;                              /* local layer index in the chunk */
     int global_layer;
-    float *w[MC_GPT_LAYER_TENSORS];
-    float *g[MC_GPT_LAYER_TENSORS];
+    void *w[MC_GPT_LAYER_TENSORS];          /* the model's dtype */
+    float *g[MC_GPT_LAYER_TENSORS];         /* fp32 */
     struct mc__gpt_layer_cache *cache;
 } mc_layer_ctx;
 
@@ -1433,21 +1599,22 @@ typedef struct mc_layer_ctx {
        x1 = x + dropout(attention(norm(x, 0)));    out = x1 + dropout(mlp(norm(x1, 1)))
    Forward functions overwrite `out`; backward functions accumulate (+=) into parameter grads;
    norm_backward accumulates into dinp, attention_backward and mlp_backward overwrite it.
-   In/outputs are [Ns, H]. mc_transformer_spec_local() is Megatron's "local" spec: LayerNorm,
+   In/outputs are [Ns, H] activations (op memory, the model's dtype).
+   mc_transformer_spec_local() is Megatron's "local" spec: LayerNorm,
    ColumnParallel QKV + core attention on local heads + RowParallel projection, and a GELU
    MLP with ColumnParallel fc1 and RowParallel fc2. */
 typedef struct mc_transformer_spec {
     const char *name;
     /* which: 0 input_layernorm, 1 pre_mlp_layernorm */
-    int (*norm_forward)(const mc_layer_ctx *ctx, int which, float *out, const float *inp);
-    int (*norm_backward)(const mc_layer_ctx *ctx, int which, float *dinp, const float *dout,
-                         const float *inp);
-    int (*attention_forward)(const mc_layer_ctx *ctx, float *out, const float *inp);
-    int (*attention_backward)(const mc_layer_ctx *ctx, float *dinp, const float *dout,
-                              const float *inp);
-    int (*mlp_forward)(const mc_layer_ctx *ctx, float *out, const float *inp);
-    int (*mlp_backward)(const mc_layer_ctx *ctx, float *dinp, const float *dout,
-                        const float *inp);
+    int (*norm_forward)(const mc_layer_ctx *ctx, int which, void *out, const void *inp);
+    int (*norm_backward)(const mc_layer_ctx *ctx, int which, void *dinp, const void *dout,
+                         const void *inp);
+    int (*attention_forward)(const mc_layer_ctx *ctx, void *out, const void *inp);
+    int (*attention_backward)(const mc_layer_ctx *ctx, void *dinp, const void *dout,
+                              const void *inp);
+    int (*mlp_forward)(const mc_layer_ctx *ctx, void *out, const void *inp);
+    int (*mlp_backward)(const mc_layer_ctx *ctx, void *dinp, const void *dout,
+                        const void *inp);
 } mc_transformer_spec;
 
 MC_API const mc_transformer_spec *mc_transformer_spec_local(void);
@@ -1458,7 +1625,10 @@ typedef struct mc_gpt_desc {
                                        padded_vocab_size is 0 is resolved here */
     mc_parallel_state *ps;          /* NULL: one rank, no communication; else its grid must
                                        match the config's TP / PP / VPP */
-    const mc_ops *ops;              /* default mc_ops_cpu() */
+    const mc_ops *ops;              /* default mc_ops_cpu(); must be the communicators' memory
+                                       (mc_comm_memory of ps->world) */
+    mc_dtype dtype;                 /* MC_F32 (default) or MC_BF16 (Megatron's --bf16): the
+                                       parameters and activations; grads stay fp32 */
     const mc_transformer_spec *spec;/* default mc_transformer_spec_local() */
     int n_slots;                    /* micro-batches whose activations are kept at once per
                                        chunk (default 1; 1F1B needs PP, interleaving more) */
@@ -1472,6 +1642,7 @@ struct mc_gpt {
     mc_gpt_config config;           /* resolved */
     mc_parallel_state *ps;          /* may be NULL */
     const mc_ops *ops;
+    mc_dtype dtype;                 /* of params and activations */
     const mc_transformer_spec *spec;
     int n_slots;
     int gather_logits;
@@ -1488,8 +1659,9 @@ struct mc_gpt {
     size_t p2p_elems;               /* Ns * H: what one stage sends the next */
     /* parameters */
     mc_param_table table;           /* names, shapes, flags, offsets (layout done) */
-    float *params;                  /* (table.total) */
-    float *grads;                   /* (table.total) parameter grads accumulate here (+=) */
+    void *params;                   /* (table.total) of dtype, op memory */
+    float *grads;                   /* (table.total) fp32 parameter grads accumulate here (+=)
+                                       (Megatron's main_grad with grad_reduce_in_fp32) */
     /* random streams: Megatron's tracker for this rank (seed, tp_rank, pp_rank) */
     mc_rng_tracker rng;
     int training;                   /* 1 after init: dropout on; 0: every dropout is off */
@@ -1512,7 +1684,10 @@ MC_API int mc_gpt_layer_offset(const mc_gpt_config *cfg, int pp_rank, int vp_sta
    the activations, initialises the weights, ties the embedding copy over the embedding group
    (a collective over that group: both end stages call init together) and seeds the tracker. */
 MC_API int mc_gpt_init(mc_gpt *gpt, const mc_gpt_desc *desc);
-MC_API void mc_gpt_free(mc_gpt *gpt);
+MC_API void mc_gpt_destroy(mc_gpt *gpt);
+/* Bytes of op memory the model holds: parameters, grads and every activation arena (one per
+   chunk and slot, plus the shared scratch); *activation_bytes (may be NULL) the arenas. */
+MC_API size_t mc_gpt_memory(const mc_gpt *gpt, size_t *activation_bytes);
 
 MC_API int mc_gpt_is_pre_process(const mc_gpt *gpt, int chunk);    /* embedding here */
 MC_API int mc_gpt_is_post_process(const mc_gpt *gpt, int chunk);   /* norm + output + loss */
@@ -1543,16 +1718,18 @@ MC_API int mc_gpt_forward_step(mc_gpt *gpt, int chunk, int microbatch, const int
 MC_API int mc_gpt_backward_step(mc_gpt *gpt, int chunk, int microbatch,
                                 const float *output_grad, float loss_scale, float **input_grad);
 
-MC_API void mc_gpt_zero_grad(mc_gpt *gpt);
+MC_API int mc_gpt_zero_grad(mc_gpt *gpt);
 MC_API void mc_gpt_set_grad_sync(mc_gpt *gpt, int chunk, int enable);
-/* The local shard of a parameter / of its grad by Megatron name; NULL when not on this rank. */
-MC_API float *mc_gpt_param(const mc_gpt *gpt, const char *name);
+/* The local shard of a parameter (the model's dtype) / of its fp32 grad by Megatron name, in op
+   memory; NULL when not on this rank. */
+MC_API void *mc_gpt_param(const mc_gpt *gpt, const char *name);
 MC_API float *mc_gpt_grad(const mc_gpt *gpt, const char *name);
-/* Per-token losses [S, B] of the slot's last forward on the post_process chunk. */
+/* Per-token losses [S, B] (fp32, op memory) of the slot's last forward on the post_process
+   chunk. */
 MC_API const float *mc_gpt_losses(const mc_gpt *gpt, int slot);
-/* Logits of the slot's last forward on the post_process chunk: [N, Vl] (parallel_output), or,
-   with gather_logits, all-gathered over TP into out [N, Vp] (a TP collective). *n_vocab
-   receives the row length. */
+/* Logits of the slot's last forward on the post_process chunk, converted to fp32 into out (op
+   memory): [N, Vl] (parallel_output), or, with gather_logits, all-gathered over TP into
+   out [N, Vp] (a TP collective). *n_vocab receives the row length. */
 MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
 
 /* @model:declarations end */
@@ -1632,6 +1809,7 @@ typedef struct mc_schedule_hooks {
     int (*finalize)(void *app);
     size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H;
                                        required (> 0) when PP > 1 */
+    mc_dtype tensor_dtype;          /* of the P2P tensors: the model's dtype (default MC_F32) */
     int group_size;                 /* interleaved only: microbatch_group_size_per_vp_stage N;
                                        0 = PP (Megatron's default) */
 } mc_schedule_hooks;
@@ -1792,15 +1970,20 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
    (OptimizerParamScheduler) and its model-parallel-aware grad norm and clipping
    (megatron_semantics.md §11.6, §12).
 
-   A step, after mc_finalize_model_grads (fp32 everywhere, so no loss scaler and no inf check):
+   A step, after mc_finalize_model_grads (fp32 grads and state; bf16 needs no loss scaler, as
+   in Megatron, and a non-finite norm skips the step):
      1. lr = mc_optimizer_lr_at(&opt.desc, opt.lr_steps);
      2. clip_grad > 0: the grad norm over every logical parameter once (below), and the grads
         scaled by clip_grad / (norm + 1e-6) when that is < 1;
      3. AdamW on every param (weight decay 0 for no_weight_decay params: biases and norms),
-        m and v in the same layout as the params;
+        m and v in the same layout as the params, in ONE op over a span table made at init;
+        with bf16 params the fp32 main parameters are stepped and the params rewritten
+        (Megatron's Float16OptimizerWithFloat16Params);
         distributed optimizer: only this DP rank's shard of each bucket (mc_ddp_shard) is
         stepped and has state, then each bucket's params are all-gathered over DP;
      4. lr_steps and iteration advance by one.
+   Everything stays in op memory: the grad norm's partial is one sum_squares op over a span
+   table, all-reduced as a device scalar (fp64) and read back once per step.
 
    Grad norm (§12): a param counts if it is not `shared` (the tied output copy) and is either
    tensor_model_parallel or on TP rank 0 (replicas counted once). Local sum of squares in fp64,
@@ -1839,7 +2022,11 @@ typedef enum mc_optimizer_state_kind {
      clip_grad 1.0 (MC_CLIP_GRAD_OFF or any negative: no clipping, reported norm 0) */
 typedef struct mc_optimizer_desc {
     mc_ddp *ddp;                    /* required: table, grads, DP group, distributed optimizer */
-    float *params;                  /* required: the flat parameters [table->total] */
+    void *params;                   /* required: the model's flat parameters [table->total] */
+    mc_dtype params_dtype;          /* MC_F32 (default): params are the fp32 masters; MC_BF16
+                                       (--bf16): the optimizer keeps fp32 main parameters
+                                       (initialised from params) and writes params back in bf16
+                                       after every step */
     const mc_parallel_state *ps;    /* TP rank and grad-norm groups; NULL: one model-parallel
                                        rank (the norm is reduced over the ddp's DP group only
                                        under the distributed optimizer) */
@@ -1863,13 +2050,20 @@ typedef struct mc_optimizer {
     float last_lr;                  /* learning rate of the last step */
     double last_grad_norm;          /* its grad norm before clipping; 0 when clipping is off */
     float last_clip_coeff;          /* the factor the grads were scaled by (1: not clipped) */
-    float *m, *v;                   /* [state_numel]; m[i] belongs to param element i, or under
-                                       the distributed optimizer to shard element i: bucket b's
-                                       shard starts at buckets[b].start / DP */
+    float *m, *v;                   /* [state_numel] op memory; m[i] belongs to param element i,
+                                       or under the distributed optimizer to shard element i:
+                                       bucket b's shard starts at buckets[b].start / DP */
+    float *main;                    /* [state_numel] fp32 main parameters in the layout of m
+                                       (bf16 params only; NULL when params are fp32) */
     size_t state_numel;             /* table->total, or table->total / DP */
     /* Private. */
     int tp_rank;
     mc_comm *stats;                 /* grad-norm group; NULL: local */
+    size_t *norm_spans;             /* op memory: [lo, hi) pairs the grad norm sums (§12) */
+    int n_norm_spans;
+    mc_adamw_span *adamw_spans;     /* op memory: what each step updates */
+    int n_adamw_spans;
+    double *norm_sum;               /* op memory: the sum of squares, all-reduced in place */
 } mc_optimizer;
 
 /* Validates the desc (Megatron's scheduler asserts: min_lr <= lr, warmup < decay when
@@ -2019,6 +2213,9 @@ typedef struct mc_checkpoint_desc {
                                         only the parameters' elements, never the padding */
     float *exp_avg;                  /* optional: Adam m in the same layout ...               */
     float *exp_avg_sq;               /* ... and v: both or neither; full local shards        */
+    const struct mc_ops *ops;        /* whose memory the three buffers are; default the CPU's.
+                                        Device buffers are copied to the host and back (load
+                                        writes them back only when it succeeds) */
     mc_rng_tracker *rng;             /* optional: saved per (pp, tp); restored or reseeded */
     long long iteration;             /* save: >= 0, the same on every rank; load: read with
                                         MC_CKPT_LOAD_ITERATION (MC_CKPT_RELEASE: "release") */
@@ -2086,10 +2283,10 @@ typedef struct mc_checkpoint_meta {
 
 /* Parses metadata text (`source` names it in messages). `base` (may be NULL: zeros) seeds the
    config, so fields the file does not mention compare equal. MC_ERR_IO with the line number and
-   the rule for every format error. Free with mc_checkpoint_meta_free (also after an error). */
+   the rule for every format error. Free with mc_checkpoint_meta_destroy (also after an error). */
 MC_API int mc_checkpoint_parse_metadata(mc_checkpoint_meta *meta, const char *text, size_t len,
                                         const char *source, const mc_gpt_config *base);
-MC_API void mc_checkpoint_meta_free(mc_checkpoint_meta *meta);
+MC_API void mc_checkpoint_meta_destroy(mc_checkpoint_meta *meta);
 /* The tensor of (kind, name), or NULL. */
 MC_API const mc_checkpoint_tensor *mc_checkpoint_meta_find(const mc_checkpoint_meta *meta,
                                                            const char *kind, const char *name);
@@ -2099,6 +2296,12 @@ MC_API const mc_checkpoint_tensor *mc_checkpoint_meta_find(const mc_checkpoint_m
 MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n);
 
 /* @checkpoint:declarations end */
+
+/* Deprecated spellings of three destroy functions (every module's lifecycle pair is now
+   _init / _destroy); kept for code written against 0.1.0, to be removed in 0.3. */
+#define mc_gpt_free mc_gpt_destroy
+#define mc_param_table_free mc_param_table_destroy
+#define mc_checkpoint_meta_free mc_checkpoint_meta_destroy
 
 #ifdef __cplusplus
 }
@@ -2929,8 +3132,28 @@ static mc_comm *mc__comm_new(const mc_comm_ops *ops, mc_comm_backend backend, in
     c->size = size;
     c->world_rank = rank;
     c->timeout_s = timeout_s;
+    c->mem = mc_ops_cpu();   /* the world's desc or the parent may replace it */
     snprintf(c->name, sizeof c->name, "%s", name);
     return c;
+}
+
+/* The world's memory owner for the self and mpi backends (nccl sets its own): self copies
+   through any table, MPI reads and writes host memory only. */
+static int mc__comm_take_memory(mc_comm *c, const mc_ops *memory) {
+    if (!memory) return MC_OK;   /* the CPU table, set at creation */
+    if (c->backend == MC_BACKEND_MPI && memory->device != MC_DEVICE_CPU)
+        return MC__FAIL(MC_ERR_UNSUPPORTED,
+                        "mc_comm_desc.memory: the mpi backend reads and writes host memory, but "
+                        "the '%s' table's memory is on a device (use nccl with one GPU per rank, "
+                        "or the CPU table)", memory->name ? memory->name : "?");
+    c->mem = memory;
+    return MC_OK;
+}
+
+/* Copies bytes between buffers of the communicator's memory (host or device). */
+static int mc__comm_copy(mc_comm *c, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || dst == src) return MC_OK;
+    return c->mem->copy_2d(c->mem, dst, bytes, src, bytes, bytes, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -3029,21 +3252,24 @@ static int mc__self_start(mc_comm *c, const char *op, mc_request **req) {
 
 static int mc__self_all_reduce(mc_comm *c, const void *send, void *recv, size_t count,
                                mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    int rc;
     (void)op;   /* one rank: sum, max, min and average of one value are the value */
-    if (send != recv) memmove(recv, send, count * mc_dtype_size(dt));
+    if ((rc = mc__comm_copy(c, recv, send, count * mc_dtype_size(dt))) != MC_OK) return rc;
     return mc__self_start(c, "all_reduce", req);
 }
 
 static int mc__self_all_gather(mc_comm *c, const void *send, void *recv, size_t count,
                                mc_dtype dt, mc_request **req) {
-    if (send != recv) memmove(recv, send, count * mc_dtype_size(dt));
+    int rc;
+    if ((rc = mc__comm_copy(c, recv, send, count * mc_dtype_size(dt))) != MC_OK) return rc;
     return mc__self_start(c, "all_gather", req);
 }
 
 static int mc__self_reduce_scatter(mc_comm *c, const void *send, void *recv, size_t recv_count,
                                    mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    int rc;
     (void)op;
-    if (send != recv) memmove(recv, send, recv_count * mc_dtype_size(dt));
+    if ((rc = mc__comm_copy(c, recv, send, recv_count * mc_dtype_size(dt))) != MC_OK) return rc;
     return mc__self_start(c, "reduce_scatter", req);
 }
 
@@ -3068,7 +3294,8 @@ static int mc__self_post_send(mc_comm *c, const void *buf, size_t bytes, int tag
                             "send to self on %s (tag %d): %zu bytes do not fit the posted "
                             "receive of %zu bytes",
                             c->name, tag, bytes, p->bytes);
-        memcpy(p->buf, buf, bytes);
+        int rc = mc__comm_copy(c, p->buf, buf, bytes);
+        if (rc != MC_OK) return rc;
         p->owner->outstanding--;
         *pp = p->next;
         mc_free(p);
@@ -3076,12 +3303,14 @@ static int mc__self_post_send(mc_comm *c, const void *buf, size_t bytes, int tag
     }
     m = (mc__self_message *)mc_calloc(1, sizeof(mc__self_message));
     if (!m) return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: out of memory", c->name);
-    m->data = mc_malloc(bytes);
-    if (!m->data) {
+    /* the queued copy lives in the communicator's memory, like the buffers */
+    if (c->mem->alloc(c->mem, &m->data, bytes) != MC_OK ||
+        mc__comm_copy(c, m->data, buf, bytes) != MC_OK) {
+        if (m->data) c->mem->free(c->mem, m->data);
         mc_free(m);
-        return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: out of memory", c->name);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: no memory for a %zu-byte message "
+                        "(%s)", c->name, bytes, mc_last_error());
     }
-    memcpy(m->data, buf, bytes);
     m->tag = tag;
     m->bytes = bytes;
     for (tail = &s->messages; *tail; tail = &(*tail)->next) {
@@ -3103,11 +3332,11 @@ static int mc__self_post_recv(mc_comm *c, void *buf, size_t bytes, int tag,
                             "recv from self on %s (tag %d): the %zu-byte message does not fit "
                             "the %zu-byte buffer",
                             c->name, tag, m->bytes, bytes);
-        memcpy(buf, m->data, m->bytes);
+        int rc = mc__comm_copy(c, buf, m->data, m->bytes);
         *mp = m->next;
-        mc_free(m->data);
+        c->mem->free(c->mem, m->data);
         mc_free(m);
-        return MC_OK;
+        return rc;
     }
     p = (mc__self_pending *)mc_calloc(1, sizeof(mc__self_pending));
     if (!p) return MC__FAIL(MC_ERR_NO_MEMORY, "recv from self on %s: out of memory", c->name);
@@ -3185,27 +3414,13 @@ static int mc__self_create_child(mc_comm *c, const int *members, int n_members, 
     return MC_OK;
 }
 
-static void *mc__host_alloc(mc_comm *c, size_t bytes) {
-    (void)c;
-    return mc_malloc(bytes);
-}
-static void mc__host_free(mc_comm *c, void *ptr) {
-    (void)c;
-    mc_free(ptr);
-}
-static int mc__host_copy(mc_comm *c, void *dst, const void *src, size_t bytes) {
-    (void)c;
-    if (bytes) memcpy(dst, src, bytes);
-    return MC_OK;
-}
-
 static void mc__self_destroy(mc_comm *c) {
     mc__self_state *s = (mc__self_state *)c->impl;
     if (!s) return;
     while (s->messages) {
         mc__self_message *m = s->messages;
         s->messages = m->next;
-        mc_free(m->data);
+        c->mem->free(c->mem, m->data);
         mc_free(m);
     }
     while (s->pending) {
@@ -3232,18 +3447,15 @@ static const mc_comm_ops *mc__self_ops(void) {
         /* wait            */ mc__self_wait,
         /* test            */ mc__self_test,
         /* create_child    */ mc__self_create_child,
-        /* alloc           */ mc__host_alloc,
-        /* free            */ mc__host_free,
-        /* upload          */ mc__host_copy,
-        /* download        */ mc__host_copy,
         /* destroy         */ mc__self_destroy
     };
     return &ops;
 }
 
-static int mc__self_world(mc_comm **world, double timeout_s) {
+static int mc__self_world(mc_comm **world, double timeout_s, const mc_ops *memory) {
     mc_comm *c = mc__self_new_comm(timeout_s, "world");
     if (!c) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_init_world: out of memory");
+    mc__comm_take_memory(c, memory);   /* self copies through any table */
     c->world_ranks = (int *)mc_calloc(1, sizeof(int));
     if (!c->world_ranks) {
         mc__self_destroy(c);
@@ -3629,10 +3841,6 @@ static const mc_comm_ops *mc__mpi_ops(void) {
         /* wait            */ mc__mpi_wait,
         /* test            */ mc__mpi_test,
         /* create_child    */ mc__mpi_create_child,
-        /* alloc           */ mc__host_alloc,
-        /* free            */ mc__host_free,
-        /* upload          */ mc__host_copy,
-        /* download        */ mc__host_copy,
         /* destroy         */ mc__mpi_destroy
     };
     return &ops;
@@ -3678,7 +3886,7 @@ static mc_comm_backend mc__mpi_choose(int size, const char **why) {
 }
 
 static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeout_s, int *argc,
-                         char ***argv) {
+                         char ***argv, const mc_ops *memory) {
     int initialized = 0, finalized = 0, owns = 0, rank = 0, size = 1, rc;
     int chosen = backend == MC_BACKEND_AUTO;   /* AUTO may fall back from NCCL to MPI */
     const char *why = "requested by mc_comm_desc.backend";
@@ -3708,7 +3916,7 @@ static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeou
             MC__WARN("mc_comm_init_world: self backend on each of %d MPI ranks: every rank is "
                      "its own size-1 world",
                      size);
-        rc = mc__self_world(&c, timeout_s);
+        rc = mc__self_world(&c, timeout_s, NULL);
     } else {
         MPI_Comm_dup(MPI_COMM_WORLD, &dup);   /* our traffic never meets the caller's */
         rc = mc__mpi_wrap(dup, timeout_s, "world", &c);
@@ -3730,8 +3938,8 @@ static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeou
 #if defined(MC_ENABLE_CUDA)
     if (backend == MC_BACKEND_NCCL) {
         c->backend = MC_BACKEND_NCCL;
-        rc = mc__nccl_init_world(c);   /* all ranks agree on its outcome */
-        if (rc != MC_OK && chosen && size > 1) {
+        rc = mc__nccl_init_world(c, memory);   /* all ranks agree on its outcome */
+        if (rc != MC_OK && chosen && size > 1 && !memory) {
             /* AUTO: the world is still a working MPI communicator, so fall back to it. */
             c->backend = MC_BACKEND_MPI;
             why = "NCCL could not start (see the warning): using MPI";
@@ -3742,6 +3950,10 @@ static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeou
         }
     }
 #endif
+    if (c->backend != MC_BACKEND_NCCL && (rc = mc__comm_take_memory(c, memory)) != MC_OK) {
+        mc_comm_destroy(c);
+        return rc;
+    }
     if (rank == 0)
         MC__INFO("world: %d rank(s), backend %s (%s)", size, mc_backend_name(c->backend), why);
     *world = c;
@@ -3789,6 +4001,7 @@ static int mc__host_allgather(mc_comm *c, const void *send, void *recv, int byte
 MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
     mc_comm_backend backend = desc ? desc->backend : MC_BACKEND_AUTO;
     double timeout_s = desc ? desc->timeout_s : 0.0;
+    const mc_ops *memory = desc ? desc->memory : NULL;
     if (!world) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_init_world: world must not be NULL");
     *world = NULL;
     if ((int)backend < (int)MC_BACKEND_AUTO || (int)backend > (int)MC_BACKEND_NCCL)
@@ -3803,16 +4016,16 @@ MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
     if (timeout_s == 0) timeout_s = MC__DEFAULT_TIMEOUT_S;
 #if defined(MC_COMM_MPI)
     /* The self backend never needs MPI, even in an MPI build. */
-    if (backend == MC_BACKEND_SELF) return mc__self_world(world, timeout_s);
+    if (backend == MC_BACKEND_SELF) return mc__self_world(world, timeout_s, memory);
     return mc__mpi_world(world, backend, timeout_s, desc ? desc->argc : NULL,
-                         desc ? desc->argv : NULL);
+                         desc ? desc->argv : NULL, memory);
 #else
     if (backend == MC_BACKEND_MPI || backend == MC_BACKEND_NCCL)
         return MC__FAIL(MC_ERR_UNSUPPORTED,
                         "mc_comm_desc.backend (%s) needs a build with MC_COMM_MPI",
                         mc_backend_name(backend));
     MC__INFO("world: 1 rank, backend self (built without MC_COMM_MPI)");
-    return mc__self_world(world, timeout_s);
+    return mc__self_world(world, timeout_s, memory);
 #endif
 }
 
@@ -4046,26 +4259,79 @@ MC_API int mc_test(mc_request *req, int *done) {
     return c->ops->test(req, done);
 }
 
+MC_API const mc_ops *mc_comm_memory(const mc_comm *c) { return c ? c->mem : NULL; }
+
 MC_API void *mc_comm_alloc(mc_comm *c, size_t bytes) {
-    if (!c || !c->ops) return NULL;
-    return c->ops->alloc(c, bytes);
+    void *p = NULL;
+    if (!c || !c->mem) return NULL;
+    return c->mem->alloc(c->mem, &p, bytes) == MC_OK ? p : NULL;
 }
 MC_API void mc_comm_free(mc_comm *c, void *ptr) {
-    if (c && c->ops && ptr) c->ops->free(c, ptr);
+    if (c && c->mem && ptr) c->mem->free(c->mem, ptr);
 }
 MC_API int mc_comm_upload(mc_comm *c, void *dst, const void *host_src, size_t bytes) {
     int rc;
     if ((rc = mc__check_comm(c, "mc_comm_upload")) != MC_OK) return rc;
     if (bytes && (!dst || !host_src))
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_upload: dst and host_src must be set");
-    return c->ops->upload(c, dst, host_src, bytes);
+    return bytes ? c->mem->upload(c->mem, dst, host_src, bytes) : MC_OK;
 }
 MC_API int mc_comm_download(mc_comm *c, void *host_dst, const void *src, size_t bytes) {
     int rc;
     if ((rc = mc__check_comm(c, "mc_comm_download")) != MC_OK) return rc;
     if (bytes && (!host_dst || !src))
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_download: host_dst and src must be set");
-    return c->ops->download(c, host_dst, src, bytes);
+    return bytes ? c->mem->download(c->mem, host_dst, src, bytes) : MC_OK;
+}
+
+static int mc__host_coll_run(mc_comm *c, mc_collective kind, const void *send, void *recv,
+                             size_t count, mc_dtype dt, mc_reduce_op op, int root) {
+    switch (kind) {
+        case MC_COLL_ALL_REDUCE: return mc_all_reduce(c, send, recv, count, dt, op);
+        case MC_COLL_ALL_GATHER: return mc_all_gather(c, send, recv, count, dt);
+        default:
+            if (c->rank == root && send != recv) memcpy(recv, send, mc_dtype_bytes(dt, count));
+            return mc_broadcast(c, recv, count, dt, root);
+    }
+}
+
+MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, void *recv,
+                              size_t count, mc_dtype dt, mc_reduce_op op, int root) {
+    static const char fn[] = "mc_host_collective";
+    size_t in_bytes, out_bytes;
+    void *dsend = NULL, *drecv = NULL;
+    int rc;
+    if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
+    if ((int)kind < (int)MC_COLL_ALL_REDUCE || (int)kind > (int)MC_COLL_BROADCAST)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: kind (%d) is not an mc_collective", fn,
+                        c->name, (int)kind);
+    if (mc_dtype_size(dt) == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: dtype (%d) is not an mc_dtype", fn,
+                        c->name, (int)dt);
+    if (count == 0) return MC_OK;
+    if (!recv || (!send && (kind != MC_COLL_BROADCAST || c->rank == root)))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: send and recv must be set", fn, c->name);
+    if (c->mem->device == MC_DEVICE_CPU)
+        return mc__host_coll_run(c, kind, send, recv, count, dt, op, root);
+    in_bytes = mc_dtype_bytes(dt, count);
+    out_bytes = kind == MC_COLL_ALL_GATHER ? in_bytes * (size_t)c->size : in_bytes;
+    if (c->mem->alloc(c->mem, &dsend, in_bytes) != MC_OK ||
+        c->mem->alloc(c->mem, &drecv, out_bytes) != MC_OK) {
+        rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s on %s: no %zu bytes of staging memory (%s)", fn,
+                      c->name, in_bytes + out_bytes, mc_last_error());
+    } else if (kind == MC_COLL_BROADCAST) {
+        rc = c->rank == root ? c->mem->upload(c->mem, drecv, send, in_bytes) : MC_OK;
+        if (rc == MC_OK) rc = mc_broadcast(c, drecv, count, dt, root);
+    } else {
+        rc = c->mem->upload(c->mem, dsend, send, in_bytes);
+        if (rc == MC_OK) rc = mc__host_coll_run(c, kind, dsend, drecv, count, dt, op, root);
+    }
+    if (rc == MC_OK) rc = c->mem->download(c->mem, recv, drecv, out_bytes);
+    if (rc != MC_ERR_TIMEOUT) {   /* after a timeout the backend may still write them */
+        if (dsend) c->mem->free(c->mem, dsend);
+        if (drecv) c->mem->free(c->mem, drecv);
+    }
+    return rc;
 }
 
 /* Group creation ------------------------------------------------------------------------- */
@@ -4128,6 +4394,7 @@ static int mc__make_child(mc_comm *parent, const int *members, int n, int tag, c
     for (i = 0; i < n; i++)
         child->world_ranks[i] = parent->world_ranks ? parent->world_ranks[members[i]] : members[i];
     child->world_rank = parent->world_rank;
+    child->mem = parent->mem;   /* one memory owner for the whole group tree */
     child->timeout_s = parent->timeout_s;
     snprintf(child->name, sizeof child->name, "%s", name);
     *out = child;
@@ -5565,7 +5832,9 @@ MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int t
 // ---------------------------------------------------------------------------------------------
 // >>ops_cpu  The CPU reference op table: plain loops over fp32 arrays, every sum in a fixed
 // order. Element-wise and row-wise ops follow llm.c's formulas; the shapes are in each
-// function's comment ([rows, cols], row-major).
+// function's comment ([rows, cols], row-major). bf16 tensors are converted to fp32 copies, the
+// fp32 loop runs, and bf16 results are rounded back (nearest-even): the same fp32 math, bf16
+// storage.
 
 #include <math.h>
 #if defined(MC_USE_CBLAS)
@@ -5578,35 +5847,222 @@ MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int t
 #define MC__RESTRICT
 #endif
 
-static void *mc__cpu_alloc(size_t bytes) { return mc_calloc(1, bytes); }
-static void mc__cpu_free(void *ptr) { mc_free(ptr); }
+MC_API mc_bf16 mc_bf16_from_float(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (mc_bf16)((u >> 16) | 0x0040u);   /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);   /* round to nearest, ties to even */
+    return (mc_bf16)(u >> 16);
+}
 
-static void mc__cpu_fill(float *x, float value, size_t n) {
+MC_API float mc_bf16_to_float(mc_bf16 x) {
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+MC_API size_t mc_dtype_bytes(mc_dtype dt, size_t n) { return mc_dtype_size(dt) * n; }
+
+MC_API int mc_ops_same_memory(const mc_ops *a, const mc_ops *b) {
+    if (!a || !b) return 0;
+    return a == b || (a->device == b->device && a->ctx == b->ctx);
+}
+
+/* Floating-point storage the ops accept for activations and parameters. */
+static int mc__cpu_check_dt(const char *op, mc_dtype dt) {
+    if (dt == MC_F32 || dt == MC_BF16) return MC_OK;
+    return MC__FAIL(MC_ERR_INVALID_ARG, "cpu %s: dtype (%d) must be MC_F32 or MC_BF16", op,
+                    (int)dt);
+}
+
+/* An fp32 view of n elements of x: x itself for MC_F32, a converted copy for MC_BF16. `load`
+   reads the values (inputs, accumulated outputs); put(store = 1) rounds the copy back. */
+typedef struct mc__f32 {
+    float *p;
+    void *orig;
+    size_t n;
+    int owned;
+} mc__f32;
+
+static int mc__f32_get(mc__f32 *t, const void *x, size_t n, mc_dtype dt, int load,
+                       const char *op) {
+    size_t i;
+    t->orig = (void *)(uintptr_t)x;
+    t->n = n;
+    t->owned = 0;
+    t->p = (float *)(uintptr_t)x;
+    if (!x || dt == MC_F32) return MC_OK;
+    if (dt != MC_BF16) return mc__cpu_check_dt(op, dt);
+    t->p = (float *)mc_malloc((n > 0 ? n : 1) * sizeof(float));
+    if (!t->p)
+        return MC__FAIL(MC_ERR_NO_MEMORY, "cpu %s: no memory for an fp32 copy of %zu bf16 values",
+                        op, n);
+    t->owned = 1;
+    if (load)
+        for (i = 0; i < n; i++) t->p[i] = mc_bf16_to_float(((const mc_bf16 *)x)[i]);
+    return MC_OK;
+}
+
+static void mc__f32_put(mc__f32 *t, int store) {
+    size_t i;
+    if (!t->owned) return;
+    if (store)
+        for (i = 0; i < t->n; i++) ((mc_bf16 *)t->orig)[i] = mc_bf16_from_float(t->p[i]);
+    mc_free(t->p);
+    t->owned = 0;
+}
+
+/* Up to 8 views taken together and released together: every op below is "get the views, run
+   the fp32 loop, put them back". */
+typedef struct mc__f32_set {
+    mc__f32 v[8];
+    int store[8];
+    int n;
+} mc__f32_set;
+
+static float *mc__f32_add(mc__f32_set *s, int *rc, const void *x, size_t n, mc_dtype dt,
+                          int load, int store, const char *op) {
+    mc__f32 *t = &s->v[s->n];
+    if (*rc != MC_OK) return NULL;
+    MC_ASSERT(s->n < 8);
+    *rc = mc__f32_get(t, x, n, dt, load, op);
+    if (*rc != MC_OK) return NULL;
+    s->store[s->n++] = store;
+    return t->p;
+}
+
+static int mc__f32_done(mc__f32_set *s, int rc) {
+    int i;
+    for (i = s->n - 1; i >= 0; i--) mc__f32_put(&s->v[i], rc == MC_OK && s->store[i]);
+    s->n = 0;
+    return rc;
+}
+
+#define MC__F32_SET_EMPTY {{{NULL, NULL, 0, 0}}, {0}, 0}
+#define MC__IN 1, 0    /* read, not written back */
+#define MC__OUT 0, 1   /* written (=) */
+#define MC__ACC 1, 1   /* read and written (+=) */
+
+// memory
+
+static int mc__cpu_alloc(const mc_ops *o, void **ptr, size_t bytes) {
+    (void)o;
+    if (!ptr) return MC__FAIL(MC_ERR_INVALID_ARG, "cpu alloc: ptr is NULL");
+    *ptr = mc_calloc(1, bytes);
+    if (!*ptr) return MC__FAIL(MC_ERR_NO_MEMORY, "cpu alloc: out of memory (%zu bytes)", bytes);
+    return MC_OK;
+}
+
+static int mc__cpu_free(const mc_ops *o, void *ptr) {
+    (void)o;
+    mc_free(ptr);
+    return MC_OK;
+}
+
+static int mc__cpu_copy_bytes(const mc_ops *o, void *dst, const void *src, size_t bytes) {
+    (void)o;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return MC_OK;
+}
+
+static int mc__cpu_copy_2d(const mc_ops *o, void *dst, size_t dst_pitch, const void *src,
+                           size_t src_pitch, size_t width, size_t rows) {
+    size_t r;
+    (void)o;
+    if (width == 0 || rows == 0) return MC_OK;
+    if (!dst || !src)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "cpu copy_2d: dst and src must be set (%zu rows of "
+                        "%zu bytes)", rows, width);
+    if (dst_pitch == width && src_pitch == width) {
+        memmove(dst, src, width * rows);
+        return MC_OK;
+    }
+    for (r = 0; r < rows; r++)
+        memmove((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width);
+    return MC_OK;
+}
+
+static int mc__cpu_synchronize(const mc_ops *o) {
+    (void)o;
+    return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>ops_cpu element-wise
+
+static void mc__cpu_fill_f32(float *x, float value, size_t n) {
     size_t i;
     for (i = 0; i < n; i++) x[i] = value;
 }
 
-static void mc__cpu_copy(float *dst, const float *src, size_t n) {
-    if (n > 0 && dst != src) memmove(dst, src, n * sizeof(float));
+static int mc__cpu_fill(const mc_ops *o, void *x, float value, size_t n, mc_dtype dt) {
+    size_t i;
+    (void)o;
+    if (dt == MC_F32) {
+        mc__cpu_fill_f32((float *)x, value, n);
+    } else if (dt == MC_BF16) {
+        mc_bf16 b = mc_bf16_from_float(value);
+        for (i = 0; i < n; i++) ((mc_bf16 *)x)[i] = b;
+    } else {
+        return mc__cpu_check_dt("fill", dt);
+    }
+    return MC_OK;
 }
 
-static void mc__cpu_axpy(float *y, float a, const float *x, size_t n) {
+static int mc__cpu_copy(const mc_ops *o, void *dst, const void *src, size_t n, mc_dtype dst_dt,
+                        mc_dtype src_dt) {
+    size_t i;
+    int rc;
+    if ((rc = mc__cpu_check_dt("copy", dst_dt)) != MC_OK) return rc;
+    if ((rc = mc__cpu_check_dt("copy", src_dt)) != MC_OK) return rc;
+    if (dst_dt == src_dt) return mc__cpu_copy_bytes(o, dst, src, mc_dtype_bytes(dst_dt, n));
+    if (dst_dt == MC_BF16)
+        for (i = 0; i < n; i++) ((mc_bf16 *)dst)[i] = mc_bf16_from_float(((const float *)src)[i]);
+    else
+        for (i = 0; i < n; i++) ((float *)dst)[i] = mc_bf16_to_float(((const mc_bf16 *)src)[i]);
+    return MC_OK;
+}
+
+static void mc__cpu_axpy_f32(float *y, float a, const float *x, size_t n) {
     size_t i;
     for (i = 0; i < n; i++) y[i] += a * x[i];
 }
 
-static void mc__cpu_scale(float *x, float a, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) x[i] *= a;
+static int mc__cpu_axpy(const mc_ops *o, void *y, float a, const void *x, size_t n,
+                        mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    float *fy = mc__f32_add(&s, &rc, y, n, dt, MC__ACC, "axpy");
+    const float *fx = x == y ? fy : mc__f32_add(&s, &rc, x, n, dt, MC__IN, "axpy");
+    (void)o;
+    if (rc == MC_OK) mc__cpu_axpy_f32(fy, a, fx, n);
+    return mc__f32_done(&s, rc);
 }
 
-static double mc__cpu_sum_squares(const float *x, size_t n) {
+static int mc__cpu_scale(const mc_ops *o, void *x, float a, size_t n, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    float *fx = mc__f32_add(&s, &rc, x, n, dt, MC__ACC, "scale");
+    size_t i;
+    (void)o;
+    if (rc == MC_OK)
+        for (i = 0; i < n; i++) fx[i] *= a;
+    return mc__f32_done(&s, rc);
+}
+
+static int mc__cpu_sum_squares(const mc_ops *o, double *out, const float *x, const size_t *spans,
+                               int n_spans) {
     double s = 0.0;
     size_t i;
-    for (i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
-    return s;
+    int k;
+    (void)o;
+    if (!out) return MC__FAIL(MC_ERR_INVALID_ARG, "cpu sum_squares: out is NULL");
+    for (k = 0; k < n_spans; k++)
+        for (i = spans[2 * k]; i < spans[2 * k + 1]; i++) s += (double)x[i] * (double)x[i];
+    *out = s;
+    return MC_OK;
 }
-
 // ---------------------------------------------------------------------------------------------
 // >>ops_cpu gemm
 //
@@ -5734,27 +6190,59 @@ static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, 
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// >>ops_cpu bias, layernorm, gelu
-
 /* out[N,C] += bias[C] */
-static void mc__cpu_add_bias(float *out, const float *bias, int N, int C) {
+static void mc__cpu_add_bias_f32(float *out, const float *bias, int N, int C) {
     int n, c;
     if (!bias) return;
     for (n = 0; n < N; n++)
         for (c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
 }
 
+static int mc__cpu_gemm(const mc_ops *o, void *C, const void *A, const void *B, const void *bias,
+                        int M, int N, int K, int trans_a, int trans_b, float alpha, float beta,
+                        mc_dtype c_dt, mc_dtype ab_dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t mk = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
+    size_t kn = (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0);
+    size_t mn = (size_t)(M > 0 ? M : 0) * (size_t)(N > 0 ? N : 0);
+    float *fc, *fa, *fb, *fbias;
+    (void)o;
+    if (M < 0 || N < 0 || K < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "cpu gemm: M (%d), N (%d) and K (%d) must be >= 0", M,
+                        N, K);
+    if (M == 0 || N == 0) return MC_OK;
+    fc = mc__f32_add(&s, &rc, C, mn, c_dt, beta != 0.0f, 1, "gemm");
+    fa = mc__f32_add(&s, &rc, A, mk, ab_dt, MC__IN, "gemm");
+    fb = mc__f32_add(&s, &rc, B, kn, ab_dt, MC__IN, "gemm");
+    fbias = mc__f32_add(&s, &rc, bias, (size_t)N, ab_dt, MC__IN, "gemm");
+    if (rc == MC_OK) {
+        MC__CPU_GEMM(fc, fa, fb, M, N, K, trans_a, trans_b, alpha, beta);
+        mc__cpu_add_bias_f32(fc, fbias, M, N);
+    }
+    return mc__f32_done(&s, rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>ops_cpu bias, layernorm, gelu
+
 /* dbias[C] += sum over rows of dout[N,C] (rows in order) */
-static void mc__cpu_bias_backward(float *dbias, const float *dout, int N, int C) {
-    int n, c;
-    for (n = 0; n < N; n++)
-        for (c = 0; c < C; c++) dbias[c] += dout[(size_t)n * C + c];
+static int mc__cpu_bias_backward(const mc_ops *o, float *dbias, const void *dout, int N, int C,
+                                 mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, c;
+    const float *dy = mc__f32_add(&s, &rc, dout, (size_t)N * C, dt, MC__IN, "bias_backward");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++)
+            for (c = 0; c < C; c++) dbias[c] += dy[(size_t)n * C + c];
+    return mc__f32_done(&s, rc);
 }
 
 /* out[N,C], mean[N], rstd[N] <- inp[N,C], weight[C], bias[C] */
-static void mc__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                      const float *weight, const float *bias, int N, int C,
-                                      float eps) {
+static void mc__cpu_layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp,
+                                          const float *weight, const float *bias, int N, int C,
+                                          float eps) {
     int n, c;
     for (n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -5771,16 +6259,32 @@ static void mc__cpu_layernorm_forward(float *out, float *mean, float *rstd, cons
     }
 }
 
+static int mc__cpu_layernorm_forward(const mc_ops *o, void *out, float *mean, float *rstd,
+                                     const void *inp, const void *weight, const void *bias, int N,
+                                     int C, float eps, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t nc = (size_t)N * C;
+    float *y = mc__f32_add(&s, &rc, out, nc, dt, MC__OUT, "layernorm_forward");
+    const float *x = mc__f32_add(&s, &rc, inp, nc, dt, MC__IN, "layernorm_forward");
+    const float *w = mc__f32_add(&s, &rc, weight, (size_t)C, dt, MC__IN, "layernorm_forward");
+    const float *b = mc__f32_add(&s, &rc, bias, (size_t)C, dt, MC__IN, "layernorm_forward");
+    (void)o;
+    if (rc == MC_OK) mc__cpu_layernorm_forward_f32(y, mean, rstd, x, w, b, N, C, eps);
+    return mc__f32_done(&s, rc);
+}
+
 /* dinp[N,C] +=, dweight[C] +=, dbias[C] += (may be NULL) <- dout[N,C], inp[N,C], weight[C],
    mean[N], rstd[N]. With xhat = (x - mean) * rstd and g = weight * dout:
    dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
-static void mc__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
-                                       const float *dout, const float *inp, const float *weight,
-                                       const float *mean, const float *rstd, int N, int C) {
+static void mc__cpu_layernorm_backward_f32(float *dinp, float *dweight, float *dbias,
+                                           const float *dout, const float *inp,
+                                           const float *weight, const float *mean,
+                                           const float *rstd, int N, int C) {
     int n, c;
     for (n = 0; n < N; n++) {
         const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
+        float *dx = dinp ? dinp + (size_t)n * C : NULL;
         const float m = mean[n], s = rstd[n];
         float g_mean = 0.0f, g_xhat_mean = 0.0f;
         for (c = 0; c < C; c++) {
@@ -5794,31 +6298,70 @@ static void mc__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias
             const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
             if (dbias) dbias[c] += dy[c];
             if (dweight) dweight[c] += xhat * dy[c];
-            if (dinp) dx[c] += (g - g_mean - xhat * g_xhat_mean) * s;
+            if (dx) dx[c] += (g - g_mean - xhat * g_xhat_mean) * s;
         }
     }
+}
+
+static int mc__cpu_layernorm_backward(const mc_ops *o, void *dinp, float *dweight, float *dbias,
+                                      const void *dout, const void *inp, const void *weight,
+                                      const float *mean, const float *rstd, int N, int C,
+                                      mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t nc = (size_t)N * C;
+    float *dx = mc__f32_add(&s, &rc, dinp, nc, dt, MC__ACC, "layernorm_backward");
+    const float *dy = mc__f32_add(&s, &rc, dout, nc, dt, MC__IN, "layernorm_backward");
+    const float *x = mc__f32_add(&s, &rc, inp, nc, dt, MC__IN, "layernorm_backward");
+    const float *w = mc__f32_add(&s, &rc, weight, (size_t)C, dt, MC__IN, "layernorm_backward");
+    (void)o;
+    if (rc == MC_OK) mc__cpu_layernorm_backward_f32(dx, dweight, dbias, dy, x, w, mean, rstd, N, C);
+    return mc__f32_done(&s, rc);
 }
 
 #define MC__GELU_SCALE 0.7978845608028654f   /* sqrt(2 / pi) */
 #define MC__GELU_CUBIC 0.044715f
 
-static void mc__cpu_gelu_forward(float *out, const float *inp, size_t n) {
+static int mc__cpu_gelu_forward(const mc_ops *o, void *out, const void *inp, size_t n,
+                                mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    float *y = mc__f32_add(&s, &rc, out, n, dt, MC__OUT, "gelu_forward");
+    const float *x = inp == out ? NULL : mc__f32_add(&s, &rc, inp, n, dt, MC__IN, "gelu_forward");
     size_t i;
-    for (i = 0; i < n; i++) {
-        const float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(MC__GELU_SCALE * (x + MC__GELU_CUBIC * x * x * x)));
+    (void)o;
+    if (rc != MC_OK) return mc__f32_done(&s, rc);
+    if (inp == out) {   /* in place: the output view must hold the input first */
+        if (dt == MC_BF16)
+            for (i = 0; i < n; i++) y[i] = mc_bf16_to_float(((const mc_bf16 *)inp)[i]);
+        x = y;
     }
+    for (i = 0; i < n; i++) {
+        const float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v)));
+    }
+    return mc__f32_done(&s, rc);
 }
 
 /* dinp = dout * d/dx gelu(x); tanh' = 1 - tanh^2 (no cosh, which overflows for large x) */
-static void mc__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+static int mc__cpu_gelu_backward(const mc_ops *o, void *dinp, const void *inp, const void *dout,
+                                 size_t n, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    const float *x = mc__f32_add(&s, &rc, inp, n, dt, MC__IN, "gelu_backward");
+    const float *dy = mc__f32_add(&s, &rc, dout, n, dt, MC__IN, "gelu_backward");
+    float *dx = mc__f32_add(&s, &rc, dinp, n, dt, MC__OUT, "gelu_backward");
     size_t i;
-    for (i = 0; i < n; i++) {
-        const float x = inp[i];
-        const float t = tanhf(MC__GELU_SCALE * (x + MC__GELU_CUBIC * x * x * x));
-        const float dt = (1.0f - t * t) * MC__GELU_SCALE * (1.0f + 3.0f * MC__GELU_CUBIC * x * x);
-        dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * dt);
-    }
+    (void)o;
+    if (rc == MC_OK)
+        for (i = 0; i < n; i++) {
+            const float v = x[i];
+            const float t = tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v));
+            const float dtanh =
+                (1.0f - t * t) * MC__GELU_SCALE * (1.0f + 3.0f * MC__GELU_CUBIC * v * v);
+            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dtanh);
+        }
+    return mc__f32_done(&s, rc);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -5850,28 +6393,44 @@ static int mc__keep(mc__keep_cache *kc, uint64_t index, float p) {
 /* 1 / (1 - p), or 0 when everything is dropped (p >= 1) */
 static float mc__dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
-/* out[i] = inp[i] * keep(offset + i) / (1 - p); also the backward (same mask, same scale) */
-static void mc__cpu_dropout_apply(float *out, const float *inp, size_t n, float p,
-                                  uint64_t seed, uint64_t offset) {
+/* out[i] = inp[i] * keep(offset + i) / (1 - p); also the backward (same mask, same scale).
+   bf16: a kept value times the scale is rounded once, a dropped one is 0. */
+static int mc__cpu_dropout_apply(void *out, const void *inp, size_t n, float p, uint64_t seed,
+                                 uint64_t offset, mc_dtype dt) {
     mc__keep_cache kc;
     const float scale = mc__dropout_scale(p);
     size_t i;
+    int rc;
+    if ((rc = mc__cpu_check_dt("dropout", dt)) != MC_OK) return rc;
     if (p <= 0.0f) {
-        mc__cpu_copy(out, inp, n);
-        return;
+        if (out != inp) memmove(out, inp, mc_dtype_bytes(dt, n));
+        return MC_OK;
     }
     mc__keep_cache_init(&kc, seed);
-    for (i = 0; i < n; i++) out[i] = mc__keep(&kc, offset + i, p) ? inp[i] * scale : 0.0f;
+    if (dt == MC_F32) {
+        const float *x = (const float *)inp;
+        float *y = (float *)out;
+        for (i = 0; i < n; i++) y[i] = mc__keep(&kc, offset + i, p) ? x[i] * scale : 0.0f;
+    } else {
+        const mc_bf16 *x = (const mc_bf16 *)inp;
+        mc_bf16 *y = (mc_bf16 *)out;
+        for (i = 0; i < n; i++)
+            y[i] = mc_bf16_from_float(mc__keep(&kc, offset + i, p) ? mc_bf16_to_float(x[i]) * scale
+                                                                   : 0.0f);
+    }
+    return MC_OK;
 }
 
-static void mc__cpu_dropout_forward(float *out, const float *inp, size_t n, float p,
-                                    uint64_t seed, uint64_t offset) {
-    mc__cpu_dropout_apply(out, inp, n, p, seed, offset);
+static int mc__cpu_dropout_forward(const mc_ops *o, void *out, const void *inp, size_t n, float p,
+                                   uint64_t seed, uint64_t offset, mc_dtype dt) {
+    (void)o;
+    return mc__cpu_dropout_apply(out, inp, n, p, seed, offset, dt);
 }
 
-static void mc__cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p,
-                                     uint64_t seed, uint64_t offset) {
-    mc__cpu_dropout_apply(dinp, dout, n, p, seed, offset);
+static int mc__cpu_dropout_backward(const mc_ops *o, void *dinp, const void *dout, size_t n,
+                                    float p, uint64_t seed, uint64_t offset, mc_dtype dt) {
+    (void)o;
+    return mc__cpu_dropout_apply(dinp, dout, n, p, seed, offset, dt);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -5880,7 +6439,7 @@ static void mc__cpu_dropout_backward(float *dinp, const float *dout, size_t n, f
 // Row t of head h in sequence b: scores[t2] = q_t . k_t2 / sqrt(HD) for t2 <= t (causal),
 // P = softmax(scores), D = P * mask / (1 - p) (dropout), out_t = sum_t2 D[t2] v_t2.
 // Token (s, b) is row s*B + b of qkv [S*B, NH*3*HD]; head h's q, k, v start at columns
-// h*3*HD, h*3*HD + HD, h*3*HD + 2*HD.
+// h*3*HD, h*3*HD + HD, h*3*HD + 2*HD. The CPU's stats are the probabilities P [B,NH,S,S].
 
 /* Weight of v_t2 in out_t: P, dropped and rescaled when p > 0. */
 static float mc__attn_weight(mc__keep_cache *kc, float prob, uint64_t index, float p,
@@ -5896,10 +6455,16 @@ static float mc__dot(const float *a, const float *b, int n) {
     return s;
 }
 
+static size_t mc__cpu_attention_stats(const mc_ops *o, int S, int B, int NH, int HD) {
+    (void)o;
+    (void)HD;
+    return (size_t)B * (size_t)NH * (size_t)S * (size_t)S;
+}
+
 /* out[S,B,NH*HD] (=), probs[B,NH,S,S] (=) <- qkv[S,B,NH*3*HD] */
-static void mc__cpu_attention_forward(float *out, float *probs, const float *qkv, int S, int B,
-                                      int NH, int HD, float dropout_p, uint64_t seed,
-                                      uint64_t offset) {
+static void mc__cpu_attention_forward_f32(float *out, float *probs, const float *qkv, int S,
+                                          int B, int NH, int HD, float dropout_p, uint64_t seed,
+                                          uint64_t offset) {
     const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
     const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
     mc__keep_cache kc;
@@ -5935,20 +6500,37 @@ static void mc__cpu_attention_forward(float *out, float *probs, const float *qkv
             }
 }
 
+static int mc__cpu_attention_forward(const mc_ops *o, void *out, float *stats, const void *qkv,
+                                     int S, int B, int NH, int HD, float dropout_p,
+                                     uint64_t seed, uint64_t offset, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t n = (size_t)S * B;
+    float *y = mc__f32_add(&s, &rc, out, n * NH * HD, dt, MC__OUT, "attention_forward");
+    const float *x = mc__f32_add(&s, &rc, qkv, n * NH * 3 * HD, dt, MC__IN, "attention_forward");
+    (void)o;
+    if (rc == MC_OK && !stats)
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "cpu attention_forward: stats (the probabilities "
+                      "[B, NH, S, S]) is NULL");
+    if (rc == MC_OK)
+        mc__cpu_attention_forward_f32(y, stats, x, S, B, NH, HD, dropout_p, seed, offset);
+    return mc__f32_done(&s, rc);
+}
+
 /* dqkv[S,B,NH*3*HD] (=) <- dout[S,B,NH*HD], qkv, probs[B,NH,S,S]. Per row t:
      dv_t2 += D[t2] dout_t,  dP[t2] = (dout_t . v_t2) * mask / (1 - p),
      dscore[t2] = P[t2] (dP[t2] - sum_u P[u] dP[u]),
      dq_t += dscore[t2] k_t2 / sqrt(HD),  dk_t2 += dscore[t2] q_t / sqrt(HD).
    dP is computed twice (once for the sum, once for dscore) instead of being stored. */
-static void mc__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                       const float *probs, int S, int B, int NH, int HD,
-                                       float dropout_p, uint64_t seed, uint64_t offset) {
+static void mc__cpu_attention_backward_f32(float *dqkv, const float *dout, const float *qkv,
+                                           const float *probs, int S, int B, int NH, int HD,
+                                           float dropout_p, uint64_t seed, uint64_t offset) {
     const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
     const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
     mc__keep_cache kc;
     int b, h, t, t2, d;
     mc__keep_cache_init(&kc, seed);
-    mc__cpu_fill(dqkv, 0.0f, (size_t)S * B * C3);
+    mc__cpu_fill_f32(dqkv, 0.0f, (size_t)S * B * C3);
     for (b = 0; b < B; b++)
         for (h = 0; h < NH; h++)
             for (t = 0; t < S; t++) {
@@ -5987,151 +6569,291 @@ static void mc__cpu_attention_backward(float *dqkv, const float *dout, const flo
             }
 }
 
+static int mc__cpu_attention_backward(const mc_ops *o, void *dqkv, const void *dout,
+                                      const void *qkv, const void *out, const float *stats, int S,
+                                      int B, int NH, int HD, float dropout_p, uint64_t seed,
+                                      uint64_t offset, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t n = (size_t)S * B;
+    float *dx = mc__f32_add(&s, &rc, dqkv, n * NH * 3 * HD, dt, MC__OUT, "attention_backward");
+    const float *dy = mc__f32_add(&s, &rc, dout, n * NH * HD, dt, MC__IN, "attention_backward");
+    const float *x = mc__f32_add(&s, &rc, qkv, n * NH * 3 * HD, dt, MC__IN, "attention_backward");
+    (void)o;
+    (void)out;   /* the probabilities hold everything the CPU backward needs */
+    if (rc == MC_OK && !stats)
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "cpu attention_backward: stats (the probabilities) is "
+                      "NULL");
+    if (rc == MC_OK)
+        mc__cpu_attention_backward_f32(dx, dy, x, stats, S, B, NH, HD, dropout_p, seed, offset);
+    return mc__f32_done(&s, rc);
+}
+
 // ---------------------------------------------------------------------------------------------
 // >>ops_cpu embedding, cross-entropy pieces, adamw
 
+static int mc__cpu_check_ids(const mc_ops *o, const int *ids, int N, int V, const char *fn,
+                             const char *what) {
+    int i;
+    (void)o;
+    for (i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: %s[%d] = %d is outside the vocabulary [0, %d)", fn, what, i,
+                            ids[i], V);
+    return MC_OK;
+}
+
 /* out[N,C] = table[ids[n] - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
-static void mc__cpu_embedding_forward(float *out, const int *ids, const float *table, int N,
-                                      int C, int vocab_start, int vocab_end) {
-    int n;
+static int mc__cpu_embedding_forward(const mc_ops *o, void *out, const int *ids,
+                                     const void *table, int N, int C, int vocab_start,
+                                     int vocab_end, mc_dtype dt) {
+    size_t row = mc_dtype_bytes(dt, (size_t)C);
+    int n, rc;
+    (void)o;
+    if ((rc = mc__cpu_check_dt("embedding_forward", dt)) != MC_OK) return rc;
     for (n = 0; n < N; n++) {
         const int id = ids[n];
-        float *o = out + (size_t)n * C;
+        char *dst = (char *)out + (size_t)n * row;
         if (id >= vocab_start && id < vocab_end)
-            memcpy(o, table + (size_t)(id - vocab_start) * C, (size_t)C * sizeof(float));
+            memcpy(dst, (const char *)table + (size_t)(id - vocab_start) * row, row);
         else
-            mc__cpu_fill(o, 0.0f, (size_t)C);
+            memset(dst, 0, row);   /* +0.0 in fp32 and bf16 */
     }
+    return MC_OK;
 }
 
 /* dtable[V_local, C] += dout[N,C] rows of the local ids (tokens in order) */
-static void mc__cpu_embedding_backward(float *dtable, const float *dout, const int *ids, int N,
-                                       int C, int vocab_start, int vocab_end) {
-    int n;
-    for (n = 0; n < N; n++) {
-        const int id = ids[n];
-        if (id >= vocab_start && id < vocab_end)
-            mc__cpu_axpy(dtable + (size_t)(id - vocab_start) * C, 1.0f, dout + (size_t)n * C,
-                         (size_t)C);
-    }
+static int mc__cpu_embedding_backward(const mc_ops *o, float *dtable, const void *dout,
+                                      const int *ids, int N, int C, int vocab_start,
+                                      int vocab_end, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n;
+    const float *dy = mc__f32_add(&s, &rc, dout, (size_t)N * C, dt, MC__IN, "embedding_backward");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const int id = ids[n];
+            if (id >= vocab_start && id < vocab_end)
+                mc__cpu_axpy_f32(dtable + (size_t)(id - vocab_start) * C, 1.0f,
+                                 dy + (size_t)n * C, (size_t)C);
+        }
+    return mc__f32_done(&s, rc);
 }
 
 /* max[N] = max over the row of logits[N,V] (-inf for V = 0) */
-static void mc__cpu_row_max(float *max, const float *logits, int N, int V) {
-    int n, j;
-    for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        float m = -INFINITY;
-        for (j = 0; j < V; j++)
-            if (l[j] > m) m = l[j];
-        max[n] = m;
-    }
+static int mc__cpu_row_max(const mc_ops *o, float *max, const void *logits, int N, int V,
+                           mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "row_max");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            float m = -INFINITY;
+            for (j = 0; j < V; j++)
+                if (l[j] > m) m = l[j];
+            max[n] = m;
+        }
+    return mc__f32_done(&s, rc);
 }
 
 /* out[N] = logits[n, targets[n] - vocab_start] when the target is in this shard, else 0 */
-static void mc__cpu_target_logit(float *out, const float *logits, const int *targets, int N,
-                                 int V, int vocab_start) {
-    int n;
+static int mc__cpu_target_logit(const mc_ops *o, float *out, const void *logits,
+                                const int *targets, int N, int V, int vocab_start, mc_dtype dt) {
+    int n, rc;
+    (void)o;
+    if ((rc = mc__cpu_check_dt("target_logit", dt)) != MC_OK) return rc;
     for (n = 0; n < N; n++) {
         const int local = targets[n] - vocab_start;
-        out[n] = (targets[n] >= vocab_start && local < V) ? logits[(size_t)n * V + local] : 0.0f;
+        size_t at = (size_t)n * V + (size_t)local;
+        if (!(targets[n] >= vocab_start && local < V))
+            out[n] = 0.0f;
+        else
+            out[n] = dt == MC_F32 ? ((const float *)logits)[at]
+                                  : mc_bf16_to_float(((const mc_bf16 *)logits)[at]);
     }
+    return MC_OK;
 }
 
 /* sum[N] = sum_j exp(logits[n,j] - max[n]) */
-static void mc__cpu_sum_exp(float *sum, const float *logits, const float *max, int N, int V) {
-    int n, j;
-    for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        double s = 0.0;
-        for (j = 0; j < V; j++) s += (double)expf(l[j] - max[n]);
-        sum[n] = (float)s;
-    }
+static int mc__cpu_sum_exp(const mc_ops *o, float *sum, const void *logits, const float *max,
+                           int N, int V, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "sum_exp");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            double acc = 0.0;
+            for (j = 0; j < V; j++) acc += (double)expf(l[j] - max[n]);
+            sum[n] = (float)acc;
+        }
+    return mc__f32_done(&s, rc);
 }
 
 /* sum[N] = sum_j logits[n,j] */
-static void mc__cpu_row_sum(float *sum, const float *logits, int N, int V) {
-    int n, j;
-    for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        double s = 0.0;
-        for (j = 0; j < V; j++) s += (double)l[j];
-        sum[n] = (float)s;
+static int mc__cpu_row_sum(const mc_ops *o, float *sum, const void *logits, int N, int V,
+                           mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "row_sum");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            double acc = 0.0;
+            for (j = 0; j < V; j++) acc += (double)l[j];
+            sum[n] = (float)acc;
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* The per-token loss from the reduced pieces, in double:
+     nll  = log(sum_exp) + max - target_logit
+     loss = (1 - s) nll - s (logit_sum / K - max - log(sum_exp))
+   logit_sum is NULL without smoothing. */
+static int mc__cpu_cross_entropy_loss(const mc_ops *o, float *losses, double *loss_sum,
+                                      const float *max, const float *sum_exp,
+                                      const float *target_logit, const float *logit_sum, int N,
+                                      int K, float smoothing) {
+    double s = smoothing, total = 0.0;
+    int i;
+    (void)o;
+    for (i = 0; i < N; i++) {
+        double log_z = log((double)sum_exp[i]) + (double)max[i];   /* log sum_j exp(logit_j) */
+        double nll = log_z - (double)target_logit[i];
+        double loss = nll;
+        if (logit_sum) loss = (1.0 - s) * nll - s * ((double)logit_sum[i] / K - log_z);
+        losses[i] = (float)loss;
     }
+    if (loss_sum) {
+        for (i = 0; i < N; i++) total += (double)losses[i];
+        *loss_sum = total;
+    }
+    return MC_OK;
 }
 
 /* dlogits[N,V] (=) <- logits[N,V], max[N], sum[N] (global), targets[N], dloss[N] */
-static void mc__cpu_cross_entropy_backward(float *dlogits, const float *logits,
-                                           const float *max, const float *sum,
-                                           const int *targets, const float *dloss, int N, int V,
-                                           int vocab_start, float smoothing, int vocab_global) {
+static int mc__cpu_cross_entropy_backward(const mc_ops *o, void *dlogits, const void *logits,
+                                          const float *max, const float *sum, const int *targets,
+                                          const float *dloss, int N, int V, int vocab_start,
+                                          float smoothing, int vocab_global, mc_dtype dt) {
     const float uniform = vocab_global > 0 ? smoothing / (float)vocab_global : 0.0f;
-    int n, j;
-    for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        float *dl = dlogits + (size_t)n * V;
-        const float inv = 1.0f / sum[n], g = dloss[n];
-        const int local = targets[n] - vocab_start;
-        const int owned = targets[n] >= vocab_start && local < V;
-        for (j = 0; j < V; j++) {
-            float d = expf(l[j] - max[n]) * inv - uniform;
-            if (owned && j == local) d -= 1.0f - smoothing;
-            dl[j] = d * g;
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    size_t nv = (size_t)N * V;
+    const float *x = mc__f32_add(&s, &rc, logits, nv, dt, MC__IN, "cross_entropy_backward");
+    float *dx = dlogits == logits && dt == MC_F32
+                    ? (float *)dlogits
+                    : mc__f32_add(&s, &rc, dlogits, nv, dt, MC__OUT, "cross_entropy_backward");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            float *dl = dx + (size_t)n * V;
+            const float inv = 1.0f / sum[n], g = dloss[n];
+            const int local = targets[n] - vocab_start;
+            const int owned = targets[n] >= vocab_start && local < V;
+            for (j = 0; j < V; j++) {
+                float d = expf(l[j] - max[n]) * inv - uniform;
+                if (owned && j == local) d -= 1.0f - smoothing;
+                dl[j] = d * g;
+            }
         }
-    }
+    return mc__f32_done(&s, rc);
 }
 
-/* param, m, v (fp32 state) updated in place from grad; bias corrections in double */
-static void mc__cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n,
-                          float lr, float beta1, float beta2, float eps, float weight_decay,
-                          int step) {
-    const float bc1 = (float)(1.0 - pow((double)beta1, (double)step));
-    const float bc2 = (float)(1.0 - pow((double)beta2, (double)step));
+/* main, m, v (fp32 state) updated in place from grad, span by span; bias corrections in
+   double */
+static int mc__cpu_adamw(const mc_ops *o, float *main, const float *grad, float *m, float *v,
+                         void *model_param, const mc_adamw_span *spans, int n_spans,
+                         const mc_adamw_step *h, mc_dtype model_dt) {
+    const float beta1 = h->beta1, beta2 = h->beta2, lr = h->lr, eps = h->eps;
+    const float bc1 = (float)(1.0 - pow((double)beta1, (double)h->step));
+    const float bc2 = (float)(1.0 - pow((double)beta2, (double)h->step));
     size_t i;
-    for (i = 0; i < n; i++) {
-        const float g = grad[i];
-        const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        const float m_hat = mi / bc1, v_hat = vi / bc2;
-        m[i] = mi;
-        v[i] = vi;
-        param[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * param[i]);
+    int k, rc;
+    (void)o;
+    if (model_param && (rc = mc__cpu_check_dt("adamw", model_dt)) != MC_OK) return rc;
+    for (k = 0; k < n_spans; k++) {
+        const mc_adamw_span *sp = &spans[k];
+        const float weight_decay = sp->weight_decay;
+        const float *gr = grad + sp->grad_at;
+        float *p = main + sp->main_at, *mk = m + sp->state_at, *vk = v + sp->state_at;
+        for (i = 0; i < sp->n; i++) {
+            const float g = gr[i];
+            const float mi = beta1 * mk[i] + (1.0f - beta1) * g;
+            const float vi = beta2 * vk[i] + (1.0f - beta2) * g * g;
+            const float m_hat = mi / bc1, v_hat = vi / bc2;
+            mk[i] = mi;
+            vk[i] = vi;
+            p[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[i]);
+        }
+        if (model_param) {
+            void *dst = (char *)model_param + mc_dtype_bytes(model_dt, sp->grad_at);
+            if (dst != (void *)p && (rc = mc__cpu_copy(o, dst, p, sp->n, model_dt,
+                                                       MC_F32)) != MC_OK)
+                return rc;
+        }
     }
+    return MC_OK;
 }
 
 /* In mc_ops field order (positional: C++17 has no designated initializers). */
 static const mc_ops mc__cpu_ops = {
     "cpu",
     MC_DEVICE_CPU,
+    NULL,
     mc__cpu_alloc,
     mc__cpu_free,
+    mc__cpu_copy_bytes,
+    mc__cpu_copy_bytes,
+    mc__cpu_copy_2d,
+    mc__cpu_synchronize,
     mc__cpu_fill,
     mc__cpu_copy,
     mc__cpu_axpy,
     mc__cpu_scale,
     mc__cpu_sum_squares,
-    MC__CPU_GEMM,
-    mc__cpu_add_bias,
+    mc__cpu_gemm,
     mc__cpu_bias_backward,
     mc__cpu_layernorm_forward,
     mc__cpu_layernorm_backward,
     mc__cpu_gelu_forward,
     mc__cpu_gelu_backward,
+    mc__cpu_attention_stats,
     mc__cpu_attention_forward,
     mc__cpu_attention_backward,
     mc__cpu_dropout_forward,
     mc__cpu_dropout_backward,
+    mc__cpu_check_ids,
     mc__cpu_embedding_forward,
     mc__cpu_embedding_backward,
     mc__cpu_row_max,
     mc__cpu_target_logit,
     mc__cpu_sum_exp,
     mc__cpu_row_sum,
+    mc__cpu_cross_entropy_loss,
     mc__cpu_cross_entropy_backward,
     mc__cpu_adamw,
 };
 
 MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
+
+/* Op-table memory as a pointer, or NULL with the error recorded (for the callers' NULL
+   checks). */
+static void *mc__ops_alloc(const mc_ops *o, size_t bytes) {
+    void *p = NULL;
+    if (!o || o->alloc(o, &p, bytes) != MC_OK) return NULL;
+    return p;
+}
+
+static void mc__ops_free(const mc_ops *o, void *p) {
+    if (o && p) o->free(o, p);
+}
 
 /* @ops:implementation end */
 
@@ -6611,7 +7333,7 @@ MC_API int mc_param_table_find(const mc_param_table *t, const char *name) {
     return -1;
 }
 
-MC_API void mc_param_table_free(mc_param_table *t) {
+MC_API void mc_param_table_destroy(mc_param_table *t) {
     if (!t) return;
     mc__param_layout_clear(t);
     mc_free(t->info);
@@ -6732,8 +7454,16 @@ MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *
 static int mc__tp_size(const mc_comm *tp) { return tp ? tp->size : 1; }
 static int mc__tp_rank(const mc_comm *tp) { return tp ? tp->rank : 0; }
 
-static int mc__tp_check_ops(const char *fn, const mc_ops *ops) {
+/* Element i of a dt array, for pointer arithmetic on untyped tensors. */
+static void *mc__tp_at(const void *p, size_t i, mc_dtype dt) {
+    return (char *)(uintptr_t)p + i * mc_dtype_size(dt);
+}
+
+static int mc__tp_check_ops(const char *fn, const mc_ops *ops, mc_dtype dt) {
     if (!ops) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ops is NULL (pass mc_ops_cpu())", fn);
+    if (dt != MC_F32 && dt != MC_BF16)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: dtype (%d) must be MC_F32 or MC_BF16", fn,
+                        (int)dt);
     return MC_OK;
 }
 
@@ -6768,283 +7498,288 @@ static int mc__tp_positive(const char *fn, const char *what, long long n) {
 
 /* A caller's scratch, or one allocated through the op table for the duration of a call. */
 typedef struct mc__tp_scratch {
-    float *base;
+    void *base;
     int owned;
 } mc__tp_scratch;
 
-static int mc__tp_scratch_get(mc__tp_scratch *s, float *given, size_t n, const char *fn,
+static int mc__tp_scratch_get(mc__tp_scratch *s, void *given, size_t bytes, const char *fn,
                               const mc_ops *ops) {
     s->base = given;
     s->owned = 0;
-    if (given || n == 0) return MC_OK;
-    s->base = (float *)ops->alloc(n * sizeof(float));
-    if (!s->base)
-        return MC__FAIL(MC_ERR_NO_MEMORY, "%s: no memory for %zu floats of scratch", fn, n);
+    if (given || bytes == 0) return MC_OK;
+    if (ops->alloc(ops, &s->base, bytes) != MC_OK)
+        return MC__FAIL(MC_ERR_NO_MEMORY, "%s: no memory for %zu bytes of scratch", fn, bytes);
     s->owned = 1;
     return MC_OK;
 }
 
 static void mc__tp_scratch_put(mc__tp_scratch *s, const mc_ops *ops) {
-    if (s->owned) ops->free(s->base);
+    if (s->owned) ops->free(ops, s->base);
     s->base = NULL;
     s->owned = 0;
 }
 
 /* out = inp; nothing to do in place. */
-static void mc__tp_copy(float *out, const float *inp, size_t n, const mc_ops *ops) {
-    if (out != inp) ops->copy(out, inp, n);
+static int mc__tp_copy(void *out, const void *inp, size_t n, mc_dtype dt, const mc_ops *ops) {
+    return out != inp ? ops->copy(ops, out, inp, n, dt, dt) : MC_OK;
 }
 
 // The primitives every mapping is made of. All take the communicator's TP size > 1 as given.
 
 /* out [n] = sum over TP of inp [n] (in place when out == inp). */
-static int mc__tp_all_reduce(float *out, const float *inp, size_t n, mc_comm *tp) {
-    return mc_all_reduce(tp, inp, out, n, MC_F32, MC_SUM);
+static int mc__tp_all_reduce(void *out, const void *inp, size_t n, mc_dtype dt, mc_comm *tp) {
+    return mc_all_reduce(tp, inp, out, n, dt, MC_SUM);
 }
 
-/* out [N, D/TP] = columns r*D/TP .. of inp [N, D]. */
-static void mc__tp_split_last(float *out, const float *inp, int N, int D, int tp_size,
-                              int tp_rank, const mc_ops *ops) {
-    size_t Dl = (size_t)(D / tp_size), i;
-    for (i = 0; i < (size_t)N; i++) ops->copy(out + i * Dl, inp + i * (size_t)D + tp_rank * Dl, Dl);
+/* out [N, D/TP] = columns r*D/TP .. of inp [N, D]: one strided copy. */
+static int mc__tp_split_last(void *out, const void *inp, int N, int D, int tp_size, int tp_rank,
+                             mc_dtype dt, const mc_ops *ops) {
+    size_t es = mc_dtype_size(dt), Dl = (size_t)(D / tp_size);
+    return ops->copy_2d(ops, out, Dl * es, mc__tp_at(inp, (size_t)tp_rank * Dl, dt),
+                        (size_t)D * es, Dl * es, (size_t)N);
 }
 
 /* stacked [TP, N, D/TP] holds the shards of TP ranks one after the other; out [N, D] puts them
-   side by side: out[i, t*D/TP + j] = stacked[t, i, j]. */
-static void mc__tp_rechunk_last(float *out, const float *stacked, int N, int D, int tp_size,
-                                const mc_ops *ops) {
-    size_t Dl = (size_t)(D / tp_size), i;
-    int t;
-    for (t = 0; t < tp_size; t++)
-        for (i = 0; i < (size_t)N; i++)
-            ops->copy(out + i * (size_t)D + t * Dl, stacked + ((size_t)t * N + i) * Dl, Dl);
+   side by side: out[i, t*D/TP + j] = stacked[t, i, j], one strided copy per rank's shard. */
+static int mc__tp_rechunk_last(void *out, const void *stacked, int N, int D, int tp_size,
+                               mc_dtype dt, const mc_ops *ops) {
+    size_t es = mc_dtype_size(dt), Dl = (size_t)(D / tp_size);
+    int t, rc = MC_OK;
+    for (t = 0; t < tp_size && rc == MC_OK; t++)
+        rc = ops->copy_2d(ops, mc__tp_at(out, (size_t)t * Dl, dt), (size_t)D * es,
+                          mc__tp_at(stacked, (size_t)t * N * Dl, dt), Dl * es, Dl * es,
+                          (size_t)N);
+    return rc;
 }
 
 /* out [N, D] = the [N, D/TP] shards of every rank side by side; scratch [TP, N, D/TP]. */
-static int mc__tp_gather_last(float *out, float *scratch, const float *inp, int N, int D,
-                              mc_comm *tp, const mc_ops *ops) {
+static int mc__tp_gather_last(void *out, void *scratch, const void *inp, int N, int D,
+                              mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     size_t shard = (size_t)N * (size_t)(D / tp->size);
-    int rc = mc_all_gather(tp, inp, scratch, shard, MC_F32);
+    int rc = mc_all_gather(tp, inp, scratch, shard, dt);
     if (rc != MC_OK) return rc;
-    mc__tp_rechunk_last(out, scratch, N, D, tp->size, ops);
-    return MC_OK;
+    return mc__tp_rechunk_last(out, scratch, N, D, tp->size, dt, ops);
 }
 
 /* out [N, D/TP] = sum over TP of this rank's columns of inp [N, D]: the column slices are
-   stacked along a new first dim of scratch [TP, N, D/TP], which is then reduce-scattered. */
-static int mc__tp_reduce_scatter_last(float *out, float *scratch, const float *inp, int N, int D,
-                                      mc_comm *tp, const mc_ops *ops) {
-    size_t Dl = (size_t)(D / tp->size), i;
-    int t;
-    for (t = 0; t < tp->size; t++)
-        for (i = 0; i < (size_t)N; i++)
-            ops->copy(scratch + ((size_t)t * N + i) * Dl, inp + i * (size_t)D + t * Dl, Dl);
-    return mc_reduce_scatter(tp, scratch, out, (size_t)N * Dl, MC_F32, MC_SUM);
+   stacked along a new first dim of scratch [TP, N, D/TP] (one strided copy each), which is
+   then reduce-scattered. */
+static int mc__tp_reduce_scatter_last(void *out, void *scratch, const void *inp, int N, int D,
+                                      mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    size_t es = mc_dtype_size(dt), Dl = (size_t)(D / tp->size);
+    int t, rc = MC_OK;
+    for (t = 0; t < tp->size && rc == MC_OK; t++)
+        rc = ops->copy_2d(ops, mc__tp_at(scratch, (size_t)t * N * Dl, dt), Dl * es,
+                          mc__tp_at(inp, (size_t)t * Dl, dt), (size_t)D * es, Dl * es,
+                          (size_t)N);
+    if (rc != MC_OK) return rc;
+    return mc_reduce_scatter(tp, scratch, out, (size_t)N * Dl, dt, MC_SUM);
 }
 
 /* Along the first dim a shard [S/TP, R] is contiguous: split is one copy, gather and
    reduce-scatter are one collective each. */
-static void mc__tp_split_first(float *out, const float *inp, int S, size_t R, int tp_size,
-                               int tp_rank, const mc_ops *ops) {
+static int mc__tp_split_first(void *out, const void *inp, int S, size_t R, int tp_size,
+                              int tp_rank, mc_dtype dt, const mc_ops *ops) {
     size_t shard = (size_t)(S / tp_size) * R;
-    ops->copy(out, inp + (size_t)tp_rank * shard, shard);
+    return ops->copy(ops, out, mc__tp_at(inp, (size_t)tp_rank * shard, dt), shard, dt, dt);
 }
 
-static int mc__tp_gather_first(float *out, const float *inp, int S, size_t R, mc_comm *tp) {
-    return mc_all_gather(tp, inp, out, (size_t)(S / tp->size) * R, MC_F32);
+static int mc__tp_gather_first(void *out, const void *inp, int S, size_t R, mc_dtype dt,
+                               mc_comm *tp) {
+    return mc_all_gather(tp, inp, out, (size_t)(S / tp->size) * R, dt);
 }
 
-static int mc__tp_reduce_scatter_first(float *out, const float *inp, int S, size_t R,
+static int mc__tp_reduce_scatter_first(void *out, const void *inp, int S, size_t R, mc_dtype dt,
                                        mc_comm *tp) {
-    return mc_reduce_scatter(tp, inp, out, (size_t)(S / tp->size) * R, MC_F32, MC_SUM);
+    return mc_reduce_scatter(tp, inp, out, (size_t)(S / tp->size) * R, dt, MC_SUM);
 }
 
 // The mappings (§2): checks, the identity at TP = 1, then one primitive.
 
-static int mc__tp_map_elems(const char *fn, float *out, const float *inp, size_t n, int reduce,
-                            mc_comm *tp, const mc_ops *ops) {
-    int rc = mc__tp_check_ops(fn, ops);
+static int mc__tp_map_elems(const char *fn, void *out, const void *inp, size_t n, int reduce,
+                            mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    int rc = mc__tp_check_ops(fn, ops, dt);
     if (rc != MC_OK) return rc;
-    if (!reduce || mc__tp_size(tp) == 1) {
-        mc__tp_copy(out, inp, n, ops);
-        return MC_OK;
-    }
-    return mc__tp_all_reduce(out, inp, n, tp);
+    if (!reduce || mc__tp_size(tp) == 1) return mc__tp_copy(out, inp, n, dt, ops);
+    return mc__tp_all_reduce(out, inp, n, dt, tp);
 }
 
-MC_API int mc_copy_to_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
-                                        const mc_ops *ops) {
-    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", out, inp, n, 0, tp, ops);
+MC_API int mc_copy_to_tp_region_forward(void *out, const void *inp, size_t n, mc_dtype dt,
+                                        mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", out, inp, n, 0, dt, tp, ops);
 }
 
-MC_API int mc_copy_to_tp_region_backward(float *dinp, const float *dout, size_t n, mc_comm *tp,
-                                         const mc_ops *ops) {
-    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", dinp, dout, n, 1, tp, ops);
+MC_API int mc_copy_to_tp_region_backward(void *dinp, const void *dout, size_t n, mc_dtype dt,
+                                         mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", dinp, dout, n, 1, dt, tp,
+                            ops);
 }
 
-MC_API int mc_reduce_from_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
-                                            const mc_ops *ops) {
-    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", out, inp, n, 1, tp, ops);
+MC_API int mc_reduce_from_tp_region_forward(void *out, const void *inp, size_t n, mc_dtype dt,
+                                            mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", out, inp, n, 1, dt, tp,
+                            ops);
 }
 
-MC_API int mc_reduce_from_tp_region_backward(float *dinp, const float *dout, size_t n,
+MC_API int mc_reduce_from_tp_region_backward(void *dinp, const void *dout, size_t n, mc_dtype dt,
                                              mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", dinp, dout, n, 0, tp,
+    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", dinp, dout, n, 0, dt, tp,
                             ops);
 }
 
 /* Last-dim mappings. kind: 0 split, 1 gather, 2 reduce-scatter. */
-static int mc__tp_map_last(const char *fn, int kind, float *out, float *scratch,
-                           const float *inp, int N, int D, mc_comm *tp, const mc_ops *ops) {
+static int mc__tp_map_last(const char *fn, int kind, void *out, void *scratch, const void *inp,
+                           int N, int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     int tp_size = mc__tp_size(tp), rc;
     mc__tp_scratch s;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
     if ((rc = mc__tp_positive(fn, "rows N", N)) != MC_OK) return rc;
     if ((rc = mc__tp_divide(fn, "last dimension", D, tp_size)) != MC_OK) return rc;
-    if (tp_size == 1) {
-        mc__tp_copy(out, inp, (size_t)N * (size_t)D, ops);
-        return MC_OK;
-    }
-    if (kind == 0) {
-        mc__tp_split_last(out, inp, N, D, tp_size, tp->rank, ops);
-        return MC_OK;
-    }
-    if ((rc = mc__tp_scratch_get(&s, scratch, (size_t)N * (size_t)D, fn, ops)) != MC_OK)
+    if (tp_size == 1) return mc__tp_copy(out, inp, (size_t)N * (size_t)D, dt, ops);
+    if (kind == 0) return mc__tp_split_last(out, inp, N, D, tp_size, tp->rank, dt, ops);
+    if ((rc = mc__tp_scratch_get(&s, scratch, mc_dtype_bytes(dt, (size_t)N * (size_t)D), fn,
+                                 ops)) != MC_OK)
         return rc;
-    rc = kind == 1 ? mc__tp_gather_last(out, s.base, inp, N, D, tp, ops)
-                   : mc__tp_reduce_scatter_last(out, s.base, inp, N, D, tp, ops);
+    rc = kind == 1 ? mc__tp_gather_last(out, s.base, inp, N, D, dt, tp, ops)
+                   : mc__tp_reduce_scatter_last(out, s.base, inp, N, D, dt, tp, ops);
     mc__tp_scratch_put(&s, ops);
     return rc;
 }
 
-MC_API int mc_scatter_to_tp_region_forward(float *out, const float *inp, int N, int D,
+MC_API int mc_scatter_to_tp_region_forward(void *out, const void *inp, int N, int D, mc_dtype dt,
                                            mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_last("scatter_to_tensor_model_parallel_region", 0, out, NULL, inp, N, D,
+    return mc__tp_map_last("scatter_to_tensor_model_parallel_region", 0, out, NULL, inp, N, D, dt,
                            tp, ops);
 }
 
-MC_API int mc_scatter_to_tp_region_backward(float *dinp, float *scratch, const float *dout,
-                                            int N, int D, mc_comm *tp, const mc_ops *ops) {
+MC_API int mc_scatter_to_tp_region_backward(void *dinp, void *scratch, const void *dout, int N,
+                                            int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     return mc__tp_map_last("scatter_to_tensor_model_parallel_region", 1, dinp, scratch, dout, N,
-                           D, tp, ops);
+                           D, dt, tp, ops);
 }
 
-MC_API int mc_gather_from_tp_region_forward(float *out, float *scratch, const float *inp, int N,
-                                            int D, mc_comm *tp, const mc_ops *ops) {
+MC_API int mc_gather_from_tp_region_forward(void *out, void *scratch, const void *inp, int N,
+                                            int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     return mc__tp_map_last("gather_from_tensor_model_parallel_region", 1, out, scratch, inp, N,
-                           D, tp, ops);
+                           D, dt, tp, ops);
 }
 
-MC_API int mc_gather_from_tp_region_backward(float *dinp, const float *dout, int N, int D,
-                                             mc_comm *tp, const mc_ops *ops) {
+MC_API int mc_gather_from_tp_region_backward(void *dinp, const void *dout, int N, int D,
+                                             mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     return mc__tp_map_last("gather_from_tensor_model_parallel_region", 0, dinp, NULL, dout, N, D,
-                           tp, ops);
+                           dt, tp, ops);
 }
 
-MC_API int mc_all_gather_last_dim_forward(float *out, float *scratch, const float *inp, int N,
-                                          int D, mc_comm *tp, const mc_ops *ops) {
+MC_API int mc_all_gather_last_dim_forward(void *out, void *scratch, const void *inp, int N, int D,
+                                          mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     return mc__tp_map_last("all_gather_last_dim_from_tensor_parallel_region", 1, out, scratch,
-                           inp, N, D, tp, ops);
+                           inp, N, D, dt, tp, ops);
 }
 
-MC_API int mc_all_gather_last_dim_backward(float *dinp, float *scratch, const float *dout, int N,
-                                           int D, mc_comm *tp, const mc_ops *ops) {
+MC_API int mc_all_gather_last_dim_backward(void *dinp, void *scratch, const void *dout, int N,
+                                           int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     return mc__tp_map_last("all_gather_last_dim_from_tensor_parallel_region", 2, dinp, scratch,
-                           dout, N, D, tp, ops);
+                           dout, N, D, dt, tp, ops);
 }
 
-MC_API int mc_reduce_scatter_last_dim_forward(float *out, float *scratch, const float *inp,
-                                              int N, int D, mc_comm *tp, const mc_ops *ops) {
+MC_API int mc_reduce_scatter_last_dim_forward(void *out, void *scratch, const void *inp, int N,
+                                              int D, mc_dtype dt, mc_comm *tp,
+                                              const mc_ops *ops) {
     return mc__tp_map_last("reduce_scatter_last_dim_to_tensor_parallel_region", 2, out, scratch,
-                           inp, N, D, tp, ops);
+                           inp, N, D, dt, tp, ops);
 }
 
-MC_API int mc_reduce_scatter_last_dim_backward(float *dinp, float *scratch, const float *dout,
-                                               int N, int D, mc_comm *tp, const mc_ops *ops) {
+MC_API int mc_reduce_scatter_last_dim_backward(void *dinp, void *scratch, const void *dout,
+                                               int N, int D, mc_dtype dt, mc_comm *tp,
+                                               const mc_ops *ops) {
     return mc__tp_map_last("reduce_scatter_last_dim_to_tensor_parallel_region", 1, dinp, scratch,
-                           dout, N, D, tp, ops);
+                           dout, N, D, dt, tp, ops);
 }
 
 /* First-dim mappings. kind: 0 split, 1 gather, 2 reduce-scatter. */
-static int mc__tp_map_first(const char *fn, int kind, float *out, const float *inp, int S,
-                            size_t R, mc_comm *tp, const mc_ops *ops) {
+static int mc__tp_map_first(const char *fn, int kind, void *out, const void *inp, int S,
+                            size_t R, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     int tp_size = mc__tp_size(tp), rc;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
     if ((rc = mc__tp_first_dim(fn, S, tp_size)) != MC_OK) return rc;
-    if (tp_size == 1) {
-        mc__tp_copy(out, inp, (size_t)S * R, ops);
-        return MC_OK;
-    }
-    if (kind == 0) {
-        mc__tp_split_first(out, inp, S, R, tp_size, tp->rank, ops);
-        return MC_OK;
-    }
-    return kind == 1 ? mc__tp_gather_first(out, inp, S, R, tp)
-                     : mc__tp_reduce_scatter_first(out, inp, S, R, tp);
+    if (tp_size == 1) return mc__tp_copy(out, inp, (size_t)S * R, dt, ops);
+    if (kind == 0) return mc__tp_split_first(out, inp, S, R, tp_size, tp->rank, dt, ops);
+    return kind == 1 ? mc__tp_gather_first(out, inp, S, R, dt, tp)
+                     : mc__tp_reduce_scatter_first(out, inp, S, R, dt, tp);
 }
 
-MC_API int mc_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                           mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("scatter_to_sequence_parallel_region", 0, out, inp, S, R, tp, ops);
+MC_API int mc_scatter_to_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                           mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("scatter_to_sequence_parallel_region", 0, out, inp, S, R, dt, tp,
+                            ops);
 }
 
-MC_API int mc_scatter_to_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
-                                            mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("scatter_to_sequence_parallel_region", 1, dinp, dout, S, R, tp, ops);
+MC_API int mc_scatter_to_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("scatter_to_sequence_parallel_region", 1, dinp, dout, S, R, dt, tp,
+                            ops);
 }
 
-MC_API int mc_gather_from_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                            mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("gather_from_sequence_parallel_region", 1, out, inp, S, R, tp, ops);
+MC_API int mc_gather_from_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("gather_from_sequence_parallel_region", 1, out, inp, S, R, dt, tp,
+                            ops);
 }
 
-MC_API int mc_gather_from_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
-                                             int tensor_parallel_output_grad, mc_comm *tp,
-                                             const mc_ops *ops) {
+MC_API int mc_gather_from_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                             int tensor_parallel_output_grad, mc_dtype dt,
+                                             mc_comm *tp, const mc_ops *ops) {
     return mc__tp_map_first("gather_from_sequence_parallel_region",
-                            tensor_parallel_output_grad ? 2 : 0, dinp, dout, S, R, tp, ops);
+                            tensor_parallel_output_grad ? 2 : 0, dinp, dout, S, R, dt, tp, ops);
 }
 
-MC_API int mc_reduce_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                                  mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 2, out, inp, S, R, tp,
-                            ops);
+MC_API int mc_reduce_scatter_to_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                                  mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 2, out, inp, S, R, dt,
+                            tp, ops);
 }
 
-MC_API int mc_reduce_scatter_to_sp_region_backward(float *dinp, const float *dout, int S,
-                                                   size_t R, mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 1, dinp, dout, S, R, tp,
-                            ops);
+MC_API int mc_reduce_scatter_to_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                                   mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 1, dinp, dout, S, R,
+                            dt, tp, ops);
 }
 
 // Column / Row parallel linear (§3).
 //
 // GEMM shapes, with N = S * B tokens (ops->gemm: C[M,N] = op(A) op(B)):
-//   Y  [N, OUT] = X [N, IN] W^T      W stored [OUT, IN]       gemm(Y, X, W, N, OUT, IN, 0, 1)
-//   dX [N, IN]  = dY [N, OUT] W                               gemm(dX, dY, W, N, IN, OUT, 0, 0)
-//   dW [OUT, IN] += dY^T X                                    gemm(dW, dY, X, OUT, IN, N, 1, 0)
+//   Y  [N, OUT] = X [N, IN] W^T + b   W stored [OUT, IN]    gemm(Y, X, W, b, N, OUT, IN, 0, 1)
+//   dX [N, IN]  = dY [N, OUT] W                             gemm(dX, dY, W, -, N, IN, OUT, 0, 0)
+//   dW [OUT, IN] += dY^T X    (fp32)                        gemm(dW, dY, X, -, OUT, IN, N, 1, 0)
 
-static void mc__tp_linear_fwd(float *y, const float *x, const float *w, int N, int IN, int OUT,
-                              const mc_ops *ops) {
-    ops->gemm(y, x, w, N, OUT, IN, 0, 1, 1.0f, 0.0f);
+static int mc__tp_linear_fwd(void *y, const void *x, const void *w, const void *b, int N, int IN,
+                             int OUT, mc_dtype dt, const mc_ops *ops) {
+    return ops->gemm(ops, y, x, w, b, N, OUT, IN, 0, 1, 1.0f, 0.0f, dt, dt);
 }
 
-static void mc__tp_linear_dgrad(float *dx, const float *dy, const float *w, int N, int IN,
-                                int OUT, const mc_ops *ops) {
-    ops->gemm(dx, dy, w, N, IN, OUT, 0, 0, 1.0f, 0.0f);
+/* out [rows, OC] += bias: a GEMM with K = 0 is beta * C + bias, the table's epilogue alone. */
+static int mc__tp_add_bias(void *out, const void *bias, int rows, int OC, mc_dtype dt,
+                           const mc_ops *ops) {
+    return ops->gemm(ops, out, NULL, NULL, bias, rows, OC, 0, 0, 0, 1.0f, 1.0f, dt, dt);
 }
 
-static void mc__tp_linear_wgrad(float *dw, float *db, const float *dy, const float *x, int N,
-                                int IN, int OUT, const mc_ops *ops) {
-    ops->gemm(dw, dy, x, OUT, IN, N, 1, 0, 1.0f, 1.0f);
-    if (db) ops->bias_backward(db, dy, N, OUT);
+static int mc__tp_linear_dgrad(void *dx, const void *dy, const void *w, int N, int IN, int OUT,
+                               mc_dtype dt, const mc_ops *ops) {
+    return ops->gemm(ops, dx, dy, w, NULL, N, IN, OUT, 0, 0, 1.0f, 0.0f, dt, dt);
+}
+
+static int mc__tp_linear_wgrad(float *dw, float *db, const void *dy, const void *x, int N,
+                               int IN, int OUT, mc_dtype dt, const mc_ops *ops) {
+    int rc = ops->gemm(ops, dw, dy, x, NULL, OUT, IN, N, 1, 0, 1.0f, 1.0f, MC_F32, dt);
+    if (rc == MC_OK && db) rc = ops->bias_backward(ops, db, dy, N, OUT, dt);
+    return rc;
 }
 
 /* Common checks of both linear layers; *sp receives whether SP is in effect (TP > 1). */
 static int mc__tp_linear_check(const char *fn, int is_row, int S, int B, int C, int OC,
-                               int flags, mc_comm *tp, const mc_ops *ops, int *sp) {
+                               int flags, mc_dtype dt, mc_comm *tp, const mc_ops *ops, int *sp) {
     int tp_size = mc__tp_size(tp), rc;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
     if ((rc = mc__tp_positive(fn, "S", S)) != MC_OK) return rc;
     if ((rc = mc__tp_positive(fn, "B", B)) != MC_OK) return rc;
     if (is_row) {
@@ -7096,90 +7831,107 @@ MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int
     return fwd > bwd ? fwd : bwd;
 }
 
-MC_API int mc_column_parallel_linear_forward(float *out, float *scratch, const float *inp,
-                                             const float *weight, const float *bias, int S, int B,
-                                             int C, int OC, int flags, mc_comm *tp,
+MC_API int mc_column_parallel_linear_forward(void *out, void *scratch, const void *inp,
+                                             const void *weight, const void *bias, int S, int B,
+                                             int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
                                              const mc_ops *ops) {
     static const char fn[] = "column_parallel_linear_forward";
     int sp, rc, tp_size = mc__tp_size(tp);
     int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
     int N = S * B, OCl;
-    const float *x = inp;
-    float *y = out, *next;
+    const void *x = inp;
+    void *y = out;
+    char *next;
     mc__tp_scratch s;
-    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
+    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, dt, tp, ops, &sp)) != MC_OK)
+        return rc;
     OCl = OC / tp_size;
     if ((rc = mc__tp_scratch_get(&s, scratch,
-                                 mc_column_parallel_linear_scratch(S, B, C, OC, flags, tp_size),
+                                 mc_dtype_bytes(dt, mc_column_parallel_linear_scratch(
+                                                        S, B, C, OC, flags, tp_size)),
                                  fn, ops)) != MC_OK)
         return rc;
-    next = s.base;
+    next = (char *)s.base;
     if (sp) {   /* [S/TP, B, C] -> [S, B, C]: every rank multiplies the whole sequence */
-        if ((rc = mc__tp_gather_first(next, inp, S, (size_t)B * C, tp)) != MC_OK) goto done;
+        if ((rc = mc__tp_gather_first(next, inp, S, (size_t)B * C, dt, tp)) != MC_OK) goto done;
         x = next;
-        next += (size_t)N * C;
+        next += mc_dtype_bytes(dt, (size_t)N * C);
     }
     if (gather) {   /* the local [N, OC/TP] first, then [TP, N, OC/TP] -> out [N, OC] */
         y = next;
-        next += (size_t)N * OCl;
+        next += mc_dtype_bytes(dt, (size_t)N * OCl);
     }
-    mc__tp_linear_fwd(y, x, weight, N, C, OCl, ops);
-    if (bias && !(flags & MC_TP_SKIP_BIAS_ADD)) ops->add_bias(y, bias, N, OCl);
-    if (gather) rc = mc__tp_gather_last(out, next, y, N, OC, tp, ops);
+    rc = mc__tp_linear_fwd(y, x, weight, (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : bias, N, C, OCl,
+                           dt, ops);
+    if (rc == MC_OK && gather) rc = mc__tp_gather_last(out, next, y, N, OC, dt, tp, ops);
 done:
     mc__tp_scratch_put(&s, ops);
     return rc;
 }
 
-MC_API int mc_column_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
-                                              float *scratch, const float *dout,
-                                              const float *inp, const float *weight, int S, int B,
-                                              int C, int OC, int flags, mc_comm *tp,
+MC_API int mc_column_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
+                                              void *scratch, const void *dout, const void *inp,
+                                              const void *weight, int S, int B, int C, int OC,
+                                              int flags, mc_dtype dt, mc_comm *tp,
                                               const mc_ops *ops) {
     static const char fn[] = "column_parallel_linear_backward";
     int sp, rc, tp_size = mc__tp_size(tp);
     int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
     int N = S * B, OCl;
-    const float *dy = dout;
-    float *next, *db = (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : dbias;
+    const void *dy = dout;
+    char *next;
+    float *db = (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : dbias;
     mc_request *req = NULL;
     mc__tp_scratch s;
-    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
+    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, dt, tp, ops, &sp)) != MC_OK)
+        return rc;
     OCl = OC / tp_size;
     if ((rc = mc__tp_scratch_get(&s, scratch,
-                                 mc_column_parallel_linear_scratch(S, B, C, OC, flags, tp_size),
+                                 mc_dtype_bytes(dt, mc_column_parallel_linear_scratch(
+                                                        S, B, C, OC, flags, tp_size)),
                                  fn, ops)) != MC_OK)
         return rc;
-    next = s.base;
+    next = (char *)s.base;
     if (gather) {   /* the gather's backward: keep this rank's columns of dY [N, OC] */
-        mc__tp_split_last(next, dout, N, OC, tp_size, tp->rank, ops);
+        if ((rc = mc__tp_split_last(next, dout, N, OC, tp_size, tp->rank, dt, ops)) != MC_OK)
+            goto done;
         dy = next;
-        next += (size_t)N * OCl;
+        next += mc_dtype_bytes(dt, (size_t)N * OCl);
     }
     if (sp) {
         /* The forward did not keep the gathered input: gather it again while dX = dY A runs,
            then reduce-scatter dX along S while dA = dY^T X runs. */
-        float *x_full = next, *dx_full = next + (size_t)N * C;
-        rc = mc_all_gather_async(tp, inp, x_full, (size_t)(S / tp_size) * B * C, MC_F32, &req);
+        void *x_full = next, *dx_full = next + mc_dtype_bytes(dt, (size_t)N * C);
+        rc = mc_all_gather_async(tp, inp, x_full, (size_t)(S / tp_size) * B * C, dt, &req);
         if (rc != MC_OK) goto done;
-        mc__tp_linear_dgrad(dx_full, dy, weight, N, C, OCl, ops);
+        rc = mc__tp_linear_dgrad(dx_full, dy, weight, N, C, OCl, dt, ops);
+        if (rc != MC_OK) {
+            mc_wait(req);
+            goto done;
+        }
         if ((rc = mc_wait(req)) != MC_OK) goto done;
-        rc = mc_reduce_scatter_async(tp, dx_full, dinp, (size_t)(S / tp_size) * B * C, MC_F32,
+        rc = mc_reduce_scatter_async(tp, dx_full, dinp, (size_t)(S / tp_size) * B * C, dt,
                                      MC_SUM, &req);
         if (rc != MC_OK) goto done;
-        mc__tp_linear_wgrad(dweight, db, dy, x_full, N, C, OCl, ops);
-        rc = mc_wait(req);
+        rc = mc__tp_linear_wgrad(dweight, db, dy, x_full, N, C, OCl, dt, ops);
+        {
+            int wrc = mc_wait(req);
+            if (rc == MC_OK) rc = wrc;
+        }
         goto done;
     }
-    mc__tp_linear_dgrad(dinp, dy, weight, N, C, OCl, ops);
+    if ((rc = mc__tp_linear_dgrad(dinp, dy, weight, N, C, OCl, dt, ops)) != MC_OK) goto done;
     if (tp_size > 1) {
         /* Every rank holds a partial dX (its OC/TP outputs' share): sum it over TP while the
            weight gradient is computed, the overlap Megatron's allreduce_dgrad exists for. */
-        rc = mc_all_reduce_async(tp, dinp, dinp, (size_t)N * C, MC_F32, MC_SUM, &req);
+        rc = mc_all_reduce_async(tp, dinp, dinp, (size_t)N * C, dt, MC_SUM, &req);
         if (rc != MC_OK) goto done;
     }
-    mc__tp_linear_wgrad(dweight, db, dy, inp, N, C, OCl, ops);
-    if (req) rc = mc_wait(req);
+    rc = mc__tp_linear_wgrad(dweight, db, dy, inp, N, C, OCl, dt, ops);
+    if (req) {
+        int wrc = mc_wait(req);
+        if (rc == MC_OK) rc = wrc;
+    }
 done:
     mc__tp_scratch_put(&s, ops);
     return rc;
@@ -7205,87 +7957,100 @@ MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int fl
     return fwd > bwd ? fwd : bwd;
 }
 
-MC_API int mc_row_parallel_linear_forward(float *out, float *scratch, const float *inp,
-                                          const float *weight, const float *bias, int S, int B,
-                                          int C, int OC, int flags, mc_comm *tp,
+MC_API int mc_row_parallel_linear_forward(void *out, void *scratch, const void *inp,
+                                          const void *weight, const void *bias, int S, int B,
+                                          int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
                                           const mc_ops *ops) {
     static const char fn[] = "row_parallel_linear_forward";
     int sp, rc, tp_size = mc__tp_size(tp);
     int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
-    int N = S * B, Cl, rows;
-    const float *x = inp;
-    float *next;
+    int N = S * B, Cl;
+    const void *x = inp;
+    const void *b = (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : bias;
+    char *next;
     mc__tp_scratch s;
-    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
+    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, dt, tp, ops, &sp)) != MC_OK)
+        return rc;
     Cl = C / tp_size;
     if ((rc = mc__tp_scratch_get(&s, scratch,
-                                 mc_row_parallel_linear_scratch(S, B, C, OC, flags, tp_size), fn,
-                                 ops)) != MC_OK)
+                                 mc_dtype_bytes(dt, mc_row_parallel_linear_scratch(
+                                                        S, B, C, OC, flags, tp_size)),
+                                 fn, ops)) != MC_OK)
         return rc;
-    next = s.base;
+    next = (char *)s.base;
     if (split) {   /* scatter_to_tensor_model_parallel_region: keep this rank's C/TP columns */
-        mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, ops);
+        if ((rc = mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, dt, ops)) != MC_OK)
+            goto done;
         x = next;
-        next += (size_t)N * Cl;
+        next += mc_dtype_bytes(dt, (size_t)N * Cl);
     }
     if (sp) {   /* partial [S, B, OC] -> summed [S/TP, B, OC] */
-        mc__tp_linear_fwd(next, x, weight, N, Cl, OC, ops);
-        rc = mc__tp_reduce_scatter_first(out, next, S, (size_t)B * OC, tp);
-        rows = N / tp_size;
-    } else {   /* partial [S, B, OC] -> summed in place */
-        mc__tp_linear_fwd(out, x, weight, N, Cl, OC, ops);
-        rc = tp_size > 1 ? mc__tp_all_reduce(out, out, (size_t)N * OC, tp) : MC_OK;
-        rows = N;
+        rc = mc__tp_linear_fwd(next, x, weight, NULL, N, Cl, OC, dt, ops);
+        if (rc == MC_OK) rc = mc__tp_reduce_scatter_first(out, next, S, (size_t)B * OC, dt, tp);
+        /* After the reduction, so that the replicated bias is counted once, not TP times. */
+        if (rc == MC_OK && b) rc = mc__tp_add_bias(out, b, N / tp_size, OC, dt, ops);
+    } else if (tp_size > 1) {   /* partial [S, B, OC] -> summed in place, then the bias */
+        rc = mc__tp_linear_fwd(out, x, weight, NULL, N, Cl, OC, dt, ops);
+        if (rc == MC_OK) rc = mc__tp_all_reduce(out, out, (size_t)N * OC, dt, tp);
+        if (rc == MC_OK && b) rc = mc__tp_add_bias(out, b, N, OC, dt, ops);
+    } else {   /* one rank: the bias rides in the GEMM's epilogue */
+        rc = mc__tp_linear_fwd(out, x, weight, b, N, Cl, OC, dt, ops);
     }
-    /* After the reduction, so that the replicated bias is counted once, not TP times. */
-    if (rc == MC_OK && bias && !(flags & MC_TP_SKIP_BIAS_ADD)) ops->add_bias(out, bias, rows, OC);
+done:
     mc__tp_scratch_put(&s, ops);
     return rc;
 }
 
-MC_API int mc_row_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
-                                           float *scratch, const float *dout, const float *inp,
-                                           const float *weight, int S, int B, int C, int OC,
-                                           int flags, mc_comm *tp, const mc_ops *ops) {
+MC_API int mc_row_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
+                                           void *scratch, const void *dout, const void *inp,
+                                           const void *weight, int S, int B, int C, int OC,
+                                           int flags, mc_dtype dt, mc_comm *tp,
+                                           const mc_ops *ops) {
     static const char fn[] = "row_parallel_linear_backward";
     int sp, rc, tp_size = mc__tp_size(tp);
     int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
     int N = S * B, Cl;
-    const float *x = inp, *dy = dout;
-    float *next, *dx = dinp;
+    const void *x = inp, *dy = dout;
+    char *next;
+    void *dx = dinp;
     mc_request *req = NULL;
     mc__tp_scratch s;
-    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
+    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, dt, tp, ops, &sp)) != MC_OK)
+        return rc;
     Cl = C / tp_size;
     if ((rc = mc__tp_scratch_get(&s, scratch,
-                                 mc_row_parallel_linear_scratch(S, B, C, OC, flags, tp_size), fn,
-                                 ops)) != MC_OK)
+                                 mc_dtype_bytes(dt, mc_row_parallel_linear_scratch(
+                                                        S, B, C, OC, flags, tp_size)),
+                                 fn, ops)) != MC_OK)
         return rc;
-    next = s.base;
+    next = (char *)s.base;
     /* The bias was added to this rank's rows of the output: its gradient is the sum of those
        rows of dY (under SP a partial sum, completed by the TP all-reduce in finalize). */
-    if (dbias && !(flags & MC_TP_SKIP_BIAS_ADD))
-        ops->bias_backward(dbias, dout, sp ? N / tp_size : N, OC);
+    if (dbias && !(flags & MC_TP_SKIP_BIAS_ADD) &&
+        (rc = ops->bias_backward(ops, dbias, dout, sp ? N / tp_size : N, OC, dt)) != MC_OK)
+        goto done;
     if (sp) {   /* the reduce-scatter's backward: all-gather dY along S */
-        if ((rc = mc__tp_gather_first(next, dout, S, (size_t)B * OC, tp)) != MC_OK) goto done;
+        if ((rc = mc__tp_gather_first(next, dout, S, (size_t)B * OC, dt, tp)) != MC_OK) goto done;
         dy = next;
-        next += (size_t)N * OC;
+        next += mc_dtype_bytes(dt, (size_t)N * OC);
     }
     if (split) {   /* the forward's split input (recomputed) and a local dX to gather later */
-        mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, ops);
+        if ((rc = mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, dt, ops)) != MC_OK)
+            goto done;
         x = next;
-        dx = next + (size_t)N * Cl;
-        next += 2 * (size_t)N * Cl;
+        dx = next + mc_dtype_bytes(dt, (size_t)N * Cl);
+        next += 2 * mc_dtype_bytes(dt, (size_t)N * Cl);
     }
-    mc__tp_linear_dgrad(dx, dy, weight, N, Cl, OC, ops);
+    if ((rc = mc__tp_linear_dgrad(dx, dy, weight, N, Cl, OC, dt, ops)) != MC_OK) goto done;
     if (split) {   /* the split's backward: all-gather dX [N, C/TP] while dA runs */
-        rc = mc_all_gather_async(tp, dx, next, (size_t)N * Cl, MC_F32, &req);
+        rc = mc_all_gather_async(tp, dx, next, (size_t)N * Cl, dt, &req);
         if (rc != MC_OK) goto done;
     }
-    mc__tp_linear_wgrad(dweight, NULL, dy, x, N, Cl, OC, ops);
+    rc = mc__tp_linear_wgrad(dweight, NULL, dy, x, N, Cl, OC, dt, ops);
     if (split) {
-        if ((rc = mc_wait(req)) != MC_OK) goto done;
-        mc__tp_rechunk_last(dinp, next, N, C, tp_size, ops);
+        int wrc = mc_wait(req);
+        if (rc == MC_OK) rc = wrc;
+        if (rc == MC_OK) rc = mc__tp_rechunk_last(dinp, next, N, C, tp_size, dt, ops);
     }
 done:
     mc__tp_scratch_put(&s, ops);
@@ -7306,54 +8071,42 @@ MC_API int mc_vocab_range(int V, int tp_rank, int tp_size, int *start, int *end)
     return MC_OK;
 }
 
-/* ids / targets must index the vocabulary; checked where the host can read them. */
-static int mc__tp_check_ids(const char *fn, const char *what, const int *ids, int N, int V,
-                            const mc_ops *ops) {
-    int i;
-    if (ops->device != MC_DEVICE_CPU) return MC_OK;
-    for (i = 0; i < N; i++)
-        if (ids[i] < 0 || ids[i] >= V)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "%s: %s[%d] = %d is outside the vocabulary [0, %d)", fn, what, i,
-                            ids[i], V);
-    return MC_OK;
-}
-
 static int mc__tp_embedding_check(const char *fn, const int *ids, int N, int C, int V,
-                                  mc_comm *tp, const mc_ops *ops, int *start, int *end) {
+                                  mc_dtype dt, mc_comm *tp, const mc_ops *ops, int *start,
+                                  int *end) {
     int rc;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
     if ((rc = mc__tp_positive(fn, "tokens N", N)) != MC_OK) return rc;
     if ((rc = mc__tp_positive(fn, "embedding_dim C", C)) != MC_OK) return rc;
     if ((rc = mc__tp_divide(fn, "num_embeddings (padded vocabulary)", V, mc__tp_size(tp))) !=
         MC_OK)
         return rc;
-    if ((rc = mc__tp_check_ids(fn, "ids", ids, N, V, ops)) != MC_OK) return rc;
+    if ((rc = ops->check_ids(ops, ids, N, V, fn, "ids")) != MC_OK) return rc;
     return mc_vocab_range(V, mc__tp_rank(tp), mc__tp_size(tp), start, end);
 }
 
-MC_API int mc_vocab_parallel_embedding_forward(float *out, const int *ids, const float *table,
-                                               int N, int C, int V, mc_comm *tp,
+MC_API int mc_vocab_parallel_embedding_forward(void *out, const int *ids, const void *table,
+                                               int N, int C, int V, mc_dtype dt, mc_comm *tp,
                                                const mc_ops *ops) {
     static const char fn[] = "vocab_parallel_embedding_forward";
     int start, end, rc;
-    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, tp, ops, &start, &end)) != MC_OK)
+    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, dt, tp, ops, &start, &end)) != MC_OK)
         return rc;
     /* Ids outside [start, end) give zero rows, so the sum over TP is the full lookup. */
-    ops->embedding_forward(out, ids, table, N, C, start, end);
+    if ((rc = ops->embedding_forward(ops, out, ids, table, N, C, start, end, dt)) != MC_OK)
+        return rc;
     if (mc__tp_size(tp) == 1) return MC_OK;
-    return mc__tp_all_reduce(out, out, (size_t)N * C, tp);
+    return mc__tp_all_reduce(out, out, (size_t)N * C, dt, tp);
 }
 
-MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const float *dout, const int *ids,
-                                                int N, int C, int V, mc_comm *tp,
+MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const void *dout, const int *ids,
+                                                int N, int C, int V, mc_dtype dt, mc_comm *tp,
                                                 const mc_ops *ops) {
     static const char fn[] = "vocab_parallel_embedding_backward";
     int start, end, rc;
-    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, tp, ops, &start, &end)) != MC_OK)
+    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, dt, tp, ops, &start, &end)) != MC_OK)
         return rc;
-    ops->embedding_backward(dtable, dout, ids, N, C, start, end);
-    return MC_OK;
+    return ops->embedding_backward(ops, dtable, dout, ids, N, C, start, end, dt);
 }
 
 MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
@@ -7364,9 +8117,9 @@ MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_
 }
 
 static int mc__tp_ce_check(const char *fn, const int *targets, int N, int V,
-                           float label_smoothing, mc_comm *tp, const mc_ops *ops) {
+                           float label_smoothing, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     int rc;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
     if ((rc = mc__tp_positive(fn, "tokens N", N)) != MC_OK) return rc;
     if ((rc = mc__tp_divide(fn, "vocabulary size V", V, mc__tp_size(tp))) != MC_OK) return rc;
     if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f))
@@ -7375,7 +8128,7 @@ static int mc__tp_ce_check(const char *fn, const int *targets, int N, int V,
     if (label_smoothing > 0.0f && V < 2)
         return MC__FAIL(MC_ERR_INVALID_ARG,
                         "%s: label smoothing needs a vocabulary of at least 2 (V = %d)", fn, V);
-    return mc__tp_check_ids(fn, "targets", targets, N, V, ops);
+    return ops->check_ids(ops, targets, N, V, fn, "targets");
 }
 
 /* Megatron's label_smoothing a as the weight s of the uniform part: the target gets 1 - a and
@@ -7385,89 +8138,77 @@ static float mc__tp_smoothing_s(float label_smoothing, int K) {
     return (float)((double)label_smoothing * K / (K - 1.0));
 }
 
-/* The per-token loss from the reduced pieces (host arithmetic, in double):
-     nll  = log(sum_exp) + max - target_logit
-     loss = (1 - s) nll - s (logit_sum / K - max - log(sum_exp)),  s = a K / (K - 1).
-   logit_sum is NULL without smoothing. */
-static void mc__tp_ce_losses(float *losses, const float *max, const float *sum_exp,
-                             const float *target_logit, const float *logit_sum, int N, int K,
-                             float label_smoothing) {
-    double s = mc__tp_smoothing_s(label_smoothing, K);
-    int i;
-    for (i = 0; i < N; i++) {
-        double log_z = log((double)sum_exp[i]) + (double)max[i];   /* log sum_j exp(logit_j) */
-        double nll = log_z - (double)target_logit[i];
-        double loss = nll;
-        if (logit_sum) loss = (1.0 - s) * nll - s * ((double)logit_sum[i] / K - log_z);
-        losses[i] = (float)loss;
-    }
-}
-
-MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, float *max, float *sum_exp,
-                                                   float *scratch, const float *logits,
-                                                   const int *targets, int N, int V,
-                                                   float label_smoothing, mc_comm *tp,
-                                                   const mc_ops *ops) {
+MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, double *loss_sum, float *max,
+                                                   float *sum_exp, float *scratch,
+                                                   const void *logits, const int *targets, int N,
+                                                   int V, float label_smoothing, mc_dtype dt,
+                                                   mc_comm *tp, const mc_ops *ops) {
     static const char fn[] = "vocab_parallel_cross_entropy_forward";
     int tp_size = mc__tp_size(tp), rc, Vl, start;
     int smoothing = label_smoothing > 0.0f;
     float *target_logit, *packed = NULL;
     mc__tp_scratch s;
-    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, tp, ops)) != MC_OK) return rc;
-    if (ops->device != MC_DEVICE_CPU)
-        return MC__FAIL(MC_ERR_UNSUPPORTED,
-                        "%s: the per-token loss is combined on the host; the '%s' op table has "
-                        "no loss-combination op yet",
-                        fn, ops->name ? ops->name : "?");
+    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, dt, tp, ops)) != MC_OK)
+        return rc;
     Vl = V / tp_size;
     start = mc__tp_rank(tp) * Vl;
     if ((rc = mc__tp_scratch_get(
-             &s, scratch, mc_vocab_parallel_cross_entropy_scratch(N, V, label_smoothing, tp_size),
+             &s, scratch,
+             sizeof(float) * mc_vocab_parallel_cross_entropy_scratch(N, V, label_smoothing,
+                                                                     tp_size),
              fn, ops)) != MC_OK)
         return rc;
-    target_logit = s.base;
+    target_logit = (float *)s.base;
 
     /* 1. The global row maximum, so that no rank's exp overflows. */
-    ops->row_max(max, logits, N, Vl);
+    if ((rc = ops->row_max(ops, max, logits, N, Vl, dt)) != MC_OK) goto done;
     if (tp_size > 1 && (rc = mc_all_reduce(tp, max, max, (size_t)N, MC_F32, MC_MAX)) != MC_OK)
         goto done;
     /* 2. The target logit: only its owner contributes, the others add 0. */
-    ops->target_logit(target_logit, logits, targets, N, Vl, start);
-    if (tp_size > 1 && (rc = mc__tp_all_reduce(target_logit, target_logit, (size_t)N, tp)) != MC_OK)
+    if ((rc = ops->target_logit(ops, target_logit, logits, targets, N, Vl, start, dt)) != MC_OK)
+        goto done;
+    if (tp_size > 1 &&
+        (rc = mc__tp_all_reduce(target_logit, target_logit, (size_t)N, MC_F32, tp)) != MC_OK)
         goto done;
     /* 3. The sum of exp(logit - max); with smoothing the row sums of the logits ride along
           ([sum_exp | logit_sum], one all-reduce of 2N). */
     if (smoothing) {
         packed = target_logit + N;
-        ops->sum_exp(packed, logits, max, N, Vl);
-        ops->row_sum(packed + N, logits, N, Vl);
-        if (tp_size > 1 && (rc = mc__tp_all_reduce(packed, packed, 2 * (size_t)N, tp)) != MC_OK)
+        if ((rc = ops->sum_exp(ops, packed, logits, max, N, Vl, dt)) != MC_OK) goto done;
+        if ((rc = ops->row_sum(ops, packed + N, logits, N, Vl, dt)) != MC_OK) goto done;
+        if (tp_size > 1 &&
+            (rc = mc__tp_all_reduce(packed, packed, 2 * (size_t)N, MC_F32, tp)) != MC_OK)
             goto done;
-        ops->copy(sum_exp, packed, (size_t)N);
+        if ((rc = ops->copy(ops, sum_exp, packed, (size_t)N, MC_F32, MC_F32)) != MC_OK) goto done;
     } else {
-        ops->sum_exp(sum_exp, logits, max, N, Vl);
-        if (tp_size > 1 && (rc = mc__tp_all_reduce(sum_exp, sum_exp, (size_t)N, tp)) != MC_OK)
+        if ((rc = ops->sum_exp(ops, sum_exp, logits, max, N, Vl, dt)) != MC_OK) goto done;
+        if (tp_size > 1 &&
+            (rc = mc__tp_all_reduce(sum_exp, sum_exp, (size_t)N, MC_F32, tp)) != MC_OK)
             goto done;
     }
-    mc__tp_ce_losses(losses, max, sum_exp, target_logit, smoothing ? packed + N : NULL, N, V,
-                     label_smoothing);
+    /* 4. The per-token loss (and its sum) from the pieces, an op: nothing is read back. */
+    rc = ops->cross_entropy_loss(ops, losses, loss_sum, max, sum_exp, target_logit,
+                                 smoothing ? packed + N : NULL, N, V,
+                                 mc__tp_smoothing_s(label_smoothing, V));
 done:
     mc__tp_scratch_put(&s, ops);
     return rc;
 }
 
-MC_API int mc_vocab_parallel_cross_entropy_backward(float *dlogits, const float *dlosses,
-                                                    const float *logits, const float *max,
+MC_API int mc_vocab_parallel_cross_entropy_backward(void *dlogits, const float *dlosses,
+                                                    const void *logits, const float *max,
                                                     const float *sum_exp, const int *targets,
                                                     int N, int V, float label_smoothing,
-                                                    mc_comm *tp, const mc_ops *ops) {
+                                                    mc_dtype dt, mc_comm *tp,
+                                                    const mc_ops *ops) {
     static const char fn[] = "vocab_parallel_cross_entropy_backward";
     int rc, Vl;
-    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, tp, ops)) != MC_OK) return rc;
+    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, dt, tp, ops)) != MC_OK)
+        return rc;
     Vl = V / mc__tp_size(tp);
-    ops->cross_entropy_backward(dlogits, logits, max, sum_exp, targets, dlosses, N, Vl,
-                                mc__tp_rank(tp) * Vl, mc__tp_smoothing_s(label_smoothing, V), V);
-    return MC_OK;
+    return ops->cross_entropy_backward(ops, dlogits, logits, max, sum_exp, targets, dlosses, N,
+                                       Vl, mc__tp_rank(tp) * Vl,
+                                       mc__tp_smoothing_s(label_smoothing, V), V, dt);
 }
 
 // CPU initialisation (§3.1): every element of the global master comes from its own index, so
@@ -7549,7 +8290,7 @@ MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int c
 // ---------------------------------------------------------------------------------------------
 // >>gpt  transformer layer, block, GPTModel (declarations and the shape legend at >>gpt above)
 
-#include <math.h>   /* defines: sqrt, log (init scale, loss) */
+#include <math.h>   /* defines: sqrt, log (init scale) */
 
 /* (seed, offset, p) of one dropout: p == 0 means off (no draw was made). */
 typedef struct mc__gpt_draw {
@@ -7557,46 +8298,52 @@ typedef struct mc__gpt_draw {
     float p;
 } mc__gpt_draw;
 
+/* Activations are op memory of the model's dtype (void *), statistics fp32 (float *). */
 struct mc__gpt_layer_cache {
-    float *ln1;                  /* (Ns, H) input_layernorm output */
+    void *ln1;                   /* (Ns, H) input_layernorm output */
     float *ln1_mean, *ln1_rstd;  /* (Ns) */
-    float *qkv;                  /* (N, 3*Ql) per-head [q|k|v] */
-    float *atty;                 /* (N, Ql) core attention output */
-    float *probs;                /* (B, NHl, S, S) softmax; NULL under selective recompute */
-    float *res1;                 /* (Ns, H) x + dropout(attention) */
-    float *ln2;                  /* (Ns, H) pre_mlp_layernorm output */
+    void *qkv;                   /* (N, 3*Ql) per-head [q|k|v] */
+    void *atty;                  /* (N, Ql) core attention output */
+    float *attn_stats;           /* ops->attention_stats() floats (the CPU: the probabilities
+                                    (B, NHl, S, S)); NULL under selective recompute when the
+                                    backend's stats are the probabilities */
+    void *res1;                  /* (Ns, H) x + dropout(attention) */
+    void *ln2;                   /* (Ns, H) pre_mlp_layernorm output */
     float *ln2_mean, *ln2_rstd;  /* (Ns) */
-    float *fc1;                  /* (N, Fl) before GELU */
-    float *gelu;                 /* (N, Fl) */
+    void *fc1;                   /* (N, Fl) before GELU */
+    void *gelu;                  /* (N, Fl) */
     mc__gpt_draw attn_drop, drop1, drop2;
 };
 
-/* The saved activations of one micro-batch slot of one chunk. */
+/* The saved activations of one micro-batch slot of one chunk: one arena (op memory), its
+   tensors laid out once at init (llm.c's malloc_and_point_activations). */
 typedef struct mc__gpt_act {
     int microbatch;              /* held micro-batch (-1: none); set by forward_step */
     int forward_done;            /* forward ran and backward has not */
     int has_labels;
-    float **res;                 /* (nl + 1) pointers to (Ns, H): res[l] is layer l's input,
+    void *arena;                 /* the one allocation behind every tensor below */
+    void **res;                  /* (nl + 1) pointers to (Ns, H): res[l] is layer l's input,
                                     res[nl] the block output; inside a recompute group they
                                     point into the shared recompute scratch */
     struct mc__gpt_layer_cache *layer;   /* (nl) caches of the layers that are not recomputed */
     mc_rng_states *group_rng;    /* (n_groups) stream snapshots before each recompute group */
-    float *dinput;               /* (Ns, H) grad of res[0] (what backward hands back) */
+    void *dinput;                /* (Ns, H) grad of res[0] (what backward hands back) */
     /* pre_process */
-    int *tokens;                 /* (N) */
+    int *tokens;                 /* (N) uploaded from the caller's host array */
     mc__gpt_draw emb_drop;
     /* post_process */
     int *labels;                 /* (N) */
-    float *lnf;                  /* (Ns, H) final_layernorm output */
+    void *lnf;                   /* (Ns, H) final_layernorm output */
     float *lnf_mean, *lnf_rstd;  /* (Ns) */
-    float *logits;               /* (N, Vl) */
+    void *logits;                /* (N, Vl) */
     float *ce_max, *ce_sum;      /* (N) global row max and sum of exp(logit - max) */
     float *losses;               /* (N) */
+    double *loss_sum;            /* (1) sum of the losses, read back only when asked */
 } mc__gpt_act;
 
 struct mc__gpt_impl {
-    void **allocs[2];            /* what mc_gpt_free releases: [0] op-table memory, [1] host */
-    int n_allocs[2], cap_allocs[2];
+    void **host;                 /* host bookkeeping mc_gpt_destroy releases */
+    int n_host, cap_host;
     /* parameter indices: -1 where absent on this rank */
     int word[MC_GPT_MAX_CHUNKS], pos[MC_GPT_MAX_CHUNKS];
     int lnf_w[MC_GPT_MAX_CHUNKS], lnf_b[MC_GPT_MAX_CHUNKS], out_w[MC_GPT_MAX_CHUNKS];
@@ -7606,67 +8353,79 @@ struct mc__gpt_impl {
     int *group_of, *group_start, *group_len;
     int n_groups, max_group;
     int selective;
+    int keep_stats;              /* layer caches hold attention stats (not selective, or stats
+                                    that are not the probabilities) */
     mc__gpt_act *act;            /* (n_chunks, n_slots) */
-    /* shared scratch */
+    /* shared scratch: one arena */
+    void *scratch_arena;
+    size_t arena_bytes;          /* all arenas together (reported by mc_gpt_memory) */
     struct mc__gpt_layer_cache *rc_cache;   /* (max_group) caches for recomputed layers */
-    float **rc_res;              /* (max_group) interior residuals of a group */
-    float *probs_scratch;        /* (B, NHl, S, S) selective recompute */
-    float *atty_scratch;         /* (N, Ql) selective recompute output (discarded) */
-    float *full_a, *full_b;      /* (N, max(H, Ql, Fl)) gathered inputs / partial outputs */
-    float *tmp_a, *tmp_b;        /* (Ns, H) sub-module outputs before dropout */
-    float *d_a, *d_b, *d_c;      /* (Ns, H) backward residual-stream grads */
-    float *d_ln;                 /* (Ns, H) grad of a norm output */
-    float *d_qkv;                /* (N, 3*Ql) */
-    float *d_atty;               /* (N, Ql) */
-    float *d_fc_a, *d_fc_b;      /* (N, Fl) */
-    float *d_logits;             /* (N, Vl) */
+    void **rc_res;               /* (max_group) interior residuals of a group */
+    float *stats_scratch;        /* attention stats for selective recompute */
+    void *atty_scratch;          /* (N, Ql) selective recompute output (discarded) */
+    void *full_a, *full_b;       /* (N, H) embedding sums / gathered inputs */
+    void *tmp_a, *tmp_b;         /* (Ns, H) sub-module outputs before dropout */
+    void *d_a, *d_b, *d_c;       /* (Ns, H) backward residual-stream grads */
+    void *d_ln;                  /* (Ns, H) grad of a norm output */
+    void *d_qkv;                 /* (N, 3*Ql) */
+    void *d_atty;                /* (N, Ql) */
+    void *d_fc_a, *d_fc_b;       /* (N, Fl) */
+    void *d_logits;              /* (N, Vl) */
     float *d_loss;               /* (N) */
-    float *tp_scratch;           /* scratch of the tensor-parallel layers (their _scratch()) */
-    int *pos_ids;                /* (N) position of each token: s */
+    void *tp_scratch;            /* scratch of the tensor-parallel layers (their _scratch()) */
+    int *pos_ids;                /* (N) position of each token: s, uploaded at init */
 };
 
 #define MC__GPT_LN_EPS(g) ((g)->config.layernorm_epsilon)
 
-/* Remembers a block for mc_gpt_free: list 0 holds op-table (device) memory, list 1 host
-   bookkeeping (pointer arrays, stream snapshots). */
-static int mc__gpt_track(mc_gpt *g, int host, void *p) {
+/* Remembers a host block for mc_gpt_destroy. */
+static int mc__gpt_track(mc_gpt *g, void *p) {
     struct mc__gpt_impl *im = g->impl;
-    if (im->n_allocs[host] == im->cap_allocs[host]) {
-        int cap = im->cap_allocs[host] ? 2 * im->cap_allocs[host] : 64;
+    if (im->n_host == im->cap_host) {
+        int cap = im->cap_host ? 2 * im->cap_host : 64;
         void **grown = (void **)mc_malloc((size_t)cap * sizeof *grown);
         if (!grown) return MC_ERR_NO_MEMORY;
-        if (im->n_allocs[host])
-            memcpy(grown, im->allocs[host], (size_t)im->n_allocs[host] * sizeof *grown);
-        mc_free(im->allocs[host]);
-        im->allocs[host] = grown;
-        im->cap_allocs[host] = cap;
+        if (im->n_host) memcpy(grown, im->host, (size_t)im->n_host * sizeof *grown);
+        mc_free(im->host);
+        im->host = grown;
+        im->cap_host = cap;
     }
-    im->allocs[host][im->n_allocs[host]++] = p;
+    im->host[im->n_host++] = p;
     return MC_OK;
 }
 
-/* zero-filled memory of the op table's device */
-static void *mc__gpt_alloc(mc_gpt *g, size_t bytes) {
-    void *p = g->ops->alloc(bytes ? bytes : 1);
-    if (p && mc__gpt_track(g, 0, p) != MC_OK) {
-        g->ops->free(p);
-        return NULL;
-    }
-    return p;
-}
-
-/* zero-filled host memory */
+/* zero-filled host memory (pointer arrays, stream snapshots) */
 static void *mc__gpt_host(mc_gpt *g, size_t bytes) {
     void *p = mc_calloc(1, bytes ? bytes : 1);
-    if (p && mc__gpt_track(g, 1, p) != MC_OK) {
+    if (p && mc__gpt_track(g, p) != MC_OK) {
         mc_free(p);
         return NULL;
     }
     return p;
 }
 
-static float *mc__gpt_floats(mc_gpt *g, size_t n) {
-    return (float *)mc__gpt_alloc(g, n * sizeof(float));
+/* A bump allocator over one block of op memory. The layout functions run twice: first with
+   base == NULL to add up the bytes (every take returns NULL), then over the allocated block
+   with the same calls, which hand out the same offsets. */
+typedef struct mc__arena {
+    char *base;
+    size_t used;
+} mc__arena;
+
+#define MC__ARENA_ALIGN 256   /* every tensor starts 256-byte aligned (vector loads, cuBLASLt) */
+
+static void *mc__arena_take(mc__arena *ar, size_t bytes) {
+    size_t at = (ar->used + (MC__ARENA_ALIGN - 1)) & ~(size_t)(MC__ARENA_ALIGN - 1);
+    ar->used = at + (bytes ? bytes : 1);
+    return ar->base ? ar->base + at : NULL;
+}
+
+/* n activation elements (the model's dtype) / fp32 / int32 */
+static void *mc__gpt_act_take(mc_gpt *g, mc__arena *ar, size_t n) {
+    return mc__arena_take(ar, mc_dtype_bytes(g->dtype, n));
+}
+static float *mc__gpt_f32_take(mc__arena *ar, size_t n) {
+    return (float *)mc__arena_take(ar, n * sizeof(float));
 }
 
 static mc_comm *mc__gpt_group(const mc_gpt *g, mc_group_kind kind) {
@@ -7676,6 +8435,11 @@ static mc_comm *mc__gpt_group(const mc_gpt *g, mc_group_kind kind) {
 static mc_comm *mc__gpt_tp_comm(const mc_gpt *g) {
     mc_comm *c = mc__gpt_group(g, MC_GROUP_TP);
     return c && c->size > 1 ? c : NULL;
+}
+
+/* element i of an activation tensor */
+static void *mc__gpt_at(const mc_gpt *g, const void *p, size_t i) {
+    return (char *)(uintptr_t)p + mc_dtype_bytes(g->dtype, i);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -7688,44 +8452,43 @@ static int mc__gpt_tp_flags(const mc_gpt *g) {
 
 /* ColumnParallelLinear: out (N, O) = X W^T + b with W (O, K) this rank's rows; X (Ns, K) is
    gathered along the sequence inside under SP. */
-static int mc__gpt_column_forward(mc_gpt *g, float *out, const float *in, const float *w,
-                                  const float *b, int O, int K) {
+static int mc__gpt_column_forward(mc_gpt *g, void *out, const void *in, const void *w,
+                                  const void *b, int O, int K) {
     return mc_column_parallel_linear_forward(out, g->impl->tp_scratch, in, w, b, g->S, g->B, K,
-                                             O * g->tp, mc__gpt_tp_flags(g), mc__gpt_tp_comm(g),
-                                             g->ops);
+                                             O * g->tp, mc__gpt_tp_flags(g), g->dtype,
+                                             mc__gpt_tp_comm(g), g->ops);
 }
 
 /* din (Ns, K) (=), dW += dY^T X, db += column sums of dY */
-static int mc__gpt_column_backward(mc_gpt *g, float *din, float *dw, float *db,
-                                   const float *dout, const float *in, const float *w, int O,
-                                   int K) {
+static int mc__gpt_column_backward(mc_gpt *g, void *din, float *dw, float *db, const void *dout,
+                                   const void *in, const void *w, int O, int K) {
     return mc_column_parallel_linear_backward(din, dw, db, g->impl->tp_scratch, dout, in, w,
                                               g->S, g->B, K, O * g->tp, mc__gpt_tp_flags(g),
-                                              mc__gpt_tp_comm(g), g->ops);
+                                              g->dtype, mc__gpt_tp_comm(g), g->ops);
 }
 
 /* RowParallelLinear with input_is_parallel: out (Ns, O) = sum over TP of X W^T, then the bias
    once; X (N, K) is this rank's slice of the input features, W (O, K). */
-static int mc__gpt_row_forward(mc_gpt *g, float *out, const float *in, const float *w,
-                               const float *b, int O, int K) {
+static int mc__gpt_row_forward(mc_gpt *g, void *out, const void *in, const void *w,
+                               const void *b, int O, int K) {
     return mc_row_parallel_linear_forward(out, g->impl->tp_scratch, in, w, b, g->S, g->B,
                                           K * g->tp, O,
                                           mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL,
-                                          mc__gpt_tp_comm(g), g->ops);
+                                          g->dtype, mc__gpt_tp_comm(g), g->ops);
 }
 
 /* din (N, K) (=), dW +=, db += column sums of the local dout (partial under SP: finalize sums
    the sequence_parallel-tagged bias over TP) */
-static int mc__gpt_row_backward(mc_gpt *g, float *din, float *dw, float *db, const float *dout,
-                                const float *in, const float *w, int O, int K) {
+static int mc__gpt_row_backward(mc_gpt *g, void *din, float *dw, float *db, const void *dout,
+                                const void *in, const void *w, int O, int K) {
     return mc_row_parallel_linear_backward(din, dw, db, g->impl->tp_scratch, dout, in, w, g->S,
                                            g->B, K * g->tp, O,
                                            mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL,
-                                           mc__gpt_tp_comm(g), g->ops);
+                                           g->dtype, mc__gpt_tp_comm(g), g->ops);
 }
 
-/* Floats of scratch the TP calls above need, the largest over the model's layers. */
-static size_t mc__gpt_tp_scratch_floats(const mc_gpt *g) {
+/* Bytes of scratch the TP calls above need, the largest over the model's layers. */
+static size_t mc__gpt_tp_scratch_bytes(const mc_gpt *g) {
     int f = mc__gpt_tp_flags(g), fr = f | MC_TP_INPUT_IS_PARALLEL;
     size_t need = 0, n;
 #define MC__GPT_NEED(x) n = (x); if (n > need) need = n
@@ -7734,7 +8497,9 @@ static size_t mc__gpt_tp_scratch_floats(const mc_gpt *g) {
     MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, g->vocab_padded, f, g->tp));
     MC__GPT_NEED(mc_row_parallel_linear_scratch(g->S, g->B, g->Q, g->H, fr, g->tp));
     MC__GPT_NEED(mc_row_parallel_linear_scratch(g->S, g->B, g->F, g->H, fr, g->tp));
-    MC__GPT_NEED(mc_vocab_parallel_cross_entropy_scratch(g->N, g->vocab_padded, 0.0f, g->tp));
+    need = mc_dtype_bytes(g->dtype, need);
+    MC__GPT_NEED(sizeof(float) *
+                 mc_vocab_parallel_cross_entropy_scratch(g->N, g->vocab_padded, 0.0f, g->tp));
 #undef MC__GPT_NEED
     return need;
 }
@@ -7767,56 +8532,58 @@ static const char *mc__gpt_hidden_stream(const mc_gpt *g) {
 
 static float mc__gpt_dropout_p(float p) { return p > 0.0f ? p : 0.0f; }
 
-/* out = dropout(inp) with the recorded draw (a copy when off) */
-static void mc__gpt_dropout_forward(mc_gpt *g, float *out, const float *inp, size_t n,
-                                    const mc__gpt_draw *d) {
-    if (d->p > 0.0f)
-        g->ops->dropout_forward(out, inp, n, d->p, d->seed, d->offset);
-    else
-        g->ops->copy(out, inp, n);
+/* dropout(inp) with the recorded draw: written into buf and returned, or inp itself when the
+   dropout is off (no copy). */
+static const void *mc__gpt_dropout_forward(mc_gpt *g, void *buf, const void *inp, size_t n,
+                                           const mc__gpt_draw *d, int *rc) {
+    if (*rc != MC_OK || !(d->p > 0.0f)) return inp;
+    *rc = g->ops->dropout_forward(g->ops, buf, inp, n, d->p, d->seed, d->offset, g->dtype);
+    return buf;
 }
 
-static void mc__gpt_dropout_backward(mc_gpt *g, float *dinp, const float *dout, size_t n,
-                                     const mc__gpt_draw *d) {
-    if (d->p > 0.0f)
-        g->ops->dropout_backward(dinp, dout, n, d->p, d->seed, d->offset);
-    else
-        g->ops->copy(dinp, dout, n);
+static const void *mc__gpt_dropout_backward(mc_gpt *g, void *buf, const void *dout, size_t n,
+                                            const mc__gpt_draw *d, int *rc) {
+    if (*rc != MC_OK || !(d->p > 0.0f)) return dout;
+    *rc = g->ops->dropout_backward(g->ops, buf, dout, n, d->p, d->seed, d->offset, g->dtype);
+    return buf;
+}
+
+/* out = a + b (Ns*H activations): the residual connection */
+static int mc__gpt_residual(mc_gpt *g, void *out, const void *a, const void *b, size_t n) {
+    int rc = g->ops->copy(g->ops, out, a, n, g->dtype, g->dtype);
+    return rc == MC_OK ? g->ops->axpy(g->ops, out, 1.0f, b, n, g->dtype) : rc;
 }
 
 // ---------------------------------------------------------------------------------------------
 // the local spec: LayerNorm, self-attention, MLP
 
-static int mc__gpt_local_norm_forward(const mc_layer_ctx *ctx, int which, float *out,
-                                      const float *inp) {
+static int mc__gpt_local_norm_forward(const mc_layer_ctx *ctx, int which, void *out,
+                                      const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_layer_cache *c = ctx->cache;
     int w = which ? MC_GPT_LN2_W : MC_GPT_LN1_W;
-    g->ops->layernorm_forward(out, which ? c->ln2_mean : c->ln1_mean,
-                              which ? c->ln2_rstd : c->ln1_rstd, inp, ctx->w[w], ctx->w[w + 1],
-                              g->Ns, g->H, MC__GPT_LN_EPS(g));
-    return MC_OK;
+    return g->ops->layernorm_forward(g->ops, out, which ? c->ln2_mean : c->ln1_mean,
+                                     which ? c->ln2_rstd : c->ln1_rstd, inp, ctx->w[w],
+                                     ctx->w[w + 1], g->Ns, g->H, MC__GPT_LN_EPS(g), g->dtype);
 }
 
-static int mc__gpt_local_norm_backward(const mc_layer_ctx *ctx, int which, float *dinp,
-                                       const float *dout, const float *inp) {
+static int mc__gpt_local_norm_backward(const mc_layer_ctx *ctx, int which, void *dinp,
+                                       const void *dout, const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_layer_cache *c = ctx->cache;
     int w = which ? MC_GPT_LN2_W : MC_GPT_LN1_W;
-    g->ops->layernorm_backward(dinp, ctx->g[w], ctx->g[w + 1], dout, inp, ctx->w[w],
-                               which ? c->ln2_mean : c->ln1_mean,
-                               which ? c->ln2_rstd : c->ln1_rstd, g->Ns, g->H);
-    return MC_OK;
+    return g->ops->layernorm_backward(g->ops, dinp, ctx->g[w], ctx->g[w + 1], dout, inp,
+                                      ctx->w[w], which ? c->ln2_mean : c->ln1_mean,
+                                      which ? c->ln2_rstd : c->ln1_rstd, g->Ns, g->H, g->dtype);
 }
 
 /* QKV column-parallel -> causal attention on the local heads (probability dropout under the
    model-parallel stream) -> projection row-parallel (+ bias). out (Ns, H). */
-static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, float *out,
-                                           const float *inp) {
+static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_layer_cache *c = ctx->cache;
     size_t n_probs = (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S;
-    float *probs = c->probs ? c->probs : g->impl->probs_scratch;
+    float *stats = c->attn_stats ? c->attn_stats : g->impl->stats_scratch;
     int rc;
     if ((rc = mc__gpt_column_forward(g, c->qkv, inp, ctx->w[MC_GPT_QKV_W], ctx->w[MC_GPT_QKV_B],
                                      3 * g->Ql, g->H)) != MC_OK)
@@ -7825,50 +8592,60 @@ static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, float *out,
                                 mc__gpt_dropout_p(g->config.attention_dropout),
                                 &c->attn_drop)) != MC_OK)
         return rc;
-    g->ops->attention_forward(c->atty, probs, c->qkv, g->S, g->B, g->NHl, g->HD,
-                              c->attn_drop.p, c->attn_drop.seed, c->attn_drop.offset);
+    if ((rc = g->ops->attention_forward(g->ops, c->atty, stats, c->qkv, g->S, g->B, g->NHl,
+                                        g->HD, c->attn_drop.p, c->attn_drop.seed,
+                                        c->attn_drop.offset, g->dtype)) != MC_OK)
+        return rc;
     return mc__gpt_row_forward(g, out, c->atty, ctx->w[MC_GPT_PROJ_W], ctx->w[MC_GPT_PROJ_B],
                                g->H, g->Ql);
 }
 
-static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, float *dinp,
-                                            const float *dout, const float *inp) {
+static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, void *dinp,
+                                            const void *dout, const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_impl *im = g->impl;
     struct mc__gpt_layer_cache *c = ctx->cache;
-    const float *probs = c->probs;
+    const float *stats = c->attn_stats;
+    const void *atty = c->atty;
     int rc;
     if ((rc = mc__gpt_row_backward(g, im->d_atty, ctx->g[MC_GPT_PROJ_W], ctx->g[MC_GPT_PROJ_B],
                                    dout, c->atty, ctx->w[MC_GPT_PROJ_W], g->H, g->Ql)) != MC_OK)
         return rc;
-    if (!probs) {
+    if (!stats) {
         /* selective recompute: the probabilities again, from the same inputs and draw */
-        g->ops->attention_forward(im->atty_scratch, im->probs_scratch, c->qkv, g->S, g->B,
-                                  g->NHl, g->HD, c->attn_drop.p, c->attn_drop.seed,
-                                  c->attn_drop.offset);
-        probs = im->probs_scratch;
+        if ((rc = g->ops->attention_forward(g->ops, im->atty_scratch, im->stats_scratch, c->qkv,
+                                            g->S, g->B, g->NHl, g->HD, c->attn_drop.p,
+                                            c->attn_drop.seed, c->attn_drop.offset,
+                                            g->dtype)) != MC_OK)
+            return rc;
+        stats = im->stats_scratch;
+        atty = im->atty_scratch;
     }
-    g->ops->attention_backward(im->d_qkv, im->d_atty, c->qkv, probs, g->S, g->B, g->NHl, g->HD,
-                               c->attn_drop.p, c->attn_drop.seed, c->attn_drop.offset);
+    if ((rc = g->ops->attention_backward(g->ops, im->d_qkv, im->d_atty, c->qkv, atty, stats, g->S,
+                                         g->B, g->NHl, g->HD, c->attn_drop.p, c->attn_drop.seed,
+                                         c->attn_drop.offset, g->dtype)) != MC_OK)
+        return rc;
     return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_QKV_W], ctx->g[MC_GPT_QKV_B],
                                    im->d_qkv, inp, ctx->w[MC_GPT_QKV_W], 3 * g->Ql, g->H);
 }
 
 /* fc1 column-parallel -> GELU -> fc2 row-parallel (+ bias). out (Ns, H). */
-static int mc__gpt_local_mlp_forward(const mc_layer_ctx *ctx, float *out, const float *inp) {
+static int mc__gpt_local_mlp_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_layer_cache *c = ctx->cache;
     int rc;
     if ((rc = mc__gpt_column_forward(g, c->fc1, inp, ctx->w[MC_GPT_FC1_W], ctx->w[MC_GPT_FC1_B],
                                      g->Fl, g->H)) != MC_OK)
         return rc;
-    g->ops->gelu_forward(c->gelu, c->fc1, (size_t)g->N * (size_t)g->Fl);
+    if ((rc = g->ops->gelu_forward(g->ops, c->gelu, c->fc1, (size_t)g->N * (size_t)g->Fl,
+                                   g->dtype)) != MC_OK)
+        return rc;
     return mc__gpt_row_forward(g, out, c->gelu, ctx->w[MC_GPT_FC2_W], ctx->w[MC_GPT_FC2_B],
                                g->H, g->Fl);
 }
 
-static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, float *dinp, const float *dout,
-                                      const float *inp) {
+static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, void *dinp, const void *dout,
+                                      const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_impl *im = g->impl;
     struct mc__gpt_layer_cache *c = ctx->cache;
@@ -7876,7 +8653,9 @@ static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, float *dinp, cons
     if ((rc = mc__gpt_row_backward(g, im->d_fc_a, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B],
                                    dout, c->gelu, ctx->w[MC_GPT_FC2_W], g->H, g->Fl)) != MC_OK)
         return rc;
-    g->ops->gelu_backward(im->d_fc_b, c->fc1, im->d_fc_a, (size_t)g->N * (size_t)g->Fl);
+    if ((rc = g->ops->gelu_backward(g->ops, im->d_fc_b, c->fc1, im->d_fc_a,
+                                    (size_t)g->N * (size_t)g->Fl, g->dtype)) != MC_OK)
+        return rc;
     return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_FC1_W], ctx->g[MC_GPT_FC1_B],
                                    im->d_fc_b, inp, ctx->w[MC_GPT_FC1_W], g->Fl, g->H);
 }
@@ -7894,6 +8673,11 @@ MC_API const mc_transformer_spec *mc_transformer_spec_local(void) {
 // ---------------------------------------------------------------------------------------------
 // the transformer layer and the block
 
+static void *mc__gpt_p(const mc_gpt *g, int idx) {
+    return mc__gpt_at(g, g->params, g->table.info[idx].offset);
+}
+static float *mc__gpt_g(const mc_gpt *g, int idx) { return g->grads + g->table.info[idx].offset; }
+
 static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_cache *cache,
                               mc_layer_ctx *ctx) {
     size_t at = ((size_t)chunk * (size_t)g->layers_per_chunk + (size_t)l) * MC_GPT_LAYER_TENSORS;
@@ -7905,59 +8689,60 @@ static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_
     ctx->global_layer = g->layer_offset[chunk] + l;
     ctx->cache = cache;
     for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
-        ctx->w[t] = g->params + g->table.info[idx[t]].offset;
-        ctx->g[t] = g->grads + g->table.info[idx[t]].offset;
+        ctx->w[t] = mc__gpt_p(g, idx[t]);
+        ctx->g[t] = mc__gpt_g(g, idx[t]);
     }
 }
 
 /* The pre-LN layer (Megatron's TransformerLayer with the spec's submodules):
      res1 = x + dropout(attention(input_layernorm(x)))
      out  = res1 + dropout(mlp(pre_mlp_layernorm(res1)))         all (Ns, H) */
-static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, float *out, const float *x) {
+static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void *x) {
     mc_gpt *g = ctx->gpt;
     const mc_transformer_spec *sp = g->spec;
     struct mc__gpt_layer_cache *c = ctx->cache;
     struct mc__gpt_impl *im = g->impl;
     size_t n = (size_t)g->Ns * (size_t)g->H;
     float p = mc__gpt_dropout_p(g->config.hidden_dropout);
+    const void *sub;
     int rc;
     if ((rc = sp->norm_forward(ctx, 0, c->ln1, x)) != MC_OK) return rc;
     if ((rc = sp->attention_forward(ctx, im->tmp_a, c->ln1)) != MC_OK) return rc;
     if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop1)) != MC_OK)
         return rc;
-    mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop1);
-    g->ops->copy(c->res1, x, n);
-    g->ops->axpy(c->res1, 1.0f, im->tmp_b, n);
+    sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop1, &rc);
+    if (rc == MC_OK) rc = mc__gpt_residual(g, c->res1, x, sub, n);
+    if (rc != MC_OK) return rc;
     if ((rc = sp->norm_forward(ctx, 1, c->ln2, c->res1)) != MC_OK) return rc;
     if ((rc = sp->mlp_forward(ctx, im->tmp_a, c->ln2)) != MC_OK) return rc;
     if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
         return rc;
-    mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop2);
-    g->ops->copy(out, c->res1, n);
-    g->ops->axpy(out, 1.0f, im->tmp_b, n);
-    return MC_OK;
+    sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop2, &rc);
+    return rc == MC_OK ? mc__gpt_residual(g, out, c->res1, sub, n) : rc;
 }
 
 /* dx (Ns, H) = d layer / d x (overwrite); parameter grads accumulate. Uses d_b, d_c, d_ln, so
    dx and dout must be other buffers (the block ping-pongs d_a / dinput). */
-static int mc__gpt_layer_backward(const mc_layer_ctx *ctx, float *dx, const float *dout,
-                                  const float *x) {
+static int mc__gpt_layer_backward(const mc_layer_ctx *ctx, void *dx, const void *dout,
+                                  const void *x) {
     mc_gpt *g = ctx->gpt;
     const mc_transformer_spec *sp = g->spec;
     struct mc__gpt_layer_cache *c = ctx->cache;
     struct mc__gpt_impl *im = g->impl;
     size_t n = (size_t)g->Ns * (size_t)g->H;
-    float *d_res1 = im->d_b, *d_sub = im->d_c;
-    int rc;
+    void *d_res1 = im->d_b;
+    const void *d_sub;
+    int rc = MC_OK;
     /* out = res1 + dropout(mlp): the residual passes dout through */
-    mc__gpt_dropout_backward(g, d_sub, dout, n, &c->drop2);
-    if ((rc = sp->mlp_backward(ctx, im->d_ln, d_sub, c->ln2)) != MC_OK) return rc;
-    g->ops->copy(d_res1, dout, n);
+    d_sub = mc__gpt_dropout_backward(g, im->d_c, dout, n, &c->drop2, &rc);
+    if (rc != MC_OK || (rc = sp->mlp_backward(ctx, im->d_ln, d_sub, c->ln2)) != MC_OK) return rc;
+    if ((rc = g->ops->copy(g->ops, d_res1, dout, n, g->dtype, g->dtype)) != MC_OK) return rc;
     if ((rc = sp->norm_backward(ctx, 1, d_res1, im->d_ln, c->res1)) != MC_OK) return rc;
     /* res1 = x + dropout(attention) */
-    mc__gpt_dropout_backward(g, d_sub, d_res1, n, &c->drop1);
-    if ((rc = sp->attention_backward(ctx, im->d_ln, d_sub, c->ln1)) != MC_OK) return rc;
-    g->ops->copy(dx, d_res1, n);
+    d_sub = mc__gpt_dropout_backward(g, im->d_c, d_res1, n, &c->drop1, &rc);
+    if (rc != MC_OK || (rc = sp->attention_backward(ctx, im->d_ln, d_sub, c->ln1)) != MC_OK)
+        return rc;
+    if ((rc = g->ops->copy(g->ops, dx, d_res1, n, g->dtype, g->dtype)) != MC_OK) return rc;
     return sp->norm_backward(ctx, 0, dx, im->d_ln, x);
 }
 
@@ -8000,17 +8785,19 @@ static void mc__gpt_report_ready(mc_gpt *g, int chunk, int param) {
 /* The block backward: d (Ns, H) holds d res[nl] on entry and d res[0] on return (in
    a->dinput). Before the last layer of a recompute group runs its backward, the group's
    forward is replayed under its stream snapshot (§6.4). */
-static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const float *d_out) {
+static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const void *d_out) {
     struct mc__gpt_impl *im = g->impl;
     size_t n = (size_t)g->Ns * (size_t)g->H;
-    const float *dout = d_out;
-    float *bufs[2];
+    const void *dout = d_out;
+    void *bufs[2];
     int l, t, rc, k = 0;
     mc_layer_ctx ctx;
     /* ping-pong between d_a and dinput so that the last write lands in dinput */
     bufs[0] = (g->layers_per_chunk % 2) ? a->dinput : im->d_a;
     bufs[1] = (g->layers_per_chunk % 2) ? im->d_a : a->dinput;
-    if (g->layers_per_chunk == 0) g->ops->copy(a->dinput, d_out, n);
+    if (g->layers_per_chunk == 0 &&
+        (rc = g->ops->copy(g->ops, a->dinput, d_out, n, g->dtype, g->dtype)) != MC_OK)
+        return rc;
     for (l = g->layers_per_chunk - 1; l >= 0; l--) {
         int grp = im->group_of[l];
         const int *idx;
@@ -8036,27 +8823,29 @@ static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const fl
 // ---------------------------------------------------------------------------------------------
 // GPTModel: embedding, final norm, output layer, loss
 
-static float *mc__gpt_p(const mc_gpt *g, int idx) { return g->params + g->table.info[idx].offset; }
-static float *mc__gpt_g(const mc_gpt *g, int idx) { return g->grads + g->table.info[idx].offset; }
-
 /* word (vocab-parallel, all-reduced over TP) + learned position embedding -> (SP: scatter to
    this rank's sequence piece) -> embedding dropout -> res[0] (Ns, H). Megatron reduce-scatters
    the word lookup straight to SP only without learned positions; here they are added first. */
 static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
     struct mc__gpt_impl *im = g->impl;
+    const mc_ops *o = g->ops;
     size_t n = (size_t)g->Ns * (size_t)g->H;
-    float *emb = im->full_b;    /* (N, H) */
+    void *emb = im->full_b;    /* (N, H) */
+    const void *dropped;
     int rc;
     if ((rc = mc_vocab_parallel_embedding_forward(emb, a->tokens, mc__gpt_p(g, im->word[0]), g->N,
-                                                  g->H, g->vocab_padded, mc__gpt_tp_comm(g),
-                                                  g->ops)) != MC_OK)
+                                                  g->H, g->vocab_padded, g->dtype,
+                                                  mc__gpt_tp_comm(g), o)) != MC_OK)
         return rc;
-    g->ops->embedding_forward(im->full_a, im->pos_ids, mc__gpt_p(g, im->pos[0]), g->N, g->H, 0,
-                              g->config.max_position_embeddings);
-    g->ops->axpy(emb, 1.0f, im->full_a, (size_t)g->N * (size_t)g->H);
+    if ((rc = o->embedding_forward(o, im->full_a, im->pos_ids, mc__gpt_p(g, im->pos[0]), g->N,
+                                   g->H, 0, g->config.max_position_embeddings, g->dtype)) !=
+        MC_OK)
+        return rc;
+    if ((rc = o->axpy(o, emb, 1.0f, im->full_a, (size_t)g->N * (size_t)g->H, g->dtype)) != MC_OK)
+        return rc;
     if (g->sequence_parallel) {
         if ((rc = mc_scatter_to_sp_region_forward(im->tmp_a, emb, g->S, (size_t)g->B * g->H,
-                                                  mc__gpt_tp_comm(g), g->ops)) != MC_OK)
+                                                  g->dtype, mc__gpt_tp_comm(g), o)) != MC_OK)
             return rc;
         emb = im->tmp_a;
     }
@@ -8064,8 +8853,10 @@ static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
                                 mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) !=
         MC_OK)
         return rc;
-    mc__gpt_dropout_forward(g, a->res[0], emb, n, &a->emb_drop);
-    return MC_OK;
+    dropped = mc__gpt_dropout_forward(g, a->res[0], emb, n, &a->emb_drop, &rc);
+    if (rc == MC_OK && dropped != a->res[0])
+        rc = o->copy(o, a->res[0], dropped, n, g->dtype, g->dtype);
+    return rc;
 }
 
 /* d res[0] (a->dinput) -> word and position embedding grads. Under SP the scatter's backward
@@ -8073,22 +8864,25 @@ static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
    so each rank adds the rows of its vocab range only. */
 static int mc__gpt_embedding_backward(mc_gpt *g, mc__gpt_act *a) {
     struct mc__gpt_impl *im = g->impl;
+    const mc_ops *o = g->ops;
     size_t n = (size_t)g->Ns * (size_t)g->H;
-    float *d_emb = im->d_c;
-    int rc;
-    mc__gpt_dropout_backward(g, im->d_c, a->dinput, n, &a->emb_drop);
+    const void *d_emb;
+    int rc = MC_OK;
+    d_emb = mc__gpt_dropout_backward(g, im->d_c, a->dinput, n, &a->emb_drop, &rc);
+    if (rc != MC_OK) return rc;
     if (g->sequence_parallel) {
-        if ((rc = mc_scatter_to_sp_region_backward(im->full_b, im->d_c, g->S, (size_t)g->B * g->H,
-                                                   mc__gpt_tp_comm(g), g->ops)) != MC_OK)
+        if ((rc = mc_scatter_to_sp_region_backward(im->full_b, d_emb, g->S, (size_t)g->B * g->H,
+                                                   g->dtype, mc__gpt_tp_comm(g), o)) != MC_OK)
             return rc;
         d_emb = im->full_b;
     }
     if ((rc = mc_vocab_parallel_embedding_backward(mc__gpt_g(g, im->word[0]), d_emb, a->tokens,
-                                                   g->N, g->H, g->vocab_padded,
-                                                   mc__gpt_tp_comm(g), g->ops)) != MC_OK)
+                                                   g->N, g->H, g->vocab_padded, g->dtype,
+                                                   mc__gpt_tp_comm(g), o)) != MC_OK)
         return rc;
-    g->ops->embedding_backward(mc__gpt_g(g, im->pos[0]), d_emb, im->pos_ids, g->N, g->H, 0,
-                               g->config.max_position_embeddings);
+    if ((rc = o->embedding_backward(o, mc__gpt_g(g, im->pos[0]), d_emb, im->pos_ids, g->N, g->H,
+                                    0, g->config.max_position_embeddings, g->dtype)) != MC_OK)
+        return rc;
     mc__gpt_report_ready(g, 0, im->word[0]);
     mc__gpt_report_ready(g, 0, im->pos[0]);
     return MC_OK;
@@ -8100,50 +8894,53 @@ static int mc__gpt_output_weight(const mc_gpt *g, int chunk) {
 }
 
 /* final_layernorm -> output layer (column-parallel, no bias, logits (N, Vl)) -> loss */
-static int mc__gpt_head_forward(mc_gpt *g, int chunk, mc__gpt_act *a, const float *h,
+static int mc__gpt_head_forward(mc_gpt *g, int chunk, mc__gpt_act *a, const void *h,
                                 double *loss_sum) {
     struct mc__gpt_impl *im = g->impl;
-    int rc, n;
-    g->ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, h, mc__gpt_p(g, im->lnf_w[chunk]),
-                              mc__gpt_p(g, im->lnf_b[chunk]), g->Ns, g->H, MC__GPT_LN_EPS(g));
+    const mc_ops *o = g->ops;
+    int rc;
+    if ((rc = o->layernorm_forward(o, a->lnf, a->lnf_mean, a->lnf_rstd, h,
+                                   mc__gpt_p(g, im->lnf_w[chunk]), mc__gpt_p(g, im->lnf_b[chunk]),
+                                   g->Ns, g->H, MC__GPT_LN_EPS(g), g->dtype)) != MC_OK)
+        return rc;
     if ((rc = mc__gpt_column_forward(g, a->logits, a->lnf,
                                      mc__gpt_p(g, mc__gpt_output_weight(g, chunk)), NULL,
                                      g->vocab_local, g->H)) != MC_OK)
         return rc;
     if (!a->has_labels) return MC_OK;
-    /* vocab-parallel cross entropy: three TP all-reduces, never the full logits */
-    if ((rc = mc_vocab_parallel_cross_entropy_forward(a->losses, a->ce_max, a->ce_sum,
-                                                      im->tp_scratch, a->logits, a->labels, g->N,
-                                                      g->vocab_padded, 0.0f, mc__gpt_tp_comm(g),
-                                                      g->ops)) != MC_OK)
+    /* vocab-parallel cross entropy: three TP all-reduces, never the full logits; the loss sum
+       stays in op memory and is read back only when the caller asks for it */
+    if ((rc = mc_vocab_parallel_cross_entropy_forward(a->losses, a->loss_sum, a->ce_max,
+                                                      a->ce_sum, (float *)im->tp_scratch,
+                                                      a->logits, a->labels, g->N,
+                                                      g->vocab_padded, 0.0f, g->dtype,
+                                                      mc__gpt_tp_comm(g), o)) != MC_OK)
         return rc;
-    if (loss_sum) {
-        double s = 0.0;
-        for (n = 0; n < g->N; n++) s += (double)a->losses[n];
-        *loss_sum = s;
-    }
+    if (loss_sum) return o->download(o, loss_sum, a->loss_sum, sizeof(double));
     return MC_OK;
 }
 
 /* loss -> logits -> output layer -> final norm: d res[nl] into d (Ns, H) */
 static int mc__gpt_head_backward(mc_gpt *g, int chunk, mc__gpt_act *a, float loss_scale,
-                                 float *d) {
+                                 void *d) {
     struct mc__gpt_impl *im = g->impl;
+    const mc_ops *o = g->ops;
     int w = mc__gpt_output_weight(g, chunk), rc;
-    g->ops->fill(im->d_loss, loss_scale, (size_t)g->N);
+    if ((rc = o->fill(o, im->d_loss, loss_scale, (size_t)g->N, MC_F32)) != MC_OK) return rc;
     if ((rc = mc_vocab_parallel_cross_entropy_backward(im->d_logits, im->d_loss, a->logits,
                                                        a->ce_max, a->ce_sum, a->labels, g->N,
-                                                       g->vocab_padded, 0.0f, mc__gpt_tp_comm(g),
-                                                       g->ops)) != MC_OK)
+                                                       g->vocab_padded, 0.0f, g->dtype,
+                                                       mc__gpt_tp_comm(g), o)) != MC_OK)
         return rc;
     if ((rc = mc__gpt_column_backward(g, im->d_ln, mc__gpt_g(g, w), NULL, im->d_logits, a->lnf,
                                       mc__gpt_p(g, w), g->vocab_local, g->H)) != MC_OK)
         return rc;
-    g->ops->fill(d, 0.0f, (size_t)g->Ns * (size_t)g->H);
-    g->ops->layernorm_backward(d, mc__gpt_g(g, im->lnf_w[chunk]), mc__gpt_g(g, im->lnf_b[chunk]),
-                               im->d_ln, a->res[g->layers_per_chunk],
-                               mc__gpt_p(g, im->lnf_w[chunk]), a->lnf_mean, a->lnf_rstd, g->Ns,
-                               g->H);
+    if ((rc = o->fill(o, d, 0.0f, (size_t)g->Ns * (size_t)g->H, g->dtype)) != MC_OK) return rc;
+    if ((rc = o->layernorm_backward(o, d, mc__gpt_g(g, im->lnf_w[chunk]),
+                                    mc__gpt_g(g, im->lnf_b[chunk]), im->d_ln,
+                                    a->res[g->layers_per_chunk], mc__gpt_p(g, im->lnf_w[chunk]),
+                                    a->lnf_mean, a->lnf_rstd, g->Ns, g->H, g->dtype)) != MC_OK)
+        return rc;
     mc__gpt_report_ready(g, chunk, im->out_w[chunk]);
     mc__gpt_report_ready(g, chunk, im->lnf_w[chunk]);
     mc__gpt_report_ready(g, chunk, im->lnf_b[chunk]);
@@ -8169,10 +8966,21 @@ MC_API int mc_gpt_is_post_process(const mc_gpt *g, int chunk) {
     return g && g->pp_rank == g->pp - 1 && chunk == g->n_chunks - 1;
 }
 
+/* The caller's host ids, checked against the vocabulary and uploaded into op memory. */
+static int mc__gpt_upload_ids(mc_gpt *g, int *dst, const int *ids, const char *what) {
+    int n;
+    for (n = 0; n < g->N; n++)
+        if (ids[n] < 0 || ids[n] >= g->config.vocab_size)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_forward: %s[%d] = %d is outside the vocabulary [0, %d)", what,
+                            n, ids[n], g->config.vocab_size);
+    return g->ops->upload(g->ops, dst, ids, (size_t)g->N * sizeof(int));
+}
+
 MC_API int mc_gpt_forward(mc_gpt *g, int chunk, int slot, const int *tokens, const int *labels,
                           const float *input, float **output, double *loss_sum) {
     mc__gpt_act *a;
-    int rc, n;
+    int rc;
     if ((rc = mc__gpt_check_call(g, "mc_gpt_forward", chunk, slot)) != MC_OK) return rc;
     a = &g->impl->act[chunk * g->n_slots + slot];
     if (output) *output = NULL;
@@ -8183,12 +8991,7 @@ MC_API int mc_gpt_forward(mc_gpt *g, int chunk, int slot, const int *tokens, con
             return MC__FAIL(MC_ERR_INVALID_ARG,
                             "mc_gpt_forward: tokens must be given on the first stage (chunk %d)",
                             chunk);
-        for (n = 0; n < g->N; n++)
-            if (tokens[n] < 0 || tokens[n] >= g->config.vocab_size)
-                return MC__FAIL(MC_ERR_INVALID_ARG,
-                                "mc_gpt_forward: tokens[%d] = %d is outside the vocabulary "
-                                "[0, %d)", n, tokens[n], g->config.vocab_size);
-        memcpy(a->tokens, tokens, (size_t)g->N * sizeof(int));
+        if ((rc = mc__gpt_upload_ids(g, a->tokens, tokens, "tokens")) != MC_OK) return rc;
         if ((rc = mc__gpt_embedding_forward(g, a)) != MC_OK) return rc;
     } else {
         if (!input)
@@ -8196,24 +8999,20 @@ MC_API int mc_gpt_forward(mc_gpt *g, int chunk, int slot, const int *tokens, con
                             "mc_gpt_forward: input must be given on virtual stage %d (chunk %d "
                             "of pipeline rank %d)", chunk * g->pp + g->pp_rank, chunk,
                             g->pp_rank);
-        g->ops->copy(a->res[0], input, g->p2p_elems);
+        if ((rc = g->ops->copy(g->ops, a->res[0], input, g->p2p_elems, g->dtype, g->dtype)) !=
+            MC_OK)
+            return rc;
     }
     if ((rc = mc__gpt_block_forward(g, chunk, a)) != MC_OK) return rc;
     if (mc_gpt_is_post_process(g, chunk)) {
         a->has_labels = labels != NULL;
-        if (labels) {
-            for (n = 0; n < g->N; n++)
-                if (labels[n] < 0 || labels[n] >= g->config.vocab_size)
-                    return MC__FAIL(MC_ERR_INVALID_ARG,
-                                    "mc_gpt_forward: labels[%d] = %d is outside the vocabulary "
-                                    "[0, %d)", n, labels[n], g->config.vocab_size);
-            memcpy(a->labels, labels, (size_t)g->N * sizeof(int));
-        }
+        if (labels && (rc = mc__gpt_upload_ids(g, a->labels, labels, "labels")) != MC_OK)
+            return rc;
         if ((rc = mc__gpt_head_forward(g, chunk, a, a->res[g->layers_per_chunk], loss_sum))
             != MC_OK)
             return rc;
     } else if (output) {
-        *output = a->res[g->layers_per_chunk];
+        *output = (float *)a->res[g->layers_per_chunk];
     }
     a->forward_done = 1;
     return MC_OK;
@@ -8223,7 +9022,7 @@ MC_API int mc_gpt_backward(mc_gpt *g, int chunk, int slot, const float *output_g
                            float loss_scale, float **input_grad) {
     struct mc__gpt_impl *im;
     mc__gpt_act *a;
-    const float *d_out;
+    const void *d_out;
     int rc;
     if ((rc = mc__gpt_check_call(g, "mc_gpt_backward", chunk, slot)) != MC_OK) return rc;
     im = g->impl;
@@ -8245,7 +9044,8 @@ MC_API int mc_gpt_backward(mc_gpt *g, int chunk, int slot, const float *output_g
         /* the block's layer backwards alternate between d_a and dinput and end in dinput:
            start from the one its first write does not go to */
         d_out = (g->layers_per_chunk % 2) ? im->d_a : a->dinput;
-        if ((rc = mc__gpt_head_backward(g, chunk, a, loss_scale, (float *)d_out)) != MC_OK)
+        if ((rc = mc__gpt_head_backward(g, chunk, a, loss_scale, (void *)(uintptr_t)d_out)) !=
+            MC_OK)
             return rc;
     } else {
         if (!output_grad)
@@ -8257,7 +9057,7 @@ MC_API int mc_gpt_backward(mc_gpt *g, int chunk, int slot, const float *output_g
     if ((rc = mc__gpt_block_backward(g, chunk, a, d_out)) != MC_OK) return rc;
     a->forward_done = 0;
     if (mc_gpt_is_pre_process(g, chunk)) return mc__gpt_embedding_backward(g, a);
-    if (input_grad) *input_grad = a->dinput;
+    if (input_grad) *input_grad = (float *)a->dinput;
     return MC_OK;
 }
 
@@ -8295,15 +9095,16 @@ MC_API int mc_gpt_backward_step(mc_gpt *g, int chunk, int microbatch, const floa
     return mc_gpt_backward(g, chunk, slot, output_grad, loss_scale, input_grad);
 }
 
-MC_API void mc_gpt_zero_grad(mc_gpt *g) {
-    if (g && g->grads) g->ops->fill(g->grads, 0.0f, g->table.total);
+MC_API int mc_gpt_zero_grad(mc_gpt *g) {
+    if (!g || !g->grads) return MC_OK;
+    return g->ops->fill(g->ops, g->grads, 0.0f, g->table.total, MC_F32);
 }
 
 MC_API void mc_gpt_set_grad_sync(mc_gpt *g, int chunk, int enable) {
     if (g && chunk >= 0 && chunk < MC_GPT_MAX_CHUNKS) g->grad_sync[chunk] = enable ? 1 : 0;
 }
 
-MC_API float *mc_gpt_param(const mc_gpt *g, const char *name) {
+MC_API void *mc_gpt_param(const mc_gpt *g, const char *name) {
     int i = g && name ? mc_param_table_find(&g->table, name) : -1;
     return i < 0 ? NULL : mc__gpt_p(g, i);
 }
@@ -8322,25 +9123,34 @@ MC_API const float *mc_gpt_losses(const mc_gpt *g, int slot) {
 }
 
 MC_API int mc_gpt_logits(mc_gpt *g, int slot, float *out, int *n_vocab) {
-    int last, rc = MC_OK;
-    const float *local;
+    const mc_ops *o;
+    int last, rc = MC_OK, rows_v;
+    const void *local;
+    void *tmp = NULL;
     size_t n;
     if ((rc = mc__gpt_check_call(g, "mc_gpt_logits", 0, slot)) != MC_OK) return rc;
+    o = g->ops;
     last = g->n_chunks - 1;
     if (!mc_gpt_is_post_process(g, last))
         return MC__FAIL(MC_ERR_STATE, "mc_gpt_logits: pipeline rank %d is not the last stage",
                         g->pp_rank);
     local = g->impl->act[last * g->n_slots + slot].logits;
-    n = (size_t)g->N * (size_t)g->vocab_local;
-    if (n_vocab) *n_vocab = g->gather_logits ? g->vocab_padded : g->vocab_local;
+    rows_v = g->gather_logits ? g->vocab_padded : g->vocab_local;
+    n = (size_t)g->N * (size_t)rows_v;
+    if (n_vocab) *n_vocab = rows_v;
     if (!out) return MC_OK;
-    if (!g->gather_logits) {
-        g->ops->copy(out, local, n);
-        return MC_OK;
-    }
-    /* gather_from_tensor_model_parallel_region: [N, Vl] of every rank -> [N, Vp] */
-    return mc_gather_from_tp_region_forward(out, NULL, local, g->N, g->vocab_padded,
-                                            mc__gpt_tp_comm(g), g->ops);
+    if (!g->gather_logits) return o->copy(o, out, local, n, MC_F32, g->dtype);
+    /* gather_from_tensor_model_parallel_region: [N, Vl] of every rank -> [N, Vp] (in the
+       model's dtype, then converted to fp32) */
+    if (g->dtype == MC_F32)
+        return mc_gather_from_tp_region_forward(out, NULL, local, g->N, g->vocab_padded, MC_F32,
+                                                mc__gpt_tp_comm(g), o);
+    if ((rc = o->alloc(o, &tmp, mc_dtype_bytes(g->dtype, n))) != MC_OK) return rc;
+    rc = mc_gather_from_tp_region_forward(tmp, NULL, local, g->N, g->vocab_padded, g->dtype,
+                                          mc__gpt_tp_comm(g), o);
+    if (rc == MC_OK) rc = o->copy(o, out, tmp, n, MC_F32, g->dtype);
+    o->free(o, tmp);
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -8457,21 +9267,28 @@ static int mc__gpt_register(mc_gpt *g) {
     return MC_OK;
 }
 
-/* The CPU initialisation (§3.1): every shard is the slice of the TP-invariant global tensor. */
+/* The CPU initialisation (§3.1): every shard is the slice of the TP-invariant global tensor.
+   Computed on the host in fp32 (the whole flat buffer, padding 0), then converted to the
+   model's dtype and uploaded once, as llm.c initialises on the host and copies to the GPU. */
 static int mc__gpt_init_params(mc_gpt *g) {
     const mc_gpt_config *cfg = &g->config;
     float std = cfg->init_method_std;
     float out_std = (float)((double)std / sqrt(2.0 * (double)cfg->num_layers));
     uint64_t seed = (uint64_t)cfg->seed;
-    int i;
-    g->ops->fill(g->params, 0.0f, g->table.total);
+    size_t total = g->table.total, k;
+    float *host = (float *)mc_calloc(total > 0 ? total : 1, sizeof(float));   /* [total] */
+    void *staged = host;
+    int i, rc;
+    if (!host) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_init: no host memory for %zu "
+                               "parameters", total);
     for (i = 0; i < g->table.count; i++) {
         const mc_param_info *p = &g->table.info[i];
-        float *w = g->params + p->offset;
+        float *w = host + p->offset;
         const char *dot = strrchr(p->name, '.');
         int is_norm = strstr(p->name, "layernorm.") != NULL;
         if (is_norm) {
-            if (strcmp(dot, ".weight") == 0) g->ops->fill(w, 1.0f, p->numel);
+            if (strcmp(dot, ".weight") == 0)
+                for (k = 0; k < p->numel; k++) w[k] = 1.0f;
             continue;   /* norm bias 0 */
         }
         if (p->ndim == 1) continue;   /* linear biases 0 */
@@ -8484,49 +9301,53 @@ static int mc__gpt_init_params(mc_gpt *g) {
                                  scaled ? out_std : std, seed);
         }
     }
-    return MC_OK;
+    if (g->dtype == MC_BF16) {   /* Megatron's params_dtype: the fp32 init cast to bf16 */
+        mc_bf16 *b = (mc_bf16 *)host;   /* in place: element k is read before 2k is written */
+        for (k = 0; k < total; k++) b[k] = mc_bf16_from_float(host[k]);
+    }
+    rc = g->ops->upload(g->ops, g->params, staged, mc_dtype_bytes(g->dtype, total));
+    mc_free(host);
+    return rc;
 }
 
-/* §7.3: the last stage's copy starts at 0; a SUM over the embedding group (first and last
-   stage) gives it the first stage's values. */
+/* §7.3: the last stage's copy starts at 0 and gets the first stage's values over the
+   embedding group (Megatron all-reduces the zero copy with the original; a broadcast from the
+   first stage gives the same values and works for bf16 on every backend). */
 static int mc__gpt_tie_embeddings(mc_gpt *g) {
     struct mc__gpt_impl *im = g->impl;
     mc_comm *emb = mc__gpt_group(g, MC_GROUP_EMBEDDING);
-    int idx = -1, rc;
+    int idx = -1, rc, mine, root = -1;
     if (!g->tied || g->pp == 1 || !emb || emb->size < 2) return MC_OK;
     if (mc_gpt_is_pre_process(g, 0))
         idx = im->word[0];
     else if (mc_gpt_is_post_process(g, g->n_chunks - 1))
         idx = im->out_w[g->n_chunks - 1];
     if (idx < 0) return MC_OK;
-    rc = mc_all_reduce(emb, mc__gpt_p(g, idx), mc__gpt_p(g, idx), g->table.info[idx].numel,
-                       MC_F32, MC_SUM);
+    mine = mc_gpt_is_pre_process(g, 0) ? emb->rank : -1;
+    rc = mc_host_collective(emb, MC_COLL_ALL_REDUCE, &mine, &root, 1, MC_I32, MC_MAX, 0);
     if (rc != MC_OK) return rc;
-    return MC_OK;
+    return mc_broadcast(emb, mc__gpt_p(g, idx), g->table.info[idx].numel, g->dtype, root);
 }
 
-static int mc__gpt_alloc_cache(mc_gpt *g, struct mc__gpt_layer_cache *c, int keep_probs) {
+/* Points one layer cache into the arena (NULL pointers on the sizing pass). */
+static void mc__gpt_point_cache(mc_gpt *g, mc__arena *ar, struct mc__gpt_layer_cache *c,
+                                int keep_stats) {
     size_t ns = (size_t)g->Ns, n = (size_t)g->N, h = (size_t)g->H;
     memset(c, 0, sizeof *c);
-    c->ln1 = mc__gpt_floats(g, ns * h);
-    c->ln1_mean = mc__gpt_floats(g, ns);
-    c->ln1_rstd = mc__gpt_floats(g, ns);
-    c->qkv = mc__gpt_floats(g, n * 3u * (size_t)g->Ql);
-    c->atty = mc__gpt_floats(g, n * (size_t)g->Ql);
-    if (keep_probs) {
-        c->probs = mc__gpt_floats(g, (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S);
-        if (!c->probs) return MC_ERR_NO_MEMORY;
-    }
-    c->res1 = mc__gpt_floats(g, ns * h);
-    c->ln2 = mc__gpt_floats(g, ns * h);
-    c->ln2_mean = mc__gpt_floats(g, ns);
-    c->ln2_rstd = mc__gpt_floats(g, ns);
-    c->fc1 = mc__gpt_floats(g, n * (size_t)g->Fl);
-    c->gelu = mc__gpt_floats(g, n * (size_t)g->Fl);
-    if (!c->ln1 || !c->ln1_mean || !c->ln1_rstd || !c->qkv || !c->atty || !c->res1 || !c->ln2 ||
-        !c->ln2_mean || !c->ln2_rstd || !c->fc1 || !c->gelu)
-        return MC_ERR_NO_MEMORY;
-    return MC_OK;
+    c->ln1 = mc__gpt_act_take(g, ar, ns * h);
+    c->ln1_mean = mc__gpt_f32_take(ar, ns);
+    c->ln1_rstd = mc__gpt_f32_take(ar, ns);
+    c->qkv = mc__gpt_act_take(g, ar, n * 3u * (size_t)g->Ql);
+    c->atty = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
+    if (keep_stats)
+        c->attn_stats =
+            mc__gpt_f32_take(ar, g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD));
+    c->res1 = mc__gpt_act_take(g, ar, ns * h);
+    c->ln2 = mc__gpt_act_take(g, ar, ns * h);
+    c->ln2_mean = mc__gpt_f32_take(ar, ns);
+    c->ln2_rstd = mc__gpt_f32_take(ar, ns);
+    c->fc1 = mc__gpt_act_take(g, ar, n * (size_t)g->Fl);
+    c->gelu = mc__gpt_act_take(g, ar, n * (size_t)g->Fl);
 }
 
 /* Recompute groups of a chunk (§6.4), the same for every chunk. */
@@ -8563,97 +9384,119 @@ static int mc__gpt_plan_recompute(mc_gpt *g) {
     return MC_OK;
 }
 
-static int mc__gpt_alloc_activations(mc_gpt *g) {
+/* The shared scratch: recompute caches, backward buffers, the TP scratch, position ids. */
+static void mc__gpt_point_scratch(mc_gpt *g, mc__arena *ar, int any_post) {
     struct mc__gpt_impl *im = g->impl;
     size_t ns_h = (size_t)g->Ns * (size_t)g->H, n = (size_t)g->N;
-    int nl = g->layers_per_chunk, c, s, l, rc, any_post = 0;
-    /* shared scratch */
-    im->rc_cache = (struct mc__gpt_layer_cache *)mc__gpt_host(
-        g, (size_t)(im->max_group > 0 ? im->max_group : 1) * sizeof *im->rc_cache);
-    im->rc_res = (float **)mc__gpt_host(g, (size_t)(im->max_group + 1) * sizeof(float *));
-    if (!im->rc_cache || !im->rc_res) return MC_ERR_NO_MEMORY;
+    size_t stats = g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD);
+    int l;
     for (l = 0; l < im->max_group; l++) {
-        if ((rc = mc__gpt_alloc_cache(g, &im->rc_cache[l], 1)) != MC_OK) return rc;
-        if (l > 0 && !(im->rc_res[l] = mc__gpt_floats(g, ns_h))) return MC_ERR_NO_MEMORY;
+        mc__gpt_point_cache(g, ar, &im->rc_cache[l], 1);
+        im->rc_res[l] = l > 0 ? mc__gpt_act_take(g, ar, ns_h) : NULL;
     }
     if (im->selective) {
-        im->probs_scratch =
-            mc__gpt_floats(g, (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S);
-        im->atty_scratch = mc__gpt_floats(g, n * (size_t)g->Ql);
-        if (!im->probs_scratch || !im->atty_scratch) return MC_ERR_NO_MEMORY;
+        im->stats_scratch = mc__gpt_f32_take(ar, stats);
+        im->atty_scratch = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
     }
-    im->full_a = mc__gpt_floats(g, n * (size_t)g->H);
-    im->full_b = mc__gpt_floats(g, n * (size_t)g->H);
-    im->tmp_a = mc__gpt_floats(g, ns_h);
-    im->tmp_b = mc__gpt_floats(g, ns_h);
-    im->d_a = mc__gpt_floats(g, ns_h);
-    im->d_b = mc__gpt_floats(g, ns_h);
-    im->d_c = mc__gpt_floats(g, ns_h);
-    im->d_ln = mc__gpt_floats(g, ns_h);
-    im->d_qkv = mc__gpt_floats(g, n * 3u * (size_t)g->Ql);
-    im->d_atty = mc__gpt_floats(g, n * (size_t)g->Ql);
-    im->d_fc_a = mc__gpt_floats(g, n * (size_t)g->Fl);
-    im->d_fc_b = mc__gpt_floats(g, n * (size_t)g->Fl);
-    im->d_loss = mc__gpt_floats(g, n);
-    im->tp_scratch = mc__gpt_floats(g, mc__gpt_tp_scratch_floats(g));
-    im->pos_ids = (int *)mc__gpt_alloc(g, n * sizeof(int));
-    if (!im->full_a || !im->full_b || !im->tmp_a || !im->tmp_b || !im->d_a || !im->d_b ||
-        !im->d_c || !im->d_ln || !im->d_qkv || !im->d_atty || !im->d_fc_a || !im->d_fc_b ||
-        !im->d_loss || !im->tp_scratch || !im->pos_ids)
-        return MC_ERR_NO_MEMORY;
-    for (l = 0; l < (int)n; l++) im->pos_ids[l] = l / g->B;   /* token n = s * B + b */
-    /* per chunk and slot */
+    im->full_a = mc__gpt_act_take(g, ar, n * (size_t)g->H);
+    im->full_b = mc__gpt_act_take(g, ar, n * (size_t)g->H);
+    im->tmp_a = mc__gpt_act_take(g, ar, ns_h);
+    im->tmp_b = mc__gpt_act_take(g, ar, ns_h);
+    im->d_a = mc__gpt_act_take(g, ar, ns_h);
+    im->d_b = mc__gpt_act_take(g, ar, ns_h);
+    im->d_c = mc__gpt_act_take(g, ar, ns_h);
+    im->d_ln = mc__gpt_act_take(g, ar, ns_h);
+    im->d_qkv = mc__gpt_act_take(g, ar, n * 3u * (size_t)g->Ql);
+    im->d_atty = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
+    im->d_fc_a = mc__gpt_act_take(g, ar, n * (size_t)g->Fl);
+    im->d_fc_b = mc__gpt_act_take(g, ar, n * (size_t)g->Fl);
+    im->d_loss = mc__gpt_f32_take(ar, n);
+    im->tp_scratch = mc__arena_take(ar, mc__gpt_tp_scratch_bytes(g));
+    im->pos_ids = (int *)mc__arena_take(ar, n * sizeof(int));
+    im->d_logits = any_post ? mc__gpt_act_take(g, ar, n * (size_t)g->vocab_local) : NULL;
+}
+
+/* One micro-batch slot of one chunk. a->res and a->layer are host arrays set up before. */
+static void mc__gpt_point_act(mc_gpt *g, mc__arena *ar, mc__gpt_act *a, int pre, int post) {
+    struct mc__gpt_impl *im = g->impl;
+    size_t ns_h = (size_t)g->Ns * (size_t)g->H, n = (size_t)g->N;
+    int nl = g->layers_per_chunk, l;
+    a->dinput = mc__gpt_act_take(g, ar, ns_h);
+    for (l = 0; l <= nl; l++) {
+        int grp = l < nl ? im->group_of[l] : -1;
+        if (grp >= 0 && l != im->group_start[grp])
+            a->res[l] = im->rc_res[l - im->group_start[grp]];   /* inside a group: replayed */
+        else
+            a->res[l] = mc__gpt_act_take(g, ar, ns_h);
+    }
+    for (l = 0; l < nl; l++)
+        if (im->group_of[l] < 0) mc__gpt_point_cache(g, ar, &a->layer[l], im->keep_stats);
+    a->tokens = pre ? (int *)mc__arena_take(ar, n * sizeof(int)) : NULL;
+    if (post) {
+        a->labels = (int *)mc__arena_take(ar, n * sizeof(int));
+        a->lnf = mc__gpt_act_take(g, ar, ns_h);
+        a->lnf_mean = mc__gpt_f32_take(ar, (size_t)g->Ns);
+        a->lnf_rstd = mc__gpt_f32_take(ar, (size_t)g->Ns);
+        a->logits = mc__gpt_act_take(g, ar, n * (size_t)g->vocab_local);
+        a->ce_max = mc__gpt_f32_take(ar, n);
+        a->ce_sum = mc__gpt_f32_take(ar, n);
+        a->losses = mc__gpt_f32_take(ar, n);
+        a->loss_sum = (double *)mc__arena_take(ar, sizeof(double));
+    }
+}
+
+/* Sizes an arena with `point` (base NULL), allocates it, points into it. */
+#define MC__GPT_ARENA(g, out_base, call)                                                   \
+    do {                                                                                   \
+        mc__arena ar_ = {NULL, 0};                                                         \
+        mc__arena *ar = &ar_;                                                              \
+        call;                                                                              \
+        if ((g)->ops->alloc((g)->ops, &(out_base), ar_.used) != MC_OK) return MC_ERR_NO_MEMORY; \
+        (g)->impl->arena_bytes += ar_.used;                                                \
+        ar_.base = (char *)(out_base);                                                     \
+        ar_.used = 0;                                                                      \
+        call;                                                                              \
+    } while (0)
+
+static int mc__gpt_alloc_activations(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    int nl = g->layers_per_chunk, c, s, l, rc, any_post = 0;
+    int *pos;
+    /* the CPU's attention stats are the probabilities, which selective recompute drops */
+    size_t stats = g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD);
+    im->keep_stats = !im->selective ||
+                     stats < (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S;
+    im->rc_cache = (struct mc__gpt_layer_cache *)mc__gpt_host(
+        g, (size_t)(im->max_group > 0 ? im->max_group : 1) * sizeof *im->rc_cache);
+    im->rc_res = (void **)mc__gpt_host(g, (size_t)(im->max_group + 1) * sizeof(void *));
     im->act = (mc__gpt_act *)mc__gpt_host(g, (size_t)g->n_chunks * (size_t)g->n_slots *
                                                  sizeof *im->act);
-    if (!im->act) return MC_ERR_NO_MEMORY;
+    if (!im->rc_cache || !im->rc_res || !im->act) return MC_ERR_NO_MEMORY;
+    for (c = 0; c < g->n_chunks; c++) any_post |= mc_gpt_is_post_process(g, c);
+    MC__GPT_ARENA(g, im->scratch_arena, mc__gpt_point_scratch(g, ar, any_post));
+    /* token n = s * B + b has position s: computed here, uploaded once */
+    pos = (int *)mc_malloc((size_t)g->N * sizeof(int));
+    if (!pos) return MC_ERR_NO_MEMORY;
+    for (l = 0; l < g->N; l++) pos[l] = l / g->B;
+    rc = g->ops->upload(g->ops, im->pos_ids, pos, (size_t)g->N * sizeof(int));
+    mc_free(pos);
+    if (rc != MC_OK) return rc;
     for (c = 0; c < g->n_chunks; c++) {
         int pre = mc_gpt_is_pre_process(g, c), post = mc_gpt_is_post_process(g, c);
-        any_post |= post;
         for (s = 0; s < g->n_slots; s++) {
             mc__gpt_act *a = &im->act[c * g->n_slots + s];
             a->microbatch = -1;
-            a->res = (float **)mc__gpt_host(g, (size_t)(nl + 1) * sizeof(float *));
+            a->res = (void **)mc__gpt_host(g, (size_t)(nl + 1) * sizeof(void *));
             a->layer = (struct mc__gpt_layer_cache *)mc__gpt_host(
                 g, (size_t)(nl > 0 ? nl : 1) * sizeof *a->layer);
             a->group_rng = (mc_rng_states *)mc__gpt_host(
                 g, (size_t)(im->n_groups > 0 ? im->n_groups : 1) * sizeof *a->group_rng);
-            a->dinput = mc__gpt_floats(g, ns_h);
-            if (!a->res || !a->layer || !a->group_rng || !a->dinput) return MC_ERR_NO_MEMORY;
-            for (l = 0; l <= nl; l++) {
-                int grp = l < nl ? im->group_of[l] : -1;
-                if (grp >= 0 && l != im->group_start[grp]) {
-                    /* inside a recompute group: only replayed, never kept */
-                    a->res[l] = im->rc_res[l - im->group_start[grp]];
-                } else if (!(a->res[l] = mc__gpt_floats(g, ns_h))) {
-                    return MC_ERR_NO_MEMORY;
-                }
-            }
-            for (l = 0; l < nl; l++)
-                if (im->group_of[l] < 0 &&
-                    (rc = mc__gpt_alloc_cache(g, &a->layer[l], !im->selective)) != MC_OK)
-                    return rc;
-            if (pre && !(a->tokens = (int *)mc__gpt_alloc(g, n * sizeof(int))))
-                return MC_ERR_NO_MEMORY;
-            if (post) {
-                a->labels = (int *)mc__gpt_alloc(g, n * sizeof(int));
-                a->lnf = mc__gpt_floats(g, ns_h);
-                a->lnf_mean = mc__gpt_floats(g, (size_t)g->Ns);
-                a->lnf_rstd = mc__gpt_floats(g, (size_t)g->Ns);
-                a->logits = mc__gpt_floats(g, n * (size_t)g->vocab_local);
-                a->ce_max = mc__gpt_floats(g, n);
-                a->ce_sum = mc__gpt_floats(g, n);
-                a->losses = mc__gpt_floats(g, n);
-                if (!a->labels || !a->lnf || !a->lnf_mean || !a->lnf_rstd || !a->logits ||
-                    !a->ce_max || !a->ce_sum || !a->losses)
-                    return MC_ERR_NO_MEMORY;
-            }
+            if (!a->res || !a->layer || !a->group_rng) return MC_ERR_NO_MEMORY;
+            MC__GPT_ARENA(g, a->arena, mc__gpt_point_act(g, ar, a, pre, post));
         }
     }
-    if (any_post && !(im->d_logits = mc__gpt_floats(g, n * (size_t)g->vocab_local)))
-        return MC_ERR_NO_MEMORY;
     return MC_OK;
 }
-
 /* Sizes from the config and the parallel state; checks they agree. */
 static int mc__gpt_setup_sizes(mc_gpt *g, const mc_gpt_desc *desc) {
     const mc_gpt_config *cfg = &g->config;
@@ -8721,18 +9564,56 @@ static int mc__gpt_setup_sizes(mc_gpt *g, const mc_gpt_desc *desc) {
     return MC_OK;
 }
 
-MC_API void mc_gpt_free(mc_gpt *g) {
+MC_API void mc_gpt_destroy(mc_gpt *g) {
     struct mc__gpt_impl *im;
     int i;
     if (!g || !g->impl) return;
     im = g->impl;
-    for (i = im->n_allocs[0] - 1; i >= 0; i--) g->ops->free(im->allocs[0][i]);
-    for (i = im->n_allocs[1] - 1; i >= 0; i--) mc_free(im->allocs[1][i]);
-    mc_free(im->allocs[0]);
-    mc_free(im->allocs[1]);
-    mc_param_table_free(&g->table);
+    if (im->act)
+        for (i = 0; i < g->n_chunks * g->n_slots; i++) mc__ops_free(g->ops, im->act[i].arena);
+    mc__ops_free(g->ops, im->scratch_arena);
+    mc__ops_free(g->ops, g->params);
+    mc__ops_free(g->ops, g->grads);
+    for (i = im->n_host - 1; i >= 0; i--) mc_free(im->host[i]);
+    mc_free(im->host);
+    mc_param_table_destroy(&g->table);
     mc_free(im);
     memset(g, 0, sizeof *g);
+}
+
+MC_API size_t mc_gpt_memory(const mc_gpt *g, size_t *activation_bytes) {
+    size_t params = 0;
+    if (activation_bytes) *activation_bytes = 0;
+    if (!g || !g->impl) return 0;
+    params = mc_dtype_bytes(g->dtype, g->table.total) + sizeof(float) * g->table.total;
+    if (activation_bytes) *activation_bytes = g->impl->arena_bytes;
+    return params + g->impl->arena_bytes;
+}
+
+/* Every slot of the table is a function (a backend may leave ops it lacks NULL). */
+static int mc__ops_check_complete(const mc_ops *o, const char *fn) {
+    const void *const *slot = (const void *const *)(const void *)&o->alloc;
+    size_t n = (sizeof(mc_ops) - offsetof(mc_ops, alloc)) / sizeof(void *), i;
+    for (i = 0; i < n; i++)
+        if (!slot[i])
+            return MC__FAIL(MC_ERR_UNSUPPORTED, "%s: the '%s' op table lacks op #%zu (of %zu "
+                            "after alloc): this build of the backend cannot train a model", fn,
+                            o->name ? o->name : "?", i, n);
+    return MC_OK;
+}
+
+/* Every communicator the model uses must work on the model's memory (one memory owner). */
+static int mc__gpt_check_memory(const mc_gpt *g) {
+    const mc_ops *mem;
+    if (!g->ps || !g->ps->world) return MC_OK;
+    mem = mc_comm_memory(g->ps->world);
+    if (mc_ops_same_memory(mem, g->ops)) return MC_OK;
+    return MC__FAIL(MC_ERR_INVALID_DESC,
+                    "mc_gpt_init: the op table '%s' and the communicators' memory ('%s', "
+                    "mc_comm_memory of the world) are not the same memory; create the world "
+                    "with mc_comm_desc.memory = the model's table, or give the model "
+                    "mc_comm_memory(world)",
+                    g->ops->name ? g->ops->name : "?", mem && mem->name ? mem->name : "?");
 }
 
 MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
@@ -8755,14 +9636,16 @@ MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
     g->spec = desc->spec ? desc->spec : mc_transformer_spec_local();
     g->n_slots = MC__DEF(desc->n_slots, 1);
     g->gather_logits = desc->gather_logits;
+    g->dtype = desc->dtype;
     g->training = 1;
     if (g->n_slots < 1)
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_init: n_slots (%d) must be >= 1",
                         g->n_slots);
-    if (g->ops->device != MC_DEVICE_CPU)
-        return MC__FAIL(MC_ERR_UNSUPPORTED,
-                        "mc_gpt_init: the %s op table is not supported yet (the initialisation "
-                        "writes host memory)", g->ops->name);
+    if (g->dtype != MC_F32 && g->dtype != MC_BF16)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_desc.dtype (%d) must be MC_F32 or MC_BF16 "
+                        "(Megatron's --bf16)", (int)g->dtype);
+    if ((rc = mc__ops_check_complete(g->ops, "mc_gpt_init")) != MC_OK) return rc;
+    if ((rc = mc__gpt_check_memory(g)) != MC_OK) return rc;
     if ((rc = mc__gpt_setup_sizes(g, desc)) != MC_OK) return rc;
     for (c = 0; c < MC_GPT_MAX_CHUNKS; c++) g->grad_sync[c] = 1;
     g->impl = (struct mc__gpt_impl *)mc_calloc(1, sizeof *g->impl);
@@ -8782,8 +9665,8 @@ MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
         rc = mc_param_table_layout(&g->table, &lay);
     }
     if (rc == MC_OK) {
-        g->params = mc__gpt_floats(g, g->table.total);
-        g->grads = mc__gpt_floats(g, g->table.total);
+        g->params = mc__ops_alloc(g->ops, mc_dtype_bytes(g->dtype, g->table.total));
+        g->grads = (float *)mc__ops_alloc(g->ops, sizeof(float) * g->table.total);
         if (!g->params || !g->grads) rc = MC_ERR_NO_MEMORY;
     }
     if (rc == MC_OK) rc = mc__gpt_init_params(g);
@@ -8795,12 +9678,13 @@ MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
     }
     if (rc == MC_OK) rc = mc__gpt_plan_recompute(g);
     if (rc == MC_OK) rc = mc__gpt_alloc_activations(g);
+    if (rc == MC_OK) rc = mc_gpt_zero_grad(g);
     if (rc != MC_OK) {
-        if (rc == MC_ERR_NO_MEMORY) MC__FAIL(rc, "mc_gpt_init: out of memory");
-        mc_gpt_free(g);
+        if (rc == MC_ERR_NO_MEMORY) MC__FAIL(rc, "mc_gpt_init: out of memory (%s)",
+                                             mc_last_error());
+        mc_gpt_destroy(g);
         return rc;
     }
-    mc_gpt_zero_grad(g);
     return MC_OK;
 }
 
@@ -8849,7 +9733,8 @@ static int mc__pipe_chunk(const mc__pipe *p, int k, int forward) {
 
 static float *mc__pipe_buffer(mc__pipe *p) {
     if (p->n_spare > 0) return p->spare[--p->n_spare];
-    return (float *)mc_comm_alloc(p->pp_comm, p->h->tensor_elems * sizeof(float));
+    size_t bytes = mc_dtype_bytes(p->h->tensor_dtype, p->h->tensor_elems);
+    return (float *)mc_comm_alloc(p->pp_comm, bytes);
 }
 
 /* Every buffer ever handed out is either in a slot or spare, so spare (2*V*M) never overflows. */
@@ -8898,7 +9783,7 @@ static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float
         ops[n].is_send = (send);                                                \
         ops[n].buf = (void *)(uintptr_t)(buffer);                               \
         ops[n].count = p->h->tensor_elems;                                      \
-        ops[n].dtype = MC_F32;                                                  \
+        ops[n].dtype = p->h->tensor_dtype;                                      \
         ops[n].peer = (peer_rank);                                              \
         ops[n].tag = (tag_value);                                               \
         n++;                                                                    \
@@ -9270,6 +10155,12 @@ static int mc__ddp_validate(const mc_ddp_desc *d) {
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.grads is required (%zu elements)",
                         t->total);
     if (!d->ops) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.ops: no op table");
+    if (d->dp && !mc_ops_same_memory(mc_comm_memory(d->dp), d->ops))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_ddp_desc.ops ('%s') and the dp communicator's memory ('%s') are not "
+                        "the same memory: the grads must be buffers the communicator reduces "
+                        "(one memory owner)", d->ops->name ? d->ops->name : "?",
+                        mc_comm_memory(d->dp)->name ? mc_comm_memory(d->dp)->name : "?");
     if (d->distributed_optimizer != t->layout.distributed_optimizer)
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.distributed_optimizer (%d) differs from "
                         "the table's layout (%d): the padding would not fit the shards",
@@ -9288,7 +10179,7 @@ MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc) {
     if (!ddp || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_init: ddp and desc must be set");
     memset(ddp, 0, sizeof *ddp);
     ddp->desc = *desc;
-    if (!ddp->desc.ops) ddp->desc.ops = mc_ops_cpu();
+    if (!ddp->desc.ops) ddp->desc.ops = ddp->desc.dp ? mc_comm_memory(ddp->desc.dp) : mc_ops_cpu();
     if ((rc = mc__ddp_validate(&ddp->desc)) != MC_OK) {
         memset(ddp, 0, sizeof *ddp);
         return rc;
@@ -9341,7 +10232,10 @@ MC_API int mc_ddp_zero_grad(mc_ddp *ddp) {
         return MC__FAIL(MC_ERR_BUSY, "mc_ddp_zero_grad: bucket %d's collective is still in flight "
                         "and writes into the grads (call mc_ddp_finish_grad_sync first)", b);
     t = ddp->desc.table;
-    if (t->total > 0) ddp->desc.ops->fill(ddp->desc.grads, 0.0f, t->total);
+    if (t->total > 0 &&
+        (rc = ddp->desc.ops->fill(ddp->desc.ops, ddp->desc.grads, 0.0f, t->total, MC_F32)) !=
+            MC_OK)
+        return rc;
     memset(ddp->ready, 0, (size_t)(t->count > 0 ? t->count : 1));
     for (b = 0; b < t->n_buckets; b++) {
         ddp->bucket_ready[b] = 0;
@@ -9400,7 +10294,9 @@ static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
     size_t n = bk->end - bk->start, shard_start, shard_end;
     mc_request **req = async ? &ddp->requests[b] : NULL;
     int rc = MC_OK;
-    if (ddp->scale != 1.0f) ddp->desc.ops->scale(data, ddp->scale, n);
+    if (ddp->scale != 1.0f &&
+        (rc = ddp->desc.ops->scale(ddp->desc.ops, data, ddp->scale, n, MC_F32)) != MC_OK)
+        return rc;
     if (ddp->desc.dp && ddp->desc.distributed_optimizer) {
         mc_ddp_shard(ddp, b, &shard_start, &shard_end);
         rc = async ? mc_reduce_scatter_async(ddp->desc.dp, data, ddp->desc.grads + shard_start,
@@ -9479,21 +10375,23 @@ static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
     for (i = 0; i < t->count; i++)
         if (t->info[i].sequence_parallel) n += t->info[i].numel;
     if (n == 0) return MC_OK;
-    packed = (float *)ops->alloc(n * sizeof *packed);   /* [n]: the flagged grads back to back */
+    packed = (float *)mc__ops_alloc(ops, n * sizeof *packed);   /* [n]: the flagged grads */
     if (!packed) return MC__FAIL(MC_ERR_NO_MEMORY, "finalize_model_grads: out of memory packing "
                                  "%zu sequence-parallel grads", n);
-    for (i = 0; i < t->count; i++)
+    for (i = 0, rc = MC_OK; rc == MC_OK && i < t->count; i++)
         if (t->info[i].sequence_parallel) {
-            ops->copy(packed + at, grads + t->info[i].offset, t->info[i].numel);
+            rc = ops->copy(ops, packed + at, grads + t->info[i].offset, t->info[i].numel, MC_F32,
+                           MC_F32);
             at += t->info[i].numel;
         }
-    rc = mc_all_reduce(tp, packed, packed, n, MC_F32, MC_SUM);
+    if (rc == MC_OK) rc = mc_all_reduce(tp, packed, packed, n, MC_F32, MC_SUM);
     for (i = 0, at = 0; rc == MC_OK && i < t->count; i++)
         if (t->info[i].sequence_parallel) {
-            ops->copy(grads + t->info[i].offset, packed + at, t->info[i].numel);
+            rc = ops->copy(ops, grads + t->info[i].offset, packed + at, t->info[i].numel, MC_F32,
+                           MC_F32);
             at += t->info[i].numel;
         }
-    ops->free(packed);
+    mc__ops_free(ops, packed);
     return rc;
 }
 
@@ -9525,11 +10423,16 @@ static int mc__finalize_per_token(const mc_parallel_state *ps, mc_comm *dp, cons
                                   const mc_param_table *t, float *grads, double *num_tokens) {
     mc_comm *pp = ps ? mc_parallel_group(ps, MC_GROUP_PP) : NULL;
     int rc;
-    if (pp && (rc = mc_broadcast(pp, num_tokens, 1, MC_F64, pp->size - 1)) != MC_OK) return rc;
-    if (dp && (rc = mc_all_reduce(dp, num_tokens, num_tokens, 1, MC_F64, MC_SUM)) != MC_OK)
+    /* host values: staged through the communicators' memory (device scalars on nccl) */
+    if (pp && (rc = mc_host_collective(pp, MC_COLL_BROADCAST, num_tokens, num_tokens, 1, MC_F64,
+                                       MC_SUM, pp->size - 1)) != MC_OK)
+        return rc;
+    if (dp && (rc = mc_host_collective(dp, MC_COLL_ALL_REDUCE, num_tokens, num_tokens, 1, MC_F64,
+                                       MC_SUM, 0)) != MC_OK)
         return rc;
     if (t->total > 0)
-        ops->scale(grads, (float)(1.0 / (*num_tokens > 1.0 ? *num_tokens : 1.0)), t->total);
+        return ops->scale(ops, grads, (float)(1.0 / (*num_tokens > 1.0 ? *num_tokens : 1.0)),
+                          t->total, MC_F32);
     return MC_OK;
 }
 
@@ -9641,50 +10544,15 @@ static int mc__opt_validate(const mc_optimizer_desc *d) {
                         (double)d->eps);
     if (!d->ops || !d->ops->adamw)
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ops: no op table with adamw");
+    if (!mc_ops_same_memory(d->ops, d->ddp->desc.ops))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ops ('%s') is not the memory of "
+                        "the ddp's table ('%s'): the optimizer steps the ddp's grads (one memory "
+                        "owner)", d->ops->name ? d->ops->name : "?",
+                        d->ddp->desc.ops->name ? d->ddp->desc.ops->name : "?");
+    if (d->params_dtype != MC_F32 && d->params_dtype != MC_BF16)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.params_dtype (%d) must be MC_F32 "
+                        "or MC_BF16", (int)d->params_dtype);
     return MC_OK;
-}
-
-MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc) {
-    const mc_ddp *ddp;
-    int rc;
-    if (!opt || !desc)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_init: opt and desc must be set");
-    memset(opt, 0, sizeof *opt);
-    opt->desc = *desc;
-    mc__opt_defaults(&opt->desc);
-    if ((rc = mc__opt_validate(&opt->desc)) != MC_OK) {
-        memset(opt, 0, sizeof *opt);
-        return rc;
-    }
-    ddp = opt->desc.ddp;
-    opt->state_numel = ddp->desc.table->total /
-                       (size_t)(ddp->desc.distributed_optimizer ? ddp->dp_size : 1);
-    opt->m = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));   /* zeroed */
-    opt->v = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));
-    if (!opt->m || !opt->v) {
-        mc_optimizer_destroy(opt);
-        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (2 x %zu floats)",
-                        opt->state_numel);
-    }
-    opt->tp_rank = opt->desc.ps ? mc_parallel_rank(opt->desc.ps, MC_GROUP_TP) : 0;
-    if (opt->tp_rank < 0) opt->tp_rank = 0;
-    /* §12: grads are equal over DP without the distributed optimizer (reduce over TP x PP);
-       with it each DP rank holds a disjoint shard (reduce over everyone). */
-    if (ddp->desc.distributed_optimizer)
-        opt->stats = opt->desc.ps ? opt->desc.ps->world : ddp->desc.dp;
-    else
-        opt->stats = opt->desc.ps ? mc_parallel_group(opt->desc.ps, MC_GROUP_MP) : NULL;
-    opt->last_clip_coeff = 1.0f;
-    return MC_OK;
-}
-
-MC_API void mc_optimizer_destroy(mc_optimizer *opt) {
-    if (!opt) return;
-    if (opt->desc.ops) {
-        if (opt->m) opt->desc.ops->free(opt->m);
-        if (opt->v) opt->desc.ops->free(opt->v);
-    }
-    memset(opt, 0, sizeof *opt);
 }
 
 /* The flat range [*lo, *hi) of param p whose grads this rank reduces and whose state it owns,
@@ -9707,51 +10575,172 @@ static void mc__opt_param_span(const mc_optimizer *opt, int p, size_t *lo, size_
     *state_at = ddp->desc.table->buckets[b].start / (size_t)ddp->dp_size + (*lo - s0);
 }
 
-MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm) {
-    const mc_param_table *t;
-    const float *grads;
-    double sum = 0.0;
+/* The span tables, made once on the host and uploaded: the grad-norm spans (§12: not the tied
+   copy, replicas counted on TP rank 0 only; registration order, neighbours merged) and the
+   AdamW spans (every owned range, its weight decay). */
+static int mc__opt_build_spans(mc_optimizer *opt) {
+    const mc_param_table *t = opt->desc.ddp->desc.table;
+    const mc_ops *o = opt->desc.ops;
+    float weight_decay = opt->desc.weight_decay > 0.0f ? opt->desc.weight_decay : 0.0f;
+    size_t *norm = (size_t *)mc_calloc(2 * (size_t)(t->count + 1), sizeof(size_t));
+    mc_adamw_span *adam = (mc_adamw_span *)mc_calloc((size_t)(t->count + 1), sizeof *adam);
     size_t lo, hi, at;
-    int i, rc;
+    int i, nn = 0, na = 0, rc = MC_OK;
+    if (!norm || !adam) rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory");
+    for (i = 0; rc == MC_OK && i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi == lo) continue;
+        adam[na].grad_at = lo;
+        adam[na].state_at = at;
+        adam[na].main_at = opt->main ? at : lo;
+        adam[na].n = hi - lo;
+        adam[na].weight_decay = p->no_weight_decay ? 0.0f : weight_decay;
+        na++;
+        if (p->shared) continue;                                        /* the tied copy */
+        if (!p->tensor_model_parallel && opt->tp_rank != 0) continue;   /* a TP replica */
+        if (nn > 0 && norm[2 * nn - 1] == lo) {
+            norm[2 * nn - 1] = hi;
+        } else {
+            norm[2 * nn] = lo;
+            norm[2 * nn + 1] = hi;
+            nn++;
+        }
+    }
+    if (rc == MC_OK) {
+        opt->norm_spans = (size_t *)mc__ops_alloc(o, 2 * (size_t)(nn + 1) * sizeof(size_t));
+        opt->adamw_spans = (mc_adamw_span *)mc__ops_alloc(o, (size_t)(na + 1) * sizeof *adam);
+        opt->norm_sum = (double *)mc__ops_alloc(o, sizeof(double));
+        if (!opt->norm_spans || !opt->adamw_spans || !opt->norm_sum)
+            rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (%s)",
+                          mc_last_error());
+    }
+    if (rc == MC_OK) rc = o->upload(o, opt->norm_spans, norm, 2 * (size_t)nn * sizeof(size_t));
+    if (rc == MC_OK) rc = o->upload(o, opt->adamw_spans, adam, (size_t)na * sizeof *adam);
+    opt->n_norm_spans = nn;
+    opt->n_adamw_spans = na;
+    mc_free(norm);
+    mc_free(adam);
+    return rc;
+}
+
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc) {
+    mc_optimizer o;
+    const mc_ddp *ddp;
+    const mc_ops *ops;
+    int rc, i;
+    if (!opt || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_init: opt and desc must be set");
+    memset(&o, 0, sizeof o);
+    o.desc = *desc;
+    mc__opt_defaults(&o.desc);
+    if ((rc = mc__opt_validate(&o.desc)) != MC_OK) return rc;
+    ddp = o.desc.ddp;
+    ops = o.desc.ops;
+    o.state_numel = ddp->desc.table->total /
+                    (size_t)(ddp->desc.distributed_optimizer ? ddp->dp_size : 1);
+    o.m = (float *)mc__ops_alloc(ops, o.state_numel * sizeof(float));   /* zeroed */
+    o.v = (float *)mc__ops_alloc(ops, o.state_numel * sizeof(float));
+    if (o.desc.params_dtype == MC_BF16)
+        o.main = (float *)mc__ops_alloc(ops, o.state_numel * sizeof(float));
+    if (!o.m || !o.v || (o.desc.params_dtype == MC_BF16 && !o.main)) {
+        mc_optimizer_destroy(&o);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (%d x %zu floats)",
+                        o.desc.params_dtype == MC_BF16 ? 3 : 2, o.state_numel);
+    }
+    o.tp_rank = o.desc.ps ? mc_parallel_rank(o.desc.ps, MC_GROUP_TP) : 0;
+    if (o.tp_rank < 0) o.tp_rank = 0;
+    /* §12: grads are equal over DP without the distributed optimizer (reduce over TP x PP);
+       with it each DP rank holds a disjoint shard (reduce over everyone). */
+    if (ddp->desc.distributed_optimizer)
+        o.stats = o.desc.ps ? o.desc.ps->world : ddp->desc.dp;
+    else
+        o.stats = o.desc.ps ? mc_parallel_group(o.desc.ps, MC_GROUP_MP) : NULL;
+    o.last_clip_coeff = 1.0f;
+    if (o.stats && !mc_ops_same_memory(mc_comm_memory(o.stats), ops)) {
+        mc_optimizer_destroy(&o);
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_init: the grad-norm communicator '%s' "
+                        "works on other memory than the op table '%s' (one memory owner)",
+                        o.stats->name, ops->name ? ops->name : "?");
+    }
+    rc = mc__opt_build_spans(&o);
+    /* the fp32 main parameters start as the model's (bf16) values, range by range */
+    for (i = 0; rc == MC_OK && o.main && i < ddp->desc.table->count; i++) {
+        size_t lo, hi, at;
+        mc__opt_param_span(&o, i, &lo, &hi, &at);
+        if (hi > lo)
+            rc = ops->copy(ops, o.main + at, (const char *)o.desc.params +
+                                                 mc_dtype_bytes(MC_BF16, lo),
+                           hi - lo, MC_F32, MC_BF16);
+    }
+    if (rc != MC_OK) {
+        mc_optimizer_destroy(&o);
+        return rc;
+    }
+    *opt = o;
+    return MC_OK;
+}
+
+MC_API void mc_optimizer_destroy(mc_optimizer *opt) {
+    const mc_ops *o;
+    if (!opt) return;
+    o = opt->desc.ops;
+    if (o) {
+        mc__ops_free(o, opt->m);
+        mc__ops_free(o, opt->v);
+        mc__ops_free(o, opt->main);
+        mc__ops_free(o, opt->norm_spans);
+        mc__ops_free(o, opt->adamw_spans);
+        mc__ops_free(o, opt->norm_sum);
+    }
+    memset(opt, 0, sizeof *opt);
+}
+
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm) {
+    const mc_ops *o;
+    double sum = 0.0;
+    int rc;
     if (!opt || !opt->m || !norm)
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_grad_norm: opt (initialised) and norm "
                         "must be set");
-    t = opt->desc.ddp->desc.table;
-    grads = opt->desc.ddp->desc.grads;
-    for (i = 0; i < t->count; i++) {
-        const mc_param_info *p = &t->info[i];
-        if (p->shared) continue;                                  /* the tied copy */
-        if (!p->tensor_model_parallel && opt->tp_rank != 0) continue;   /* a TP replica */
-        mc__opt_param_span(opt, i, &lo, &hi, &at);
-        if (hi > lo) sum += opt->desc.ops->sum_squares(grads + lo, hi - lo);
-    }
-    if (opt->stats && (rc = mc_all_reduce(opt->stats, &sum, &sum, 1, MC_F64, MC_SUM)) != MC_OK)
+    o = opt->desc.ops;
+    if ((rc = o->sum_squares(o, opt->norm_sum, opt->desc.ddp->desc.grads, opt->norm_spans,
+                             opt->n_norm_spans)) != MC_OK)
         return rc;
+    if (opt->stats &&
+        (rc = mc_all_reduce(opt->stats, opt->norm_sum, opt->norm_sum, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    if ((rc = o->download(o, &sum, opt->norm_sum, sizeof sum)) != MC_OK) return rc;
     *norm = sqrt(sum);
     return MC_OK;
 }
 
 /* Scales every grad this rank steps (its shards under the distributed optimizer). */
-static void mc__opt_scale_grads(mc_optimizer *opt, float coeff) {
+static int mc__opt_scale_grads(mc_optimizer *opt, float coeff) {
     const mc_ddp *ddp = opt->desc.ddp;
+    const mc_ops *o = opt->desc.ops;
     size_t s0, s1;
-    int b;
-    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+    int b, rc = MC_OK;
+    for (b = 0; rc == MC_OK && b < ddp->desc.table->n_buckets; b++) {
         mc_ddp_shard(ddp, b, &s0, &s1);
-        if (s1 > s0) opt->desc.ops->scale(ddp->desc.grads + s0, coeff, s1 - s0);
+        if (s1 > s0) rc = o->scale(o, ddp->desc.grads + s0, coeff, s1 - s0, MC_F32);
     }
+    return rc;
 }
 
 /* Distributed optimizer: every DP rank gets every rank's freshly stepped shard. */
 static int mc__opt_gather_params(mc_optimizer *opt) {
     const mc_ddp *ddp = opt->desc.ddp;
+    mc_dtype dt = opt->desc.params_dtype;
     size_t s0, s1;
     int b, rc;
     if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) return MC_OK;
     for (b = 0; b < ddp->desc.table->n_buckets; b++) {
         mc_ddp_shard(ddp, b, &s0, &s1);
-        rc = mc_all_gather(ddp->desc.dp, opt->desc.params + s0,
-                           opt->desc.params + ddp->desc.table->buckets[b].start, s1 - s0, MC_F32);
+        rc = mc_all_gather(ddp->desc.dp, (char *)opt->desc.params + mc_dtype_bytes(dt, s0),
+                           (char *)opt->desc.params +
+                               mc_dtype_bytes(dt, ddp->desc.table->buckets[b].start),
+                           s1 - s0, dt);
         if (rc != MC_OK) return rc;
     }
     return MC_OK;
@@ -9759,37 +10748,37 @@ static int mc__opt_gather_params(mc_optimizer *opt) {
 
 MC_API int mc_optimizer_step(mc_optimizer *opt) {
     const mc_optimizer_desc *d;
-    const mc_param_table *t;
-    float *grads, lr, weight_decay, coeff = 1.0f;
+    const mc_ops *o;
+    mc_adamw_step h;
+    float lr, coeff = 1.0f;
     double norm = 0.0;
-    size_t lo, hi, at;
-    int i, rc;
+    int rc;
     if (!opt || !opt->m)
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_step: opt is NULL or not initialised");
     d = &opt->desc;
-    t = d->ddp->desc.table;
-    grads = d->ddp->desc.grads;
+    o = d->ops;
     lr = (float)mc_optimizer_lr_at(d, opt->lr_steps);
-    weight_decay = d->weight_decay > 0.0f ? d->weight_decay : 0.0f;
     if (d->clip_grad > 0.0f) {
         if ((rc = mc_optimizer_grad_norm(opt, &norm)) != MC_OK) return rc;
         if (!isfinite(norm))
             return MC__FAIL(MC_ERR_STATE, "mc_optimizer_step: grad norm is %g at iteration %lld; "
                             "the step is skipped", norm, opt->iteration + 1);
         coeff = (float)(d->clip_grad / (norm + MC__OPT_CLIP_EPS));
-        if (coeff < 1.0f)
-            mc__opt_scale_grads(opt, coeff);
-        else
+        if (coeff < 1.0f) {
+            if ((rc = mc__opt_scale_grads(opt, coeff)) != MC_OK) return rc;
+        } else {
             coeff = 1.0f;
+        }
     }
-    for (i = 0; i < t->count; i++) {
-        const mc_param_info *p = &t->info[i];
-        mc__opt_param_span(opt, i, &lo, &hi, &at);
-        if (hi == lo) continue;
-        d->ops->adamw(d->params + lo, grads + lo, opt->m + at, opt->v + at, hi - lo, lr,
-                      d->beta1, d->beta2, d->eps, p->no_weight_decay ? 0.0f : weight_decay,
-                      (int)(opt->iteration + 1));
-    }
+    h.lr = lr;
+    h.beta1 = d->beta1;
+    h.beta2 = d->beta2;
+    h.eps = d->eps;
+    h.step = (int)(opt->iteration + 1);
+    rc = o->adamw(o, opt->main ? opt->main : (float *)d->params, d->ddp->desc.grads, opt->m,
+                  opt->v, opt->main ? d->params : NULL, opt->adamw_spans, opt->n_adamw_spans, &h,
+                  d->params_dtype);
+    if (rc != MC_OK) return rc;
     if ((rc = mc__opt_gather_params(opt)) != MC_OK) return rc;
     opt->iteration++;
     opt->lr_steps++;
@@ -9825,33 +10814,39 @@ static float *mc__opt_state(mc_optimizer *opt, mc_optimizer_state_kind which) {
 MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
                                   float *out) {
     const mc_ddp *ddp;
+    const mc_ops *o;
     size_t lo, hi, at, numel, first;
     int rc;
     if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_get_state")) != MC_OK) return rc;
     ddp = opt->desc.ddp;
+    o = opt->desc.ops;
     numel = ddp->desc.table->info[param].numel;
     mc__opt_param_span(opt, param, &lo, &hi, &at);
     first = lo - ddp->desc.table->info[param].offset;
-    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) {
-        opt->desc.ops->copy(out, mc__opt_state(opt, which) + at, numel);
-        return MC_OK;
-    }
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp)
+        return o->copy(o, out, mc__opt_state(opt, which) + at, numel, MC_F32, MC_F32);
     /* The owners' pieces are disjoint and cover the param: summing zero-filled copies over
        DP assembles it exactly (x + 0 = x). */
-    opt->desc.ops->fill(out, 0.0f, numel);
-    if (hi > lo) opt->desc.ops->copy(out + first, mc__opt_state(opt, which) + at, hi - lo);
+    if ((rc = o->fill(o, out, 0.0f, numel, MC_F32)) != MC_OK) return rc;
+    if (hi > lo &&
+        (rc = o->copy(o, out + first, mc__opt_state(opt, which) + at, hi - lo, MC_F32, MC_F32)) !=
+            MC_OK)
+        return rc;
     return mc_all_reduce(ddp->desc.dp, out, out, numel, MC_F32, MC_SUM);
 }
 
 MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
                                   const float *in) {
+    const mc_ops *o;
     size_t lo, hi, at;
     int rc;
     if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_set_state")) != MC_OK) return rc;
+    o = opt->desc.ops;
     mc__opt_param_span(opt, param, &lo, &hi, &at);
     if (hi > lo)
-        opt->desc.ops->copy(mc__opt_state(opt, which) + at,
-                            in + (lo - opt->desc.ddp->desc.table->info[param].offset), hi - lo);
+        return o->copy(o, mc__opt_state(opt, which) + at,
+                       in + (lo - opt->desc.ddp->desc.table->info[param].offset), hi - lo, MC_F32,
+                       MC_F32);
     return MC_OK;
 }
 
@@ -10144,7 +11139,7 @@ static int mc__ckpt_rng_cmp(const void *a, const void *b) {
     return x->tp < y->tp ? -1 : x->tp > y->tp;
 }
 
-MC_API void mc_checkpoint_meta_free(mc_checkpoint_meta *meta) {
+MC_API void mc_checkpoint_meta_destroy(mc_checkpoint_meta *meta) {
     if (!meta) return;
     mc_free(meta->tensors);
     mc_free(meta->rng);
@@ -10773,7 +11768,7 @@ static int mc__ckpt_agree(mc_comm *world, int status) {
     int32_t key = status == MC_OK ? world->size : world->rank, first = 0, st = status;
     unsigned char msg[4 + MC__ERROR_LEN];
     char text[MC__ERROR_LEN];
-    int rc = mc_all_reduce(world, &key, &first, 1, MC_I32, MC_MIN);
+    int rc = mc_host_collective(world, MC_COLL_ALL_REDUCE, &key, &first, 1, MC_I32, MC_MIN, 0);
     if (rc != MC_OK) return rc;
     if (first == world->size) return MC_OK;
     memset(msg, 0, sizeof msg);
@@ -10781,7 +11776,7 @@ static int mc__ckpt_agree(mc_comm *world, int status) {
         memcpy(msg, &st, 4);
         memcpy(msg + 4, mc__last_error_text, strlen(mc__last_error_text));
     }
-    rc = mc_broadcast(world, msg, sizeof msg, MC_U8, first);
+    rc = mc_host_collective(world, MC_COLL_BROADCAST, msg, msg, sizeof msg, MC_U8, MC_SUM, first);
     if (rc != MC_OK) return rc;
     memcpy(&st, msg, 4);
     msg[sizeof msg - 1] = '\0';
@@ -10964,8 +11959,9 @@ static int mc__ckpt_check_same(const mc__ckpt_ctx *cx) {
     memcpy(&v[4], &fp, 8);
     v[5] = cx->optim;
     v[6] = d->rng != NULL;
-    rc = mc_all_reduce(cx->world, v, lo, 7, MC_I64, MC_MIN);
-    if (rc == MC_OK) rc = mc_all_reduce(cx->world, v, hi, 7, MC_I64, MC_MAX);
+    rc = mc_host_collective(cx->world, MC_COLL_ALL_REDUCE, v, lo, 7, MC_I64, MC_MIN, 0);
+    if (rc == MC_OK) rc = mc_host_collective(cx->world, MC_COLL_ALL_REDUCE, v, hi, 7, MC_I64,
+                                             MC_MAX, 0);
     if (rc != MC_OK) return rc;
     for (i = 0; i < 7; i++)
         if (lo[i] != hi[i])
@@ -11086,7 +12082,8 @@ static int mc__ckpt_allgather_text(const mc__ckpt_ctx *cx, const mc__ckpt_sb *mi
                                    size_t *slot) {
     int64_t len = (int64_t)mine->len + 1, max_len = 0;
     char *send;
-    int rc = mc_all_reduce(cx->world, &len, &max_len, 1, MC_I64, MC_MAX);
+    int rc = mc_host_collective(cx->world, MC_COLL_ALL_REDUCE, &len, &max_len, 1, MC_I64, MC_MAX,
+                                0);
     *all = NULL;
     if (rc != MC_OK) return rc;
     send = (char *)mc_calloc((size_t)max_len, 1);
@@ -11095,7 +12092,8 @@ static int mc__ckpt_allgather_text(const mc__ckpt_ctx *cx, const mc__ckpt_sb *mi
     rc = mc__ckpt_agree(cx->world, rc);
     if (rc == MC_OK) {
         if (mine->len) memcpy(send, mine->p, mine->len);
-        rc = mc_all_gather(cx->world, send, *all, (size_t)max_len, MC_U8);
+        rc = mc_host_collective(cx->world, MC_COLL_ALL_GATHER, send, *all, (size_t)max_len, MC_U8,
+                                MC_SUM, 0);
     }
     mc_free(send);
     if (rc != MC_OK) {
@@ -11296,7 +12294,10 @@ static int mc__ckpt_checksums(const mc__ckpt_ctx *cx, const char *dir, mc_checkp
                           (unsigned long)*crc);
     }
     rc = mc__ckpt_agree(cx->world, rc);
-    if (rc == MC_OK && !verify) rc = mc_all_reduce(cx->world, mine, sum, (size_t)(2 * n + 1), MC_I64, MC_SUM);
+    if (rc == MC_OK && !verify)
+        rc = mc_host_collective(cx->world, MC_COLL_ALL_REDUCE, mine, sum, (size_t)(2 * n + 1),
+                                MC_I64,
+                                MC_SUM, 0);
     for (i = 0; i < n && rc == MC_OK && !verify; i++) {
         const char *name;
         long long *bytes;
@@ -11346,7 +12347,7 @@ static int mc__ckpt_finish(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m, 
     return rc;
 }
 
-MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+static int mc__ckpt_save_host(const mc_checkpoint_desc *desc) {
     mc__ckpt_ctx cx;
     mc_checkpoint_meta meta;
     mc__ckpt_sb report;
@@ -11413,7 +12414,7 @@ done:
     }
     mc_free(all);
     mc__ckpt_sb_free(&report);
-    mc_checkpoint_meta_free(&meta);
+    mc_checkpoint_meta_destroy(&meta);
     return rc;
 }
 
@@ -11644,7 +12645,7 @@ static int mc__ckpt_restore_rng(const mc__ckpt_ctx *cx, const mc_checkpoint_meta
     return rc;
 }
 
-MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+static int mc__ckpt_load_host(const mc_checkpoint_desc *desc, unsigned flags,
                               mc_checkpoint_result *result) {
     mc__ckpt_ctx cx;
     mc_checkpoint_meta meta;
@@ -11673,7 +12674,7 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
     MC__CKPT_AGREE(&cx, rc);
     head[0] = it;
     head[1] = (int64_t)len;
-    rc = mc_broadcast(cx.world, head, 2, MC_I64, 0);
+    rc = mc_host_collective(cx.world, MC_COLL_BROADCAST, head, head, 2, MC_I64, MC_SUM, 0);
     if (rc != MC_OK) goto done;
     it = head[0];
     len = (size_t)head[1];
@@ -11683,7 +12684,8 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
                   : MC__FAIL(MC_ERR_NO_MEMORY, "mc_checkpoint_load: out of memory");
     }
     MC__CKPT_AGREE(&cx, rc);
-    if (len > 0) rc = mc_broadcast(cx.world, text, len, MC_U8, 0);
+    if (len > 0) rc = mc_host_collective(cx.world, MC_COLL_BROADCAST, text, text, len, MC_U8,
+                                         MC_SUM, 0);
     if (rc != MC_OK) goto done;
     rc = mc__ckpt_join(meta_path, iter_dir, MC_CKPT_METADATA_FILE);
     if (rc == MC_OK) rc = mc_checkpoint_parse_metadata(&meta, text, len, meta_path, desc->config);
@@ -11726,18 +12728,18 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
 done:
     mc_free(text);
     mc_free((void *)src);
-    mc_checkpoint_meta_free(&meta);
+    mc_checkpoint_meta_destroy(&meta);
     return rc;
 }
 
 #else /* _WIN32 */
 
-MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+static int mc__ckpt_save_host(const mc_checkpoint_desc *desc) {
     (void)desc;
     return MC__FAIL(MC_ERR_UNSUPPORTED, "mc_checkpoint_save needs POSIX file functions");
 }
 
-MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+static int mc__ckpt_load_host(const mc_checkpoint_desc *desc, unsigned flags,
                               mc_checkpoint_result *result) {
     (void)desc;
     (void)flags;
@@ -11746,6 +12748,80 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
 }
 
 #endif /* _WIN32 */
+
+/* Device buffers (desc->ops not the CPU's) are staged through host copies: every rank
+   downloads its three flat buffers, the host code saves or loads them, and a successful load
+   uploads them again. The staging outcome is agreed over the world before any file work. */
+static int mc__ckpt_stage(const mc_checkpoint_desc *desc, mc_checkpoint_desc *host,
+                          float *mirror[3]) {
+    const mc_ops *o = desc->ops;
+    float *dev[3];
+    size_t n = desc->params ? desc->params->total : 0;
+    int k, rc = MC_OK, worst = MC_OK;
+    *host = *desc;
+    host->ops = NULL;
+    dev[0] = desc->param_data;
+    dev[1] = desc->exp_avg;
+    dev[2] = desc->exp_avg_sq;
+    for (k = 0; k < 3; k++) {
+        mirror[k] = NULL;
+        if (!dev[k] || rc != MC_OK) continue;
+        mirror[k] = (float *)mc_calloc(n > 0 ? n : 1, sizeof(float));
+        rc = mirror[k] ? o->download(o, mirror[k], dev[k], n * sizeof(float))
+                       : MC__FAIL(MC_ERR_NO_MEMORY, "checkpoint: no host memory for %zu values",
+                                  n);
+    }
+    host->param_data = mirror[0];
+    host->exp_avg = mirror[1];
+    host->exp_avg_sq = mirror[2];
+    if (desc->ps && desc->ps->world &&
+        mc_host_collective(desc->ps->world, MC_COLL_ALL_REDUCE, &rc, &worst, 1, MC_I32, MC_MIN,
+                           0) == MC_OK &&
+        rc == MC_OK && worst != MC_OK)
+        rc = MC__FAIL(worst, "checkpoint: another rank could not stage its buffers (%s)",
+                      mc_err_name(worst));
+    return rc;
+}
+
+static int mc__ckpt_unstage(const mc_checkpoint_desc *desc, float *mirror[3], int upload) {
+    float *dev[3];
+    size_t n = desc->params ? desc->params->total : 0;
+    int k, rc = MC_OK;
+    dev[0] = desc->param_data;
+    dev[1] = desc->exp_avg;
+    dev[2] = desc->exp_avg_sq;
+    for (k = 0; k < 3; k++) {
+        if (upload && mirror[k] && rc == MC_OK)
+            rc = desc->ops->upload(desc->ops, dev[k], mirror[k], n * sizeof(float));
+        mc_free(mirror[k]);
+    }
+    return rc;
+}
+
+MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+    mc_checkpoint_desc host;
+    float *mirror[3];
+    int rc;
+    if (!desc || !desc->ops || desc->ops->device == MC_DEVICE_CPU)
+        return mc__ckpt_save_host(desc);
+    rc = mc__ckpt_stage(desc, &host, mirror);
+    if (rc == MC_OK) rc = mc__ckpt_save_host(&host);
+    mc__ckpt_unstage(desc, mirror, 0);
+    return rc;
+}
+
+MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+                              mc_checkpoint_result *result) {
+    mc_checkpoint_desc host;
+    float *mirror[3];
+    int rc, up;
+    if (!desc || !desc->ops || desc->ops->device == MC_DEVICE_CPU)
+        return mc__ckpt_load_host(desc, flags, result);
+    rc = mc__ckpt_stage(desc, &host, mirror);
+    if (rc == MC_OK) rc = mc__ckpt_load_host(&host, flags, result);
+    up = mc__ckpt_unstage(desc, mirror, rc == MC_OK);
+    return rc != MC_OK ? rc : up;
+}
 
 /* @checkpoint:implementation end */
 
