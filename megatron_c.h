@@ -47,6 +47,21 @@
            optimizer, AdamW with the model-parallel grad norm and clipping, and
            checkpoints that reshard across TP / PP / DP.
 
+   SECTIONS (grep ">>name"; declarations first, then the implementation in the same order),
+   named and ordered after Megatron-Core's packages:
+       core                errors, setup, ops (the op table: memory and numerics; the CPU
+                           table), config, num_microbatches, params (the flat buffer's table)
+       parallel_state      rank_grid, comm (self and mpi here, nccl in megatron_c_cuda.cu),
+                           the groups of initialize_model_parallel
+       tensor_parallel     mappings, Column/Row parallel linear, vocab-parallel embedding and
+                           cross entropy, random (Philox, the RNG tracker)
+       pipeline_parallel   schedule_table, schedules
+       transformer         the layer spec, the layer, the block
+       models.gpt          GPTModel
+       distributed         DDP buckets, finalize_model_grads
+       optimizer           AdamW, the learning-rate schedule, grad-norm clipping
+       dist_checkpointing  checkpoints that load under another layout
+
    megatron_c DOES NOT
        - call exit() or print by itself: functions return a status (MC_OK == 0,
          negative on error) and the details go to the logger callback and to
@@ -73,7 +88,7 @@
           mc_schedule_ops(&(mc_schedule_desc){ .pp = 4, .pp_rank = 0, .num_microbatches = 8 },
                           ops, 16, &warmup)             -> 16 ops, warmup == 3:
                                                            F0 F1 F2 F3 B0 F4 B1 ... B7
-          Random numbers: see the example at >>rng below.
+          Random numbers: see the example at >>tensor_parallel.random below.
 
        Training (examples/pretrain_gpt.c is the whole recipe, about 600 lines). One op table
        owns the memory of everything below; give the world the same table
@@ -127,8 +142,11 @@
 extern "C" {
 #endif
 
+/* =============================================================================================
+   core: errors, setup, ops (memory and numerics), config, num_microbatches, params */
+
 /* ---------------------------------------------------------------------------------------------
-   >>errors  One list gives the enum, mc_err_name() and mc_strerror(). 0 is success, errors < 0. */
+   >>core.errors  One list gives the enum, mc_err_name() and mc_strerror(). 0 is success, errors < 0. */
 #define MC_ERROR_MAP(XX)                                                                  \
     XX(OK, 0, "success")                                                                  \
     XX(ERR_INVALID_ARG, -1, "invalid argument")                                           \
@@ -159,7 +177,7 @@ MC_API const char *mc_last_error(void);
 MC_API const char *mc_version_string(void);   /* "0.1.0" */
 
 /* ---------------------------------------------------------------------------------------------
-   >>setup  Optional process-wide logger and allocator. Zero means default: no logger (silent),
+   >>core.setup  Optional process-wide logger and allocator. Zero means default: no logger (silent),
    malloc/free. alloc_fn and free_fn must be given together. */
 typedef struct mc_logger {
     /* level: 0 panic, 1 error, 2 warning, 3 info. item: an mc_status or 0. */
@@ -184,642 +202,9 @@ MC_API void *mc_malloc(size_t size);
 MC_API void *mc_calloc(size_t count, size_t size);
 MC_API void mc_free(void *ptr);
 
-/* ---------------------------------------------------------------------------------------------
-   >>rank_grid  Megatron's RankGenerator: a pure function of the sizes, no communication.
-
-   The order string lists the axes from fastest to slowest varying (default "tp-cp-ep-dp-pp").
-   Axes of size 1 that are missing from the order are appended; a missing axis of size > 1 is
-   an error. The dense grid is (tp, cp, dp, pp) with ep = 1; the expert grid is
-   (etp, ep, edp, pp) with cp = 1:
-       world = TP * CP * DP * PP = ETP * EP * EDP * PP    (EP is not an extra world factor) */
-
-#define MC_MAX_RANKS 1048576
-#define MC_ORDER_MAX 32
-
-typedef enum mc_group_kind {
-    MC_GROUP_TP = 0,
-    MC_GROUP_PP,
-    MC_GROUP_DP,
-    MC_GROUP_DP_CP,
-    MC_GROUP_CP,
-    MC_GROUP_MP,                 /* model parallel: tp-pp */
-    MC_GROUP_TP_DP,
-    MC_GROUP_TP_DP_CP,
-    MC_GROUP_TP_CP,
-    MC_GROUP_EMBEDDING,          /* first and last rank of each pp group (one rank when PP = 1) */
-    MC_GROUP_POSITION_EMBEDDING, /* first rank of each pp group */
-    MC_GROUP_EP,
-    MC_GROUP_EXPERT_TP,
-    MC_GROUP_TP_EP,
-    MC_GROUP_TP_EP_PP,
-    MC_GROUP_EXPERT_DP,
-    MC_GROUP_COUNT
-} mc_group_kind;
-
-/* Sizes; zero means default. */
-typedef struct mc_grid_desc {
-    int world;          /* required, >= 1 */
-    int tp;             /* default 1 */
-    int pp;             /* default 1 */
-    int vpp;            /* virtual pipeline chunks per stage; 0 = not interleaved; needs pp > 1 */
-    int cp;             /* default 1 */
-    int ep;             /* default 1 */
-    int etp;            /* expert tensor parallel; default = tp */
-    const char *order;  /* default "tp-cp-ep-dp-pp" */
-} mc_grid_desc;
-
-typedef struct mc_rank_coords {
-    int rank;
-    int tp, cp, dp, pp;         /* dense grid */
-    int etp, ep, edp;           /* expert grid (pp is shared) */
-} mc_rank_coords;
-
-typedef struct mc_grid {
-    mc_grid_desc desc;          /* resolved: every default filled in (desc.order stays the
-                                   caller's string, or the default; see `order` below) */
-    char order[MC_ORDER_MAX];   /* resolved order string, e.g. "tp-cp-ep-dp-pp"; missing size-1
-                                   axes appended in Megatron's order (tp, pp, dp, ep, cp), so
-                                   "tp-pp-dp" resolves to "tp-pp-dp-ep-cp" */
-    int dp;                     /* world / (tp * pp * cp) */
-    int edp;                    /* world / (etp * ep * pp) */
-    /* Private: the two mixed-radix generators. */
-    int n_axes;
-    int axis_id[5];             /* order of axes, fastest first: 0 tp, 1 cp, 2 ep, 3 dp, 4 pp */
-    int dense_size[5];          /* size of each axis in the dense grid, indexed like axis_id */
-    int expert_size[5];         /* ... and in the expert grid */
-} mc_grid;
-
-/* Validates and resolves (grid is written only on success). Errors are MC_ERR_INVALID_DESC
-   with a message naming the values and Megatron's rule, checked in Megatron's order:
-   world % (tp*pp*cp), vpp > 0 needs pp > 1, world % (etp*ep*pp), the order tokens (unknown,
-   repeated or empty tokens; a missing axis of size > 1), Megatron's assert that the order
-   ends with pp unless PP == 1 or EDP == DP, and identical dense and expert pp groups.
-   E.g. "world_size (10) is not divisible by tensor_model_parallel_size (2) x
-    pipeline_model_parallel_size (4) x context_parallel_size (1) = 8". */
-MC_API int mc_grid_init(mc_grid *grid, const mc_grid_desc *desc);
-MC_API int mc_grid_coords(const mc_grid *grid, int rank, mc_rank_coords *out);
-MC_API int mc_grid_num_groups(const mc_grid *grid, mc_group_kind kind);
-MC_API int mc_grid_group_size(const mc_grid *grid, mc_group_kind kind);
-/* Writes the members of group `index` (ascending in Megatron's member order) into out[cap];
-   returns the member count (>= 0) or an error. out == NULL only counts; cap smaller than the
-   group is MC_ERR_INVALID_ARG. */
-MC_API int mc_grid_group_members(const mc_grid *grid, mc_group_kind kind, int index,
-                                 int *out, int cap);
-/* Which group of `kind` holds `rank`: its index and the rank's position inside it.
-   Returns MC_ERR_NOT_MEMBER (and -1s) when the rank is in none (e.g. a middle pipeline
-   stage and the embedding group). Either output pointer may be NULL. */
-MC_API int mc_grid_group_of(const mc_grid *grid, mc_group_kind kind, int rank,
-                            int *group_index, int *index_in_group);
-/* Pipeline helpers (next/prev are cyclic, as in Megatron). */
-MC_API int mc_grid_pipeline_ranks(const mc_grid *grid, int rank, int *first, int *last,
-                                  int *next, int *prev);
-MC_API const char *mc_group_kind_name(mc_group_kind kind);   /* "tp", "dp_cp", ... */
-MC_API int mc_group_kind_from_name(const char *name);        /* kind, or -1 */
-
-/* The group plan: every group of every kind, in Megatron's creation order:
-   dp_cp, dp, cp, mp, tp, then for each pp group: pp, embedding, position_embedding,
-   then tp_dp_cp, tp_dp, tp_cp, ep, expert_tp, tp_ep, tp_ep_pp, expert_dp. */
-typedef struct mc_plan_entry {
-    mc_group_kind kind;
-    int index;                  /* group index within its kind */
-} mc_plan_entry;
-/* Returns the number of entries; writes at most cap of them (out may be NULL to count). */
-MC_API int mc_grid_creation_plan(const mc_grid *grid, mc_plan_entry *out, int cap);
-/* 64-bit FNV-1a over (kind, members) of every plan entry, the resolved sizes and order,
-   MC_VERSION_HEX and `salt`. Equal on all ranks iff they would create the same groups. */
-MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt);
-
-/* ---------------------------------------------------------------------------------------------
-   >>comm  The communicator table. Layer and lab code call the mc_* wrappers below; each
-   backend fills an mc_comm_ops. Buffers are host memory for `self` and `mpi`, device memory
-   for `nccl`: use mc_comm_alloc / mc_comm_upload / mc_comm_download to stay backend-neutral.
-
-   Backends:
-     self   size 1. Collectives copy send to recv; send/recv to itself (peer 0) go through a
-            FIFO queue per tag, and a receive that no send can ever match ends in
-            MC_ERR_TIMEOUT at once instead of blocking.
-     mpi    every operation is the nonblocking MPI call; a blocking call is start + wait, and a
-            wait polls until done or until the communicator's timeout_s (MC_ERR_TIMEOUT naming
-            the communicator and the operation; the communicator should then be dropped).
-            MC_AVG is SUM followed by a division (integer division for integer types). bf16
-            reductions return MC_ERR_UNSUPPORTED (MPI has no bf16 type); bf16 gathers,
-            broadcasts and p2p move the raw 16-bit values. Counts must fit in an int.
-     nccl   see megatron_c_cuda.cu. */
-
-typedef enum mc_dtype { MC_F32 = 0, MC_F64, MC_I32, MC_I64, MC_U8, MC_BF16, MC_DTYPE_COUNT } mc_dtype;
-typedef enum mc_reduce_op { MC_SUM = 0, MC_MAX, MC_MIN, MC_AVG } mc_reduce_op;
-typedef enum mc_comm_backend {
-    MC_BACKEND_AUTO = 0,   /* nccl when built with CUDA and every rank has its own GPU, else mpi
-                              when built with MPI and the world has > 1 rank, else self */
-    MC_BACKEND_SELF,
-    MC_BACKEND_MPI,
-    MC_BACKEND_NCCL
-} mc_comm_backend;
-
-MC_API size_t mc_dtype_size(mc_dtype dtype);
-MC_API const char *mc_backend_name(mc_comm_backend backend);  /* "self", "mpi", "nccl" */
-
-typedef struct mc_comm mc_comm;
-typedef struct mc_request mc_request;   /* handle of an async operation; mc_wait frees it */
-
-/* Every backend's request type begins with this head; an mc_request * points at it, so that
-   mc_wait and mc_test find the communicator (and its ops) that started the operation. */
-typedef struct mc_request_head {
-    mc_comm *comm;       /* the communicator the operation runs on */
-    const char *op;      /* "all_reduce", "send", ...: named in timeout messages */
-} mc_request_head;
-
-typedef struct mc_p2p_op {
-    int is_send;         /* 1 send, 0 receive */
-    void *buf;
-    size_t count;
-    mc_dtype dtype;
-    int peer;            /* rank in the communicator */
-    int tag;
-} mc_p2p_op;
-
-/* The table a backend fills. `req` NULL means blocking; otherwise the call starts the
-   operation and stores a handle in *req. Counts are elements. */
-typedef struct mc_comm_ops {
-    const char *name;
-    int (*all_reduce)(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
-                      mc_reduce_op op, mc_request **req);
-    /* recv holds size * count elements, rank order */
-    int (*all_gather)(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
-                      mc_request **req);
-    /* send holds size * recv_count elements; rank r receives chunk r, reduced */
-    int (*reduce_scatter)(mc_comm *c, const void *send, void *recv, size_t recv_count,
-                          mc_dtype dt, mc_reduce_op op, mc_request **req);
-    int (*broadcast)(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root,
-                     mc_request **req);
-    int (*send)(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer, int tag,
-                mc_request **req);
-    int (*recv)(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag,
-                mc_request **req);
-    int (*batch_send_recv)(mc_comm *c, const mc_p2p_op *ops, int n_ops, mc_request **req);
-    int (*barrier)(mc_comm *c, mc_request **req);
-    /* wait up to timeout_s (<= 0: forever); frees the request on success or error */
-    int (*wait)(mc_request *req, double timeout_s);
-    int (*test)(mc_request *req, int *done);
-    /* Make the child communicator over `members` (ranks of c, ascending member order).
-       Called only on member ranks, after the generic layer has agreed on the call. */
-    int (*create_child)(mc_comm *c, const int *members, int n_members, int seq,
-                        mc_comm **out);
-    /* Releases the backend's own state (impl). mc_comm_destroy then frees `mpi`
-       (MPI_Comm_free + mc_free), `world_ranks` and the mc_comm itself. */
-    void (*destroy)(mc_comm *c);
-} mc_comm_ops;
-
-struct mc_comm {
-    const mc_comm_ops *ops;
-    mc_comm_backend backend;
-    int rank;                /* rank in this communicator */
-    int size;
-    int *world_ranks;        /* (size) world rank of each member */
-    int world_rank;
-    double timeout_s;        /* collectives and creation give MC_ERR_TIMEOUT after this */
-    int create_seq;          /* collective creations made over this communicator so far */
-    char name[48];           /* e.g. "world", "tp[2]" */
-    int owns_mpi_init;       /* world only: MPI_Finalize on destroy */
-    void *mpi;               /* MPI_Comm * (mpi and nccl backends), else NULL; allocated with
-                                mc_malloc, freed by mc_comm_destroy */
-    void *impl;              /* backend state */
-    const struct mc_ops *mem;/* the memory owner: the op table whose memory the collectives
-                                read and write (mc_comm_memory); children inherit it */
-    int owns_mem;            /* nccl world only: the CUDA table was made for it */
-};
-
-typedef struct mc_comm_desc {
-    mc_comm_backend backend;  /* default MC_BACKEND_AUTO */
-    double timeout_s;         /* default 30 s; inherited by groups */
-    int *argc;                /* passed to MPI_Init when this call initialises MPI */
-    char ***argv;
-    /* The op table that owns the collectives' buffers (mc_comm_memory). Default: the CPU table
-       for self and mpi; for nccl a CUDA table (mc_ops_cuda_init) on the rank's GPU, made for
-       the world and destroyed with it. self takes any table (its collectives are copies
-       through the table); mpi needs host memory; nccl needs a CUDA table on its GPU. */
-    const struct mc_ops *memory;
-} mc_comm_desc;
-
-/* The world communicator. Initialises MPI when built with MC_COMM_MPI and MPI is not yet
-   initialised (and finalises it in mc_comm_destroy). Logs which backend was chosen and why. */
-MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc);
-MC_API void mc_comm_destroy(mc_comm *comm);
-
-/* Group creation, two ways.
-   Collective: every rank of `parent` calls it, for every group, in the same order; `members`
-   (ranks of parent, >= 1, no duplicates) must be identical on every caller. The call first
-   exchanges a hash of the member list over the parent (with the parent's timeout):
-   callers that disagree get MC_ERR_PLAN_MISMATCH naming both lists, a caller missing
-   gives MC_ERR_TIMEOUT. Non-members receive *out = NULL and MC_OK.
-   `verify` = 0 skips the hash comparison and pairs callers by position, as
-   torch.distributed.new_group does: every member at the same call index joins one
-   communicator, whatever list it passed (this is how the "only members create the group"
-   bug produces wrong membership). Only lab experiments should pass 0. */
-MC_API int mc_comm_create_group(mc_comm *parent, const int *members, int n_members,
-                                mc_comm **out);
-MC_API int mc_comm_create_group_ex(mc_comm *parent, const int *members, int n_members,
-                                   int verify, mc_comm **out);
-/* Member-local: only the members call it (the analogue of use_local_synchronization=True).
-   `tag` must be the same on all members and unique among concurrent creations (collective
-   creations use their sequence number as the tag). A non-member gets MC_ERR_NOT_MEMBER. On the
-   mpi backend this is MPI_Comm_create_group, which has no timeout: a member that never calls
-   blocks the others.
-   Children of either kind are named "<parent>/#<seq>" or "<parent>/local<tag>" (rename them
-   freely), inherit the parent's timeout and get world_ranks filled from the parent. */
-MC_API int mc_comm_create_group_local(mc_comm *parent, const int *members, int n_members,
-                                      int tag, mc_comm **out);
-
-/* Blocking collectives. */
-MC_API int mc_all_reduce(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
-                         mc_reduce_op op);
-MC_API int mc_all_gather(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt);
-MC_API int mc_reduce_scatter(mc_comm *c, const void *send, void *recv, size_t recv_count,
-                             mc_dtype dt, mc_reduce_op op);
-MC_API int mc_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root);
-MC_API int mc_send(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer, int tag);
-MC_API int mc_recv(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag);
-MC_API int mc_batch_send_recv(mc_comm *c, const mc_p2p_op *ops, int n_ops);
-MC_API int mc_barrier(mc_comm *c);
-/* Async forms: start and return a handle; mc_wait finishes it (with the comm's timeout). */
-MC_API int mc_all_reduce_async(mc_comm *c, const void *send, void *recv, size_t count,
-                               mc_dtype dt, mc_reduce_op op, mc_request **req);
-MC_API int mc_all_gather_async(mc_comm *c, const void *send, void *recv, size_t count,
-                               mc_dtype dt, mc_request **req);
-MC_API int mc_reduce_scatter_async(mc_comm *c, const void *send, void *recv, size_t recv_count,
-                                   mc_dtype dt, mc_reduce_op op, mc_request **req);
-MC_API int mc_broadcast_async(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root,
-                              mc_request **req);
-MC_API int mc_send_async(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer,
-                         int tag, mc_request **req);
-MC_API int mc_recv_async(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag,
-                         mc_request **req);
-MC_API int mc_batch_send_recv_async(mc_comm *c, const mc_p2p_op *ops, int n_ops,
-                                    mc_request **req);
-MC_API int mc_barrier_async(mc_comm *c, mc_request **req);
-MC_API int mc_wait(mc_request *req);
-/* *done = 1: the operation finished (or failed, see the status) and req has been freed. */
-MC_API int mc_test(mc_request *req, int *done);
-/* The communicator's memory owner (mc_comm_desc.memory): every buffer of a collective is
-   memory of this table. The four helpers below go through it (device memory for nccl). */
-MC_API const struct mc_ops *mc_comm_memory(const mc_comm *c);
-MC_API void *mc_comm_alloc(mc_comm *c, size_t bytes);
-MC_API void mc_comm_free(mc_comm *c, void *ptr);
-MC_API int mc_comm_upload(mc_comm *c, void *dst, const void *host_src, size_t bytes);
-MC_API int mc_comm_download(mc_comm *c, void *host_dst, const void *src, size_t bytes);
-
-/* A blocking collective on HOST values, whatever memory the communicator works on: send and
-   recv are host buffers; the values travel through buffers of the communicator's memory owner
-   (device memory on nccl) and back, or directly when that memory is the host's. The one way
-   for token counts, loss sums and flags to cross ranks.
-     MC_COLL_ALL_REDUCE  recv[count] = op over ranks of send[count] (send may equal recv)
-     MC_COLL_ALL_GATHER  recv[size * count] = every rank's send[count], rank order
-     MC_COLL_BROADCAST   recv[count] = root's send[count] (send may equal recv; on other ranks
-                         send is not read and may be NULL)
-   op is read by the all-reduce only, root by the broadcast only. After a timeout the staging
-   buffers are leaked on purpose (the backend may still write them). */
-typedef enum mc_collective {
-    MC_COLL_ALL_REDUCE = 0, MC_COLL_ALL_GATHER, MC_COLL_BROADCAST
-} mc_collective;
-MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, void *recv,
-                              size_t count, mc_dtype dt, mc_reduce_op op, int root);
-
-/* ---------------------------------------------------------------------------------------------
-   >>parallel_state  Megatron's initialize_model_parallel. */
-
-typedef struct mc_parallel_desc {
-    mc_comm *world;       /* required */
-    mc_grid_desc grid;    /* grid.world defaults to world->size and must equal it */
-    uint64_t plan_salt;   /* mixed into the plan fingerprint; ranks built differently differ */
-    int skip_plan_check;  /* 1: do not exchange the fingerprint (only for experiments) */
-} mc_parallel_desc;
-
-/* Zero it before the first mc_parallel_init (init refuses a state whose `initialized` is set). */
-typedef struct mc_parallel_state {
-    int initialized;
-    mc_grid grid;
-    mc_comm *world;
-    mc_rank_coords coords;                   /* of this rank */
-    mc_comm *group[MC_GROUP_COUNT];          /* NULL where this rank is in no group of a kind */
-    int group_index[MC_GROUP_COUNT];         /* -1 where none */
-    uint64_t plan_fingerprint;
-    int n_created;                           /* collective creations made, in plan order */
-    int vp_stage;                            /* current virtual stage (0 unless interleaved);
-                                                the caller sets it while running a chunk */
-} mc_parallel_state;
-
-/* Exchanges the plan fingerprint over the world (a mismatch fails on every rank within the
-   world's timeout, with a message naming the first differing group), then creates every
-   group of every kind in plan order, collectively, keeping the ones this rank belongs to
-   (named e.g. "tp[2]"). Works on a `self` world of size 1. A second init without
-   mc_parallel_destroy returns MC_ERR_STATE ("already initialized").
-   Stage predicates follow Megatron: with vpp > 0 and ignore_virtual = 0, the first stage also
-   needs vp_stage == 0 and the last stage vp_stage == vpp - 1; the first and last members of
-   the embedding group count only on those stages, other members always. */
-MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc);
-MC_API int mc_parallel_destroy(mc_parallel_state *ps);
-MC_API mc_comm *mc_parallel_group(const mc_parallel_state *ps, mc_group_kind kind);
-MC_API int mc_parallel_rank(const mc_parallel_state *ps, mc_group_kind kind);  /* -1 if none */
-MC_API int mc_parallel_size(const mc_parallel_state *ps, mc_group_kind kind);  /* 0 if none */
-MC_API int mc_parallel_is_first_stage(const mc_parallel_state *ps, int ignore_virtual);
-MC_API int mc_parallel_is_last_stage(const mc_parallel_state *ps, int ignore_virtual);
-MC_API int mc_parallel_in_embedding_group(const mc_parallel_state *ps, int ignore_virtual);
-/* World rank of the first member of the group of `kind` (Megatron's *_src_rank). */
-MC_API int mc_parallel_src_rank(const mc_parallel_state *ps, mc_group_kind kind);
-
-/* Exchanges a fingerprint and a describable plan over `world`; on disagreement returns
-   MC_ERR_PLAN_MISMATCH on every rank with a message such as
-   "group plan differs: rank 3 creates #12 pp[1] = [1,5] but rank 0 creates #12 pp[1] = [1,3]
-    (rank 3: tp=2 pp=2 cp=1 ep=1 order=tp-pp-dp; rank 0: ... order=tp-cp-ep-dp-pp)".
-   Used by mc_parallel_init; exposed for tests and labs. */
-MC_API int mc_parallel_check_plan(mc_comm *world, const mc_grid *grid, uint64_t salt);
-
-/* ---------------------------------------------------------------------------------------------
-   >>microbatches  Megatron's num-microbatches calculator.
-
-       global batch = micro batch x num_microbatches x DP        e.g. 512 = 4 x 8 x 16
-
-   DP is the data-parallel size, world / (tp * pp * cp): TP, PP and CP ranks share samples.
-   The desc picks one of three modes:
-     constant  GBS must be a multiple of MBS * DP, unless decrease_batch_size_if_needed rounds
-               the *running* batch down to one (the reported global batch stays GBS);
-               num_microbatches must come out >= 1. update() changes nothing.
-     ramp-up   rampup = {start, increment, samples}: Megatron up to core_v0.17 (removed after).
-               n_inc = (GBS - start) / increment, per_inc = samples / n_inc (a double):
-                 consumed >  samples:  batch = GBS
-                 consumed <= samples:  batch = start + floor(consumed / per_inc) * increment
-               Special cases where Megatron divides by zero: GBS == start is accepted here and
-               runs at GBS throughout; samples == 0 with GBS > start is rejected.
-     step      step_schedule "THRESHOLD:BS THRESHOLD:BS ..." (Megatron HEAD): the batch is the
-               BS of the last entry whose threshold <= consumed. Spaces or commas separate the
-               entries; both numbers take a K, M, B or T suffix (x1e3, 1e6, 1e9, 1e12) and may
-               be decimal ("1.5K"); with seq_length > 0 thresholds count tokens and are divided
-               by seq_length. Entries are sorted; the first threshold must be 0, thresholds
-               must increase strictly and every BS must be > 0. GBS is the last entry's BS
-               (global_batch_size must be left 0, as Megatron refuses both); not combinable with
-               decrease_batch_size_if_needed. num_microbatches may be 0 before the first check.
-   mc_microbatch_update(calc, consumed, 1) is what the training loop calls every iteration:
-   with the consistency check the current batch must be a multiple of MBS * DP (skipped when
-   decreasing); without it, a non-multiple is floored silently. Init runs update(0) unchecked. */
-
-typedef enum mc_microbatch_mode {
-    MC_MICROBATCH_UNSET = 0,   /* a zeroed calculator: update() refuses it */
-    MC_MICROBATCH_CONSTANT,
-    MC_MICROBATCH_RAMPUP,
-    MC_MICROBATCH_STEP
-} mc_microbatch_mode;
-
-typedef struct mc_rampup {
-    int start;                 /* first global batch size, > 0 */
-    int increment;             /* > 0; GBS - start must be a multiple of it */
-    long long samples;         /* consumed samples over which the batch grows, >= 0 */
-} mc_rampup;
-
-/* Zero means default / unset in every field. */
-typedef struct mc_microbatch_desc {
-    int global_batch_size;     /* required (> 0) unless step_schedule is given */
-    int micro_batch_size;      /* required, > 0 */
-    int data_parallel_size;    /* required, > 0 */
-    int decrease_batch_size_if_needed;
-    mc_rampup rampup;          /* all zero: no ramp-up */
-    const char *step_schedule; /* NULL: none. Parsed by init, not kept */
-    int seq_length;            /* step schedule only: > 0 makes thresholds token counts */
-} mc_microbatch_desc;
-
-#define MC_MAX_BATCH_STEPS 64
-
-typedef struct mc_microbatch_calc {
-    mc_microbatch_mode mode;
-    mc_microbatch_desc desc;                /* as given, step_schedule set to NULL */
-    int global_batch_size;                  /* the final batch: GBS, or the last step's BS */
-    int current_global_batch_size;          /* after the last update */
-    int current_running_global_batch_size;  /* rounded down to a multiple of MBS * DP when
-                                               decreasing, else equal to the current batch */
-    int num_microbatches;                   /* running batch / (MBS * DP) */
-    /* Private. */
-    double rampup_samples_per_increment;    /* 0 when GBS == start */
-    int n_steps;
-    long long step_threshold[MC_MAX_BATCH_STEPS];   /* in samples, ascending */
-    int step_batch[MC_MAX_BATCH_STEPS];
-} mc_microbatch_calc;
-
-/* Validates the desc (MC_ERR_INVALID_DESC naming the field, the value and Megatron's rule)
-   and computes the batch for 0 consumed samples. E.g. "global batch size (500) is not
-   divisible by micro batch size (4) times data parallel size (16) = 64". */
-MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc);
-/* Recomputes the current batch and num_microbatches for `consumed_samples`. */
-MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
-                                int consistency_check);
-/* The consumed-sample counts at which the global batch changes, ascending, starting with 0:
-   {0} when constant, every threshold of a step schedule, and for a ramp-up the first count of
-   each increment plus samples + 1 when the batch still changes there. Writes at most cap
-   values (out may be NULL to count) and returns the total count. Does not touch calc. */
-MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap);
-
-/* ---------------------------------------------------------------------------------------------
-   >>schedule_table  Which forward (F) and backward (B) each pipeline stage runs, in order:
-   Megatron's three schedules reduced to their op order, with no compute and no communication.
-
-     no pipelining   pp == 1:  F0 B0 F1 B1 ...
-     1F1B            pp > 1:   warmup w = min(pp - r - 1, M) forwards, then M - w pairs
-                               "F(w + i) B(i)", then the w remaining backwards.
-     interleaved     pp > 1, vpp >= 2 chunks per stage, group size N (default pp):
-                     virtual micro-batch k = 0 .. M*V-1 maps to (micro-batch, chunk) through a
-                     table built group by group: for each group of N micro-batches (the last
-                     one holds what remains), chunk 0 runs the group, then chunk 1, ...
-                     Example pp 2, N 3, M 5, V 2:  micro-batches 0 1 2 0 1 2 3 4 3 4
-                                                   chunks        0 0 0 1 1 1 0 0 1 1
-                     warmup = (pp - r - 1) * 2 + (V - 1) * N forwards, capped at M*V; then
-                     "F(k + warmup) B(k)" pairs; B(k) runs micro-batch table[k] on chunk
-                     V - 1 - table[k].chunk.
-                     Megatron's rules: pp <= N <= M (ValueError), and M mod N must be 0 or
-                     >= pp (RuntimeError, dependency bubbles), so with N = pp, M must be a
-                     multiple of pp.
-   forward_only: every forward in the same order, no backward; the warmup count stays
-   min(pp - r - 1, M) for 1F1B and becomes M*V when interleaved. vpp 1 means not interleaved
-   (Megatron's arguments turn a virtual size of 1 into None). */
-
-typedef struct mc_sched_op {
-    char kind;                 /* 'F' forward or 'B' backward */
-    int microbatch;            /* 0 .. M-1 */
-    int chunk;                 /* model chunk on this stage (0 unless interleaved); the
-                                  virtual stage is chunk * pp + pp_rank */
-} mc_sched_op;
-
-/* Zero means default. */
-typedef struct mc_schedule_desc {
-    int pp;                    /* pipeline stages; default 1 */
-    int pp_rank;               /* this stage, 0 .. pp-1 */
-    int num_microbatches;      /* required, >= 1 */
-    int vpp;                   /* model chunks per stage; 0 or 1: not interleaved */
-    int group_size;            /* microbatch_group_size_per_vp_stage; default pp */
-    int forward_only;
-} mc_schedule_desc;
-
-/* Megatron's get_forward_backward_func choice: "no_pipelining", "without_interleaving" or
-   "with_interleaving" (NULL for a desc that fails validation). */
-MC_API const char *mc_schedule_name(const mc_schedule_desc *desc);
-/* Ops of stage desc->pp_rank in execution order: 2*M*V of them (M*V forward-only). Writes
-   them into out[cap] and returns the count; out == NULL only counts; a cap below the count is
-   MC_ERR_INVALID_ARG. *n_warmup (may be NULL) receives the warmup forward count. */
-MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int cap,
-                           int *n_warmup);
-/* The interleaved lookup table (one entry per virtual micro-batch; for a schedule that is not
-   interleaved, micro-batch k on chunk 0). Returns M*V; out arrays may be NULL to count. */
-MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk, int cap);
-
-typedef struct mc_schedule_timing {
-    double makespan;           /* when the last op of any stage ends */
-    double busy;               /* compute time of one stage (the same on every stage) */
-    double bubble_fraction;    /* idle share of a stage's time: (makespan - busy) / makespan */
-    double bubble_ratio;       /* idle over compute, (makespan - busy) / busy: the paper's
-                                  measure, (pp - 1) / M for 1F1B */
-} mc_schedule_timing;
-
-/* Runs every stage's op list (desc->pp_rank is ignored) against the data dependencies and
-   reports when each op starts. An op starts once its stage is free and its input is ready:
-   F on virtual stage s needs F of the same micro-batch on s - 1; B on s needs F on s and B
-   on s + 1. Communication takes no time. forward_time / backward_time are the cost of one op
-   (one chunk); 0 means 1 and 2. start (may be NULL) receives pp rows of mc_schedule_ops'
-   count, each in that stage's op order; cap is its length in doubles. */
-MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_time,
-                                double backward_time, double *start, int cap,
-                                mc_schedule_timing *timing);
-
-/* ---------------------------------------------------------------------------------------------
-   >>rng  Philox4x32-10 streams and Megatron's model-parallel RNG tracker.
-
-   Philox (Salmon et al., SC'11) is counter based: a block of four 32-bit outputs is a pure
-   function of (key, counter), so any element of a stream can be computed on its own and the
-   CPU and a GPU kernel draw the same dropout mask from the same (seed, offset).
-
-   A stream mc_rng {seed, offset}: element i of the next draw is global index g = offset + i,
-   taken from lane g % 4 of the block with key = (seed low, seed high 32 bits) and counter =
-   (g / 4 low, g / 4 high, 0, 0). A draw of n elements then advances offset by n rounded up to
-   a multiple of 4, so every draw starts on a fresh block (a GPU thread can own whole blocks).
-   Indices are 64-bit, so a stream holds 2^64 elements (blocks below 2^62). Uniform floats use
-   the top 24 bits: (bits >> 8) * 2^-24, in [0, 1).
-
-       mc_rng rng = {1234, 0};                   // seed 1234, offset 0
-       float u[3];
-       mc_rng_uniform(&rng, u, 3);               // u = 0.127208 0.853469 0.265649; offset 4
-       uint8_t keep[8];
-       mc_rng_dropout_mask(&rng, keep, 8, 0.5f); // keep = 1 0 1 0 0 1 1 1; offset 12
-       mc_rng_uniform_at(1234, 1);               // 0.853469 again, without a stream
-
-   The tracker holds named streams next to the default generator (`current` while no stream is
-   forked). Megatron's seeding on a rank with tp_rank 1, every other rank 0:
-
-       mc_rng_tracker t = {0};
-       mc_rng_tracker_seed_megatron(&t, 1234, 1, 0, 0, 0, 0, 0);
-           // default-rng, data-parallel-rng: 1234   model-parallel-rng: 1234 + 2718 + 1 = 3953
-           // expert-parallel-rng: 1234 + 1024 + 100 * 0 + 0 = 2258
-       mc_rng_tracker_fork(&t, MC_RNG_MODEL_PARALLEL);
-       mc_rng_uniform(mc_rng_tracker_current(&t), u, 2);   // u = 0.049593 0.576654
-       mc_rng_tracker_unfork(&t, MC_RNG_MODEL_PARALLEL);   // default generator again */
-
-#define MC_RNG_DEFAULT "default-rng"                 /* the generator outside any fork */
-#define MC_RNG_DATA_PARALLEL "data-parallel-rng"     /* seed', same on every TP rank */
-#define MC_RNG_MODEL_PARALLEL "model-parallel-rng"   /* seed' + 2718 + tp_rank */
-#define MC_RNG_EXPERT_PARALLEL "expert-parallel-rng" /* seed' + 1024 + 100 * ep_rank + etp_rank */
-#define MC_RNG_MAX_STREAMS 8
-#define MC_RNG_NAME_MAX 32                           /* including the terminating NUL */
-#define MC_RNG_MAX_FORK_DEPTH 16
-
-/* One Philox4x32-10 block (ten rounds; the key is bumped by the Weyl constants between them). */
-MC_API void mc_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
-
-typedef struct mc_rng {
-    uint64_t seed;             /* the Philox key */
-    uint64_t offset;           /* index of the next element; a multiple of 4 between draws */
-} mc_rng;
-
-/* Element `index` of the stream with `seed`, as raw bits and as a uniform float in [0, 1). */
-MC_API uint32_t mc_rng_bits_at(uint64_t seed, uint64_t index);
-MC_API float mc_rng_uniform_at(uint64_t seed, uint64_t index);
-/* Draw n elements and advance rng->offset by n rounded up to a multiple of 4. */
-MC_API int mc_rng_uniform(mc_rng *rng, float *out, size_t n);
-/* mask[i] = 1 (keep) when element i's uniform is >= p, else 0 (drop): each element is dropped
-   with probability p. p must be in [0, 1]. */
-MC_API int mc_rng_dropout_mask(mc_rng *rng, uint8_t *mask, size_t n, float p);
-
-/* The streams of a tracker, as get_states / set_states copy them. */
-typedef struct mc_rng_states {
-    mc_rng current;            /* the generator draws use now (default, or the forked stream) */
-    int n_streams;
-    char names[MC_RNG_MAX_STREAMS][MC_RNG_NAME_MAX];
-    mc_rng streams[MC_RNG_MAX_STREAMS];
-} mc_rng_states;
-
-/* Megatron's CudaRNGStatesTracker. A zeroed struct is an empty tracker whose default generator
-   has seed 0. Semantics (megatron_semantics.md 6.2):
-     add(name, seed)  fails if the seed was used before (since the last reset) or the name
-                      exists; the stream starts at offset 0.
-     fork(name)       fails for an unknown name. If a stream is active, the current generator
-                      is written back to its slot first; then the named stream becomes current.
-     unfork(name)     fails unless `name` is the active stream. Stores the advanced generator
-                      in the name's slot and restores the outer one: the outer stream's slot,
-                      or the default generator as it was at fork time.
-   So nested forks behave like independent streams: fork A, fork B, fork A draws A's next
-   numbers, not its first ones again. */
-typedef struct mc_rng_tracker {
-    mc_rng_states s;
-    int n_seeds;
-    uint64_t seeds[MC_RNG_MAX_STREAMS];   /* every seed added since the last reset */
-    int active;                           /* 0: the default generator; k > 0: stream k - 1 */
-    int depth;                            /* forks open */
-    struct {
-        int outer;                        /* `active` before the fork */
-        mc_rng saved;                     /* the default generator, when outer == 0 */
-    } stack[MC_RNG_MAX_FORK_DEPTH];
-} mc_rng_tracker;
-
-/* Forgets every stream and seed, closes every fork (the current generator is left as is). */
-MC_API void mc_rng_tracker_reset(mc_rng_tracker *t);
-/* Re-seeds the default generator (torch.cuda.manual_seed): current = {seed, 0}. */
-MC_API void mc_rng_tracker_manual_seed(mc_rng_tracker *t, uint64_t seed);
-MC_API int mc_rng_tracker_add(mc_rng_tracker *t, const char *name, uint64_t seed);
-MC_API int mc_rng_tracker_fork(mc_rng_tracker *t, const char *name);
-MC_API int mc_rng_tracker_unfork(mc_rng_tracker *t, const char *name);
-/* The generator to draw from now (inside a fork: the forked stream). */
-MC_API mc_rng *mc_rng_tracker_current(mc_rng_tracker *t);
-/* MC_RNG_DEFAULT or the name of the innermost forked stream. */
-MC_API const char *mc_rng_tracker_active_name(const mc_rng_tracker *t);
-/* The stored state of a named stream (not advanced by draws inside an open fork of it until
-   that fork is closed or another fork is opened inside it). */
-MC_API int mc_rng_tracker_get(const mc_rng_tracker *t, const char *name, mc_rng *out);
-/* A copy of every stream and of the current generator: what recompute saves before a
-   checkpointed forward and restores before re-running it. set_states replaces them; inside a
-   fork it needs the same stream names in the same order (MC_ERR_STATE otherwise). */
-MC_API int mc_rng_tracker_get_states(const mc_rng_tracker *t, mc_rng_states *out);
-MC_API int mc_rng_tracker_set_states(mc_rng_tracker *t, const mc_rng_states *states);
-/* Megatron's _set_random_seed + model_parallel_cuda_manual_seed: seed must be > 0;
-   seed' = seed + 100 * pp_rank (+ 10 * dp_rank with data_parallel_random_init). Resets the
-   tracker, seeds the default generator with seed' and adds data-parallel-rng (seed'),
-   model-parallel-rng (seed' + 2718 + tp_rank) and expert-parallel-rng
-   (seed' + 1024 + 100 * ep_rank + etp_rank). */
-MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int tp_rank,
-                                        int pp_rank, int ep_rank, int etp_rank, int dp_rank,
-                                        int data_parallel_random_init);
-
-#if defined(MC_ENABLE_CUDA)
-/* Implemented in megatron_c_cuda.cu. */
-MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
-/* Turns an MPI world into NCCL; memory: the CUDA table for its buffers, or NULL to make one on
-   the rank's GPU (owned by the world). */
-MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
-MC_API const mc_comm_ops *mc__nccl_ops(void);
-/* Implemented by the header: lets the companion file report through mc_last_error() and the
-   logger (level 1). Returns `status`. */
-MC_API int mc__set_error(int status, const char *fmt, ...);
-#endif
-
-/* =============================================================================================
-   The training core, one block per module in dependency order. */
-
 /* @ops:declarations begin */
 /* ---------------------------------------------------------------------------------------------
-   >>ops  The op table: the memory and every numeric primitive the model uses. The CPU table is
+   >>core.ops  The op table: the memory and every numeric primitive the model uses. The CPU table is
    the reference (clear loops, fp32 math, deterministic); megatron_c_cuda.cu fills the same table
    for a GPU (mc_ops_cuda_init), so layer code never changes. Activations are [S, B, C] row-major
    (sequence first, as Megatron), so sequence-parallel shards are contiguous. "Accumulate" (+=)
@@ -860,6 +245,10 @@ MC_API int mc__set_error(int status, const char *fmt, ...);
    keeps everything and draws nothing, p >= 1 drops everything. The mask is a pure function of
    (seed, offset + i), so backward and recompute redraw it instead of storing it, and the CPU
    and the GPU draw the same masks. */
+/* Element types of tensors and collective buffers. */
+typedef enum mc_dtype { MC_F32 = 0, MC_F64, MC_I32, MC_I64, MC_U8, MC_BF16, MC_DTYPE_COUNT } mc_dtype;
+MC_API size_t mc_dtype_size(mc_dtype dtype);
+
 typedef enum mc_device { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device;
 
 /* bf16 storage: the top 16 bits of an IEEE fp32. from_float rounds to nearest, ties to even;
@@ -1060,7 +449,7 @@ MC_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
 
 /* @config:declarations begin */
 /* ---------------------------------------------------------------------------------------------
-   >>config  The GPT/transformer config: Megatron's TransformerConfig + ModelParallelConfig
+   >>core.config  The GPT/transformer config: Megatron's TransformerConfig + ModelParallelConfig
    subset for a dense GPT. Zero means Megatron's default, except where a field says otherwise.
 
    default table:  ffn_hidden_size 4*hidden | kv_channels hidden/heads | num_query_groups heads
@@ -1157,10 +546,92 @@ MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp);
 
 /* @config:declarations end */
 
+/* ---------------------------------------------------------------------------------------------
+   >>core.num_microbatches  Megatron's num-microbatches calculator.
+
+       global batch = micro batch x num_microbatches x DP        e.g. 512 = 4 x 8 x 16
+
+   DP is the data-parallel size, world / (tp * pp * cp): TP, PP and CP ranks share samples.
+   The desc picks one of three modes:
+     constant  GBS must be a multiple of MBS * DP, unless decrease_batch_size_if_needed rounds
+               the *running* batch down to one (the reported global batch stays GBS);
+               num_microbatches must come out >= 1. update() changes nothing.
+     ramp-up   rampup = {start, increment, samples}: Megatron up to core_v0.17 (removed after).
+               n_inc = (GBS - start) / increment, per_inc = samples / n_inc (a double):
+                 consumed >  samples:  batch = GBS
+                 consumed <= samples:  batch = start + floor(consumed / per_inc) * increment
+               Special cases where Megatron divides by zero: GBS == start is accepted here and
+               runs at GBS throughout; samples == 0 with GBS > start is rejected.
+     step      step_schedule "THRESHOLD:BS THRESHOLD:BS ..." (Megatron HEAD): the batch is the
+               BS of the last entry whose threshold <= consumed. Spaces or commas separate the
+               entries; both numbers take a K, M, B or T suffix (x1e3, 1e6, 1e9, 1e12) and may
+               be decimal ("1.5K"); with seq_length > 0 thresholds count tokens and are divided
+               by seq_length. Entries are sorted; the first threshold must be 0, thresholds
+               must increase strictly and every BS must be > 0. GBS is the last entry's BS
+               (global_batch_size must be left 0, as Megatron refuses both); not combinable with
+               decrease_batch_size_if_needed. num_microbatches may be 0 before the first check.
+   mc_microbatch_update(calc, consumed, 1) is what the training loop calls every iteration:
+   with the consistency check the current batch must be a multiple of MBS * DP (skipped when
+   decreasing); without it, a non-multiple is floored silently. Init runs update(0) unchecked. */
+
+typedef enum mc_microbatch_mode {
+    MC_MICROBATCH_UNSET = 0,   /* a zeroed calculator: update() refuses it */
+    MC_MICROBATCH_CONSTANT,
+    MC_MICROBATCH_RAMPUP,
+    MC_MICROBATCH_STEP
+} mc_microbatch_mode;
+
+typedef struct mc_rampup {
+    int start;                 /* first global batch size, > 0 */
+    int increment;             /* > 0; GBS - start must be a multiple of it */
+    long long samples;         /* consumed samples over which the batch grows, >= 0 */
+} mc_rampup;
+
+/* Zero means default / unset in every field. */
+typedef struct mc_microbatch_desc {
+    int global_batch_size;     /* required (> 0) unless step_schedule is given */
+    int micro_batch_size;      /* required, > 0 */
+    int data_parallel_size;    /* required, > 0 */
+    int decrease_batch_size_if_needed;
+    mc_rampup rampup;          /* all zero: no ramp-up */
+    const char *step_schedule; /* NULL: none. Parsed by init, not kept */
+    int seq_length;            /* step schedule only: > 0 makes thresholds token counts */
+} mc_microbatch_desc;
+
+#define MC_MAX_BATCH_STEPS 64
+
+typedef struct mc_microbatch_calc {
+    mc_microbatch_mode mode;
+    mc_microbatch_desc desc;                /* as given, step_schedule set to NULL */
+    int global_batch_size;                  /* the final batch: GBS, or the last step's BS */
+    int current_global_batch_size;          /* after the last update */
+    int current_running_global_batch_size;  /* rounded down to a multiple of MBS * DP when
+                                               decreasing, else equal to the current batch */
+    int num_microbatches;                   /* running batch / (MBS * DP) */
+    /* Private. */
+    double rampup_samples_per_increment;    /* 0 when GBS == start */
+    int n_steps;
+    long long step_threshold[MC_MAX_BATCH_STEPS];   /* in samples, ascending */
+    int step_batch[MC_MAX_BATCH_STEPS];
+} mc_microbatch_calc;
+
+/* Validates the desc (MC_ERR_INVALID_DESC naming the field, the value and Megatron's rule)
+   and computes the batch for 0 consumed samples. E.g. "global batch size (500) is not
+   divisible by micro batch size (4) times data parallel size (16) = 64". */
+MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc);
+/* Recomputes the current batch and num_microbatches for `consumed_samples`. */
+MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
+                                int consistency_check);
+/* The consumed-sample counts at which the global batch changes, ascending, starting with 0:
+   {0} when constant, every threshold of a step schedule, and for a ramp-up the first count of
+   each increment plus samples + 1 when the batch still changes there. Writes at most cap
+   values (out may be NULL to count) and returns the total count. Does not touch calc. */
+MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap);
+
 /* @params:declarations begin */
 
 /* ---------------------------------------------------------------------------------------------
-   >>params  One contiguous parameter buffer per rank with a named table (llm.c's layout, with
+   >>core.params  One contiguous parameter buffer per rank with a named table (llm.c's layout, with
    Megatron's names and attributes). Parameters are registered in module order; the layout then
    places them in REVERSE registration order (about the order backward produces gradients),
    groups them into DDP buckets and pads them as the distributed optimizer needs (§11.3:
@@ -1241,6 +712,372 @@ MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int c
                                  float std, uint64_t seed);
 
 /* @params:declarations end */
+
+/* =============================================================================================
+   parallel_state: the rank grid, the communicators, the groups */
+
+/* ---------------------------------------------------------------------------------------------
+   >>parallel_state.rank_grid  Megatron's RankGenerator: a pure function of the sizes, no communication.
+
+   The order string lists the axes from fastest to slowest varying (default "tp-cp-ep-dp-pp").
+   Axes of size 1 that are missing from the order are appended; a missing axis of size > 1 is
+   an error. The dense grid is (tp, cp, dp, pp) with ep = 1; the expert grid is
+   (etp, ep, edp, pp) with cp = 1:
+       world = TP * CP * DP * PP = ETP * EP * EDP * PP    (EP is not an extra world factor) */
+
+#define MC_MAX_RANKS 1048576
+#define MC_ORDER_MAX 32
+
+typedef enum mc_group_kind {
+    MC_GROUP_TP = 0,
+    MC_GROUP_PP,
+    MC_GROUP_DP,
+    MC_GROUP_DP_CP,
+    MC_GROUP_CP,
+    MC_GROUP_MP,                 /* model parallel: tp-pp */
+    MC_GROUP_TP_DP,
+    MC_GROUP_TP_DP_CP,
+    MC_GROUP_TP_CP,
+    MC_GROUP_EMBEDDING,          /* first and last rank of each pp group (one rank when PP = 1) */
+    MC_GROUP_POSITION_EMBEDDING, /* first rank of each pp group */
+    MC_GROUP_EP,
+    MC_GROUP_EXPERT_TP,
+    MC_GROUP_TP_EP,
+    MC_GROUP_TP_EP_PP,
+    MC_GROUP_EXPERT_DP,
+    MC_GROUP_COUNT
+} mc_group_kind;
+
+/* Sizes; zero means default. */
+typedef struct mc_grid_desc {
+    int world;          /* required, >= 1 */
+    int tp;             /* default 1 */
+    int pp;             /* default 1 */
+    int vpp;            /* virtual pipeline chunks per stage; 0 = not interleaved; needs pp > 1 */
+    int cp;             /* default 1 */
+    int ep;             /* default 1 */
+    int etp;            /* expert tensor parallel; default = tp */
+    const char *order;  /* default "tp-cp-ep-dp-pp" */
+} mc_grid_desc;
+
+typedef struct mc_rank_coords {
+    int rank;
+    int tp, cp, dp, pp;         /* dense grid */
+    int etp, ep, edp;           /* expert grid (pp is shared) */
+} mc_rank_coords;
+
+typedef struct mc_grid {
+    mc_grid_desc desc;          /* resolved: every default filled in (desc.order stays the
+                                   caller's string, or the default; see `order` below) */
+    char order[MC_ORDER_MAX];   /* resolved order string, e.g. "tp-cp-ep-dp-pp"; missing size-1
+                                   axes appended in Megatron's order (tp, pp, dp, ep, cp), so
+                                   "tp-pp-dp" resolves to "tp-pp-dp-ep-cp" */
+    int dp;                     /* world / (tp * pp * cp) */
+    int edp;                    /* world / (etp * ep * pp) */
+    /* Private: the two mixed-radix generators. */
+    int n_axes;
+    int axis_id[5];             /* order of axes, fastest first: 0 tp, 1 cp, 2 ep, 3 dp, 4 pp */
+    int dense_size[5];          /* size of each axis in the dense grid, indexed like axis_id */
+    int expert_size[5];         /* ... and in the expert grid */
+} mc_grid;
+
+/* Validates and resolves (grid is written only on success). Errors are MC_ERR_INVALID_DESC
+   with a message naming the values and Megatron's rule, checked in Megatron's order:
+   world % (tp*pp*cp), vpp > 0 needs pp > 1, world % (etp*ep*pp), the order tokens (unknown,
+   repeated or empty tokens; a missing axis of size > 1), Megatron's assert that the order
+   ends with pp unless PP == 1 or EDP == DP, and identical dense and expert pp groups.
+   E.g. "world_size (10) is not divisible by tensor_model_parallel_size (2) x
+    pipeline_model_parallel_size (4) x context_parallel_size (1) = 8". */
+MC_API int mc_grid_init(mc_grid *grid, const mc_grid_desc *desc);
+MC_API int mc_grid_coords(const mc_grid *grid, int rank, mc_rank_coords *out);
+MC_API int mc_grid_num_groups(const mc_grid *grid, mc_group_kind kind);
+MC_API int mc_grid_group_size(const mc_grid *grid, mc_group_kind kind);
+/* Writes the members of group `index` (ascending in Megatron's member order) into out[cap];
+   returns the member count (>= 0) or an error. out == NULL only counts; cap smaller than the
+   group is MC_ERR_INVALID_ARG. */
+MC_API int mc_grid_group_members(const mc_grid *grid, mc_group_kind kind, int index,
+                                 int *out, int cap);
+/* Which group of `kind` holds `rank`: its index and the rank's position inside it.
+   Returns MC_ERR_NOT_MEMBER (and -1s) when the rank is in none (e.g. a middle pipeline
+   stage and the embedding group). Either output pointer may be NULL. */
+MC_API int mc_grid_group_of(const mc_grid *grid, mc_group_kind kind, int rank,
+                            int *group_index, int *index_in_group);
+/* Pipeline helpers (next/prev are cyclic, as in Megatron). */
+MC_API int mc_grid_pipeline_ranks(const mc_grid *grid, int rank, int *first, int *last,
+                                  int *next, int *prev);
+MC_API const char *mc_group_kind_name(mc_group_kind kind);   /* "tp", "dp_cp", ... */
+MC_API int mc_group_kind_from_name(const char *name);        /* kind, or -1 */
+
+/* The group plan: every group of every kind, in Megatron's creation order:
+   dp_cp, dp, cp, mp, tp, then for each pp group: pp, embedding, position_embedding,
+   then tp_dp_cp, tp_dp, tp_cp, ep, expert_tp, tp_ep, tp_ep_pp, expert_dp. */
+typedef struct mc_plan_entry {
+    mc_group_kind kind;
+    int index;                  /* group index within its kind */
+} mc_plan_entry;
+/* Returns the number of entries; writes at most cap of them (out may be NULL to count). */
+MC_API int mc_grid_creation_plan(const mc_grid *grid, mc_plan_entry *out, int cap);
+/* 64-bit FNV-1a over (kind, members) of every plan entry, the resolved sizes and order,
+   MC_VERSION_HEX and `salt`. Equal on all ranks iff they would create the same groups. */
+MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt);
+
+/* ---------------------------------------------------------------------------------------------
+   >>parallel_state.comm  The communicator table. Layer and lab code call the mc_* wrappers below; each
+   backend fills an mc_comm_ops. Buffers are host memory for `self` and `mpi`, device memory
+   for `nccl`: use mc_comm_alloc / mc_comm_upload / mc_comm_download to stay backend-neutral.
+
+   Backends:
+     self   size 1. Collectives copy send to recv; send/recv to itself (peer 0) go through a
+            FIFO queue per tag, and a receive that no send can ever match ends in
+            MC_ERR_TIMEOUT at once instead of blocking.
+     mpi    every operation is the nonblocking MPI call; a blocking call is start + wait, and a
+            wait polls until done or until the communicator's timeout_s (MC_ERR_TIMEOUT naming
+            the communicator and the operation; the communicator should then be dropped).
+            MC_AVG is SUM followed by a division (integer division for integer types). bf16
+            reductions return MC_ERR_UNSUPPORTED (MPI has no bf16 type); bf16 gathers,
+            broadcasts and p2p move the raw 16-bit values. Counts must fit in an int.
+     nccl   see megatron_c_cuda.cu. */
+
+typedef enum mc_reduce_op { MC_SUM = 0, MC_MAX, MC_MIN, MC_AVG } mc_reduce_op;
+typedef enum mc_comm_backend {
+    MC_BACKEND_AUTO = 0,   /* nccl when built with CUDA and every rank has its own GPU, else mpi
+                              when built with MPI and the world has > 1 rank, else self */
+    MC_BACKEND_SELF,
+    MC_BACKEND_MPI,
+    MC_BACKEND_NCCL
+} mc_comm_backend;
+
+MC_API const char *mc_backend_name(mc_comm_backend backend);  /* "self", "mpi", "nccl" */
+
+typedef struct mc_comm mc_comm;
+typedef struct mc_request mc_request;   /* handle of an async operation; mc_wait frees it */
+
+/* Every backend's request type begins with this head; an mc_request * points at it, so that
+   mc_wait and mc_test find the communicator (and its ops) that started the operation. */
+typedef struct mc_request_head {
+    mc_comm *comm;       /* the communicator the operation runs on */
+    const char *op;      /* "all_reduce", "send", ...: named in timeout messages */
+} mc_request_head;
+
+typedef struct mc_p2p_op {
+    int is_send;         /* 1 send, 0 receive */
+    void *buf;
+    size_t count;
+    mc_dtype dtype;
+    int peer;            /* rank in the communicator */
+    int tag;
+} mc_p2p_op;
+
+/* The table a backend fills. `req` NULL means blocking; otherwise the call starts the
+   operation and stores a handle in *req. Counts are elements. */
+typedef struct mc_comm_ops {
+    const char *name;
+    int (*all_reduce)(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
+                      mc_reduce_op op, mc_request **req);
+    /* recv holds size * count elements, rank order */
+    int (*all_gather)(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
+                      mc_request **req);
+    /* send holds size * recv_count elements; rank r receives chunk r, reduced */
+    int (*reduce_scatter)(mc_comm *c, const void *send, void *recv, size_t recv_count,
+                          mc_dtype dt, mc_reduce_op op, mc_request **req);
+    int (*broadcast)(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root,
+                     mc_request **req);
+    int (*send)(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer, int tag,
+                mc_request **req);
+    int (*recv)(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag,
+                mc_request **req);
+    int (*batch_send_recv)(mc_comm *c, const mc_p2p_op *ops, int n_ops, mc_request **req);
+    int (*barrier)(mc_comm *c, mc_request **req);
+    /* wait up to timeout_s (<= 0: forever); frees the request on success or error */
+    int (*wait)(mc_request *req, double timeout_s);
+    int (*test)(mc_request *req, int *done);
+    /* Make the child communicator over `members` (ranks of c, ascending member order).
+       Called only on member ranks, after the generic layer has agreed on the call. */
+    int (*create_child)(mc_comm *c, const int *members, int n_members, int seq,
+                        mc_comm **out);
+    /* Releases the backend's own state (impl). mc_comm_destroy then frees `mpi`
+       (MPI_Comm_free + mc_free), `world_ranks` and the mc_comm itself. */
+    void (*destroy)(mc_comm *c);
+} mc_comm_ops;
+
+struct mc_comm {
+    const mc_comm_ops *ops;
+    mc_comm_backend backend;
+    int rank;                /* rank in this communicator */
+    int size;
+    int *world_ranks;        /* (size) world rank of each member */
+    int world_rank;
+    double timeout_s;        /* collectives and creation give MC_ERR_TIMEOUT after this */
+    int create_seq;          /* collective creations made over this communicator so far */
+    char name[48];           /* e.g. "world", "tp[2]" */
+    int owns_mpi_init;       /* world only: MPI_Finalize on destroy */
+    void *mpi;               /* MPI_Comm * (mpi and nccl backends), else NULL; allocated with
+                                mc_malloc, freed by mc_comm_destroy */
+    void *impl;              /* backend state */
+    const struct mc_ops *mem;/* the memory owner: the op table whose memory the collectives
+                                read and write (mc_comm_memory); children inherit it */
+    int owns_mem;            /* nccl world only: the CUDA table was made for it */
+};
+
+typedef struct mc_comm_desc {
+    mc_comm_backend backend;  /* default MC_BACKEND_AUTO */
+    double timeout_s;         /* default 30 s; inherited by groups */
+    int *argc;                /* passed to MPI_Init when this call initialises MPI */
+    char ***argv;
+    /* The op table that owns the collectives' buffers (mc_comm_memory). Default: the CPU table
+       for self and mpi; for nccl a CUDA table (mc_ops_cuda_init) on the rank's GPU, made for
+       the world and destroyed with it. self takes any table (its collectives are copies
+       through the table); mpi needs host memory; nccl needs a CUDA table on its GPU. */
+    const struct mc_ops *memory;
+} mc_comm_desc;
+
+/* The world communicator. Initialises MPI when built with MC_COMM_MPI and MPI is not yet
+   initialised (and finalises it in mc_comm_destroy). Logs which backend was chosen and why. */
+MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc);
+MC_API void mc_comm_destroy(mc_comm *comm);
+
+/* Group creation, two ways.
+   Collective: every rank of `parent` calls it, for every group, in the same order; `members`
+   (ranks of parent, >= 1, no duplicates) must be identical on every caller. The call first
+   exchanges a hash of the member list over the parent (with the parent's timeout):
+   callers that disagree get MC_ERR_PLAN_MISMATCH naming both lists, a caller missing
+   gives MC_ERR_TIMEOUT. Non-members receive *out = NULL and MC_OK.
+   `verify` = 0 skips the hash comparison and pairs callers by position, as
+   torch.distributed.new_group does: every member at the same call index joins one
+   communicator, whatever list it passed (this is how the "only members create the group"
+   bug produces wrong membership). Only lab experiments should pass 0. */
+MC_API int mc_comm_create_group(mc_comm *parent, const int *members, int n_members,
+                                mc_comm **out);
+MC_API int mc_comm_create_group_ex(mc_comm *parent, const int *members, int n_members,
+                                   int verify, mc_comm **out);
+/* Member-local: only the members call it (the analogue of use_local_synchronization=True).
+   `tag` must be the same on all members and unique among concurrent creations (collective
+   creations use their sequence number as the tag). A non-member gets MC_ERR_NOT_MEMBER. On the
+   mpi backend this is MPI_Comm_create_group, which has no timeout: a member that never calls
+   blocks the others.
+   Children of either kind are named "<parent>/#<seq>" or "<parent>/local<tag>" (rename them
+   freely), inherit the parent's timeout and get world_ranks filled from the parent. */
+MC_API int mc_comm_create_group_local(mc_comm *parent, const int *members, int n_members,
+                                      int tag, mc_comm **out);
+
+/* Blocking collectives. */
+MC_API int mc_all_reduce(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
+                         mc_reduce_op op);
+MC_API int mc_all_gather(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt);
+MC_API int mc_reduce_scatter(mc_comm *c, const void *send, void *recv, size_t recv_count,
+                             mc_dtype dt, mc_reduce_op op);
+MC_API int mc_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root);
+MC_API int mc_send(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer, int tag);
+MC_API int mc_recv(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag);
+MC_API int mc_batch_send_recv(mc_comm *c, const mc_p2p_op *ops, int n_ops);
+MC_API int mc_barrier(mc_comm *c);
+/* Async forms: start and return a handle; mc_wait finishes it (with the comm's timeout). */
+MC_API int mc_all_reduce_async(mc_comm *c, const void *send, void *recv, size_t count,
+                               mc_dtype dt, mc_reduce_op op, mc_request **req);
+MC_API int mc_all_gather_async(mc_comm *c, const void *send, void *recv, size_t count,
+                               mc_dtype dt, mc_request **req);
+MC_API int mc_reduce_scatter_async(mc_comm *c, const void *send, void *recv, size_t recv_count,
+                                   mc_dtype dt, mc_reduce_op op, mc_request **req);
+MC_API int mc_broadcast_async(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root,
+                              mc_request **req);
+MC_API int mc_send_async(mc_comm *c, const void *buf, size_t count, mc_dtype dt, int peer,
+                         int tag, mc_request **req);
+MC_API int mc_recv_async(mc_comm *c, void *buf, size_t count, mc_dtype dt, int peer, int tag,
+                         mc_request **req);
+MC_API int mc_batch_send_recv_async(mc_comm *c, const mc_p2p_op *ops, int n_ops,
+                                    mc_request **req);
+MC_API int mc_barrier_async(mc_comm *c, mc_request **req);
+MC_API int mc_wait(mc_request *req);
+/* *done = 1: the operation finished (or failed, see the status) and req has been freed. */
+MC_API int mc_test(mc_request *req, int *done);
+/* The communicator's memory owner (mc_comm_desc.memory): every buffer of a collective is
+   memory of this table. The four helpers below go through it (device memory for nccl). */
+MC_API const struct mc_ops *mc_comm_memory(const mc_comm *c);
+MC_API void *mc_comm_alloc(mc_comm *c, size_t bytes);
+MC_API void mc_comm_free(mc_comm *c, void *ptr);
+MC_API int mc_comm_upload(mc_comm *c, void *dst, const void *host_src, size_t bytes);
+MC_API int mc_comm_download(mc_comm *c, void *host_dst, const void *src, size_t bytes);
+
+/* A blocking collective on HOST values, whatever memory the communicator works on: send and
+   recv are host buffers; the values travel through buffers of the communicator's memory owner
+   (device memory on nccl) and back, or directly when that memory is the host's. The one way
+   for token counts, loss sums and flags to cross ranks.
+     MC_COLL_ALL_REDUCE  recv[count] = op over ranks of send[count] (send may equal recv)
+     MC_COLL_ALL_GATHER  recv[size * count] = every rank's send[count], rank order
+     MC_COLL_BROADCAST   recv[count] = root's send[count] (send may equal recv; on other ranks
+                         send is not read and may be NULL)
+   op is read by the all-reduce only, root by the broadcast only. After a timeout the staging
+   buffers are leaked on purpose (the backend may still write them). */
+typedef enum mc_collective {
+    MC_COLL_ALL_REDUCE = 0, MC_COLL_ALL_GATHER, MC_COLL_BROADCAST
+} mc_collective;
+MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, void *recv,
+                              size_t count, mc_dtype dt, mc_reduce_op op, int root);
+
+#if defined(MC_ENABLE_CUDA)
+/* Implemented in megatron_c_cuda.cu. */
+MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
+/* Turns an MPI world into NCCL; memory: the CUDA table for its buffers, or NULL to make one on
+   the rank's GPU (owned by the world). */
+MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
+MC_API const mc_comm_ops *mc__nccl_ops(void);
+/* Implemented by the header: lets the companion file report through mc_last_error() and the
+   logger (level 1). Returns `status`. */
+MC_API int mc__set_error(int status, const char *fmt, ...);
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+   >>parallel_state  Megatron's initialize_model_parallel. */
+
+typedef struct mc_parallel_desc {
+    mc_comm *world;       /* required */
+    mc_grid_desc grid;    /* grid.world defaults to world->size and must equal it */
+    uint64_t plan_salt;   /* mixed into the plan fingerprint; ranks built differently differ */
+    int skip_plan_check;  /* 1: do not exchange the fingerprint (only for experiments) */
+} mc_parallel_desc;
+
+/* Zero it before the first mc_parallel_init (init refuses a state whose `initialized` is set). */
+typedef struct mc_parallel_state {
+    int initialized;
+    mc_grid grid;
+    mc_comm *world;
+    mc_rank_coords coords;                   /* of this rank */
+    mc_comm *group[MC_GROUP_COUNT];          /* NULL where this rank is in no group of a kind */
+    int group_index[MC_GROUP_COUNT];         /* -1 where none */
+    uint64_t plan_fingerprint;
+    int n_created;                           /* collective creations made, in plan order */
+    int vp_stage;                            /* current virtual stage (0 unless interleaved);
+                                                the caller sets it while running a chunk */
+} mc_parallel_state;
+
+/* Exchanges the plan fingerprint over the world (a mismatch fails on every rank within the
+   world's timeout, with a message naming the first differing group), then creates every
+   group of every kind in plan order, collectively, keeping the ones this rank belongs to
+   (named e.g. "tp[2]"). Works on a `self` world of size 1. A second init without
+   mc_parallel_destroy returns MC_ERR_STATE ("already initialized").
+   Stage predicates follow Megatron: with vpp > 0 and ignore_virtual = 0, the first stage also
+   needs vp_stage == 0 and the last stage vp_stage == vpp - 1; the first and last members of
+   the embedding group count only on those stages, other members always. */
+MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc);
+MC_API int mc_parallel_destroy(mc_parallel_state *ps);
+MC_API mc_comm *mc_parallel_group(const mc_parallel_state *ps, mc_group_kind kind);
+MC_API int mc_parallel_rank(const mc_parallel_state *ps, mc_group_kind kind);  /* -1 if none */
+MC_API int mc_parallel_size(const mc_parallel_state *ps, mc_group_kind kind);  /* 0 if none */
+MC_API int mc_parallel_is_first_stage(const mc_parallel_state *ps, int ignore_virtual);
+MC_API int mc_parallel_is_last_stage(const mc_parallel_state *ps, int ignore_virtual);
+MC_API int mc_parallel_in_embedding_group(const mc_parallel_state *ps, int ignore_virtual);
+/* World rank of the first member of the group of `kind` (Megatron's *_src_rank). */
+MC_API int mc_parallel_src_rank(const mc_parallel_state *ps, mc_group_kind kind);
+
+/* Exchanges a fingerprint and a describable plan over `world`; on disagreement returns
+   MC_ERR_PLAN_MISMATCH on every rank with a message such as
+   "group plan differs: rank 3 creates #12 pp[1] = [1,5] but rank 0 creates #12 pp[1] = [1,3]
+    (rank 3: tp=2 pp=2 cp=1 ep=1 order=tp-pp-dp; rank 0: ... order=tp-cp-ep-dp-pp)".
+   Used by mc_parallel_init; exposed for tests and labs. */
+MC_API int mc_parallel_check_plan(mc_comm *world, const mc_grid *grid, uint64_t salt);
+
+/* =============================================================================================
+   tensor_parallel: mappings, layers, cross entropy, random */
 
 /* @tensor_parallel:declarations begin */
 /* ---------------------------------------------------------------------------------------------
@@ -1449,7 +1286,7 @@ MC_API int mc_vocab_parallel_cross_entropy_backward(void *dlogits, const float *
 MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
                                                       int tp_size);
 
-/* CPU initialisation (§3.1): mc_init_normal_shard, declared in >>params, is implemented here.
+/* CPU initialisation (§3.1): mc_init_normal_shard, declared in >>core.params, is implemented here.
    Element g = i * cols + j of the GLOBAL master of parameter `name` is
        key = FNV-1a 64 over the bytes of name, continued over the 8 little-endian bytes of seed
        x   = Philox4x32-10(counter = (g low, g high, 0, 0), key = (key low, key high))
@@ -1479,10 +1316,316 @@ MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, in
 
 /* @tensor_parallel:declarations end */
 
+/* ---------------------------------------------------------------------------------------------
+   >>tensor_parallel.random  Philox4x32-10 streams and Megatron's model-parallel RNG tracker.
+
+   Philox (Salmon et al., SC'11) is counter based: a block of four 32-bit outputs is a pure
+   function of (key, counter), so any element of a stream can be computed on its own and the
+   CPU and a GPU kernel draw the same dropout mask from the same (seed, offset).
+
+   A stream mc_rng {seed, offset}: element i of the next draw is global index g = offset + i,
+   taken from lane g % 4 of the block with key = (seed low, seed high 32 bits) and counter =
+   (g / 4 low, g / 4 high, 0, 0). A draw of n elements then advances offset by n rounded up to
+   a multiple of 4, so every draw starts on a fresh block (a GPU thread can own whole blocks).
+   Indices are 64-bit, so a stream holds 2^64 elements (blocks below 2^62). Uniform floats use
+   the top 24 bits: (bits >> 8) * 2^-24, in [0, 1).
+
+       mc_rng rng = {1234, 0};                   // seed 1234, offset 0
+       float u[3];
+       mc_rng_uniform(&rng, u, 3);               // u = 0.127208 0.853469 0.265649; offset 4
+       uint8_t keep[8];
+       mc_rng_dropout_mask(&rng, keep, 8, 0.5f); // keep = 1 0 1 0 0 1 1 1; offset 12
+       mc_rng_uniform_at(1234, 1);               // 0.853469 again, without a stream
+
+   The tracker holds named streams next to the default generator (`current` while no stream is
+   forked). Megatron's seeding on a rank with tp_rank 1, every other rank 0:
+
+       mc_rng_tracker t = {0};
+       mc_rng_tracker_seed_megatron(&t, 1234, 1, 0, 0, 0, 0, 0);
+           // default-rng, data-parallel-rng: 1234   model-parallel-rng: 1234 + 2718 + 1 = 3953
+           // expert-parallel-rng: 1234 + 1024 + 100 * 0 + 0 = 2258
+       mc_rng_tracker_fork(&t, MC_RNG_MODEL_PARALLEL);
+       mc_rng_uniform(mc_rng_tracker_current(&t), u, 2);   // u = 0.049593 0.576654
+       mc_rng_tracker_unfork(&t, MC_RNG_MODEL_PARALLEL);   // default generator again */
+
+#define MC_RNG_DEFAULT "default-rng"                 /* the generator outside any fork */
+#define MC_RNG_DATA_PARALLEL "data-parallel-rng"     /* seed', same on every TP rank */
+#define MC_RNG_MODEL_PARALLEL "model-parallel-rng"   /* seed' + 2718 + tp_rank */
+#define MC_RNG_EXPERT_PARALLEL "expert-parallel-rng" /* seed' + 1024 + 100 * ep_rank + etp_rank */
+#define MC_RNG_MAX_STREAMS 8
+#define MC_RNG_NAME_MAX 32                           /* including the terminating NUL */
+#define MC_RNG_MAX_FORK_DEPTH 16
+
+/* One Philox4x32-10 block (ten rounds; the key is bumped by the Weyl constants between them). */
+MC_API void mc_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]);
+
+typedef struct mc_rng {
+    uint64_t seed;             /* the Philox key */
+    uint64_t offset;           /* index of the next element; a multiple of 4 between draws */
+} mc_rng;
+
+/* Element `index` of the stream with `seed`, as raw bits and as a uniform float in [0, 1). */
+MC_API uint32_t mc_rng_bits_at(uint64_t seed, uint64_t index);
+MC_API float mc_rng_uniform_at(uint64_t seed, uint64_t index);
+/* Draw n elements and advance rng->offset by n rounded up to a multiple of 4. */
+MC_API int mc_rng_uniform(mc_rng *rng, float *out, size_t n);
+/* mask[i] = 1 (keep) when element i's uniform is >= p, else 0 (drop): each element is dropped
+   with probability p. p must be in [0, 1]. */
+MC_API int mc_rng_dropout_mask(mc_rng *rng, uint8_t *mask, size_t n, float p);
+
+/* The streams of a tracker, as get_states / set_states copy them. */
+typedef struct mc_rng_states {
+    mc_rng current;            /* the generator draws use now (default, or the forked stream) */
+    int n_streams;
+    char names[MC_RNG_MAX_STREAMS][MC_RNG_NAME_MAX];
+    mc_rng streams[MC_RNG_MAX_STREAMS];
+} mc_rng_states;
+
+/* Megatron's CudaRNGStatesTracker. A zeroed struct is an empty tracker whose default generator
+   has seed 0. Semantics (megatron_semantics.md 6.2):
+     add(name, seed)  fails if the seed was used before (since the last reset) or the name
+                      exists; the stream starts at offset 0.
+     fork(name)       fails for an unknown name. If a stream is active, the current generator
+                      is written back to its slot first; then the named stream becomes current.
+     unfork(name)     fails unless `name` is the active stream. Stores the advanced generator
+                      in the name's slot and restores the outer one: the outer stream's slot,
+                      or the default generator as it was at fork time.
+   So nested forks behave like independent streams: fork A, fork B, fork A draws A's next
+   numbers, not its first ones again. */
+typedef struct mc_rng_tracker {
+    mc_rng_states s;
+    int n_seeds;
+    uint64_t seeds[MC_RNG_MAX_STREAMS];   /* every seed added since the last reset */
+    int active;                           /* 0: the default generator; k > 0: stream k - 1 */
+    int depth;                            /* forks open */
+    struct {
+        int outer;                        /* `active` before the fork */
+        mc_rng saved;                     /* the default generator, when outer == 0 */
+    } stack[MC_RNG_MAX_FORK_DEPTH];
+} mc_rng_tracker;
+
+/* Forgets every stream and seed, closes every fork (the current generator is left as is). */
+MC_API void mc_rng_tracker_reset(mc_rng_tracker *t);
+/* Re-seeds the default generator (torch.cuda.manual_seed): current = {seed, 0}. */
+MC_API void mc_rng_tracker_manual_seed(mc_rng_tracker *t, uint64_t seed);
+MC_API int mc_rng_tracker_add(mc_rng_tracker *t, const char *name, uint64_t seed);
+MC_API int mc_rng_tracker_fork(mc_rng_tracker *t, const char *name);
+MC_API int mc_rng_tracker_unfork(mc_rng_tracker *t, const char *name);
+/* The generator to draw from now (inside a fork: the forked stream). */
+MC_API mc_rng *mc_rng_tracker_current(mc_rng_tracker *t);
+/* MC_RNG_DEFAULT or the name of the innermost forked stream. */
+MC_API const char *mc_rng_tracker_active_name(const mc_rng_tracker *t);
+/* The stored state of a named stream (not advanced by draws inside an open fork of it until
+   that fork is closed or another fork is opened inside it). */
+MC_API int mc_rng_tracker_get(const mc_rng_tracker *t, const char *name, mc_rng *out);
+/* A copy of every stream and of the current generator: what recompute saves before a
+   checkpointed forward and restores before re-running it. set_states replaces them; inside a
+   fork it needs the same stream names in the same order (MC_ERR_STATE otherwise). */
+MC_API int mc_rng_tracker_get_states(const mc_rng_tracker *t, mc_rng_states *out);
+MC_API int mc_rng_tracker_set_states(mc_rng_tracker *t, const mc_rng_states *states);
+/* Megatron's _set_random_seed + model_parallel_cuda_manual_seed: seed must be > 0;
+   seed' = seed + 100 * pp_rank (+ 10 * dp_rank with data_parallel_random_init). Resets the
+   tracker, seeds the default generator with seed' and adds data-parallel-rng (seed'),
+   model-parallel-rng (seed' + 2718 + tp_rank) and expert-parallel-rng
+   (seed' + 1024 + 100 * ep_rank + etp_rank). */
+MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int tp_rank,
+                                        int pp_rank, int ep_rank, int etp_rank, int dp_rank,
+                                        int data_parallel_random_init);
+
+/* =============================================================================================
+   pipeline_parallel: schedule tables and the schedules that run them */
+
+/* ---------------------------------------------------------------------------------------------
+   >>pipeline_parallel.schedule_table  Which forward (F) and backward (B) each pipeline stage runs, in order:
+   Megatron's three schedules reduced to their op order, with no compute and no communication.
+
+     no pipelining   pp == 1:  F0 B0 F1 B1 ...
+     1F1B            pp > 1:   warmup w = min(pp - r - 1, M) forwards, then M - w pairs
+                               "F(w + i) B(i)", then the w remaining backwards.
+     interleaved     pp > 1, vpp >= 2 chunks per stage, group size N (default pp):
+                     virtual micro-batch k = 0 .. M*V-1 maps to (micro-batch, chunk) through a
+                     table built group by group: for each group of N micro-batches (the last
+                     one holds what remains), chunk 0 runs the group, then chunk 1, ...
+                     Example pp 2, N 3, M 5, V 2:  micro-batches 0 1 2 0 1 2 3 4 3 4
+                                                   chunks        0 0 0 1 1 1 0 0 1 1
+                     warmup = (pp - r - 1) * 2 + (V - 1) * N forwards, capped at M*V; then
+                     "F(k + warmup) B(k)" pairs; B(k) runs micro-batch table[k] on chunk
+                     V - 1 - table[k].chunk.
+                     Megatron's rules: pp <= N <= M (ValueError), and M mod N must be 0 or
+                     >= pp (RuntimeError, dependency bubbles), so with N = pp, M must be a
+                     multiple of pp.
+   forward_only: every forward in the same order, no backward; the warmup count stays
+   min(pp - r - 1, M) for 1F1B and becomes M*V when interleaved. vpp 1 means not interleaved
+   (Megatron's arguments turn a virtual size of 1 into None). */
+
+typedef struct mc_sched_op {
+    char kind;                 /* 'F' forward or 'B' backward */
+    int microbatch;            /* 0 .. M-1 */
+    int chunk;                 /* model chunk on this stage (0 unless interleaved); the
+                                  virtual stage is chunk * pp + pp_rank */
+} mc_sched_op;
+
+/* Zero means default. */
+typedef struct mc_schedule_desc {
+    int pp;                    /* pipeline stages; default 1 */
+    int pp_rank;               /* this stage, 0 .. pp-1 */
+    int num_microbatches;      /* required, >= 1 */
+    int vpp;                   /* model chunks per stage; 0 or 1: not interleaved */
+    int group_size;            /* microbatch_group_size_per_vp_stage; default pp */
+    int forward_only;
+} mc_schedule_desc;
+
+/* Megatron's get_forward_backward_func choice: "no_pipelining", "without_interleaving" or
+   "with_interleaving" (NULL for a desc that fails validation). */
+MC_API const char *mc_schedule_name(const mc_schedule_desc *desc);
+/* Ops of stage desc->pp_rank in execution order: 2*M*V of them (M*V forward-only). Writes
+   them into out[cap] and returns the count; out == NULL only counts; a cap below the count is
+   MC_ERR_INVALID_ARG. *n_warmup (may be NULL) receives the warmup forward count. */
+MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int cap,
+                           int *n_warmup);
+/* The interleaved lookup table (one entry per virtual micro-batch; for a schedule that is not
+   interleaved, micro-batch k on chunk 0). Returns M*V; out arrays may be NULL to count. */
+MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk, int cap);
+
+typedef struct mc_schedule_timing {
+    double makespan;           /* when the last op of any stage ends */
+    double busy;               /* compute time of one stage (the same on every stage) */
+    double bubble_fraction;    /* idle share of a stage's time: (makespan - busy) / makespan */
+    double bubble_ratio;       /* idle over compute, (makespan - busy) / busy: the paper's
+                                  measure, (pp - 1) / M for 1F1B */
+} mc_schedule_timing;
+
+/* Runs every stage's op list (desc->pp_rank is ignored) against the data dependencies and
+   reports when each op starts. An op starts once its stage is free and its input is ready:
+   F on virtual stage s needs F of the same micro-batch on s - 1; B on s needs F on s and B
+   on s + 1. Communication takes no time. forward_time / backward_time are the cost of one op
+   (one chunk); 0 means 1 and 2. start (may be NULL) receives pp rows of mc_schedule_ops'
+   count, each in that stage's op order; cap is its length in doubles. */
+MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_time,
+                                double backward_time, double *start, int cap,
+                                mc_schedule_timing *timing);
+
+/* @schedules:declarations begin */
+
+/* ---------------------------------------------------------------------------------------------
+   >>pipeline_parallel.schedules  Megatron's forward_backward functions (megatron_semantics.md section 8). The
+   application (or lab) owns data and the model; the schedule owns the micro-batch order, the
+   P2P between stages (batched), the grad-sync switch on each chunk's last micro-batch, and the
+   call to finalize_model_grads.
+
+   Op order: exactly mc_schedule_ops() of this stage (no pipelining, 1F1B, interleaved); the
+   executed compute ops are traced into mc_schedule_result.ops, so a caller can compare.
+
+   The forward_step contract: for every micro-batch on every stage the schedule calls
+   forward_step once per chunk; on the last virtual stage (pp rank P-1, chunk V-1) the output
+   is the loss: forward_step sets *loss_sum (sum of per-token losses) and *num_tokens, and the
+   schedule scales the backward seed like Megatron's loss_func 3-tuple path (not per-token):
+       loss_scale = 1 / (max(num_tokens, 1) * num_microbatches)
+   and passes it to that micro-batch's backward_step.
+
+   P2P (pp communicator, Megatron's cyclic next / prev ranks): one mc_batch_send_recv per
+   exchange with the ops in Megatron's order send_prev, recv_prev, send_next, recv_next.
+   recv_forward on the first virtual stage and recv_backward on the last one return NULL
+   without communicating; sends there are no-ops. Activations travel on tag
+   MC_SCHEDULE_TAG_FORWARD and gradients on MC_SCHEDULE_TAG_BACKWARD: at PP = 2 the next and
+   previous ranks are the same peer, and interleaving can send both kinds to it in one batch.
+   Megatron's batched path is tagless on NCCL, which pairs such ops by posting order: the
+   activation lands in the gradient's buffer and the other way round (same size, no error).
+   A tagless backend has to split that batch by direction.
+
+   Buffer ownership:
+     - received activations and gradients live in buffers the schedule allocates from the pp
+       communicator (mc_comm_alloc: device memory on nccl). An input passed to forward_step stays
+       valid and unchanged until that micro-batch's backward_step on the same chunk has returned
+       (forward_only: until forward_step returns); an output_grad until backward_step returns.
+       The model may keep the input pointer instead of copying it.
+     - *output of forward_step belongs to the app and must stay valid until the backward of
+       that micro-batch and chunk (forward_only: until the next forward_step call); *input_grad
+       of backward_step until the next forward_step or backward_step call.
+
+   Grad sync (Megatron's no_sync switch, per chunk; never called when forward_only):
+       grad_sync(c, 0) for every chunk before the first compute op (sync off),
+       grad_sync(c, 1) right before the backward of chunk c's micro-batch M-1 (its last),
+       grad_sync(c, 0) right after that backward returns.
+   So every backward but each chunk's last runs with sync off: the DDP layer only accumulates
+   then, and with sync on starts the reductions of that chunk's buckets as they fill; finalize
+   waits for them.
+
+   The schedule does not write ps (ps->vp_stage included): forward_step and backward_step get
+   the chunk and set whatever stage state the model reads. An error on one stage (a hook failing,
+   a bad argument) returns at once there; its pipeline peers then fail in their next exchange
+   with MC_ERR_TIMEOUT after the pp communicator's timeout. Validation errors (the interleaving
+   rules) are the same on every rank, so every rank fails before communicating. */
+#define MC_SCHEDULE_TRACE_MAX 4096
+#define MC_SCHEDULE_TAG_FORWARD 1001     /* activations, to the next stage */
+#define MC_SCHEDULE_TAG_BACKWARD 1002    /* gradients, to the previous stage */
+
+typedef struct mc_schedule_hooks {
+    void *app;
+    /* input: tensor received from the previous virtual stage (NULL on the first one).
+       *output: the tensor to send (owned by the app, see above), NULL on the last virtual
+       stage, where *loss_sum and *num_tokens are set instead (both are 0 on entry). */
+    int (*forward_step)(void *app, int chunk, int microbatch, const float *input,
+                        float **output, double *loss_sum, double *num_tokens);
+    /* output_grad: gradient received from the next virtual stage, NULL on the last one, where
+       backward starts from the loss with per-token weight loss_scale (1 elsewhere).
+       *input_grad: the gradient to send to the previous stage (ignored on the first virtual
+       stage; may be left NULL there). Required unless every call is forward_only. */
+    int (*backward_step)(void *app, int chunk, int microbatch, const float *output_grad,
+                         float loss_scale, float **input_grad);
+    /* Megatron's no_sync switch for chunk `chunk` (see above). May be NULL. */
+    void (*grad_sync)(void *app, int chunk, int enable);
+    /* finalize_model_grads (section 10); called once after the last backward, not when
+       forward_only. May be NULL. A status != MC_OK is returned by the schedule. */
+    int (*finalize)(void *app);
+    size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H;
+                                       required (> 0) when PP > 1 */
+    mc_dtype tensor_dtype;          /* of the P2P tensors: the model's dtype (default MC_F32) */
+    int group_size;                 /* interleaved only: microbatch_group_size_per_vp_stage N;
+                                       0 = PP (Megatron's default) */
+} mc_schedule_hooks;
+
+typedef struct mc_schedule_result {
+    double loss_sum;                /* last stage: sum over micro-batches of per-token loss sums */
+    double num_tokens;              /* last stage: sum of num_tokens (0 on other stages) */
+    int n_warmup;                   /* warmup forwards this stage ran (mc_schedule_ops' count) */
+    int n_ops;                      /* compute ops executed */
+    mc_sched_op ops[MC_SCHEDULE_TRACE_MAX];   /* the first MC_SCHEDULE_TRACE_MAX of them, in
+                                                 execution order */
+} mc_schedule_result;
+
+/* All three share this signature. The result is reset at entry. num_microbatches is M (per
+   data-parallel rank). Returns MC_OK, MC_ERR_INVALID_ARG / MC_ERR_INVALID_DESC (arguments,
+   Megatron's interleaving rules), a hook's status, or a communication error. */
+typedef int (*mc_forward_backward_func)(const mc_parallel_state *ps,
+                                        const mc_schedule_hooks *hooks, int num_microbatches,
+                                        int forward_only, mc_schedule_result *result);
+/* Megatron's get_forward_backward_func, from ps->grid alone (section 8.1): PP > 1 with VPP > 1
+   -> with_interleaving; PP > 1 -> without_interleaving; else no_pipelining. NULL for NULL ps. */
+MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps);
+/* PP must be 1: M times "F(i) B(i)", grad sync on for the last backward. */
+MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
+                                             const mc_schedule_hooks *hooks, int num_microbatches,
+                                             int forward_only, mc_schedule_result *result);
+/* 1F1B (section 8.4); refuses VPP > 1 (no model chunks). PP = 1 runs like no pipelining. */
+MC_API int mc_forward_backward_pipelining_without_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result);
+/* Interleaved 1F1B (section 8.5): needs PP > 1 and VPP > 1, PP <= N <= M and M mod N equal to
+   0 or >= PP (the messages give Megatron's rules). */
+MC_API int mc_forward_backward_pipelining_with_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result);
+
+/* @schedules:declarations end */
+
+/* =============================================================================================
+   transformer and models.gpt: the layer spec, the block, GPTModel */
+
 /* @model:declarations begin */
 
 /* ---------------------------------------------------------------------------------------------
-   >>gpt  The transformer layer, the block and Megatron's GPTModel on the op table.
+   >>models.gpt  The transformer layer, the block and Megatron's GPTModel on the op table.
 
    One mc_gpt holds this rank's part of the model: the model chunks of its pipeline stage (one,
    or VPP chunks when interleaved), their parameters in ONE flat buffer (and the gradients in a
@@ -1560,6 +1703,10 @@ MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, in
 
 #define MC_GPT_MAX_CHUNKS MC_MAX_VPP
 
+/* ---------------------------------------------------------------------------------------------
+   >>transformer  One pre-LN layer: its tensors, the context its submodules run in and the spec
+   (Megatron's TransformerLayer built from a ModuleSpec), whose local flavour is below. */
+
 /* The tensors of one transformer layer, in registration order. */
 typedef enum mc_gpt_layer_tensor {
     MC_GPT_LN1_W = 0,    /* input_layernorm.weight                (H) */
@@ -1618,6 +1765,9 @@ typedef struct mc_transformer_spec {
 } mc_transformer_spec;
 
 MC_API const mc_transformer_spec *mc_transformer_spec_local(void);
+
+/* ---------------------------------------------------------------------------------------------
+   >>models.gpt  GPTModel (the shapes, stages and initialisation are described above). */
 
 /* Zero means default. */
 typedef struct mc_gpt_desc {
@@ -1734,124 +1884,13 @@ MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
 
 /* @model:declarations end */
 
-/* @schedules:declarations begin */
-
-/* ---------------------------------------------------------------------------------------------
-   >>schedules  Megatron's forward_backward functions (megatron_semantics.md section 8). The
-   application (or lab) owns data and the model; the schedule owns the micro-batch order, the
-   P2P between stages (batched), the grad-sync switch on each chunk's last micro-batch, and the
-   call to finalize_model_grads.
-
-   Op order: exactly mc_schedule_ops() of this stage (no pipelining, 1F1B, interleaved); the
-   executed compute ops are traced into mc_schedule_result.ops, so a caller can compare.
-
-   The forward_step contract: for every micro-batch on every stage the schedule calls
-   forward_step once per chunk; on the last virtual stage (pp rank P-1, chunk V-1) the output
-   is the loss: forward_step sets *loss_sum (sum of per-token losses) and *num_tokens, and the
-   schedule scales the backward seed like Megatron's loss_func 3-tuple path (not per-token):
-       loss_scale = 1 / (max(num_tokens, 1) * num_microbatches)
-   and passes it to that micro-batch's backward_step.
-
-   P2P (pp communicator, Megatron's cyclic next / prev ranks): one mc_batch_send_recv per
-   exchange with the ops in Megatron's order send_prev, recv_prev, send_next, recv_next.
-   recv_forward on the first virtual stage and recv_backward on the last one return NULL
-   without communicating; sends there are no-ops. Activations travel on tag
-   MC_SCHEDULE_TAG_FORWARD and gradients on MC_SCHEDULE_TAG_BACKWARD: at PP = 2 the next and
-   previous ranks are the same peer, and interleaving can send both kinds to it in one batch.
-   Megatron's batched path is tagless on NCCL, which pairs such ops by posting order: the
-   activation lands in the gradient's buffer and the other way round (same size, no error).
-   A tagless backend has to split that batch by direction.
-
-   Buffer ownership:
-     - received activations and gradients live in buffers the schedule allocates from the pp
-       communicator (mc_comm_alloc: device memory on nccl). An input passed to forward_step stays
-       valid and unchanged until that micro-batch's backward_step on the same chunk has returned
-       (forward_only: until forward_step returns); an output_grad until backward_step returns.
-       The model may keep the input pointer instead of copying it.
-     - *output of forward_step belongs to the app and must stay valid until the backward of
-       that micro-batch and chunk (forward_only: until the next forward_step call); *input_grad
-       of backward_step until the next forward_step or backward_step call.
-
-   Grad sync (Megatron's no_sync switch, per chunk; never called when forward_only):
-       grad_sync(c, 0) for every chunk before the first compute op (sync off),
-       grad_sync(c, 1) right before the backward of chunk c's micro-batch M-1 (its last),
-       grad_sync(c, 0) right after that backward returns.
-   So every backward but each chunk's last runs with sync off: the DDP layer only accumulates
-   then, and with sync on starts the reductions of that chunk's buckets as they fill; finalize
-   waits for them.
-
-   The schedule does not write ps (ps->vp_stage included): forward_step and backward_step get
-   the chunk and set whatever stage state the model reads. An error on one stage (a hook failing,
-   a bad argument) returns at once there; its pipeline peers then fail in their next exchange
-   with MC_ERR_TIMEOUT after the pp communicator's timeout. Validation errors (the interleaving
-   rules) are the same on every rank, so every rank fails before communicating. */
-#define MC_SCHEDULE_TRACE_MAX 4096
-#define MC_SCHEDULE_TAG_FORWARD 1001     /* activations, to the next stage */
-#define MC_SCHEDULE_TAG_BACKWARD 1002    /* gradients, to the previous stage */
-
-typedef struct mc_schedule_hooks {
-    void *app;
-    /* input: tensor received from the previous virtual stage (NULL on the first one).
-       *output: the tensor to send (owned by the app, see above), NULL on the last virtual
-       stage, where *loss_sum and *num_tokens are set instead (both are 0 on entry). */
-    int (*forward_step)(void *app, int chunk, int microbatch, const float *input,
-                        float **output, double *loss_sum, double *num_tokens);
-    /* output_grad: gradient received from the next virtual stage, NULL on the last one, where
-       backward starts from the loss with per-token weight loss_scale (1 elsewhere).
-       *input_grad: the gradient to send to the previous stage (ignored on the first virtual
-       stage; may be left NULL there). Required unless every call is forward_only. */
-    int (*backward_step)(void *app, int chunk, int microbatch, const float *output_grad,
-                         float loss_scale, float **input_grad);
-    /* Megatron's no_sync switch for chunk `chunk` (see above). May be NULL. */
-    void (*grad_sync)(void *app, int chunk, int enable);
-    /* finalize_model_grads (section 10); called once after the last backward, not when
-       forward_only. May be NULL. A status != MC_OK is returned by the schedule. */
-    int (*finalize)(void *app);
-    size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H;
-                                       required (> 0) when PP > 1 */
-    mc_dtype tensor_dtype;          /* of the P2P tensors: the model's dtype (default MC_F32) */
-    int group_size;                 /* interleaved only: microbatch_group_size_per_vp_stage N;
-                                       0 = PP (Megatron's default) */
-} mc_schedule_hooks;
-
-typedef struct mc_schedule_result {
-    double loss_sum;                /* last stage: sum over micro-batches of per-token loss sums */
-    double num_tokens;              /* last stage: sum of num_tokens (0 on other stages) */
-    int n_warmup;                   /* warmup forwards this stage ran (mc_schedule_ops' count) */
-    int n_ops;                      /* compute ops executed */
-    mc_sched_op ops[MC_SCHEDULE_TRACE_MAX];   /* the first MC_SCHEDULE_TRACE_MAX of them, in
-                                                 execution order */
-} mc_schedule_result;
-
-/* All three share this signature. The result is reset at entry. num_microbatches is M (per
-   data-parallel rank). Returns MC_OK, MC_ERR_INVALID_ARG / MC_ERR_INVALID_DESC (arguments,
-   Megatron's interleaving rules), a hook's status, or a communication error. */
-typedef int (*mc_forward_backward_func)(const mc_parallel_state *ps,
-                                        const mc_schedule_hooks *hooks, int num_microbatches,
-                                        int forward_only, mc_schedule_result *result);
-/* Megatron's get_forward_backward_func, from ps->grid alone (section 8.1): PP > 1 with VPP > 1
-   -> with_interleaving; PP > 1 -> without_interleaving; else no_pipelining. NULL for NULL ps. */
-MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps);
-/* PP must be 1: M times "F(i) B(i)", grad sync on for the last backward. */
-MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
-                                             const mc_schedule_hooks *hooks, int num_microbatches,
-                                             int forward_only, mc_schedule_result *result);
-/* 1F1B (section 8.4); refuses VPP > 1 (no model chunks). PP = 1 runs like no pipelining. */
-MC_API int mc_forward_backward_pipelining_without_interleaving(
-    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
-    int forward_only, mc_schedule_result *result);
-/* Interleaved 1F1B (section 8.5): needs PP > 1 and VPP > 1, PP <= N <= M and M mod N equal to
-   0 or >= PP (the messages give Megatron's rules). */
-MC_API int mc_forward_backward_pipelining_with_interleaving(
-    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
-    int forward_only, mc_schedule_result *result);
-
-/* @schedules:declarations end */
+/* =============================================================================================
+   distributed, optimizer, dist_checkpointing */
 
 /* @ddp:declarations begin */
 
 /* ---------------------------------------------------------------------------------------------
-   >>ddp  Megatron's DistributedDataParallel over the flat gradient buffer of an mc_param_table,
+   >>distributed  Megatron's DistributedDataParallel over the flat gradient buffer of an mc_param_table,
    and finalize_model_grads (megatron_semantics.md §10, §11).
 
    One mc_ddp per rank reduces the grads of every model chunk over the data-parallel (x CP)
@@ -2096,7 +2135,7 @@ MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_sta
 /* @checkpoint:declarations begin */
 
 /* ---------------------------------------------------------------------------------------------
-   >>checkpoint  Checkpoints that load under another TP / PP / DP layout (resharding).
+   >>dist_checkpointing  Checkpoints that load under another TP / PP / DP layout (resharding).
 
    Every tensor is stored in GLOBAL form, whatever the layout that saved it: one file per tensor
    holding the full [rows, cols] array, written cooperatively. Each rank writes the rows or
@@ -2346,13 +2385,17 @@ MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n);
 #endif
 
 #define MC__DEF(value, def) ((value) == 0 ? (def) : (value))
+#define MC__COUNTOF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define MC__LOG_TAG "megatron_c"
 #define MC__ERROR_LEN 1024
 #define MC__DEFAULT_ORDER "tp-cp-ep-dp-pp"
 #define MC__DEFAULT_TIMEOUT_S 30.0
 
+/* =============================================================================================
+   core (implementation) */
+
 // ---------------------------------------------------------------------------------------------
-// >>errors
+// >>core.errors
 
 typedef struct mc__globals {
     mc_logger logger;
@@ -2436,7 +2479,7 @@ MC_API int mc__set_error(int status, const char *fmt, ...) {
 #define MC__WARN(...) mc__log_at(2, (uint32_t)__LINE__, __FILE__, __VA_ARGS__)
 
 // ---------------------------------------------------------------------------------------------
-// >>setup
+// >>core.setup
 
 MC_API int mc_setup(const mc_desc *desc) {
     if (!desc) {
@@ -2477,8 +2520,2017 @@ MC_API void mc_free(void *ptr) {
         free(ptr);
 }
 
+// FNV-1a (64 bit): the fingerprints of the group plan, the config and the init streams.
+
+#define MC__FNV_OFFSET 14695981039346656037ULL
+#define MC__FNV_PRIME 1099511628211ULL
+
+static uint64_t mc__fnv_bytes(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= MC__FNV_PRIME;
+    }
+    return h;
+}
+
+/* Hashes the value as 8 little-endian bytes, so the fingerprint does not depend on the host. */
+static uint64_t mc__fnv_int(uint64_t h, uint64_t v) {
+    unsigned char b[8];
+    int i;
+    for (i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    return mc__fnv_bytes(h, b, 8);
+}
+
+
+/* The Philox block and its uniform (>>tensor_parallel.random): the CPU dropout ops draw from
+   them too. */
+static void mc__rng_block(uint64_t seed, uint64_t block, uint32_t out[4]);
+static float mc__rng_to_uniform(uint32_t bits);
+
+/* @ops:implementation begin */
 // ---------------------------------------------------------------------------------------------
-// >>rank_grid
+// >>core.ops cpu  The CPU reference op table: plain loops over fp32 arrays, every sum in a fixed
+// order. Element-wise and row-wise ops follow llm.c's formulas; the shapes are in each
+// function's comment ([rows, cols], row-major). bf16 tensors are converted to fp32 copies, the
+// fp32 loop runs, and bf16 results are rounded back (nearest-even): the same fp32 math, bf16
+// storage.
+
+#include <math.h>
+#if defined(MC_USE_CBLAS)
+#include <cblas.h>
+#endif
+
+#if defined(__GNUC__) || defined(_MSC_VER)
+#define MC__RESTRICT __restrict
+#else
+#define MC__RESTRICT
+#endif
+
+MC_API mc_bf16 mc_bf16_from_float(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (mc_bf16)((u >> 16) | 0x0040u);   /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);   /* round to nearest, ties to even */
+    return (mc_bf16)(u >> 16);
+}
+
+MC_API float mc_bf16_to_float(mc_bf16 x) {
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+MC_API size_t mc_dtype_bytes(mc_dtype dt, size_t n) { return mc_dtype_size(dt) * n; }
+
+MC_API int mc_ops_same_memory(const mc_ops *a, const mc_ops *b) {
+    if (!a || !b) return 0;
+    return a == b || (a->device == b->device && a->ctx == b->ctx);
+}
+
+/* Floating-point storage the ops accept for activations and parameters. */
+static int mc__cpu_check_dt(const char *op, mc_dtype dt) {
+    if (dt == MC_F32 || dt == MC_BF16) return MC_OK;
+    return MC__FAIL(MC_ERR_INVALID_ARG, "cpu %s: dtype (%d) must be MC_F32 or MC_BF16", op,
+                    (int)dt);
+}
+
+/* An fp32 view of n elements of x: x itself for MC_F32, a converted copy for MC_BF16. `load`
+   reads the values (inputs, accumulated outputs); put(store = 1) rounds the copy back. */
+typedef struct mc__f32 {
+    float *p;
+    void *orig;
+    size_t n;
+    int owned;
+} mc__f32;
+
+static int mc__f32_get(mc__f32 *t, const void *x, size_t n, mc_dtype dt, int load,
+                       const char *op) {
+    size_t i;
+    t->orig = (void *)(uintptr_t)x;
+    t->n = n;
+    t->owned = 0;
+    t->p = (float *)(uintptr_t)x;
+    if (!x || dt == MC_F32) return MC_OK;
+    if (dt != MC_BF16) return mc__cpu_check_dt(op, dt);
+    t->p = (float *)mc_malloc((n > 0 ? n : 1) * sizeof(float));
+    if (!t->p)
+        return MC__FAIL(MC_ERR_NO_MEMORY, "cpu %s: no memory for an fp32 copy of %zu bf16 values",
+                        op, n);
+    t->owned = 1;
+    if (load)
+        for (i = 0; i < n; i++) t->p[i] = mc_bf16_to_float(((const mc_bf16 *)x)[i]);
+    return MC_OK;
+}
+
+static void mc__f32_put(mc__f32 *t, int store) {
+    size_t i;
+    if (!t->owned) return;
+    if (store)
+        for (i = 0; i < t->n; i++) ((mc_bf16 *)t->orig)[i] = mc_bf16_from_float(t->p[i]);
+    mc_free(t->p);
+    t->owned = 0;
+}
+
+/* Up to 8 views taken together and released together: every op below is "get the views, run
+   the fp32 loop, put them back". */
+typedef struct mc__f32_set {
+    mc__f32 v[8];
+    int store[8];
+    int n;
+} mc__f32_set;
+
+static float *mc__f32_add(mc__f32_set *s, int *rc, const void *x, size_t n, mc_dtype dt,
+                          int load, int store, const char *op) {
+    mc__f32 *t = &s->v[s->n];
+    if (*rc != MC_OK) return NULL;
+    MC_ASSERT(s->n < 8);
+    *rc = mc__f32_get(t, x, n, dt, load, op);
+    if (*rc != MC_OK) return NULL;
+    s->store[s->n++] = store;
+    return t->p;
+}
+
+static int mc__f32_done(mc__f32_set *s, int rc) {
+    int i;
+    for (i = s->n - 1; i >= 0; i--) mc__f32_put(&s->v[i], rc == MC_OK && s->store[i]);
+    s->n = 0;
+    return rc;
+}
+
+#define MC__F32_SET_EMPTY {{{NULL, NULL, 0, 0}}, {0}, 0}
+#define MC__IN 1, 0    /* read, not written back */
+#define MC__OUT 0, 1   /* written (=) */
+#define MC__ACC 1, 1   /* read and written (+=) */
+
+// memory
+
+static int mc__cpu_alloc(const mc_ops *o, void **ptr, size_t bytes) {
+    (void)o;
+    if (!ptr) return MC__FAIL(MC_ERR_INVALID_ARG, "cpu alloc: ptr is NULL");
+    *ptr = mc_calloc(1, bytes);
+    if (!*ptr) return MC__FAIL(MC_ERR_NO_MEMORY, "cpu alloc: out of memory (%zu bytes)", bytes);
+    return MC_OK;
+}
+
+static int mc__cpu_free(const mc_ops *o, void *ptr) {
+    (void)o;
+    mc_free(ptr);
+    return MC_OK;
+}
+
+static int mc__cpu_copy_bytes(const mc_ops *o, void *dst, const void *src, size_t bytes) {
+    (void)o;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return MC_OK;
+}
+
+static int mc__cpu_copy_2d(const mc_ops *o, void *dst, size_t dst_pitch, const void *src,
+                           size_t src_pitch, size_t width, size_t rows) {
+    size_t r;
+    (void)o;
+    if (width == 0 || rows == 0) return MC_OK;
+    if (!dst || !src)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "cpu copy_2d: dst and src must be set (%zu rows of "
+                        "%zu bytes)", rows, width);
+    if (dst_pitch == width && src_pitch == width) {
+        memmove(dst, src, width * rows);
+        return MC_OK;
+    }
+    for (r = 0; r < rows; r++)
+        memmove((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width);
+    return MC_OK;
+}
+
+static int mc__cpu_synchronize(const mc_ops *o) {
+    (void)o;
+    return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu element-wise
+
+static void mc__cpu_fill_f32(float *x, float value, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = value;
+}
+
+static int mc__cpu_fill(const mc_ops *o, void *x, float value, size_t n, mc_dtype dt) {
+    size_t i;
+    (void)o;
+    if (dt == MC_F32) {
+        mc__cpu_fill_f32((float *)x, value, n);
+    } else if (dt == MC_BF16) {
+        mc_bf16 b = mc_bf16_from_float(value);
+        for (i = 0; i < n; i++) ((mc_bf16 *)x)[i] = b;
+    } else {
+        return mc__cpu_check_dt("fill", dt);
+    }
+    return MC_OK;
+}
+
+static int mc__cpu_copy(const mc_ops *o, void *dst, const void *src, size_t n, mc_dtype dst_dt,
+                        mc_dtype src_dt) {
+    size_t i;
+    int rc;
+    if ((rc = mc__cpu_check_dt("copy", dst_dt)) != MC_OK) return rc;
+    if ((rc = mc__cpu_check_dt("copy", src_dt)) != MC_OK) return rc;
+    if (dst_dt == src_dt) return mc__cpu_copy_bytes(o, dst, src, mc_dtype_bytes(dst_dt, n));
+    if (dst_dt == MC_BF16)
+        for (i = 0; i < n; i++) ((mc_bf16 *)dst)[i] = mc_bf16_from_float(((const float *)src)[i]);
+    else
+        for (i = 0; i < n; i++) ((float *)dst)[i] = mc_bf16_to_float(((const mc_bf16 *)src)[i]);
+    return MC_OK;
+}
+
+static void mc__cpu_axpy_f32(float *y, float a, const float *x, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static int mc__cpu_axpy(const mc_ops *o, void *y, float a, const void *x, size_t n,
+                        mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    float *fy = mc__f32_add(&s, &rc, y, n, dt, MC__ACC, "axpy");
+    const float *fx = x == y ? fy : mc__f32_add(&s, &rc, x, n, dt, MC__IN, "axpy");
+    (void)o;
+    if (rc == MC_OK) mc__cpu_axpy_f32(fy, a, fx, n);
+    return mc__f32_done(&s, rc);
+}
+
+static int mc__cpu_scale(const mc_ops *o, void *x, float a, size_t n, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    float *fx = mc__f32_add(&s, &rc, x, n, dt, MC__ACC, "scale");
+    size_t i;
+    (void)o;
+    if (rc == MC_OK)
+        for (i = 0; i < n; i++) fx[i] *= a;
+    return mc__f32_done(&s, rc);
+}
+
+static int mc__cpu_sum_squares(const mc_ops *o, double *out, const float *x, const size_t *spans,
+                               int n_spans) {
+    double s = 0.0;
+    size_t i;
+    int k;
+    (void)o;
+    if (!out) return MC__FAIL(MC_ERR_INVALID_ARG, "cpu sum_squares: out is NULL");
+    for (k = 0; k < n_spans; k++)
+        for (i = spans[2 * k]; i < spans[2 * k + 1]; i++) s += (double)x[i] * (double)x[i];
+    *out = s;
+    return MC_OK;
+}
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu gemm
+//
+// C is computed in blocks of MB x NB. For each block an accumulator acc[MB, NB] starts at zero
+// and K is walked in KB-deep slices, in order: the slice of op(A) is copied ("packed") into
+// Ap[MB, KB] and that of op(B) into Bp[KB, NB], whatever the transposes, so the kernel's
+// inner loop runs over contiguous columns of Bp and acc (it vectorizes) and the blocks stay
+// in cache (Bp is 64 KiB). Every acc element receives its K products in the order
+// k = 0 .. K-1, whatever the block sizes: the result of an element depends only on its row of
+// op(A), its column of op(B) and K. Finally C = alpha * acc + beta * C.
+
+#define MC__GEMM_MB 32
+#define MC__GEMM_NB 128
+#define MC__GEMM_KB 128
+
+#if defined(MC_CPU_GEMM_ACC_F64)
+typedef double mc__gemm_acc;
+#else
+typedef float mc__gemm_acc;
+#endif
+
+/* Ap[mb, kb] = op(A)[i0 .., k0 ..]; op(A) is A[M,K], or A^T with A stored [K,M]. */
+static void mc__gemm_pack_a(float *MC__RESTRICT Ap, const float *MC__RESTRICT A, int M, int K,
+                            int trans_a, int i0, int mb, int k0, int kb) {
+    int i, k;
+    if (!trans_a) {
+        for (i = 0; i < mb; i++)
+            for (k = 0; k < kb; k++) Ap[i * kb + k] = A[(size_t)(i0 + i) * K + (k0 + k)];
+    } else {
+        for (k = 0; k < kb; k++)   /* read rows of the stored [K,M] matrix */
+            for (i = 0; i < mb; i++) Ap[i * kb + k] = A[(size_t)(k0 + k) * M + (i0 + i)];
+    }
+}
+
+/* Bp[kb, NB] = op(B)[k0 .., j0 .. j0 + nb], zero beyond nb so that the kernel always runs
+   full-width rows; op(B) is B[K,N], or B^T with B stored [N,K]. */
+static void mc__gemm_pack_b(float *MC__RESTRICT Bp, const float *MC__RESTRICT B, int N, int K,
+                            int trans_b, int k0, int kb, int j0, int nb) {
+    int j, k;
+    if (nb < MC__GEMM_NB) memset(Bp, 0, sizeof(float) * (size_t)kb * MC__GEMM_NB);
+    if (!trans_b) {
+        for (k = 0; k < kb; k++)
+            for (j = 0; j < nb; j++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(k0 + k) * N + (j0 + j)];
+    } else {
+        for (j = 0; j < nb; j++)   /* read rows of the stored [N,K] matrix */
+            for (k = 0; k < kb; k++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(j0 + j) * K + (k0 + k)];
+    }
+}
+
+/* acc[mb, NB] += Ap[mb, kb] Bp[kb, NB]. The rows have the fixed width NB (a trip count the
+   compiler knows, so the j loop vectorizes even at -O2). Four k at a time share one pass over
+   an acc row; each element still adds its products in k order, so the unrolling changes no
+   bit. */
+static void mc__gemm_kernel(mc__gemm_acc *MC__RESTRICT acc, const float *MC__RESTRICT Ap,
+                            const float *MC__RESTRICT Bp, int mb, int kb) {
+    int i, j, k;
+    for (i = 0; i < mb; i++) {
+        mc__gemm_acc *MC__RESTRICT c = acc + (size_t)i * MC__GEMM_NB;
+        const float *a = Ap + (size_t)i * kb;
+        for (k = 0; k + 4 <= kb; k += 4) {
+            const float a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
+            const float *b0 = Bp + (size_t)k * MC__GEMM_NB, *b1 = b0 + MC__GEMM_NB;
+            const float *b2 = b1 + MC__GEMM_NB, *b3 = b2 + MC__GEMM_NB;
+            for (j = 0; j < MC__GEMM_NB; j++) {
+                mc__gemm_acc s = c[j];
+                s += (mc__gemm_acc)(a0 * b0[j]);
+                s += (mc__gemm_acc)(a1 * b1[j]);
+                s += (mc__gemm_acc)(a2 * b2[j]);
+                s += (mc__gemm_acc)(a3 * b3[j]);
+                c[j] = s;
+            }
+        }
+        for (; k < kb; k++) {
+            const float ak = a[k];
+            const float *bk = Bp + (size_t)k * MC__GEMM_NB;
+            for (j = 0; j < MC__GEMM_NB; j++) c[j] += (mc__gemm_acc)(ak * bk[j]);
+        }
+    }
+}
+
+MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
+                                int trans_a, int trans_b, float alpha, float beta) {
+    float Ap[MC__GEMM_MB * MC__GEMM_KB];
+    float Bp[MC__GEMM_KB * MC__GEMM_NB];
+    mc__gemm_acc acc[MC__GEMM_MB * MC__GEMM_NB];
+    int i0, j0, k0, i, j;
+    for (i0 = 0; i0 < M; i0 += MC__GEMM_MB) {
+        const int mb = M - i0 < MC__GEMM_MB ? M - i0 : MC__GEMM_MB;
+        for (j0 = 0; j0 < N; j0 += MC__GEMM_NB) {
+            const int nb = N - j0 < MC__GEMM_NB ? N - j0 : MC__GEMM_NB;
+            for (i = 0; i < mb * MC__GEMM_NB; i++) acc[i] = 0;
+            for (k0 = 0; k0 < K; k0 += MC__GEMM_KB) {
+                const int kb = K - k0 < MC__GEMM_KB ? K - k0 : MC__GEMM_KB;
+                mc__gemm_pack_a(Ap, A, M, K, trans_a, i0, mb, k0, kb);
+                mc__gemm_pack_b(Bp, B, N, K, trans_b, k0, kb, j0, nb);
+                mc__gemm_kernel(acc, Ap, Bp, mb, kb);
+            }
+            for (i = 0; i < mb; i++) {
+                float *c = C + (size_t)(i0 + i) * N + j0;
+                const mc__gemm_acc *s = acc + (size_t)i * MC__GEMM_NB;
+                if (beta == 0.0f)   /* C is not read: it may hold garbage or NaN */
+                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j];
+                else
+                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j] + beta * c[j];
+            }
+        }
+    }
+}
+
+#if defined(MC_USE_CBLAS)
+static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, int N, int K,
+                               int trans_a, int trans_b, float alpha, float beta) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {   /* some BLAS builds reject K = 0 with ldb = 0 */
+        mc_cpu_gemm_blocked(C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
+                trans_b ? K : N, beta, C, N);
+}
+#define MC__CPU_GEMM mc__cpu_gemm_cblas
+#else
+#define MC__CPU_GEMM mc_cpu_gemm_blocked
+#endif
+
+// ---------------------------------------------------------------------------------------------
+/* out[N,C] += bias[C] */
+static void mc__cpu_add_bias_f32(float *out, const float *bias, int N, int C) {
+    int n, c;
+    if (!bias) return;
+    for (n = 0; n < N; n++)
+        for (c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
+}
+
+static int mc__cpu_gemm(const mc_ops *o, void *C, const void *A, const void *B, const void *bias,
+                        int M, int N, int K, int trans_a, int trans_b, float alpha, float beta,
+                        mc_dtype c_dt, mc_dtype ab_dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t mk = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
+    size_t kn = (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0);
+    size_t mn = (size_t)(M > 0 ? M : 0) * (size_t)(N > 0 ? N : 0);
+    float *fc, *fa, *fb, *fbias;
+    (void)o;
+    if (M < 0 || N < 0 || K < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "cpu gemm: M (%d), N (%d) and K (%d) must be >= 0", M,
+                        N, K);
+    if (M == 0 || N == 0) return MC_OK;
+    fc = mc__f32_add(&s, &rc, C, mn, c_dt, beta != 0.0f, 1, "gemm");
+    fa = mc__f32_add(&s, &rc, A, mk, ab_dt, MC__IN, "gemm");
+    fb = mc__f32_add(&s, &rc, B, kn, ab_dt, MC__IN, "gemm");
+    fbias = mc__f32_add(&s, &rc, bias, (size_t)N, ab_dt, MC__IN, "gemm");
+    if (rc == MC_OK) {
+        MC__CPU_GEMM(fc, fa, fb, M, N, K, trans_a, trans_b, alpha, beta);
+        mc__cpu_add_bias_f32(fc, fbias, M, N);
+    }
+    return mc__f32_done(&s, rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu bias, layernorm, gelu
+
+/* dbias[C] += sum over rows of dout[N,C] (rows in order) */
+static int mc__cpu_bias_backward(const mc_ops *o, float *dbias, const void *dout, int N, int C,
+                                 mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, c;
+    const float *dy = mc__f32_add(&s, &rc, dout, (size_t)N * C, dt, MC__IN, "bias_backward");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++)
+            for (c = 0; c < C; c++) dbias[c] += dy[(size_t)n * C + c];
+    return mc__f32_done(&s, rc);
+}
+
+/* out[N,C], mean[N], rstd[N] <- inp[N,C], weight[C], bias[C] */
+static void mc__cpu_layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp,
+                                          const float *weight, const float *bias, int N, int C,
+                                          float eps) {
+    int n, c;
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float m = 0.0f, v = 0.0f, s;
+        for (c = 0; c < C; c++) m += x[c];
+        m /= (float)C;
+        for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        v /= (float)C;
+        s = 1.0f / sqrtf(v + eps);
+        for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = s;
+    }
+}
+
+static int mc__cpu_layernorm_forward(const mc_ops *o, void *out, float *mean, float *rstd,
+                                     const void *inp, const void *weight, const void *bias, int N,
+                                     int C, float eps, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t nc = (size_t)N * C;
+    float *y = mc__f32_add(&s, &rc, out, nc, dt, MC__OUT, "layernorm_forward");
+    const float *x = mc__f32_add(&s, &rc, inp, nc, dt, MC__IN, "layernorm_forward");
+    const float *w = mc__f32_add(&s, &rc, weight, (size_t)C, dt, MC__IN, "layernorm_forward");
+    const float *b = mc__f32_add(&s, &rc, bias, (size_t)C, dt, MC__IN, "layernorm_forward");
+    (void)o;
+    if (rc == MC_OK) mc__cpu_layernorm_forward_f32(y, mean, rstd, x, w, b, N, C, eps);
+    return mc__f32_done(&s, rc);
+}
+
+/* dinp[N,C] +=, dweight[C] +=, dbias[C] += (may be NULL) <- dout[N,C], inp[N,C], weight[C],
+   mean[N], rstd[N]. With xhat = (x - mean) * rstd and g = weight * dout:
+   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
+static void mc__cpu_layernorm_backward_f32(float *dinp, float *dweight, float *dbias,
+                                           const float *dout, const float *inp,
+                                           const float *weight, const float *mean,
+                                           const float *rstd, int N, int C) {
+    int n, c;
+    for (n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+        float *dx = dinp ? dinp + (size_t)n * C : NULL;
+        const float m = mean[n], s = rstd[n];
+        float g_mean = 0.0f, g_xhat_mean = 0.0f;
+        for (c = 0; c < C; c++) {
+            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
+            g_mean += g;
+            g_xhat_mean += g * xhat;
+        }
+        g_mean /= (float)C;
+        g_xhat_mean /= (float)C;
+        for (c = 0; c < C; c++) {
+            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
+            if (dbias) dbias[c] += dy[c];
+            if (dweight) dweight[c] += xhat * dy[c];
+            if (dx) dx[c] += (g - g_mean - xhat * g_xhat_mean) * s;
+        }
+    }
+}
+
+static int mc__cpu_layernorm_backward(const mc_ops *o, void *dinp, float *dweight, float *dbias,
+                                      const void *dout, const void *inp, const void *weight,
+                                      const float *mean, const float *rstd, int N, int C,
+                                      mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t nc = (size_t)N * C;
+    float *dx = mc__f32_add(&s, &rc, dinp, nc, dt, MC__ACC, "layernorm_backward");
+    const float *dy = mc__f32_add(&s, &rc, dout, nc, dt, MC__IN, "layernorm_backward");
+    const float *x = mc__f32_add(&s, &rc, inp, nc, dt, MC__IN, "layernorm_backward");
+    const float *w = mc__f32_add(&s, &rc, weight, (size_t)C, dt, MC__IN, "layernorm_backward");
+    (void)o;
+    if (rc == MC_OK) mc__cpu_layernorm_backward_f32(dx, dweight, dbias, dy, x, w, mean, rstd, N, C);
+    return mc__f32_done(&s, rc);
+}
+
+#define MC__GELU_SCALE 0.7978845608028654f   /* sqrt(2 / pi) */
+#define MC__GELU_CUBIC 0.044715f
+
+static int mc__cpu_gelu_forward(const mc_ops *o, void *out, const void *inp, size_t n,
+                                mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    float *y = mc__f32_add(&s, &rc, out, n, dt, MC__OUT, "gelu_forward");
+    const float *x = inp == out ? NULL : mc__f32_add(&s, &rc, inp, n, dt, MC__IN, "gelu_forward");
+    size_t i;
+    (void)o;
+    if (rc != MC_OK) return mc__f32_done(&s, rc);
+    if (inp == out) {   /* in place: the output view must hold the input first */
+        if (dt == MC_BF16)
+            for (i = 0; i < n; i++) y[i] = mc_bf16_to_float(((const mc_bf16 *)inp)[i]);
+        x = y;
+    }
+    for (i = 0; i < n; i++) {
+        const float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v)));
+    }
+    return mc__f32_done(&s, rc);
+}
+
+/* dinp = dout * d/dx gelu(x); tanh' = 1 - tanh^2 (no cosh, which overflows for large x) */
+static int mc__cpu_gelu_backward(const mc_ops *o, void *dinp, const void *inp, const void *dout,
+                                 size_t n, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    const float *x = mc__f32_add(&s, &rc, inp, n, dt, MC__IN, "gelu_backward");
+    const float *dy = mc__f32_add(&s, &rc, dout, n, dt, MC__IN, "gelu_backward");
+    float *dx = mc__f32_add(&s, &rc, dinp, n, dt, MC__OUT, "gelu_backward");
+    size_t i;
+    (void)o;
+    if (rc == MC_OK)
+        for (i = 0; i < n; i++) {
+            const float v = x[i];
+            const float t = tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v));
+            const float dtanh =
+                (1.0f - t * t) * MC__GELU_SCALE * (1.0f + 3.0f * MC__GELU_CUBIC * v * v);
+            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dtanh);
+        }
+    return mc__f32_done(&s, rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu dropout  (the keep rule of mc_rng_dropout_mask, element by element)
+
+/* Keeps the last Philox block, so a run of consecutive indices costs one block per four. */
+typedef struct mc__keep_cache {
+    uint64_t seed;
+    uint64_t block;
+    int valid;
+    uint32_t bits[4];
+} mc__keep_cache;
+
+static void mc__keep_cache_init(mc__keep_cache *kc, uint64_t seed) {
+    memset(kc, 0, sizeof *kc);
+    kc->seed = seed;
+}
+
+/* 1 iff element `index` of the stream is kept under drop probability p (> 0). */
+static int mc__keep(mc__keep_cache *kc, uint64_t index, float p) {
+    if (!kc->valid || index / 4 != kc->block) {
+        kc->block = index / 4;
+        kc->valid = 1;
+        mc__rng_block(kc->seed, kc->block, kc->bits);
+    }
+    return mc__rng_to_uniform(kc->bits[index % 4]) >= p;
+}
+
+/* 1 / (1 - p), or 0 when everything is dropped (p >= 1) */
+static float mc__dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+/* out[i] = inp[i] * keep(offset + i) / (1 - p); also the backward (same mask, same scale).
+   bf16: a kept value times the scale is rounded once, a dropped one is 0. */
+static int mc__cpu_dropout_apply(void *out, const void *inp, size_t n, float p, uint64_t seed,
+                                 uint64_t offset, mc_dtype dt) {
+    mc__keep_cache kc;
+    const float scale = mc__dropout_scale(p);
+    size_t i;
+    int rc;
+    if ((rc = mc__cpu_check_dt("dropout", dt)) != MC_OK) return rc;
+    if (p <= 0.0f) {
+        if (out != inp) memmove(out, inp, mc_dtype_bytes(dt, n));
+        return MC_OK;
+    }
+    mc__keep_cache_init(&kc, seed);
+    if (dt == MC_F32) {
+        const float *x = (const float *)inp;
+        float *y = (float *)out;
+        for (i = 0; i < n; i++) y[i] = mc__keep(&kc, offset + i, p) ? x[i] * scale : 0.0f;
+    } else {
+        const mc_bf16 *x = (const mc_bf16 *)inp;
+        mc_bf16 *y = (mc_bf16 *)out;
+        for (i = 0; i < n; i++)
+            y[i] = mc_bf16_from_float(mc__keep(&kc, offset + i, p) ? mc_bf16_to_float(x[i]) * scale
+                                                                   : 0.0f);
+    }
+    return MC_OK;
+}
+
+static int mc__cpu_dropout_forward(const mc_ops *o, void *out, const void *inp, size_t n, float p,
+                                   uint64_t seed, uint64_t offset, mc_dtype dt) {
+    (void)o;
+    return mc__cpu_dropout_apply(out, inp, n, p, seed, offset, dt);
+}
+
+static int mc__cpu_dropout_backward(const mc_ops *o, void *dinp, const void *dout, size_t n,
+                                    float p, uint64_t seed, uint64_t offset, mc_dtype dt) {
+    (void)o;
+    return mc__cpu_dropout_apply(dinp, dout, n, p, seed, offset, dt);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu attention
+//
+// Row t of head h in sequence b: scores[t2] = q_t . k_t2 / sqrt(HD) for t2 <= t (causal),
+// P = softmax(scores), D = P * mask / (1 - p) (dropout), out_t = sum_t2 D[t2] v_t2.
+// Token (s, b) is row s*B + b of qkv [S*B, NH*3*HD]; head h's q, k, v start at columns
+// h*3*HD, h*3*HD + HD, h*3*HD + 2*HD. The CPU's stats are the probabilities P [B,NH,S,S].
+
+/* Weight of v_t2 in out_t: P, dropped and rescaled when p > 0. */
+static float mc__attn_weight(mc__keep_cache *kc, float prob, uint64_t index, float p,
+                             float keep_scale) {
+    if (p <= 0.0f) return prob;
+    return mc__keep(kc, index, p) ? prob * keep_scale : 0.0f;
+}
+
+static float mc__dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    int i;
+    for (i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static size_t mc__cpu_attention_stats(const mc_ops *o, int S, int B, int NH, int HD) {
+    (void)o;
+    (void)HD;
+    return (size_t)B * (size_t)NH * (size_t)S * (size_t)S;
+}
+
+/* out[S,B,NH*HD] (=), probs[B,NH,S,S] (=) <- qkv[S,B,NH*3*HD] */
+static void mc__cpu_attention_forward_f32(float *out, float *probs, const float *qkv, int S,
+                                          int B, int NH, int HD, float dropout_p, uint64_t seed,
+                                          uint64_t offset) {
+    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
+    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
+    mc__keep_cache kc;
+    int b, h, t, t2, d;
+    mc__keep_cache_init(&kc, seed);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < S; t++) {
+                const float *q = qkv + ((size_t)t * B + b) * C3 + (size_t)h * 3 * HD;
+                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
+                float *row = probs + row_index;
+                float *o = out + ((size_t)t * B + b) * C + (size_t)h * HD;
+                float max = -INFINITY, sum = 0.0f, inv;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + HD;
+                    row[t2] = mc__dot(q, k, HD) * scale;
+                    if (row[t2] > max) max = row[t2];
+                }
+                for (t2 = 0; t2 <= t; t2++) {
+                    row[t2] = expf(row[t2] - max);
+                    sum += row[t2];
+                }
+                inv = 1.0f / sum;
+                for (t2 = 0; t2 <= t; t2++) row[t2] *= inv;
+                for (t2 = t + 1; t2 < S; t2++) row[t2] = 0.0f;   /* masked (future) keys */
+                for (d = 0; d < HD; d++) o[d] = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + 2 * HD;
+                    const float w = mc__attn_weight(&kc, row[t2], offset + row_index + t2,
+                                                    dropout_p, keep_scale);
+                    for (d = 0; d < HD; d++) o[d] += w * v[d];
+                }
+            }
+}
+
+static int mc__cpu_attention_forward(const mc_ops *o, void *out, float *stats, const void *qkv,
+                                     int S, int B, int NH, int HD, float dropout_p,
+                                     uint64_t seed, uint64_t offset, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t n = (size_t)S * B;
+    float *y = mc__f32_add(&s, &rc, out, n * NH * HD, dt, MC__OUT, "attention_forward");
+    const float *x = mc__f32_add(&s, &rc, qkv, n * NH * 3 * HD, dt, MC__IN, "attention_forward");
+    (void)o;
+    if (rc == MC_OK && !stats)
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "cpu attention_forward: stats (the probabilities "
+                      "[B, NH, S, S]) is NULL");
+    if (rc == MC_OK)
+        mc__cpu_attention_forward_f32(y, stats, x, S, B, NH, HD, dropout_p, seed, offset);
+    return mc__f32_done(&s, rc);
+}
+
+/* dqkv[S,B,NH*3*HD] (=) <- dout[S,B,NH*HD], qkv, probs[B,NH,S,S]. Per row t:
+     dv_t2 += D[t2] dout_t,  dP[t2] = (dout_t . v_t2) * mask / (1 - p),
+     dscore[t2] = P[t2] (dP[t2] - sum_u P[u] dP[u]),
+     dq_t += dscore[t2] k_t2 / sqrt(HD),  dk_t2 += dscore[t2] q_t / sqrt(HD).
+   dP is computed twice (once for the sum, once for dscore) instead of being stored. */
+static void mc__cpu_attention_backward_f32(float *dqkv, const float *dout, const float *qkv,
+                                           const float *probs, int S, int B, int NH, int HD,
+                                           float dropout_p, uint64_t seed, uint64_t offset) {
+    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
+    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
+    mc__keep_cache kc;
+    int b, h, t, t2, d;
+    mc__keep_cache_init(&kc, seed);
+    mc__cpu_fill_f32(dqkv, 0.0f, (size_t)S * B * C3);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < S; t++) {
+                const size_t head = (size_t)h * 3 * HD;
+                const float *q = qkv + ((size_t)t * B + b) * C3 + head;
+                float *dq = dqkv + ((size_t)t * B + b) * C3 + head;
+                const float *dy = dout + ((size_t)t * B + b) * C + (size_t)h * HD;
+                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
+                const float *P = probs + row_index;
+                float p_dp = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
+                    const float *v = qkv + tok + 2 * HD;
+                    float *dv = dqkv + tok + 2 * HD;
+                    const float w = mc__attn_weight(&kc, P[t2], offset + row_index + t2,
+                                                    dropout_p, keep_scale);
+                    const float dP = mc__attn_weight(&kc, mc__dot(dy, v, HD),
+                                                     offset + row_index + t2, dropout_p,
+                                                     keep_scale);
+                    for (d = 0; d < HD; d++) dv[d] += w * dy[d];
+                    p_dp += P[t2] * dP;
+                }
+                for (t2 = 0; t2 <= t; t2++) {
+                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
+                    const float *k = qkv + tok + HD;
+                    float *dk = dqkv + tok + HD;
+                    const float dP = mc__attn_weight(&kc, mc__dot(dy, qkv + tok + 2 * HD, HD),
+                                                     offset + row_index + t2, dropout_p,
+                                                     keep_scale);
+                    const float ds = P[t2] * (dP - p_dp) * scale;
+                    for (d = 0; d < HD; d++) {
+                        dq[d] += ds * k[d];
+                        dk[d] += ds * q[d];
+                    }
+                }
+            }
+}
+
+static int mc__cpu_attention_backward(const mc_ops *o, void *dqkv, const void *dout,
+                                      const void *qkv, const void *out, const float *stats, int S,
+                                      int B, int NH, int HD, float dropout_p, uint64_t seed,
+                                      uint64_t offset, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t n = (size_t)S * B;
+    float *dx = mc__f32_add(&s, &rc, dqkv, n * NH * 3 * HD, dt, MC__OUT, "attention_backward");
+    const float *dy = mc__f32_add(&s, &rc, dout, n * NH * HD, dt, MC__IN, "attention_backward");
+    const float *x = mc__f32_add(&s, &rc, qkv, n * NH * 3 * HD, dt, MC__IN, "attention_backward");
+    (void)o;
+    (void)out;   /* the probabilities hold everything the CPU backward needs */
+    if (rc == MC_OK && !stats)
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "cpu attention_backward: stats (the probabilities) is "
+                      "NULL");
+    if (rc == MC_OK)
+        mc__cpu_attention_backward_f32(dx, dy, x, stats, S, B, NH, HD, dropout_p, seed, offset);
+    return mc__f32_done(&s, rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu embedding, cross-entropy pieces, adamw
+
+static int mc__cpu_check_ids(const mc_ops *o, const int *ids, int N, int V, const char *fn,
+                             const char *what) {
+    int i;
+    (void)o;
+    for (i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: %s[%d] = %d is outside the vocabulary [0, %d)", fn, what, i,
+                            ids[i], V);
+    return MC_OK;
+}
+
+/* out[N,C] = table[ids[n] - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
+static int mc__cpu_embedding_forward(const mc_ops *o, void *out, const int *ids,
+                                     const void *table, int N, int C, int vocab_start,
+                                     int vocab_end, mc_dtype dt) {
+    size_t row = mc_dtype_bytes(dt, (size_t)C);
+    int n, rc;
+    (void)o;
+    if ((rc = mc__cpu_check_dt("embedding_forward", dt)) != MC_OK) return rc;
+    for (n = 0; n < N; n++) {
+        const int id = ids[n];
+        char *dst = (char *)out + (size_t)n * row;
+        if (id >= vocab_start && id < vocab_end)
+            memcpy(dst, (const char *)table + (size_t)(id - vocab_start) * row, row);
+        else
+            memset(dst, 0, row);   /* +0.0 in fp32 and bf16 */
+    }
+    return MC_OK;
+}
+
+/* dtable[V_local, C] += dout[N,C] rows of the local ids (tokens in order) */
+static int mc__cpu_embedding_backward(const mc_ops *o, float *dtable, const void *dout,
+                                      const int *ids, int N, int C, int vocab_start,
+                                      int vocab_end, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n;
+    const float *dy = mc__f32_add(&s, &rc, dout, (size_t)N * C, dt, MC__IN, "embedding_backward");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const int id = ids[n];
+            if (id >= vocab_start && id < vocab_end)
+                mc__cpu_axpy_f32(dtable + (size_t)(id - vocab_start) * C, 1.0f,
+                                 dy + (size_t)n * C, (size_t)C);
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* max[N] = max over the row of logits[N,V] (-inf for V = 0) */
+static int mc__cpu_row_max(const mc_ops *o, float *max, const void *logits, int N, int V,
+                           mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "row_max");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            float m = -INFINITY;
+            for (j = 0; j < V; j++)
+                if (l[j] > m) m = l[j];
+            max[n] = m;
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* out[N] = logits[n, targets[n] - vocab_start] when the target is in this shard, else 0 */
+static int mc__cpu_target_logit(const mc_ops *o, float *out, const void *logits,
+                                const int *targets, int N, int V, int vocab_start, mc_dtype dt) {
+    int n, rc;
+    (void)o;
+    if ((rc = mc__cpu_check_dt("target_logit", dt)) != MC_OK) return rc;
+    for (n = 0; n < N; n++) {
+        const int local = targets[n] - vocab_start;
+        size_t at = (size_t)n * V + (size_t)local;
+        if (!(targets[n] >= vocab_start && local < V))
+            out[n] = 0.0f;
+        else
+            out[n] = dt == MC_F32 ? ((const float *)logits)[at]
+                                  : mc_bf16_to_float(((const mc_bf16 *)logits)[at]);
+    }
+    return MC_OK;
+}
+
+/* sum[N] = sum_j exp(logits[n,j] - max[n]) */
+static int mc__cpu_sum_exp(const mc_ops *o, float *sum, const void *logits, const float *max,
+                           int N, int V, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "sum_exp");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            double acc = 0.0;
+            for (j = 0; j < V; j++) acc += (double)expf(l[j] - max[n]);
+            sum[n] = (float)acc;
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* sum[N] = sum_j logits[n,j] */
+static int mc__cpu_row_sum(const mc_ops *o, float *sum, const void *logits, int N, int V,
+                           mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "row_sum");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            double acc = 0.0;
+            for (j = 0; j < V; j++) acc += (double)l[j];
+            sum[n] = (float)acc;
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* The per-token loss from the reduced pieces, in double:
+     nll  = log(sum_exp) + max - target_logit
+     loss = (1 - s) nll - s (logit_sum / K - max - log(sum_exp))
+   logit_sum is NULL without smoothing. */
+static int mc__cpu_cross_entropy_loss(const mc_ops *o, float *losses, double *loss_sum,
+                                      const float *max, const float *sum_exp,
+                                      const float *target_logit, const float *logit_sum, int N,
+                                      int K, float smoothing) {
+    double s = smoothing, total = 0.0;
+    int i;
+    (void)o;
+    for (i = 0; i < N; i++) {
+        double log_z = log((double)sum_exp[i]) + (double)max[i];   /* log sum_j exp(logit_j) */
+        double nll = log_z - (double)target_logit[i];
+        double loss = nll;
+        if (logit_sum) loss = (1.0 - s) * nll - s * ((double)logit_sum[i] / K - log_z);
+        losses[i] = (float)loss;
+    }
+    if (loss_sum) {
+        for (i = 0; i < N; i++) total += (double)losses[i];
+        *loss_sum = total;
+    }
+    return MC_OK;
+}
+
+/* dlogits[N,V] (=) <- logits[N,V], max[N], sum[N] (global), targets[N], dloss[N] */
+static int mc__cpu_cross_entropy_backward(const mc_ops *o, void *dlogits, const void *logits,
+                                          const float *max, const float *sum, const int *targets,
+                                          const float *dloss, int N, int V, int vocab_start,
+                                          float smoothing, int vocab_global, mc_dtype dt) {
+    const float uniform = vocab_global > 0 ? smoothing / (float)vocab_global : 0.0f;
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    size_t nv = (size_t)N * V;
+    const float *x = mc__f32_add(&s, &rc, logits, nv, dt, MC__IN, "cross_entropy_backward");
+    float *dx = dlogits == logits && dt == MC_F32
+                    ? (float *)dlogits
+                    : mc__f32_add(&s, &rc, dlogits, nv, dt, MC__OUT, "cross_entropy_backward");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            float *dl = dx + (size_t)n * V;
+            const float inv = 1.0f / sum[n], g = dloss[n];
+            const int local = targets[n] - vocab_start;
+            const int owned = targets[n] >= vocab_start && local < V;
+            for (j = 0; j < V; j++) {
+                float d = expf(l[j] - max[n]) * inv - uniform;
+                if (owned && j == local) d -= 1.0f - smoothing;
+                dl[j] = d * g;
+            }
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* main, m, v (fp32 state) updated in place from grad, span by span; bias corrections in
+   double */
+static int mc__cpu_adamw(const mc_ops *o, float *main, const float *grad, float *m, float *v,
+                         void *model_param, const mc_adamw_span *spans, int n_spans,
+                         const mc_adamw_step *h, mc_dtype model_dt) {
+    const float beta1 = h->beta1, beta2 = h->beta2, lr = h->lr, eps = h->eps;
+    const float bc1 = (float)(1.0 - pow((double)beta1, (double)h->step));
+    const float bc2 = (float)(1.0 - pow((double)beta2, (double)h->step));
+    size_t i;
+    int k, rc;
+    (void)o;
+    if (model_param && (rc = mc__cpu_check_dt("adamw", model_dt)) != MC_OK) return rc;
+    for (k = 0; k < n_spans; k++) {
+        const mc_adamw_span *sp = &spans[k];
+        const float weight_decay = sp->weight_decay;
+        const float *gr = grad + sp->grad_at;
+        float *p = main + sp->main_at, *mk = m + sp->state_at, *vk = v + sp->state_at;
+        for (i = 0; i < sp->n; i++) {
+            const float g = gr[i];
+            const float mi = beta1 * mk[i] + (1.0f - beta1) * g;
+            const float vi = beta2 * vk[i] + (1.0f - beta2) * g * g;
+            const float m_hat = mi / bc1, v_hat = vi / bc2;
+            mk[i] = mi;
+            vk[i] = vi;
+            p[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[i]);
+        }
+        if (model_param) {
+            void *dst = (char *)model_param + mc_dtype_bytes(model_dt, sp->grad_at);
+            if (dst != (void *)p && (rc = mc__cpu_copy(o, dst, p, sp->n, model_dt,
+                                                       MC_F32)) != MC_OK)
+                return rc;
+        }
+    }
+    return MC_OK;
+}
+
+/* In mc_ops field order (positional: C++17 has no designated initializers). */
+static const mc_ops mc__cpu_ops = {
+    "cpu",
+    MC_DEVICE_CPU,
+    NULL,
+    mc__cpu_alloc,
+    mc__cpu_free,
+    mc__cpu_copy_bytes,
+    mc__cpu_copy_bytes,
+    mc__cpu_copy_2d,
+    mc__cpu_synchronize,
+    mc__cpu_fill,
+    mc__cpu_copy,
+    mc__cpu_axpy,
+    mc__cpu_scale,
+    mc__cpu_sum_squares,
+    mc__cpu_gemm,
+    mc__cpu_bias_backward,
+    mc__cpu_layernorm_forward,
+    mc__cpu_layernorm_backward,
+    mc__cpu_gelu_forward,
+    mc__cpu_gelu_backward,
+    mc__cpu_attention_stats,
+    mc__cpu_attention_forward,
+    mc__cpu_attention_backward,
+    mc__cpu_dropout_forward,
+    mc__cpu_dropout_backward,
+    mc__cpu_check_ids,
+    mc__cpu_embedding_forward,
+    mc__cpu_embedding_backward,
+    mc__cpu_row_max,
+    mc__cpu_target_logit,
+    mc__cpu_sum_exp,
+    mc__cpu_row_sum,
+    mc__cpu_cross_entropy_loss,
+    mc__cpu_cross_entropy_backward,
+    mc__cpu_adamw,
+};
+
+MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
+
+/* Op-table memory as a pointer, or NULL with the error recorded (for the callers' NULL
+   checks). */
+static void *mc__ops_alloc(const mc_ops *o, size_t bytes) {
+    void *p = NULL;
+    if (!o || o->alloc(o, &p, bytes) != MC_OK) return NULL;
+    return p;
+}
+
+static void mc__ops_free(const mc_ops *o, void *p) {
+    if (o && p) o->free(o, p);
+}
+
+/* @ops:implementation end */
+
+/* @config:implementation begin */
+// ---------------------------------------------------------------------------------------------
+// >>core.config  Defaults, validation (every violated rule, one line each) and the fingerprints.
+
+MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp) {
+    long long multiple, padded;
+    if (vocab <= 0 || divisible_by <= 0 || tp <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_gpt_padded_vocab_size: vocab (%d), make_vocab_size_divisible_by (%d) "
+                        "and tensor_model_parallel_size (%d) must be > 0",
+                        vocab, divisible_by, tp);
+    multiple = (long long)divisible_by * tp;
+    padded = ((long long)vocab + multiple - 1) / multiple * multiple;
+    if (padded > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_gpt_padded_vocab_size: vocab (%d) padded to a multiple of %lld "
+                        "exceeds INT_MAX",
+                        vocab, multiple);
+    return (int)padded;
+}
+
+/* 0 selects the default; MC_DROPOUT_OFF means 0; in a resolved config 0 stays 0. */
+static float mc__resolve_dropout(float p, int resolved) {
+    if (p == MC_DROPOUT_OFF) return 0.0f;
+    if (p == 0.0f && !resolved) return 0.1f;
+    return p;
+}
+
+MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in) {
+    mc_gpt_config c;
+    int resolved;
+    if (!out || !in)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_resolve: out (%p) and in (%p) must be set",
+                        (void *)out, (const void *)in);
+    c = *in;
+    resolved = in->padded_vocab_size != 0;
+    c.ffn_hidden_size = MC__DEF(c.ffn_hidden_size, 4 * c.hidden_size);
+    c.kv_channels = MC__DEF(c.kv_channels,
+                            c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+    c.num_query_groups = MC__DEF(c.num_query_groups, c.num_attention_heads);
+    c.make_vocab_size_divisible_by = MC__DEF(c.make_vocab_size_divisible_by, 128);
+    c.max_position_embeddings = MC__DEF(c.max_position_embeddings, c.seq_length);
+    if (c.layernorm_epsilon == 0.0f) c.layernorm_epsilon = 1e-5f;
+    if (c.init_method_std == 0.0f) c.init_method_std = 0.02f;
+    c.hidden_dropout = mc__resolve_dropout(c.hidden_dropout, resolved);
+    c.attention_dropout = mc__resolve_dropout(c.attention_dropout, resolved);
+    c.tensor_model_parallel_size = MC__DEF(c.tensor_model_parallel_size, 1);
+    c.pipeline_model_parallel_size = MC__DEF(c.pipeline_model_parallel_size, 1);
+    if (c.virtual_pipeline_model_parallel_size == 1) c.virtual_pipeline_model_parallel_size = 0;
+    c.seed = MC__DEF(c.seed, 1234);
+    c.padded_vocab_size = 0;
+    if (c.vocab_size > 0 && c.make_vocab_size_divisible_by > 0 &&
+        c.tensor_model_parallel_size > 0) {
+        int padded = mc_gpt_padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by,
+                                              c.tensor_model_parallel_size);
+        c.padded_vocab_size = padded > 0 ? padded : 0;
+    }
+    *out = c;
+    return MC_OK;
+}
+
+/* A growing report: one line per violation, counted even when the text no longer fits. */
+typedef struct mc__report {
+    char *buf;
+    size_t cap, len;
+    int count;
+} mc__report;
+
+static void mc__report_add(mc__report *r, const char *fmt, ...) MC__PRINTF(2, 3);
+static void mc__report_add(mc__report *r, const char *fmt, ...) {
+    va_list ap;
+    r->count++;
+    if (!r->buf || r->len + 1 >= r->cap) return;
+    va_start(ap, fmt);
+    vsnprintf(r->buf + r->len, r->cap - r->len, fmt, ap);
+    va_end(ap);
+    r->len += strlen(r->buf + r->len);
+    if (r->len + 1 < r->cap) {
+        r->buf[r->len++] = '\n';
+        r->buf[r->len] = '\0';
+    }
+}
+
+static const char *mc__recompute_granularity_name(int g) {
+    switch (g) {
+        case MC_RECOMPUTE_NONE: return "none";
+        case MC_RECOMPUTE_FULL: return "full";
+        case MC_RECOMPUTE_SELECTIVE: return "selective";
+        default: return "unknown";
+    }
+}
+
+static const char *mc__recompute_method_name(int m) {
+    switch (m) {
+        case MC_RECOMPUTE_METHOD_NONE: return "none";
+        case MC_RECOMPUTE_UNIFORM: return "uniform";
+        case MC_RECOMPUTE_BLOCK: return "block";
+        default: return "unknown";
+    }
+}
+
+static void mc__check_positive(mc__report *r, const char *field, int value, int required) {
+    if (value <= 0)
+        mc__report_add(r, "%s (%d) %smust be > 0", field, value,
+                       required ? "is required and " : "");
+}
+
+static void mc__check_dropout(mc__report *r, const char *field, float p) {
+    if (!(p >= 0.0f && p < 1.0f))
+        mc__report_add(r, "%s (%g) must be in [0, 1) (0 selects 0.1; MC_DROPOUT_OFF switches it "
+                       "off)", field, (double)p);
+}
+
+/* Sizes and divisibility of the model against TP and PP (§13.2 items 4-6 and 12). */
+static void mc__validate_shapes(mc__report *r, const mc_gpt_config *c) {
+    const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+    const int vpp = c->virtual_pipeline_model_parallel_size, heads = c->num_attention_heads;
+    if (tp > 0 && heads > 0 && heads % tp != 0)
+        mc__report_add(r, "num_attention_heads (%d) must be divisible by "
+                       "tensor_model_parallel_size (%d)", heads, tp);
+    if (tp > 0 && c->ffn_hidden_size > 0 && c->ffn_hidden_size % tp != 0)
+        mc__report_add(r, "ffn_hidden_size (%d) must be divisible by tensor_model_parallel_size "
+                       "(%d)", c->ffn_hidden_size, tp);
+    if (heads > 0 && c->kv_channels > 0 && c->hidden_size > 0 &&
+        (long long)c->kv_channels * heads != c->hidden_size)
+        mc__report_add(r, "kv_channels (%d) x num_attention_heads (%d) = %lld must equal "
+                       "hidden_size (%d): the attention projection of this build maps back to "
+                       "hidden_size (the default kv_channels is hidden_size / heads)",
+                       c->kv_channels, heads, (long long)c->kv_channels * heads, c->hidden_size);
+    if (heads > 0 && c->num_query_groups > 0 && c->num_query_groups != heads)
+        mc__report_add(r, "num_query_groups (%d) must equal num_attention_heads (%d): grouped-"
+                       "query attention is not implemented", c->num_query_groups, heads);
+    if (tp > 0 && c->num_query_groups > 0 && c->num_query_groups % tp != 0 &&
+        tp % c->num_query_groups != 0)
+        mc__report_add(r, "num_query_groups (%d) must be a multiple or a divisor of "
+                       "tensor_model_parallel_size (%d)", c->num_query_groups, tp);
+    if (pp > 0 && c->num_layers > 0 && c->num_layers % pp != 0)
+        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d)",
+                       c->num_layers, pp);
+    if (vpp > 0 && pp <= 1)
+        mc__report_add(r, "virtual_pipeline_model_parallel_size (%d) needs "
+                       "pipeline_model_parallel_size > 1 (it is %d)", vpp, pp);
+    if (vpp > 0 && pp > 0 && c->num_layers > 0 && c->num_layers % (pp * vpp) != 0)
+        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d) "
+                       "x virtual_pipeline_model_parallel_size (%d) = %d (upstream once divided "
+                       "silently and built %d layers: NVIDIA/Megatron-LM #468)",
+                       c->num_layers, pp, vpp, pp * vpp, c->num_layers / (pp * vpp) * pp * vpp);
+    if (c->sequence_parallel && tp <= 1)
+        mc__report_add(r, "sequence_parallel (%d): Cannot use sequence parallelism without tensor "
+                       "parallelism (tensor_model_parallel_size is %d)", c->sequence_parallel, tp);
+    if (c->sequence_parallel && tp > 1 && c->seq_length > 0 && c->seq_length % tp != 0)
+        mc__report_add(r, "seq_length (%d) must be divisible by tensor_model_parallel_size (%d) "
+                       "with sequence_parallel (the sequence is split across TP ranks)",
+                       c->seq_length, tp);
+}
+
+/* §13.2 item 11, with Megatron's arguments.py rule that selective takes no method. */
+static void mc__validate_recompute(mc__report *r, const mc_gpt_config *c) {
+    const int g = (int)c->recompute_granularity, m = (int)c->recompute_method;
+    const int n = c->recompute_num_layers, pp = c->pipeline_model_parallel_size;
+    const int per_rank = pp > 0 ? c->num_layers / pp : 0;
+    if (g < MC_RECOMPUTE_NONE || g > MC_RECOMPUTE_SELECTIVE) {
+        mc__report_add(r, "recompute_granularity (%d) must be none, full or selective", g);
+        return;
+    }
+    if (m < MC_RECOMPUTE_METHOD_NONE || m > MC_RECOMPUTE_BLOCK) {
+        mc__report_add(r, "recompute_method (%d) must be none, uniform or block", m);
+        return;
+    }
+    if (g == MC_RECOMPUTE_FULL) {
+        if (m == MC_RECOMPUTE_METHOD_NONE)
+            mc__report_add(r, "recompute_method (none): recompute_granularity full needs "
+                           "recompute_method uniform or block");
+        if (n < 1 || (per_rank > 0 && n > per_rank))
+            mc__report_add(r, "recompute_num_layers (%d) must be between 1 and "
+                           "num_layers_per_pipeline_rank (%d) with recompute_granularity full",
+                           n, per_rank);
+    } else if (g == MC_RECOMPUTE_SELECTIVE) {
+        if (m != MC_RECOMPUTE_METHOD_NONE)
+            mc__report_add(r, "recompute_method (%s) is not supported with "
+                           "recompute_granularity selective", mc__recompute_method_name(m));
+        if (n != 0)
+            mc__report_add(r, "recompute_num_layers (%d) must be 0 (None) with "
+                           "recompute_granularity selective", n);
+    } else {
+        if (m != MC_RECOMPUTE_METHOD_NONE || n != 0)
+            mc__report_add(r, "recompute_method (%s) and recompute_num_layers (%d) need "
+                           "recompute_granularity full (granularity is %s)",
+                           mc__recompute_method_name(m), n, mc__recompute_granularity_name(g));
+    }
+}
+
+MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap) {
+    mc_gpt_config c;
+    mc__report r;
+    r.buf = report_cap > 0 ? report : NULL;
+    r.cap = report_cap;
+    r.len = 0;
+    r.count = 0;
+    if (r.buf) r.buf[0] = '\0';
+    if (!cfg) {
+        mc__report_add(&r, "config (NULL) must be given");
+        return r.count;
+    }
+    mc_gpt_config_resolve(&c, cfg);
+    mc__check_positive(&r, "num_layers", c.num_layers, 1);
+    mc__check_positive(&r, "hidden_size", c.hidden_size, 1);
+    mc__check_positive(&r, "num_attention_heads", c.num_attention_heads, 1);
+    mc__check_positive(&r, "seq_length", c.seq_length, 1);
+    mc__check_positive(&r, "vocab_size", c.vocab_size, 1);
+    mc__check_positive(&r, "micro_batch_size", c.micro_batch_size, 1);
+    if (c.hidden_size > 0) mc__check_positive(&r, "ffn_hidden_size", c.ffn_hidden_size, 0);
+    if (c.hidden_size > 0 && c.num_attention_heads > 0)
+        mc__check_positive(&r, "kv_channels", c.kv_channels, 0);
+    if (c.num_attention_heads > 0)
+        mc__check_positive(&r, "num_query_groups", c.num_query_groups, 0);
+    mc__check_positive(&r, "make_vocab_size_divisible_by", c.make_vocab_size_divisible_by, 0);
+    if (c.seq_length > 0)
+        mc__check_positive(&r, "max_position_embeddings", c.max_position_embeddings, 0);
+    mc__check_positive(&r, "tensor_model_parallel_size", c.tensor_model_parallel_size, 0);
+    mc__check_positive(&r, "pipeline_model_parallel_size", c.pipeline_model_parallel_size, 0);
+    if (c.virtual_pipeline_model_parallel_size < 0 ||
+        c.virtual_pipeline_model_parallel_size > MC_MAX_VPP)
+        mc__report_add(&r, "virtual_pipeline_model_parallel_size (%d) must be in [0, %d]",
+                       c.virtual_pipeline_model_parallel_size, MC_MAX_VPP);
+    mc__validate_shapes(&r, &c);
+    mc__validate_recompute(&r, &c);
+    mc__check_dropout(&r, "hidden_dropout", c.hidden_dropout);
+    mc__check_dropout(&r, "attention_dropout", c.attention_dropout);
+    if (!(c.layernorm_epsilon > 0.0f))
+        mc__report_add(&r, "layernorm_epsilon (%g) must be > 0", (double)c.layernorm_epsilon);
+    if (!(c.init_method_std > 0.0f))
+        mc__report_add(&r, "init_method_std (%g) must be > 0", (double)c.init_method_std);
+    if (c.seed <= 0) mc__report_add(&r, "seed (%d) must be > 0", c.seed);
+    if (c.seq_length > 0 && c.max_position_embeddings > 0 &&
+        c.max_position_embeddings < c.seq_length)
+        mc__report_add(&r, "max_position_embeddings (%d) must be >= seq_length (%d)",
+                       c.max_position_embeddings, c.seq_length);
+    return r.count;
+}
+
+/* The fingerprinted fields, by name and offset, so that the hash and the diff list the same
+   fields. A flag is hashed as 0/1. */
+enum { MC__CFG_INT = 0, MC__CFG_FLOAT, MC__CFG_FLAG };
+typedef struct mc__cfg_field {
+    const char *name;
+    size_t offset;
+    int kind;
+} mc__cfg_field;
+
+#define MC__CFG_FIELD(name, kind) {#name, offsetof(mc_gpt_config, name), kind}
+static const mc__cfg_field mc__cfg_math_fields[] = {
+    MC__CFG_FIELD(num_layers, MC__CFG_INT),
+    MC__CFG_FIELD(hidden_size, MC__CFG_INT),
+    MC__CFG_FIELD(num_attention_heads, MC__CFG_INT),
+    MC__CFG_FIELD(ffn_hidden_size, MC__CFG_INT),
+    MC__CFG_FIELD(kv_channels, MC__CFG_INT),
+    MC__CFG_FIELD(num_query_groups, MC__CFG_INT),
+    MC__CFG_FIELD(vocab_size, MC__CFG_INT),
+    MC__CFG_FIELD(make_vocab_size_divisible_by, MC__CFG_INT),
+    MC__CFG_FIELD(max_position_embeddings, MC__CFG_INT),
+    MC__CFG_FIELD(layernorm_epsilon, MC__CFG_FLOAT),
+    MC__CFG_FIELD(untie_embeddings_and_output_weights, MC__CFG_FLAG),
+};
+static const mc__cfg_field mc__cfg_layout_fields[] = {
+    MC__CFG_FIELD(tensor_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(pipeline_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(virtual_pipeline_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(sequence_parallel, MC__CFG_FLAG),
+};
+#undef MC__CFG_FIELD
+
+/* The field's value as 64 bits: ints sign-extended, floats by their bit pattern. */
+static uint64_t mc__cfg_bits(const mc_gpt_config *c, const mc__cfg_field *f) {
+    const char *base = (const char *)c + f->offset;
+    if (f->kind == MC__CFG_FLOAT) {
+        uint32_t bits;
+        memcpy(&bits, base, sizeof bits);
+        return bits;
+    } else {
+        int v;
+        memcpy(&v, base, sizeof v);
+        if (f->kind == MC__CFG_FLAG) v = v != 0;
+        return (uint64_t)(int64_t)v;
+    }
+}
+
+static uint64_t mc__cfg_hash(const mc_gpt_config *cfg, const char *tag,
+                             const mc__cfg_field *fields, size_t n) {
+    mc_gpt_config c;
+    uint64_t h = mc__fnv_bytes(MC__FNV_OFFSET, tag, strlen(tag));
+    size_t i;
+    if (!cfg) return 0;
+    mc_gpt_config_resolve(&c, cfg);
+    for (i = 0; i < n; i++) {
+        h = mc__fnv_bytes(h, fields[i].name, strlen(fields[i].name) + 1);
+        h = mc__fnv_int(h, mc__cfg_bits(&c, &fields[i]));
+    }
+    return h;
+}
+
+MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg) {
+    return mc__cfg_hash(cfg, "mc_gpt_config math v1", mc__cfg_math_fields,
+                        MC__COUNTOF(mc__cfg_math_fields));
+}
+
+MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg) {
+    return mc__cfg_hash(cfg, "mc_gpt_config layout v1", mc__cfg_layout_fields,
+                        MC__COUNTOF(mc__cfg_layout_fields));
+}
+
+static void mc__cfg_format(char *out, size_t cap, const mc_gpt_config *c,
+                           const mc__cfg_field *f) {
+    const char *base = (const char *)c + f->offset;
+    if (f->kind == MC__CFG_FLOAT) {
+        float v;
+        memcpy(&v, base, sizeof v);
+        snprintf(out, cap, "%g", (double)v);
+    } else {
+        int v;
+        memcpy(&v, base, sizeof v);
+        snprintf(out, cap, "%d", f->kind == MC__CFG_FLAG ? v != 0 : v);
+    }
+}
+
+MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
+                                   size_t cap) {
+    mc_gpt_config ra, rb;
+    size_t i, len = 0;
+    int count = 0;
+    if (out && cap > 0) out[0] = '\0';
+    if (!a || !b) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_math_diff: a (%p) and b (%p) "
+                                  "must be set", (const void *)a, (const void *)b);
+    mc_gpt_config_resolve(&ra, a);
+    mc_gpt_config_resolve(&rb, b);
+    for (i = 0; i < MC__COUNTOF(mc__cfg_math_fields); i++) {
+        const mc__cfg_field *f = &mc__cfg_math_fields[i];
+        char va[32], vb[32];
+        if (mc__cfg_bits(&ra, f) == mc__cfg_bits(&rb, f)) continue;
+        mc__cfg_format(va, sizeof va, &ra, f);
+        mc__cfg_format(vb, sizeof vb, &rb, f);
+        if (out && len + 1 < cap) {
+            snprintf(out + len, cap - len, "%s%s: %s vs %s", count ? "; " : "", f->name, va, vb);
+            len += strlen(out + len);
+        }
+        count++;
+    }
+    return count;
+}
+
+/* @config:implementation end */
+
+// ---------------------------------------------------------------------------------------------
+// >>core.num_microbatches
+//
+// Megatron's calculators in C. The ramp-up follows core_v0.17 (the last release that has it),
+// the step schedule follows HEAD. Megatron asserts; here every rule is an MC_ERR_INVALID_DESC
+// whose message names the values.
+
+/* MBS * DP, the samples one micro-batch step takes over all data-parallel replicas. */
+static int mc__microbatch_unit(const mc_microbatch_calc *c) {
+    return c->desc.micro_batch_size * c->desc.data_parallel_size;
+}
+
+/* Sets the current batch and derives the running batch and the micro-batch count from it. */
+static int mc__microbatch_apply(mc_microbatch_calc *c, int batch, int consistency_check) {
+    int unit = mc__microbatch_unit(c);
+    if (consistency_check && !c->desc.decrease_batch_size_if_needed && batch % unit != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "current global batch size (%d) is not divisible by micro batch size "
+                        "(%d) times data parallel size (%d) = %d",
+                        batch, c->desc.micro_batch_size, c->desc.data_parallel_size, unit);
+    c->current_global_batch_size = batch;
+    c->current_running_global_batch_size =
+        c->desc.decrease_batch_size_if_needed ? batch / unit * unit : batch;
+    c->num_microbatches = c->current_running_global_batch_size / unit;
+    return MC_OK;
+}
+
+static int mc__microbatch_check_sizes(const mc_microbatch_desc *d) {
+    if (d->micro_batch_size <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_microbatch_desc.micro_batch_size (%d) must be > 0",
+                        d->micro_batch_size);
+    if (d->data_parallel_size <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.data_parallel_size (%d) must be > 0",
+                        d->data_parallel_size);
+    if ((long long)d->micro_batch_size * d->data_parallel_size > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "micro batch size (%d) times data parallel size (%d) overflows an int",
+                        d->micro_batch_size, d->data_parallel_size);
+    return MC_OK;
+}
+
+static int mc__microbatch_init_constant(mc_microbatch_calc *c) {
+    const mc_microbatch_desc *d = &c->desc;
+    int unit = mc__microbatch_unit(c);
+    if (!d->decrease_batch_size_if_needed && d->global_batch_size % unit != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "global batch size (%d) is not divisible by micro batch size (%d) times "
+                        "data parallel size (%d) = %d (GBS = MBS x num_microbatches x DP; or set "
+                        "decrease_batch_size_if_needed)",
+                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
+    if (d->global_batch_size / unit < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "number of microbatches should be at least 1, got 0: global batch size "
+                        "(%d) is below micro batch size (%d) times data parallel size (%d) = %d",
+                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
+    c->mode = MC_MICROBATCH_CONSTANT;
+    c->global_batch_size = d->global_batch_size;
+    return mc__microbatch_apply(c, d->global_batch_size, 0);
+}
+
+static int mc__microbatch_init_rampup(mc_microbatch_calc *c) {
+    const mc_microbatch_desc *d = &c->desc;
+    const mc_rampup *r = &d->rampup;
+    int n_inc;
+    /* Megatron's asserts, in its order. */
+    if (r->start <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.start (%d): start batch size should be positive",
+                        r->start);
+    if (r->increment <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.increment (%d): batch size increment should be "
+                        "positive",
+                        r->increment);
+    if (r->samples < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.samples (%lld): ramp-up samples should be "
+                        "non-negative",
+                        r->samples);
+    if (d->global_batch_size < r->start)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "expected global batch size (%d) to be greater than or equal to the "
+                        "ramp-up start batch size (%d)",
+                        d->global_batch_size, r->start);
+    if ((d->global_batch_size - r->start) % r->increment != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "expected the global batch size interval GBS - start = %d - %d = %d to be "
+                        "divisible by the batch size increment (%d)",
+                        d->global_batch_size, r->start, d->global_batch_size - r->start,
+                        r->increment);
+    n_inc = (d->global_batch_size - r->start) / r->increment;
+    /* Megatron computes samples / n_inc and later consumed / that: both divide by zero in the
+       two cases below. GBS == start is a ramp-up with nothing to ramp, so it runs at GBS. */
+    if (n_inc > 0 && r->samples == 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.samples (0) must be > 0 when the batch grows "
+                        "from %d to %d (Megatron divides by zero here)",
+                        r->start, d->global_batch_size);
+    c->rampup_samples_per_increment = n_inc > 0 ? (double)r->samples / (double)n_inc : 0.0;
+    c->mode = MC_MICROBATCH_RAMPUP;
+    c->global_batch_size = d->global_batch_size;
+    return mc_microbatch_update(c, 0, 0);
+}
+
+/* A number with an optional K/M/B/T suffix (either case), decimals allowed: "250B", "1.5k". */
+static int mc__parse_scaled(const char *text, size_t len, long long *out) {
+    char buf[64], *end;
+    double value, scale = 1.0;
+    if (len == 0 || len >= sizeof buf) return -1;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    switch (buf[len - 1]) {
+        case 'K': case 'k': scale = 1e3; break;
+        case 'M': case 'm': scale = 1e6; break;
+        case 'B': case 'b': scale = 1e9; break;
+        case 'T': case 't': scale = 1e12; break;
+        default: break;
+    }
+    if (scale != 1.0) buf[--len] = '\0';
+    if (len == 0 || !((buf[0] >= '0' && buf[0] <= '9') || buf[0] == '-' || buf[0] == '+' ||
+                      buf[0] == '.'))
+        return -1;   /* also keeps strtod away from "inf", "nan" and hex floats */
+    value = strtod(buf, &end);
+    if (*end != '\0') return -1;
+    value *= scale;
+    if (!(value > -9.2e18 && value < 9.2e18)) return -1;
+    *out = (long long)value;   /* truncates toward zero, like Python's int(float) */
+    return 0;
+}
+
+/* One "THRESHOLD:BS" entry of length len. */
+static int mc__parse_step_entry(mc_microbatch_calc *c, const char *entry, size_t len) {
+    const char *colon = (const char *)memchr(entry, ':', len);
+    long long threshold, batch;
+    size_t head;
+    if (!colon)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: invalid entry \"%.*s\", expected "
+                        "THRESHOLD:BATCH_SIZE",
+                        (int)len, entry);
+    head = (size_t)(colon - entry);
+    if (mc__parse_scaled(entry, head, &threshold) != 0 ||
+        mc__parse_scaled(colon + 1, len - head - 1, &batch) != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: entry \"%.*s\" is not two numbers "
+                        "(THRESHOLD:BATCH_SIZE, each with an optional K, M, B or T suffix)",
+                        (int)len, entry);
+    if (c->n_steps == MC_MAX_BATCH_STEPS)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule has more than MC_MAX_BATCH_STEPS (%d) "
+                        "entries",
+                        MC_MAX_BATCH_STEPS);
+    if (batch > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: batch size %lld in \"%.*s\" does not "
+                        "fit in an int",
+                        batch, (int)len, entry);
+    /* Python's // floors; thresholds below 0 fail the first-threshold rule either way. */
+    if (c->desc.seq_length > 0) {
+        long long q = threshold / c->desc.seq_length;
+        if (threshold % c->desc.seq_length != 0 && threshold < 0) q--;
+        threshold = q;
+    }
+    c->step_threshold[c->n_steps] = threshold;
+    c->step_batch[c->n_steps] = (int)batch;
+    c->n_steps++;
+    return MC_OK;
+}
+
+/* Stable insertion sort by threshold: the list is short. */
+static void mc__sort_steps(mc_microbatch_calc *c) {
+    int i, j;
+    for (i = 1; i < c->n_steps; i++) {
+        long long t = c->step_threshold[i];
+        int b = c->step_batch[i];
+        for (j = i; j > 0 && c->step_threshold[j - 1] > t; j--) {
+            c->step_threshold[j] = c->step_threshold[j - 1];
+            c->step_batch[j] = c->step_batch[j - 1];
+        }
+        c->step_threshold[j] = t;
+        c->step_batch[j] = b;
+    }
+}
+
+static int mc__validate_steps(const mc_microbatch_calc *c) {
+    int i;
+    if (c->n_steps == 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule must have at least one entry");
+    if (c->step_threshold[0] != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: first schedule entry must have "
+                        "threshold 0, got %lld",
+                        c->step_threshold[0]);
+    for (i = 1; i < c->n_steps; i++)
+        if (c->step_threshold[i] <= c->step_threshold[i - 1])
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_microbatch_desc.step_schedule: schedule thresholds must be "
+                            "strictly increasing, got %lld twice%s",
+                            c->step_threshold[i],
+                            c->desc.seq_length > 0 ? " (in samples, after dividing by seq_length)"
+                                                   : "");
+    for (i = 0; i < c->n_steps; i++)
+        if (c->step_batch[i] <= 0)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_microbatch_desc.step_schedule: batch size must be positive, got "
+                            "%d",
+                            c->step_batch[i]);
+    return MC_OK;
+}
+
+static int mc__microbatch_init_step(mc_microbatch_calc *c, const char *schedule) {
+    const char *p = schedule;
+    int rc;
+    if (c->desc.decrease_batch_size_if_needed)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc: cannot combine step_schedule with "
+                        "decrease_batch_size_if_needed (step batch size schedules do not support "
+                        "decreasing the batch)");
+    if (c->desc.global_batch_size != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc: cannot specify both step_schedule and "
+                        "global_batch_size (%d): the schedule's last entry is the global batch",
+                        c->desc.global_batch_size);
+    if (c->desc.seq_length < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.seq_length (%d) must be >= 0 (0: thresholds are "
+                        "samples)",
+                        c->desc.seq_length);
+    for (;;) {
+        size_t len;
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        if (*p == '\0') break;
+        len = strcspn(p, " ,\t\n");
+        if ((rc = mc__parse_step_entry(c, p, len)) != MC_OK) return rc;
+        p += len;
+    }
+    mc__sort_steps(c);
+    if ((rc = mc__validate_steps(c)) != MC_OK) return rc;
+    c->mode = MC_MICROBATCH_STEP;
+    c->global_batch_size = c->step_batch[c->n_steps - 1];
+    return mc_microbatch_update(c, 0, 0);
+}
+
+MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc) {
+    mc_microbatch_calc c;
+    const mc_rampup *r;
+    int has_rampup, rc;
+    if (!calc || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_microbatch_init: calc (%p) and desc (%p) must be set",
+                        (void *)calc, (const void *)desc);
+    memset(&c, 0, sizeof c);
+    c.desc = *desc;
+    c.desc.step_schedule = NULL;
+    r = &desc->rampup;
+    has_rampup = r->start != 0 || r->increment != 0 || r->samples != 0;
+    if ((rc = mc__microbatch_check_sizes(desc)) != MC_OK) return rc;
+    if (has_rampup && desc->step_schedule)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc: rampup and step_schedule exclude each other (the step "
+                        "schedule replaced the ramp-up in Megatron)");
+    if (desc->step_schedule) {
+        rc = mc__microbatch_init_step(&c, desc->step_schedule);
+    } else {
+        if (desc->global_batch_size <= 0)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_microbatch_desc.global_batch_size (%d): global batch size should "
+                            "be positive",
+                            desc->global_batch_size);
+        rc = has_rampup ? mc__microbatch_init_rampup(&c) : mc__microbatch_init_constant(&c);
+    }
+    if (rc == MC_OK) *calc = c;
+    return rc;
+}
+
+/* The batch a ramp-up gives after `consumed` samples. */
+static int mc__rampup_batch(const mc_microbatch_calc *c, long long consumed) {
+    const mc_rampup *r = &c->desc.rampup;
+    long long steps;
+    if (consumed > r->samples || c->rampup_samples_per_increment == 0.0)
+        return c->global_batch_size;
+    steps = (long long)((double)consumed / c->rampup_samples_per_increment);
+    MC_ASSERT(r->start + steps * r->increment <= c->global_batch_size);
+    return (int)(r->start + steps * r->increment);
+}
+
+static int mc__step_batch(const mc_microbatch_calc *c, long long consumed) {
+    int i, batch = c->step_batch[0];
+    for (i = 0; i < c->n_steps && c->step_threshold[i] <= consumed; i++) batch = c->step_batch[i];
+    return batch;
+}
+
+MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
+                                int consistency_check) {
+    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
+        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_update: the calculator is not initialized "
+                                      "(call mc_microbatch_init first)");
+    switch (calc->mode) {
+        case MC_MICROBATCH_RAMPUP:
+            return mc__microbatch_apply(calc, mc__rampup_batch(calc, consumed_samples),
+                                        consistency_check);
+        case MC_MICROBATCH_STEP:
+            return mc__microbatch_apply(calc, mc__step_batch(calc, consumed_samples),
+                                        consistency_check);
+        default:
+            return MC_OK;   /* constant: Megatron's update is a no-op */
+    }
+}
+
+/* Appends `consumed` when the batch there differs from the last point's. */
+static int mc__change_point(const mc_microbatch_calc *c, long long consumed, int *last_batch,
+                            long long *out, int cap, int n) {
+    int batch = mc__rampup_batch(c, consumed);
+    if (n > 0 && batch == *last_batch) return n;
+    if (out && n < cap) out[n] = consumed;
+    *last_batch = batch;
+    return n + 1;
+}
+
+/* The first count in [lo, hi] whose ramp-up step is >= k (the step only grows with it). */
+static long long mc__rampup_first_reaching(const mc_microbatch_calc *c, long long k, long long lo,
+                                           long long hi) {
+    while (lo < hi) {
+        long long mid = lo + (hi - lo) / 2;
+        if ((long long)((double)mid / c->rampup_samples_per_increment) >= k)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap) {
+    int i, n = 0, last_batch = 0;
+    long long n_inc, k, from = 0;
+    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
+        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_change_points: the calculator is not "
+                                      "initialized");
+    if (cap < 0) cap = 0;
+    if (calc->mode == MC_MICROBATCH_STEP) {
+        for (i = 0; i < calc->n_steps; i++)
+            if (out && i < cap) out[i] = calc->step_threshold[i];
+        return calc->n_steps;
+    }
+    if (calc->mode == MC_MICROBATCH_CONSTANT || calc->rampup_samples_per_increment == 0.0) {
+        if (out && cap > 0) out[0] = 0;
+        return 1;
+    }
+    n = mc__change_point(calc, 0, &last_batch, out, cap, n);
+    n_inc = (calc->global_batch_size - calc->desc.rampup.start) / calc->desc.rampup.increment;
+    for (k = 1; k <= n_inc; k++) {
+        /* Rounding can leave the last step unreached within `samples`. */
+        from = mc__rampup_first_reaching(calc, k, from, calc->desc.rampup.samples + 1);
+        if (from > calc->desc.rampup.samples) break;
+        n = mc__change_point(calc, from, &last_batch, out, cap, n);
+    }
+    return mc__change_point(calc, calc->desc.rampup.samples + 1, &last_batch, out, cap, n);
+}
+
+/* @params:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>core.params
+//
+// The layout mirrors Megatron's _ParamAndGradBuffer, with every model chunk laid out after
+// the previous one in one flat buffer (Megatron keeps one buffer per chunk; offsets inside a
+// chunk are the same because each chunk starts on a padded bucket boundary).
+
+#define MC__PARAM_START_ALIGN 64   /* §11.3: 128-byte aligned param starts (64 values) */
+#define MC__PARAM_BUCKET_ALIGN 128 /* §11.3: bucket ends at a multiple of lcm(DP, 128) */
+
+static size_t mc__param_gcd(size_t a, size_t b) {
+    while (b != 0) {
+        size_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+static size_t mc__param_round_up(size_t value, size_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+}
+
+/* Drops a previous layout: adding a parameter changes every offset after it. */
+static void mc__param_layout_clear(mc_param_table *t) {
+    int i;
+    mc_free(t->order);
+    mc_free(t->buckets);
+    t->order = NULL;
+    t->buckets = NULL;
+    t->n_buckets = 0;
+    t->total = 0;
+    for (i = 0; i < t->count; i++) t->info[i].offset = 0;
+}
+
+static int mc__param_check_proto(const char *name, const mc_param_info *p) {
+    int d;
+    if (p->ndim != 1 && p->ndim != 2)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: ndim (%d) must be 1 or 2", name, p->ndim);
+    for (d = 0; d < p->ndim; d++) {
+        if (p->global_shape[d] <= 0 || p->local_shape[d] <= 0)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: global_shape[%d] (%d) and local_shape[%d] (%d) must be > 0",
+                            name, d, p->global_shape[d], d, p->local_shape[d]);
+        if (d != p->partition_dim && p->local_shape[d] != p->global_shape[d])
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: local_shape[%d] (%d) differs from global_shape[%d] (%d) "
+                            "but the tensor is not partitioned along dim %d (partition_dim %d)",
+                            name, d, p->local_shape[d], d, p->global_shape[d], d,
+                            p->partition_dim);
+    }
+    if (p->partition_dim < -1 || p->partition_dim >= p->ndim)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_dim (%d) must be -1 or in [0, %d)",
+                        name, p->partition_dim, p->ndim);
+    if ((p->partition_dim >= 0) != (p->tensor_model_parallel != 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "param %s: tensor_model_parallel (%d) must be set exactly when "
+                        "partition_dim (%d) >= 0 (Megatron sets both together)",
+                        name, p->tensor_model_parallel, p->partition_dim);
+    if (p->partition_stride < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_stride (%d) must be >= 0 "
+                        "(0 means 1)", name, p->partition_stride);
+    if (p->chunk < 0 || p->chunk >= MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: chunk (%d) must be in [0, MC_MAX_VPP = %d)",
+                        name, p->chunk, MC_MAX_VPP);
+    if (p->shared && !p->shared_embedding)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: shared (1) is the tied embedding copy and "
+                        "needs shared_embedding = 1", name);
+    return MC_OK;
+}
+
+static int mc__param_grow(mc_param_table *t) {
+    int cap = t->capacity > 0 ? 2 * t->capacity : 16;
+    mc_param_info *info = (mc_param_info *)mc_calloc((size_t)cap, sizeof *info);
+    if (!info) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_add: out of memory (%d params)",
+                               cap);
+    if (t->count > 0) memcpy(info, t->info, (size_t)t->count * sizeof *info);
+    mc_free(t->info);
+    t->info = info;
+    t->capacity = cap;
+    return MC_OK;
+}
+
+MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto) {
+    mc_param_info *p;
+    size_t len;
+    int rc;
+    if (!t || !name || !proto)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: table, name and proto must be set");
+    len = strlen(name);
+    if (len == 0 || len >= MC_PARAM_NAME_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: name \"%.40s\" has %zu characters, must be 1 .. %d",
+                        name, len, MC_PARAM_NAME_MAX - 1);
+    if ((rc = mc__param_check_proto(name, proto)) != MC_OK) return rc;
+    if (mc_param_table_find(t, name) >= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: param %s is already registered "
+                        "(names are unique keys)", name);
+    if (t->count == t->capacity && (rc = mc__param_grow(t)) != MC_OK) return rc;
+    mc__param_layout_clear(t);
+    p = &t->info[t->count];
+    *p = *proto;
+    memcpy(p->name, name, len + 1);
+    if (p->ndim == 1) {   /* keep the unused second dimension tidy: 1-D tensors are [n] */
+        p->global_shape[1] = 1;
+        p->local_shape[1] = 1;
+    }
+    p->partition_stride = MC__DEF(p->partition_stride, 1);
+    p->offset = 0;
+    p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    return t->count++;
+}
+
+MC_API int mc_param_table_find(const mc_param_table *t, const char *name) {
+    int i;
+    if (!t || !name) return -1;
+    for (i = 0; i < t->count; i++)
+        if (strcmp(t->info[i].name, name) == 0) return i;
+    return -1;
+}
+
+MC_API void mc_param_table_destroy(mc_param_table *t) {
+    if (!t) return;
+    mc__param_layout_clear(t);
+    mc_free(t->info);
+    memset(t, 0, sizeof *t);
+}
+
+/* The running state of one chunk's layout pass (Megatron's param_start_index etc.). */
+typedef struct mc__param_layouter {
+    mc_param_table *t;
+    size_t bucket_align;    /* lcm(DP, 128) under the distributed optimizer, else 1 */
+    size_t param_align;     /* 64 under the distributed optimizer, else 1 */
+    size_t bucket_start;
+    int bucket_first;       /* index into t->order of the open bucket's first param */
+    int n_placed;           /* params placed so far (all chunks) */
+    int chunk;
+} mc__param_layouter;
+
+/* Closes the open bucket at `param_end` (padded to the bucket alignment) and returns its end,
+   where the next bucket starts. */
+static size_t mc__param_close_bucket(mc__param_layouter *L, size_t param_end) {
+    mc_bucket *b = &L->t->buckets[L->t->n_buckets++];
+    int k;
+    b->start = L->bucket_start;
+    b->end = mc__param_round_up(param_end, L->bucket_align);
+    b->first_param = L->bucket_first;
+    b->n_params = L->n_placed - L->bucket_first;
+    b->chunk = L->chunk;
+    b->shared_embedding = 0;
+    for (k = 0; k < b->n_params; k++)
+        if (L->t->info[L->t->order[b->first_param + k]].shared_embedding) b->shared_embedding = 1;
+    L->bucket_start = b->end;
+    L->bucket_first = L->n_placed;
+    return b->end;
+}
+
+/* Lays out the params of `chunk` in reverse registration order, from L->bucket_start.
+   bucket_size 0: no size limit (one bucket, unless the shared embedding splits it). */
+static void mc__param_layout_chunk(mc__param_layouter *L, int chunk, size_t bucket_size,
+                                   int distributed_optimizer) {
+    mc_param_table *t = L->t;
+    size_t start = L->bucket_start, end = L->bucket_start;
+    int i;
+    L->chunk = chunk;
+    L->bucket_first = L->n_placed;
+    for (i = t->count - 1; i >= 0; i--) {
+        mc_param_info *p = &t->info[i];
+        /* Under the distributed optimizer the shared embedding gets a bucket of its own, so
+           that the first and the last stage shard it identically (see mc_finalize_model_grads). */
+        int own_bucket = distributed_optimizer && p->shared_embedding;
+        if (p->chunk != chunk) continue;
+        start = mc__param_round_up(start, L->param_align);
+        if (own_bucket && L->n_placed > L->bucket_first) start = mc__param_close_bucket(L, start);
+        p->offset = start;
+        end = start + p->numel;
+        t->order[L->n_placed++] = i;
+        if ((bucket_size > 0 && end - L->bucket_start >= bucket_size) || own_bucket)
+            start = mc__param_close_bucket(L, end);
+        else
+            start = end;
+    }
+    if (L->n_placed > L->bucket_first) mc__param_close_bucket(L, end);
+}
+
+MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc) {
+    mc_param_layout_desc d;
+    mc__param_layouter L;
+    int chunk, b;
+    if (!t || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_layout: table and desc "
+                                     "must be set");
+    d = *desc;
+    d.dp_size = MC__DEF(d.dp_size, 1);
+    if (d.dp_size < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.dp_size (%d) must be >= 1",
+                        d.dp_size);
+    if (d.pp_rank < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.pp_rank (%d) must be >= 0",
+                        d.pp_rank);
+    mc__param_layout_clear(t);
+    t->order = (int *)mc_calloc((size_t)(t->count > 0 ? t->count : 1), sizeof *t->order);
+    t->buckets = (mc_bucket *)mc_calloc((size_t)(t->count > 0 ? t->count : 1),
+                                        sizeof *t->buckets);   /* a bucket holds >= 1 param */
+    if (!t->order || !t->buckets) {
+        mc__param_layout_clear(t);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_layout: out of memory (%d params)",
+                        t->count);
+    }
+    memset(&L, 0, sizeof L);
+    L.t = t;
+    L.param_align = d.distributed_optimizer ? MC__PARAM_START_ALIGN : 1;
+    L.bucket_align = d.distributed_optimizer
+                         ? (size_t)d.dp_size / mc__param_gcd((size_t)d.dp_size,
+                                                             MC__PARAM_BUCKET_ALIGN) *
+                               MC__PARAM_BUCKET_ALIGN
+                         : 1;
+    for (chunk = 0; chunk < MC_MAX_VPP; chunk++) {
+        /* Megatron builds buckets only for the first chunk of the first stage; the others
+           get one bucket each (bucket_size None on pp_rank > 0 and disable_bucketing on
+           chunks after the first). */
+        size_t size = (d.pp_rank > 0 || chunk > 0) ? 0 : d.bucket_size;
+        mc__param_layout_chunk(&L, chunk, size, d.distributed_optimizer);
+    }
+    t->total = L.bucket_start;
+    t->layout = d;
+    for (b = 0; b < t->n_buckets; b++)   /* Megatron asserts it: equal reduce-scatter shards */
+        MC_ASSERT(!d.distributed_optimizer ||
+                  (t->buckets[b].end - t->buckets[b].start) % (size_t)d.dp_size == 0);
+    return MC_OK;
+}
+
+/* @params:implementation end */
+
+/* =============================================================================================
+   parallel_state (implementation) */
+
+// ---------------------------------------------------------------------------------------------
+// >>parallel_state.rank_grid
 //
 // Megatron's RankGenerator. The order string lists axes fastest first, so a rank is a
 // mixed-radix number: rank = sum(coord[i] * stride[i]), stride[0] = 1,
@@ -2987,7 +5039,6 @@ static const mc_group_kind mc__plan_head[] = {MC_GROUP_DP_CP, MC_GROUP_DP, MC_GR
 static const mc_group_kind mc__plan_tail[] = {
     MC_GROUP_TP_DP_CP, MC_GROUP_TP_DP,   MC_GROUP_TP_CP,    MC_GROUP_EP,
     MC_GROUP_EXPERT_TP, MC_GROUP_TP_EP, MC_GROUP_TP_EP_PP, MC_GROUP_EXPERT_DP};
-#define MC__COUNTOF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static void mc__plan_push(mc_plan_entry *out, int cap, int *n, mc_group_kind kind, int index) {
     if (out && *n < cap) {
@@ -3018,27 +5069,6 @@ MC_API int mc_grid_creation_plan(const mc_grid *grid, mc_plan_entry *out, int ca
     for (i = 0; i < MC__COUNTOF(mc__plan_tail); i++)
         mc__plan_push_kind(grid, out, cap, &n, mc__plan_tail[i]);
     return n;
-}
-
-#define MC__FNV_OFFSET 14695981039346656037ULL
-#define MC__FNV_PRIME 1099511628211ULL
-
-static uint64_t mc__fnv_bytes(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = (const unsigned char *)data;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= MC__FNV_PRIME;
-    }
-    return h;
-}
-
-/* Hashes the value as 8 little-endian bytes, so the fingerprint does not depend on the host. */
-static uint64_t mc__fnv_int(uint64_t h, uint64_t v) {
-    unsigned char b[8];
-    int i;
-    for (i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-    return mc__fnv_bytes(h, b, 8);
 }
 
 static uint64_t mc__hash_ranks(uint64_t h, const int *ranks, int n) {
@@ -3085,7 +5115,7 @@ MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// >>comm  (shared helpers; the public wrappers follow the backends)
+// >>parallel_state.comm  (shared helpers; the public wrappers follow the backends)
 
 /* One point-to-point operation as a batch of one: the backends run send and recv that way. */
 static mc_p2p_op mc__p2p_one(int is_send, const void *buf, size_t count, mc_dtype dt, int peer,
@@ -3157,7 +5187,7 @@ static int mc__comm_copy(mc_comm *c, void *dst, const void *src, size_t bytes) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// >>comm_self  Size 1: collectives are copies; send/recv to itself go through a FIFO queue.
+// >>parallel_state.comm_self  Size 1: collectives are copies; send/recv to itself go through a FIFO queue.
 
 typedef struct mc__self_request {
     mc_request_head head;
@@ -3467,7 +5497,7 @@ static int mc__self_world(mc_comm **world, double timeout_s, const mc_ops *memor
 }
 
 // ---------------------------------------------------------------------------------------------
-// >>comm_mpi  Every operation is the nonblocking MPI call; blocking = start + wait, and wait
+// >>parallel_state.comm_mpi  Every operation is the nonblocking MPI call; blocking = start + wait, and wait
 // polls MPI_Testall until done or until the communicator's timeout (MC_ERR_TIMEOUT, never a
 // hang). AVG is SUM followed by a division. BF16 reductions return MC_ERR_UNSUPPORTED (MPI has
 // no bf16 type); bf16 gathers, broadcasts and p2p move the raw 16-bit values.
@@ -3982,7 +6012,7 @@ static int mc__mpi_host_allgather(mc_comm *c, const void *send, void *recv, int 
 #endif /* MC_COMM_MPI */
 
 // ---------------------------------------------------------------------------------------------
-// >>comm  The generic layer: argument checks, then the backend's table.
+// >>parallel_state.comm  The generic layer: argument checks, then the backend's table.
 
 static int mc__host_allgather(mc_comm *c, const void *send, void *recv, int bytes,
                               const char *what) {
@@ -4887,2563 +6917,8 @@ MC_API int mc_parallel_src_rank(const mc_parallel_state *ps, mc_group_kind kind)
     return c ? c->world_ranks[0] : -1;
 }
 
-// ---------------------------------------------------------------------------------------------
-// >>microbatches
-//
-// Megatron's calculators in C. The ramp-up follows core_v0.17 (the last release that has it),
-// the step schedule follows HEAD. Megatron asserts; here every rule is an MC_ERR_INVALID_DESC
-// whose message names the values.
-
-/* MBS * DP, the samples one micro-batch step takes over all data-parallel replicas. */
-static int mc__microbatch_unit(const mc_microbatch_calc *c) {
-    return c->desc.micro_batch_size * c->desc.data_parallel_size;
-}
-
-/* Sets the current batch and derives the running batch and the micro-batch count from it. */
-static int mc__microbatch_apply(mc_microbatch_calc *c, int batch, int consistency_check) {
-    int unit = mc__microbatch_unit(c);
-    if (consistency_check && !c->desc.decrease_batch_size_if_needed && batch % unit != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "current global batch size (%d) is not divisible by micro batch size "
-                        "(%d) times data parallel size (%d) = %d",
-                        batch, c->desc.micro_batch_size, c->desc.data_parallel_size, unit);
-    c->current_global_batch_size = batch;
-    c->current_running_global_batch_size =
-        c->desc.decrease_batch_size_if_needed ? batch / unit * unit : batch;
-    c->num_microbatches = c->current_running_global_batch_size / unit;
-    return MC_OK;
-}
-
-static int mc__microbatch_check_sizes(const mc_microbatch_desc *d) {
-    if (d->micro_batch_size <= 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_microbatch_desc.micro_batch_size (%d) must be > 0",
-                        d->micro_batch_size);
-    if (d->data_parallel_size <= 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.data_parallel_size (%d) must be > 0",
-                        d->data_parallel_size);
-    if ((long long)d->micro_batch_size * d->data_parallel_size > INT_MAX)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "micro batch size (%d) times data parallel size (%d) overflows an int",
-                        d->micro_batch_size, d->data_parallel_size);
-    return MC_OK;
-}
-
-static int mc__microbatch_init_constant(mc_microbatch_calc *c) {
-    const mc_microbatch_desc *d = &c->desc;
-    int unit = mc__microbatch_unit(c);
-    if (!d->decrease_batch_size_if_needed && d->global_batch_size % unit != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "global batch size (%d) is not divisible by micro batch size (%d) times "
-                        "data parallel size (%d) = %d (GBS = MBS x num_microbatches x DP; or set "
-                        "decrease_batch_size_if_needed)",
-                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
-    if (d->global_batch_size / unit < 1)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "number of microbatches should be at least 1, got 0: global batch size "
-                        "(%d) is below micro batch size (%d) times data parallel size (%d) = %d",
-                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
-    c->mode = MC_MICROBATCH_CONSTANT;
-    c->global_batch_size = d->global_batch_size;
-    return mc__microbatch_apply(c, d->global_batch_size, 0);
-}
-
-static int mc__microbatch_init_rampup(mc_microbatch_calc *c) {
-    const mc_microbatch_desc *d = &c->desc;
-    const mc_rampup *r = &d->rampup;
-    int n_inc;
-    /* Megatron's asserts, in its order. */
-    if (r->start <= 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.rampup.start (%d): start batch size should be positive",
-                        r->start);
-    if (r->increment <= 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.rampup.increment (%d): batch size increment should be "
-                        "positive",
-                        r->increment);
-    if (r->samples < 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.rampup.samples (%lld): ramp-up samples should be "
-                        "non-negative",
-                        r->samples);
-    if (d->global_batch_size < r->start)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "expected global batch size (%d) to be greater than or equal to the "
-                        "ramp-up start batch size (%d)",
-                        d->global_batch_size, r->start);
-    if ((d->global_batch_size - r->start) % r->increment != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "expected the global batch size interval GBS - start = %d - %d = %d to be "
-                        "divisible by the batch size increment (%d)",
-                        d->global_batch_size, r->start, d->global_batch_size - r->start,
-                        r->increment);
-    n_inc = (d->global_batch_size - r->start) / r->increment;
-    /* Megatron computes samples / n_inc and later consumed / that: both divide by zero in the
-       two cases below. GBS == start is a ramp-up with nothing to ramp, so it runs at GBS. */
-    if (n_inc > 0 && r->samples == 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.rampup.samples (0) must be > 0 when the batch grows "
-                        "from %d to %d (Megatron divides by zero here)",
-                        r->start, d->global_batch_size);
-    c->rampup_samples_per_increment = n_inc > 0 ? (double)r->samples / (double)n_inc : 0.0;
-    c->mode = MC_MICROBATCH_RAMPUP;
-    c->global_batch_size = d->global_batch_size;
-    return mc_microbatch_update(c, 0, 0);
-}
-
-/* A number with an optional K/M/B/T suffix (either case), decimals allowed: "250B", "1.5k". */
-static int mc__parse_scaled(const char *text, size_t len, long long *out) {
-    char buf[64], *end;
-    double value, scale = 1.0;
-    if (len == 0 || len >= sizeof buf) return -1;
-    memcpy(buf, text, len);
-    buf[len] = '\0';
-    switch (buf[len - 1]) {
-        case 'K': case 'k': scale = 1e3; break;
-        case 'M': case 'm': scale = 1e6; break;
-        case 'B': case 'b': scale = 1e9; break;
-        case 'T': case 't': scale = 1e12; break;
-        default: break;
-    }
-    if (scale != 1.0) buf[--len] = '\0';
-    if (len == 0 || !((buf[0] >= '0' && buf[0] <= '9') || buf[0] == '-' || buf[0] == '+' ||
-                      buf[0] == '.'))
-        return -1;   /* also keeps strtod away from "inf", "nan" and hex floats */
-    value = strtod(buf, &end);
-    if (*end != '\0') return -1;
-    value *= scale;
-    if (!(value > -9.2e18 && value < 9.2e18)) return -1;
-    *out = (long long)value;   /* truncates toward zero, like Python's int(float) */
-    return 0;
-}
-
-/* One "THRESHOLD:BS" entry of length len. */
-static int mc__parse_step_entry(mc_microbatch_calc *c, const char *entry, size_t len) {
-    const char *colon = (const char *)memchr(entry, ':', len);
-    long long threshold, batch;
-    size_t head;
-    if (!colon)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule: invalid entry \"%.*s\", expected "
-                        "THRESHOLD:BATCH_SIZE",
-                        (int)len, entry);
-    head = (size_t)(colon - entry);
-    if (mc__parse_scaled(entry, head, &threshold) != 0 ||
-        mc__parse_scaled(colon + 1, len - head - 1, &batch) != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule: entry \"%.*s\" is not two numbers "
-                        "(THRESHOLD:BATCH_SIZE, each with an optional K, M, B or T suffix)",
-                        (int)len, entry);
-    if (c->n_steps == MC_MAX_BATCH_STEPS)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule has more than MC_MAX_BATCH_STEPS (%d) "
-                        "entries",
-                        MC_MAX_BATCH_STEPS);
-    if (batch > INT_MAX)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule: batch size %lld in \"%.*s\" does not "
-                        "fit in an int",
-                        batch, (int)len, entry);
-    /* Python's // floors; thresholds below 0 fail the first-threshold rule either way. */
-    if (c->desc.seq_length > 0) {
-        long long q = threshold / c->desc.seq_length;
-        if (threshold % c->desc.seq_length != 0 && threshold < 0) q--;
-        threshold = q;
-    }
-    c->step_threshold[c->n_steps] = threshold;
-    c->step_batch[c->n_steps] = (int)batch;
-    c->n_steps++;
-    return MC_OK;
-}
-
-/* Stable insertion sort by threshold: the list is short. */
-static void mc__sort_steps(mc_microbatch_calc *c) {
-    int i, j;
-    for (i = 1; i < c->n_steps; i++) {
-        long long t = c->step_threshold[i];
-        int b = c->step_batch[i];
-        for (j = i; j > 0 && c->step_threshold[j - 1] > t; j--) {
-            c->step_threshold[j] = c->step_threshold[j - 1];
-            c->step_batch[j] = c->step_batch[j - 1];
-        }
-        c->step_threshold[j] = t;
-        c->step_batch[j] = b;
-    }
-}
-
-static int mc__validate_steps(const mc_microbatch_calc *c) {
-    int i;
-    if (c->n_steps == 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule must have at least one entry");
-    if (c->step_threshold[0] != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule: first schedule entry must have "
-                        "threshold 0, got %lld",
-                        c->step_threshold[0]);
-    for (i = 1; i < c->n_steps; i++)
-        if (c->step_threshold[i] <= c->step_threshold[i - 1])
-            return MC__FAIL(MC_ERR_INVALID_DESC,
-                            "mc_microbatch_desc.step_schedule: schedule thresholds must be "
-                            "strictly increasing, got %lld twice%s",
-                            c->step_threshold[i],
-                            c->desc.seq_length > 0 ? " (in samples, after dividing by seq_length)"
-                                                   : "");
-    for (i = 0; i < c->n_steps; i++)
-        if (c->step_batch[i] <= 0)
-            return MC__FAIL(MC_ERR_INVALID_DESC,
-                            "mc_microbatch_desc.step_schedule: batch size must be positive, got "
-                            "%d",
-                            c->step_batch[i]);
-    return MC_OK;
-}
-
-static int mc__microbatch_init_step(mc_microbatch_calc *c, const char *schedule) {
-    const char *p = schedule;
-    int rc;
-    if (c->desc.decrease_batch_size_if_needed)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc: cannot combine step_schedule with "
-                        "decrease_batch_size_if_needed (step batch size schedules do not support "
-                        "decreasing the batch)");
-    if (c->desc.global_batch_size != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc: cannot specify both step_schedule and "
-                        "global_batch_size (%d): the schedule's last entry is the global batch",
-                        c->desc.global_batch_size);
-    if (c->desc.seq_length < 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.seq_length (%d) must be >= 0 (0: thresholds are "
-                        "samples)",
-                        c->desc.seq_length);
-    for (;;) {
-        size_t len;
-        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
-        if (*p == '\0') break;
-        len = strcspn(p, " ,\t\n");
-        if ((rc = mc__parse_step_entry(c, p, len)) != MC_OK) return rc;
-        p += len;
-    }
-    mc__sort_steps(c);
-    if ((rc = mc__validate_steps(c)) != MC_OK) return rc;
-    c->mode = MC_MICROBATCH_STEP;
-    c->global_batch_size = c->step_batch[c->n_steps - 1];
-    return mc_microbatch_update(c, 0, 0);
-}
-
-MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc) {
-    mc_microbatch_calc c;
-    const mc_rampup *r;
-    int has_rampup, rc;
-    if (!calc || !desc)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_microbatch_init: calc (%p) and desc (%p) must be set",
-                        (void *)calc, (const void *)desc);
-    memset(&c, 0, sizeof c);
-    c.desc = *desc;
-    c.desc.step_schedule = NULL;
-    r = &desc->rampup;
-    has_rampup = r->start != 0 || r->increment != 0 || r->samples != 0;
-    if ((rc = mc__microbatch_check_sizes(desc)) != MC_OK) return rc;
-    if (has_rampup && desc->step_schedule)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc: rampup and step_schedule exclude each other (the step "
-                        "schedule replaced the ramp-up in Megatron)");
-    if (desc->step_schedule) {
-        rc = mc__microbatch_init_step(&c, desc->step_schedule);
-    } else {
-        if (desc->global_batch_size <= 0)
-            return MC__FAIL(MC_ERR_INVALID_DESC,
-                            "mc_microbatch_desc.global_batch_size (%d): global batch size should "
-                            "be positive",
-                            desc->global_batch_size);
-        rc = has_rampup ? mc__microbatch_init_rampup(&c) : mc__microbatch_init_constant(&c);
-    }
-    if (rc == MC_OK) *calc = c;
-    return rc;
-}
-
-/* The batch a ramp-up gives after `consumed` samples. */
-static int mc__rampup_batch(const mc_microbatch_calc *c, long long consumed) {
-    const mc_rampup *r = &c->desc.rampup;
-    long long steps;
-    if (consumed > r->samples || c->rampup_samples_per_increment == 0.0)
-        return c->global_batch_size;
-    steps = (long long)((double)consumed / c->rampup_samples_per_increment);
-    MC_ASSERT(r->start + steps * r->increment <= c->global_batch_size);
-    return (int)(r->start + steps * r->increment);
-}
-
-static int mc__step_batch(const mc_microbatch_calc *c, long long consumed) {
-    int i, batch = c->step_batch[0];
-    for (i = 0; i < c->n_steps && c->step_threshold[i] <= consumed; i++) batch = c->step_batch[i];
-    return batch;
-}
-
-MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
-                                int consistency_check) {
-    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
-        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_update: the calculator is not initialized "
-                                      "(call mc_microbatch_init first)");
-    switch (calc->mode) {
-        case MC_MICROBATCH_RAMPUP:
-            return mc__microbatch_apply(calc, mc__rampup_batch(calc, consumed_samples),
-                                        consistency_check);
-        case MC_MICROBATCH_STEP:
-            return mc__microbatch_apply(calc, mc__step_batch(calc, consumed_samples),
-                                        consistency_check);
-        default:
-            return MC_OK;   /* constant: Megatron's update is a no-op */
-    }
-}
-
-/* Appends `consumed` when the batch there differs from the last point's. */
-static int mc__change_point(const mc_microbatch_calc *c, long long consumed, int *last_batch,
-                            long long *out, int cap, int n) {
-    int batch = mc__rampup_batch(c, consumed);
-    if (n > 0 && batch == *last_batch) return n;
-    if (out && n < cap) out[n] = consumed;
-    *last_batch = batch;
-    return n + 1;
-}
-
-/* The first count in [lo, hi] whose ramp-up step is >= k (the step only grows with it). */
-static long long mc__rampup_first_reaching(const mc_microbatch_calc *c, long long k, long long lo,
-                                           long long hi) {
-    while (lo < hi) {
-        long long mid = lo + (hi - lo) / 2;
-        if ((long long)((double)mid / c->rampup_samples_per_increment) >= k)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
-}
-
-MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap) {
-    int i, n = 0, last_batch = 0;
-    long long n_inc, k, from = 0;
-    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
-        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_change_points: the calculator is not "
-                                      "initialized");
-    if (cap < 0) cap = 0;
-    if (calc->mode == MC_MICROBATCH_STEP) {
-        for (i = 0; i < calc->n_steps; i++)
-            if (out && i < cap) out[i] = calc->step_threshold[i];
-        return calc->n_steps;
-    }
-    if (calc->mode == MC_MICROBATCH_CONSTANT || calc->rampup_samples_per_increment == 0.0) {
-        if (out && cap > 0) out[0] = 0;
-        return 1;
-    }
-    n = mc__change_point(calc, 0, &last_batch, out, cap, n);
-    n_inc = (calc->global_batch_size - calc->desc.rampup.start) / calc->desc.rampup.increment;
-    for (k = 1; k <= n_inc; k++) {
-        /* Rounding can leave the last step unreached within `samples`. */
-        from = mc__rampup_first_reaching(calc, k, from, calc->desc.rampup.samples + 1);
-        if (from > calc->desc.rampup.samples) break;
-        n = mc__change_point(calc, from, &last_batch, out, cap, n);
-    }
-    return mc__change_point(calc, calc->desc.rampup.samples + 1, &last_batch, out, cap, n);
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>schedule_table
-//
-// The op order of Megatron's schedules (pipeline_parallel/schedules.py), without the compute
-// and the P2P calls in between: what each stage runs, and in which order.
-
-/* A validated desc with every default filled in. */
-typedef struct mc__sched {
-    int pp, rank, m, v, n, forward_only, interleaved;
-} mc__sched;
-
-static int mc__sched_resolve(const mc_schedule_desc *d, mc__sched *s) {
-    if (!d) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_desc is NULL");
-    memset(s, 0, sizeof *s);
-    s->pp = MC__DEF(d->pp, 1);
-    s->rank = d->pp_rank;
-    s->m = d->num_microbatches;
-    s->v = d->vpp > 1 ? d->vpp : 1;
-    s->forward_only = d->forward_only != 0;
-    s->interleaved = d->vpp > 1;
-    if (s->pp < 1)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_schedule_desc.pp (%d) must be >= 1", d->pp);
-    if (s->rank < 0 || s->rank >= s->pp)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_schedule_desc.pp_rank (%d) must be in [0, pp = %d)",
-                        s->rank, s->pp);
-    if (s->m < 1)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_schedule_desc.num_microbatches (%d) must be >= 1", s->m);
-    if (d->vpp < 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_schedule_desc.vpp (%d) must be >= 0 (0 or 1: not interleaved)", d->vpp);
-    if (d->group_size < 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_schedule_desc.group_size (%d) must be >= 0 (0: pp)", d->group_size);
-    if ((long long)s->m * s->v * 2 > INT_MAX)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "num_microbatches (%d) x vpp (%d) is too large for one op list", s->m, s->v);
-    s->n = MC__DEF(d->group_size, s->pp);
-    if (!s->interleaved) return MC_OK;
-    if (s->pp <= 1)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "pipeline-model-parallel size should be greater than 1 with interleaved "
-                        "schedule (mc_schedule_desc.vpp = %d, pp = %d)",
-                        d->vpp, s->pp);
-    if (s->n < s->pp || s->n > s->m)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "the number of contiguous micro-batches in a virtual pipeline stage "
-                        "(group_size N = %d) should range in [PP = %d, M = %d]",
-                        s->n, s->pp, s->m);
-    if (s->m % s->n != 0 && s->m % s->n < s->pp)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "the remainder of M (num_microbatches %d) divided by N (group_size %d) "
-                        "should be 0 or >= the pipeline-parallel size %d, but it is %d: a last "
-                        "group smaller than PP introduces dependency bubbles (with the default "
-                        "N = PP, M must be a multiple of PP)",
-                        s->m, s->n, s->pp, s->m % s->n);
-    return MC_OK;
-}
-
-static int mc__sched_total(const mc__sched *s) { return s->m * s->v; }
-
-/* Megatron's warmup forward count for this stage. */
-static int mc__sched_warmup(const mc__sched *s) {
-    int total = mc__sched_total(s), warmup;
-    if (s->interleaved) {
-        warmup = s->forward_only ? total : (s->pp - s->rank - 1) * 2 + (s->v - 1) * s->n;
-        return warmup < total ? warmup : total;
-    }
-    if (s->pp == 1) return 0;
-    warmup = s->pp - s->rank - 1;
-    return warmup < s->m ? warmup : s->m;
-}
-
-/* Row k of the interleaved table: groups of n micro-batches (the last holds what remains),
-   each run on chunk 0, then chunk 1, ... */
-static void mc__sched_table_entry(const mc__sched *s, int k, int *microbatch, int *chunk) {
-    int per_group = s->n * s->v;
-    int group_start = (k / per_group) * s->n;
-    int group_len = group_start + s->n <= s->m ? s->n : s->m - group_start;
-    int in_group = k - (k / per_group) * per_group;
-    *chunk = in_group / group_len;
-    *microbatch = group_start + in_group % group_len;
-}
-
-static int mc__sched_push(mc_sched_op *out, int n, char kind, int microbatch, int chunk) {
-    if (out) {
-        out[n].kind = kind;
-        out[n].microbatch = microbatch;
-        out[n].chunk = chunk;
-    }
-    return n + 1;
-}
-
-/* Forward and backward of virtual micro-batch k. Not interleaved: micro-batch k, chunk 0. */
-static int mc__sched_push_forward(const mc__sched *s, mc_sched_op *out, int n, int k) {
-    int mb = k, chunk = 0;
-    if (s->interleaved) mc__sched_table_entry(s, k, &mb, &chunk);
-    return mc__sched_push(out, n, 'F', mb, chunk);
-}
-
-static int mc__sched_push_backward(const mc__sched *s, mc_sched_op *out, int n, int k) {
-    int mb = k, chunk = 0;
-    if (s->interleaved) mc__sched_table_entry(s, k, &mb, &chunk);
-    return mc__sched_push(out, n, 'B', mb, s->v - 1 - chunk);
-}
-
-/* Writes the ops of a resolved schedule (out has room for all of them, or is NULL). */
-static int mc__sched_fill(const mc__sched *s, mc_sched_op *out) {
-    int total = mc__sched_total(s), warmup = mc__sched_warmup(s), remaining, k, n = 0;
-    if (s->forward_only) {
-        for (k = 0; k < total; k++) n = mc__sched_push_forward(s, out, n, k);
-        return n;
-    }
-    remaining = total - warmup;
-    for (k = 0; k < warmup; k++) n = mc__sched_push_forward(s, out, n, k);
-    for (k = 0; k < remaining; k++) {   /* steady state: one forward, one backward */
-        n = mc__sched_push_forward(s, out, n, warmup + k);
-        n = mc__sched_push_backward(s, out, n, k);
-    }
-    for (k = remaining; k < total; k++) n = mc__sched_push_backward(s, out, n, k);
-    return n;
-}
-
-static int mc__sched_count(const mc__sched *s) {
-    return mc__sched_total(s) * (s->forward_only ? 1 : 2);
-}
-
-MC_API const char *mc_schedule_name(const mc_schedule_desc *desc) {
-    mc__sched s;
-    if (mc__sched_resolve(desc, &s) != MC_OK) return NULL;
-    if (s.pp == 1) return "no_pipelining";
-    return s.interleaved ? "with_interleaving" : "without_interleaving";
-}
-
-MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int cap,
-                           int *n_warmup) {
-    mc__sched s;
-    int rc = mc__sched_resolve(desc, &s), count;
-    if (rc != MC_OK) return rc;
-    count = mc__sched_count(&s);
-    if (out && cap < count)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_schedule_ops: cap (%d) is below the op count %d of stage %d", cap,
-                        count, s.rank);
-    if (n_warmup) *n_warmup = mc__sched_warmup(&s);
-    return mc__sched_fill(&s, out);
-}
-
-MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk,
-                             int cap) {
-    mc__sched s;
-    int rc = mc__sched_resolve(desc, &s), total, k;
-    if (rc != MC_OK) return rc;
-    total = mc__sched_total(&s);
-    if ((microbatch || chunk) && cap < total)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_table: cap (%d) is below M x V = %d",
-                        cap, total);
-    for (k = 0; k < total; k++) {
-        int mb = k, c = 0;
-        if (s.interleaved) mc__sched_table_entry(&s, k, &mb, &c);
-        if (microbatch) microbatch[k] = mb;
-        if (chunk) chunk[k] = c;
-    }
-    return total;
-}
-
-/* Finish times of F and B per (stage, chunk, micro-batch); < 0 while not run yet. */
-typedef struct mc__sched_sim {
-    const mc__sched *s;
-    double *f_end, *b_end;
-} mc__sched_sim;
-
-static double *mc__sim_slot(const mc__sched_sim *sim, double *table, int stage, int chunk,
-                            int mb) {
-    return &table[((size_t)stage * sim->s->v + (size_t)chunk) * sim->s->m + (size_t)mb];
-}
-
-/* When the input of `op` on `stage` is ready, or -1 when its producer has not run yet.
-   Virtual stage chunk * pp + stage: forwards flow up, backwards flow down. */
-static double mc__sim_ready(const mc__sched_sim *sim, int stage, const mc_sched_op *op) {
-    const mc__sched *s = sim->s;
-    int vs = op->chunk * s->pp + stage, last_vs = s->v * s->pp - 1;
-    double t = 0.0, dep;
-    if (op->kind == 'F') {
-        if (vs == 0) return 0.0;
-        return *mc__sim_slot(sim, sim->f_end, (vs - 1) % s->pp, (vs - 1) / s->pp, op->microbatch);
-    }
-    dep = *mc__sim_slot(sim, sim->f_end, stage, op->chunk, op->microbatch);
-    if (dep < 0) return -1.0;
-    t = dep;
-    if (vs < last_vs) {
-        dep = *mc__sim_slot(sim, sim->b_end, (vs + 1) % s->pp, (vs + 1) / s->pp, op->microbatch);
-        if (dep < 0) return -1.0;
-        if (dep > t) t = dep;
-    }
-    return t;
-}
-
-MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_time,
-                                double backward_time, double *start, int cap,
-                                mc_schedule_timing *timing) {
-    mc_schedule_desc one;
-    mc__sched s;
-    mc__sched_sim sim;
-    mc_sched_op *ops = NULL;
-    double *clock = NULL, *times = NULL, makespan = 0.0, busy;
-    int *next = NULL, rc, count, stage, done = 0, progress = 1;
-    size_t slots, i;
-    if (!desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_simulate: desc is NULL");
-    one = *desc;
-    one.pp_rank = 0;
-    if ((rc = mc__sched_resolve(&one, &s)) != MC_OK) return rc;
-    if (forward_time < 0 || backward_time < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_schedule_simulate: forward_time (%g) and backward_time (%g) must be "
-                        ">= 0 (0: 1 and 2)",
-                        forward_time, backward_time);
-    forward_time = forward_time > 0 ? forward_time : 1.0;
-    backward_time = backward_time > 0 ? backward_time : 2.0;
-    count = mc__sched_count(&s);
-    if (start && (long long)cap < (long long)count * s.pp)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_schedule_simulate: cap (%d) is below pp x ops per stage = %d x %d",
-                        cap, s.pp, count);
-    slots = (size_t)s.pp * (size_t)s.v * (size_t)s.m;
-    ops = (mc_sched_op *)mc_malloc(sizeof *ops * (size_t)count * (size_t)s.pp);
-    times = (double *)mc_malloc(sizeof *times * (slots * 2 + (size_t)count * (size_t)s.pp +
-                                                 (size_t)s.pp));
-    next = (int *)mc_calloc((size_t)s.pp, sizeof *next);
-    if (!ops || !times || !next) {
-        mc_free(ops);
-        mc_free(times);
-        mc_free(next);
-        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_schedule_simulate: out of memory for %d x %d ops",
-                        s.pp, count);
-    }
-    sim.s = &s;
-    sim.f_end = times;
-    sim.b_end = times + slots;
-    clock = times + 2 * slots + (size_t)count * (size_t)s.pp;
-    for (i = 0; i < 2 * slots; i++) times[i] = -1.0;
-    for (stage = 0; stage < s.pp; stage++) {
-        mc__sched stage_s = s;
-        stage_s.rank = stage;
-        mc__sched_fill(&stage_s, ops + (size_t)stage * (size_t)count);
-        clock[stage] = 0.0;
-    }
-    /* Start times follow from finish times alone, so sweeping the stages in any order and
-       running each one as far as its inputs allow gives the same answer. */
-    while (done < count * s.pp && progress) {
-        progress = 0;
-        for (stage = 0; stage < s.pp; stage++) {
-            while (next[stage] < count) {
-                size_t at = (size_t)stage * (size_t)count + (size_t)next[stage];
-                const mc_sched_op *op = &ops[at];
-                double ready = mc__sim_ready(&sim, stage, op);
-                double begin, length = op->kind == 'F' ? forward_time : backward_time;
-                if (ready < 0) break;
-                begin = ready > clock[stage] ? ready : clock[stage];
-                clock[stage] = begin + length;
-                *mc__sim_slot(&sim, op->kind == 'F' ? sim.f_end : sim.b_end, stage, op->chunk,
-                              op->microbatch) = clock[stage];
-                times[2 * slots + at] = begin;
-                if (clock[stage] > makespan) makespan = clock[stage];
-                next[stage]++;
-                done++;
-                progress = 1;
-            }
-        }
-    }
-    rc = MC_OK;
-    if (done < count * s.pp) {
-        rc = MC__FAIL(MC_ERR_STATE,
-                      "mc_schedule_simulate: the schedule deadlocks: stage 0 waits at op %d of %d",
-                      next[0], count);
-    } else {
-        busy = (double)s.m * s.v * (forward_time + (s.forward_only ? 0.0 : backward_time));
-        if (start) memcpy(start, times + 2 * slots, sizeof *start * (size_t)count * (size_t)s.pp);
-        if (timing) {
-            timing->makespan = makespan;
-            timing->busy = busy;
-            timing->bubble_fraction = (makespan - busy) / makespan;
-            timing->bubble_ratio = (makespan - busy) / busy;
-        }
-    }
-    mc_free(ops);
-    mc_free(times);
-    mc_free(next);
-    return rc;
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>rng
-//
-// Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
-// SC'11): ten rounds of two 32x32->64 multiplies mixing a 128-bit counter under a 64-bit key
-// that is bumped by the Weyl constants between rounds. Known-answer vectors from Random123 are
-// in tests/test_rng.c.
-
-#define MC__PHILOX_M0 0xD2511F53u   /* round multipliers */
-#define MC__PHILOX_M1 0xCD9E8D57u
-#define MC__PHILOX_W0 0x9E3779B9u   /* key bumps: golden ratio, sqrt(3) - 1 */
-#define MC__PHILOX_W1 0xBB67AE85u
-
-MC_API void mc_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    int round;
-    for (round = 0; round < 10; round++) {
-        uint64_t p0 = (uint64_t)MC__PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)MC__PHILOX_M1 * c2;
-        c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        c1 = (uint32_t)p1;
-        c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c3 = (uint32_t)p0;
-        k0 += MC__PHILOX_W0;
-        k1 += MC__PHILOX_W1;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-/* The four elements 4 * block .. 4 * block + 3 of the stream with `seed`. */
-static void mc__rng_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
-    uint32_t counter[4], key[2];
-    counter[0] = (uint32_t)block;
-    counter[1] = (uint32_t)(block >> 32);
-    counter[2] = 0;
-    counter[3] = 0;
-    key[0] = (uint32_t)seed;
-    key[1] = (uint32_t)(seed >> 32);
-    mc_philox4x32_10(counter, key, out);
-}
-
-/* 24 random bits scaled by 2^-24: every value is exact in a float and below 1. */
-static float mc__rng_to_uniform(uint32_t bits) {
-    return (float)(bits >> 8) * (1.0f / 16777216.0f);
-}
-
-MC_API uint32_t mc_rng_bits_at(uint64_t seed, uint64_t index) {
-    uint32_t block[4];
-    mc__rng_block(seed, index / 4, block);
-    return block[index % 4];
-}
-
-MC_API float mc_rng_uniform_at(uint64_t seed, uint64_t index) {
-    return mc__rng_to_uniform(mc_rng_bits_at(seed, index));
-}
-
-/* Calls emit(i, uniform) for the next n elements of the stream, one Philox block per four,
-   then moves the offset past them to the next block boundary. */
-typedef void (*mc__rng_emit)(void *dst, size_t i, float uniform, float arg);
-
-static void mc__rng_draw(mc_rng *rng, size_t n, mc__rng_emit emit, void *dst, float arg) {
-    uint32_t block[4];
-    uint64_t have = UINT64_MAX;   /* index of the block in `block` */
-    size_t i;
-    for (i = 0; i < n; i++) {
-        uint64_t g = rng->offset + i;
-        if (g / 4 != have) {
-            have = g / 4;
-            mc__rng_block(rng->seed, have, block);
-        }
-        emit(dst, i, mc__rng_to_uniform(block[g % 4]), arg);
-    }
-    rng->offset += ((uint64_t)n + 3) / 4 * 4;
-}
-
-static void mc__rng_emit_uniform(void *dst, size_t i, float uniform, float arg) {
-    (void)arg;
-    ((float *)dst)[i] = uniform;
-}
-
-static void mc__rng_emit_keep(void *dst, size_t i, float uniform, float p) {
-    ((uint8_t *)dst)[i] = (uint8_t)(uniform >= p);
-}
-
-MC_API int mc_rng_uniform(mc_rng *rng, float *out, size_t n) {
-    if (!rng || (!out && n > 0))
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_uniform: rng (%p) and out (%p) must be set",
-                        (void *)rng, (void *)out);
-    mc__rng_draw(rng, n, mc__rng_emit_uniform, out, 0.0f);
-    return MC_OK;
-}
-
-MC_API int mc_rng_dropout_mask(mc_rng *rng, uint8_t *mask, size_t n, float p) {
-    if (!rng || (!mask && n > 0))
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_dropout_mask: rng (%p) and mask (%p) must be set", (void *)rng,
-                        (void *)mask);
-    if (!(p >= 0.0f && p <= 1.0f))
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_dropout_mask: dropout probability p (%g) must be in [0, 1]",
-                        (double)p);
-    mc__rng_draw(rng, n, mc__rng_emit_keep, mask, p);
-    return MC_OK;
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>rng tracker
-
-/* Index of the stream called `name`, or -1. */
-static int mc__rng_find(const mc_rng_states *s, const char *name) {
-    int i;
-    for (i = 0; i < s->n_streams; i++)
-        if (strcmp(s->names[i], name) == 0) return i;
-    return -1;
-}
-
-MC_API void mc_rng_tracker_reset(mc_rng_tracker *t) {
-    mc_rng current;
-    if (!t) return;
-    current = t->s.current;
-    memset(t, 0, sizeof *t);
-    t->s.current = current;
-}
-
-MC_API void mc_rng_tracker_manual_seed(mc_rng_tracker *t, uint64_t seed) {
-    if (!t) return;
-    t->s.current.seed = seed;
-    t->s.current.offset = 0;
-}
-
-MC_API int mc_rng_tracker_add(mc_rng_tracker *t, const char *name, uint64_t seed) {
-    int i;
-    if (!t || !name)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: tracker and name must be set");
-    /* Megatron checks the seed first, then the name. */
-    for (i = 0; i < t->n_seeds; i++)
-        if (t->seeds[i] == seed)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "mc_rng_tracker_add(\"%s\", %llu): seed %llu already exists (every "
-                            "stream needs its own seed)",
-                            name, (unsigned long long)seed, (unsigned long long)seed);
-    if (mc__rng_find(&t->s, name) >= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: rng state \"%s\" already exists",
-                        name);
-    if (name[0] == '\0' || strlen(name) >= MC_RNG_NAME_MAX || strcmp(name, MC_RNG_DEFAULT) == 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_add: name \"%s\" must be 1 to %d characters and not \"%s\"",
-                        name, MC_RNG_NAME_MAX - 1, MC_RNG_DEFAULT);
-    if (t->s.n_streams == MC_RNG_MAX_STREAMS || t->n_seeds == MC_RNG_MAX_STREAMS)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_add(\"%s\"): the tracker holds at most "
-                        "MC_RNG_MAX_STREAMS (%d) streams",
-                        name, MC_RNG_MAX_STREAMS);
-    t->seeds[t->n_seeds++] = seed;
-    i = t->s.n_streams++;
-    memcpy(t->s.names[i], name, strlen(name) + 1);
-    t->s.streams[i].seed = seed;
-    t->s.streams[i].offset = 0;
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_fork(mc_rng_tracker *t, const char *name) {
-    int index;
-    if (!t || !name)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: tracker and name must be set");
-    index = mc__rng_find(&t->s, name);
-    if (index < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: rng state \"%s\" is not added",
-                        name);
-    if (t->depth == MC_RNG_MAX_FORK_DEPTH)
-        return MC__FAIL(MC_ERR_STATE,
-                        "mc_rng_tracker_fork(\"%s\"): more than MC_RNG_MAX_FORK_DEPTH (%d) nested "
-                        "forks",
-                        name, MC_RNG_MAX_FORK_DEPTH);
-    /* An active stream's progress goes back to its slot, so that forking it again inside
-       this fork continues it instead of repeating its numbers. */
-    if (t->active > 0) t->s.streams[t->active - 1] = t->s.current;
-    t->stack[t->depth].outer = t->active;
-    t->stack[t->depth].saved = t->s.current;
-    t->depth++;
-    t->s.current = t->s.streams[index];
-    t->active = index + 1;
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_unfork(mc_rng_tracker *t, const char *name) {
-    int outer;
-    if (!t || !name)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_unfork: tracker and name must be set");
-    if (t->depth == 0 || strcmp(mc_rng_tracker_active_name(t), name) != 0)
-        return MC__FAIL(MC_ERR_STATE,
-                        "mc_rng_tracker_unfork(\"%s\"): current state name %s is not the same as "
-                        "the desired state name %s (unfork closes the innermost fork)",
-                        name, mc_rng_tracker_active_name(t), name);
-    t->s.streams[t->active - 1] = t->s.current;
-    t->depth--;
-    outer = t->stack[t->depth].outer;
-    /* The outer stream may have advanced in a nested fork of it: take it from its slot. */
-    t->s.current = outer > 0 ? t->s.streams[outer - 1] : t->stack[t->depth].saved;
-    t->active = outer;
-    return MC_OK;
-}
-
-MC_API mc_rng *mc_rng_tracker_current(mc_rng_tracker *t) { return t ? &t->s.current : NULL; }
-
-MC_API const char *mc_rng_tracker_active_name(const mc_rng_tracker *t) {
-    if (!t || t->active <= 0 || t->active > t->s.n_streams) return MC_RNG_DEFAULT;
-    return t->s.names[t->active - 1];
-}
-
-MC_API int mc_rng_tracker_get(const mc_rng_tracker *t, const char *name, mc_rng *out) {
-    int index;
-    if (!t || !name || !out)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: tracker, name and out must be set");
-    index = mc__rng_find(&t->s, name);
-    if (index < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: rng state \"%s\" is not added",
-                        name);
-    *out = t->s.streams[index];
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_get_states(const mc_rng_tracker *t, mc_rng_states *out) {
-    if (!t || !out)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get_states: tracker and out must be set");
-    *out = t->s;
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_set_states(mc_rng_tracker *t, const mc_rng_states *states) {
-    int i;
-    if (!t || !states)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_set_states: tracker and states must be set");
-    if (states->n_streams < 0 || states->n_streams > MC_RNG_MAX_STREAMS)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_set_states: n_streams (%d) must be in [0, %d]",
-                        states->n_streams, MC_RNG_MAX_STREAMS);
-    /* Open forks refer to streams by position. */
-    if (t->depth > 0) {
-        int same = states->n_streams == t->s.n_streams;
-        for (i = 0; same && i < states->n_streams; i++)
-            same = strcmp(states->names[i], t->s.names[i]) == 0;
-        if (!same)
-            return MC__FAIL(MC_ERR_STATE,
-                            "mc_rng_tracker_set_states: %d fork(s) open on \"%s\", so the states "
-                            "must list the same streams in the same order",
-                            t->depth, mc_rng_tracker_active_name(t));
-    }
-    t->s = *states;
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int tp_rank,
-                                        int pp_rank, int ep_rank, int etp_rank, int dp_rank,
-                                        int data_parallel_random_init) {
-    long long stage_seed;
-    int rc;
-    if (!t) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_seed_megatron: tracker is NULL");
-    if (seed <= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_seed_megatron: seed (%lld) must be > 0", seed);
-    if (tp_rank < 0 || pp_rank < 0 || ep_rank < 0 || etp_rank < 0 || dp_rank < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_seed_megatron: ranks must be >= 0 (tp %d, pp %d, ep %d, "
-                        "etp %d, dp %d)",
-                        tp_rank, pp_rank, ep_rank, etp_rank, dp_rank);
-    /* Pipeline stages differ by 100 (and data-parallel replicas by 10 when asked), so that
-       stages do not draw the same dropout masks. */
-    stage_seed = seed + 100LL * pp_rank;
-    if (data_parallel_random_init) stage_seed += 10LL * dp_rank;
-    mc_rng_tracker_reset(t);
-    mc_rng_tracker_manual_seed(t, (uint64_t)stage_seed);
-    if ((rc = mc_rng_tracker_add(t, MC_RNG_DATA_PARALLEL, (uint64_t)stage_seed)) != MC_OK)
-        return rc;
-    /* Distinct per TP rank, identical across DP: TP-split activations get different masks. */
-    if ((rc = mc_rng_tracker_add(t, MC_RNG_MODEL_PARALLEL,
-                                 (uint64_t)(stage_seed + 2718 + tp_rank))) != MC_OK)
-        return rc;
-    return mc_rng_tracker_add(t, MC_RNG_EXPERT_PARALLEL,
-                              (uint64_t)(stage_seed + 1024 + 100LL * ep_rank + etp_rank));
-}
-
 /* =============================================================================================
-   The training core (implementation), one block per module in dependency order. */
-
-/* @ops:implementation begin */
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu  The CPU reference op table: plain loops over fp32 arrays, every sum in a fixed
-// order. Element-wise and row-wise ops follow llm.c's formulas; the shapes are in each
-// function's comment ([rows, cols], row-major). bf16 tensors are converted to fp32 copies, the
-// fp32 loop runs, and bf16 results are rounded back (nearest-even): the same fp32 math, bf16
-// storage.
-
-#include <math.h>
-#if defined(MC_USE_CBLAS)
-#include <cblas.h>
-#endif
-
-#if defined(__GNUC__) || defined(_MSC_VER)
-#define MC__RESTRICT __restrict
-#else
-#define MC__RESTRICT
-#endif
-
-MC_API mc_bf16 mc_bf16_from_float(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (mc_bf16)((u >> 16) | 0x0040u);   /* NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);   /* round to nearest, ties to even */
-    return (mc_bf16)(u >> 16);
-}
-
-MC_API float mc_bf16_to_float(mc_bf16 x) {
-    uint32_t u = (uint32_t)x << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
-MC_API size_t mc_dtype_bytes(mc_dtype dt, size_t n) { return mc_dtype_size(dt) * n; }
-
-MC_API int mc_ops_same_memory(const mc_ops *a, const mc_ops *b) {
-    if (!a || !b) return 0;
-    return a == b || (a->device == b->device && a->ctx == b->ctx);
-}
-
-/* Floating-point storage the ops accept for activations and parameters. */
-static int mc__cpu_check_dt(const char *op, mc_dtype dt) {
-    if (dt == MC_F32 || dt == MC_BF16) return MC_OK;
-    return MC__FAIL(MC_ERR_INVALID_ARG, "cpu %s: dtype (%d) must be MC_F32 or MC_BF16", op,
-                    (int)dt);
-}
-
-/* An fp32 view of n elements of x: x itself for MC_F32, a converted copy for MC_BF16. `load`
-   reads the values (inputs, accumulated outputs); put(store = 1) rounds the copy back. */
-typedef struct mc__f32 {
-    float *p;
-    void *orig;
-    size_t n;
-    int owned;
-} mc__f32;
-
-static int mc__f32_get(mc__f32 *t, const void *x, size_t n, mc_dtype dt, int load,
-                       const char *op) {
-    size_t i;
-    t->orig = (void *)(uintptr_t)x;
-    t->n = n;
-    t->owned = 0;
-    t->p = (float *)(uintptr_t)x;
-    if (!x || dt == MC_F32) return MC_OK;
-    if (dt != MC_BF16) return mc__cpu_check_dt(op, dt);
-    t->p = (float *)mc_malloc((n > 0 ? n : 1) * sizeof(float));
-    if (!t->p)
-        return MC__FAIL(MC_ERR_NO_MEMORY, "cpu %s: no memory for an fp32 copy of %zu bf16 values",
-                        op, n);
-    t->owned = 1;
-    if (load)
-        for (i = 0; i < n; i++) t->p[i] = mc_bf16_to_float(((const mc_bf16 *)x)[i]);
-    return MC_OK;
-}
-
-static void mc__f32_put(mc__f32 *t, int store) {
-    size_t i;
-    if (!t->owned) return;
-    if (store)
-        for (i = 0; i < t->n; i++) ((mc_bf16 *)t->orig)[i] = mc_bf16_from_float(t->p[i]);
-    mc_free(t->p);
-    t->owned = 0;
-}
-
-/* Up to 8 views taken together and released together: every op below is "get the views, run
-   the fp32 loop, put them back". */
-typedef struct mc__f32_set {
-    mc__f32 v[8];
-    int store[8];
-    int n;
-} mc__f32_set;
-
-static float *mc__f32_add(mc__f32_set *s, int *rc, const void *x, size_t n, mc_dtype dt,
-                          int load, int store, const char *op) {
-    mc__f32 *t = &s->v[s->n];
-    if (*rc != MC_OK) return NULL;
-    MC_ASSERT(s->n < 8);
-    *rc = mc__f32_get(t, x, n, dt, load, op);
-    if (*rc != MC_OK) return NULL;
-    s->store[s->n++] = store;
-    return t->p;
-}
-
-static int mc__f32_done(mc__f32_set *s, int rc) {
-    int i;
-    for (i = s->n - 1; i >= 0; i--) mc__f32_put(&s->v[i], rc == MC_OK && s->store[i]);
-    s->n = 0;
-    return rc;
-}
-
-#define MC__F32_SET_EMPTY {{{NULL, NULL, 0, 0}}, {0}, 0}
-#define MC__IN 1, 0    /* read, not written back */
-#define MC__OUT 0, 1   /* written (=) */
-#define MC__ACC 1, 1   /* read and written (+=) */
-
-// memory
-
-static int mc__cpu_alloc(const mc_ops *o, void **ptr, size_t bytes) {
-    (void)o;
-    if (!ptr) return MC__FAIL(MC_ERR_INVALID_ARG, "cpu alloc: ptr is NULL");
-    *ptr = mc_calloc(1, bytes);
-    if (!*ptr) return MC__FAIL(MC_ERR_NO_MEMORY, "cpu alloc: out of memory (%zu bytes)", bytes);
-    return MC_OK;
-}
-
-static int mc__cpu_free(const mc_ops *o, void *ptr) {
-    (void)o;
-    mc_free(ptr);
-    return MC_OK;
-}
-
-static int mc__cpu_copy_bytes(const mc_ops *o, void *dst, const void *src, size_t bytes) {
-    (void)o;
-    if (bytes && dst != src) memmove(dst, src, bytes);
-    return MC_OK;
-}
-
-static int mc__cpu_copy_2d(const mc_ops *o, void *dst, size_t dst_pitch, const void *src,
-                           size_t src_pitch, size_t width, size_t rows) {
-    size_t r;
-    (void)o;
-    if (width == 0 || rows == 0) return MC_OK;
-    if (!dst || !src)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "cpu copy_2d: dst and src must be set (%zu rows of "
-                        "%zu bytes)", rows, width);
-    if (dst_pitch == width && src_pitch == width) {
-        memmove(dst, src, width * rows);
-        return MC_OK;
-    }
-    for (r = 0; r < rows; r++)
-        memmove((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width);
-    return MC_OK;
-}
-
-static int mc__cpu_synchronize(const mc_ops *o) {
-    (void)o;
-    return MC_OK;
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu element-wise
-
-static void mc__cpu_fill_f32(float *x, float value, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) x[i] = value;
-}
-
-static int mc__cpu_fill(const mc_ops *o, void *x, float value, size_t n, mc_dtype dt) {
-    size_t i;
-    (void)o;
-    if (dt == MC_F32) {
-        mc__cpu_fill_f32((float *)x, value, n);
-    } else if (dt == MC_BF16) {
-        mc_bf16 b = mc_bf16_from_float(value);
-        for (i = 0; i < n; i++) ((mc_bf16 *)x)[i] = b;
-    } else {
-        return mc__cpu_check_dt("fill", dt);
-    }
-    return MC_OK;
-}
-
-static int mc__cpu_copy(const mc_ops *o, void *dst, const void *src, size_t n, mc_dtype dst_dt,
-                        mc_dtype src_dt) {
-    size_t i;
-    int rc;
-    if ((rc = mc__cpu_check_dt("copy", dst_dt)) != MC_OK) return rc;
-    if ((rc = mc__cpu_check_dt("copy", src_dt)) != MC_OK) return rc;
-    if (dst_dt == src_dt) return mc__cpu_copy_bytes(o, dst, src, mc_dtype_bytes(dst_dt, n));
-    if (dst_dt == MC_BF16)
-        for (i = 0; i < n; i++) ((mc_bf16 *)dst)[i] = mc_bf16_from_float(((const float *)src)[i]);
-    else
-        for (i = 0; i < n; i++) ((float *)dst)[i] = mc_bf16_to_float(((const mc_bf16 *)src)[i]);
-    return MC_OK;
-}
-
-static void mc__cpu_axpy_f32(float *y, float a, const float *x, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-static int mc__cpu_axpy(const mc_ops *o, void *y, float a, const void *x, size_t n,
-                        mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK;
-    float *fy = mc__f32_add(&s, &rc, y, n, dt, MC__ACC, "axpy");
-    const float *fx = x == y ? fy : mc__f32_add(&s, &rc, x, n, dt, MC__IN, "axpy");
-    (void)o;
-    if (rc == MC_OK) mc__cpu_axpy_f32(fy, a, fx, n);
-    return mc__f32_done(&s, rc);
-}
-
-static int mc__cpu_scale(const mc_ops *o, void *x, float a, size_t n, mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK;
-    float *fx = mc__f32_add(&s, &rc, x, n, dt, MC__ACC, "scale");
-    size_t i;
-    (void)o;
-    if (rc == MC_OK)
-        for (i = 0; i < n; i++) fx[i] *= a;
-    return mc__f32_done(&s, rc);
-}
-
-static int mc__cpu_sum_squares(const mc_ops *o, double *out, const float *x, const size_t *spans,
-                               int n_spans) {
-    double s = 0.0;
-    size_t i;
-    int k;
-    (void)o;
-    if (!out) return MC__FAIL(MC_ERR_INVALID_ARG, "cpu sum_squares: out is NULL");
-    for (k = 0; k < n_spans; k++)
-        for (i = spans[2 * k]; i < spans[2 * k + 1]; i++) s += (double)x[i] * (double)x[i];
-    *out = s;
-    return MC_OK;
-}
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu gemm
-//
-// C is computed in blocks of MB x NB. For each block an accumulator acc[MB, NB] starts at zero
-// and K is walked in KB-deep slices, in order: the slice of op(A) is copied ("packed") into
-// Ap[MB, KB] and that of op(B) into Bp[KB, NB], whatever the transposes, so the kernel's
-// inner loop runs over contiguous columns of Bp and acc (it vectorizes) and the blocks stay
-// in cache (Bp is 64 KiB). Every acc element receives its K products in the order
-// k = 0 .. K-1, whatever the block sizes: the result of an element depends only on its row of
-// op(A), its column of op(B) and K. Finally C = alpha * acc + beta * C.
-
-#define MC__GEMM_MB 32
-#define MC__GEMM_NB 128
-#define MC__GEMM_KB 128
-
-#if defined(MC_CPU_GEMM_ACC_F64)
-typedef double mc__gemm_acc;
-#else
-typedef float mc__gemm_acc;
-#endif
-
-/* Ap[mb, kb] = op(A)[i0 .., k0 ..]; op(A) is A[M,K], or A^T with A stored [K,M]. */
-static void mc__gemm_pack_a(float *MC__RESTRICT Ap, const float *MC__RESTRICT A, int M, int K,
-                            int trans_a, int i0, int mb, int k0, int kb) {
-    int i, k;
-    if (!trans_a) {
-        for (i = 0; i < mb; i++)
-            for (k = 0; k < kb; k++) Ap[i * kb + k] = A[(size_t)(i0 + i) * K + (k0 + k)];
-    } else {
-        for (k = 0; k < kb; k++)   /* read rows of the stored [K,M] matrix */
-            for (i = 0; i < mb; i++) Ap[i * kb + k] = A[(size_t)(k0 + k) * M + (i0 + i)];
-    }
-}
-
-/* Bp[kb, NB] = op(B)[k0 .., j0 .. j0 + nb], zero beyond nb so that the kernel always runs
-   full-width rows; op(B) is B[K,N], or B^T with B stored [N,K]. */
-static void mc__gemm_pack_b(float *MC__RESTRICT Bp, const float *MC__RESTRICT B, int N, int K,
-                            int trans_b, int k0, int kb, int j0, int nb) {
-    int j, k;
-    if (nb < MC__GEMM_NB) memset(Bp, 0, sizeof(float) * (size_t)kb * MC__GEMM_NB);
-    if (!trans_b) {
-        for (k = 0; k < kb; k++)
-            for (j = 0; j < nb; j++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(k0 + k) * N + (j0 + j)];
-    } else {
-        for (j = 0; j < nb; j++)   /* read rows of the stored [N,K] matrix */
-            for (k = 0; k < kb; k++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(j0 + j) * K + (k0 + k)];
-    }
-}
-
-/* acc[mb, NB] += Ap[mb, kb] Bp[kb, NB]. The rows have the fixed width NB (a trip count the
-   compiler knows, so the j loop vectorizes even at -O2). Four k at a time share one pass over
-   an acc row; each element still adds its products in k order, so the unrolling changes no
-   bit. */
-static void mc__gemm_kernel(mc__gemm_acc *MC__RESTRICT acc, const float *MC__RESTRICT Ap,
-                            const float *MC__RESTRICT Bp, int mb, int kb) {
-    int i, j, k;
-    for (i = 0; i < mb; i++) {
-        mc__gemm_acc *MC__RESTRICT c = acc + (size_t)i * MC__GEMM_NB;
-        const float *a = Ap + (size_t)i * kb;
-        for (k = 0; k + 4 <= kb; k += 4) {
-            const float a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
-            const float *b0 = Bp + (size_t)k * MC__GEMM_NB, *b1 = b0 + MC__GEMM_NB;
-            const float *b2 = b1 + MC__GEMM_NB, *b3 = b2 + MC__GEMM_NB;
-            for (j = 0; j < MC__GEMM_NB; j++) {
-                mc__gemm_acc s = c[j];
-                s += (mc__gemm_acc)(a0 * b0[j]);
-                s += (mc__gemm_acc)(a1 * b1[j]);
-                s += (mc__gemm_acc)(a2 * b2[j]);
-                s += (mc__gemm_acc)(a3 * b3[j]);
-                c[j] = s;
-            }
-        }
-        for (; k < kb; k++) {
-            const float ak = a[k];
-            const float *bk = Bp + (size_t)k * MC__GEMM_NB;
-            for (j = 0; j < MC__GEMM_NB; j++) c[j] += (mc__gemm_acc)(ak * bk[j]);
-        }
-    }
-}
-
-MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
-                                int trans_a, int trans_b, float alpha, float beta) {
-    float Ap[MC__GEMM_MB * MC__GEMM_KB];
-    float Bp[MC__GEMM_KB * MC__GEMM_NB];
-    mc__gemm_acc acc[MC__GEMM_MB * MC__GEMM_NB];
-    int i0, j0, k0, i, j;
-    for (i0 = 0; i0 < M; i0 += MC__GEMM_MB) {
-        const int mb = M - i0 < MC__GEMM_MB ? M - i0 : MC__GEMM_MB;
-        for (j0 = 0; j0 < N; j0 += MC__GEMM_NB) {
-            const int nb = N - j0 < MC__GEMM_NB ? N - j0 : MC__GEMM_NB;
-            for (i = 0; i < mb * MC__GEMM_NB; i++) acc[i] = 0;
-            for (k0 = 0; k0 < K; k0 += MC__GEMM_KB) {
-                const int kb = K - k0 < MC__GEMM_KB ? K - k0 : MC__GEMM_KB;
-                mc__gemm_pack_a(Ap, A, M, K, trans_a, i0, mb, k0, kb);
-                mc__gemm_pack_b(Bp, B, N, K, trans_b, k0, kb, j0, nb);
-                mc__gemm_kernel(acc, Ap, Bp, mb, kb);
-            }
-            for (i = 0; i < mb; i++) {
-                float *c = C + (size_t)(i0 + i) * N + j0;
-                const mc__gemm_acc *s = acc + (size_t)i * MC__GEMM_NB;
-                if (beta == 0.0f)   /* C is not read: it may hold garbage or NaN */
-                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j];
-                else
-                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j] + beta * c[j];
-            }
-        }
-    }
-}
-
-#if defined(MC_USE_CBLAS)
-static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, int N, int K,
-                               int trans_a, int trans_b, float alpha, float beta) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) {   /* some BLAS builds reject K = 0 with ldb = 0 */
-        mc_cpu_gemm_blocked(C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
-                trans_b ? K : N, beta, C, N);
-}
-#define MC__CPU_GEMM mc__cpu_gemm_cblas
-#else
-#define MC__CPU_GEMM mc_cpu_gemm_blocked
-#endif
-
-// ---------------------------------------------------------------------------------------------
-/* out[N,C] += bias[C] */
-static void mc__cpu_add_bias_f32(float *out, const float *bias, int N, int C) {
-    int n, c;
-    if (!bias) return;
-    for (n = 0; n < N; n++)
-        for (c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
-}
-
-static int mc__cpu_gemm(const mc_ops *o, void *C, const void *A, const void *B, const void *bias,
-                        int M, int N, int K, int trans_a, int trans_b, float alpha, float beta,
-                        mc_dtype c_dt, mc_dtype ab_dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK;
-    size_t mk = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
-    size_t kn = (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0);
-    size_t mn = (size_t)(M > 0 ? M : 0) * (size_t)(N > 0 ? N : 0);
-    float *fc, *fa, *fb, *fbias;
-    (void)o;
-    if (M < 0 || N < 0 || K < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "cpu gemm: M (%d), N (%d) and K (%d) must be >= 0", M,
-                        N, K);
-    if (M == 0 || N == 0) return MC_OK;
-    fc = mc__f32_add(&s, &rc, C, mn, c_dt, beta != 0.0f, 1, "gemm");
-    fa = mc__f32_add(&s, &rc, A, mk, ab_dt, MC__IN, "gemm");
-    fb = mc__f32_add(&s, &rc, B, kn, ab_dt, MC__IN, "gemm");
-    fbias = mc__f32_add(&s, &rc, bias, (size_t)N, ab_dt, MC__IN, "gemm");
-    if (rc == MC_OK) {
-        MC__CPU_GEMM(fc, fa, fb, M, N, K, trans_a, trans_b, alpha, beta);
-        mc__cpu_add_bias_f32(fc, fbias, M, N);
-    }
-    return mc__f32_done(&s, rc);
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu bias, layernorm, gelu
-
-/* dbias[C] += sum over rows of dout[N,C] (rows in order) */
-static int mc__cpu_bias_backward(const mc_ops *o, float *dbias, const void *dout, int N, int C,
-                                 mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK, n, c;
-    const float *dy = mc__f32_add(&s, &rc, dout, (size_t)N * C, dt, MC__IN, "bias_backward");
-    (void)o;
-    if (rc == MC_OK)
-        for (n = 0; n < N; n++)
-            for (c = 0; c < C; c++) dbias[c] += dy[(size_t)n * C + c];
-    return mc__f32_done(&s, rc);
-}
-
-/* out[N,C], mean[N], rstd[N] <- inp[N,C], weight[C], bias[C] */
-static void mc__cpu_layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp,
-                                          const float *weight, const float *bias, int N, int C,
-                                          float eps) {
-    int n, c;
-    for (n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float m = 0.0f, v = 0.0f, s;
-        for (c = 0; c < C; c++) m += x[c];
-        m /= (float)C;
-        for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        v /= (float)C;
-        s = 1.0f / sqrtf(v + eps);
-        for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
-        if (mean) mean[n] = m;
-        if (rstd) rstd[n] = s;
-    }
-}
-
-static int mc__cpu_layernorm_forward(const mc_ops *o, void *out, float *mean, float *rstd,
-                                     const void *inp, const void *weight, const void *bias, int N,
-                                     int C, float eps, mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK;
-    size_t nc = (size_t)N * C;
-    float *y = mc__f32_add(&s, &rc, out, nc, dt, MC__OUT, "layernorm_forward");
-    const float *x = mc__f32_add(&s, &rc, inp, nc, dt, MC__IN, "layernorm_forward");
-    const float *w = mc__f32_add(&s, &rc, weight, (size_t)C, dt, MC__IN, "layernorm_forward");
-    const float *b = mc__f32_add(&s, &rc, bias, (size_t)C, dt, MC__IN, "layernorm_forward");
-    (void)o;
-    if (rc == MC_OK) mc__cpu_layernorm_forward_f32(y, mean, rstd, x, w, b, N, C, eps);
-    return mc__f32_done(&s, rc);
-}
-
-/* dinp[N,C] +=, dweight[C] +=, dbias[C] += (may be NULL) <- dout[N,C], inp[N,C], weight[C],
-   mean[N], rstd[N]. With xhat = (x - mean) * rstd and g = weight * dout:
-   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
-static void mc__cpu_layernorm_backward_f32(float *dinp, float *dweight, float *dbias,
-                                           const float *dout, const float *inp,
-                                           const float *weight, const float *mean,
-                                           const float *rstd, int N, int C) {
-    int n, c;
-    for (n = 0; n < N; n++) {
-        const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
-        float *dx = dinp ? dinp + (size_t)n * C : NULL;
-        const float m = mean[n], s = rstd[n];
-        float g_mean = 0.0f, g_xhat_mean = 0.0f;
-        for (c = 0; c < C; c++) {
-            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
-            g_mean += g;
-            g_xhat_mean += g * xhat;
-        }
-        g_mean /= (float)C;
-        g_xhat_mean /= (float)C;
-        for (c = 0; c < C; c++) {
-            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
-            if (dbias) dbias[c] += dy[c];
-            if (dweight) dweight[c] += xhat * dy[c];
-            if (dx) dx[c] += (g - g_mean - xhat * g_xhat_mean) * s;
-        }
-    }
-}
-
-static int mc__cpu_layernorm_backward(const mc_ops *o, void *dinp, float *dweight, float *dbias,
-                                      const void *dout, const void *inp, const void *weight,
-                                      const float *mean, const float *rstd, int N, int C,
-                                      mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK;
-    size_t nc = (size_t)N * C;
-    float *dx = mc__f32_add(&s, &rc, dinp, nc, dt, MC__ACC, "layernorm_backward");
-    const float *dy = mc__f32_add(&s, &rc, dout, nc, dt, MC__IN, "layernorm_backward");
-    const float *x = mc__f32_add(&s, &rc, inp, nc, dt, MC__IN, "layernorm_backward");
-    const float *w = mc__f32_add(&s, &rc, weight, (size_t)C, dt, MC__IN, "layernorm_backward");
-    (void)o;
-    if (rc == MC_OK) mc__cpu_layernorm_backward_f32(dx, dweight, dbias, dy, x, w, mean, rstd, N, C);
-    return mc__f32_done(&s, rc);
-}
-
-#define MC__GELU_SCALE 0.7978845608028654f   /* sqrt(2 / pi) */
-#define MC__GELU_CUBIC 0.044715f
-
-static int mc__cpu_gelu_forward(const mc_ops *o, void *out, const void *inp, size_t n,
-                                mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK;
-    float *y = mc__f32_add(&s, &rc, out, n, dt, MC__OUT, "gelu_forward");
-    const float *x = inp == out ? NULL : mc__f32_add(&s, &rc, inp, n, dt, MC__IN, "gelu_forward");
-    size_t i;
-    (void)o;
-    if (rc != MC_OK) return mc__f32_done(&s, rc);
-    if (inp == out) {   /* in place: the output view must hold the input first */
-        if (dt == MC_BF16)
-            for (i = 0; i < n; i++) y[i] = mc_bf16_to_float(((const mc_bf16 *)inp)[i]);
-        x = y;
-    }
-    for (i = 0; i < n; i++) {
-        const float v = x[i];
-        y[i] = 0.5f * v * (1.0f + tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v)));
-    }
-    return mc__f32_done(&s, rc);
-}
-
-/* dinp = dout * d/dx gelu(x); tanh' = 1 - tanh^2 (no cosh, which overflows for large x) */
-static int mc__cpu_gelu_backward(const mc_ops *o, void *dinp, const void *inp, const void *dout,
-                                 size_t n, mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK;
-    const float *x = mc__f32_add(&s, &rc, inp, n, dt, MC__IN, "gelu_backward");
-    const float *dy = mc__f32_add(&s, &rc, dout, n, dt, MC__IN, "gelu_backward");
-    float *dx = mc__f32_add(&s, &rc, dinp, n, dt, MC__OUT, "gelu_backward");
-    size_t i;
-    (void)o;
-    if (rc == MC_OK)
-        for (i = 0; i < n; i++) {
-            const float v = x[i];
-            const float t = tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v));
-            const float dtanh =
-                (1.0f - t * t) * MC__GELU_SCALE * (1.0f + 3.0f * MC__GELU_CUBIC * v * v);
-            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dtanh);
-        }
-    return mc__f32_done(&s, rc);
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu dropout  (the keep rule of mc_rng_dropout_mask, element by element)
-
-/* Keeps the last Philox block, so a run of consecutive indices costs one block per four. */
-typedef struct mc__keep_cache {
-    uint64_t seed;
-    uint64_t block;
-    int valid;
-    uint32_t bits[4];
-} mc__keep_cache;
-
-static void mc__keep_cache_init(mc__keep_cache *kc, uint64_t seed) {
-    memset(kc, 0, sizeof *kc);
-    kc->seed = seed;
-}
-
-/* 1 iff element `index` of the stream is kept under drop probability p (> 0). */
-static int mc__keep(mc__keep_cache *kc, uint64_t index, float p) {
-    if (!kc->valid || index / 4 != kc->block) {
-        kc->block = index / 4;
-        kc->valid = 1;
-        mc__rng_block(kc->seed, kc->block, kc->bits);
-    }
-    return mc__rng_to_uniform(kc->bits[index % 4]) >= p;
-}
-
-/* 1 / (1 - p), or 0 when everything is dropped (p >= 1) */
-static float mc__dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
-
-/* out[i] = inp[i] * keep(offset + i) / (1 - p); also the backward (same mask, same scale).
-   bf16: a kept value times the scale is rounded once, a dropped one is 0. */
-static int mc__cpu_dropout_apply(void *out, const void *inp, size_t n, float p, uint64_t seed,
-                                 uint64_t offset, mc_dtype dt) {
-    mc__keep_cache kc;
-    const float scale = mc__dropout_scale(p);
-    size_t i;
-    int rc;
-    if ((rc = mc__cpu_check_dt("dropout", dt)) != MC_OK) return rc;
-    if (p <= 0.0f) {
-        if (out != inp) memmove(out, inp, mc_dtype_bytes(dt, n));
-        return MC_OK;
-    }
-    mc__keep_cache_init(&kc, seed);
-    if (dt == MC_F32) {
-        const float *x = (const float *)inp;
-        float *y = (float *)out;
-        for (i = 0; i < n; i++) y[i] = mc__keep(&kc, offset + i, p) ? x[i] * scale : 0.0f;
-    } else {
-        const mc_bf16 *x = (const mc_bf16 *)inp;
-        mc_bf16 *y = (mc_bf16 *)out;
-        for (i = 0; i < n; i++)
-            y[i] = mc_bf16_from_float(mc__keep(&kc, offset + i, p) ? mc_bf16_to_float(x[i]) * scale
-                                                                   : 0.0f);
-    }
-    return MC_OK;
-}
-
-static int mc__cpu_dropout_forward(const mc_ops *o, void *out, const void *inp, size_t n, float p,
-                                   uint64_t seed, uint64_t offset, mc_dtype dt) {
-    (void)o;
-    return mc__cpu_dropout_apply(out, inp, n, p, seed, offset, dt);
-}
-
-static int mc__cpu_dropout_backward(const mc_ops *o, void *dinp, const void *dout, size_t n,
-                                    float p, uint64_t seed, uint64_t offset, mc_dtype dt) {
-    (void)o;
-    return mc__cpu_dropout_apply(dinp, dout, n, p, seed, offset, dt);
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu attention
-//
-// Row t of head h in sequence b: scores[t2] = q_t . k_t2 / sqrt(HD) for t2 <= t (causal),
-// P = softmax(scores), D = P * mask / (1 - p) (dropout), out_t = sum_t2 D[t2] v_t2.
-// Token (s, b) is row s*B + b of qkv [S*B, NH*3*HD]; head h's q, k, v start at columns
-// h*3*HD, h*3*HD + HD, h*3*HD + 2*HD. The CPU's stats are the probabilities P [B,NH,S,S].
-
-/* Weight of v_t2 in out_t: P, dropped and rescaled when p > 0. */
-static float mc__attn_weight(mc__keep_cache *kc, float prob, uint64_t index, float p,
-                             float keep_scale) {
-    if (p <= 0.0f) return prob;
-    return mc__keep(kc, index, p) ? prob * keep_scale : 0.0f;
-}
-
-static float mc__dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    int i;
-    for (i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-static size_t mc__cpu_attention_stats(const mc_ops *o, int S, int B, int NH, int HD) {
-    (void)o;
-    (void)HD;
-    return (size_t)B * (size_t)NH * (size_t)S * (size_t)S;
-}
-
-/* out[S,B,NH*HD] (=), probs[B,NH,S,S] (=) <- qkv[S,B,NH*3*HD] */
-static void mc__cpu_attention_forward_f32(float *out, float *probs, const float *qkv, int S,
-                                          int B, int NH, int HD, float dropout_p, uint64_t seed,
-                                          uint64_t offset) {
-    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
-    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
-    mc__keep_cache kc;
-    int b, h, t, t2, d;
-    mc__keep_cache_init(&kc, seed);
-    for (b = 0; b < B; b++)
-        for (h = 0; h < NH; h++)
-            for (t = 0; t < S; t++) {
-                const float *q = qkv + ((size_t)t * B + b) * C3 + (size_t)h * 3 * HD;
-                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
-                float *row = probs + row_index;
-                float *o = out + ((size_t)t * B + b) * C + (size_t)h * HD;
-                float max = -INFINITY, sum = 0.0f, inv;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + HD;
-                    row[t2] = mc__dot(q, k, HD) * scale;
-                    if (row[t2] > max) max = row[t2];
-                }
-                for (t2 = 0; t2 <= t; t2++) {
-                    row[t2] = expf(row[t2] - max);
-                    sum += row[t2];
-                }
-                inv = 1.0f / sum;
-                for (t2 = 0; t2 <= t; t2++) row[t2] *= inv;
-                for (t2 = t + 1; t2 < S; t2++) row[t2] = 0.0f;   /* masked (future) keys */
-                for (d = 0; d < HD; d++) o[d] = 0.0f;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + 2 * HD;
-                    const float w = mc__attn_weight(&kc, row[t2], offset + row_index + t2,
-                                                    dropout_p, keep_scale);
-                    for (d = 0; d < HD; d++) o[d] += w * v[d];
-                }
-            }
-}
-
-static int mc__cpu_attention_forward(const mc_ops *o, void *out, float *stats, const void *qkv,
-                                     int S, int B, int NH, int HD, float dropout_p,
-                                     uint64_t seed, uint64_t offset, mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK;
-    size_t n = (size_t)S * B;
-    float *y = mc__f32_add(&s, &rc, out, n * NH * HD, dt, MC__OUT, "attention_forward");
-    const float *x = mc__f32_add(&s, &rc, qkv, n * NH * 3 * HD, dt, MC__IN, "attention_forward");
-    (void)o;
-    if (rc == MC_OK && !stats)
-        rc = MC__FAIL(MC_ERR_INVALID_ARG, "cpu attention_forward: stats (the probabilities "
-                      "[B, NH, S, S]) is NULL");
-    if (rc == MC_OK)
-        mc__cpu_attention_forward_f32(y, stats, x, S, B, NH, HD, dropout_p, seed, offset);
-    return mc__f32_done(&s, rc);
-}
-
-/* dqkv[S,B,NH*3*HD] (=) <- dout[S,B,NH*HD], qkv, probs[B,NH,S,S]. Per row t:
-     dv_t2 += D[t2] dout_t,  dP[t2] = (dout_t . v_t2) * mask / (1 - p),
-     dscore[t2] = P[t2] (dP[t2] - sum_u P[u] dP[u]),
-     dq_t += dscore[t2] k_t2 / sqrt(HD),  dk_t2 += dscore[t2] q_t / sqrt(HD).
-   dP is computed twice (once for the sum, once for dscore) instead of being stored. */
-static void mc__cpu_attention_backward_f32(float *dqkv, const float *dout, const float *qkv,
-                                           const float *probs, int S, int B, int NH, int HD,
-                                           float dropout_p, uint64_t seed, uint64_t offset) {
-    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
-    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
-    mc__keep_cache kc;
-    int b, h, t, t2, d;
-    mc__keep_cache_init(&kc, seed);
-    mc__cpu_fill_f32(dqkv, 0.0f, (size_t)S * B * C3);
-    for (b = 0; b < B; b++)
-        for (h = 0; h < NH; h++)
-            for (t = 0; t < S; t++) {
-                const size_t head = (size_t)h * 3 * HD;
-                const float *q = qkv + ((size_t)t * B + b) * C3 + head;
-                float *dq = dqkv + ((size_t)t * B + b) * C3 + head;
-                const float *dy = dout + ((size_t)t * B + b) * C + (size_t)h * HD;
-                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
-                const float *P = probs + row_index;
-                float p_dp = 0.0f;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
-                    const float *v = qkv + tok + 2 * HD;
-                    float *dv = dqkv + tok + 2 * HD;
-                    const float w = mc__attn_weight(&kc, P[t2], offset + row_index + t2,
-                                                    dropout_p, keep_scale);
-                    const float dP = mc__attn_weight(&kc, mc__dot(dy, v, HD),
-                                                     offset + row_index + t2, dropout_p,
-                                                     keep_scale);
-                    for (d = 0; d < HD; d++) dv[d] += w * dy[d];
-                    p_dp += P[t2] * dP;
-                }
-                for (t2 = 0; t2 <= t; t2++) {
-                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
-                    const float *k = qkv + tok + HD;
-                    float *dk = dqkv + tok + HD;
-                    const float dP = mc__attn_weight(&kc, mc__dot(dy, qkv + tok + 2 * HD, HD),
-                                                     offset + row_index + t2, dropout_p,
-                                                     keep_scale);
-                    const float ds = P[t2] * (dP - p_dp) * scale;
-                    for (d = 0; d < HD; d++) {
-                        dq[d] += ds * k[d];
-                        dk[d] += ds * q[d];
-                    }
-                }
-            }
-}
-
-static int mc__cpu_attention_backward(const mc_ops *o, void *dqkv, const void *dout,
-                                      const void *qkv, const void *out, const float *stats, int S,
-                                      int B, int NH, int HD, float dropout_p, uint64_t seed,
-                                      uint64_t offset, mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK;
-    size_t n = (size_t)S * B;
-    float *dx = mc__f32_add(&s, &rc, dqkv, n * NH * 3 * HD, dt, MC__OUT, "attention_backward");
-    const float *dy = mc__f32_add(&s, &rc, dout, n * NH * HD, dt, MC__IN, "attention_backward");
-    const float *x = mc__f32_add(&s, &rc, qkv, n * NH * 3 * HD, dt, MC__IN, "attention_backward");
-    (void)o;
-    (void)out;   /* the probabilities hold everything the CPU backward needs */
-    if (rc == MC_OK && !stats)
-        rc = MC__FAIL(MC_ERR_INVALID_ARG, "cpu attention_backward: stats (the probabilities) is "
-                      "NULL");
-    if (rc == MC_OK)
-        mc__cpu_attention_backward_f32(dx, dy, x, stats, S, B, NH, HD, dropout_p, seed, offset);
-    return mc__f32_done(&s, rc);
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu embedding, cross-entropy pieces, adamw
-
-static int mc__cpu_check_ids(const mc_ops *o, const int *ids, int N, int V, const char *fn,
-                             const char *what) {
-    int i;
-    (void)o;
-    for (i = 0; i < N; i++)
-        if (ids[i] < 0 || ids[i] >= V)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "%s: %s[%d] = %d is outside the vocabulary [0, %d)", fn, what, i,
-                            ids[i], V);
-    return MC_OK;
-}
-
-/* out[N,C] = table[ids[n] - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
-static int mc__cpu_embedding_forward(const mc_ops *o, void *out, const int *ids,
-                                     const void *table, int N, int C, int vocab_start,
-                                     int vocab_end, mc_dtype dt) {
-    size_t row = mc_dtype_bytes(dt, (size_t)C);
-    int n, rc;
-    (void)o;
-    if ((rc = mc__cpu_check_dt("embedding_forward", dt)) != MC_OK) return rc;
-    for (n = 0; n < N; n++) {
-        const int id = ids[n];
-        char *dst = (char *)out + (size_t)n * row;
-        if (id >= vocab_start && id < vocab_end)
-            memcpy(dst, (const char *)table + (size_t)(id - vocab_start) * row, row);
-        else
-            memset(dst, 0, row);   /* +0.0 in fp32 and bf16 */
-    }
-    return MC_OK;
-}
-
-/* dtable[V_local, C] += dout[N,C] rows of the local ids (tokens in order) */
-static int mc__cpu_embedding_backward(const mc_ops *o, float *dtable, const void *dout,
-                                      const int *ids, int N, int C, int vocab_start,
-                                      int vocab_end, mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK, n;
-    const float *dy = mc__f32_add(&s, &rc, dout, (size_t)N * C, dt, MC__IN, "embedding_backward");
-    (void)o;
-    if (rc == MC_OK)
-        for (n = 0; n < N; n++) {
-            const int id = ids[n];
-            if (id >= vocab_start && id < vocab_end)
-                mc__cpu_axpy_f32(dtable + (size_t)(id - vocab_start) * C, 1.0f,
-                                 dy + (size_t)n * C, (size_t)C);
-        }
-    return mc__f32_done(&s, rc);
-}
-
-/* max[N] = max over the row of logits[N,V] (-inf for V = 0) */
-static int mc__cpu_row_max(const mc_ops *o, float *max, const void *logits, int N, int V,
-                           mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK, n, j;
-    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "row_max");
-    (void)o;
-    if (rc == MC_OK)
-        for (n = 0; n < N; n++) {
-            const float *l = x + (size_t)n * V;
-            float m = -INFINITY;
-            for (j = 0; j < V; j++)
-                if (l[j] > m) m = l[j];
-            max[n] = m;
-        }
-    return mc__f32_done(&s, rc);
-}
-
-/* out[N] = logits[n, targets[n] - vocab_start] when the target is in this shard, else 0 */
-static int mc__cpu_target_logit(const mc_ops *o, float *out, const void *logits,
-                                const int *targets, int N, int V, int vocab_start, mc_dtype dt) {
-    int n, rc;
-    (void)o;
-    if ((rc = mc__cpu_check_dt("target_logit", dt)) != MC_OK) return rc;
-    for (n = 0; n < N; n++) {
-        const int local = targets[n] - vocab_start;
-        size_t at = (size_t)n * V + (size_t)local;
-        if (!(targets[n] >= vocab_start && local < V))
-            out[n] = 0.0f;
-        else
-            out[n] = dt == MC_F32 ? ((const float *)logits)[at]
-                                  : mc_bf16_to_float(((const mc_bf16 *)logits)[at]);
-    }
-    return MC_OK;
-}
-
-/* sum[N] = sum_j exp(logits[n,j] - max[n]) */
-static int mc__cpu_sum_exp(const mc_ops *o, float *sum, const void *logits, const float *max,
-                           int N, int V, mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK, n, j;
-    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "sum_exp");
-    (void)o;
-    if (rc == MC_OK)
-        for (n = 0; n < N; n++) {
-            const float *l = x + (size_t)n * V;
-            double acc = 0.0;
-            for (j = 0; j < V; j++) acc += (double)expf(l[j] - max[n]);
-            sum[n] = (float)acc;
-        }
-    return mc__f32_done(&s, rc);
-}
-
-/* sum[N] = sum_j logits[n,j] */
-static int mc__cpu_row_sum(const mc_ops *o, float *sum, const void *logits, int N, int V,
-                           mc_dtype dt) {
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK, n, j;
-    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "row_sum");
-    (void)o;
-    if (rc == MC_OK)
-        for (n = 0; n < N; n++) {
-            const float *l = x + (size_t)n * V;
-            double acc = 0.0;
-            for (j = 0; j < V; j++) acc += (double)l[j];
-            sum[n] = (float)acc;
-        }
-    return mc__f32_done(&s, rc);
-}
-
-/* The per-token loss from the reduced pieces, in double:
-     nll  = log(sum_exp) + max - target_logit
-     loss = (1 - s) nll - s (logit_sum / K - max - log(sum_exp))
-   logit_sum is NULL without smoothing. */
-static int mc__cpu_cross_entropy_loss(const mc_ops *o, float *losses, double *loss_sum,
-                                      const float *max, const float *sum_exp,
-                                      const float *target_logit, const float *logit_sum, int N,
-                                      int K, float smoothing) {
-    double s = smoothing, total = 0.0;
-    int i;
-    (void)o;
-    for (i = 0; i < N; i++) {
-        double log_z = log((double)sum_exp[i]) + (double)max[i];   /* log sum_j exp(logit_j) */
-        double nll = log_z - (double)target_logit[i];
-        double loss = nll;
-        if (logit_sum) loss = (1.0 - s) * nll - s * ((double)logit_sum[i] / K - log_z);
-        losses[i] = (float)loss;
-    }
-    if (loss_sum) {
-        for (i = 0; i < N; i++) total += (double)losses[i];
-        *loss_sum = total;
-    }
-    return MC_OK;
-}
-
-/* dlogits[N,V] (=) <- logits[N,V], max[N], sum[N] (global), targets[N], dloss[N] */
-static int mc__cpu_cross_entropy_backward(const mc_ops *o, void *dlogits, const void *logits,
-                                          const float *max, const float *sum, const int *targets,
-                                          const float *dloss, int N, int V, int vocab_start,
-                                          float smoothing, int vocab_global, mc_dtype dt) {
-    const float uniform = vocab_global > 0 ? smoothing / (float)vocab_global : 0.0f;
-    mc__f32_set s = MC__F32_SET_EMPTY;
-    int rc = MC_OK, n, j;
-    size_t nv = (size_t)N * V;
-    const float *x = mc__f32_add(&s, &rc, logits, nv, dt, MC__IN, "cross_entropy_backward");
-    float *dx = dlogits == logits && dt == MC_F32
-                    ? (float *)dlogits
-                    : mc__f32_add(&s, &rc, dlogits, nv, dt, MC__OUT, "cross_entropy_backward");
-    (void)o;
-    if (rc == MC_OK)
-        for (n = 0; n < N; n++) {
-            const float *l = x + (size_t)n * V;
-            float *dl = dx + (size_t)n * V;
-            const float inv = 1.0f / sum[n], g = dloss[n];
-            const int local = targets[n] - vocab_start;
-            const int owned = targets[n] >= vocab_start && local < V;
-            for (j = 0; j < V; j++) {
-                float d = expf(l[j] - max[n]) * inv - uniform;
-                if (owned && j == local) d -= 1.0f - smoothing;
-                dl[j] = d * g;
-            }
-        }
-    return mc__f32_done(&s, rc);
-}
-
-/* main, m, v (fp32 state) updated in place from grad, span by span; bias corrections in
-   double */
-static int mc__cpu_adamw(const mc_ops *o, float *main, const float *grad, float *m, float *v,
-                         void *model_param, const mc_adamw_span *spans, int n_spans,
-                         const mc_adamw_step *h, mc_dtype model_dt) {
-    const float beta1 = h->beta1, beta2 = h->beta2, lr = h->lr, eps = h->eps;
-    const float bc1 = (float)(1.0 - pow((double)beta1, (double)h->step));
-    const float bc2 = (float)(1.0 - pow((double)beta2, (double)h->step));
-    size_t i;
-    int k, rc;
-    (void)o;
-    if (model_param && (rc = mc__cpu_check_dt("adamw", model_dt)) != MC_OK) return rc;
-    for (k = 0; k < n_spans; k++) {
-        const mc_adamw_span *sp = &spans[k];
-        const float weight_decay = sp->weight_decay;
-        const float *gr = grad + sp->grad_at;
-        float *p = main + sp->main_at, *mk = m + sp->state_at, *vk = v + sp->state_at;
-        for (i = 0; i < sp->n; i++) {
-            const float g = gr[i];
-            const float mi = beta1 * mk[i] + (1.0f - beta1) * g;
-            const float vi = beta2 * vk[i] + (1.0f - beta2) * g * g;
-            const float m_hat = mi / bc1, v_hat = vi / bc2;
-            mk[i] = mi;
-            vk[i] = vi;
-            p[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[i]);
-        }
-        if (model_param) {
-            void *dst = (char *)model_param + mc_dtype_bytes(model_dt, sp->grad_at);
-            if (dst != (void *)p && (rc = mc__cpu_copy(o, dst, p, sp->n, model_dt,
-                                                       MC_F32)) != MC_OK)
-                return rc;
-        }
-    }
-    return MC_OK;
-}
-
-/* In mc_ops field order (positional: C++17 has no designated initializers). */
-static const mc_ops mc__cpu_ops = {
-    "cpu",
-    MC_DEVICE_CPU,
-    NULL,
-    mc__cpu_alloc,
-    mc__cpu_free,
-    mc__cpu_copy_bytes,
-    mc__cpu_copy_bytes,
-    mc__cpu_copy_2d,
-    mc__cpu_synchronize,
-    mc__cpu_fill,
-    mc__cpu_copy,
-    mc__cpu_axpy,
-    mc__cpu_scale,
-    mc__cpu_sum_squares,
-    mc__cpu_gemm,
-    mc__cpu_bias_backward,
-    mc__cpu_layernorm_forward,
-    mc__cpu_layernorm_backward,
-    mc__cpu_gelu_forward,
-    mc__cpu_gelu_backward,
-    mc__cpu_attention_stats,
-    mc__cpu_attention_forward,
-    mc__cpu_attention_backward,
-    mc__cpu_dropout_forward,
-    mc__cpu_dropout_backward,
-    mc__cpu_check_ids,
-    mc__cpu_embedding_forward,
-    mc__cpu_embedding_backward,
-    mc__cpu_row_max,
-    mc__cpu_target_logit,
-    mc__cpu_sum_exp,
-    mc__cpu_row_sum,
-    mc__cpu_cross_entropy_loss,
-    mc__cpu_cross_entropy_backward,
-    mc__cpu_adamw,
-};
-
-MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
-
-/* Op-table memory as a pointer, or NULL with the error recorded (for the callers' NULL
-   checks). */
-static void *mc__ops_alloc(const mc_ops *o, size_t bytes) {
-    void *p = NULL;
-    if (!o || o->alloc(o, &p, bytes) != MC_OK) return NULL;
-    return p;
-}
-
-static void mc__ops_free(const mc_ops *o, void *p) {
-    if (o && p) o->free(o, p);
-}
-
-/* @ops:implementation end */
-
-/* @config:implementation begin */
-// ---------------------------------------------------------------------------------------------
-// >>config  Defaults, validation (every violated rule, one line each) and the fingerprints.
-
-MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp) {
-    long long multiple, padded;
-    if (vocab <= 0 || divisible_by <= 0 || tp <= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_gpt_padded_vocab_size: vocab (%d), make_vocab_size_divisible_by (%d) "
-                        "and tensor_model_parallel_size (%d) must be > 0",
-                        vocab, divisible_by, tp);
-    multiple = (long long)divisible_by * tp;
-    padded = ((long long)vocab + multiple - 1) / multiple * multiple;
-    if (padded > INT_MAX)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_gpt_padded_vocab_size: vocab (%d) padded to a multiple of %lld "
-                        "exceeds INT_MAX",
-                        vocab, multiple);
-    return (int)padded;
-}
-
-/* 0 selects the default; MC_DROPOUT_OFF means 0; in a resolved config 0 stays 0. */
-static float mc__resolve_dropout(float p, int resolved) {
-    if (p == MC_DROPOUT_OFF) return 0.0f;
-    if (p == 0.0f && !resolved) return 0.1f;
-    return p;
-}
-
-MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in) {
-    mc_gpt_config c;
-    int resolved;
-    if (!out || !in)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_resolve: out (%p) and in (%p) must be set",
-                        (void *)out, (const void *)in);
-    c = *in;
-    resolved = in->padded_vocab_size != 0;
-    c.ffn_hidden_size = MC__DEF(c.ffn_hidden_size, 4 * c.hidden_size);
-    c.kv_channels = MC__DEF(c.kv_channels,
-                            c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
-    c.num_query_groups = MC__DEF(c.num_query_groups, c.num_attention_heads);
-    c.make_vocab_size_divisible_by = MC__DEF(c.make_vocab_size_divisible_by, 128);
-    c.max_position_embeddings = MC__DEF(c.max_position_embeddings, c.seq_length);
-    if (c.layernorm_epsilon == 0.0f) c.layernorm_epsilon = 1e-5f;
-    if (c.init_method_std == 0.0f) c.init_method_std = 0.02f;
-    c.hidden_dropout = mc__resolve_dropout(c.hidden_dropout, resolved);
-    c.attention_dropout = mc__resolve_dropout(c.attention_dropout, resolved);
-    c.tensor_model_parallel_size = MC__DEF(c.tensor_model_parallel_size, 1);
-    c.pipeline_model_parallel_size = MC__DEF(c.pipeline_model_parallel_size, 1);
-    if (c.virtual_pipeline_model_parallel_size == 1) c.virtual_pipeline_model_parallel_size = 0;
-    c.seed = MC__DEF(c.seed, 1234);
-    c.padded_vocab_size = 0;
-    if (c.vocab_size > 0 && c.make_vocab_size_divisible_by > 0 &&
-        c.tensor_model_parallel_size > 0) {
-        int padded = mc_gpt_padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by,
-                                              c.tensor_model_parallel_size);
-        c.padded_vocab_size = padded > 0 ? padded : 0;
-    }
-    *out = c;
-    return MC_OK;
-}
-
-/* A growing report: one line per violation, counted even when the text no longer fits. */
-typedef struct mc__report {
-    char *buf;
-    size_t cap, len;
-    int count;
-} mc__report;
-
-static void mc__report_add(mc__report *r, const char *fmt, ...) MC__PRINTF(2, 3);
-static void mc__report_add(mc__report *r, const char *fmt, ...) {
-    va_list ap;
-    r->count++;
-    if (!r->buf || r->len + 1 >= r->cap) return;
-    va_start(ap, fmt);
-    vsnprintf(r->buf + r->len, r->cap - r->len, fmt, ap);
-    va_end(ap);
-    r->len += strlen(r->buf + r->len);
-    if (r->len + 1 < r->cap) {
-        r->buf[r->len++] = '\n';
-        r->buf[r->len] = '\0';
-    }
-}
-
-static const char *mc__recompute_granularity_name(int g) {
-    switch (g) {
-        case MC_RECOMPUTE_NONE: return "none";
-        case MC_RECOMPUTE_FULL: return "full";
-        case MC_RECOMPUTE_SELECTIVE: return "selective";
-        default: return "unknown";
-    }
-}
-
-static const char *mc__recompute_method_name(int m) {
-    switch (m) {
-        case MC_RECOMPUTE_METHOD_NONE: return "none";
-        case MC_RECOMPUTE_UNIFORM: return "uniform";
-        case MC_RECOMPUTE_BLOCK: return "block";
-        default: return "unknown";
-    }
-}
-
-static void mc__check_positive(mc__report *r, const char *field, int value, int required) {
-    if (value <= 0)
-        mc__report_add(r, "%s (%d) %smust be > 0", field, value,
-                       required ? "is required and " : "");
-}
-
-static void mc__check_dropout(mc__report *r, const char *field, float p) {
-    if (!(p >= 0.0f && p < 1.0f))
-        mc__report_add(r, "%s (%g) must be in [0, 1) (0 selects 0.1; MC_DROPOUT_OFF switches it "
-                       "off)", field, (double)p);
-}
-
-/* Sizes and divisibility of the model against TP and PP (§13.2 items 4-6 and 12). */
-static void mc__validate_shapes(mc__report *r, const mc_gpt_config *c) {
-    const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
-    const int vpp = c->virtual_pipeline_model_parallel_size, heads = c->num_attention_heads;
-    if (tp > 0 && heads > 0 && heads % tp != 0)
-        mc__report_add(r, "num_attention_heads (%d) must be divisible by "
-                       "tensor_model_parallel_size (%d)", heads, tp);
-    if (tp > 0 && c->ffn_hidden_size > 0 && c->ffn_hidden_size % tp != 0)
-        mc__report_add(r, "ffn_hidden_size (%d) must be divisible by tensor_model_parallel_size "
-                       "(%d)", c->ffn_hidden_size, tp);
-    if (heads > 0 && c->kv_channels > 0 && c->hidden_size > 0 &&
-        (long long)c->kv_channels * heads != c->hidden_size)
-        mc__report_add(r, "kv_channels (%d) x num_attention_heads (%d) = %lld must equal "
-                       "hidden_size (%d): the attention projection of this build maps back to "
-                       "hidden_size (the default kv_channels is hidden_size / heads)",
-                       c->kv_channels, heads, (long long)c->kv_channels * heads, c->hidden_size);
-    if (heads > 0 && c->num_query_groups > 0 && c->num_query_groups != heads)
-        mc__report_add(r, "num_query_groups (%d) must equal num_attention_heads (%d): grouped-"
-                       "query attention is not implemented", c->num_query_groups, heads);
-    if (tp > 0 && c->num_query_groups > 0 && c->num_query_groups % tp != 0 &&
-        tp % c->num_query_groups != 0)
-        mc__report_add(r, "num_query_groups (%d) must be a multiple or a divisor of "
-                       "tensor_model_parallel_size (%d)", c->num_query_groups, tp);
-    if (pp > 0 && c->num_layers > 0 && c->num_layers % pp != 0)
-        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d)",
-                       c->num_layers, pp);
-    if (vpp > 0 && pp <= 1)
-        mc__report_add(r, "virtual_pipeline_model_parallel_size (%d) needs "
-                       "pipeline_model_parallel_size > 1 (it is %d)", vpp, pp);
-    if (vpp > 0 && pp > 0 && c->num_layers > 0 && c->num_layers % (pp * vpp) != 0)
-        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d) "
-                       "x virtual_pipeline_model_parallel_size (%d) = %d (upstream once divided "
-                       "silently and built %d layers: NVIDIA/Megatron-LM #468)",
-                       c->num_layers, pp, vpp, pp * vpp, c->num_layers / (pp * vpp) * pp * vpp);
-    if (c->sequence_parallel && tp <= 1)
-        mc__report_add(r, "sequence_parallel (%d): Cannot use sequence parallelism without tensor "
-                       "parallelism (tensor_model_parallel_size is %d)", c->sequence_parallel, tp);
-    if (c->sequence_parallel && tp > 1 && c->seq_length > 0 && c->seq_length % tp != 0)
-        mc__report_add(r, "seq_length (%d) must be divisible by tensor_model_parallel_size (%d) "
-                       "with sequence_parallel (the sequence is split across TP ranks)",
-                       c->seq_length, tp);
-}
-
-/* §13.2 item 11, with Megatron's arguments.py rule that selective takes no method. */
-static void mc__validate_recompute(mc__report *r, const mc_gpt_config *c) {
-    const int g = (int)c->recompute_granularity, m = (int)c->recompute_method;
-    const int n = c->recompute_num_layers, pp = c->pipeline_model_parallel_size;
-    const int per_rank = pp > 0 ? c->num_layers / pp : 0;
-    if (g < MC_RECOMPUTE_NONE || g > MC_RECOMPUTE_SELECTIVE) {
-        mc__report_add(r, "recompute_granularity (%d) must be none, full or selective", g);
-        return;
-    }
-    if (m < MC_RECOMPUTE_METHOD_NONE || m > MC_RECOMPUTE_BLOCK) {
-        mc__report_add(r, "recompute_method (%d) must be none, uniform or block", m);
-        return;
-    }
-    if (g == MC_RECOMPUTE_FULL) {
-        if (m == MC_RECOMPUTE_METHOD_NONE)
-            mc__report_add(r, "recompute_method (none): recompute_granularity full needs "
-                           "recompute_method uniform or block");
-        if (n < 1 || (per_rank > 0 && n > per_rank))
-            mc__report_add(r, "recompute_num_layers (%d) must be between 1 and "
-                           "num_layers_per_pipeline_rank (%d) with recompute_granularity full",
-                           n, per_rank);
-    } else if (g == MC_RECOMPUTE_SELECTIVE) {
-        if (m != MC_RECOMPUTE_METHOD_NONE)
-            mc__report_add(r, "recompute_method (%s) is not supported with "
-                           "recompute_granularity selective", mc__recompute_method_name(m));
-        if (n != 0)
-            mc__report_add(r, "recompute_num_layers (%d) must be 0 (None) with "
-                           "recompute_granularity selective", n);
-    } else {
-        if (m != MC_RECOMPUTE_METHOD_NONE || n != 0)
-            mc__report_add(r, "recompute_method (%s) and recompute_num_layers (%d) need "
-                           "recompute_granularity full (granularity is %s)",
-                           mc__recompute_method_name(m), n, mc__recompute_granularity_name(g));
-    }
-}
-
-MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap) {
-    mc_gpt_config c;
-    mc__report r;
-    r.buf = report_cap > 0 ? report : NULL;
-    r.cap = report_cap;
-    r.len = 0;
-    r.count = 0;
-    if (r.buf) r.buf[0] = '\0';
-    if (!cfg) {
-        mc__report_add(&r, "config (NULL) must be given");
-        return r.count;
-    }
-    mc_gpt_config_resolve(&c, cfg);
-    mc__check_positive(&r, "num_layers", c.num_layers, 1);
-    mc__check_positive(&r, "hidden_size", c.hidden_size, 1);
-    mc__check_positive(&r, "num_attention_heads", c.num_attention_heads, 1);
-    mc__check_positive(&r, "seq_length", c.seq_length, 1);
-    mc__check_positive(&r, "vocab_size", c.vocab_size, 1);
-    mc__check_positive(&r, "micro_batch_size", c.micro_batch_size, 1);
-    if (c.hidden_size > 0) mc__check_positive(&r, "ffn_hidden_size", c.ffn_hidden_size, 0);
-    if (c.hidden_size > 0 && c.num_attention_heads > 0)
-        mc__check_positive(&r, "kv_channels", c.kv_channels, 0);
-    if (c.num_attention_heads > 0)
-        mc__check_positive(&r, "num_query_groups", c.num_query_groups, 0);
-    mc__check_positive(&r, "make_vocab_size_divisible_by", c.make_vocab_size_divisible_by, 0);
-    if (c.seq_length > 0)
-        mc__check_positive(&r, "max_position_embeddings", c.max_position_embeddings, 0);
-    mc__check_positive(&r, "tensor_model_parallel_size", c.tensor_model_parallel_size, 0);
-    mc__check_positive(&r, "pipeline_model_parallel_size", c.pipeline_model_parallel_size, 0);
-    if (c.virtual_pipeline_model_parallel_size < 0 ||
-        c.virtual_pipeline_model_parallel_size > MC_MAX_VPP)
-        mc__report_add(&r, "virtual_pipeline_model_parallel_size (%d) must be in [0, %d]",
-                       c.virtual_pipeline_model_parallel_size, MC_MAX_VPP);
-    mc__validate_shapes(&r, &c);
-    mc__validate_recompute(&r, &c);
-    mc__check_dropout(&r, "hidden_dropout", c.hidden_dropout);
-    mc__check_dropout(&r, "attention_dropout", c.attention_dropout);
-    if (!(c.layernorm_epsilon > 0.0f))
-        mc__report_add(&r, "layernorm_epsilon (%g) must be > 0", (double)c.layernorm_epsilon);
-    if (!(c.init_method_std > 0.0f))
-        mc__report_add(&r, "init_method_std (%g) must be > 0", (double)c.init_method_std);
-    if (c.seed <= 0) mc__report_add(&r, "seed (%d) must be > 0", c.seed);
-    if (c.seq_length > 0 && c.max_position_embeddings > 0 &&
-        c.max_position_embeddings < c.seq_length)
-        mc__report_add(&r, "max_position_embeddings (%d) must be >= seq_length (%d)",
-                       c.max_position_embeddings, c.seq_length);
-    return r.count;
-}
-
-/* The fingerprinted fields, by name and offset, so that the hash and the diff list the same
-   fields. A flag is hashed as 0/1. */
-enum { MC__CFG_INT = 0, MC__CFG_FLOAT, MC__CFG_FLAG };
-typedef struct mc__cfg_field {
-    const char *name;
-    size_t offset;
-    int kind;
-} mc__cfg_field;
-
-#define MC__CFG_FIELD(name, kind) {#name, offsetof(mc_gpt_config, name), kind}
-static const mc__cfg_field mc__cfg_math_fields[] = {
-    MC__CFG_FIELD(num_layers, MC__CFG_INT),
-    MC__CFG_FIELD(hidden_size, MC__CFG_INT),
-    MC__CFG_FIELD(num_attention_heads, MC__CFG_INT),
-    MC__CFG_FIELD(ffn_hidden_size, MC__CFG_INT),
-    MC__CFG_FIELD(kv_channels, MC__CFG_INT),
-    MC__CFG_FIELD(num_query_groups, MC__CFG_INT),
-    MC__CFG_FIELD(vocab_size, MC__CFG_INT),
-    MC__CFG_FIELD(make_vocab_size_divisible_by, MC__CFG_INT),
-    MC__CFG_FIELD(max_position_embeddings, MC__CFG_INT),
-    MC__CFG_FIELD(layernorm_epsilon, MC__CFG_FLOAT),
-    MC__CFG_FIELD(untie_embeddings_and_output_weights, MC__CFG_FLAG),
-};
-static const mc__cfg_field mc__cfg_layout_fields[] = {
-    MC__CFG_FIELD(tensor_model_parallel_size, MC__CFG_INT),
-    MC__CFG_FIELD(pipeline_model_parallel_size, MC__CFG_INT),
-    MC__CFG_FIELD(virtual_pipeline_model_parallel_size, MC__CFG_INT),
-    MC__CFG_FIELD(sequence_parallel, MC__CFG_FLAG),
-};
-#undef MC__CFG_FIELD
-
-/* The field's value as 64 bits: ints sign-extended, floats by their bit pattern. */
-static uint64_t mc__cfg_bits(const mc_gpt_config *c, const mc__cfg_field *f) {
-    const char *base = (const char *)c + f->offset;
-    if (f->kind == MC__CFG_FLOAT) {
-        uint32_t bits;
-        memcpy(&bits, base, sizeof bits);
-        return bits;
-    } else {
-        int v;
-        memcpy(&v, base, sizeof v);
-        if (f->kind == MC__CFG_FLAG) v = v != 0;
-        return (uint64_t)(int64_t)v;
-    }
-}
-
-static uint64_t mc__cfg_hash(const mc_gpt_config *cfg, const char *tag,
-                             const mc__cfg_field *fields, size_t n) {
-    mc_gpt_config c;
-    uint64_t h = mc__fnv_bytes(MC__FNV_OFFSET, tag, strlen(tag));
-    size_t i;
-    if (!cfg) return 0;
-    mc_gpt_config_resolve(&c, cfg);
-    for (i = 0; i < n; i++) {
-        h = mc__fnv_bytes(h, fields[i].name, strlen(fields[i].name) + 1);
-        h = mc__fnv_int(h, mc__cfg_bits(&c, &fields[i]));
-    }
-    return h;
-}
-
-MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg) {
-    return mc__cfg_hash(cfg, "mc_gpt_config math v1", mc__cfg_math_fields,
-                        MC__COUNTOF(mc__cfg_math_fields));
-}
-
-MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg) {
-    return mc__cfg_hash(cfg, "mc_gpt_config layout v1", mc__cfg_layout_fields,
-                        MC__COUNTOF(mc__cfg_layout_fields));
-}
-
-static void mc__cfg_format(char *out, size_t cap, const mc_gpt_config *c,
-                           const mc__cfg_field *f) {
-    const char *base = (const char *)c + f->offset;
-    if (f->kind == MC__CFG_FLOAT) {
-        float v;
-        memcpy(&v, base, sizeof v);
-        snprintf(out, cap, "%g", (double)v);
-    } else {
-        int v;
-        memcpy(&v, base, sizeof v);
-        snprintf(out, cap, "%d", f->kind == MC__CFG_FLAG ? v != 0 : v);
-    }
-}
-
-MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
-                                   size_t cap) {
-    mc_gpt_config ra, rb;
-    size_t i, len = 0;
-    int count = 0;
-    if (out && cap > 0) out[0] = '\0';
-    if (!a || !b) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_math_diff: a (%p) and b (%p) "
-                                  "must be set", (const void *)a, (const void *)b);
-    mc_gpt_config_resolve(&ra, a);
-    mc_gpt_config_resolve(&rb, b);
-    for (i = 0; i < MC__COUNTOF(mc__cfg_math_fields); i++) {
-        const mc__cfg_field *f = &mc__cfg_math_fields[i];
-        char va[32], vb[32];
-        if (mc__cfg_bits(&ra, f) == mc__cfg_bits(&rb, f)) continue;
-        mc__cfg_format(va, sizeof va, &ra, f);
-        mc__cfg_format(vb, sizeof vb, &rb, f);
-        if (out && len + 1 < cap) {
-            snprintf(out + len, cap - len, "%s%s: %s vs %s", count ? "; " : "", f->name, va, vb);
-            len += strlen(out + len);
-        }
-        count++;
-    }
-    return count;
-}
-
-/* @config:implementation end */
-
-/* @params:implementation begin */
-
-// ---------------------------------------------------------------------------------------------
-// >>params
-//
-// The layout mirrors Megatron's _ParamAndGradBuffer, with every model chunk laid out after
-// the previous one in one flat buffer (Megatron keeps one buffer per chunk; offsets inside a
-// chunk are the same because each chunk starts on a padded bucket boundary).
-
-#define MC__PARAM_START_ALIGN 64   /* §11.3: 128-byte aligned param starts (64 values) */
-#define MC__PARAM_BUCKET_ALIGN 128 /* §11.3: bucket ends at a multiple of lcm(DP, 128) */
-
-static size_t mc__param_gcd(size_t a, size_t b) {
-    while (b != 0) {
-        size_t r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
-static size_t mc__param_round_up(size_t value, size_t multiple) {
-    return (value + multiple - 1) / multiple * multiple;
-}
-
-/* Drops a previous layout: adding a parameter changes every offset after it. */
-static void mc__param_layout_clear(mc_param_table *t) {
-    int i;
-    mc_free(t->order);
-    mc_free(t->buckets);
-    t->order = NULL;
-    t->buckets = NULL;
-    t->n_buckets = 0;
-    t->total = 0;
-    for (i = 0; i < t->count; i++) t->info[i].offset = 0;
-}
-
-static int mc__param_check_proto(const char *name, const mc_param_info *p) {
-    int d;
-    if (p->ndim != 1 && p->ndim != 2)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: ndim (%d) must be 1 or 2", name, p->ndim);
-    for (d = 0; d < p->ndim; d++) {
-        if (p->global_shape[d] <= 0 || p->local_shape[d] <= 0)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "param %s: global_shape[%d] (%d) and local_shape[%d] (%d) must be > 0",
-                            name, d, p->global_shape[d], d, p->local_shape[d]);
-        if (d != p->partition_dim && p->local_shape[d] != p->global_shape[d])
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "param %s: local_shape[%d] (%d) differs from global_shape[%d] (%d) "
-                            "but the tensor is not partitioned along dim %d (partition_dim %d)",
-                            name, d, p->local_shape[d], d, p->global_shape[d], d,
-                            p->partition_dim);
-    }
-    if (p->partition_dim < -1 || p->partition_dim >= p->ndim)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_dim (%d) must be -1 or in [0, %d)",
-                        name, p->partition_dim, p->ndim);
-    if ((p->partition_dim >= 0) != (p->tensor_model_parallel != 0))
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "param %s: tensor_model_parallel (%d) must be set exactly when "
-                        "partition_dim (%d) >= 0 (Megatron sets both together)",
-                        name, p->tensor_model_parallel, p->partition_dim);
-    if (p->partition_stride < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_stride (%d) must be >= 0 "
-                        "(0 means 1)", name, p->partition_stride);
-    if (p->chunk < 0 || p->chunk >= MC_MAX_VPP)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: chunk (%d) must be in [0, MC_MAX_VPP = %d)",
-                        name, p->chunk, MC_MAX_VPP);
-    if (p->shared && !p->shared_embedding)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: shared (1) is the tied embedding copy and "
-                        "needs shared_embedding = 1", name);
-    return MC_OK;
-}
-
-static int mc__param_grow(mc_param_table *t) {
-    int cap = t->capacity > 0 ? 2 * t->capacity : 16;
-    mc_param_info *info = (mc_param_info *)mc_calloc((size_t)cap, sizeof *info);
-    if (!info) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_add: out of memory (%d params)",
-                               cap);
-    if (t->count > 0) memcpy(info, t->info, (size_t)t->count * sizeof *info);
-    mc_free(t->info);
-    t->info = info;
-    t->capacity = cap;
-    return MC_OK;
-}
-
-MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto) {
-    mc_param_info *p;
-    size_t len;
-    int rc;
-    if (!t || !name || !proto)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_param_table_add: table, name and proto must be set");
-    len = strlen(name);
-    if (len == 0 || len >= MC_PARAM_NAME_MAX)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_param_table_add: name \"%.40s\" has %zu characters, must be 1 .. %d",
-                        name, len, MC_PARAM_NAME_MAX - 1);
-    if ((rc = mc__param_check_proto(name, proto)) != MC_OK) return rc;
-    if (mc_param_table_find(t, name) >= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: param %s is already registered "
-                        "(names are unique keys)", name);
-    if (t->count == t->capacity && (rc = mc__param_grow(t)) != MC_OK) return rc;
-    mc__param_layout_clear(t);
-    p = &t->info[t->count];
-    *p = *proto;
-    memcpy(p->name, name, len + 1);
-    if (p->ndim == 1) {   /* keep the unused second dimension tidy: 1-D tensors are [n] */
-        p->global_shape[1] = 1;
-        p->local_shape[1] = 1;
-    }
-    p->partition_stride = MC__DEF(p->partition_stride, 1);
-    p->offset = 0;
-    p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
-    return t->count++;
-}
-
-MC_API int mc_param_table_find(const mc_param_table *t, const char *name) {
-    int i;
-    if (!t || !name) return -1;
-    for (i = 0; i < t->count; i++)
-        if (strcmp(t->info[i].name, name) == 0) return i;
-    return -1;
-}
-
-MC_API void mc_param_table_destroy(mc_param_table *t) {
-    if (!t) return;
-    mc__param_layout_clear(t);
-    mc_free(t->info);
-    memset(t, 0, sizeof *t);
-}
-
-/* The running state of one chunk's layout pass (Megatron's param_start_index etc.). */
-typedef struct mc__param_layouter {
-    mc_param_table *t;
-    size_t bucket_align;    /* lcm(DP, 128) under the distributed optimizer, else 1 */
-    size_t param_align;     /* 64 under the distributed optimizer, else 1 */
-    size_t bucket_start;
-    int bucket_first;       /* index into t->order of the open bucket's first param */
-    int n_placed;           /* params placed so far (all chunks) */
-    int chunk;
-} mc__param_layouter;
-
-/* Closes the open bucket at `param_end` (padded to the bucket alignment) and returns its end,
-   where the next bucket starts. */
-static size_t mc__param_close_bucket(mc__param_layouter *L, size_t param_end) {
-    mc_bucket *b = &L->t->buckets[L->t->n_buckets++];
-    int k;
-    b->start = L->bucket_start;
-    b->end = mc__param_round_up(param_end, L->bucket_align);
-    b->first_param = L->bucket_first;
-    b->n_params = L->n_placed - L->bucket_first;
-    b->chunk = L->chunk;
-    b->shared_embedding = 0;
-    for (k = 0; k < b->n_params; k++)
-        if (L->t->info[L->t->order[b->first_param + k]].shared_embedding) b->shared_embedding = 1;
-    L->bucket_start = b->end;
-    L->bucket_first = L->n_placed;
-    return b->end;
-}
-
-/* Lays out the params of `chunk` in reverse registration order, from L->bucket_start.
-   bucket_size 0: no size limit (one bucket, unless the shared embedding splits it). */
-static void mc__param_layout_chunk(mc__param_layouter *L, int chunk, size_t bucket_size,
-                                   int distributed_optimizer) {
-    mc_param_table *t = L->t;
-    size_t start = L->bucket_start, end = L->bucket_start;
-    int i;
-    L->chunk = chunk;
-    L->bucket_first = L->n_placed;
-    for (i = t->count - 1; i >= 0; i--) {
-        mc_param_info *p = &t->info[i];
-        /* Under the distributed optimizer the shared embedding gets a bucket of its own, so
-           that the first and the last stage shard it identically (see mc_finalize_model_grads). */
-        int own_bucket = distributed_optimizer && p->shared_embedding;
-        if (p->chunk != chunk) continue;
-        start = mc__param_round_up(start, L->param_align);
-        if (own_bucket && L->n_placed > L->bucket_first) start = mc__param_close_bucket(L, start);
-        p->offset = start;
-        end = start + p->numel;
-        t->order[L->n_placed++] = i;
-        if ((bucket_size > 0 && end - L->bucket_start >= bucket_size) || own_bucket)
-            start = mc__param_close_bucket(L, end);
-        else
-            start = end;
-    }
-    if (L->n_placed > L->bucket_first) mc__param_close_bucket(L, end);
-}
-
-MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc) {
-    mc_param_layout_desc d;
-    mc__param_layouter L;
-    int chunk, b;
-    if (!t || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_layout: table and desc "
-                                     "must be set");
-    d = *desc;
-    d.dp_size = MC__DEF(d.dp_size, 1);
-    if (d.dp_size < 1)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.dp_size (%d) must be >= 1",
-                        d.dp_size);
-    if (d.pp_rank < 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.pp_rank (%d) must be >= 0",
-                        d.pp_rank);
-    mc__param_layout_clear(t);
-    t->order = (int *)mc_calloc((size_t)(t->count > 0 ? t->count : 1), sizeof *t->order);
-    t->buckets = (mc_bucket *)mc_calloc((size_t)(t->count > 0 ? t->count : 1),
-                                        sizeof *t->buckets);   /* a bucket holds >= 1 param */
-    if (!t->order || !t->buckets) {
-        mc__param_layout_clear(t);
-        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_layout: out of memory (%d params)",
-                        t->count);
-    }
-    memset(&L, 0, sizeof L);
-    L.t = t;
-    L.param_align = d.distributed_optimizer ? MC__PARAM_START_ALIGN : 1;
-    L.bucket_align = d.distributed_optimizer
-                         ? (size_t)d.dp_size / mc__param_gcd((size_t)d.dp_size,
-                                                             MC__PARAM_BUCKET_ALIGN) *
-                               MC__PARAM_BUCKET_ALIGN
-                         : 1;
-    for (chunk = 0; chunk < MC_MAX_VPP; chunk++) {
-        /* Megatron builds buckets only for the first chunk of the first stage; the others
-           get one bucket each (bucket_size None on pp_rank > 0 and disable_bucketing on
-           chunks after the first). */
-        size_t size = (d.pp_rank > 0 || chunk > 0) ? 0 : d.bucket_size;
-        mc__param_layout_chunk(&L, chunk, size, d.distributed_optimizer);
-    }
-    t->total = L.bucket_start;
-    t->layout = d;
-    for (b = 0; b < t->n_buckets; b++)   /* Megatron asserts it: equal reduce-scatter shards */
-        MC_ASSERT(!d.distributed_optimizer ||
-                  (t->buckets[b].end - t->buckets[b].start) % (size_t)d.dp_size == 0);
-    return MC_OK;
-}
-
-/* @params:implementation end */
+   tensor_parallel (implementation) */
 
 /* @tensor_parallel:implementation begin */
 // ---------------------------------------------------------------------------------------------
@@ -8285,10 +7760,1027 @@ MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int c
 
 /* @tensor_parallel:implementation end */
 
+// ---------------------------------------------------------------------------------------------
+// >>tensor_parallel.random
+//
+// Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
+// SC'11): ten rounds of two 32x32->64 multiplies mixing a 128-bit counter under a 64-bit key
+// that is bumped by the Weyl constants between rounds. Known-answer vectors from Random123 are
+// in tests/test_rng.c.
+
+#define MC__PHILOX_M0 0xD2511F53u   /* round multipliers */
+#define MC__PHILOX_M1 0xCD9E8D57u
+#define MC__PHILOX_W0 0x9E3779B9u   /* key bumps: golden ratio, sqrt(3) - 1 */
+#define MC__PHILOX_W1 0xBB67AE85u
+
+MC_API void mc_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
+    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
+    uint32_t k0 = key[0], k1 = key[1];
+    int round;
+    for (round = 0; round < 10; round++) {
+        uint64_t p0 = (uint64_t)MC__PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)MC__PHILOX_M1 * c2;
+        c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        c1 = (uint32_t)p1;
+        c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c3 = (uint32_t)p0;
+        k0 += MC__PHILOX_W0;
+        k1 += MC__PHILOX_W1;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
+}
+
+/* The four elements 4 * block .. 4 * block + 3 of the stream with `seed`. */
+static void mc__rng_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
+    uint32_t counter[4], key[2];
+    counter[0] = (uint32_t)block;
+    counter[1] = (uint32_t)(block >> 32);
+    counter[2] = 0;
+    counter[3] = 0;
+    key[0] = (uint32_t)seed;
+    key[1] = (uint32_t)(seed >> 32);
+    mc_philox4x32_10(counter, key, out);
+}
+
+/* 24 random bits scaled by 2^-24: every value is exact in a float and below 1. */
+static float mc__rng_to_uniform(uint32_t bits) {
+    return (float)(bits >> 8) * (1.0f / 16777216.0f);
+}
+
+MC_API uint32_t mc_rng_bits_at(uint64_t seed, uint64_t index) {
+    uint32_t block[4];
+    mc__rng_block(seed, index / 4, block);
+    return block[index % 4];
+}
+
+MC_API float mc_rng_uniform_at(uint64_t seed, uint64_t index) {
+    return mc__rng_to_uniform(mc_rng_bits_at(seed, index));
+}
+
+/* Calls emit(i, uniform) for the next n elements of the stream, one Philox block per four,
+   then moves the offset past them to the next block boundary. */
+typedef void (*mc__rng_emit)(void *dst, size_t i, float uniform, float arg);
+
+static void mc__rng_draw(mc_rng *rng, size_t n, mc__rng_emit emit, void *dst, float arg) {
+    uint32_t block[4];
+    uint64_t have = UINT64_MAX;   /* index of the block in `block` */
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint64_t g = rng->offset + i;
+        if (g / 4 != have) {
+            have = g / 4;
+            mc__rng_block(rng->seed, have, block);
+        }
+        emit(dst, i, mc__rng_to_uniform(block[g % 4]), arg);
+    }
+    rng->offset += ((uint64_t)n + 3) / 4 * 4;
+}
+
+static void mc__rng_emit_uniform(void *dst, size_t i, float uniform, float arg) {
+    (void)arg;
+    ((float *)dst)[i] = uniform;
+}
+
+static void mc__rng_emit_keep(void *dst, size_t i, float uniform, float p) {
+    ((uint8_t *)dst)[i] = (uint8_t)(uniform >= p);
+}
+
+MC_API int mc_rng_uniform(mc_rng *rng, float *out, size_t n) {
+    if (!rng || (!out && n > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_uniform: rng (%p) and out (%p) must be set",
+                        (void *)rng, (void *)out);
+    mc__rng_draw(rng, n, mc__rng_emit_uniform, out, 0.0f);
+    return MC_OK;
+}
+
+MC_API int mc_rng_dropout_mask(mc_rng *rng, uint8_t *mask, size_t n, float p) {
+    if (!rng || (!mask && n > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_dropout_mask: rng (%p) and mask (%p) must be set", (void *)rng,
+                        (void *)mask);
+    if (!(p >= 0.0f && p <= 1.0f))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_dropout_mask: dropout probability p (%g) must be in [0, 1]",
+                        (double)p);
+    mc__rng_draw(rng, n, mc__rng_emit_keep, mask, p);
+    return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>tensor_parallel.random tracker
+
+/* Index of the stream called `name`, or -1. */
+static int mc__rng_find(const mc_rng_states *s, const char *name) {
+    int i;
+    for (i = 0; i < s->n_streams; i++)
+        if (strcmp(s->names[i], name) == 0) return i;
+    return -1;
+}
+
+MC_API void mc_rng_tracker_reset(mc_rng_tracker *t) {
+    mc_rng current;
+    if (!t) return;
+    current = t->s.current;
+    memset(t, 0, sizeof *t);
+    t->s.current = current;
+}
+
+MC_API void mc_rng_tracker_manual_seed(mc_rng_tracker *t, uint64_t seed) {
+    if (!t) return;
+    t->s.current.seed = seed;
+    t->s.current.offset = 0;
+}
+
+MC_API int mc_rng_tracker_add(mc_rng_tracker *t, const char *name, uint64_t seed) {
+    int i;
+    if (!t || !name)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: tracker and name must be set");
+    /* Megatron checks the seed first, then the name. */
+    for (i = 0; i < t->n_seeds; i++)
+        if (t->seeds[i] == seed)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_rng_tracker_add(\"%s\", %llu): seed %llu already exists (every "
+                            "stream needs its own seed)",
+                            name, (unsigned long long)seed, (unsigned long long)seed);
+    if (mc__rng_find(&t->s, name) >= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: rng state \"%s\" already exists",
+                        name);
+    if (name[0] == '\0' || strlen(name) >= MC_RNG_NAME_MAX || strcmp(name, MC_RNG_DEFAULT) == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_add: name \"%s\" must be 1 to %d characters and not \"%s\"",
+                        name, MC_RNG_NAME_MAX - 1, MC_RNG_DEFAULT);
+    if (t->s.n_streams == MC_RNG_MAX_STREAMS || t->n_seeds == MC_RNG_MAX_STREAMS)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_add(\"%s\"): the tracker holds at most "
+                        "MC_RNG_MAX_STREAMS (%d) streams",
+                        name, MC_RNG_MAX_STREAMS);
+    t->seeds[t->n_seeds++] = seed;
+    i = t->s.n_streams++;
+    memcpy(t->s.names[i], name, strlen(name) + 1);
+    t->s.streams[i].seed = seed;
+    t->s.streams[i].offset = 0;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_fork(mc_rng_tracker *t, const char *name) {
+    int index;
+    if (!t || !name)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: tracker and name must be set");
+    index = mc__rng_find(&t->s, name);
+    if (index < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: rng state \"%s\" is not added",
+                        name);
+    if (t->depth == MC_RNG_MAX_FORK_DEPTH)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_rng_tracker_fork(\"%s\"): more than MC_RNG_MAX_FORK_DEPTH (%d) nested "
+                        "forks",
+                        name, MC_RNG_MAX_FORK_DEPTH);
+    /* An active stream's progress goes back to its slot, so that forking it again inside
+       this fork continues it instead of repeating its numbers. */
+    if (t->active > 0) t->s.streams[t->active - 1] = t->s.current;
+    t->stack[t->depth].outer = t->active;
+    t->stack[t->depth].saved = t->s.current;
+    t->depth++;
+    t->s.current = t->s.streams[index];
+    t->active = index + 1;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_unfork(mc_rng_tracker *t, const char *name) {
+    int outer;
+    if (!t || !name)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_unfork: tracker and name must be set");
+    if (t->depth == 0 || strcmp(mc_rng_tracker_active_name(t), name) != 0)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_rng_tracker_unfork(\"%s\"): current state name %s is not the same as "
+                        "the desired state name %s (unfork closes the innermost fork)",
+                        name, mc_rng_tracker_active_name(t), name);
+    t->s.streams[t->active - 1] = t->s.current;
+    t->depth--;
+    outer = t->stack[t->depth].outer;
+    /* The outer stream may have advanced in a nested fork of it: take it from its slot. */
+    t->s.current = outer > 0 ? t->s.streams[outer - 1] : t->stack[t->depth].saved;
+    t->active = outer;
+    return MC_OK;
+}
+
+MC_API mc_rng *mc_rng_tracker_current(mc_rng_tracker *t) { return t ? &t->s.current : NULL; }
+
+MC_API const char *mc_rng_tracker_active_name(const mc_rng_tracker *t) {
+    if (!t || t->active <= 0 || t->active > t->s.n_streams) return MC_RNG_DEFAULT;
+    return t->s.names[t->active - 1];
+}
+
+MC_API int mc_rng_tracker_get(const mc_rng_tracker *t, const char *name, mc_rng *out) {
+    int index;
+    if (!t || !name || !out)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: tracker, name and out must be set");
+    index = mc__rng_find(&t->s, name);
+    if (index < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: rng state \"%s\" is not added",
+                        name);
+    *out = t->s.streams[index];
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_get_states(const mc_rng_tracker *t, mc_rng_states *out) {
+    if (!t || !out)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get_states: tracker and out must be set");
+    *out = t->s;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_set_states(mc_rng_tracker *t, const mc_rng_states *states) {
+    int i;
+    if (!t || !states)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_set_states: tracker and states must be set");
+    if (states->n_streams < 0 || states->n_streams > MC_RNG_MAX_STREAMS)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_set_states: n_streams (%d) must be in [0, %d]",
+                        states->n_streams, MC_RNG_MAX_STREAMS);
+    /* Open forks refer to streams by position. */
+    if (t->depth > 0) {
+        int same = states->n_streams == t->s.n_streams;
+        for (i = 0; same && i < states->n_streams; i++)
+            same = strcmp(states->names[i], t->s.names[i]) == 0;
+        if (!same)
+            return MC__FAIL(MC_ERR_STATE,
+                            "mc_rng_tracker_set_states: %d fork(s) open on \"%s\", so the states "
+                            "must list the same streams in the same order",
+                            t->depth, mc_rng_tracker_active_name(t));
+    }
+    t->s = *states;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int tp_rank,
+                                        int pp_rank, int ep_rank, int etp_rank, int dp_rank,
+                                        int data_parallel_random_init) {
+    long long stage_seed;
+    int rc;
+    if (!t) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_seed_megatron: tracker is NULL");
+    if (seed <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_seed_megatron: seed (%lld) must be > 0", seed);
+    if (tp_rank < 0 || pp_rank < 0 || ep_rank < 0 || etp_rank < 0 || dp_rank < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_seed_megatron: ranks must be >= 0 (tp %d, pp %d, ep %d, "
+                        "etp %d, dp %d)",
+                        tp_rank, pp_rank, ep_rank, etp_rank, dp_rank);
+    /* Pipeline stages differ by 100 (and data-parallel replicas by 10 when asked), so that
+       stages do not draw the same dropout masks. */
+    stage_seed = seed + 100LL * pp_rank;
+    if (data_parallel_random_init) stage_seed += 10LL * dp_rank;
+    mc_rng_tracker_reset(t);
+    mc_rng_tracker_manual_seed(t, (uint64_t)stage_seed);
+    if ((rc = mc_rng_tracker_add(t, MC_RNG_DATA_PARALLEL, (uint64_t)stage_seed)) != MC_OK)
+        return rc;
+    /* Distinct per TP rank, identical across DP: TP-split activations get different masks. */
+    if ((rc = mc_rng_tracker_add(t, MC_RNG_MODEL_PARALLEL,
+                                 (uint64_t)(stage_seed + 2718 + tp_rank))) != MC_OK)
+        return rc;
+    return mc_rng_tracker_add(t, MC_RNG_EXPERT_PARALLEL,
+                              (uint64_t)(stage_seed + 1024 + 100LL * ep_rank + etp_rank));
+}
+
+/* =============================================================================================
+   pipeline_parallel (implementation) */
+
+// ---------------------------------------------------------------------------------------------
+// >>pipeline_parallel.schedule_table
+//
+// The op order of Megatron's schedules (pipeline_parallel/schedules.py), without the compute
+// and the P2P calls in between: what each stage runs, and in which order.
+
+/* A validated desc with every default filled in. */
+typedef struct mc__sched {
+    int pp, rank, m, v, n, forward_only, interleaved;
+} mc__sched;
+
+static int mc__sched_resolve(const mc_schedule_desc *d, mc__sched *s) {
+    if (!d) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_desc is NULL");
+    memset(s, 0, sizeof *s);
+    s->pp = MC__DEF(d->pp, 1);
+    s->rank = d->pp_rank;
+    s->m = d->num_microbatches;
+    s->v = d->vpp > 1 ? d->vpp : 1;
+    s->forward_only = d->forward_only != 0;
+    s->interleaved = d->vpp > 1;
+    if (s->pp < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_schedule_desc.pp (%d) must be >= 1", d->pp);
+    if (s->rank < 0 || s->rank >= s->pp)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_schedule_desc.pp_rank (%d) must be in [0, pp = %d)",
+                        s->rank, s->pp);
+    if (s->m < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_schedule_desc.num_microbatches (%d) must be >= 1", s->m);
+    if (d->vpp < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_schedule_desc.vpp (%d) must be >= 0 (0 or 1: not interleaved)", d->vpp);
+    if (d->group_size < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_schedule_desc.group_size (%d) must be >= 0 (0: pp)", d->group_size);
+    if ((long long)s->m * s->v * 2 > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "num_microbatches (%d) x vpp (%d) is too large for one op list", s->m, s->v);
+    s->n = MC__DEF(d->group_size, s->pp);
+    if (!s->interleaved) return MC_OK;
+    if (s->pp <= 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "pipeline-model-parallel size should be greater than 1 with interleaved "
+                        "schedule (mc_schedule_desc.vpp = %d, pp = %d)",
+                        d->vpp, s->pp);
+    if (s->n < s->pp || s->n > s->m)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "the number of contiguous micro-batches in a virtual pipeline stage "
+                        "(group_size N = %d) should range in [PP = %d, M = %d]",
+                        s->n, s->pp, s->m);
+    if (s->m % s->n != 0 && s->m % s->n < s->pp)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "the remainder of M (num_microbatches %d) divided by N (group_size %d) "
+                        "should be 0 or >= the pipeline-parallel size %d, but it is %d: a last "
+                        "group smaller than PP introduces dependency bubbles (with the default "
+                        "N = PP, M must be a multiple of PP)",
+                        s->m, s->n, s->pp, s->m % s->n);
+    return MC_OK;
+}
+
+static int mc__sched_total(const mc__sched *s) { return s->m * s->v; }
+
+/* Megatron's warmup forward count for this stage. */
+static int mc__sched_warmup(const mc__sched *s) {
+    int total = mc__sched_total(s), warmup;
+    if (s->interleaved) {
+        warmup = s->forward_only ? total : (s->pp - s->rank - 1) * 2 + (s->v - 1) * s->n;
+        return warmup < total ? warmup : total;
+    }
+    if (s->pp == 1) return 0;
+    warmup = s->pp - s->rank - 1;
+    return warmup < s->m ? warmup : s->m;
+}
+
+/* Row k of the interleaved table: groups of n micro-batches (the last holds what remains),
+   each run on chunk 0, then chunk 1, ... */
+static void mc__sched_table_entry(const mc__sched *s, int k, int *microbatch, int *chunk) {
+    int per_group = s->n * s->v;
+    int group_start = (k / per_group) * s->n;
+    int group_len = group_start + s->n <= s->m ? s->n : s->m - group_start;
+    int in_group = k - (k / per_group) * per_group;
+    *chunk = in_group / group_len;
+    *microbatch = group_start + in_group % group_len;
+}
+
+static int mc__sched_push(mc_sched_op *out, int n, char kind, int microbatch, int chunk) {
+    if (out) {
+        out[n].kind = kind;
+        out[n].microbatch = microbatch;
+        out[n].chunk = chunk;
+    }
+    return n + 1;
+}
+
+/* Forward and backward of virtual micro-batch k. Not interleaved: micro-batch k, chunk 0. */
+static int mc__sched_push_forward(const mc__sched *s, mc_sched_op *out, int n, int k) {
+    int mb = k, chunk = 0;
+    if (s->interleaved) mc__sched_table_entry(s, k, &mb, &chunk);
+    return mc__sched_push(out, n, 'F', mb, chunk);
+}
+
+static int mc__sched_push_backward(const mc__sched *s, mc_sched_op *out, int n, int k) {
+    int mb = k, chunk = 0;
+    if (s->interleaved) mc__sched_table_entry(s, k, &mb, &chunk);
+    return mc__sched_push(out, n, 'B', mb, s->v - 1 - chunk);
+}
+
+/* Writes the ops of a resolved schedule (out has room for all of them, or is NULL). */
+static int mc__sched_fill(const mc__sched *s, mc_sched_op *out) {
+    int total = mc__sched_total(s), warmup = mc__sched_warmup(s), remaining, k, n = 0;
+    if (s->forward_only) {
+        for (k = 0; k < total; k++) n = mc__sched_push_forward(s, out, n, k);
+        return n;
+    }
+    remaining = total - warmup;
+    for (k = 0; k < warmup; k++) n = mc__sched_push_forward(s, out, n, k);
+    for (k = 0; k < remaining; k++) {   /* steady state: one forward, one backward */
+        n = mc__sched_push_forward(s, out, n, warmup + k);
+        n = mc__sched_push_backward(s, out, n, k);
+    }
+    for (k = remaining; k < total; k++) n = mc__sched_push_backward(s, out, n, k);
+    return n;
+}
+
+static int mc__sched_count(const mc__sched *s) {
+    return mc__sched_total(s) * (s->forward_only ? 1 : 2);
+}
+
+MC_API const char *mc_schedule_name(const mc_schedule_desc *desc) {
+    mc__sched s;
+    if (mc__sched_resolve(desc, &s) != MC_OK) return NULL;
+    if (s.pp == 1) return "no_pipelining";
+    return s.interleaved ? "with_interleaving" : "without_interleaving";
+}
+
+MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int cap,
+                           int *n_warmup) {
+    mc__sched s;
+    int rc = mc__sched_resolve(desc, &s), count;
+    if (rc != MC_OK) return rc;
+    count = mc__sched_count(&s);
+    if (out && cap < count)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_schedule_ops: cap (%d) is below the op count %d of stage %d", cap,
+                        count, s.rank);
+    if (n_warmup) *n_warmup = mc__sched_warmup(&s);
+    return mc__sched_fill(&s, out);
+}
+
+MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk,
+                             int cap) {
+    mc__sched s;
+    int rc = mc__sched_resolve(desc, &s), total, k;
+    if (rc != MC_OK) return rc;
+    total = mc__sched_total(&s);
+    if ((microbatch || chunk) && cap < total)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_table: cap (%d) is below M x V = %d",
+                        cap, total);
+    for (k = 0; k < total; k++) {
+        int mb = k, c = 0;
+        if (s.interleaved) mc__sched_table_entry(&s, k, &mb, &c);
+        if (microbatch) microbatch[k] = mb;
+        if (chunk) chunk[k] = c;
+    }
+    return total;
+}
+
+/* Finish times of F and B per (stage, chunk, micro-batch); < 0 while not run yet. */
+typedef struct mc__sched_sim {
+    const mc__sched *s;
+    double *f_end, *b_end;
+} mc__sched_sim;
+
+static double *mc__sim_slot(const mc__sched_sim *sim, double *table, int stage, int chunk,
+                            int mb) {
+    return &table[((size_t)stage * sim->s->v + (size_t)chunk) * sim->s->m + (size_t)mb];
+}
+
+/* When the input of `op` on `stage` is ready, or -1 when its producer has not run yet.
+   Virtual stage chunk * pp + stage: forwards flow up, backwards flow down. */
+static double mc__sim_ready(const mc__sched_sim *sim, int stage, const mc_sched_op *op) {
+    const mc__sched *s = sim->s;
+    int vs = op->chunk * s->pp + stage, last_vs = s->v * s->pp - 1;
+    double t = 0.0, dep;
+    if (op->kind == 'F') {
+        if (vs == 0) return 0.0;
+        return *mc__sim_slot(sim, sim->f_end, (vs - 1) % s->pp, (vs - 1) / s->pp, op->microbatch);
+    }
+    dep = *mc__sim_slot(sim, sim->f_end, stage, op->chunk, op->microbatch);
+    if (dep < 0) return -1.0;
+    t = dep;
+    if (vs < last_vs) {
+        dep = *mc__sim_slot(sim, sim->b_end, (vs + 1) % s->pp, (vs + 1) / s->pp, op->microbatch);
+        if (dep < 0) return -1.0;
+        if (dep > t) t = dep;
+    }
+    return t;
+}
+
+MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_time,
+                                double backward_time, double *start, int cap,
+                                mc_schedule_timing *timing) {
+    mc_schedule_desc one;
+    mc__sched s;
+    mc__sched_sim sim;
+    mc_sched_op *ops = NULL;
+    double *clock = NULL, *times = NULL, makespan = 0.0, busy;
+    int *next = NULL, rc, count, stage, done = 0, progress = 1;
+    size_t slots, i;
+    if (!desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_simulate: desc is NULL");
+    one = *desc;
+    one.pp_rank = 0;
+    if ((rc = mc__sched_resolve(&one, &s)) != MC_OK) return rc;
+    if (forward_time < 0 || backward_time < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_schedule_simulate: forward_time (%g) and backward_time (%g) must be "
+                        ">= 0 (0: 1 and 2)",
+                        forward_time, backward_time);
+    forward_time = forward_time > 0 ? forward_time : 1.0;
+    backward_time = backward_time > 0 ? backward_time : 2.0;
+    count = mc__sched_count(&s);
+    if (start && (long long)cap < (long long)count * s.pp)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_schedule_simulate: cap (%d) is below pp x ops per stage = %d x %d",
+                        cap, s.pp, count);
+    slots = (size_t)s.pp * (size_t)s.v * (size_t)s.m;
+    ops = (mc_sched_op *)mc_malloc(sizeof *ops * (size_t)count * (size_t)s.pp);
+    times = (double *)mc_malloc(sizeof *times * (slots * 2 + (size_t)count * (size_t)s.pp +
+                                                 (size_t)s.pp));
+    next = (int *)mc_calloc((size_t)s.pp, sizeof *next);
+    if (!ops || !times || !next) {
+        mc_free(ops);
+        mc_free(times);
+        mc_free(next);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_schedule_simulate: out of memory for %d x %d ops",
+                        s.pp, count);
+    }
+    sim.s = &s;
+    sim.f_end = times;
+    sim.b_end = times + slots;
+    clock = times + 2 * slots + (size_t)count * (size_t)s.pp;
+    for (i = 0; i < 2 * slots; i++) times[i] = -1.0;
+    for (stage = 0; stage < s.pp; stage++) {
+        mc__sched stage_s = s;
+        stage_s.rank = stage;
+        mc__sched_fill(&stage_s, ops + (size_t)stage * (size_t)count);
+        clock[stage] = 0.0;
+    }
+    /* Start times follow from finish times alone, so sweeping the stages in any order and
+       running each one as far as its inputs allow gives the same answer. */
+    while (done < count * s.pp && progress) {
+        progress = 0;
+        for (stage = 0; stage < s.pp; stage++) {
+            while (next[stage] < count) {
+                size_t at = (size_t)stage * (size_t)count + (size_t)next[stage];
+                const mc_sched_op *op = &ops[at];
+                double ready = mc__sim_ready(&sim, stage, op);
+                double begin, length = op->kind == 'F' ? forward_time : backward_time;
+                if (ready < 0) break;
+                begin = ready > clock[stage] ? ready : clock[stage];
+                clock[stage] = begin + length;
+                *mc__sim_slot(&sim, op->kind == 'F' ? sim.f_end : sim.b_end, stage, op->chunk,
+                              op->microbatch) = clock[stage];
+                times[2 * slots + at] = begin;
+                if (clock[stage] > makespan) makespan = clock[stage];
+                next[stage]++;
+                done++;
+                progress = 1;
+            }
+        }
+    }
+    rc = MC_OK;
+    if (done < count * s.pp) {
+        rc = MC__FAIL(MC_ERR_STATE,
+                      "mc_schedule_simulate: the schedule deadlocks: stage 0 waits at op %d of %d",
+                      next[0], count);
+    } else {
+        busy = (double)s.m * s.v * (forward_time + (s.forward_only ? 0.0 : backward_time));
+        if (start) memcpy(start, times + 2 * slots, sizeof *start * (size_t)count * (size_t)s.pp);
+        if (timing) {
+            timing->makespan = makespan;
+            timing->busy = busy;
+            timing->bubble_fraction = (makespan - busy) / makespan;
+            timing->bubble_ratio = (makespan - busy) / busy;
+        }
+    }
+    mc_free(ops);
+    mc_free(times);
+    mc_free(next);
+    return rc;
+}
+
+/* @schedules:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>pipeline_parallel.schedules
+//
+// Megatron's forward_backward functions over the op order of >>pipeline_parallel.schedule_table.
+// The loops keep Megatron's shape (warmup, steady 1F1B, cooldown) because the P2P calls hang off
+// that shape;
+// the tests check that the executed order equals mc_schedule_ops.
+
+/* One run of a schedule on this rank. Received tensors are indexed by (chunk, micro-batch):
+   every stage sends a chunk's tensors in micro-batch order, so the n-th tensor received for
+   chunk c belongs to micro-batch n (Megatron's per-chunk FIFO lists). */
+typedef struct mc__pipe {
+    const mc_schedule_hooks *h;
+    mc_schedule_result *res;
+    mc_comm *pp_comm;            /* NULL when PP = 1 */
+    int pp, rank, v, m, forward_only;
+    int prev, next;              /* cyclic neighbours in the pp group */
+    int total, warmup;           /* M*V virtual micro-batches; warmup forwards */
+    int *mb_of, *chunk_of;       /* (M*V) the interleaved table (identity when V = 1) */
+    float **input;               /* (V*M) received activation of (chunk, mb), NULL once used */
+    float **out_grad;            /* (V*M) received gradient of (chunk, mb) */
+    int *n_inputs, *n_grads;     /* (V) tensors received so far per chunk */
+    double *tokens;              /* (M) num_tokens per micro-batch, last virtual stage */
+    float **spare;               /* free receive buffers, reused before allocating */
+    int n_spare;
+} mc__pipe;
+
+static int mc__pipe_slot(const mc__pipe *p, int chunk, int mb) { return chunk * p->m + mb; }
+static int mc__pipe_first_virtual(const mc__pipe *p, int chunk) {
+    return p->rank == 0 && chunk == 0;
+}
+static int mc__pipe_last_virtual(const mc__pipe *p, int chunk) {
+    return p->rank == p->pp - 1 && chunk == p->v - 1;
+}
+/* Megatron's get_model_chunk_id: backward k runs the table's chunk mirrored, V - 1 - c. */
+static int mc__pipe_chunk(const mc__pipe *p, int k, int forward) {
+    int c = p->chunk_of[k % p->total];
+    return forward ? c : p->v - 1 - c;
+}
+
+static float *mc__pipe_buffer(mc__pipe *p) {
+    if (p->n_spare > 0) return p->spare[--p->n_spare];
+    size_t bytes = mc_dtype_bytes(p->h->tensor_dtype, p->h->tensor_elems);
+    return (float *)mc_comm_alloc(p->pp_comm, bytes);
+}
+
+/* Every buffer ever handed out is either in a slot or spare, so spare (2*V*M) never overflows. */
+static void mc__pipe_release(mc__pipe *p, float **slot) {
+    if (*slot) p->spare[p->n_spare++] = *slot;
+    *slot = NULL;
+}
+
+static void mc__pipe_free(mc__pipe *p) {
+    int i, slots = p->v * p->m;
+    for (i = 0; p->input && i < slots; i++) mc__pipe_release(p, &p->input[i]);
+    for (i = 0; p->out_grad && i < slots; i++) mc__pipe_release(p, &p->out_grad[i]);
+    for (i = 0; i < p->n_spare; i++) mc_comm_free(p->pp_comm, p->spare[i]);
+    mc_free(p->mb_of);
+    mc_free(p->chunk_of);
+    mc_free(p->input);
+    mc_free(p->out_grad);
+    mc_free(p->n_inputs);
+    mc_free(p->n_grads);
+    mc_free(p->tokens);
+    mc_free(p->spare);
+}
+
+/* Megatron's _communicate in batched mode: send_prev, recv_prev, send_next, recv_next, in that
+   order, as one batch waited as a whole. A NULL send or a recv chunk < 0 leaves that op out;
+   a received tensor goes to the next free micro-batch slot of its chunk. */
+static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float *send_prev,
+                                int recv_prev_chunk, int recv_next_chunk) {
+    mc_p2p_op ops[4];
+    int n = 0, rc;
+    float *from_prev = NULL, *from_next = NULL;
+    if (recv_prev_chunk >= 0 && p->n_inputs[recv_prev_chunk] >= p->m)
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive activation %d for "
+                        "chunk %d, but M = %d", p->rank, p->m + 1, recv_prev_chunk, p->m);
+    if (recv_next_chunk >= 0 && p->n_grads[recv_next_chunk] >= p->m)
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive gradient %d for "
+                        "chunk %d, but M = %d", p->rank, p->m + 1, recv_next_chunk, p->m);
+    if ((recv_prev_chunk >= 0 && !(from_prev = mc__pipe_buffer(p))) ||
+        (recv_next_chunk >= 0 && !(from_next = mc__pipe_buffer(p)))) {
+        mc__pipe_release(p, &from_prev);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "schedule: out of memory for a %zu-element P2P buffer",
+                        p->h->tensor_elems);
+    }
+#define MC__P2P_OP(send, buffer, peer_rank, tag_value)                          \
+    do {                                                                        \
+        ops[n].is_send = (send);                                                \
+        ops[n].buf = (void *)(uintptr_t)(buffer);                               \
+        ops[n].count = p->h->tensor_elems;                                      \
+        ops[n].dtype = p->h->tensor_dtype;                                      \
+        ops[n].peer = (peer_rank);                                              \
+        ops[n].tag = (tag_value);                                               \
+        n++;                                                                    \
+    } while (0)
+    if (send_prev) MC__P2P_OP(1, send_prev, p->prev, MC_SCHEDULE_TAG_BACKWARD);
+    if (from_prev) MC__P2P_OP(0, from_prev, p->prev, MC_SCHEDULE_TAG_FORWARD);
+    if (send_next) MC__P2P_OP(1, send_next, p->next, MC_SCHEDULE_TAG_FORWARD);
+    if (from_next) MC__P2P_OP(0, from_next, p->next, MC_SCHEDULE_TAG_BACKWARD);
+#undef MC__P2P_OP
+    rc = n > 0 ? mc_batch_send_recv(p->pp_comm, ops, n) : MC_OK;
+    if (rc != MC_OK) {
+        mc__pipe_release(p, &from_prev);
+        mc__pipe_release(p, &from_next);
+        return rc;
+    }
+    if (from_prev)
+        p->input[mc__pipe_slot(p, recv_prev_chunk, p->n_inputs[recv_prev_chunk]++)] = from_prev;
+    if (from_next)
+        p->out_grad[mc__pipe_slot(p, recv_next_chunk, p->n_grads[recv_next_chunk]++)] = from_next;
+    return MC_OK;
+}
+
+static void mc__pipe_trace(mc__pipe *p, char kind, int mb, int chunk) {
+    if (p->res->n_ops < MC_SCHEDULE_TRACE_MAX) {
+        mc_sched_op *op = &p->res->ops[p->res->n_ops];
+        op->kind = kind;
+        op->microbatch = mb;
+        op->chunk = chunk;
+    }
+    p->res->n_ops++;
+}
+
+/* Forward of virtual micro-batch k. *output: what to send next (NULL on the last virtual
+   stage, which instead accumulates the loss). */
+static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
+    int mb = p->mb_of[k], chunk = p->chunk_of[k], slot = mc__pipe_slot(p, chunk, mb), rc;
+    int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
+    double loss = 0.0, tokens = 0.0;
+    float *out = NULL;
+    if (!first && !p->input[slot])
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no input for the forward of "
+                        "micro-batch %d on chunk %d", p->rank, mb, chunk);
+    mc__pipe_trace(p, 'F', mb, chunk);
+    rc = p->h->forward_step(p->h->app, chunk, mb, first ? NULL : p->input[slot], &out, &loss,
+                            &tokens);
+    if (rc != MC_OK) return rc;
+    if (last) {
+        p->res->loss_sum += loss;
+        p->res->num_tokens += tokens;
+        p->tokens[mb] = tokens;
+        out = NULL;
+    } else if (!out) {
+        return MC__FAIL(MC_ERR_STATE, "schedule: forward_step of micro-batch %d on chunk %d "
+                        "(virtual stage %d) returned no output to send", mb, chunk,
+                        chunk * p->pp + p->rank);
+    }
+    if (p->forward_only) mc__pipe_release(p, &p->input[slot]);
+    *output = out;
+    return MC_OK;
+}
+
+/* Backward of virtual micro-batch k (chunk mirrored). Grad sync is on for exactly the backward
+   of a chunk's last micro-batch. *input_grad: what to send back (NULL on the first virtual
+   stage). */
+static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
+    int chunk = mc__pipe_chunk(p, k, 0), mb = p->mb_of[k], slot = mc__pipe_slot(p, chunk, mb);
+    int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
+    int last_mb = mb == p->m - 1, rc;
+    float *grad = NULL, scale = 1.0f;
+    if (!last && !p->out_grad[slot])
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no output gradient for the "
+                        "backward of micro-batch %d on chunk %d", p->rank, mb, chunk);
+    if (last) {
+        /* Megatron's loss_func 3-tuple: loss / max(num_tokens, 1) / num_microbatches. */
+        double tokens = p->tokens[mb] > 1.0 ? p->tokens[mb] : 1.0;
+        scale = (float)(1.0 / (tokens * (double)p->m));
+    }
+    if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 1);
+    mc__pipe_trace(p, 'B', mb, chunk);
+    rc = p->h->backward_step(p->h->app, chunk, mb, last ? NULL : p->out_grad[slot], scale, &grad);
+    if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 0);
+    if (rc != MC_OK) return rc;
+    mc__pipe_release(p, &p->input[slot]);
+    mc__pipe_release(p, &p->out_grad[slot]);
+    if (first) grad = NULL;
+    else if (!grad)
+        return MC__FAIL(MC_ERR_STATE, "schedule: backward_step of micro-batch %d on chunk %d "
+                        "(virtual stage %d) returned no input gradient to send", mb, chunk,
+                        chunk * p->pp + p->rank);
+    *input_grad = grad;
+    return MC_OK;
+}
+
+/* Checks the arguments, resolves the schedule (mc_schedule_ops' validation gives Megatron's
+   rules) and allocates the run. `vpp` is 1 unless interleaved. */
+static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_schedule_hooks *h,
+                         int m, int forward_only, mc_schedule_result *res, int vpp,
+                         const char *fn) {
+    mc_schedule_desc d;
+    int rc, slots, k;
+    memset(p, 0, sizeof *p);
+    if (!ps || !ps->initialized)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: the parallel state is %s", fn,
+                        ps ? "not initialized" : "NULL");
+    if (!h || !h->forward_step)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks%s is NULL", fn, h ? "->forward_step" : "");
+    if (!forward_only && !h->backward_step)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks->backward_step is NULL but forward_only "
+                        "is 0", fn);
+    if (!res) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: result is NULL", fn);
+    memset(res, 0, sizeof *res);
+    p->h = h;
+    p->res = res;
+    p->pp_comm = mc_parallel_group(ps, MC_GROUP_PP);
+    p->pp = p->pp_comm ? p->pp_comm->size : 1;
+    p->rank = p->pp_comm ? p->pp_comm->rank : 0;
+    p->prev = (p->rank + p->pp - 1) % p->pp;
+    p->next = (p->rank + 1) % p->pp;
+    p->forward_only = forward_only != 0;
+    if (p->pp > 1 && h->tensor_elems == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks->tensor_elems is 0, but pipeline stages "
+                        "(PP = %d) exchange tensors of that many floats", fn, p->pp);
+    memset(&d, 0, sizeof d);
+    d.pp = p->pp;
+    d.pp_rank = p->rank;
+    d.num_microbatches = m;
+    d.vpp = vpp > 1 ? vpp : 0;
+    d.group_size = h->group_size;
+    d.forward_only = forward_only;
+    if ((rc = mc_schedule_ops(&d, NULL, 0, &p->warmup)) < 0) return rc;
+    p->m = m;
+    p->v = vpp > 1 ? vpp : 1;
+    p->total = m * p->v;
+    slots = p->total;
+    p->mb_of = (int *)mc_calloc((size_t)slots, sizeof(int));
+    p->chunk_of = (int *)mc_calloc((size_t)slots, sizeof(int));
+    p->input = (float **)mc_calloc((size_t)slots, sizeof(float *));
+    p->out_grad = (float **)mc_calloc((size_t)slots, sizeof(float *));
+    p->spare = (float **)mc_calloc((size_t)slots * 2, sizeof(float *));
+    p->n_inputs = (int *)mc_calloc((size_t)p->v, sizeof(int));
+    p->n_grads = (int *)mc_calloc((size_t)p->v, sizeof(int));
+    p->tokens = (double *)mc_calloc((size_t)m, sizeof(double));
+    if (!p->mb_of || !p->chunk_of || !p->input || !p->out_grad || !p->spare || !p->n_inputs ||
+        !p->n_grads || !p->tokens) {
+        mc__pipe_free(p);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory for M x V = %d slots", fn, slots);
+    }
+    if (p->v > 1) mc_schedule_table(&d, p->mb_of, p->chunk_of, slots);
+    else
+        for (k = 0; k < slots; k++) p->mb_of[k] = k;
+    res->n_warmup = p->warmup;
+    return MC_OK;
+}
+
+/* Megatron's disable_grad_sync at entry (every chunk), then the run, then finalize. */
+static int mc__pipe_finish(mc__pipe *p, int rc) {
+    int i, left = 0;
+    for (i = 0; rc == MC_OK && i < p->v * p->m; i++) left += p->input[i] || p->out_grad[i];
+    if (rc == MC_OK && left)
+        rc = MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d received %d tensors it never used",
+                      p->rank, left);
+    if (rc == MC_OK && !p->forward_only && p->h->finalize) rc = p->h->finalize(p->h->app);
+    mc__pipe_free(p);
+    return rc;
+}
+
+static void mc__pipe_sync_off(mc__pipe *p) {
+    int c;
+    if (p->forward_only || !p->h->grad_sync) return;
+    for (c = 0; c < p->v; c++) p->h->grad_sync(p->h->app, c, 0);
+}
+
+/* Megatron's P2P helpers of the non-interleaved schedule (V = 1): no-ops on the first stage
+   (recv_forward, send_backward) and on the last one (send_forward, recv_backward). */
+static int mc__pipe_recv_forward(mc__pipe *p) {
+    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, NULL, 0, -1);
+}
+static int mc__pipe_send_forward(mc__pipe *p, const float *out) {
+    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, out, NULL, -1, -1);
+}
+static int mc__pipe_recv_backward(mc__pipe *p) {
+    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, NULL, NULL, -1, 0);
+}
+static int mc__pipe_send_backward(mc__pipe *p, const float *grad) {
+    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, grad, -1, -1);
+}
+static int mc__pipe_send_forward_recv_backward(mc__pipe *p, const float *out) {
+    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, out, NULL, -1, 0);
+}
+static int mc__pipe_send_backward_recv_forward(mc__pipe *p, const float *grad) {
+    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, grad, 0, -1);
+}
+
+MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
+                                             const mc_schedule_hooks *hooks, int num_microbatches,
+                                             int forward_only, mc_schedule_result *result) {
+    mc__pipe p;
+    float *out = NULL, *grad = NULL;
+    int rc, i;
+    if (ps && ps->initialized && mc_parallel_size(ps, MC_GROUP_PP) > 1)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_no_pipelining: the pipeline-model-"
+                        "parallel size is %d; no pipelining needs 1 (use "
+                        "mc_get_forward_backward_func)", mc_parallel_size(ps, MC_GROUP_PP));
+    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, 1,
+                       "mc_forward_backward_no_pipelining");
+    if (rc != MC_OK) return rc;
+    mc__pipe_sync_off(&p);
+    /* Megatron runs micro-batches 0..M-2 inside no_sync and the last one outside it; the
+       switch sits in mc__pipe_backward. */
+    for (i = 0; i < p.m && rc == MC_OK; i++) {
+        rc = mc__pipe_forward(&p, i, &out);
+        if (rc == MC_OK && !p.forward_only) rc = mc__pipe_backward(&p, i, &grad);
+    }
+    return mc__pipe_finish(&p, rc);
+}
+
+/* 1F1B, section 8.4: warmup forwards, the steady 1F1B pairs with combined exchanges, the
+   cooldown backwards. */
+static int mc__pipe_run_1f1b(mc__pipe *p) {
+    int w = p->warmup, remaining = p->m - w, i, rc = MC_OK;
+    float *out = NULL, *grad = NULL;
+    for (i = 0; i < w && rc == MC_OK; i++) {
+        if ((rc = mc__pipe_recv_forward(p)) != MC_OK) break;
+        if ((rc = mc__pipe_forward(p, i, &out)) != MC_OK) break;
+        rc = mc__pipe_send_forward(p, out);
+    }
+    if (rc == MC_OK && remaining > 0) rc = mc__pipe_recv_forward(p);
+    for (i = 0; i < remaining && rc == MC_OK; i++) {
+        int last_iteration = i == remaining - 1;
+        if ((rc = mc__pipe_forward(p, w + i, &out)) != MC_OK) break;
+        if (p->forward_only) {
+            if ((rc = mc__pipe_send_forward(p, out)) != MC_OK) break;
+            if (!last_iteration) rc = mc__pipe_recv_forward(p);
+            continue;
+        }
+        if ((rc = mc__pipe_send_forward_recv_backward(p, out)) != MC_OK) break;
+        if ((rc = mc__pipe_backward(p, i, &grad)) != MC_OK) break;
+        rc = last_iteration ? mc__pipe_send_backward(p, grad)
+                            : mc__pipe_send_backward_recv_forward(p, grad);
+    }
+    for (i = 0; i < w && rc == MC_OK && !p->forward_only; i++) {
+        if ((rc = mc__pipe_recv_backward(p)) != MC_OK) break;
+        if ((rc = mc__pipe_backward(p, remaining + i, &grad)) != MC_OK) break;
+        rc = mc__pipe_send_backward(p, grad);
+    }
+    return rc;
+}
+
+MC_API int mc_forward_backward_pipelining_without_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result) {
+    mc__pipe p;
+    int rc;
+    if (ps && ps->initialized && ps->grid.desc.vpp > 1)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_pipelining_without_interleaving: "
+                        "non-interleaved pipeline-parallel schedule does not support model "
+                        "chunking (virtual pipeline size %d)", ps->grid.desc.vpp);
+    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, 1,
+                       "mc_forward_backward_pipelining_without_interleaving");
+    if (rc != MC_OK) return rc;
+    mc__pipe_sync_off(&p);
+    return mc__pipe_finish(&p, mc__pipe_run_1f1b(&p));
+}
+
+/* Megatron's recv_tensor_from_previous_stage: whether this stage receives a tensor in the
+   exchange after virtual micro-batch k, and for which chunk. The leading stage (pp rank 0 for
+   activations, P-1 for gradients) receives what the other end of the pipeline produced
+   P-1 virtual micro-batches earlier, through the cyclic link, for the neighbouring chunk. */
+static int mc__pipe_recv_chunk(const mc__pipe *p, int k, int forward) {
+    int leading = forward ? p->rank == 0 : p->rank == p->pp - 1;
+    int edge_chunk = forward ? p->v - 1 : 0, step = forward ? 1 : -1, c;
+    if (!leading) return mc__pipe_chunk(p, k + 1, forward);
+    if (k < p->pp - 1) return -1;   /* the other end has produced nothing yet */
+    c = mc__pipe_chunk(p, k - (p->pp - 1), forward);
+    return c == edge_chunk ? -1 : c + step;   /* the last chunk leaves the pipeline */
+}
+
+/* Interleaved 1F1B, section 8.5 (batched P2P, no overlap). */
+static int mc__pipe_run_interleaved(mc__pipe *p) {
+    int total = p->total, w = p->warmup, remaining = total - w, all_warmup = w == total;
+    int first_pp = p->rank == 0, last_pp = p->rank == p->pp - 1, k, rc = MC_OK;
+    float *out = NULL, *grad = NULL;
+    if (!first_pp) rc = mc__pipe_communicate(p, NULL, NULL, 0, -1);   /* recv_forward, chunk 0 */
+    for (k = 0; k < w && rc == MC_OK; k++) {
+        int recv_prev = k == total - 1 ? -1 : mc__pipe_recv_chunk(p, k, 1);
+        if ((rc = mc__pipe_forward(p, k, &out)) != MC_OK) break;
+        if (k == w - 1 && !p->forward_only && !all_warmup)
+            /* the last warmup exchange also fetches the first backward's gradient */
+            rc = mc__pipe_communicate(p, out, NULL, recv_prev, last_pp ? -1 : p->v - 1);
+        else
+            rc = mc__pipe_communicate(p, out, NULL, recv_prev, -1);   /* send_forward_recv_forward */
+    }
+    for (k = 0; k < remaining && rc == MC_OK; k++) {
+        int forward_k = k + w, recv_prev, recv_next;
+        if ((rc = mc__pipe_forward(p, forward_k, &out)) != MC_OK) break;
+        if ((rc = mc__pipe_backward(p, k, &grad)) != MC_OK) break;
+        recv_prev = k == remaining - 1 ? -1 : mc__pipe_recv_chunk(p, forward_k, 1);
+        recv_next = mc__pipe_recv_chunk(p, k, 0);
+        rc = mc__pipe_communicate(p, out, grad, recv_prev, recv_next);
+    }
+    if (p->forward_only) return rc;
+    if (rc == MC_OK && all_warmup && !last_pp)   /* recv_backward for chunk V-1 */
+        rc = mc__pipe_communicate(p, NULL, NULL, -1, p->v - 1);
+    for (k = remaining; k < total && rc == MC_OK; k++) {
+        int recv_next = k == total - 1 ? -1 : mc__pipe_recv_chunk(p, k, 0);
+        if ((rc = mc__pipe_backward(p, k, &grad)) != MC_OK) break;
+        rc = mc__pipe_communicate(p, NULL, grad, -1, recv_next);   /* send_backward_recv_backward */
+    }
+    return rc;
+}
+
+MC_API int mc_forward_backward_pipelining_with_interleaving(
+    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
+    int forward_only, mc_schedule_result *result) {
+    mc__pipe p;
+    int rc, vpp = ps && ps->initialized ? ps->grid.desc.vpp : 0;
+    if (ps && ps->initialized && vpp <= 1)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_pipelining_with_interleaving: "
+                        "interleaved pipeline parallelism expected model chunking, but the "
+                        "virtual pipeline size is %d (set mc_grid_desc.vpp >= 2)", vpp);
+    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, vpp,
+                       "mc_forward_backward_pipelining_with_interleaving");
+    if (rc != MC_OK) return rc;
+    mc__pipe_sync_off(&p);
+    return mc__pipe_finish(&p, mc__pipe_run_interleaved(&p));
+}
+
+MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps) {
+    if (!ps) return NULL;
+    if (ps->grid.desc.pp > 1)
+        return ps->grid.desc.vpp > 1 ? mc_forward_backward_pipelining_with_interleaving
+                                     : mc_forward_backward_pipelining_without_interleaving;
+    return mc_forward_backward_no_pipelining;
+}
+
+/* @schedules:implementation end */
+
+/* =============================================================================================
+   transformer and models.gpt (implementation) */
+
 /* @model:implementation begin */
 
 // ---------------------------------------------------------------------------------------------
-// >>gpt  transformer layer, block, GPTModel (declarations and the shape legend at >>gpt above)
+// >>transformer and >>models.gpt: the local spec, the layer and the block, then GPTModel
+// (declarations and the shape legend at >>models.gpt above)
 
 #include <math.h>   /* defines: sqrt, log (init scale) */
 
@@ -9690,441 +10182,13 @@ MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
 
 /* @model:implementation end */
 
-/* @schedules:implementation begin */
-
-// ---------------------------------------------------------------------------------------------
-// >>schedules
-//
-// Megatron's forward_backward functions over the op order of >>schedule_table. The loops keep
-// Megatron's shape (warmup, steady 1F1B, cooldown) because the P2P calls hang off that shape;
-// the tests check that the executed order equals mc_schedule_ops.
-
-/* One run of a schedule on this rank. Received tensors are indexed by (chunk, micro-batch):
-   every stage sends a chunk's tensors in micro-batch order, so the n-th tensor received for
-   chunk c belongs to micro-batch n (Megatron's per-chunk FIFO lists). */
-typedef struct mc__pipe {
-    const mc_schedule_hooks *h;
-    mc_schedule_result *res;
-    mc_comm *pp_comm;            /* NULL when PP = 1 */
-    int pp, rank, v, m, forward_only;
-    int prev, next;              /* cyclic neighbours in the pp group */
-    int total, warmup;           /* M*V virtual micro-batches; warmup forwards */
-    int *mb_of, *chunk_of;       /* (M*V) the interleaved table (identity when V = 1) */
-    float **input;               /* (V*M) received activation of (chunk, mb), NULL once used */
-    float **out_grad;            /* (V*M) received gradient of (chunk, mb) */
-    int *n_inputs, *n_grads;     /* (V) tensors received so far per chunk */
-    double *tokens;              /* (M) num_tokens per micro-batch, last virtual stage */
-    float **spare;               /* free receive buffers, reused before allocating */
-    int n_spare;
-} mc__pipe;
-
-static int mc__pipe_slot(const mc__pipe *p, int chunk, int mb) { return chunk * p->m + mb; }
-static int mc__pipe_first_virtual(const mc__pipe *p, int chunk) {
-    return p->rank == 0 && chunk == 0;
-}
-static int mc__pipe_last_virtual(const mc__pipe *p, int chunk) {
-    return p->rank == p->pp - 1 && chunk == p->v - 1;
-}
-/* Megatron's get_model_chunk_id: backward k runs the table's chunk mirrored, V - 1 - c. */
-static int mc__pipe_chunk(const mc__pipe *p, int k, int forward) {
-    int c = p->chunk_of[k % p->total];
-    return forward ? c : p->v - 1 - c;
-}
-
-static float *mc__pipe_buffer(mc__pipe *p) {
-    if (p->n_spare > 0) return p->spare[--p->n_spare];
-    size_t bytes = mc_dtype_bytes(p->h->tensor_dtype, p->h->tensor_elems);
-    return (float *)mc_comm_alloc(p->pp_comm, bytes);
-}
-
-/* Every buffer ever handed out is either in a slot or spare, so spare (2*V*M) never overflows. */
-static void mc__pipe_release(mc__pipe *p, float **slot) {
-    if (*slot) p->spare[p->n_spare++] = *slot;
-    *slot = NULL;
-}
-
-static void mc__pipe_free(mc__pipe *p) {
-    int i, slots = p->v * p->m;
-    for (i = 0; p->input && i < slots; i++) mc__pipe_release(p, &p->input[i]);
-    for (i = 0; p->out_grad && i < slots; i++) mc__pipe_release(p, &p->out_grad[i]);
-    for (i = 0; i < p->n_spare; i++) mc_comm_free(p->pp_comm, p->spare[i]);
-    mc_free(p->mb_of);
-    mc_free(p->chunk_of);
-    mc_free(p->input);
-    mc_free(p->out_grad);
-    mc_free(p->n_inputs);
-    mc_free(p->n_grads);
-    mc_free(p->tokens);
-    mc_free(p->spare);
-}
-
-/* Megatron's _communicate in batched mode: send_prev, recv_prev, send_next, recv_next, in that
-   order, as one batch waited as a whole. A NULL send or a recv chunk < 0 leaves that op out;
-   a received tensor goes to the next free micro-batch slot of its chunk. */
-static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float *send_prev,
-                                int recv_prev_chunk, int recv_next_chunk) {
-    mc_p2p_op ops[4];
-    int n = 0, rc;
-    float *from_prev = NULL, *from_next = NULL;
-    if (recv_prev_chunk >= 0 && p->n_inputs[recv_prev_chunk] >= p->m)
-        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive activation %d for "
-                        "chunk %d, but M = %d", p->rank, p->m + 1, recv_prev_chunk, p->m);
-    if (recv_next_chunk >= 0 && p->n_grads[recv_next_chunk] >= p->m)
-        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive gradient %d for "
-                        "chunk %d, but M = %d", p->rank, p->m + 1, recv_next_chunk, p->m);
-    if ((recv_prev_chunk >= 0 && !(from_prev = mc__pipe_buffer(p))) ||
-        (recv_next_chunk >= 0 && !(from_next = mc__pipe_buffer(p)))) {
-        mc__pipe_release(p, &from_prev);
-        return MC__FAIL(MC_ERR_NO_MEMORY, "schedule: out of memory for a %zu-element P2P buffer",
-                        p->h->tensor_elems);
-    }
-#define MC__P2P_OP(send, buffer, peer_rank, tag_value)                          \
-    do {                                                                        \
-        ops[n].is_send = (send);                                                \
-        ops[n].buf = (void *)(uintptr_t)(buffer);                               \
-        ops[n].count = p->h->tensor_elems;                                      \
-        ops[n].dtype = p->h->tensor_dtype;                                      \
-        ops[n].peer = (peer_rank);                                              \
-        ops[n].tag = (tag_value);                                               \
-        n++;                                                                    \
-    } while (0)
-    if (send_prev) MC__P2P_OP(1, send_prev, p->prev, MC_SCHEDULE_TAG_BACKWARD);
-    if (from_prev) MC__P2P_OP(0, from_prev, p->prev, MC_SCHEDULE_TAG_FORWARD);
-    if (send_next) MC__P2P_OP(1, send_next, p->next, MC_SCHEDULE_TAG_FORWARD);
-    if (from_next) MC__P2P_OP(0, from_next, p->next, MC_SCHEDULE_TAG_BACKWARD);
-#undef MC__P2P_OP
-    rc = n > 0 ? mc_batch_send_recv(p->pp_comm, ops, n) : MC_OK;
-    if (rc != MC_OK) {
-        mc__pipe_release(p, &from_prev);
-        mc__pipe_release(p, &from_next);
-        return rc;
-    }
-    if (from_prev)
-        p->input[mc__pipe_slot(p, recv_prev_chunk, p->n_inputs[recv_prev_chunk]++)] = from_prev;
-    if (from_next)
-        p->out_grad[mc__pipe_slot(p, recv_next_chunk, p->n_grads[recv_next_chunk]++)] = from_next;
-    return MC_OK;
-}
-
-static void mc__pipe_trace(mc__pipe *p, char kind, int mb, int chunk) {
-    if (p->res->n_ops < MC_SCHEDULE_TRACE_MAX) {
-        mc_sched_op *op = &p->res->ops[p->res->n_ops];
-        op->kind = kind;
-        op->microbatch = mb;
-        op->chunk = chunk;
-    }
-    p->res->n_ops++;
-}
-
-/* Forward of virtual micro-batch k. *output: what to send next (NULL on the last virtual
-   stage, which instead accumulates the loss). */
-static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
-    int mb = p->mb_of[k], chunk = p->chunk_of[k], slot = mc__pipe_slot(p, chunk, mb), rc;
-    int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
-    double loss = 0.0, tokens = 0.0;
-    float *out = NULL;
-    if (!first && !p->input[slot])
-        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no input for the forward of "
-                        "micro-batch %d on chunk %d", p->rank, mb, chunk);
-    mc__pipe_trace(p, 'F', mb, chunk);
-    rc = p->h->forward_step(p->h->app, chunk, mb, first ? NULL : p->input[slot], &out, &loss,
-                            &tokens);
-    if (rc != MC_OK) return rc;
-    if (last) {
-        p->res->loss_sum += loss;
-        p->res->num_tokens += tokens;
-        p->tokens[mb] = tokens;
-        out = NULL;
-    } else if (!out) {
-        return MC__FAIL(MC_ERR_STATE, "schedule: forward_step of micro-batch %d on chunk %d "
-                        "(virtual stage %d) returned no output to send", mb, chunk,
-                        chunk * p->pp + p->rank);
-    }
-    if (p->forward_only) mc__pipe_release(p, &p->input[slot]);
-    *output = out;
-    return MC_OK;
-}
-
-/* Backward of virtual micro-batch k (chunk mirrored). Grad sync is on for exactly the backward
-   of a chunk's last micro-batch. *input_grad: what to send back (NULL on the first virtual
-   stage). */
-static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
-    int chunk = mc__pipe_chunk(p, k, 0), mb = p->mb_of[k], slot = mc__pipe_slot(p, chunk, mb);
-    int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
-    int last_mb = mb == p->m - 1, rc;
-    float *grad = NULL, scale = 1.0f;
-    if (!last && !p->out_grad[slot])
-        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no output gradient for the "
-                        "backward of micro-batch %d on chunk %d", p->rank, mb, chunk);
-    if (last) {
-        /* Megatron's loss_func 3-tuple: loss / max(num_tokens, 1) / num_microbatches. */
-        double tokens = p->tokens[mb] > 1.0 ? p->tokens[mb] : 1.0;
-        scale = (float)(1.0 / (tokens * (double)p->m));
-    }
-    if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 1);
-    mc__pipe_trace(p, 'B', mb, chunk);
-    rc = p->h->backward_step(p->h->app, chunk, mb, last ? NULL : p->out_grad[slot], scale, &grad);
-    if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 0);
-    if (rc != MC_OK) return rc;
-    mc__pipe_release(p, &p->input[slot]);
-    mc__pipe_release(p, &p->out_grad[slot]);
-    if (first) grad = NULL;
-    else if (!grad)
-        return MC__FAIL(MC_ERR_STATE, "schedule: backward_step of micro-batch %d on chunk %d "
-                        "(virtual stage %d) returned no input gradient to send", mb, chunk,
-                        chunk * p->pp + p->rank);
-    *input_grad = grad;
-    return MC_OK;
-}
-
-/* Checks the arguments, resolves the schedule (mc_schedule_ops' validation gives Megatron's
-   rules) and allocates the run. `vpp` is 1 unless interleaved. */
-static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_schedule_hooks *h,
-                         int m, int forward_only, mc_schedule_result *res, int vpp,
-                         const char *fn) {
-    mc_schedule_desc d;
-    int rc, slots, k;
-    memset(p, 0, sizeof *p);
-    if (!ps || !ps->initialized)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: the parallel state is %s", fn,
-                        ps ? "not initialized" : "NULL");
-    if (!h || !h->forward_step)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks%s is NULL", fn, h ? "->forward_step" : "");
-    if (!forward_only && !h->backward_step)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks->backward_step is NULL but forward_only "
-                        "is 0", fn);
-    if (!res) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: result is NULL", fn);
-    memset(res, 0, sizeof *res);
-    p->h = h;
-    p->res = res;
-    p->pp_comm = mc_parallel_group(ps, MC_GROUP_PP);
-    p->pp = p->pp_comm ? p->pp_comm->size : 1;
-    p->rank = p->pp_comm ? p->pp_comm->rank : 0;
-    p->prev = (p->rank + p->pp - 1) % p->pp;
-    p->next = (p->rank + 1) % p->pp;
-    p->forward_only = forward_only != 0;
-    if (p->pp > 1 && h->tensor_elems == 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: hooks->tensor_elems is 0, but pipeline stages "
-                        "(PP = %d) exchange tensors of that many floats", fn, p->pp);
-    memset(&d, 0, sizeof d);
-    d.pp = p->pp;
-    d.pp_rank = p->rank;
-    d.num_microbatches = m;
-    d.vpp = vpp > 1 ? vpp : 0;
-    d.group_size = h->group_size;
-    d.forward_only = forward_only;
-    if ((rc = mc_schedule_ops(&d, NULL, 0, &p->warmup)) < 0) return rc;
-    p->m = m;
-    p->v = vpp > 1 ? vpp : 1;
-    p->total = m * p->v;
-    slots = p->total;
-    p->mb_of = (int *)mc_calloc((size_t)slots, sizeof(int));
-    p->chunk_of = (int *)mc_calloc((size_t)slots, sizeof(int));
-    p->input = (float **)mc_calloc((size_t)slots, sizeof(float *));
-    p->out_grad = (float **)mc_calloc((size_t)slots, sizeof(float *));
-    p->spare = (float **)mc_calloc((size_t)slots * 2, sizeof(float *));
-    p->n_inputs = (int *)mc_calloc((size_t)p->v, sizeof(int));
-    p->n_grads = (int *)mc_calloc((size_t)p->v, sizeof(int));
-    p->tokens = (double *)mc_calloc((size_t)m, sizeof(double));
-    if (!p->mb_of || !p->chunk_of || !p->input || !p->out_grad || !p->spare || !p->n_inputs ||
-        !p->n_grads || !p->tokens) {
-        mc__pipe_free(p);
-        return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory for M x V = %d slots", fn, slots);
-    }
-    if (p->v > 1) mc_schedule_table(&d, p->mb_of, p->chunk_of, slots);
-    else
-        for (k = 0; k < slots; k++) p->mb_of[k] = k;
-    res->n_warmup = p->warmup;
-    return MC_OK;
-}
-
-/* Megatron's disable_grad_sync at entry (every chunk), then the run, then finalize. */
-static int mc__pipe_finish(mc__pipe *p, int rc) {
-    int i, left = 0;
-    for (i = 0; rc == MC_OK && i < p->v * p->m; i++) left += p->input[i] || p->out_grad[i];
-    if (rc == MC_OK && left)
-        rc = MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d received %d tensors it never used",
-                      p->rank, left);
-    if (rc == MC_OK && !p->forward_only && p->h->finalize) rc = p->h->finalize(p->h->app);
-    mc__pipe_free(p);
-    return rc;
-}
-
-static void mc__pipe_sync_off(mc__pipe *p) {
-    int c;
-    if (p->forward_only || !p->h->grad_sync) return;
-    for (c = 0; c < p->v; c++) p->h->grad_sync(p->h->app, c, 0);
-}
-
-/* Megatron's P2P helpers of the non-interleaved schedule (V = 1): no-ops on the first stage
-   (recv_forward, send_backward) and on the last one (send_forward, recv_backward). */
-static int mc__pipe_recv_forward(mc__pipe *p) {
-    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, NULL, 0, -1);
-}
-static int mc__pipe_send_forward(mc__pipe *p, const float *out) {
-    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, out, NULL, -1, -1);
-}
-static int mc__pipe_recv_backward(mc__pipe *p) {
-    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, NULL, NULL, -1, 0);
-}
-static int mc__pipe_send_backward(mc__pipe *p, const float *grad) {
-    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, grad, -1, -1);
-}
-static int mc__pipe_send_forward_recv_backward(mc__pipe *p, const float *out) {
-    return p->rank == p->pp - 1 ? MC_OK : mc__pipe_communicate(p, out, NULL, -1, 0);
-}
-static int mc__pipe_send_backward_recv_forward(mc__pipe *p, const float *grad) {
-    return p->rank == 0 ? MC_OK : mc__pipe_communicate(p, NULL, grad, 0, -1);
-}
-
-MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
-                                             const mc_schedule_hooks *hooks, int num_microbatches,
-                                             int forward_only, mc_schedule_result *result) {
-    mc__pipe p;
-    float *out = NULL, *grad = NULL;
-    int rc, i;
-    if (ps && ps->initialized && mc_parallel_size(ps, MC_GROUP_PP) > 1)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_no_pipelining: the pipeline-model-"
-                        "parallel size is %d; no pipelining needs 1 (use "
-                        "mc_get_forward_backward_func)", mc_parallel_size(ps, MC_GROUP_PP));
-    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, 1,
-                       "mc_forward_backward_no_pipelining");
-    if (rc != MC_OK) return rc;
-    mc__pipe_sync_off(&p);
-    /* Megatron runs micro-batches 0..M-2 inside no_sync and the last one outside it; the
-       switch sits in mc__pipe_backward. */
-    for (i = 0; i < p.m && rc == MC_OK; i++) {
-        rc = mc__pipe_forward(&p, i, &out);
-        if (rc == MC_OK && !p.forward_only) rc = mc__pipe_backward(&p, i, &grad);
-    }
-    return mc__pipe_finish(&p, rc);
-}
-
-/* 1F1B, section 8.4: warmup forwards, the steady 1F1B pairs with combined exchanges, the
-   cooldown backwards. */
-static int mc__pipe_run_1f1b(mc__pipe *p) {
-    int w = p->warmup, remaining = p->m - w, i, rc = MC_OK;
-    float *out = NULL, *grad = NULL;
-    for (i = 0; i < w && rc == MC_OK; i++) {
-        if ((rc = mc__pipe_recv_forward(p)) != MC_OK) break;
-        if ((rc = mc__pipe_forward(p, i, &out)) != MC_OK) break;
-        rc = mc__pipe_send_forward(p, out);
-    }
-    if (rc == MC_OK && remaining > 0) rc = mc__pipe_recv_forward(p);
-    for (i = 0; i < remaining && rc == MC_OK; i++) {
-        int last_iteration = i == remaining - 1;
-        if ((rc = mc__pipe_forward(p, w + i, &out)) != MC_OK) break;
-        if (p->forward_only) {
-            if ((rc = mc__pipe_send_forward(p, out)) != MC_OK) break;
-            if (!last_iteration) rc = mc__pipe_recv_forward(p);
-            continue;
-        }
-        if ((rc = mc__pipe_send_forward_recv_backward(p, out)) != MC_OK) break;
-        if ((rc = mc__pipe_backward(p, i, &grad)) != MC_OK) break;
-        rc = last_iteration ? mc__pipe_send_backward(p, grad)
-                            : mc__pipe_send_backward_recv_forward(p, grad);
-    }
-    for (i = 0; i < w && rc == MC_OK && !p->forward_only; i++) {
-        if ((rc = mc__pipe_recv_backward(p)) != MC_OK) break;
-        if ((rc = mc__pipe_backward(p, remaining + i, &grad)) != MC_OK) break;
-        rc = mc__pipe_send_backward(p, grad);
-    }
-    return rc;
-}
-
-MC_API int mc_forward_backward_pipelining_without_interleaving(
-    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
-    int forward_only, mc_schedule_result *result) {
-    mc__pipe p;
-    int rc;
-    if (ps && ps->initialized && ps->grid.desc.vpp > 1)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_pipelining_without_interleaving: "
-                        "non-interleaved pipeline-parallel schedule does not support model "
-                        "chunking (virtual pipeline size %d)", ps->grid.desc.vpp);
-    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, 1,
-                       "mc_forward_backward_pipelining_without_interleaving");
-    if (rc != MC_OK) return rc;
-    mc__pipe_sync_off(&p);
-    return mc__pipe_finish(&p, mc__pipe_run_1f1b(&p));
-}
-
-/* Megatron's recv_tensor_from_previous_stage: whether this stage receives a tensor in the
-   exchange after virtual micro-batch k, and for which chunk. The leading stage (pp rank 0 for
-   activations, P-1 for gradients) receives what the other end of the pipeline produced
-   P-1 virtual micro-batches earlier, through the cyclic link, for the neighbouring chunk. */
-static int mc__pipe_recv_chunk(const mc__pipe *p, int k, int forward) {
-    int leading = forward ? p->rank == 0 : p->rank == p->pp - 1;
-    int edge_chunk = forward ? p->v - 1 : 0, step = forward ? 1 : -1, c;
-    if (!leading) return mc__pipe_chunk(p, k + 1, forward);
-    if (k < p->pp - 1) return -1;   /* the other end has produced nothing yet */
-    c = mc__pipe_chunk(p, k - (p->pp - 1), forward);
-    return c == edge_chunk ? -1 : c + step;   /* the last chunk leaves the pipeline */
-}
-
-/* Interleaved 1F1B, section 8.5 (batched P2P, no overlap). */
-static int mc__pipe_run_interleaved(mc__pipe *p) {
-    int total = p->total, w = p->warmup, remaining = total - w, all_warmup = w == total;
-    int first_pp = p->rank == 0, last_pp = p->rank == p->pp - 1, k, rc = MC_OK;
-    float *out = NULL, *grad = NULL;
-    if (!first_pp) rc = mc__pipe_communicate(p, NULL, NULL, 0, -1);   /* recv_forward, chunk 0 */
-    for (k = 0; k < w && rc == MC_OK; k++) {
-        int recv_prev = k == total - 1 ? -1 : mc__pipe_recv_chunk(p, k, 1);
-        if ((rc = mc__pipe_forward(p, k, &out)) != MC_OK) break;
-        if (k == w - 1 && !p->forward_only && !all_warmup)
-            /* the last warmup exchange also fetches the first backward's gradient */
-            rc = mc__pipe_communicate(p, out, NULL, recv_prev, last_pp ? -1 : p->v - 1);
-        else
-            rc = mc__pipe_communicate(p, out, NULL, recv_prev, -1);   /* send_forward_recv_forward */
-    }
-    for (k = 0; k < remaining && rc == MC_OK; k++) {
-        int forward_k = k + w, recv_prev, recv_next;
-        if ((rc = mc__pipe_forward(p, forward_k, &out)) != MC_OK) break;
-        if ((rc = mc__pipe_backward(p, k, &grad)) != MC_OK) break;
-        recv_prev = k == remaining - 1 ? -1 : mc__pipe_recv_chunk(p, forward_k, 1);
-        recv_next = mc__pipe_recv_chunk(p, k, 0);
-        rc = mc__pipe_communicate(p, out, grad, recv_prev, recv_next);
-    }
-    if (p->forward_only) return rc;
-    if (rc == MC_OK && all_warmup && !last_pp)   /* recv_backward for chunk V-1 */
-        rc = mc__pipe_communicate(p, NULL, NULL, -1, p->v - 1);
-    for (k = remaining; k < total && rc == MC_OK; k++) {
-        int recv_next = k == total - 1 ? -1 : mc__pipe_recv_chunk(p, k, 0);
-        if ((rc = mc__pipe_backward(p, k, &grad)) != MC_OK) break;
-        rc = mc__pipe_communicate(p, NULL, grad, -1, recv_next);   /* send_backward_recv_backward */
-    }
-    return rc;
-}
-
-MC_API int mc_forward_backward_pipelining_with_interleaving(
-    const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
-    int forward_only, mc_schedule_result *result) {
-    mc__pipe p;
-    int rc, vpp = ps && ps->initialized ? ps->grid.desc.vpp : 0;
-    if (ps && ps->initialized && vpp <= 1)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_forward_backward_pipelining_with_interleaving: "
-                        "interleaved pipeline parallelism expected model chunking, but the "
-                        "virtual pipeline size is %d (set mc_grid_desc.vpp >= 2)", vpp);
-    rc = mc__pipe_init(&p, ps, hooks, num_microbatches, forward_only, result, vpp,
-                       "mc_forward_backward_pipelining_with_interleaving");
-    if (rc != MC_OK) return rc;
-    mc__pipe_sync_off(&p);
-    return mc__pipe_finish(&p, mc__pipe_run_interleaved(&p));
-}
-
-MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps) {
-    if (!ps) return NULL;
-    if (ps->grid.desc.pp > 1)
-        return ps->grid.desc.vpp > 1 ? mc_forward_backward_pipelining_with_interleaving
-                                     : mc_forward_backward_pipelining_without_interleaving;
-    return mc_forward_backward_no_pipelining;
-}
-
-/* @schedules:implementation end */
+/* =============================================================================================
+   distributed, optimizer, dist_checkpointing (implementation) */
 
 /* @ddp:implementation begin */
 
 // ---------------------------------------------------------------------------------------------
-// >>ddp
+// >>distributed
 
 enum { MC__DDP_IDLE = 0, MC__DDP_IN_FLIGHT, MC__DDP_DONE };
 
@@ -10855,7 +10919,7 @@ MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_sta
 /* @checkpoint:implementation begin */
 
 // ---------------------------------------------------------------------------------------------
-// >>checkpoint  (see the declarations for the format)
+// >>dist_checkpointing  (see the declarations for the format)
 
 #include <errno.h>
 #include <stddef.h>   /* offsetof */
@@ -11700,7 +11764,7 @@ static int mc__ckpt_remove_dir(const char *path) {
     return rc;
 }
 
-/* The 64-byte tensor file header (see >>checkpoint). */
+/* The 64-byte tensor file header (see >>dist_checkpointing). */
 static void mc__ckpt_header(unsigned char *h, int ndim, long long d0, long long d1) {
     uint32_t u;
     uint64_t s;
