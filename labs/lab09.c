@@ -20,7 +20,11 @@
         (p - 1) / (m + p - 1). The same runs give the micro-batches each stage holds at once
         (from the executed op order, against min(p - r, m)), the bytes of one micro-batch's
         activations (the driver's counting allocator around mc_gpt_init) and the peak of the
-        schedule's receive buffers (the allocator's peak during the run). A timeline SVG.
+        schedule's receive buffers (the allocator's peak during the run); where the header has
+        the memory estimate (mc_memory_estimate), its in-flight count, slot bytes and receive
+        buffers are the expected side. A timeline SVG of one (p, m). The bubble is compared
+        only in iterations where every stage had its core (its CPU time kept up with the wall
+        clock): on shared cores the timeline measures the sharing, not the schedule.
      C. calculator and ramp-up: the ramp-up schedule table (consumed samples -> global batch,
         micro-batches) from mc_microbatch_update against Megatron's formula and against the
         equivalent step schedule (the mode that replaced ramp-up), a short real training run
@@ -395,6 +399,10 @@ typedef struct lab09_stage {
     long long p2p_tensor_bytes;     /* usable bytes of one received tensor */
     int p2p_buffers;                /* p2p_peak_bytes / p2p_tensor_bytes */
     double bubble;                  /* 1 - busy / makespan, last measured iteration */
+    /* the expected side from mc_memory_estimate, when this build has it */
+    int estimated;
+    int est_in_flight, est_p2p_buffers;
+    double est_slot_bytes;
 } lab09_stage;
 
 typedef struct lab09_pair {
@@ -689,6 +697,32 @@ static double lab09_start_together(mc_comm *c, int one_clock) {
     return at;
 }
 
+#if defined(MC_MEMORY_MAX_TERMS)
+/* The memory estimate (megatron_c.h >>theoretical_memory) of one stage: the micro-batches it
+   holds at the peak, one slot's activation bytes (the implementation model with two slots minus
+   one slot) and the receive buffers at the peak. */
+static void lab09_estimate(lab09_stage *g, const mc_gpt_config *cfg, int m, int stage) {
+    mc_memory_stage one, two, run;
+    mc_memory_desc d;
+    memset(&d, 0, sizeof d);
+    d.config = *cfg;
+    d.data_parallel_size = 1;
+    d.num_microbatches = m;
+    d.n_slots = 1;
+    int rc = mc_memory_estimate(&d, stage, &one);
+    d.n_slots = 2;
+    if (rc == MC_OK) rc = mc_memory_estimate(&d, stage, &two);
+    d.n_slots = m;
+    if (rc == MC_OK) rc = mc_memory_estimate(&d, stage, &run);
+    if (rc != MC_OK) return;
+    g->estimated = 1;
+    g->est_in_flight = run.in_flight;
+    g->est_p2p_buffers = run.p2p_buffers;
+    g->est_slot_bytes = two.bytes[MC_MEMORY_IMPLEMENTATION][MC_MEMORY_ACTIVATIONS] -
+                        one.bytes[MC_MEMORY_IMPLEMENTATION][MC_MEMORY_ACTIVATIONS];
+}
+#endif
+
 #define LAB09_STAGE_ROW 9   /* busy, first, last (ms), in flight, slot, p2p peak, bubble, warmup,
                                makespan */
 
@@ -813,6 +847,10 @@ static void lab09_measure_pair(lab_ctx *cx, lab09_pair *pr) {
         g->bubble = row[6];
         g->warmup = (int)row[7];
         pr->makespan_ms = row[8];
+#if defined(MC_MEMORY_MAX_TERMS)
+        mc_gpt_config cfg = lab09_config(&lab09_pipe_model, lab09_pipe_model.layers * p, 1, p, 1);
+        lab09_estimate(g, &cfg, m, s);
+#endif
     }
     free(row_all);
 }
@@ -892,6 +930,19 @@ static int lab09_run_b(lab_ctx *cx) {
             lab_check(cx, g->p2p_buffers <= g->in_flight_formula + 1,
                       "p %d m %d stage %d: %d receive buffers at the peak, at most in flight + 1",
                       pr->p, pr->m, s, g->p2p_buffers);
+            if (g->estimated) {
+                lab_check(cx, g->in_flight == g->est_in_flight,
+                          "p %d m %d stage %d: in flight %d, mc_memory_estimate %d", pr->p, pr->m,
+                          s, g->in_flight, g->est_in_flight);
+                /* the allocator counts usable sizes: a little above the requested bytes */
+                lab_check(cx, fabs((double)g->slot_bytes - g->est_slot_bytes) <=
+                                  0.02 * g->est_slot_bytes + 4096,
+                          "p %d m %d stage %d: one slot %lld bytes, mc_memory_estimate %.0f",
+                          pr->p, pr->m, s, g->slot_bytes, g->est_slot_bytes);
+                lab_check(cx, g->p2p_buffers == g->est_p2p_buffers,
+                          "p %d m %d stage %d: %d receive buffers at the peak, mc_memory_estimate %d",
+                          pr->p, pr->m, s, g->p2p_buffers, g->est_p2p_buffers);
+            }
         }
     }
     return LAB_RAN;
@@ -1260,6 +1311,15 @@ static cJSON *lab09_facts(lab_ctx *cx) {
                                     (double)g->slot_bytes * g->in_flight_formula);
             cJSON_AddNumberToObject(so, "receive_buffers_peak_bytes", (double)g->p2p_peak_bytes);
             cJSON_AddNumberToObject(so, "receive_buffers", g->p2p_buffers);
+            cJSON *ex = cJSON_AddObjectToObject(so, "expected");
+            cJSON_AddStringToObject(ex, "source", g->estimated ? "mc_memory_estimate"
+                                                               : "min(p - r, m) x measured slot");
+            cJSON_AddNumberToObject(ex, "in_flight", g->estimated ? g->est_in_flight
+                                                                  : g->in_flight_formula);
+            if (g->estimated) {
+                cJSON_AddNumberToObject(ex, "activation_slot_bytes", round(g->est_slot_bytes));
+                cJSON_AddNumberToObject(ex, "receive_buffers", g->est_p2p_buffers);
+            }
             cJSON_AddItemToArray(stages, so);
         }
         cJSON_AddItemToArray(pairs, o);

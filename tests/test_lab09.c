@@ -246,6 +246,14 @@ static void check_bubble(const cJSON *doc) {
             cr_expect_gt(slot, 0);
             cr_expect_float_eq(getd(st, "activation_peak_bytes"), slot * in_flight, 0.5);
             cr_expect_gt(getd(st, "busy_ms"), 0);
+            const cJSON *ex = get(st, "expected");
+            cr_expect_eq(geti(ex, "in_flight"), in_flight);
+            if (cJSON_GetObjectItemCaseSensitive(ex, "activation_slot_bytes") != NULL) {
+                double est = getd(ex, "activation_slot_bytes");   /* mc_memory_estimate */
+                cr_expect_leq(fabs(slot - est), 0.02 * est + 4096, "p %d m %d stage %d: slot %.0f "
+                              "bytes, estimate %.0f", p, m, r, slot, est);
+                cr_expect_eq(geti(st, "receive_buffers"), geti(ex, "receive_buffers"));
+            }
             int buffers = geti(st, "receive_buffers");
             cr_expect(buffers >= 1 && buffers <= in_flight + 1, "p %d m %d stage %d: %d buffers",
                       p, m, r, buffers);
