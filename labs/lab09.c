@@ -51,7 +51,7 @@
 #define LAB09_STEPS 5              /* K: training steps per configuration (--steps) */
 #define LAB09_MAX_STEPS 8
 #define LAB09_MAX_CFG 4            /* TP 1, 2, 4, 8 */
-#define LAB09_MAX_PAIRS 4
+#define LAB09_MAX_PAIRS 6
 #define LAB09_MAX_M 16             /* micro-batches of a bubble run */
 /* Bubble runs: a warm-up iteration, then iterations until LAB09_BUBBLE_QUIET of them were
    quiet (every stage had its core: CPU time >= LAB09_QUIET_SHARE of the wall time), at most
@@ -65,7 +65,8 @@
 #define LAB09_QUIET_SHARE 0.9
 #define LAB09_BUBBLE_BUDGET_S 4.0
 #define LAB09_LOSS_RTOL 1e-5       /* the equivalence suite's tolerance (tests/test_train.c) */
-#define LAB09_BUBBLE_TOL 0.06      /* |measured - formula| when every stage has its own core */
+#define LAB09_BUBBLE_TOL 0.05      /* |timeline - its replay|: communication and waits */
+#define LAB09_BUBBLE_FLOOR_TOL 0.03 /* measured may sit this far below the formula (noise) */
 #define LAB09_RAMP_ITERS 6
 #define LAB09_MAX_ROWS 16
 #define LAB09_SEED 1234
@@ -414,6 +415,8 @@ typedef struct lab09_pair {
     double shares[LAB09_BUBBLE_MAX_REPS];   /* the least CPU share of a stage in it */
     int quiet[LAB09_BUBBLE_MAX_REPS];       /* every stage had its core */
     double median_share;
+    double kept_bubble;             /* the bubble of the iteration whose timeline is kept */
+    double replay;                  /* that timeline replayed with free communication */
     double makespan_ms;
     int checked;                    /* 1: enough quiet iterations, compared with the tolerance */
     lab09_stage stage[8];
@@ -723,6 +726,46 @@ static void lab09_estimate(lab09_stage *g, const mc_gpt_config *cfg, int m, int 
 }
 #endif
 
+/* The kept timeline replayed with free communication: every op keeps its measured duration
+   and its stage's order, and starts as soon as its stage is free and its input exists (F on
+   stage s after F of the micro-batch on s - 1; B after B on s + 1, or after its own F on the
+   last stage). The bubble of that replay is the idle time the schedule's dependencies imply
+   for these durations; what the real timeline adds on top is communication and waiting. */
+static double lab09_replay(const lab09_pair *pr) {
+    int p = pr->p, m = pr->m, n = 2 * m;
+    double f_end[8][LAB09_MAX_M], b_end[8][LAB09_MAX_M], clock[8] = {0}, busy[8] = {0};
+    int next[8] = {0}, done = 0;
+    for (int s = 0; s < p; s++)
+        for (int k = 0; k < m; k++) f_end[s][k] = b_end[s][k] = -1.0;
+    while (done < p * n) {
+        int progressed = 0;
+        for (int s = 0; s < p; s++) {
+            const double *tl = pr->timeline + (size_t)s * 4 * n;
+            while (next[s] < n) {
+                const double *op = tl + 4 * next[s];
+                int backward = op[0] > 0.5, mb = (int)op[1];
+                if (mb < 0 || mb >= m) return -1.0;
+                double ready = !backward ? (s == 0 ? 0.0 : f_end[s - 1][mb])
+                               : s == p - 1 ? f_end[s][mb]
+                                            : b_end[s + 1][mb];
+                if (ready < 0) break;   /* its input is not produced yet */
+                double d = op[3] - op[2], start = ready > clock[s] ? ready : clock[s];
+                clock[s] = start + d;
+                busy[s] += d;
+                (backward ? b_end : f_end)[s][mb] = clock[s];
+                next[s]++;
+                done++;
+                progressed = 1;
+            }
+        }
+        if (!progressed) return -1.0;   /* an order the dependencies cannot run */
+    }
+    double makespan = 0, mean = 0;
+    for (int s = 0; s < p; s++) makespan = clock[s] > makespan ? clock[s] : makespan;
+    for (int s = 0; s < p; s++) mean += makespan > 0 ? 1.0 - busy[s] / makespan : 0.0;
+    return mean / p;
+}
+
 #define LAB09_STAGE_ROW 9   /* busy, first, last (ms), in flight, slot, p2p peak, bubble, warmup,
                                makespan */
 
@@ -847,12 +890,14 @@ static void lab09_measure_pair(lab_ctx *cx, lab09_pair *pr) {
         g->bubble = row[6];
         g->warmup = (int)row[7];
         pr->makespan_ms = row[8];
+        pr->kept_bubble += g->bubble / p;
 #if defined(MC_MEMORY_MAX_TERMS)
         mc_gpt_config cfg = lab09_config(&lab09_pipe_model, lab09_pipe_model.layers * p, 1, p, 1);
         lab09_estimate(g, &cfg, m, s);
 #endif
     }
     free(row_all);
+    pr->replay = lab09_replay(pr);
 }
 
 static int lab09_run_b(lab_ctx *cx) {
@@ -886,16 +931,20 @@ static int lab09_run_b(lab_ctx *cx) {
     st->figure_pair = st->n_pairs - 1;
     for (int i = 0; i < st->n_pairs; i++)
         if (st->pair[i].checked) st->figure_pair = i;
-    lab_printf0("   p   m  formula (p-1)/(m+p-1)  measured  quiet/iterations  CPU share  makespan ms\n");
+    lab_printf0("   p   m  formula (p-1)/(m+p-1)  measured  replay  quiet/iterations  CPU share  "
+                "makespan ms\n");
     for (int i = 0; i < st->n_pairs; i++) {
         lab09_pair *pr = &st->pair[i];
-        lab_printf0("  %2d  %2d  %21.3f  %8.3f  %7d/%-2d         %5.2f  %11.1f%s\n", pr->p, pr->m,
-                    pr->formula, pr->measured, pr->n_quiet, pr->n_reps, pr->median_share,
-                    pr->makespan_ms,
+        lab_printf0("  %2d  %2d  %21.3f  %8.3f  %6.3f  %7d/%-2d         %5.2f  %11.1f%s\n", pr->p,
+                    pr->m, pr->formula, pr->measured, pr->replay, pr->n_quiet, pr->n_reps,
+                    pr->median_share, pr->makespan_ms,
                     pr->checked ? ""
                     : pr->p > st->cores ? "   not compared: more stages than cores"
                                         : "   not compared: the stages shared their cores");
     }
+    lab_printf0("  measured: median over the quiet iterations; replay: the kept iteration's ops with "
+                "their measured durations and free communication (measured above the formula is "
+                "unequal ops, above the replay is P2P and waiting)\n");
     lab_printf0("  per stage: busy ms, in flight (formula min(p-r, m)), one activation slot, "
                 "peak of the receive buffers\n");
     for (int i = 0; i < st->n_pairs; i++) {
@@ -913,10 +962,19 @@ static int lab09_run_b(lab_ctx *cx) {
     }
     for (int i = 0; i < st->n_pairs; i++) {
         lab09_pair *pr = &st->pair[i];
-        if (pr->checked)
-            lab_check(cx, fabs(pr->measured - pr->formula) <= LAB09_BUBBLE_TOL,
-                      "p %d m %d: measured bubble %.3f within %.2f of (p-1)/(m+p-1) = %.3f",
-                      pr->p, pr->m, pr->measured, LAB09_BUBBLE_TOL, pr->formula);
+        lab_check(cx, pr->replay >= 0, "p %d m %d: the kept timeline replays in its order",
+                  pr->p, pr->m);
+        if (pr->checked) {
+            /* the formula is the bubble of a balanced pipeline with free communication: real
+               stages only add idle time to it */
+            lab_check(cx, pr->measured >= pr->formula - LAB09_BUBBLE_FLOOR_TOL,
+                      "p %d m %d: measured bubble %.3f is not below (p-1)/(m+p-1) = %.3f",
+                      pr->p, pr->m, pr->measured, pr->formula);
+            lab_check(cx, fabs(pr->kept_bubble - pr->replay) <= LAB09_BUBBLE_TOL,
+                      "p %d m %d: the timeline's bubble %.3f is within %.2f of its replay with "
+                      "free communication (%.3f)", pr->p, pr->m, pr->kept_bubble,
+                      LAB09_BUBBLE_TOL, pr->replay);
+        }
         for (int s = 0; s < pr->p; s++) {
             lab09_stage *g = &pr->stage[s];
             int w = pr->p - s - 1 < pr->m ? pr->p - s - 1 : pr->m;
@@ -1272,6 +1330,7 @@ static cJSON *lab09_facts(lab_ctx *cx) {
     /* B */
     cJSON *b = cJSON_AddObjectToObject(f, "bubble");
     cJSON_AddNumberToObject(b, "tolerance", LAB09_BUBBLE_TOL);
+    cJSON_AddNumberToObject(b, "floor_tolerance", LAB09_BUBBLE_FLOOR_TOL);
     cJSON *pairs = cJSON_AddArrayToObject(b, "pairs");
     for (int i = 0; i < st->n_pairs; i++) {
         const lab09_pair *pr = &st->pair[i];
@@ -1282,6 +1341,8 @@ static cJSON *lab09_facts(lab_ctx *cx) {
         cJSON_AddNumberToObject(o, "m", pr->m);
         cJSON_AddNumberToObject(o, "formula", round(pr->formula * 1e4) / 1e4);
         cJSON_AddNumberToObject(o, "measured", round(pr->measured * 1e4) / 1e4);
+        cJSON_AddNumberToObject(o, "kept_iteration_bubble", round(pr->kept_bubble * 1e4) / 1e4);
+        cJSON_AddNumberToObject(o, "replay_free_communication", round(pr->replay * 1e4) / 1e4);
         cJSON_AddBoolToObject(o, "compared", pr->checked);
         cJSON_AddNumberToObject(o, "makespan_ms", round(pr->makespan_ms * 10) / 10);
         cJSON_AddNumberToObject(o, "quiet_iterations", pr->n_quiet);
