@@ -945,8 +945,9 @@ static int lab09_run_b(lab_ctx *cx) {
     lab_printf0("  measured: median over the quiet iterations; replay: the kept iteration's ops with "
                 "their measured durations and free communication (measured above the formula is "
                 "unequal ops, above the replay is P2P and waiting)\n");
-    lab_printf0("  per stage: busy ms, in flight (formula min(p-r, m)), one activation slot, "
-                "peak of the receive buffers\n");
+    lab_printf0("  per stage: busy ms, micro-batches in flight on the timeline (min(p-r, m)), one "
+                "micro-batch's activations (allocator), held at the peak = in flight x slot (the "
+                "model keeps m slots ready), the schedule's receive buffers at their peak\n");
     for (int i = 0; i < st->n_pairs; i++) {
         lab09_pair *pr = &st->pair[i];
         for (int s = 0; s < pr->p; s++) {
@@ -1370,6 +1371,9 @@ static cJSON *lab09_facts(lab_ctx *cx) {
                                     (double)g->slot_bytes * g->in_flight);
             cJSON_AddNumberToObject(so, "activation_peak_bytes_formula",
                                     (double)g->slot_bytes * g->in_flight_formula);
+            /* what this run's model allocated: mc_gpt_init keeps n_slots = m slots ready */
+            cJSON_AddNumberToObject(so, "activation_slots_allocated", pr->m);
+            cJSON_AddNumberToObject(so, "activation_allocated_bytes", (double)g->slot_bytes * pr->m);
             cJSON_AddNumberToObject(so, "receive_buffers_peak_bytes", (double)g->p2p_peak_bytes);
             cJSON_AddNumberToObject(so, "receive_buffers", g->p2p_buffers);
             cJSON *ex = cJSON_AddObjectToObject(so, "expected");
