@@ -1013,16 +1013,16 @@ static void lab09_figure(lab_ctx *cx) {
     if (cx->me != 0 || st->n_pairs == 0) return;
     lab09_pair *pr = &st->pair[st->figure_pair];
     int p = pr->p, m = pr->m;
-    lab_svg *svg = lab_svg_new(760, 90 + 40 * p);
+    lab_svg *svg = lab_svg_new(760, 110 + 36.0 * p);
     if (svg == NULL) return;
     lab_svg_axes ax = {.x = 70, .y = 40, .w = 660, .h = 36.0 * p, .x_min = 0,
                        .x_max = pr->makespan_ms > 0 ? pr->makespan_ms * 1.02 : 1,
                        .y_min = 0, .y_max = p, .x_ticks = 6, .y_ticks = 0,
-                       .x_label = "time (ms)", .y_label = "stage"};
+                       .x_label = "time (ms)", .y_label = NULL};
     lab_svg_axes_draw(svg, &ax);
-    char title[160];
-    snprintf(title, sizeof title, "1F1B, p = %d, m = %d: bubble %.3f measured, %.3f = (p-1)/(m+p-1)",
-             p, m, pr->measured, pr->formula);
+    char title[200];
+    snprintf(title, sizeof title, "1F1B, p = %d, m = %d: bubble %.3f measured, %.3f = (p-1)/(m+p-1)%s",
+             p, m, pr->measured, pr->formula, pr->checked ? "" : " (stages shared cores)");
     lab_svg_text(svg, 380, 20, LAB_SVG_MIDDLE, 13, title);
     double t_min = 1e300;
     for (int s = 0; s < p; s++) {
@@ -1045,7 +1045,7 @@ static void lab09_figure(lab_ctx *cx) {
                          backward ? "#d62728" : "#1f77b4", tip);
         }
     }
-    lab_svg_text(svg, 380, 76 + 36.0 * p, LAB_SVG_MIDDLE, 11,
+    lab_svg_text(svg, 380, 100 + 36.0 * p, LAB_SVG_MIDDLE, 11,
                  "blue: forward, red: backward; gaps are the bubble (and P2P waits)");
     lab_figure(cx, "timeline", svg);
     lab_svg_free(svg);
