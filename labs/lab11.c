@@ -596,9 +596,23 @@ static void l11_print_losses(const l11_result *r) {
 /* ---------------------------------------------------------------------------------------------
    world */
 
+/* --iters K: training iterations per run; -1 when the value is not an integer in range. */
+static int l11_iters(const lab_ctx *cx) {
+    const char *v = lab_flag_value(cx, "--iters");
+    if (v == NULL) return L11_DEFAULT_ITERS;
+    char *end = NULL;
+    long k = strtol(v, &end, 10);
+    return end != v && *end == '\0' && k >= 1 && k <= L11_MAX_ITERS ? (int)k : -1;
+}
+
 static int l11_check_world(const lab_ctx *cx, char *why, size_t cap) {
     const mc_grid_desc *g = &cx->grid.desc;
     int dp = cx->grid.dp;
+    if (l11_iters(cx) < 0) {
+        snprintf(why, cap, "needs --iters between 1 and %d (got '%s')", L11_MAX_ITERS,
+                 lab_flag_value(cx, "--iters"));
+        return 1;
+    }
     if (g->pp < 2) {
         snprintf(why, cap, "needs pp >= 2 (got pp=%d): lab11 measures what the pipeline "
                  "schedule calls on each stage", g->pp);
@@ -629,10 +643,6 @@ static int l11_check_world(const lab_ctx *cx, char *why, size_t cap) {
     return 0;
 }
 
-static int l11_iters(const lab_ctx *cx) {
-    const char *v = lab_flag_value(cx, "--iters");
-    return v != NULL ? atoi(v) : L11_DEFAULT_ITERS;
-}
 
 /* ---------------------------------------------------------------------------------------------
    A. the contract */
@@ -640,10 +650,6 @@ static int l11_iters(const lab_ctx *cx) {
 static int l11_exp_contract(lab_ctx *cx) {
     l11_state *st = cx->state;
     st->iters = l11_iters(cx);
-    if (st->iters < 1 || st->iters > L11_MAX_ITERS) {
-        lab_check(cx, 0, "--iters must be in 1..%d (got %d)", L11_MAX_ITERS, st->iters);
-        st->iters = L11_DEFAULT_ITERS;
-    }
     MC_CHECK(mc_parallel_init(&st->ps, &(mc_parallel_desc){.world = cx->world,
                                                             .grid = cx->grid.desc}));
     MC_CHECK(mc_comm_init_world(&st->self_world, &(mc_comm_desc){.backend = MC_BACKEND_SELF}));
