@@ -105,6 +105,8 @@ struct lab11_app {
     long long next_step;          /* micro-batch steps this rank's iterator has handed out */
     int tokens[L11_SEQ * L11_MBS], labels[L11_SEQ * L11_MBS], target[L11_SEQ * L11_MBS];
     int in_forward;
+    float losses[L11_SEQ * L11_MBS];   /* the last stage's per-token losses, on the host */
+    float *host_params;           /* (table.total) a host copy of the parameters */
     l11_counts now;
 };
 
@@ -168,8 +170,16 @@ int lab11_model(lab11_app *app, int microbatch, const int *tokens, const int *la
     int rc = mc_gpt_forward_step(&app->gpt, 0, microbatch, tokens, labels, input, &out, NULL,
                                  &ntok);
     if (rc != MC_OK) return rc;
-    *output = app->last ? mc_gpt_losses(&app->gpt, microbatch % app->gpt.n_slots) : out;
-    return *output != NULL ? MC_OK : MC_ERR_STATE;
+    if (!app->last) {   /* hidden states stay in the model's memory: the schedule sends them */
+        *output = out;
+        return out != NULL ? MC_OK : MC_ERR_STATE;
+    }
+    /* the per-token losses, copied to the host for the task's loss_func */
+    const float *losses = mc_gpt_losses(&app->gpt, microbatch % app->gpt.n_slots);
+    if (losses == NULL) return MC_ERR_STATE;
+    rc = app->gpt.ops->download(app->gpt.ops, app->losses, losses, sizeof app->losses);
+    *output = app->losses;
+    return rc;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -313,6 +323,7 @@ static void l11_app_init(lab11_app *app, mc_parallel_state *ps, int single, int 
     memset(&gd, 0, sizeof gd);
     gd.config = l11_config(ps->grid.desc.pp);
     gd.ps = ps;
+    gd.ops = mc_comm_memory(ps->world);   /* the CPU table, or the CUDA one on nccl */
     gd.n_slots = L11_MAX_MB;
     MC_CHECK(mc_gpt_init(&app->gpt, &gd));
     mc_ddp_desc dd;
@@ -320,6 +331,7 @@ static void l11_app_init(lab11_app *app, mc_parallel_state *ps, int single, int 
     dd.table = &app->gpt.table;
     dd.grads = app->gpt.grads;
     dd.dp = mc_parallel_group(ps, MC_GROUP_DP_CP);
+    dd.ops = app->gpt.ops;
     MC_CHECK(mc_ddp_init(&app->ddp, &dd));
     mc_optimizer_desc od;
     memset(&od, 0, sizeof od);
@@ -333,6 +345,7 @@ static void l11_app_init(lab11_app *app, mc_parallel_state *ps, int single, int 
     od.weight_decay = MC_WEIGHT_DECAY_OFF;
     od.clip_grad = MC_CLIP_GRAD_OFF;
     MC_CHECK(mc_optimizer_init(&app->opt, &od));
+    app->host_params = lab_xcalloc(app->gpt.table.total, sizeof(float));
     app->ready = 1;
 }
 
@@ -340,7 +353,8 @@ static void l11_app_free(lab11_app *app) {
     if (!app->ready) return;
     mc_optimizer_destroy(&app->opt);
     mc_ddp_destroy(&app->ddp);
-    mc_gpt_free(&app->gpt);
+    mc_gpt_destroy(&app->gpt);
+    free(app->host_params);
     app->ready = 0;
 }
 
@@ -363,6 +377,13 @@ static double l11_global_loss(lab11_app *app, const mc_schedule_result *res) {
     if (app->last) mine[0] = res->loss_sum, mine[1] = res->num_tokens;
     MC_CHECK(lab_all_reduce_f64(app->ps->world, mine, all, 2, MC_SUM));
     return all[1] > 0 ? all[0] / all[1] : 0.0;
+}
+
+/* The parameters, downloaded into app->host_params (fp32 models only). */
+static const float *l11_params(lab11_app *app) {
+    MC_CHECK(app->gpt.ops->download(app->gpt.ops, app->host_params, app->gpt.params,
+                                    app->gpt.table.total * sizeof(float)));
+    return app->host_params;
 }
 
 static double l11_max_abs_diff(const float *a, const float *b, size_t n) {
@@ -407,16 +428,16 @@ static void l11_train(lab11_app *app, const l11_run_desc *d, int iters, int eval
         memset(&app->now, 0, sizeof app->now);
         MC_CHECK(mc_ddp_zero_grad(&app->ddp));
         mc_gpt_zero_grad(&app->gpt);
-        memcpy(before, app->gpt.params, app->gpt.table.total * sizeof(float));
+        memcpy(before, l11_params(app), app->gpt.table.total * sizeof(float));
         mc_fault_schedule_drop_microbatch(app->single ? -1 : d->drop_microbatch);
         int rc = fb(app->ps, &h, d->num_microbatches, 0, &res);
         mc_fault_schedule_drop_microbatch(-1);
         MC_CHECK(rc);
-        double moved = l11_max_abs_diff(before, app->gpt.params, app->gpt.table.total);
+        double moved = l11_max_abs_diff(before, l11_params(app), app->gpt.table.total);
         if (moved > r->schedule_param_change) r->schedule_param_change = moved;
         rc = mc_optimizer_step(&app->opt);
         if (rc != MC_ERR_STATE) MC_CHECK(rc);   /* a non-finite grad norm skips the step */
-        moved = l11_max_abs_diff(before, app->gpt.params, app->gpt.table.total);
+        moved = l11_max_abs_diff(before, l11_params(app), app->gpt.table.total);
         if (it == 0 || moved < r->step_param_change) r->step_param_change = moved;
         r->loss[it] = l11_global_loss(app, &res);
         r->read_per_iteration[it] = app->now.batches * L11_MBS;
@@ -449,15 +470,16 @@ static int l11_trace_matches(const l11_result *r, int pp, int stage) {
 }
 
 /* Every parameter of this rank's stage against the same-named one of the single-rank model. */
-static double l11_param_diff(const lab11_app *pp_app, const lab11_app *ref) {
+static double l11_param_diff(lab11_app *pp_app, lab11_app *ref) {
     double worst = 0.0;
     const mc_param_table *t = &pp_app->gpt.table;
+    const float *mine = l11_params(pp_app), *theirs = l11_params(ref);
     for (int i = 0; i < t->count; i++) {
         const mc_param_info *p = &t->info[i];
         int j = mc_param_table_find(&ref->gpt.table, p->name);
         if (j < 0 || ref->gpt.table.info[j].numel != p->numel) return INFINITY;
-        double d = l11_max_abs_diff(pp_app->gpt.params + p->offset,
-                                    ref->gpt.params + ref->gpt.table.info[j].offset, p->numel);
+        double d = l11_max_abs_diff(mine + p->offset, theirs + ref->gpt.table.info[j].offset,
+                                    p->numel);
         if (d > worst) worst = d;
     }
     return worst;
@@ -636,8 +658,8 @@ static int l11_check_world(const lab_ctx *cx, char *why, size_t cap) {
         return 1;
     }
     if (cx->world->backend == MC_BACKEND_NCCL) {
-        snprintf(why, cap, "needs host buffers: its model runs on the CPU op table, so run it "
-                 "with --backend mpi (got nccl)");
+        snprintf(why, cap, "needs --backend mpi: it has not been verified on the nccl backend "
+                 "yet (its model takes the world's op table, but no multi-GPU run has checked it)");
         return 1;
     }
     return 0;
