@@ -247,7 +247,6 @@ typedef struct l11_rankrow {
     int stage, dp_rank, n_layers, layers[L11_LAYERS];
     float seed_scale;
     int loss_tokens;              /* num_tokens loss_func reported per call */
-    int read[L11_MAX_ITERS];
 } l11_rankrow;
 
 /* One rank's view of the first iteration, plus what every rank agrees on. */
@@ -265,7 +264,6 @@ typedef struct l11_result {
     double schedule_param_change; /* this rank: max |change| of a parameter over a schedule call */
     double step_param_change;     /* ... over the optimizer step */
     int samples_per_iteration;    /* read by the first stages of all DP ranks, iteration 1 */
-    int read_per_iteration[L11_MAX_ITERS]; /* this rank */
     /* against the single-rank run of the same recipe, data and task */
     double ref_loss[L11_MAX_ITERS];
     double max_loss_rel, max_param_diff;
@@ -440,7 +438,6 @@ static void l11_train(lab11_app *app, const l11_run_desc *d, int iters, int eval
         moved = l11_max_abs_diff(before, l11_params(app), app->gpt.table.total);
         if (it == 0 || moved < r->step_param_change) r->step_param_change = moved;
         r->loss[it] = l11_global_loss(app, &res);
-        r->read_per_iteration[it] = app->now.batches * L11_MBS;
         if (it == 0) {
             r->first = app->now;
             r->n_ops = res.n_ops < L11_MAX_OPS ? res.n_ops : L11_MAX_OPS;
@@ -509,7 +506,6 @@ static void l11_row(const l11_state *st, const l11_result *r, l11_rankrow *row) 
     memcpy(row->layers, st->layers, sizeof row->layers);
     row->seed_scale = r->first.seed_scale;
     row->loss_tokens = r->first.loss > 0 ? (int)(r->first.tokens / r->first.loss) : 0;
-    for (int i = 0; i < r->iters; i++) row->read[i] = r->read_per_iteration[i];
 }
 
 /* Every rank's row of result r into r->rows (collective). */
@@ -744,6 +740,10 @@ static int l11_exp_contract(lab_ctx *cx) {
                 st->iters, r->eval_loss, L11_VOCAB, log((double)L11_VOCAB));
     lab_check(cx, strcmp(r->diagnosis, "none") == 0, "the clean run's diagnosis is none (got "
               "%s)", r->diagnosis);
+    lab_printf0("compared with: M from the calculator; the calls with M and the stage; every "
+                "trace with mc_schedule_ops; the seed with 1 / (tokens x M); every loss and "
+                "parameter with the single-rank run (one process, no pipelining, %d "
+                "micro-batches)\n", st->M * st->dp);
     return LAB_RAN;
 }
 
@@ -785,6 +785,8 @@ static int l11_exp_second_task(lab_ctx *cx) {
               "are identical for both tasks");
     lab_check(cx, b->matches_reference, "the second task equals its own single-rank run (loss "
               "rel %.2g, parameters %.2g)", b->max_loss_rel, b->max_param_diff);
+    lab_printf0("compared with: A's schedule function, traces and calls on every rank; the "
+                "single-rank run of task \"%s\"\n", lab11_tasks[L11_TASK_PREV].name);
     return LAB_RAN;
 }
 
@@ -855,6 +857,9 @@ static int l11_exp_faults(lab_ctx *cx) {
             lab_check(cx, r->matches_reference, "with misaligned labels the PP run still "
                       "equals the single-rank run on the same data");
     }
+    lab_printf0("\ncompared with: each diagnosis with the fault injected; the library fault's "
+                "traces with the op table; every run with the single-rank run of its own recipe "
+                "and data\n");
     return LAB_RAN;
 }
 
@@ -886,7 +891,6 @@ static int l11_uniform(const l11_rankrow *rows, int n, size_t field) {
 }
 
 static cJSON *l11_result_json(lab_ctx *cx, const l11_result *r, const l11_rankrow *rows) {
-    l11_state *st = cx->state;
     int n = cx->world_size;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "task", lab11_tasks[r->desc.task].name);
@@ -925,7 +929,6 @@ static cJSON *l11_result_json(lab_ctx *cx, const l11_result *r, const l11_rankro
     cJSON_AddStringToObject(o, "fix_side", strcmp(r->diagnosis, "library") == 0 ? "library"
                                            : strcmp(r->diagnosis, "none") == 0 ? "none"
                                                                                 : "application");
-    (void)st;
     return o;
 }
 
