@@ -199,22 +199,27 @@ typedef struct lab04_exp_a {
     mc_rank_coords probe_coords;
 } lab04_exp_a;
 
-/* The probe's stage: its groups of `kind` that lie in that stage, drawn as one row. */
+/* The probe's stage: its groups of `kind` that lie in that stage, drawn as one row; a colour
+   per group (by its place in the stage), grey for a rank that is a group of its own. The
+   expert row also names the expert each rank holds (eE.S: expert E, ETP shard S). */
 static void lab04_figure_row(lab_svg *s, const mc_grid *g, mc_group_kind kind, int stage,
                              int probe, double y, const char *label) {
-    int per_stage = g->desc.world / g->desc.pp;
+    int per_stage = g->desc.world / g->desc.pp, first_group = -1;
+    int size = mc_grid_group_size(g, kind);
     lab_svg_text(s, 10, y - 8, LAB_SVG_START, 13, label);
     int *m = lab_xcalloc((size_t)g->desc.world, sizeof(int));
     for (int i = 0; i < per_stage; i++) {
         int r = stage * per_stage + i, gi = -1;
         MC_CHECK(mc_grid_group_of(g, kind, r, &gi, NULL));
+        if (first_group < 0) first_group = gi;
         int n = lab04_grid_group(g, kind, r, m);
-        char title[160], members[128], text[8];
+        char title[160], members[128], text[16];
         lab_format_ints(members, sizeof members, m, n);
         snprintf(title, sizeof title, "rank %d: %s group %s", r, mc_group_kind_name(kind),
                  members);
         double x = 10 + 44.0 * i;
-        lab_svg_rect(s, x, y, 40, 34, lab_svg_color(gi), title);
+        lab_svg_rect(s, x, y, 40, 34, size > 1 ? lab_svg_color(gi - first_group) : "#dddddd",
+                     title);
         if (r == probe) {   /* the probe: a frame around its cell */
             lab_svg_line(s, x - 2, y - 2, x + 42, y - 2, "black", 3);
             lab_svg_line(s, x - 2, y + 36, x + 42, y + 36, "black", 3);
@@ -222,7 +227,13 @@ static void lab04_figure_row(lab_svg *s, const mc_grid *g, mc_group_kind kind, i
             lab_svg_line(s, x + 42, y - 2, x + 42, y + 36, "black", 3);
         }
         snprintf(text, sizeof text, "%d", r);
-        lab_svg_text(s, x + 20, y + 22, LAB_SVG_MIDDLE, 13, text);
+        lab_svg_text(s, x + 20, y + 16, LAB_SVG_MIDDLE, 13, text);
+        if (kind == MC_GROUP_EXPERT_DP) {
+            mc_rank_coords c;
+            MC_CHECK(mc_grid_coords(g, r, &c));
+            snprintf(text, sizeof text, "e%d.%d", c.ep, c.etp);
+            lab_svg_text(s, x + 20, y + 30, LAB_SVG_MIDDLE, 10, text);
+        }
     }
     free(m);
 }
@@ -236,10 +247,11 @@ static void lab04_figure(lab_ctx *cx, const lab04_exp_a *a) {
     snprintf(title, sizeof title, "64 GPUs, TP=4 PP=4 CP=2 (DP=%d), EP=%d ETP=%d (EDP=%d): "
              "stage %d, probe rank %d framed", g->dp, a->ep, a->etp, g->edp, stage, a->probe);
     lab_svg_text(s, 10, 20, LAB_SVG_START, 13, title);
-    snprintf(row1, sizeof row1, "dense DP x CP groups (%d ranks each): one colour = dense "
-             "gradients averaged together", mc_grid_group_size(g, MC_GROUP_DP_CP));
-    snprintf(row2, sizeof row2, "expert-DP groups (%d ranks each): one colour = one expert's "
-             "replicas, gradients averaged together", mc_grid_group_size(g, MC_GROUP_EXPERT_DP));
+    int nd = mc_grid_group_size(g, MC_GROUP_DP_CP), ne = mc_grid_group_size(g, MC_GROUP_EXPERT_DP);
+    snprintf(row1, sizeof row1, "dense DP x CP groups (%d rank%s each): one colour = dense "
+             "gradients averaged together", nd, nd == 1 ? "" : "s");
+    snprintf(row2, sizeof row2, "expert-DP groups (%d rank%s each): one colour = the replicas of "
+             "one expert shard eE.S, averaged together", ne, ne == 1 ? "" : "s");
     lab04_figure_row(s, g, MC_GROUP_DP_CP, stage, a->probe, 60, row1);
     lab04_figure_row(s, g, MC_GROUP_EXPERT_DP, stage, a->probe, 150, row2);
     MC_CHECK(lab_figure(cx, "groups", s));
