@@ -668,10 +668,17 @@ static int lab04_experiment_c(lab_ctx *cx, lab04_layout *L) {
     d.etp = etp;
     lab04_run_layout(cx, &d, L);
     if (L->status != MC_OK) {
+        /* Megatron's two rules that can refuse a change of ETP alone: ETP x EP x PP must
+           divide the world, and an order that does not end with pp needs EDP == DP */
+        int W = cx->world_size, divides = W % (etp * d.ep * d.pp) == 0;
+        size_t n = strlen(cx->grid.order);
+        int pp_last = n >= 2 && strcmp(cx->grid.order + n - 2, "pp") == 0;
+        int same_dp = divides && W / (etp * d.ep * d.pp) == cx->grid.dp;
         lab_printf0("ETP=%d is refused on this world: %s\n", etp, L->message);
-        lab_check(cx, cx->world_size % (etp * d.ep * d.pp) != 0,
-                  "refused only because ETP*EP*PP = %d does not divide %d", etp * d.ep * d.pp,
-                  cx->world_size);
+        lab_check(cx, !divides || (!pp_last && d.pp > 1 && !same_dp),
+                  "refused by a rule of Megatron's: ETP*EP*PP = %d %s %d%s", etp * d.ep * d.pp,
+                  divides ? "divides" : "does not divide", W,
+                  divides ? ", and the order does not end with pp while EDP != DP" : "");
         return LAB_RAN;
     }
     lab04_print_layout(cx, L);
@@ -838,7 +845,7 @@ static cJSON *lab04_facts(lab_ctx *cx) {
     }
     cJSON_AddItemToObject(f, "run", lab04_layout_json(cx, b));
     cJSON *c = lab04_layout_json(cx, &st->c);
-    cJSON_AddNumberToObject(c, "etp", lab04_contrast_etp(cx));
+    if (!cJSON_HasObjectItem(c, "etp")) cJSON_AddNumberToObject(c, "etp", lab04_contrast_etp(cx));
     cJSON_AddItemToObject(f, "etp_contrast", c);
     cJSON_AddItemToObject(f, "followup", lab04_a_json(&st->a));
     return f;
