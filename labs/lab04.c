@@ -277,7 +277,8 @@ static void lab04_print_big(lab_ctx *cx, const lab04_exp_a *a) {
                 g->desc.etp * g->desc.ep * g->edp * g->desc.pp,
                 g->desc.tp * g->desc.pp * g->dp * g->desc.ep,
                 g->desc.tp * g->desc.pp * g->dp * g->desc.ep == 64 ? "==" : "!=");
-    lab_printf0("probe rank %d: dense (tp %d, cp %d, dp %d, pp %d), expert (etp %d, ep %d, edp %d)\n",
+    lab_printf0("probe rank %d: dense (tp %d, cp %d, dp %d, pp %d), "
+                "expert (etp %d, ep %d, edp %d)\n",
                 a->probe, c->tp, c->cp, c->dp, c->pp, c->etp, c->ep, c->edp);
     static const mc_group_kind shown[] = {MC_GROUP_TP, MC_GROUP_CP, MC_GROUP_DP, MC_GROUP_DP_CP,
                                           MC_GROUP_PP, MC_GROUP_EP, MC_GROUP_EXPERT_TP,
@@ -378,7 +379,8 @@ static cJSON *lab04_a_json(const lab04_exp_a *a) {
     cJSON_AddBoolToObject(f, "etp_default_accepted", a->default_etp_status == MC_OK);
     cJSON *probe = lab04_coords_json(&a->probe_coords);
     cJSON_AddItemToObject(probe, "groups", lab04_groups_of_json(g, a->probe));
-    cJSON_AddItemToObject(probe, "dp_cp_group", lab_json_grid_group_of(g, MC_GROUP_DP_CP, a->probe));
+    cJSON_AddItemToObject(probe, "dp_cp_group",
+                          lab_json_grid_group_of(g, MC_GROUP_DP_CP, a->probe));
     cJSON_AddItemToObject(probe, "expert_dp_group",
                           lab_json_grid_group_of(g, MC_GROUP_EXPERT_DP, a->probe));
     cJSON_AddItemToObject(f, "probe", probe);
@@ -764,9 +766,11 @@ static cJSON *lab04_layout_json(const lab_ctx *cx, const lab04_layout *L) {
     cJSON_AddNumberToObject(p, "expert_shard", L->shard[probe]);
     cJSON_AddItemToObject(p, "groups", lab04_groups_of_json(g, probe));
     cJSON_AddItemToObject(p, "dp_cp_group", lab_json_grid_group_of(g, MC_GROUP_DP_CP, probe));
-    cJSON_AddItemToObject(p, "expert_dp_group", lab_json_grid_group_of(g, MC_GROUP_EXPERT_DP, probe));
+    cJSON_AddItemToObject(p, "expert_dp_group",
+                          lab_json_grid_group_of(g, MC_GROUP_EXPERT_DP, probe));
     cJSON_AddItemToObject(p, "dense_contributors", lab04_contributors_json(&L->dense, W, probe));
-    cJSON_AddItemToObject(p, "expert_contributors", lab04_contributors_json(&L->expert_dp, W, probe));
+    cJSON_AddItemToObject(p, "expert_contributors",
+                          lab04_contributors_json(&L->expert_dp, W, probe));
     cJSON_AddItemToObject(p, "cross_contributors", lab04_contributors_json(&L->cross, W, probe));
     cJSON_AddItemToObject(o, "probe", p);
     cJSON_AddItemToObject(o, "expert_of_rank", lab_json_int_array(L->expert, W));
@@ -778,7 +782,8 @@ static cJSON *lab04_layout_json(const lab_ctx *cx, const lab04_layout *L) {
     int same = 1;
     int *a = lab_xcalloc((size_t)W, sizeof(int)), *b = lab_xcalloc((size_t)W, sizeof(int));
     for (int r = 0; r < W; r++) {
-        int na = lab04_contributors(&L->dense, W, r, a), nb = lab04_contributors(&L->expert_dp, W, r, b);
+        int na = lab04_contributors(&L->dense, W, r, a);
+        int nb = lab04_contributors(&L->expert_dp, W, r, b);
         same &= lab_ints_same_set(a, na, b, nb);
     }
     free(a);
@@ -832,7 +837,8 @@ static cJSON *lab04_facts(lab_ctx *cx) {
         mc_rank_coords c;
         MC_CHECK(mc_grid_coords(g, cx->probe, &c));
         cJSON *p = lab04_coords_json(&c);
-        cJSON_AddItemToObject(p, "dp_cp_group", lab_json_grid_group_of(g, MC_GROUP_DP_CP, cx->probe));
+        cJSON_AddItemToObject(p, "dp_cp_group",
+                              lab_json_grid_group_of(g, MC_GROUP_DP_CP, cx->probe));
         cJSON_AddItemToObject(p, "expert_dp_group",
                               lab_json_grid_group_of(g, MC_GROUP_EXPERT_DP, cx->probe));
         cJSON_AddItemToObject(p, "dense_contributors",
