@@ -18,6 +18,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "labs/lab_common.h"
 #include "tests/test_util.h"
 
 #define OUT_CAP (1 << 18)
@@ -46,20 +47,7 @@ TestSuite(lab04, .init = setup, .fini = teardown, .timeout = 150);
 /* ---------------------------------------------------------------------------------------------
    helpers */
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc(1, (size_t)n + 1);
-    if (text != NULL && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    return text;
-}
+static char *read_file(const char *path) { return lab_read_text(path, NULL); }
 
 static cJSON *load_json(const char *path) {
     char *text = read_file(path);
@@ -70,16 +58,11 @@ static cJSON *load_json(const char *path) {
     return doc;
 }
 
+/* The value at a dotted path; the test stops when the results lack it. */
 static cJSON *get(const cJSON *obj, const char *dotted) {
-    char path[256];
-    snprintf(path, sizeof path, "%s", dotted);
-    const cJSON *cur = obj;
-    char *save = NULL;
-    for (char *key = strtok_r(path, ".", &save); key != NULL; key = strtok_r(NULL, ".", &save)) {
-        cur = cJSON_GetObjectItemCaseSensitive(cur, key);
-        cr_assert_not_null(cur, "results lack the key %s (at %s)", dotted, key);
-    }
-    return (cJSON *)cur;
+    cJSON *v = mc_test_json_at(obj, dotted);
+    cr_assert_not_null(v, "results lack %s", dotted);
+    return v;
 }
 
 static int geti(const cJSON *doc, const char *dotted) { return get(doc, dotted)->valueint; }
