@@ -252,8 +252,9 @@ static int lab09_run_init(lab09_run *r, const lab09_run_desc *d) {
     lab_heap_stats_get(&after);
     r->have_gpt = 1;
     r->gpt_heap_bytes = after.live_bytes - before.live_bytes;
+    mc_comm *dp = mc_parallel_group(&r->ps, MC_GROUP_DP_CP);
     MC_CHECK(mc_ddp_init(&r->ddp, &(mc_ddp_desc){.table = &r->gpt.table, .grads = r->gpt.grads,
-                                                  .dp = mc_parallel_group(&r->ps, MC_GROUP_DP_CP)}));
+                                                  .dp = dp}));
     r->have_ddp = 1;
     if (d->optimizer) {
         MC_CHECK(mc_optimizer_init(&r->opt, &(mc_optimizer_desc){
@@ -556,7 +557,8 @@ static int lab09_run_a(lab_ctx *cx) {
         lab09_train(c, cx->world, tp, 1, gbs, mbs, K);
         /* one slot's bytes on rank 0: a model with a second slot, minus this one */
         mc_parallel_state ps;
-        MC_CHECK(mc_parallel_init(&ps, &(mc_parallel_desc){.world = cx->world, .grid = {.tp = tp}}));
+        MC_CHECK(mc_parallel_init(&ps, &(mc_parallel_desc){.world = cx->world,
+                                                            .grid = {.tp = tp}}));
         mc_gpt_config cfg = lab09_config(&lab09_small, lab09_small.layers, tp, 1, mbs);
         c->slot_bytes = lab09_gpt_bytes(&ps, &cfg, 2) - lab09_gpt_bytes(&ps, &cfg, 1);
         mc_parallel_destroy(&ps);
@@ -859,7 +861,8 @@ static void lab09_measure_pair(lab_ctx *cx, lab09_pair *pr) {
     MC_CHECK(lab_broadcast_bytes(cx->world, pr, offsetof(lab09_pair, timeline), 0));
     MC_CHECK(lab_broadcast_bytes(cx->world, row_all,
                                  sizeof(double) * (size_t)p * LAB09_STAGE_ROW, 0));
-    MC_CHECK(lab_broadcast_bytes(cx->world, pr->timeline, sizeof(double) * per_stage * (size_t)p, 0));
+    MC_CHECK(lab_broadcast_bytes(cx->world, pr->timeline,
+                                 sizeof(double) * per_stage * (size_t)p, 0));
     double chosen[LAB09_BUBBLE_MAX_REPS];
     int n = 0;
     for (int i = 0; i < pr->n_reps; i++)
@@ -942,9 +945,9 @@ static int lab09_run_b(lab_ctx *cx) {
                     : pr->p > st->cores ? "   not compared: more stages than cores"
                                         : "   not compared: the stages shared their cores");
     }
-    lab_printf0("  measured: median over the quiet iterations; replay: the kept iteration's ops with "
-                "their measured durations and free communication (measured above the formula is "
-                "unequal ops, above the replay is P2P and waiting)\n");
+    lab_printf0("  measured: median over the quiet iterations; replay: the kept iteration's ops "
+                "with their measured durations and free communication (measured above the formula "
+                "is unequal ops, above the replay is P2P and waiting)\n");
     lab_printf0("  per stage: busy ms, micro-batches in flight on the timeline (min(p-r, m)), one "
                 "micro-batch's activations (allocator), held at the peak = in flight x slot (the "
                 "model keeps m slots ready), the schedule's receive buffers at their peak\n");
@@ -999,7 +1002,8 @@ static int lab09_run_b(lab_ctx *cx) {
                           "p %d m %d stage %d: one slot %lld bytes, mc_memory_estimate %.0f",
                           pr->p, pr->m, s, g->slot_bytes, g->est_slot_bytes);
                 lab_check(cx, g->p2p_buffers == g->est_p2p_buffers,
-                          "p %d m %d stage %d: %d receive buffers at the peak, mc_memory_estimate %d",
+                          "p %d m %d stage %d: %d receive buffers at the peak, "
+                          "mc_memory_estimate %d",
                           pr->p, pr->m, s, g->p2p_buffers, g->est_p2p_buffers);
             }
         }
@@ -1021,8 +1025,9 @@ static void lab09_figure(lab_ctx *cx) {
                        .x_label = "time (ms)", .y_label = NULL};
     lab_svg_axes_draw(svg, &ax);
     char title[200];
-    snprintf(title, sizeof title, "1F1B, p = %d, m = %d: bubble %.3f measured, %.3f = (p-1)/(m+p-1)%s",
-             p, m, pr->measured, pr->formula, pr->checked ? "" : " (stages shared cores)");
+    snprintf(title, sizeof title,
+             "1F1B, p = %d, m = %d: bubble %.3f measured, %.3f = (p-1)/(m+p-1)%s", p, m,
+             pr->measured, pr->formula, pr->checked ? "" : " (stages shared cores)");
     lab_svg_text(svg, 380, 20, LAB_SVG_MIDDLE, 13, title);
     double t_min = 1e300;
     for (int s = 0; s < p; s++) {
@@ -1076,9 +1081,11 @@ static int lab09_run_c(lab_ctx *cx) {
     /* the step schedule with the same change points (Megatron HEAD's replacement) */
     size_t off = 0;
     for (int k = 0; k <= n_inc; k++)
-        off += (size_t)snprintf(st->step_schedule + off, sizeof st->step_schedule - off, "%s%lld:%d",
-                                k ? " " : "", k * per_inc, st->ramp.start + k * st->ramp.increment);
-    lab_heading(cx, "C. the calculator: ramp-up %d -> %d by %d over %lld samples (TP %d, DP %d, MBS %d)",
+        off += (size_t)snprintf(st->step_schedule + off, sizeof st->step_schedule - off,
+                                "%s%lld:%d", k ? " " : "", k * per_inc,
+                                st->ramp.start + k * st->ramp.increment);
+    lab_heading(cx, "C. the calculator: ramp-up %d -> %d by %d over %lld samples (TP %d, DP %d, "
+                "MBS %d)",
                 st->ramp.start, st->ramp_gbs, st->ramp.increment, st->ramp.samples, st->ramp_tp,
                 st->ramp_dp, st->ramp_mbs);
 
@@ -1133,7 +1140,8 @@ static int lab09_run_c(lab_ctx *cx) {
                                                       .data_parallel_size = st->refusal_dp});
     snprintf(st->refusal, sizeof st->refusal, "%s", st->refusal_status ? mc_last_error() : "");
 
-    lab_printf0("  iteration  consumed  GBS  M   formula GBS M   step schedule GBS M   M run  loss\n");
+    lab_printf0("  iteration  consumed  GBS  M   formula GBS M   step schedule GBS M   M run  "
+                "loss\n");
     for (int i = 0; i < st->n_rows; i++) {
         lab09_ramp_row *row = &st->row[i];
         lab_printf0("  %9d  %8lld  %3d  %2d  %11d %2d  %17d %2d  %6d  %.6f\n", row->iteration,
@@ -1143,8 +1151,8 @@ static int lab09_run_c(lab_ctx *cx) {
     lab_printf0("  change points (consumed samples):");
     for (int i = 0; i < st->n_change_points && i < LAB09_MAX_ROWS; i++)
         lab_printf0(" %lld", st->change_point[i]);
-    lab_printf0("\n  the same schedule as --step-batch-size-schedule \"%s\" (ramp-up was removed after "
-                "core_v0.17)\n", st->step_schedule);
+    lab_printf0("\n  the same schedule as --step-batch-size-schedule \"%s\" (ramp-up was removed "
+                "after core_v0.17)\n", st->step_schedule);
     lab_printf0("  GBS %d, MBS %d, DP %d: %s: %s\n", st->refusal_gbs, st->refusal_mbs,
                 st->refusal_dp, mc_err_name(st->refusal_status), st->refusal);
 
@@ -1152,7 +1160,8 @@ static int lab09_run_c(lab_ctx *cx) {
         lab09_ramp_row *row = &st->row[i];
         lab_check(cx, row->gbs == row->gbs_formula && row->m == row->m_formula,
                   "iteration %d, %lld consumed: GBS %d M %d, the formula gives %d and %d",
-                  row->iteration, row->consumed, row->gbs, row->m, row->gbs_formula, row->m_formula);
+                  row->iteration, row->consumed, row->gbs, row->m, row->gbs_formula,
+                  row->m_formula);
         lab_check(cx, row->step_gbs == row->gbs && row->step_m == row->m,
                   "iteration %d: the step schedule gives the ramp-up's batch", row->iteration);
         lab_check(cx, row->m_ran == row->m, "iteration %d: the schedule ran the calculator's M %d",
@@ -1217,11 +1226,9 @@ static int lab09_run_f(lab_ctx *cx) {
                                           .cp = st->cp_cp}) == MC_OK) {
         st->cp_dp = g.dp;
         mc_microbatch_calc c;
-        st->cp_m = mc_microbatch_init(&c, &(mc_microbatch_desc){.global_batch_size = v.gbs,
-                                                                  .micro_batch_size = v.mbs,
-                                                                  .data_parallel_size = g.dp}) == MC_OK
-                       ? c.num_microbatches
-                       : 0;
+        mc_microbatch_desc cd = {.global_batch_size = v.gbs, .micro_batch_size = v.mbs,
+                                 .data_parallel_size = g.dp};
+        st->cp_m = mc_microbatch_init(&c, &cd) == MC_OK ? c.num_microbatches : 0;
     }
     lab_printf0("  DP = %d / (TP %d x PP %d) = %d; M = GBS / (MBS x DP) = %d / (%d x %d) = %d "
                 "(calculator %d); the schedule ran %d\n",
@@ -1237,7 +1244,8 @@ static int lab09_run_f(lab_ctx *cx) {
     lab_printf0("  (M %d)\n  largest relative difference %.2e; step %.1f ms\n", st->fu_single.m,
                 st->fu_rel_diff, st->fu.step_ms_median);
     if (st->cp_dp > 0)
-        lab_printf0("  with CP %d as well (TP %d, PP %d; rank grid and calculator only): DP %d, M %d\n",
+        lab_printf0("  with CP %d as well (TP %d, PP %d; rank grid and calculator only): DP %d, "
+                    "M %d\n",
                     st->cp_cp, st->cp_tp, st->cp_pp, st->cp_dp, st->cp_m);
 
     lab_check(cx, st->fu.m == st->fu_m_formula, "follow-up: M %d = GBS / (MBS x DP) = %d",
@@ -1373,7 +1381,8 @@ static cJSON *lab09_facts(lab_ctx *cx) {
                                     (double)g->slot_bytes * g->in_flight_formula);
             /* what this run's model allocated: mc_gpt_init keeps n_slots = m slots ready */
             cJSON_AddNumberToObject(so, "activation_slots_allocated", pr->m);
-            cJSON_AddNumberToObject(so, "activation_allocated_bytes", (double)g->slot_bytes * pr->m);
+            cJSON_AddNumberToObject(so, "activation_allocated_bytes",
+                                    (double)g->slot_bytes * pr->m);
             cJSON_AddNumberToObject(so, "receive_buffers_peak_bytes", (double)g->p2p_peak_bytes);
             cJSON_AddNumberToObject(so, "receive_buffers", g->p2p_buffers);
             cJSON *ex = cJSON_AddObjectToObject(so, "expected");

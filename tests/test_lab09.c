@@ -166,7 +166,8 @@ static void check_fixed_gbs(const cJSON *doc, int world, int steps) {
         cr_expect_eq(geti(c, "distinct_samples_per_step"), gbs, "TP %d: GBS distinct samples", tp);
         cr_expect_eq(geti(c, "ranks_per_sample"), tp, "TP %d: each sample on TP ranks", tp);
         cr_expect_eq(geti(c, "backwards_per_step"), m);
-        cr_expect_eq(geti(c, "backwards_with_grad_sync"), 1, "TP %d: sync on for the last only", tp);
+        cr_expect_eq(geti(c, "backwards_with_grad_sync"), 1, "TP %d: sync on for the last only",
+                     tp);
         cr_expect_eq(geti(c, "dp_collectives_per_step"), geti(c, "ddp_buckets"),
                      "TP %d: one DP collective per bucket per step", tp);
         const cJSON *l = get(c, "losses");
@@ -217,7 +218,8 @@ static void check_bubble(const cJSON *doc) {
         cJSON_ArrayForEach(it, get(pr, "iterations")) {
             cr_expect_geq(getd(it, "bubble"), 0.0);
             cr_expect_lt(getd(it, "bubble"), 1.0);
-            if (n < 64 && (!compared || cJSON_IsTrue(get(it, "quiet")))) v[n++] = getd(it, "bubble");
+            if (n < 64 && (!compared || cJSON_IsTrue(get(it, "quiet"))))
+                v[n++] = getd(it, "bubble");
         }
         cr_assert_gt(n, 0, "p %d m %d: no iteration", p, m);
         qsort(v, (size_t)n, sizeof v[0], cmp_double);
@@ -226,7 +228,8 @@ static void check_bubble(const cJSON *doc) {
         char key[32];
         snprintf(key, sizeof key, "facts.bubble.p%d_m%d", p, m);
         double replay = getd(pr, "replay_free_communication");
-        cr_expect(replay >= 0 && replay < 1, "p %d m %d: the kept timeline replays (%g)", p, m, replay);
+        cr_expect(replay >= 0 && replay < 1, "p %d m %d: the kept timeline replays (%g)", p, m,
+                  replay);
         if (compared) {
             /* a balanced pipeline with free communication is the floor; the timeline's idle time
                is what its own op durations imply, plus little communication */
@@ -407,5 +410,6 @@ Test(lab09, layout_flags_are_refused, .timeout = 60) {
 Test(lab09, help_names_the_lab_flags, .timeout = 30) {
     int rc = mc_test_run("./lab09 --help", 20, out, OUT_CAP);
     cr_expect_eq(rc, 0, "%s", out);
-    cr_expect(mc_test_contains(out, "--steps K") && mc_test_contains(out, "--pairs PxM"), "%s", out);
+    cr_expect(mc_test_contains(out, "--steps K") && mc_test_contains(out, "--pairs PxM"), "%s",
+              out);
 }
