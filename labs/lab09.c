@@ -438,6 +438,7 @@ typedef struct lab09_ramp_row {
 typedef struct lab09_state {
     int steps;
     int cores;
+    int n_checks, n_failed;         /* of the experiment running now (LAB09_CHECK) */
     /* A */
     int n_cfg;
     lab09_cfg cfg[LAB09_MAX_CFG];
@@ -467,6 +468,21 @@ typedef struct lab09_state {
     double fu_rel_diff;
     int cp_tp, cp_pp, cp_cp, cp_dp, cp_m;
 } lab09_state;
+
+/* lab_check, counted for the experiment's closing line. */
+#define LAB09_CHECK(cx, ok, ...)                                                                  \
+    (((lab09_state *)(cx)->state)->n_checks++,                                                \
+     ((lab09_state *)(cx)->state)->n_failed += !lab_check((cx), (ok), __VA_ARGS__))
+
+/* The experiment's last line: what its measurements were compared with, and how that went. */
+static void lab09_compared(lab_ctx *cx, const char *what) {
+    lab09_state *st = cx->state;
+    if (st->n_failed == 0)
+        lab_printf0("  compared %s: %d checks, all held\n", what, st->n_checks);
+    else
+        lab_printf0("  compared %s: %d of %d checks FAILED\n", what, st->n_failed, st->n_checks);
+    st->n_checks = st->n_failed = 0;
+}
 
 /* ---------------------------------------------------------------------------------------------
    Helpers */
@@ -614,38 +630,42 @@ static int lab09_run_a(lab_ctx *cx) {
 
     for (int i = 0; i < st->n_cfg; i++) {
         lab09_cfg *c = &st->cfg[i];
-        lab_check(cx, c->m == c->m_formula && c->m * c->mbs * c->dp == gbs,
-                  "TP %d: the calculator's M (%d) is GBS / (MBS x DP) = %d / (%d x %d) = %d",
-                  c->tp, c->m, gbs, c->mbs, c->dp, c->m_formula);
-        lab_check(cx, c->dp == N / c->tp, "TP %d: DP = world / TP = %d (got %d)", c->tp,
-                  N / c->tp, c->dp);
-        lab_check(cx, c->m_ran == c->m, "TP %d: the schedule ran %d forwards for M = %d",
-                  c->tp, c->m_ran, c->m);
-        lab_check(cx, c->distinct_samples == gbs,
-                  "TP %d: the world consumed %d distinct samples per step (GBS %d)", c->tp,
-                  c->distinct_samples, gbs);
-        lab_check(cx, c->min_ranks_per_sample == c->tp && c->max_ranks_per_sample == c->tp,
-                  "TP %d: every sample went through exactly TP ranks (got %d..%d)", c->tp,
-                  c->min_ranks_per_sample, c->max_ranks_per_sample);
-        lab_check(cx, c->synced_backwards_per_step == 1 && c->backwards_per_step == c->m,
-                  "TP %d: grad sync was on for 1 of the %d backwards (got %d of %d)", c->tp,
-                  c->m, c->synced_backwards_per_step, c->backwards_per_step);
-        lab_check(cx, c->dp == 1 || c->dp_collectives_per_step == c->n_buckets,
-                  "TP %d: %d DP collectives per step, one per bucket (%d), whatever M", c->tp,
-                  c->dp_collectives_per_step, c->n_buckets);
-        lab_check(cx, c->max_rel_diff <= LAB09_LOSS_RTOL,
-                  "TP %d: losses within %.0e of the single-rank run (%.2e)", c->tp,
-                  LAB09_LOSS_RTOL, c->max_rel_diff);
-        lab_check(cx, c->slot_bytes > 0, "TP %d: one activation slot has bytes (%lld)", c->tp,
-                  c->slot_bytes);
+        LAB09_CHECK(cx, c->m == c->m_formula && c->m * c->mbs * c->dp == gbs,
+                    "TP %d: the calculator's M (%d) is GBS / (MBS x DP) = %d / (%d x %d) = %d",
+                    c->tp, c->m, gbs, c->mbs, c->dp, c->m_formula);
+        LAB09_CHECK(cx, c->dp == N / c->tp, "TP %d: DP = world / TP = %d (got %d)", c->tp,
+                    N / c->tp, c->dp);
+        LAB09_CHECK(cx, c->m_ran == c->m, "TP %d: the schedule ran %d forwards for M = %d",
+                    c->tp, c->m_ran, c->m);
+        LAB09_CHECK(cx, c->distinct_samples == gbs,
+                    "TP %d: the world consumed %d distinct samples per step (GBS %d)", c->tp,
+                    c->distinct_samples, gbs);
+        LAB09_CHECK(cx, c->min_ranks_per_sample == c->tp && c->max_ranks_per_sample == c->tp,
+                    "TP %d: every sample went through exactly TP ranks (got %d..%d)", c->tp,
+                    c->min_ranks_per_sample, c->max_ranks_per_sample);
+        LAB09_CHECK(cx, c->synced_backwards_per_step == 1 && c->backwards_per_step == c->m,
+                    "TP %d: grad sync was on for 1 of the %d backwards (got %d of %d)", c->tp,
+                    c->m, c->synced_backwards_per_step, c->backwards_per_step);
+        LAB09_CHECK(cx, c->dp == 1 || c->dp_collectives_per_step == c->n_buckets,
+                    "TP %d: %d DP collectives per step, one per bucket (%d), whatever M", c->tp,
+                    c->dp_collectives_per_step, c->n_buckets);
+        LAB09_CHECK(cx, c->max_rel_diff <= LAB09_LOSS_RTOL,
+                    "TP %d: losses within %.0e of the single-rank run (%.2e)", c->tp,
+                    LAB09_LOSS_RTOL, c->max_rel_diff);
+        LAB09_CHECK(cx, c->slot_bytes > 0, "TP %d: one activation slot has bytes (%lld)", c->tp,
+                    c->slot_bytes);
     }
-    lab_check(cx, st->single.m == gbs / mbs, "single rank: M = GBS / MBS = %d (got %d)",
-              gbs / mbs, st->single.m);
-    lab_check(cx, st->n_cfg < 2 || st->cfg[st->n_cfg - 1].slot_bytes < st->cfg[0].slot_bytes,
-              "a micro-batch's activations per rank shrink with TP");
-    lab_check(cx, st->unfair.gbs == mbs * big->dp && st->unfair_rel_diff > LAB09_LOSS_RTOL,
-              "broken mode: GBS %d = MBS x DP, and its losses differ from the fair run",
-              st->unfair.gbs);
+    LAB09_CHECK(cx, st->single.m == gbs / mbs, "single rank: M = GBS / MBS = %d (got %d)",
+                gbs / mbs, st->single.m);
+    LAB09_CHECK(cx, st->n_cfg < 2 || st->cfg[st->n_cfg - 1].slot_bytes < st->cfg[0].slot_bytes,
+                "a micro-batch's activations per rank shrink with TP");
+    LAB09_CHECK(cx, st->unfair.gbs == mbs * big->dp && st->unfair_rel_diff > LAB09_LOSS_RTOL,
+                "broken mode: GBS %d = MBS x DP, and its losses differ from the fair run",
+                st->unfair.gbs);
+    lab09_compared(cx, "M with GBS / (MBS x DP), DP with world / TP, samples per step with GBS "
+                       "and ranks per sample with TP, sync-on backwards with 1 and DP collectives "
+                       "with the buckets, every loss with the single-rank run (1e-5), the broken "
+                       "mode's with the fair run");
     return LAB_RAN;
 }
 
@@ -913,7 +933,7 @@ static int lab09_run_b(lab_ctx *cx) {
     int n = lab09_parse_pairs(spec ? spec : def, parsed, LAB09_MAX_PAIRS);
     if (n <= 0) {
         lab_printf0("--pairs needs a list like 2x2,2x8 (p x m), got '%s'\n", spec);
-        lab_check(cx, 0, "--pairs is readable");
+        LAB09_CHECK(cx, 0, "--pairs is readable");
         return LAB_SKIPPED;
     }
     lab_heading(cx, "B. pipeline bubble from the schedule's timeline (1F1B on the first p ranks; "
@@ -966,48 +986,63 @@ static int lab09_run_b(lab_ctx *cx) {
     }
     for (int i = 0; i < st->n_pairs; i++) {
         lab09_pair *pr = &st->pair[i];
-        lab_check(cx, pr->replay >= 0, "p %d m %d: the kept timeline replays in its order",
-                  pr->p, pr->m);
+        LAB09_CHECK(cx, pr->replay >= 0, "p %d m %d: the kept timeline replays in its order",
+                    pr->p, pr->m);
         if (pr->checked) {
             /* the formula is the bubble of a balanced pipeline with free communication: real
                stages only add idle time to it */
-            lab_check(cx, pr->measured >= pr->formula - LAB09_BUBBLE_FLOOR_TOL,
-                      "p %d m %d: measured bubble %.3f is not below (p-1)/(m+p-1) = %.3f",
-                      pr->p, pr->m, pr->measured, pr->formula);
-            lab_check(cx, fabs(pr->kept_bubble - pr->replay) <= LAB09_BUBBLE_TOL,
-                      "p %d m %d: the timeline's bubble %.3f is within %.2f of its replay with "
-                      "free communication (%.3f)", pr->p, pr->m, pr->kept_bubble,
-                      LAB09_BUBBLE_TOL, pr->replay);
+            LAB09_CHECK(cx, pr->measured >= pr->formula - LAB09_BUBBLE_FLOOR_TOL,
+                        "p %d m %d: measured bubble %.3f is not below (p-1)/(m+p-1) = %.3f",
+                        pr->p, pr->m, pr->measured, pr->formula);
+            LAB09_CHECK(cx, fabs(pr->kept_bubble - pr->replay) <= LAB09_BUBBLE_TOL,
+                        "p %d m %d: the timeline's bubble %.3f is within %.2f of its replay with "
+                        "free communication (%.3f)", pr->p, pr->m, pr->kept_bubble,
+                        LAB09_BUBBLE_TOL, pr->replay);
         }
         for (int s = 0; s < pr->p; s++) {
             lab09_stage *g = &pr->stage[s];
             int w = pr->p - s - 1 < pr->m ? pr->p - s - 1 : pr->m;
-            lab_check(cx, g->in_flight == g->in_flight_formula,
-                      "p %d m %d stage %d: %d micro-batches in flight, min(p - r, m) = %d",
-                      pr->p, pr->m, s, g->in_flight, g->in_flight_formula);
-            lab_check(cx, g->warmup == w, "p %d m %d stage %d: warmup %d = min(p - r - 1, m) = %d",
-                      pr->p, pr->m, s, g->warmup, w);
-            lab_check(cx, g->slot_bytes > 0, "p %d m %d stage %d: a slot has bytes", pr->p,
-                      pr->m, s);
-            lab_check(cx, g->p2p_buffers <= g->in_flight_formula + 1,
-                      "p %d m %d stage %d: %d receive buffers at the peak, at most in flight + 1",
-                      pr->p, pr->m, s, g->p2p_buffers);
+            LAB09_CHECK(cx, g->in_flight == g->in_flight_formula,
+                        "p %d m %d stage %d: %d micro-batches in flight, min(p - r, m) = %d",
+                        pr->p, pr->m, s, g->in_flight, g->in_flight_formula);
+            LAB09_CHECK(cx, g->warmup == w,
+                        "p %d m %d stage %d: warmup %d = min(p - r - 1, m) = %d", pr->p, pr->m, s,
+                        g->warmup, w);
+            LAB09_CHECK(cx, g->slot_bytes > 0, "p %d m %d stage %d: a slot has bytes", pr->p,
+                        pr->m, s);
+            LAB09_CHECK(cx, g->p2p_buffers <= g->in_flight_formula + 1,
+                        "p %d m %d stage %d: %d receive buffers at the peak, at most in flight + 1",
+                        pr->p, pr->m, s, g->p2p_buffers);
             if (g->estimated) {
-                lab_check(cx, g->in_flight == g->est_in_flight,
-                          "p %d m %d stage %d: in flight %d, mc_memory_estimate %d", pr->p, pr->m,
-                          s, g->in_flight, g->est_in_flight);
+                LAB09_CHECK(cx, g->in_flight == g->est_in_flight,
+                            "p %d m %d stage %d: in flight %d, mc_memory_estimate %d", pr->p, pr->m,
+                            s, g->in_flight, g->est_in_flight);
                 /* the allocator counts usable sizes: a little above the requested bytes */
-                lab_check(cx, fabs((double)g->slot_bytes - g->est_slot_bytes) <=
-                                  0.02 * g->est_slot_bytes + 4096,
-                          "p %d m %d stage %d: one slot %lld bytes, mc_memory_estimate %.0f",
-                          pr->p, pr->m, s, g->slot_bytes, g->est_slot_bytes);
-                lab_check(cx, g->p2p_buffers == g->est_p2p_buffers,
-                          "p %d m %d stage %d: %d receive buffers at the peak, "
-                          "mc_memory_estimate %d",
-                          pr->p, pr->m, s, g->p2p_buffers, g->est_p2p_buffers);
+                LAB09_CHECK(cx, fabs((double)g->slot_bytes - g->est_slot_bytes) <=
+                                    0.02 * g->est_slot_bytes + 4096,
+                            "p %d m %d stage %d: one slot %lld bytes, mc_memory_estimate %.0f",
+                            pr->p, pr->m, s, g->slot_bytes, g->est_slot_bytes);
+                LAB09_CHECK(cx, g->p2p_buffers == g->est_p2p_buffers,
+                            "p %d m %d stage %d: %d receive buffers at the peak, "
+                            "mc_memory_estimate %d",
+                            pr->p, pr->m, s, g->p2p_buffers, g->est_p2p_buffers);
             }
         }
     }
+    int n_cmp = 0;
+    for (int i = 0; i < st->n_pairs; i++) n_cmp += st->pair[i].checked;
+    char what[512];
+    snprintf(what, sizeof what,
+             "the bubble with (p-1)/(m+p-1) as its floor and with its timeline's replay (%d of %d "
+             "pairs had a core per stage), in flight with min(p-r, m), warmup with min(p-r-1, m), "
+             "receive buffers with in flight + 1%s", n_cmp, st->n_pairs,
+#if defined(MC_MEMORY_MAX_TERMS)
+             ", each stage with mc_memory_estimate"
+#else
+             ""
+#endif
+    );
+    lab09_compared(cx, what);
     return LAB_RAN;
 }
 
@@ -1158,20 +1193,22 @@ static int lab09_run_c(lab_ctx *cx) {
 
     for (int i = 0; i < st->n_rows; i++) {
         lab09_ramp_row *row = &st->row[i];
-        lab_check(cx, row->gbs == row->gbs_formula && row->m == row->m_formula,
-                  "iteration %d, %lld consumed: GBS %d M %d, the formula gives %d and %d",
-                  row->iteration, row->consumed, row->gbs, row->m, row->gbs_formula,
-                  row->m_formula);
-        lab_check(cx, row->step_gbs == row->gbs && row->step_m == row->m,
-                  "iteration %d: the step schedule gives the ramp-up's batch", row->iteration);
-        lab_check(cx, row->m_ran == row->m, "iteration %d: the schedule ran the calculator's M %d",
-                  row->iteration, row->m);
-        lab_check(cx, row->m * st->ramp_mbs * st->ramp_dp == row->gbs,
-                  "iteration %d: M x MBS x DP = GBS", row->iteration);
+        LAB09_CHECK(cx, row->gbs == row->gbs_formula && row->m == row->m_formula,
+                    "iteration %d, %lld consumed: GBS %d M %d, the formula gives %d and %d",
+                    row->iteration, row->consumed, row->gbs, row->m, row->gbs_formula,
+                    row->m_formula);
+        LAB09_CHECK(cx, row->step_gbs == row->gbs && row->step_m == row->m,
+                    "iteration %d: the step schedule gives the ramp-up's batch", row->iteration);
+        LAB09_CHECK(cx, row->m_ran == row->m,
+                    "iteration %d: the schedule ran the calculator's M %d", row->iteration, row->m);
+        LAB09_CHECK(cx, row->m * st->ramp_mbs * st->ramp_dp == row->gbs,
+                    "iteration %d: M x MBS x DP = GBS", row->iteration);
     }
-    lab_check(cx, st->refusal_status == MC_ERR_INVALID_DESC,
-              "GBS %d with MBS %d and DP %d is refused (%s)", st->refusal_gbs, st->refusal_mbs,
-              st->refusal_dp, mc_err_name(st->refusal_status));
+    LAB09_CHECK(cx, st->refusal_status == MC_ERR_INVALID_DESC,
+                "GBS %d with MBS %d and DP %d is refused (%s)", st->refusal_gbs, st->refusal_mbs,
+                st->refusal_dp, mc_err_name(st->refusal_status));
+    lab09_compared(cx, "each row with Megatron's ramp-up formula, the equivalent step schedule and "
+                       "the micro-batches the schedule ran; the refusal with MC_ERR_INVALID_DESC");
     return LAB_RAN;
 }
 
@@ -1248,21 +1285,23 @@ static int lab09_run_f(lab_ctx *cx) {
                     "M %d\n",
                     st->cp_cp, st->cp_tp, st->cp_pp, st->cp_dp, st->cp_m);
 
-    lab_check(cx, st->fu.m == st->fu_m_formula, "follow-up: M %d = GBS / (MBS x DP) = %d",
-              st->fu.m, st->fu_m_formula);
-    lab_check(cx, st->fu.dp == st->fu_dp, "follow-up: DP %d = world / (TP x PP) = %d", st->fu.dp,
-              st->fu_dp);
-    lab_check(cx, st->fu.distinct_samples == v.gbs, "follow-up: %d distinct samples = GBS %d",
-              st->fu.distinct_samples, v.gbs);
-    lab_check(cx, st->fu.min_ranks_per_sample == v.tp * v.pp &&
-                      st->fu.max_ranks_per_sample == v.tp * v.pp,
-              "follow-up: each sample on TP x PP = %d ranks", v.tp * v.pp);
-    lab_check(cx, st->fu_rel_diff <= LAB09_LOSS_RTOL,
-              "follow-up: losses within %.0e of the single-rank run (%.2e)", LAB09_LOSS_RTOL,
-              st->fu_rel_diff);
+    LAB09_CHECK(cx, st->fu.m == st->fu_m_formula, "follow-up: M %d = GBS / (MBS x DP) = %d",
+                st->fu.m, st->fu_m_formula);
+    LAB09_CHECK(cx, st->fu.dp == st->fu_dp, "follow-up: DP %d = world / (TP x PP) = %d", st->fu.dp,
+                st->fu_dp);
+    LAB09_CHECK(cx, st->fu.distinct_samples == v.gbs, "follow-up: %d distinct samples = GBS %d",
+                st->fu.distinct_samples, v.gbs);
+    LAB09_CHECK(cx, st->fu.min_ranks_per_sample == v.tp * v.pp &&
+                        st->fu.max_ranks_per_sample == v.tp * v.pp,
+                "follow-up: each sample on TP x PP = %d ranks", v.tp * v.pp);
+    LAB09_CHECK(cx, st->fu_rel_diff <= LAB09_LOSS_RTOL,
+                "follow-up: losses within %.0e of the single-rank run (%.2e)", LAB09_LOSS_RTOL,
+                st->fu_rel_diff);
     if (st->cp_dp > 0)
-        lab_check(cx, st->cp_dp == N / (st->cp_tp * st->cp_pp * st->cp_cp),
-                  "with CP: DP = world / (TP x PP x CP) = %d", st->cp_dp);
+        LAB09_CHECK(cx, st->cp_dp == N / (st->cp_tp * st->cp_pp * st->cp_cp),
+                    "with CP: DP = world / (TP x PP x CP) = %d", st->cp_dp);
+    lab09_compared(cx, "DP with world / (TP x PP), M with GBS / (MBS x DP), samples with GBS and "
+                       "ranks per sample with TP x PP, losses with the single-rank run");
     return LAB_RAN;
 }
 
