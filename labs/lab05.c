@@ -943,6 +943,7 @@ static cJSON *lab05_facts(lab_ctx *cx) {
     cJSON_AddStringToObject(o, "layout_change", lab05_outcome(&st->layout));
     cJSON_AddBoolToObject(o, "layout_loss_moves", st->layout.max_rel_diff > LAB05_MOVE_RTOL);
     cJSON_AddStringToObject(o, "math_change", lab05_outcome(&st->math_refused));
+    cJSON_AddBoolToObject(o, "math_forced_loads", st->math_forced.status == MC_OK);
     cJSON_AddBoolToObject(o, "math_forced_loss_moves",
                           st->math_forced.status == MC_OK &&
                               st->math_forced.max_rel_diff > LAB05_MOVE_RTOL);
