@@ -446,18 +446,25 @@ Test(lab05, empty_sheet_scores_zero, .timeout = 30) {
 }
 
 Test(lab05, misconceptions_fire_and_cost_points, .timeout = 30) {
-    gr_report rep;
-    grade("tests/fixtures/lab05/misconceptions.md", &rep);
-    const char *ids[] = {"MC1", "MC2", "MC3", "MC4", "MC5"};
-    for (int i = 0; i < 5; i++) cr_expect(fired(&rep, ids[i]), "%s did not fire", ids[i]);
-    cr_expect_leq(rep.total, 2.0, "a sheet of misconceptions scores %.2f", rep.total);
-    gr_report_free(&rep);
+    const char *sheets[] = {"tests/fixtures/lab05/misconceptions.md",
+                            "tests/fixtures/lab05/misconceptions.zh.md"};
+    for (int s = 0; s < 2; s++) {
+        gr_report rep;
+        grade(sheets[s], &rep);
+        const char *ids[] = {"MC1", "MC2", "MC3", "MC4", "MC5"};
+        for (int i = 0; i < 5; i++)
+            cr_expect(fired(&rep, ids[i]), "%s: %s did not fire", sheets[s], ids[i]);
+        cr_expect_leq(rep.total, 2.0, "%s scores %.2f", sheets[s], rep.total);
+        gr_report_free(&rep);
+    }
 }
 
 Test(lab05, negated_truths_keywords_and_prompt_copies_earn_little, .timeout = 30) {
     const char *sheets[] = {"tests/fixtures/lab05/negated.md", "tests/fixtures/lab05/keywords.md",
-                            "tests/fixtures/lab05/prompt_copy.md"};
-    for (int i = 0; i < 3; i++) {
+                            "tests/fixtures/lab05/prompt_copy.md",
+                            "tests/fixtures/lab05/negated.zh.md",
+                            "tests/fixtures/lab05/keywords.zh.md"};
+    for (int i = 0; i < 5; i++) {
         gr_report rep;
         grade(sheets[i], &rep);
         cr_expect_leq(text_points(&rep), 1.0, "%s: its text earns %.2f", sheets[i],
