@@ -249,21 +249,27 @@ static int lab05_hook_finalize(void *app) {
 static void lab05_trainer_destroy(lab05_trainer *t) {
     if (t->have_opt) mc_optimizer_destroy(&t->opt);
     if (t->have_ddp) MC_CHECK(mc_ddp_destroy(&t->ddp));
-    if (t->have_gpt) mc_gpt_free(&t->gpt);
+    if (t->have_gpt) mc_gpt_destroy(&t->gpt);
     t->have_opt = t->have_ddp = t->have_gpt = 0;
 }
 
-/* The model, DDP and AdamW for cfg on ps (collective over ps's world). */
+/* The model, DDP and AdamW for cfg on ps (collective over ps's world), in the memory of the
+   world's communicators: host memory on CPU ranks, the rank's GPU with NCCL. */
 static void lab05_trainer_init(lab05_trainer *t, const mc_gpt_config *cfg, mc_parallel_state *ps) {
     memset(t, 0, sizeof *t);
     t->ps = ps;
     t->dp = ps->grid.dp;
     t->dp_rank = ps->coords.dp;
     t->n_micro = LAB05_GBS / (LAB05_MBS * t->dp);
-    MC_CHECK(mc_gpt_init(&t->gpt, &(mc_gpt_desc){.config = *cfg, .ps = ps, .n_slots = t->n_micro}));
+    MC_CHECK(mc_gpt_init(&t->gpt, &(mc_gpt_desc){.config = *cfg,
+                                                 .ps = ps,
+                                                 .ops = mc_comm_memory(ps->world),
+                                                 .n_slots = t->n_micro}));
     t->have_gpt = 1;
-    MC_CHECK(mc_ddp_init(&t->ddp, &(mc_ddp_desc){.table = &t->gpt.table, .grads = t->gpt.grads,
-                                                 .dp = mc_parallel_group(ps, MC_GROUP_DP_CP)}));
+    MC_CHECK(mc_ddp_init(&t->ddp, &(mc_ddp_desc){.table = &t->gpt.table,
+                                                 .grads = t->gpt.grads,
+                                                 .dp = mc_parallel_group(ps, MC_GROUP_DP_CP),
+                                                 .ops = t->gpt.ops}));
     t->have_ddp = 1;
     MC_CHECK(mc_optimizer_init(&t->opt, &(mc_optimizer_desc){
                                             .ddp = &t->ddp,
@@ -279,10 +285,11 @@ static void lab05_trainer_init(lab05_trainer *t, const mc_gpt_config *cfg, mc_pa
    ranks place their micro-batches at their global sample index, one all-reduce sums them. */
 static void lab05_token_losses(lab05_trainer *t, double *out) {
     static double mine[LAB05_TOKENS];
+    float l[LAB05_SEQ * LAB05_MBS];   /* [S, B] */
     memset(mine, 0, sizeof mine);
     if (mc_parallel_is_last_stage(t->ps, 1) && t->ps->coords.tp == 0)
         for (int m = 0; m < t->n_micro; m++) {
-            const float *l = mc_gpt_losses(&t->gpt, m);   /* [S, B] */
+            MC_CHECK(t->gpt.ops->download(t->gpt.ops, l, mc_gpt_losses(&t->gpt, m), sizeof l));
             for (int j = 0; j < LAB05_MBS; j++) {
                 long long g = ((long long)m * t->dp + t->dp_rank) * LAB05_MBS + j;
                 for (int s = 0; s < LAB05_SEQ; s++)
@@ -343,32 +350,43 @@ static mc_checkpoint_desc lab05_ckpt_desc(lab05_trainer *t, const char *dir, flo
     mc_checkpoint_desc d;
     memset(&d, 0, sizeof d);
     d.dir = dir, d.ps = t->ps, d.config = &t->gpt.config;
-    d.params = &t->gpt.table, d.param_data = t->gpt.params;
-    d.exp_avg = m, d.exp_avg_sq = v, d.rng = &t->gpt.rng;
+    d.params = &t->gpt.table, d.param_data = (float *)t->gpt.params;
+    d.exp_avg = m, d.exp_avg_sq = v, d.ops = t->gpt.ops, d.rng = &t->gpt.rng;
     d.iteration = t->iteration, d.consumed_samples = t->consumed;
     d.optimizer_step = t->opt.iteration;
     return d;
 }
 
+/* Adam's m or v in the parameter layout: a zeroed buffer of op memory. */
+static float *lab05_state_buffer(const lab05_trainer *t) {
+    void *p = NULL;
+    MC_CHECK(t->gpt.ops->alloc(t->gpt.ops, &p, t->gpt.table.total * sizeof(float)));
+    return p;
+}
+
+static void lab05_state_free(const lab05_trainer *t, float *m, float *v) {
+    MC_CHECK(t->gpt.ops->free(t->gpt.ops, m));
+    MC_CHECK(t->gpt.ops->free(t->gpt.ops, v));
+}
+
 /* Saves the model and Adam's m and v (in the parameter layout) at the current iteration. */
 static void lab05_save(lab05_trainer *t, const char *dir) {
     const mc_param_table *tab = &t->gpt.table;
-    float *m = lab_xcalloc(tab->total, sizeof *m), *v = lab_xcalloc(tab->total, sizeof *v);
+    float *m = lab05_state_buffer(t), *v = lab05_state_buffer(t);
     for (int i = 0; i < tab->count; i++) {
         MC_CHECK(mc_optimizer_get_state(&t->opt, i, MC_OPTIM_EXP_AVG, m + tab->info[i].offset));
         MC_CHECK(mc_optimizer_get_state(&t->opt, i, MC_OPTIM_EXP_AVG_SQ, v + tab->info[i].offset));
     }
     mc_checkpoint_desc d = lab05_ckpt_desc(t, dir, m, v);
     MC_CHECK(mc_checkpoint_save(&d));
-    free(m);
-    free(v);
+    lab05_state_free(t, m, v);
 }
 
 /* Loads the latest checkpoint into the trainer; on success the optimizer, the iteration and
    the data position continue from it. Returns the load's status (the same on every rank). */
 static int lab05_load(lab05_trainer *t, const char *dir, unsigned flags, lab05_run *run) {
     const mc_param_table *tab = &t->gpt.table;
-    float *m = lab_xcalloc(tab->total, sizeof *m), *v = lab_xcalloc(tab->total, sizeof *v);
+    float *m = lab05_state_buffer(t), *v = lab05_state_buffer(t);
     mc_checkpoint_desc d = lab05_ckpt_desc(t, dir, m, v);
     double t0 = lab_now();
     int rc = mc_checkpoint_load(&d, flags, &run->res);
@@ -386,8 +404,7 @@ static int lab05_load(lab05_trainer *t, const char *dir, unsigned flags, lab05_r
         t->iteration = run->res.iteration;
         t->consumed = run->res.consumed_samples;
     }
-    free(m);
-    free(v);
+    lab05_state_free(t, m, v);
     return rc;
 }
 
