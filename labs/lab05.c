@@ -25,6 +25,11 @@
      E. perf: the config changed in a performance-only field (full recompute): the load is
         allowed and the continued loss equals the uninterrupted run's within 1e-6.
 
+   Worlds: 4 ranks by default (TP=2 PP=2 DP=1; the TP=1 PP=1 runs of C use rank 0 alone), 8
+   (DP=2; C on ranks 0-1) or 16 (DP=4; C on ranks 0-3): the global batch of 8 samples stays
+   the same, so every world trains the same losses (within 1e-5 relative). Any other world, or other --tp / --pp,
+   is refused with exit status 2 and the rule.
+
    Dropout is off in every run, so that the only differences between runs are the ones each
    experiment makes (the RNG states are not restored across a TP / PP change). */
 #include "lab_driver.h"
@@ -1031,7 +1036,7 @@ static const char lab05_summary[] =
     "A runs the config validator over configurations built to break its rules; B trains a small\n"
     "GPT at TP=2 PP=2 and saves a checkpoint with its config fingerprints; C, D and E reload it\n"
     "under a layout change (resharded), a math change (refused; forced, the loss jumps) and a\n"
-    "performance-only change (allowed, same loss).";
+    "performance-only change (allowed, same loss). Worlds: 4 (default), 8 or 16 ranks.";
 
 static const lab_experiment lab05_experiments[] = {
     {"setup", lab05_run_setup},

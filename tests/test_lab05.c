@@ -332,6 +332,11 @@ Test(lab05, world8_reloads_on_two_ranks, .timeout = 400) {
     expect_common_facts(doc, REF_NONCE, 8, res);
     cr_expect_eq((int)num(doc, "facts.training.save_dp"), 2);
     cr_expect_eq((int)num(doc, "facts.reload.layout.layout.dp"), 2);
+    /* the same global batch: the same losses as the 4-rank run frozen in the fixture */
+    cJSON *frozen = load_json("tests/fixtures/lab05/results.json");
+    cr_expect_leq(max_rel(get(doc, "facts.training.uninterrupted_losses"),
+                          get(frozen, "facts.training.uninterrupted_losses")), 1e-5);
+    cJSON_Delete(frozen);
     cJSON_Delete(doc);
 }
 
