@@ -314,7 +314,7 @@ static void lab05_trainer_step(lab05_trainer *t, double *loss, double *tok) {
                                .finalize = lab05_hook_finalize,
                                .tensor_elems = t->gpt.p2p_elems};
     MC_CHECK(mc_ddp_zero_grad(&t->ddp));
-    mc_gpt_zero_grad(&t->gpt);
+    MC_CHECK(mc_gpt_zero_grad(&t->gpt));
     MC_CHECK(mc_get_forward_backward_func(t->ps)(t->ps, &hooks, t->n_micro, 0, &lab05_sched));
     MC_CHECK(mc_optimizer_step(&t->opt));
     /* the last stage's TP-rank-0 ranks hold each DP replica's sums */
