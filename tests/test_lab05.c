@@ -23,7 +23,7 @@
 
 #include "labs/grader.h"
 #include "labs/lab_common.h"
-#include "tests/test_util.h"
+#include "tests/test_lab_util.h"
 
 #define OUT_CAP (1 << 18)
 #define REF_NONCE "003039"   /* the reference answers' run: F2, probe rank 2 */
@@ -32,18 +32,13 @@ static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    cr_assert_eq(chdir(mc_test_repo_root()), 0, "cannot chdir to the repository root");
-    cr_assert_eq(access("megatron_c.h", R_OK), 0, "not the repository root");
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mc_test_lab05_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
+    mc_lab_test_enter_root_and_tmpdir(tmp_dir, sizeof tmp_dir, "lab05");
     out = calloc(1, OUT_CAP);
     cr_assert_not_null(out);
 }
 
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
+    mc_lab_test_remove_tmpdir(tmp_dir);
     free(out);
 }
 
@@ -52,26 +47,8 @@ TestSuite(lab05, .init = setup, .fini = teardown);
 /* ---------------------------------------------------------------------------------------------
    helpers */
 
-static cJSON *load_json(const char *path) {
-    char *text = lab_read_text(path, NULL);
-    cr_assert_not_null(text, "missing %s", path);
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    cr_assert_not_null(doc, "%s is not valid JSON", path);
-    return doc;
-}
-
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    char path[256];
-    snprintf(path, sizeof path, "%s", dotted);
-    const cJSON *cur = obj;
-    char *save = NULL;
-    for (char *key = strtok_r(path, ".", &save); key != NULL; key = strtok_r(NULL, ".", &save)) {
-        cur = cJSON_GetObjectItemCaseSensitive(cur, key);
-        cr_assert_not_null(cur, "results lack the key %s (at %s)", dotted, key);
-    }
-    return (cJSON *)cur;
-}
+static cJSON *load_json(const char *path) { return mc_lab_test_load_json(path); }
+static cJSON *get(const cJSON *obj, const char *dotted) { return mc_lab_test_get(obj, dotted); }
 
 static double num(const cJSON *doc, const char *dotted) { return get(doc, dotted)->valuedouble; }
 static const char *str(const cJSON *doc, const char *dotted) {
