@@ -23,7 +23,7 @@
 
 #include "labs/grader.h"
 #include "labs/lab_common.h"
-#include "tests/test_lab_util.h"
+#include "tests/test_util.h"
 
 #define OUT_CAP (1 << 18)
 #define REF_NONCE "003039"   /* the reference answers' run: F2, probe rank 2 */
@@ -32,13 +32,14 @@ static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    mc_lab_test_enter_root_and_tmpdir(tmp_dir, sizeof tmp_dir, "lab05");
+    cr_assert_eq(chdir(mc_test_repo_root()), 0, "cannot chdir to the repository root");
+    cr_assert_eq(mc_test_make_tmpdir(tmp_dir, sizeof tmp_dir, "lab05"), 0);
     out = calloc(1, OUT_CAP);
     cr_assert_not_null(out);
 }
 
 static void teardown(void) {
-    mc_lab_test_remove_tmpdir(tmp_dir);
+    mc_test_remove_dir(tmp_dir);
     free(out);
 }
 
@@ -47,8 +48,17 @@ TestSuite(lab05, .init = setup, .fini = teardown);
 /* ---------------------------------------------------------------------------------------------
    helpers */
 
-static cJSON *load_json(const char *path) { return mc_lab_test_load_json(path); }
-static cJSON *get(const cJSON *obj, const char *dotted) { return mc_lab_test_get(obj, dotted); }
+/* A results file and one of its values; the test stops when either is missing. */
+static cJSON *load_json(const char *path) {
+    cJSON *doc = mc_test_json_load(path);
+    cr_assert_not_null(doc, "%s is missing or not valid JSON", path);
+    return doc;
+}
+static cJSON *get(const cJSON *obj, const char *dotted) {
+    cJSON *v = mc_test_json_at(obj, dotted);
+    cr_assert_not_null(v, "the results lack %s", dotted);
+    return v;
+}
 
 static double num(const cJSON *doc, const char *dotted) { return get(doc, dotted)->valuedouble; }
 static const char *str(const cJSON *doc, const char *dotted) {
