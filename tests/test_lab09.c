@@ -37,16 +37,13 @@ static void setup(void) {
     cr_assert(strcmp(root, ".") != 0 || access("megatron_c.h", R_OK) == 0,
               "cannot find the repository root from /proc/self/exe");
     cr_assert_eq(chdir(root), 0, "cannot chdir to %s", root);
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mc_test_lab09_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
+    cr_assert_eq(mc_test_make_tmpdir(tmp_dir, sizeof tmp_dir, "lab09"), 0);
     out = calloc(1, OUT_CAP);
     cr_assert_not_null(out);
 }
 
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
+    mc_test_remove_dir(tmp_dir);
     free(out);
 }
 
@@ -75,24 +72,15 @@ static char *read_file(const char *path) {
 }
 
 static cJSON *load_json(const char *path) {
-    char *text = read_file(path);
-    cr_assert_not_null(text, "missing %s", path);
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    cr_assert_not_null(doc, "%s is not valid JSON", path);
+    cJSON *doc = mc_test_json_load(path);
+    cr_assert_not_null(doc, "%s is missing or not valid JSON", path);
     return doc;
 }
 
 static cJSON *get(const cJSON *obj, const char *dotted) {
-    char path[256];
-    snprintf(path, sizeof path, "%s", dotted);
-    const cJSON *cur = obj;
-    char *save = NULL;
-    for (char *key = strtok_r(path, ".", &save); key != NULL; key = strtok_r(NULL, ".", &save)) {
-        cur = cJSON_GetObjectItemCaseSensitive(cur, key);
-        cr_assert_not_null(cur, "results lack the key %s (at %s)", dotted, key);
-    }
-    return (cJSON *)cur;
+    cJSON *v = mc_test_json_at(obj, dotted);
+    cr_assert_not_null(v, "results lack the key %s", dotted);
+    return v;
 }
 
 static int geti(const cJSON *obj, const char *dotted) { return get(obj, dotted)->valueint; }
