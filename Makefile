@@ -85,14 +85,14 @@ labs: lab03 ## build every lab
 # ---------------------------------------------------------------------------------------------
 # the recipe: mpirun -np N ./pretrain_gpt --tensor-model-parallel-size 2 ... (Megatron's flags)
 
-pretrain_gpt: examples/pretrain_gpt.c $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok ## build ./pretrain_gpt (train a GPT, Megatron's flags)
+pretrain_gpt: examples/pretrain_gpt.c examples/pretrain_gpt_args.h $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok ## build ./pretrain_gpt (train a GPT, Megatron's flags)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
 	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # the command-line calculator (no MPI)
 
-megatron_c: tools/megatron_c.c megatron_c.h | $(BUILD)/.deps-ok ## build ./megatron_c (layout calculator)
+megatron_c: tools/megatron_c.c megatron_c.h examples/pretrain_gpt_args.h | $(BUILD)/.deps-ok ## build ./megatron_c (layout, schedule, memory calculator)
 	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $< -o $@ -lm
 
 # ---------------------------------------------------------------------------------------------

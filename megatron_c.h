@@ -2100,6 +2100,154 @@ MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n);
 
 /* @checkpoint:declarations end */
 
+/* @theoretical_memory:declarations begin */
+/* ---------------------------------------------------------------------------------------------
+   >>theoretical_memory  The bytes every rank of a training run holds, from the config and the
+   layout alone (Megatron-LM's training/theoretical_memory_usage.py, per pipeline stage). A pure
+   function: no allocation, no communication, a handful of arithmetic whatever the sizes, so
+   pretrain_gpt calls it before it allocates anything (and refuses a run that cannot fit) and
+   `megatron_c memory` prints it.
+
+       mc_memory_desc d = { .config = cfg, .data_parallel_size = 2, .num_microbatches = 8 };
+       mc_memory_stage st;
+       mc_memory_estimate(&d, 0, &st);    // stage 0: st.bytes[MC_MEMORY_PAPER][...],
+                                          // st.terms[i].formula / .values / .bytes
+
+   Symbols: s seq_length, b micro_batch_size, h hidden_size, a heads, F ffn_hidden_size, L layers,
+   V padded vocabulary, Pm max_position_embeddings, t / p / v tensor / pipeline / virtual sizes,
+   d data-parallel size, M micro-batches per DP rank, r the stage (pp rank).
+
+   Every stage gets two models, each a list of terms (category, formula, the formula with this
+   config's numbers, bytes per rank):
+
+   paper: what Megatron-LM holds (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+   Large Transformer Models", Table 2 and section 4; Megatron's theoretical_memory_usage.py).
+     P            parameters of one rank of the stage, counted exactly for this GPT (biases
+                  included): Ls·((4h + 2F)·h + 3h + F)/t + Ls·6h per Ls = L/p layers, the word
+                  embedding Vp·h/t and position embedding Pm·h on stage 0, the final norm 2h and
+                  the output layer V·h/t (untied, or the tied copy when p > 1) on the last stage.
+     parameters   e·P, e = 2 with bf16, else 4.
+     gradients    4·P: Megatron accumulates and reduces a bf16 model's grads in fp32.
+     optimizer    bf16: 12·P (fp32 main params, Adam m and v); fp32: 8·P (the params are the main
+                  params); divided by d under the distributed optimizer (Megatron's 6 + 12/d
+                  bytes per parameter with bf16).
+     activations  per layer and micro-batch, 2-byte activations and 1-byte dropout masks:
+                    no parallelism                   s·b·h·(34 + 5·a·s/h)
+                    tensor parallel                  s·b·h·(10 + 24/t + 5·a·s/(h·t))
+                    tensor + sequence parallel       s·b·h·(34 + 5·a·s/h)/t
+                    selective recompute              the same without the 5·a·s/h term
+                    full recompute                   2·s·b·h (/t with SP): only the layer input
+                  34 = 16 tensors of s·b·h elements at 2 bytes + 2 masks, of which 10 are
+                  replicated across TP without SP; 5 = 2 tensors of b·a·s·s at 2 bytes + 1 mask.
+                  F != 4h: 34 becomes 18 + 4·F/h (Megatron's form). Without bf16 the same tensors
+                  are fp32: 66 + 9·a·s/h (replicated 18). Full recompute, uniform: the input of
+                  every group of recompute_num_layers layers; block: the first
+                  recompute_num_layers layers of each chunk keep their input only.
+                  Stage 0 adds the embedding's int64 token ids 8·s·b and its dropout mask s·b·h
+                  (/t with SP); the last stage the inputs of the final norm and the output layer
+                  2·e·s·b·h (/t with SP) and the fp32 logits 4·s·b·V/t: 4·s·b·h·(1 + V/h)/t with
+                  bf16 and SP, the paper's term.
+                  In flight at the peak (Megatron frees a micro-batch's activations in its
+                  backward): no pipelining 1; 1F1B min(p - r, M) (the warmup + 1); interleaved
+                  k = min(2·(p - r - 1) + (v - 1)·p + 1, M·v) chunk micro-batches of L/(p·v)
+                  layers each, so stage 0 holds L·(1 + (p - 1)/(p·v)) layers' worth, the
+                  paper's interleaving factor. The embedding and output terms count the first
+                  and last chunk's share of those k (schedule table order).
+     communication  0: a received activation is the next layer's saved input (counted above).
+
+   implementation: what this library allocates through the op table and the pp communicator
+   (mc_gpt_init, mc_optimizer_init, the schedule, finalize), in fp32 whatever `bf16` says,
+   byte for byte (an empty buffer still takes 1 byte):
+     parameters   4·P' and gradients 4·P', P' = the table's total, P plus the distributed
+                  optimizer's padding (param starts at multiples of 64, bucket ends at
+                  lcm(d, 128), the tied embedding in its own bucket).
+     optimizer    Adam m and v, 8·P' (8·P'/d under the distributed optimizer; fp32 params are
+                  their own main params).
+     activations  every slot of every chunk is allocated at init: n_slots (pretrain_gpt: one per
+                  micro-batch, M) x v chunks x (the layers' caches, the layer inputs, the tokens
+                  on stage 0, the logits, norm and loss buffers on the last stage), plus one
+                  workspace per rank (backward buffers, TP scratch, recompute replay caches).
+     communication  the schedule's P2P receive buffers at their peak (each s·b·h/t' floats,
+                  t' = t under SP, else 1; held from receive to the backward that uses them) and
+                  finalize's packed sequence-parallel grads.
+   The two models differ most in activations: Megatron keeps min(p - r, M) micro-batches,
+   this library one slot per micro-batch, and its caches are its own (fp32 LayerNorm outputs,
+   q|k|v, statistics) rather than Megatron's saved tensors.
+
+   A category's bytes are its peak; a model's total is the sum of its categories. Every rank of
+   a stage (its t x d ranks) holds the same. */
+
+typedef enum mc_memory_category {
+    MC_MEMORY_PARAMETERS = 0,
+    MC_MEMORY_GRADIENTS,
+    MC_MEMORY_OPTIMIZER,
+    MC_MEMORY_ACTIVATIONS,
+    MC_MEMORY_COMMUNICATION,
+    MC_MEMORY_CATEGORY_COUNT
+} mc_memory_category;
+
+typedef enum mc_memory_model {
+    MC_MEMORY_PAPER = 0,            /* Megatron-LM, Korthikanti et al. 2022 */
+    MC_MEMORY_IMPLEMENTATION,       /* this library's allocations */
+    MC_MEMORY_MODEL_COUNT
+} mc_memory_model;
+
+/* Zero means default. */
+typedef struct mc_memory_desc {
+    mc_gpt_config config;           /* resolved or not; its layout fields give t, p, v, SP and
+                                       recompute, and micro_batch_size b */
+    int data_parallel_size;         /* d; default 1 */
+    int num_microbatches;           /* M per data-parallel rank (the largest under ramp-up);
+                                       default 1 */
+    int distributed_optimizer;
+    int bf16;                       /* the paper model's precision (this build computes fp32) */
+    int n_slots;                    /* implementation: mc_gpt_desc.n_slots; default M, as
+                                       pretrain_gpt passes */
+    size_t bucket_size;             /* implementation: mc_gpt_desc.bucket_size (padding) */
+} mc_memory_desc;
+
+#define MC_MEMORY_MAX_TERMS 24
+#define MC_MEMORY_TEXT 256
+
+typedef struct mc_memory_term {
+    mc_memory_model model;
+    mc_memory_category category;
+    char name[48];                  /* "transformer layers" */
+    char formula[MC_MEMORY_TEXT];   /* "34·s·b·h/t × L/p × min(p - r, M)" (UTF-8) */
+    char values[MC_MEMORY_TEXT];    /* the same with this config's numbers */
+    double bytes;                   /* per rank */
+} mc_memory_term;
+
+typedef struct mc_memory_stage {
+    int pp_rank, pp;                /* this stage r of p */
+    int ranks;                      /* ranks holding it: t x d */
+    int layers;                     /* transformer layers on the stage (all chunks) */
+    int chunks;                     /* v, or 1 */
+    int embedding, output_layer;    /* the stage holds the embedding / the loss */
+    double params;                  /* P, per rank */
+    double params_padded;           /* P' (the implementation's table total) */
+    char params_formula[MC_MEMORY_TEXT], params_values[MC_MEMORY_TEXT];
+    int in_flight;                  /* paper: (chunk) micro-batches held at the peak */
+    char in_flight_formula[MC_MEMORY_TEXT], in_flight_values[MC_MEMORY_TEXT];
+    int n_slots;                    /* implementation: activation slots per chunk */
+    int p2p_buffers;                /* implementation: receive buffers at the peak */
+    double bytes[MC_MEMORY_MODEL_COUNT][MC_MEMORY_CATEGORY_COUNT];
+    double total[MC_MEMORY_MODEL_COUNT];
+    int n_terms;
+    mc_memory_term terms[MC_MEMORY_MAX_TERMS];
+} mc_memory_stage;
+
+/* The estimate of stage pp_rank (0 .. p-1). Validates like mc_gpt_init (every config rule,
+   MC_ERR_INVALID_DESC with the report) and like the schedule (Megatron's interleaving rules on
+   M), and d, M, n_slots >= 1. out is written only on success. */
+MC_API int mc_memory_estimate(const mc_memory_desc *desc, int pp_rank, mc_memory_stage *out);
+MC_API const char *mc_memory_category_name(int category);   /* "parameters", ... */
+MC_API const char *mc_memory_model_name(int model);         /* "paper", "implementation" */
+/* "1.50 GiB", "812.0 MiB", "96 B" (binary units) into buf; returns buf. */
+MC_API char *mc_memory_format_bytes(char *buf, size_t cap, double bytes);
+
+/* @theoretical_memory:declarations end */
+
 #ifdef __cplusplus
 }
 #endif
@@ -11748,6 +11896,746 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
 #endif /* _WIN32 */
 
 /* @checkpoint:implementation end */
+
+/* @theoretical_memory:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>theoretical_memory  (the models are described at the declarations)
+
+/* UTF-8 middle dot and times sign. Always used between separate string literals: a hex escape
+   followed by a hex digit in the same literal would swallow it. */
+#define MC__MD "\xc2\xb7"
+#define MC__MX " \xc3\x97 "
+
+/* One stage's sizes, resolved; doubles so that products never overflow. */
+typedef struct mc__mem {
+    mc_gpt_config cfg;              /* resolved */
+    int t, p, v, d, m, r, nl, sp, e, pre, post, out_layer, slots, selective, full, block, k;
+    double s, b, h, a, f, vocab, pm, n, ns;   /* n = s·b tokens, ns = n / t under SP */
+} mc__mem;
+
+static const char *const mc__mem_category_names[MC_MEMORY_CATEGORY_COUNT] = {
+    "parameters", "gradients", "optimizer", "activations", "communication"};
+
+MC_API const char *mc_memory_category_name(int category) {
+    return category >= 0 && category < MC_MEMORY_CATEGORY_COUNT ? mc__mem_category_names[category]
+                                                                : "unknown";
+}
+
+MC_API const char *mc_memory_model_name(int model) {
+    return model == MC_MEMORY_PAPER ? "paper"
+           : model == MC_MEMORY_IMPLEMENTATION ? "implementation" : "unknown";
+}
+
+MC_API char *mc_memory_format_bytes(char *buf, size_t cap, double bytes) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = bytes;
+    int u = 0;
+    if (!buf || cap == 0) return buf;
+    while ((v >= 1024.0 || v <= -1024.0) && u < 6) v /= 1024.0, u++;
+    if (u == 0) snprintf(buf, cap, "%.0f B", v);
+    else snprintf(buf, cap, "%.*f %s", v >= 100.0 ? 1 : 2, v, units[u]);
+    return buf;
+}
+
+/* Appends a term; the caller fills formula and values. */
+static mc_memory_term *mc__mem_term(mc_memory_stage *st, mc_memory_model model,
+                                    mc_memory_category cat, const char *name, double bytes) {
+    mc_memory_term *t;
+    MC_ASSERT(st->n_terms < MC_MEMORY_MAX_TERMS);
+    t = &st->terms[st->n_terms++];
+    memset(t, 0, sizeof *t);
+    t->model = model;
+    t->category = cat;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->bytes = bytes;
+    st->bytes[model][cat] += bytes;
+    st->total[model] += bytes;
+    return t;
+}
+
+/* What one op-table allocation of n elements of `size` bytes takes (mc_gpt allocates at least
+   one byte). */
+static double mc__mem_alloc(double n, double size) { return n * size > 0.0 ? n * size : 1.0; }
+
+static double mc__mem_round_up(double x, double m) { return ceil(x / m) * m; }
+
+// --- parameters ------------------------------------------------------------------------------
+
+/* Local element counts of one transformer layer's tensors, in registration order. */
+static void mc__mem_layer_numel(const mc__mem *M, double numel[MC_GPT_LAYER_TENSORS]) {
+    double h = M->h, f = M->f, t = M->t;
+    double shapes[MC_GPT_LAYER_TENSORS] = {
+        h, h, 3.0 * h * h / t, 3.0 * h / t, h * h / t, h, h, h, f * h / t, f / t, h * f / t, h};
+    memcpy(numel, shapes, sizeof shapes);
+}
+
+/* P: the exact parameter count of one rank of the stage. */
+static double mc__mem_params(const mc__mem *M) {
+    double h = M->h, f = M->f, t = M->t;
+    double layer = ((4.0 * h + 2.0 * f) * h + 3.0 * h + f) / t + 6.0 * h;
+    double p = layer * M->nl * M->v;
+    if (M->pre) p += M->vocab * h / t + M->pm * h;
+    if (M->post) p += 2.0 * h + (M->out_layer ? M->vocab * h / t : 0.0);
+    return p;
+}
+
+/* The layout of mc_param_table_layout, replayed on counts (§11.3 padding). */
+typedef struct mc__mem_layout {
+    double start, bucket_start, end, align, bucket_size;
+    long long in_bucket;
+} mc__mem_layout;
+
+static void mc__mem_close_bucket(mc__mem_layout *L, double at) {
+    L->start = L->bucket_start = mc__mem_round_up(at, L->align);
+    L->in_bucket = 0;
+}
+
+static void mc__mem_place(mc__mem_layout *L, double numel, int own_bucket) {
+    L->start = mc__mem_round_up(L->start, 64.0);
+    if (own_bucket && L->in_bucket > 0) mc__mem_close_bucket(L, L->start);
+    L->end = L->start + numel;
+    L->in_bucket++;
+    if ((L->bucket_size > 0.0 && L->end - L->bucket_start >= L->bucket_size) || own_bucket)
+        mc__mem_close_bucket(L, L->end);
+    else
+        L->start = L->end;
+}
+
+/* P': the table total under the distributed optimizer (without it there is no padding). Layer
+   tensors in closed form where no bucket can close inside them (each then takes its numel
+   rounded up to 64); otherwise param by param, up to 2^22 of them (beyond, the buckets closing
+   inside the layers are left out: at most lcm(d, 128) each). */
+static double mc__mem_params_padded(const mc__mem *M, size_t bucket_size) {
+    mc__mem_layout L;
+    double numel[MC_GPT_LAYER_TENSORS], layer_padded = 0.0;
+    int c, l, i, tied = !M->cfg.untie_embeddings_and_output_weights;
+    if (!M->cfg.padded_vocab_size) return 0.0;
+    mc__mem_layer_numel(M, numel);
+    for (i = 0; i < MC_GPT_LAYER_TENSORS; i++) layer_padded += mc__mem_round_up(numel[i], 64.0);
+    memset(&L, 0, sizeof L);
+    L.align = (double)((size_t)M->d / mc__param_gcd((size_t)M->d, MC__PARAM_BUCKET_ALIGN) *
+                       MC__PARAM_BUCKET_ALIGN);
+    for (c = 0; c < M->v; c++) {
+        int pre = M->pre && c == 0, post = M->post && c == M->v - 1;
+        L.bucket_size = (M->r == 0 && c == 0) ? (double)bucket_size : 0.0;
+        L.bucket_start = L.start;
+        L.in_bucket = 0;
+        L.end = L.start;
+        /* reverse registration order: output layer, final norm, layers last to first, the
+           position and then the word embedding */
+        if (post) {
+            if (M->out_layer) mc__mem_place(&L, M->vocab * M->h / M->t, tied);
+            mc__mem_place(&L, M->h, 0);
+            mc__mem_place(&L, M->h, 0);
+        }
+        if (L.bucket_size == 0.0 || (double)M->nl * MC_GPT_LAYER_TENSORS > 4194304.0) {
+            if (M->nl > 0) {
+                L.start = mc__mem_round_up(L.start, 64.0) + layer_padded * M->nl;
+                L.end = L.start;
+                L.in_bucket += (long long)M->nl * MC_GPT_LAYER_TENSORS;
+            }
+        } else {
+            for (l = 0; l < M->nl; l++)
+                for (i = MC_GPT_LAYER_TENSORS - 1; i >= 0; i--) mc__mem_place(&L, numel[i], 0);
+        }
+        if (pre) {
+            mc__mem_place(&L, M->pm * M->h, 0);
+            mc__mem_place(&L, M->vocab * M->h / M->t, tied && M->p > 1);
+        }
+        if (L.in_bucket > 0) mc__mem_close_bucket(&L, L.end);
+    }
+    return L.start;
+}
+
+static void mc__mem_param_terms(const mc__mem *M, const mc_memory_desc *desc, mc_memory_stage *st) {
+    double P = st->params, Pp = st->params_padded, d = M->d;
+    int dist = desc->distributed_optimizer != 0, bf16 = desc->bf16 != 0;
+    double opt_bytes = bf16 ? 12.0 : 8.0;
+    mc_memory_term *t;
+    /* paper */
+    t = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_PARAMETERS,
+                     bf16 ? "weights (bf16)" : "weights (fp32)", (double)M->e * P);
+    snprintf(t->formula, sizeof t->formula, "%d" MC__MX "P", M->e);
+    snprintf(t->values, sizeof t->values, "%d" MC__MX "%.15g", M->e, P);
+    t = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_GRADIENTS, "grads (fp32)", 4.0 * P);
+    snprintf(t->formula, sizeof t->formula, "4" MC__MX "P");
+    snprintf(t->values, sizeof t->values, "4" MC__MX "%.15g", P);
+    t = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_OPTIMIZER,
+                     bf16 ? "main params, Adam m, v" : "Adam m, v", opt_bytes * P / (dist ? d : 1.0));
+    snprintf(t->formula, sizeof t->formula, "%g" MC__MX "P%s", opt_bytes, dist ? "/d" : "");
+    snprintf(t->values, sizeof t->values, "%g" MC__MX "%.15g%s%.0f", opt_bytes, P,
+             dist ? "/" : "", dist ? d : 0.0);
+    if (!dist) t->values[strlen(t->values) - 1] = '\0';   /* drop the "0" */
+    /* implementation */
+    t = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_PARAMETERS, "params (fp32)",
+                     mc__mem_alloc(Pp, 4.0));
+    snprintf(t->formula, sizeof t->formula, "4" MC__MX "P'");
+    snprintf(t->values, sizeof t->values, "4" MC__MX "%.15g", Pp);
+    t = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_GRADIENTS, "grads (fp32)",
+                     mc__mem_alloc(Pp, 4.0));
+    snprintf(t->formula, sizeof t->formula, "4" MC__MX "P'");
+    snprintf(t->values, sizeof t->values, "4" MC__MX "%.15g", Pp);
+    t = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_OPTIMIZER, "Adam m, v (fp32)",
+                     2.0 * mc__mem_alloc(dist ? Pp / d : Pp, 4.0));
+    snprintf(t->formula, sizeof t->formula, "8" MC__MX "P'%s", dist ? "/d" : "");
+    if (dist) snprintf(t->values, sizeof t->values, "8" MC__MX "%.15g/%.0f", Pp, d);
+    else snprintf(t->values, sizeof t->values, "8" MC__MX "%.15g", Pp);
+}
+
+static void mc__mem_param_text(const mc__mem *M, mc_memory_stage *st) {
+    char *f = st->params_formula, *v = st->params_values;
+    size_t fc = sizeof st->params_formula, vc = sizeof st->params_values, fl, vl;
+    snprintf(f, fc, "Ls" MC__MD "((4h + 2F)" MC__MD "h + 3h + F)/t + Ls" MC__MD "6h");
+    snprintf(v, vc, "%d" MC__MD "((4" MC__MD "%.0f + 2" MC__MD "%.0f)" MC__MD "%.0f + 3"
+             MC__MD "%.0f + %.0f)/%d + %d" MC__MD "6" MC__MD "%.0f",
+             M->nl * M->v, M->h, M->f, M->h, M->h, M->f, M->t, M->nl * M->v, M->h);
+    fl = strlen(f), vl = strlen(v);
+    if (M->pre) {
+        snprintf(f + fl, fc - fl, " + V" MC__MD "h/t + Pm" MC__MD "h");
+        snprintf(v + vl, vc - vl, " + %.0f" MC__MD "%.0f/%d + %.0f" MC__MD "%.0f", M->vocab,
+                 M->h, M->t, M->pm, M->h);
+        fl = strlen(f), vl = strlen(v);
+    }
+    if (M->post) {
+        snprintf(f + fl, fc - fl, " + 2h%s", M->out_layer ? " + V" MC__MD "h/t" : "");
+        snprintf(v + vl, vc - vl, " + 2" MC__MD "%.0f", M->h);
+        vl = strlen(v);
+        if (M->out_layer)
+            snprintf(v + vl, vc - vl, " + %.0f" MC__MD "%.0f/%d", M->vocab, M->h, M->t);
+    }
+}
+
+// --- paper activations -----------------------------------------------------------------------
+
+/* Per-chunk layer bookkeeping shared by both models: layers with full caches and recompute
+   groups (mc__gpt_plan_recompute's rule). */
+static void mc__mem_recompute_counts(const mc__mem *M, int *kept, int *groups, int *interior,
+                                     int *max_group) {
+    int nl = M->nl, k = M->k < 1 ? 1 : M->k;
+    *kept = nl, *groups = 0, *interior = 0, *max_group = 0;
+    if (!M->full) return;
+    if (M->block) {
+        *groups = k < nl ? k : nl;
+        *kept = nl - *groups;
+        *max_group = *groups > 0 ? 1 : 0;
+    } else {
+        *groups = (nl + k - 1) / k;
+        *kept = 0;
+        *interior = nl - *groups;
+        *max_group = k < nl ? k : nl;
+    }
+}
+
+/* Held activation sets per chunk at the stage's peak of paper activation bytes: the op order of
+   mc_schedule_ops replayed (a forward adds its chunk's set, a backward removes one). Up to
+   2^22 ops; beyond, the moment the warmup ends (which is the peak for 1F1B). */
+static void mc__mem_in_flight(const mc__sched *s, const double *chunk_bytes, int *held_out) {
+    int total = mc__sched_total(s), warmup = mc__sched_warmup(s), remaining = total - warmup;
+    int held[MC_MAX_VPP], c, k, mb, chunk;
+    double best = -1.0;
+    memset(held, 0, sizeof held);
+    memset(held_out, 0, sizeof(int) * MC_MAX_VPP);
+#define MC__MEM_SNAPSHOT()                                                            \
+    do {                                                                              \
+        double now_ = 0.0;                                                            \
+        for (c = 0; c < s->v; c++) now_ += held[c] * chunk_bytes[c];                  \
+        if (now_ > best) best = now_, memcpy(held_out, held, sizeof held);            \
+    } while (0)
+#define MC__MEM_FORWARD(kk)                                                           \
+    do {                                                                              \
+        mb = (kk), chunk = 0;                                                         \
+        if (s->interleaved) mc__sched_table_entry(s, (kk), &mb, &chunk);              \
+        held[chunk]++;                                                                \
+        MC__MEM_SNAPSHOT();                                                           \
+    } while (0)
+#define MC__MEM_BACKWARD(kk)                                                          \
+    do {                                                                              \
+        mb = (kk), chunk = 0;                                                         \
+        if (s->interleaved) mc__sched_table_entry(s, (kk), &mb, &chunk);              \
+        held[s->v - 1 - chunk]--;                                                     \
+    } while (0)
+    if ((double)total * 2.0 > 4194304.0) {
+        int upto = warmup < total ? warmup + 1 : total;
+        for (k = 0; k < upto; k++) MC__MEM_FORWARD(k);
+    } else {
+        for (k = 0; k < warmup; k++) MC__MEM_FORWARD(k);
+        for (k = 0; k < remaining; k++) {
+            MC__MEM_FORWARD(warmup + k);
+            MC__MEM_BACKWARD(k);
+        }
+    }
+#undef MC__MEM_FORWARD
+#undef MC__MEM_BACKWARD
+#undef MC__MEM_SNAPSHOT
+    (void)mb;
+}
+
+static void mc__mem_paper_activations(const mc__mem *M, const mc__sched *sched,
+                                      mc_memory_stage *st) {
+    double e = M->e, sbh = M->s * M->b * M->h, t = M->t, f = M->f / M->h;
+    double c_rep = 4.0 * e + 2.0, c_split = 4.0 * e + 2.0 * e * f, c_all = c_rep + c_split;
+    double c_att = 2.0 * e + 1.0, att = c_att * M->a * M->s * M->s * M->b;
+    double per_layer, rec_input, emb, out, chunk_bytes[MC_MAX_VPP];
+    int kept, groups, interior, max_group, held[MC_MAX_VPP], c, k_total = 0;
+    int last = M->v - 1;
+    char layers_sym[32], layers_val[32], f_sym[96], f_val[160];
+    mc_memory_term *term;
+    mc__mem_recompute_counts(M, &kept, &groups, &interior, &max_group);
+    (void)interior, (void)max_group;
+    /* one layer's activations of one micro-batch */
+    if (M->sp)
+        per_layer = (c_all * sbh + (M->selective ? 0.0 : att)) / t;
+    else
+        per_layer = c_rep * sbh + c_split * sbh / t + (M->selective ? 0.0 : att / t);
+    rec_input = e * sbh / (M->sp ? t : 1.0);
+    emb = 8.0 * M->s * M->b + M->s * M->b * M->h / (M->sp ? t : 1.0);
+    out = 2.0 * e * sbh / (M->sp ? t : 1.0) + 4.0 * M->s * M->b * M->vocab / t;
+    for (c = 0; c < M->v; c++) {
+        chunk_bytes[c] = per_layer * kept + rec_input * groups;
+        if (c == 0 && M->pre) chunk_bytes[c] += emb;
+        if (c == last && M->post) chunk_bytes[c] += out;
+    }
+    mc__mem_in_flight(sched, chunk_bytes, held);
+    for (c = 0; c < M->v; c++) k_total += held[c];
+    st->in_flight = k_total;
+    /* the in-flight line */
+    if (M->p == 1) {
+        snprintf(st->in_flight_formula, sizeof st->in_flight_formula, "1 (no pipelining)");
+        snprintf(st->in_flight_values, sizeof st->in_flight_values, "1");
+    } else if (M->v == 1) {
+        snprintf(st->in_flight_formula, sizeof st->in_flight_formula, "min(p - r, M) (1F1B)");
+        snprintf(st->in_flight_values, sizeof st->in_flight_values, "min(%d - %d, %d) = %d",
+                 M->p, M->r, M->m, k_total);
+    } else {
+        size_t n;
+        snprintf(st->in_flight_formula, sizeof st->in_flight_formula,
+                 "k = min(2" MC__MD "(p - r - 1) + (v - 1)" MC__MD "p + 1, M" MC__MD
+                 "v) chunk micro-batches (interleaved)");
+        snprintf(st->in_flight_values, sizeof st->in_flight_values,
+                 "min(2" MC__MD "(%d - %d - 1) + (%d - 1)" MC__MD "%d + 1, %d" MC__MD "%d) = %d:",
+                 M->p, M->r, M->v, M->p, M->m, M->v, k_total);
+        for (c = 0; c < M->v; c++) {
+            n = strlen(st->in_flight_values);
+            snprintf(st->in_flight_values + n, sizeof st->in_flight_values - n,
+                     "%s chunk %d holds %d", c ? "," : "", c, held[c]);
+        }
+    }
+    /* layer count symbol: per chunk, times the in-flight chunk micro-batches */
+    if (M->v > 1)
+        snprintf(layers_sym, sizeof layers_sym, "L/(p" MC__MD "v)");
+    else
+        snprintf(layers_sym, sizeof layers_sym, "L/p");
+    snprintf(layers_val, sizeof layers_val, "%d", M->nl);
+    if (M->full && M->block && kept > 0) {
+        size_t n = strlen(layers_sym);
+        snprintf(layers_sym + n, sizeof layers_sym - n, " - n");
+        snprintf(layers_val, sizeof layers_val, "(%d - %d)", M->nl, groups);
+    }
+    if (kept > 0) {
+        /* Korthikanti Table 2 with this precision's coefficients */
+        if (M->sp && M->selective)
+            snprintf(f_sym, sizeof f_sym, "%g" MC__MD "s" MC__MD "b" MC__MD "h/t", c_all);
+        else if (M->sp)
+            snprintf(f_sym, sizeof f_sym, "s" MC__MD "b" MC__MD "h" MC__MD "(%g + %g" MC__MD "a"
+                     MC__MD "s/h)/t", c_all, c_att);
+        else if (M->t == 1 && M->selective)
+            snprintf(f_sym, sizeof f_sym, "%g" MC__MD "s" MC__MD "b" MC__MD "h", c_all);
+        else if (M->t == 1)
+            snprintf(f_sym, sizeof f_sym, "s" MC__MD "b" MC__MD "h" MC__MD "(%g + %g" MC__MD "a"
+                     MC__MD "s/h)", c_all, c_att);
+        else if (M->selective)
+            snprintf(f_sym, sizeof f_sym, "s" MC__MD "b" MC__MD "h" MC__MD "(%g + %g/t)", c_rep,
+                     c_split);
+        else
+            snprintf(f_sym, sizeof f_sym, "s" MC__MD "b" MC__MD "h" MC__MD "(%g + %g/t + %g" MC__MD
+                     "a" MC__MD "s/(h" MC__MD "t))", c_rep, c_split, c_att);
+        if (M->sp && M->selective)
+            snprintf(f_val, sizeof f_val, "%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD "%.0f/%d", c_all,
+                     M->s, M->b, M->h, M->t);
+        else if (M->sp)
+            snprintf(f_val, sizeof f_val, "%.0f" MC__MD "%.0f" MC__MD "%.0f" MC__MD "(%g + %g"
+                     MC__MD "%.0f" MC__MD "%.0f/%.0f)/%d", M->s, M->b, M->h, c_all, c_att, M->a,
+                     M->s, M->h, M->t);
+        else if (M->t == 1 && M->selective)
+            snprintf(f_val, sizeof f_val, "%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD "%.0f", c_all,
+                     M->s, M->b, M->h);
+        else if (M->t == 1)
+            snprintf(f_val, sizeof f_val, "%.0f" MC__MD "%.0f" MC__MD "%.0f" MC__MD "(%g + %g"
+                     MC__MD "%.0f" MC__MD "%.0f/%.0f)", M->s, M->b, M->h, c_all, c_att, M->a,
+                     M->s, M->h);
+        else if (M->selective)
+            snprintf(f_val, sizeof f_val, "%.0f" MC__MD "%.0f" MC__MD "%.0f" MC__MD "(%g + %g/%d)",
+                     M->s, M->b, M->h, c_rep, c_split, M->t);
+        else
+            snprintf(f_val, sizeof f_val, "%.0f" MC__MD "%.0f" MC__MD "%.0f" MC__MD "(%g + %g/%d + %g"
+                     MC__MD "%.0f" MC__MD "%.0f/(%.0f" MC__MD "%d))", M->s, M->b, M->h, c_rep,
+                     c_split, M->t, c_att, M->a, M->s, M->h, M->t);
+        term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_ACTIVATIONS, "transformer layers",
+                            per_layer * kept * k_total);
+        snprintf(term->formula, sizeof term->formula, "%s" MC__MX "%s" MC__MX "%s", f_sym,
+                 layers_sym, M->v > 1 ? "k" : M->p > 1 ? "min(p - r, M)" : "1");
+        snprintf(term->values, sizeof term->values, "%s" MC__MX "%s" MC__MX "%d", f_val,
+                 layers_val, k_total);
+    }
+    if (groups > 0) {
+        term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_ACTIVATIONS,
+                            M->block ? "recomputed layers' inputs" : "recompute group inputs",
+                            rec_input * groups * k_total);
+        snprintf(term->formula, sizeof term->formula, "%g" MC__MD "s" MC__MD "b" MC__MD "h%s"
+                 MC__MX "%s" MC__MX "%s", e, M->sp ? "/t" : "",
+                 M->block ? "n" : "ceil(L/(p" MC__MD "v" MC__MD "n))",
+                 M->v > 1 ? "k" : M->p > 1 ? "min(p - r, M)" : "1");
+        if (M->sp)
+            snprintf(term->values, sizeof term->values, "%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD
+                     "%.0f/%d" MC__MX "%d" MC__MX "%d", e, M->s, M->b, M->h, M->t, groups, k_total);
+        else
+            snprintf(term->values, sizeof term->values, "%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD
+                     "%.0f" MC__MX "%d" MC__MX "%d", e, M->s, M->b, M->h, groups, k_total);
+    }
+    if (M->pre) {
+        term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_ACTIVATIONS,
+                            "embedding ids, dropout mask", emb * held[0]);
+        snprintf(term->formula, sizeof term->formula, "(8" MC__MD "s" MC__MD "b + s" MC__MD "b"
+                 MC__MD "h%s)" MC__MX "%s", M->sp ? "/t" : "",
+                 M->v > 1 ? "k(chunk 0)" : M->p > 1 ? "min(p - r, M)" : "1");
+        snprintf(term->values, sizeof term->values, "(8" MC__MD "%.0f" MC__MD "%.0f + %.0f" MC__MD
+                 "%.0f" MC__MD "%.0f%s%.0f)" MC__MX "%d", M->s, M->b, M->s, M->b, M->h,
+                 M->sp ? "/" : "", M->sp ? t : 0.0, held[0]);
+        if (!M->sp) {   /* drop the "0" printed for the missing divisor */
+            char *z = strstr(term->values, "0)");
+            if (z) memmove(z, z + 1, strlen(z + 1) + 1);
+        }
+    }
+    if (M->post) {
+        term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_ACTIVATIONS,
+                            "final norm, output layer, logits", out * held[last]);
+        snprintf(term->formula, sizeof term->formula, "(%g" MC__MD "s" MC__MD "b" MC__MD "h%s + 4"
+                 MC__MD "s" MC__MD "b" MC__MD "V/t)" MC__MX "%s", 2.0 * e, M->sp ? "/t" : "",
+                 M->v > 1 ? "k(last chunk)" : M->p > 1 ? "min(p - r, M)" : "1");
+        if (M->sp)
+            snprintf(term->values, sizeof term->values, "(%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD
+                     "%.0f/%d + 4" MC__MD "%.0f" MC__MD "%.0f" MC__MD "%.0f/%d)" MC__MX "%d",
+                     2.0 * e, M->s, M->b, M->h, M->t, M->s, M->b, M->vocab, M->t, held[last]);
+        else
+            snprintf(term->values, sizeof term->values, "(%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD
+                     "%.0f + 4" MC__MD "%.0f" MC__MD "%.0f" MC__MD "%.0f/%d)" MC__MX "%d",
+                     2.0 * e, M->s, M->b, M->h, M->s, M->b, M->vocab, M->t, held[last]);
+    }
+    term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_COMMUNICATION, "P2P (in the layer inputs)",
+                        0.0);
+    snprintf(term->formula, sizeof term->formula, "0: a received activation is the saved input");
+    snprintf(term->values, sizeof term->values, "0");
+}
+
+// --- implementation activations --------------------------------------------------------------
+
+/* Floats of one layer cache (mc__gpt_alloc_cache) as the op-table allocations it makes. */
+static double mc__mem_cache_bytes(const mc__mem *M, int keep_probs) {
+    double n = M->n, ns = M->ns, h = M->h, ql = M->h / M->t, fl = M->f / M->t;
+    double bytes = 0.0;
+    bytes += mc__mem_alloc(ns * h, 4) + 2.0 * mc__mem_alloc(ns, 4);     /* ln1, mean, rstd */
+    bytes += mc__mem_alloc(n * 3.0 * ql, 4) + mc__mem_alloc(n * ql, 4);  /* qkv, atty */
+    if (keep_probs) bytes += mc__mem_alloc(M->b * (M->a / M->t) * M->s * M->s, 4);
+    bytes += 2.0 * mc__mem_alloc(ns * h, 4) + 2.0 * mc__mem_alloc(ns, 4); /* res1, ln2, stats */
+    bytes += 2.0 * mc__mem_alloc(n * fl, 4);                             /* fc1, gelu */
+    return bytes;
+}
+
+static double mc__mem_tp_scratch(const mc__mem *M) {
+    int f = M->sp ? MC_TP_SEQUENCE_PARALLEL : 0, fr = f | MC_TP_INPUT_IS_PARALLEL;
+    int S = (int)M->s, B = (int)M->b, H = (int)M->h, F = (int)M->f, V = (int)M->vocab;
+    size_t need = 0, n;
+#define MC__MEM_NEED(x) n = (x); if (n > need) need = n
+    MC__MEM_NEED(mc_column_parallel_linear_scratch(S, B, H, 3 * H, f, M->t));
+    MC__MEM_NEED(mc_column_parallel_linear_scratch(S, B, H, F, f, M->t));
+    MC__MEM_NEED(mc_column_parallel_linear_scratch(S, B, H, V, f, M->t));
+    MC__MEM_NEED(mc_row_parallel_linear_scratch(S, B, H, H, fr, M->t));
+    MC__MEM_NEED(mc_row_parallel_linear_scratch(S, B, F, H, fr, M->t));
+    MC__MEM_NEED(mc_vocab_parallel_cross_entropy_scratch(S * B, V, 0.0f, M->t));
+#undef MC__MEM_NEED
+    return (double)need;
+}
+
+static void mc__mem_impl_activations(const mc__mem *M, mc_memory_stage *st) {
+    double n = M->n, ns = M->ns, h = M->h, ql = h / M->t, fl = M->f / M->t, vl = M->vocab / M->t;
+    double slots = M->slots, v = M->v, probs = M->b * (M->a / M->t) * M->s * M->s;
+    double cache = mc__mem_cache_bytes(M, !M->selective), tp_scratch = mc__mem_tp_scratch(M);
+    double bytes;
+    int kept, groups, interior, max_group, n_res;
+    const char *ns_sym = M->sp ? "s" MC__MD "b/t" : "s" MC__MD "b";
+    char ns_val[32], v_val[16] = "";
+    mc_memory_term *term;
+    mc__mem_recompute_counts(M, &kept, &groups, &interior, &max_group);
+    if (M->v > 1) snprintf(v_val, sizeof v_val, "%d" MC__MX, M->v);
+    if (M->sp) snprintf(ns_val, sizeof ns_val, "(%.0f" MC__MD "%.0f/%d)", M->s, M->b, M->t);
+    else snprintf(ns_val, sizeof ns_val, "%.0f" MC__MD "%.0f", M->s, M->b);
+    st->n_slots = M->slots;
+    if (kept > 0) {
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS, "layer caches",
+                            cache * kept * v * slots);
+        snprintf(term->formula, sizeof term->formula, "4" MC__MD "(3" MC__MD "Ns" MC__MD "h + 4"
+                 MC__MD "Ns + 4" MC__MD "s" MC__MD "b" MC__MD "h/t + 2" MC__MD "s" MC__MD "b" MC__MD
+                 "F/t%s)" MC__MX "%s" MC__MX "%sslots (Ns = %s)",
+                 M->selective ? "" : " + b" MC__MD "a" MC__MD "s" MC__MD "s/t",
+                 M->full ? "kept layers" : M->v > 1 ? "L/(p" MC__MD "v)" : "L/p",
+                 M->v > 1 ? "v" MC__MX : "", ns_sym);
+        snprintf(term->values, sizeof term->values, "4" MC__MD "(3" MC__MD "%.15g" MC__MD "%.0f + 4"
+                 MC__MD "%.15g + 4" MC__MD "%.15g" MC__MD "%.15g + 2" MC__MD "%.15g" MC__MD
+                 "%.15g%s%.15g)" MC__MX "%d" MC__MX "%s%d", ns, h, ns, n, ql, n, fl,
+                 M->selective ? "" : " + ", M->selective ? 0.0 : probs, kept, v_val, M->slots);
+        if (M->selective) {   /* drop the "0" of the missing probs term */
+            char *z = strstr(term->values, "0)" MC__MX);
+            if (z) memmove(z, z + 1, strlen(z + 1) + 1);
+        }
+    }
+    n_res = M->nl + 1 - interior;
+    term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS,
+                        "layer inputs, input grad", mc__mem_alloc(ns * h, 4) * (n_res + 1) * v * slots);
+    snprintf(term->formula, sizeof term->formula, "4" MC__MD "Ns" MC__MD "h" MC__MX "(%s + 2)"
+             MC__MX "%sslots", M->full && !M->block ? "groups" : M->v > 1 ? "L/(p" MC__MD "v)" : "L/p",
+             M->v > 1 ? "v" MC__MX : "");
+    snprintf(term->values, sizeof term->values, "4" MC__MD "%s" MC__MD "%.0f" MC__MX "(%d + 2)"
+             MC__MX "%s%d", ns_val, h, n_res - 1, v_val, M->slots);
+    if (M->pre) {
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS, "token ids",
+                            mc__mem_alloc(n, 4) * slots);
+        snprintf(term->formula, sizeof term->formula, "4" MC__MD "s" MC__MD "b" MC__MX "slots");
+        snprintf(term->values, sizeof term->values, "4" MC__MD "%.0f" MC__MD "%.0f" MC__MX "%d",
+                 M->s, M->b, M->slots);
+    }
+    if (M->post) {
+        bytes = 4.0 * mc__mem_alloc(n, 4) + mc__mem_alloc(ns * h, 4) + 2.0 * mc__mem_alloc(ns, 4) +
+                mc__mem_alloc(n * vl, 4);
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS,
+                            "final norm, logits, loss", bytes * slots);
+        snprintf(term->formula, sizeof term->formula, "4" MC__MD "(s" MC__MD "b" MC__MD "V/t + Ns"
+                 MC__MD "h + 2" MC__MD "Ns + 4" MC__MD "s" MC__MD "b)" MC__MX "slots");
+        snprintf(term->values, sizeof term->values, "4" MC__MD "(%.0f" MC__MD "%.0f" MC__MD
+                 "%.0f/%d + %.15g" MC__MD "%.0f + 2" MC__MD "%.15g + 4" MC__MD "%.0f" MC__MD "%.0f)"
+                 MC__MX "%d", M->s, M->b, M->vocab, M->t, ns, h, ns, M->s, M->b, M->slots);
+    }
+    /* once per rank (mc__gpt_alloc_activations' shared scratch) */
+    bytes = 2.0 * mc__mem_alloc(n * h, 4) + 6.0 * mc__mem_alloc(ns * h, 4) +
+            mc__mem_alloc(n * 3.0 * ql, 4) + mc__mem_alloc(n * ql, 4) +
+            2.0 * mc__mem_alloc(n * fl, 4) + mc__mem_alloc(n, 4) + mc__mem_alloc(n, 4) +
+            (M->post ? mc__mem_alloc(n * vl, 4) : 0.0);
+    term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS, "backward workspace",
+                        bytes);
+    snprintf(term->formula, sizeof term->formula, "4" MC__MD "(2" MC__MD "s" MC__MD "b" MC__MD
+             "h + 6" MC__MD "Ns" MC__MD "h + 4" MC__MD "s" MC__MD "b" MC__MD "h/t + 2" MC__MD "s"
+             MC__MD "b" MC__MD "F/t + 2" MC__MD "s" MC__MD "b%s)",
+             M->post ? " + s" MC__MD "b" MC__MD "V/t" : "");
+    snprintf(term->values, sizeof term->values, "4" MC__MD "(2" MC__MD "%.0f" MC__MD "%.0f + 6"
+             MC__MD "%.15g" MC__MD "%.0f + 4" MC__MD "%.0f" MC__MD "%.15g + 2" MC__MD "%.0f" MC__MD
+             "%.15g + 2" MC__MD "%.0f%s%.15g)", n, h, ns, h, n, ql, n, fl, n,
+             M->post ? " + " MC__MD : "", M->post ? n * vl : 0.0);
+    if (!M->post) {
+        char *z = strstr(term->values, "0)");
+        if (z && z[2] == '\0') memmove(z, z + 1, 2);
+    } else {   /* " + ·<n·vl>" reads better as " + <n·vl>" */
+        char *z = strstr(term->values, " + " MC__MD);
+        if (z) memmove(z + 3, z + 5, strlen(z + 5) + 1);
+    }
+    term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS, "TP scratch",
+                        mc__mem_alloc(tp_scratch, 4));
+    snprintf(term->formula, sizeof term->formula, "4" MC__MD "max(the TP layers' scratch)");
+    snprintf(term->values, sizeof term->values, "4" MC__MD "%.15g", tp_scratch);
+    if (max_group > 0 || M->selective) {
+        if (M->selective) {
+            bytes = mc__mem_alloc(probs, 4) + mc__mem_alloc(n * ql, 4);
+            term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS,
+                                "selective recompute scratch", bytes);
+            snprintf(term->formula, sizeof term->formula, "4" MC__MD "(b" MC__MD "a" MC__MD "s"
+                     MC__MD "s/t + s" MC__MD "b" MC__MD "h/t)");
+            snprintf(term->values, sizeof term->values, "4" MC__MD "(%.15g + %.15g)", probs, n * ql);
+        } else {
+            double with_probs = mc__mem_cache_bytes(M, 1);
+            bytes = with_probs * max_group + mc__mem_alloc(ns * h, 4) * (max_group - 1);
+            term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS,
+                                "recompute replay caches", bytes);
+            snprintf(term->formula, sizeof term->formula, "(layer cache with probs)" MC__MX "n + 4"
+                     MC__MD "Ns" MC__MD "h" MC__MX "(n - 1), n = largest group");
+            snprintf(term->values, sizeof term->values, "%.15g" MC__MX "%d + 4" MC__MD "%s" MC__MD
+                     "%.0f" MC__MX "%d", with_probs, max_group, ns_val, h, max_group - 1);
+        }
+    }
+}
+
+// --- implementation communication ------------------------------------------------------------
+
+/* The executor's receive decision (mc__pipe_recv_chunk) on the schedule table alone: the chunk
+   whose tensor arrives in the exchange after virtual micro-batch k, or -1. */
+static int mc__mem_recv_chunk(const mc__sched *s, int k, int forward) {
+    int leading = forward ? s->rank == 0 : s->rank == s->pp - 1;
+    int edge = forward ? s->v - 1 : 0, step = forward ? 1 : -1, mb, c, kk;
+    if (!leading) kk = k + 1;
+    else if (k < s->pp - 1) return -1;
+    else kk = k - (s->pp - 1);
+    mc__sched_table_entry(s, kk % mc__sched_total(s), &mb, &c);
+    if (!forward) c = s->v - 1 - c;
+    if (!leading) return c;
+    return c == edge ? -1 : c + step;
+}
+
+/* Receive buffers held at once at the peak: the P2P calls of the schedule executors replayed
+   (a receive takes a buffer, a backward gives back its input and its output grad). */
+static int mc__mem_p2p_peak(const mc__sched *s) {
+    int total = mc__sched_total(s), w = mc__sched_warmup(s), remaining = total - w;
+    int first = s->rank == 0, last = s->rank == s->pp - 1, held = 0, peak = 0, k, mb, c;
+#define MC__MEM_RECV(cond) do { if (cond) held++; if (held > peak) peak = held; } while (0)
+#define MC__MEM_RELEASE(chunk)                                                           \
+    do {                                                                                 \
+        held -= !(first && (chunk) == 0);              /* its input */                   \
+        held -= !(last && (chunk) == s->v - 1);        /* its output grad */             \
+    } while (0)
+    if (s->pp == 1) return 0;
+    if (!s->interleaved) {
+        for (k = 0; k < w; k++) MC__MEM_RECV(!first);
+        if (remaining > 0) MC__MEM_RECV(!first);
+        for (k = 0; k < remaining; k++) {
+            MC__MEM_RECV(!last);                  /* send_forward_recv_backward */
+            MC__MEM_RELEASE(0);
+            if (k < remaining - 1) MC__MEM_RECV(!first);   /* send_backward_recv_forward */
+        }
+        for (k = 0; k < w; k++) {
+            MC__MEM_RECV(!last);
+            MC__MEM_RELEASE(0);
+        }
+        return peak;
+    }
+    MC__MEM_RECV(!first);
+    for (k = 0; k < w; k++) {
+        int prev = k == total - 1 ? -1 : mc__mem_recv_chunk(s, k, 1);
+        int next = (k == w - 1 && remaining > 0 && !last) ? s->v - 1 : -1;
+        held += (prev >= 0) + (next >= 0);
+        if (held > peak) peak = held;
+    }
+    for (k = 0; k < remaining; k++) {
+        int prev = k == remaining - 1 ? -1 : mc__mem_recv_chunk(s, k + w, 1);
+        int next = mc__mem_recv_chunk(s, k, 0);
+        mc__sched_table_entry(s, k, &mb, &c);
+        MC__MEM_RELEASE(s->v - 1 - c);
+        held += (prev >= 0) + (next >= 0);
+        if (held > peak) peak = held;
+    }
+    if (remaining == 0) MC__MEM_RECV(!last);
+    for (k = remaining; k < total; k++) {
+        int next = k == total - 1 ? -1 : mc__mem_recv_chunk(s, k, 0);
+        mc__sched_table_entry(s, k, &mb, &c);
+        MC__MEM_RELEASE(s->v - 1 - c);
+        MC__MEM_RECV(next >= 0);
+    }
+#undef MC__MEM_RECV
+#undef MC__MEM_RELEASE
+    return peak;
+}
+
+static void mc__mem_impl_communication(const mc__mem *M, const mc__sched *sched,
+                                       mc_memory_stage *st) {
+    double elems = M->ns * M->h;
+    mc_memory_term *term;
+    st->p2p_buffers = mc__mem_p2p_peak(sched);
+    if (st->p2p_buffers > 0) {
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_COMMUNICATION,
+                            "P2P receive buffers", mc__mem_alloc(elems, 4) * st->p2p_buffers);
+        snprintf(term->formula, sizeof term->formula, "4" MC__MD "Ns" MC__MD "h" MC__MX
+                 "buffers held at the peak");
+        snprintf(term->values, sizeof term->values, "4" MC__MD "%.15g" MC__MD "%.0f" MC__MX "%d",
+                 M->ns, M->h, st->p2p_buffers);
+    }
+    if (M->sp && M->t > 1) {
+        double flagged = 6.0 * M->h * M->nl * M->v + (M->post ? 2.0 * M->h : 0.0);
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_COMMUNICATION,
+                            "packed SP grads (finalize)", mc__mem_alloc(flagged, 4));
+        snprintf(term->formula, sizeof term->formula, "4" MC__MD "(6h" MC__MD "L/p%s)",
+                 M->post ? " + 2h" : "");
+        if (M->post)
+            snprintf(term->values, sizeof term->values, "4" MC__MD "(6" MC__MD "%.0f" MC__MD
+                     "%d + 2" MC__MD "%.0f)", M->h, M->nl * M->v, M->h);
+        else
+            snprintf(term->values, sizeof term->values, "4" MC__MD "(6" MC__MD "%.0f" MC__MD "%d)",
+                     M->h, M->nl * M->v);
+    }
+}
+
+// --- the estimate ----------------------------------------------------------------------------
+
+static int mc__mem_resolve(const mc_memory_desc *desc, int pp_rank, mc__mem *M, mc__sched *sched) {
+    char report[2048];
+    mc_schedule_desc sd;
+    int violations, rc;
+    memset(M, 0, sizeof *M);
+    if ((rc = mc_gpt_config_resolve(&M->cfg, &desc->config)) != MC_OK) return rc;
+    report[0] = '\0';
+    violations = mc_gpt_config_validate(&M->cfg, report, sizeof report);
+    if (violations < 0) return violations;
+    if (violations > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_memory_estimate: the config breaks %d rule(s):\n%s",
+                        violations, report);
+    M->d = MC__DEF(desc->data_parallel_size, 1);
+    M->m = MC__DEF(desc->num_microbatches, 1);
+    M->slots = MC__DEF(desc->n_slots, M->m);
+    if (M->d < 1 || M->m < 1 || M->slots < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_memory_desc: data_parallel_size (%d), "
+                        "num_microbatches (%d) and n_slots (%d) must be >= 1",
+                        desc->data_parallel_size, desc->num_microbatches, desc->n_slots);
+    M->t = M->cfg.tensor_model_parallel_size;
+    M->p = M->cfg.pipeline_model_parallel_size;
+    M->v = M->cfg.virtual_pipeline_model_parallel_size > 1
+               ? M->cfg.virtual_pipeline_model_parallel_size : 1;
+    if (pp_rank < 0 || pp_rank >= M->p)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_memory_estimate: pp_rank (%d) must be in [0, %d)",
+                        pp_rank, M->p);
+    memset(&sd, 0, sizeof sd);
+    sd.pp = M->p, sd.pp_rank = pp_rank, sd.num_microbatches = M->m;
+    sd.vpp = M->v > 1 ? M->v : 0;
+    if ((rc = mc__sched_resolve(&sd, sched)) != MC_OK) return rc;
+    M->r = pp_rank;
+    M->nl = M->cfg.num_layers / (M->p * M->v);
+    M->sp = M->cfg.sequence_parallel && M->t > 1;
+    M->e = desc->bf16 ? 2 : 4;
+    M->pre = pp_rank == 0;
+    M->post = pp_rank == M->p - 1;
+    M->out_layer = M->cfg.untie_embeddings_and_output_weights || M->p > 1;
+    M->selective = M->cfg.recompute_granularity == MC_RECOMPUTE_SELECTIVE;
+    M->full = M->cfg.recompute_granularity == MC_RECOMPUTE_FULL;
+    M->block = M->cfg.recompute_method == MC_RECOMPUTE_BLOCK;
+    M->k = M->cfg.recompute_num_layers;
+    M->s = M->cfg.seq_length, M->b = M->cfg.micro_batch_size, M->h = M->cfg.hidden_size;
+    M->a = M->cfg.num_attention_heads, M->f = M->cfg.ffn_hidden_size;
+    M->vocab = M->cfg.padded_vocab_size, M->pm = M->cfg.max_position_embeddings;
+    M->n = M->s * M->b;
+    M->ns = M->sp ? M->n / M->t : M->n;
+    return MC_OK;
+}
+
+MC_API int mc_memory_estimate(const mc_memory_desc *desc, int pp_rank, mc_memory_stage *out) {
+    mc__mem M;
+    mc__sched sched;
+    int rc;
+    if (!desc || !out)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_memory_estimate: desc and out must be set");
+    if ((rc = mc__mem_resolve(desc, pp_rank, &M, &sched)) != MC_OK) return rc;
+    memset(out, 0, sizeof *out);
+    out->pp_rank = pp_rank, out->pp = M.p, out->ranks = M.t * M.d;
+    out->layers = M.nl * M.v, out->chunks = M.v;
+    out->embedding = M.pre, out->output_layer = M.post;
+    out->params = mc__mem_params(&M);
+    out->params_padded = desc->distributed_optimizer ? mc__mem_params_padded(&M, desc->bucket_size)
+                                                     : out->params;
+    mc__mem_param_text(&M, out);
+    mc__mem_param_terms(&M, desc, out);
+    mc__mem_paper_activations(&M, &sched, out);
+    mc__mem_impl_activations(&M, out);
+    mc__mem_impl_communication(&M, &sched, out);
+    return MC_OK;
+}
+
+#undef MC__MD
+#undef MC__MX
+
+/* @theoretical_memory:implementation end */
 
 #endif /* MEGATRON_C_IMPLEMENTATION */
 

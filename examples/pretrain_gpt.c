@@ -23,183 +23,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------------------------------------
-   arguments (Megatron-LM names) */
+   arguments (Megatron-LM names): the parser, shared with `megatron_c memory` */
 
-typedef struct args {
-    int tp, pp, vpp, sp;
-    int num_layers, hidden_size, num_heads, ffn_hidden_size, seq_length, max_positions;
-    int micro_batch_size, global_batch_size;
-    int rampup[3];
-    int train_iters;
-    float lr, min_lr, weight_decay, clip_grad;
-    int lr_warmup_iters, lr_decay_iters;
-    int seed, vocab_size;
-    float hidden_dropout, attention_dropout;
-    int recompute_granularity, recompute_method, recompute_num_layers;
-    int use_distributed_optimizer;
-    const char *save, *load;
-    int save_interval, log_interval;
-    const char *data_path;
-    int untie;
-    int override_math;
-    int vocab_divisible_by;
-    int overlap_grad_reduce;
-    int bucket_size;
-} args;
-
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: mpirun -np N ./pretrain_gpt [flags]\n"
-        "  parallelism: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
-        "               --virtual-pipeline-model-parallel-size V --sequence-parallel\n"
-        "               --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size N\n"
-        "  model:       --num-layers L --hidden-size H --num-attention-heads A\n"
-        "               --ffn-hidden-size F --seq-length S --max-position-embeddings M\n"
-        "               --vocab-size V --make-vocab-size-divisible-by D\n"
-        "               --hidden-dropout p --attention-dropout p\n"
-        "               --untie-embeddings-and-output-weights\n"
-        "  batch:       --micro-batch-size B --global-batch-size G\n"
-        "               --rampup-batch-size START INCR SAMPLES\n"
-        "  training:    --train-iters N --lr X --min-lr X --lr-warmup-iters N\n"
-        "               --lr-decay-iters N --weight-decay X --clip-grad X --seed N\n"
-        "  recompute:   --recompute-granularity full|selective --recompute-method uniform|block\n"
-        "               --recompute-num-layers N\n"
-        "  checkpoints: --save DIR --load DIR --save-interval N --override-math-fingerprint\n"
-        "  data/log:    --data-path FILE --log-interval N\n");
-}
-
-static int parse_int(const char *flag, const char *v, int *out) {
-    char *end;
-    long x;
-    errno = 0;
-    x = strtol(v, &end, 10);
-    if (errno || *end || end == v || x < -2147483647L || x > 2147483647L) {
-        fprintf(stderr, "pretrain_gpt: %s expects an integer, got \"%s\"\n", flag, v);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
-static int parse_float(const char *flag, const char *v, float *out) {
-    char *end;
-    double x;
-    errno = 0;
-    x = strtod(v, &end);
-    if (errno || *end || end == v) {
-        fprintf(stderr, "pretrain_gpt: %s expects a number, got \"%s\"\n", flag, v);
-        return -1;
-    }
-    *out = (float)x;
-    return 0;
-}
-
-/* One row per flag: name, how many values, and where they go. */
-typedef enum { A_INT, A_FLOAT, A_FLAG, A_STR, A_INT3, A_RECOMPUTE_G, A_RECOMPUTE_M } arg_kind;
-typedef struct arg_spec { const char *name; arg_kind kind; size_t offset; } arg_spec;
-#define A(name, kind, field) {name, kind, offsetof(args, field)}
-static const arg_spec arg_specs[] = {
-    A("--tensor-model-parallel-size", A_INT, tp),
-    A("--pipeline-model-parallel-size", A_INT, pp),
-    A("--virtual-pipeline-model-parallel-size", A_INT, vpp),
-    A("--sequence-parallel", A_FLAG, sp),
-    A("--num-layers", A_INT, num_layers),
-    A("--hidden-size", A_INT, hidden_size),
-    A("--num-attention-heads", A_INT, num_heads),
-    A("--ffn-hidden-size", A_INT, ffn_hidden_size),
-    A("--seq-length", A_INT, seq_length),
-    A("--max-position-embeddings", A_INT, max_positions),
-    A("--micro-batch-size", A_INT, micro_batch_size),
-    A("--global-batch-size", A_INT, global_batch_size),
-    A("--rampup-batch-size", A_INT3, rampup),
-    A("--train-iters", A_INT, train_iters),
-    A("--lr", A_FLOAT, lr),
-    A("--min-lr", A_FLOAT, min_lr),
-    A("--lr-warmup-iters", A_INT, lr_warmup_iters),
-    A("--lr-decay-iters", A_INT, lr_decay_iters),
-    A("--weight-decay", A_FLOAT, weight_decay),
-    A("--clip-grad", A_FLOAT, clip_grad),
-    A("--seed", A_INT, seed),
-    A("--vocab-size", A_INT, vocab_size),
-    A("--hidden-dropout", A_FLOAT, hidden_dropout),
-    A("--attention-dropout", A_FLOAT, attention_dropout),
-    A("--recompute-granularity", A_RECOMPUTE_G, recompute_granularity),
-    A("--recompute-method", A_RECOMPUTE_M, recompute_method),
-    A("--recompute-num-layers", A_INT, recompute_num_layers),
-    A("--use-distributed-optimizer", A_FLAG, use_distributed_optimizer),
-    A("--untie-embeddings-and-output-weights", A_FLAG, untie),
-    A("--save", A_STR, save),
-    A("--load", A_STR, load),
-    A("--save-interval", A_INT, save_interval),
-    A("--log-interval", A_INT, log_interval),
-    A("--data-path", A_STR, data_path),
-    A("--override-math-fingerprint", A_FLAG, override_math),
-    A("--make-vocab-size-divisible-by", A_INT, vocab_divisible_by),
-    A("--overlap-grad-reduce", A_FLAG, overlap_grad_reduce),
-    A("--ddp-bucket-size", A_INT, bucket_size),
-};
-#undef A
-
-static int parse_args(int argc, char **argv, args *a) {
-    memset(a, 0, sizeof *a);
-    a->tp = a->pp = 1;
-    a->num_layers = 2, a->hidden_size = 64, a->num_heads = 4, a->seq_length = 32;
-    a->micro_batch_size = 2, a->global_batch_size = 8, a->train_iters = 10;
-    a->lr = 1e-3f, a->seed = 1234, a->vocab_size = 256, a->log_interval = 1;
-    a->clip_grad = 1.0f, a->weight_decay = 0.01f;
-    a->hidden_dropout = a->attention_dropout = 0.1f;   /* Megatron's defaults */
-    for (int i = 1; i < argc; i++) {
-        const arg_spec *s = NULL;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); exit(0); }
-        for (size_t k = 0; k < sizeof arg_specs / sizeof arg_specs[0]; k++)
-            if (!strcmp(argv[i], arg_specs[k].name)) s = &arg_specs[k];
-        if (!s) {
-            fprintf(stderr, "pretrain_gpt: unknown flag \"%s\"\n", argv[i]);
-            usage(stderr);
-            return -1;
-        }
-        char *field = (char *)a + s->offset;
-        int need = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
-        if (i + need >= argc + (need == 0)) {
-            fprintf(stderr, "pretrain_gpt: %s needs %d value(s)\n", s->name, need);
-            return -1;
-        }
-        switch (s->kind) {
-        case A_FLAG: *(int *)field = 1; break;
-        case A_STR: *(const char **)field = argv[++i]; break;
-        case A_INT: if (parse_int(s->name, argv[++i], (int *)field)) return -1; break;
-        case A_FLOAT: if (parse_float(s->name, argv[++i], (float *)field)) return -1; break;
-        case A_INT3:
-            for (int k = 0; k < 3; k++)
-                if (parse_int(s->name, argv[++i], (int *)field + k)) return -1;
-            break;
-        case A_RECOMPUTE_G: {
-            const char *v = argv[++i];
-            if (!strcmp(v, "full")) *(int *)field = MC_RECOMPUTE_FULL;
-            else if (!strcmp(v, "selective")) *(int *)field = MC_RECOMPUTE_SELECTIVE;
-            else { fprintf(stderr, "pretrain_gpt: %s must be full or selective, got \"%s\"\n",
-                           s->name, v); return -1; }
-            break;
-        }
-        case A_RECOMPUTE_M: {
-            const char *v = argv[++i];
-            if (!strcmp(v, "uniform")) *(int *)field = MC_RECOMPUTE_UNIFORM;
-            else if (!strcmp(v, "block")) *(int *)field = MC_RECOMPUTE_BLOCK;
-            else { fprintf(stderr, "pretrain_gpt: %s must be uniform or block, got \"%s\"\n",
-                           s->name, v); return -1; }
-            break;
-        }
-        }
-    }
-    if (a->max_positions == 0) a->max_positions = a->seq_length;
-    /* Megatron's --hidden-dropout 0 switches dropout off; in mc_gpt_config 0 means default. */
-    if (a->hidden_dropout == 0.0f) a->hidden_dropout = MC_DROPOUT_OFF;
-    if (a->attention_dropout == 0.0f) a->attention_dropout = MC_DROPOUT_OFF;
-    if (a->data_path) a->vocab_size = 256;   /* byte-level tokens */
-    return 0;
-}
+#include "pretrain_gpt_args.h"
 
 /* ---------------------------------------------------------------------------------------------
    data: sample k is seq_length + 1 tokens; tokens[0..S) are the input, tokens[1..S] the labels */
@@ -331,24 +160,6 @@ static int hook_finalize(void *app) {
         }                                                                                     \
     } while (0)
 
-static mc_gpt_config config_from_args(const args *a) {
-    mc_gpt_config c;
-    memset(&c, 0, sizeof c);
-    c.num_layers = a->num_layers, c.hidden_size = a->hidden_size;
-    c.num_attention_heads = a->num_heads, c.ffn_hidden_size = a->ffn_hidden_size;
-    c.vocab_size = a->vocab_size, c.make_vocab_size_divisible_by = a->vocab_divisible_by;
-    c.seq_length = a->seq_length, c.max_position_embeddings = a->max_positions;
-    c.untie_embeddings_and_output_weights = a->untie;
-    c.hidden_dropout = a->hidden_dropout, c.attention_dropout = a->attention_dropout;
-    c.tensor_model_parallel_size = a->tp, c.pipeline_model_parallel_size = a->pp;
-    c.virtual_pipeline_model_parallel_size = a->vpp, c.sequence_parallel = a->sp;
-    c.recompute_granularity = (mc_recompute_granularity)a->recompute_granularity;
-    c.recompute_method = (mc_recompute_method)a->recompute_method;
-    c.recompute_num_layers = a->recompute_num_layers;
-    c.micro_batch_size = a->micro_batch_size, c.seed = a->seed;
-    return c;
-}
-
 /* Full local m / v in the parameter layout (what checkpoints store); a collective over DP under
    the distributed optimizer. */
 static int gather_optimizer_state(trainer *t, float *m, float *v) {
@@ -454,31 +265,106 @@ static void log_iteration(const trainer *t, long long it, long long consumed, do
     fflush(stdout);
 }
 
+/* ---------------------------------------------------------------------------------------------
+   the up-front memory check: what every rank is about to allocate (mc_memory_estimate, this
+   library's model), summed over the ranks of each host, against that host's memory. A job that
+   cannot fit stops here, on every rank, before mc_gpt_init allocates anything large. */
+
+/* Physical memory, or a container's (cgroup v2 / v1) limit when that is smaller. */
+static double host_memory_bytes(void) {
+    static const char *const limits[] = {"/sys/fs/cgroup/memory.max",
+                                         "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    double bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        FILE *f = fopen(limits[i], "r");
+        double limit;
+        if (!f) continue;
+        if (fscanf(f, "%lf", &limit) == 1 && limit > 0 && limit < bytes) bytes = limit;
+        fclose(f);
+    }
+    return bytes;
+}
+
+static int64_t host_id(void) {
+    char name[256] = "";
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a of the host name */
+    gethostname(name, sizeof name - 1);
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    return (int64_t)(h >> 1);
+}
+
+static int check_memory(trainer *t) {
+    static mc_memory_stage st;
+    mc_comm *world = t->ps.world;
+    mc_memory_desc d = args_memory_desc(&t->a, t->dp_size);
+    int rc = mc_memory_estimate(&d, t->ps.coords.pp, &st);
+    if (rc != MC_OK) {
+        if (world->rank == 0) fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
+        return MC_ERR_INVALID_DESC;
+    }
+    double mine = st.total[MC_MEMORY_IMPLEMENTATION], limit = host_memory_bytes();
+    int64_t me[2] = {host_id(), mine < 4e18 ? (int64_t)mine : (int64_t)4e18};
+    int64_t *all = malloc(sizeof *all * 2 * (size_t)world->size);
+    if (!all) return MC_ERR_NO_MEMORY;
+    rc = mc_all_gather(world, me, all, 2, MC_I64);
+    double host_total = 0.0;
+    int host_ranks = 0, first_on_host = world->rank;
+    for (int r = 0; rc == MC_OK && r < world->size; r++)
+        if (all[2 * r] == me[0]) {
+            host_total += (double)all[2 * r + 1], host_ranks++;
+            if (r < first_on_host) first_on_host = r;
+        }
+    free(all);
+    if (rc != MC_OK) return rc;
+    int over = host_total > limit, any_over = 0;
+    CHECK(mc_all_reduce(world, &over, &any_over, 1, MC_I32, MC_MAX));
+    char total_s[32], limit_s[32], mine_s[32], cat_s[MC_MEMORY_CATEGORY_COUNT][32];
+    for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
+        mc_memory_format_bytes(cat_s[c], sizeof cat_s[c], st.bytes[MC_MEMORY_IMPLEMENTATION][c]);
+    mc_memory_format_bytes(total_s, sizeof total_s, host_total);
+    mc_memory_format_bytes(limit_s, sizeof limit_s, limit);
+    mc_memory_format_bytes(mine_s, sizeof mine_s, mine);
+    if (over && world->rank == first_on_host)
+        fprintf(stderr, "pretrain_gpt: not enough memory: the %d rank(s) on this host would "
+                "allocate an estimated %s, more than its %s (rank %d, pipeline stage %d: %s = "
+                "parameters %s + gradients %s + optimizer %s + activations %s + communication "
+                "%s); nothing large was allocated. `./megatron_c memory` with the same flags "
+                "shows every term.\n", host_ranks, total_s, limit_s, world->rank,
+                t->ps.coords.pp, mine_s, cat_s[0], cat_s[1], cat_s[2], cat_s[3], cat_s[4]);
+    else if (world->rank == 0 && !any_over)
+        printf("pretrain_gpt: memory estimate: rank 0 (pipeline stage 0) %s = parameters %s + "
+               "gradients %s + optimizer %s + activations %s + communication %s; %d rank(s) on "
+               "this host, %s of %s\n", mine_s, cat_s[0], cat_s[1], cat_s[2], cat_s[3],
+               cat_s[4], host_ranks, total_s, limit_s);
+    return any_over ? MC_ERR_NO_MEMORY : MC_OK;
+}
+
 static int train(trainer *t) {
     args *a = &t->a;
     mc_comm *world = t->ps.world;
     int me = world->rank;
 
     /* config: every violated rule at once */
-    mc_gpt_config cfg = config_from_args(a);
-    char report[4096];
-    if (mc_gpt_config_validate(&cfg, report, sizeof report) > 0) {
-        if (me == 0) fprintf(stderr, "pretrain_gpt: invalid configuration:\n%s", report);
+    if (args_check_config(a, me == 0 ? stderr : NULL) > 0) return MC_ERR_INVALID_DESC;
+    if (a->bf16) {
+        if (me == 0)
+            fprintf(stderr, "pretrain_gpt: --bf16: this build trains in fp32 only (bf16 "
+                    "parameters and activations need the CUDA op table); `./megatron_c memory "
+                    "--bf16 ...` shows what Megatron would hold\n");
         return MC_ERR_INVALID_DESC;
     }
+    mc_gpt_config cfg = config_from_args(a);
     t->dp_size = t->ps.grid.dp, t->dp_rank = t->ps.coords.dp;
 
     mc_microbatch_calc mb;
-    mc_microbatch_desc mbd = {0};
-    mbd.global_batch_size = a->global_batch_size, mbd.micro_batch_size = a->micro_batch_size;
-    mbd.data_parallel_size = t->dp_size;
-    mbd.rampup.start = a->rampup[0], mbd.rampup.increment = a->rampup[1];
-    mbd.rampup.samples = a->rampup[2];
-    CHECK(mc_microbatch_init(&mb, &mbd));
-    int max_microbatches = a->global_batch_size / (a->micro_batch_size * t->dp_size);
+    if (args_microbatches(a, t->dp_size, &mb, me == 0 ? stderr : NULL) != MC_OK)
+        return MC_ERR_INVALID_DESC;
+    /* before anything large is allocated: would this run fit? */
+    int fits = check_memory(t);
+    if (fits != MC_OK) return fits;
 
     mc_gpt_desc gd = {0};
-    gd.config = cfg, gd.ps = &t->ps, gd.n_slots = max_microbatches > 0 ? max_microbatches : 1;
+    gd.config = cfg, gd.ps = &t->ps, gd.n_slots = args_max_microbatches(a, t->dp_size);
     gd.distributed_optimizer = a->use_distributed_optimizer;
     gd.bucket_size = (size_t)(a->bucket_size > 0 ? a->bucket_size : 0);
     CHECK(mc_gpt_init(&t->gpt, &gd));
@@ -551,7 +437,13 @@ static int train(trainer *t) {
 
 int main(int argc, char **argv) {
     static trainer t;
-    if (parse_args(argc, argv, &t.a) != 0) return 2;
+    int parsed = parse_args(argc, argv, &t.a);
+    if (parsed == ARGS_HELP) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed == ARGS_UNKNOWN) usage(stderr);
+    if (parsed != ARGS_OK) return 2;
     mc_comm *world = NULL;
     mc_comm_desc cd = {0};
     cd.argc = &argc, cd.argv = &argv, cd.timeout_s = 120.0;

@@ -1,0 +1,272 @@
+/* pretrain_gpt_args.h - pretrain_gpt's command line: Megatron-LM's flag names, the defaults, the
+   parser and the checks that run before anything is built.
+
+   Shared by examples/pretrain_gpt.c and `megatron_c memory` (tools/megatron_c.c), so that both
+   accept the same flags and refuse a bad one with the same message. Include it after
+   megatron_c.h; everything here is static. Messages start with `args_prog` ("pretrain_gpt"
+   unless the includer sets another name). */
+#ifndef PRETRAIN_GPT_ARGS_H
+#define PRETRAIN_GPT_ARGS_H
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__)
+#define ARGS_MAYBE_UNUSED __attribute__((unused))   /* an includer may use only some helpers */
+#else
+#define ARGS_MAYBE_UNUSED
+#endif
+
+static const char *args_prog = "pretrain_gpt";
+
+typedef struct args {
+    int tp, pp, vpp, sp;
+    int num_layers, hidden_size, num_heads, ffn_hidden_size, seq_length, max_positions;
+    int micro_batch_size, global_batch_size;
+    int rampup[3];
+    int train_iters;
+    float lr, min_lr, weight_decay, clip_grad;
+    int lr_warmup_iters, lr_decay_iters;
+    int seed, vocab_size;
+    float hidden_dropout, attention_dropout;
+    int recompute_granularity, recompute_method, recompute_num_layers;
+    int use_distributed_optimizer;
+    const char *save, *load;
+    int save_interval, log_interval;
+    const char *data_path;
+    int untie;
+    int override_math;
+    int vocab_divisible_by;
+    int overlap_grad_reduce;
+    int bucket_size;
+    int bf16;
+} args;
+
+/* The flag list (without the usage line). */
+static void usage_flags(FILE *f) {
+    fprintf(f,
+        "  parallelism: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
+        "               --virtual-pipeline-model-parallel-size V --sequence-parallel\n"
+        "               --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size N\n"
+        "  model:       --num-layers L --hidden-size H --num-attention-heads A\n"
+        "               --ffn-hidden-size F --seq-length S --max-position-embeddings M\n"
+        "               --vocab-size V --make-vocab-size-divisible-by D\n"
+        "               --hidden-dropout p --attention-dropout p\n"
+        "               --untie-embeddings-and-output-weights --bf16\n"
+        "  batch:       --micro-batch-size B --global-batch-size G\n"
+        "               --rampup-batch-size START INCR SAMPLES\n"
+        "  training:    --train-iters N --lr X --min-lr X --lr-warmup-iters N\n"
+        "               --lr-decay-iters N --weight-decay X --clip-grad X --seed N\n"
+        "  recompute:   --recompute-granularity full|selective --recompute-method uniform|block\n"
+        "               --recompute-num-layers N\n"
+        "  checkpoints: --save DIR --load DIR --save-interval N --override-math-fingerprint\n"
+        "  data/log:    --data-path FILE --log-interval N\n");
+}
+
+ARGS_MAYBE_UNUSED static void usage(FILE *f) {
+    fprintf(f, "usage: mpirun -np N ./pretrain_gpt [flags]\n");
+    usage_flags(f);
+}
+
+static int parse_int(const char *flag, const char *v, int *out) {
+    char *end;
+    long x;
+    errno = 0;
+    x = strtol(v, &end, 10);
+    if (errno || *end || end == v || x < -2147483647L || x > 2147483647L) {
+        fprintf(stderr, "%s: %s expects an integer, got \"%s\"\n", args_prog, flag, v);
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int parse_float(const char *flag, const char *v, float *out) {
+    char *end;
+    double x;
+    errno = 0;
+    x = strtod(v, &end);
+    if (errno || *end || end == v) {
+        fprintf(stderr, "%s: %s expects a number, got \"%s\"\n", args_prog, flag, v);
+        return -1;
+    }
+    *out = (float)x;
+    return 0;
+}
+
+/* One row per flag: name, how many values, and where they go. */
+typedef enum { A_INT, A_FLOAT, A_FLAG, A_STR, A_INT3, A_RECOMPUTE_G, A_RECOMPUTE_M } arg_kind;
+typedef struct arg_spec { const char *name; arg_kind kind; size_t offset; } arg_spec;
+#define A(name, kind, field) {name, kind, offsetof(args, field)}
+static const arg_spec arg_specs[] = {
+    A("--tensor-model-parallel-size", A_INT, tp),
+    A("--pipeline-model-parallel-size", A_INT, pp),
+    A("--virtual-pipeline-model-parallel-size", A_INT, vpp),
+    A("--sequence-parallel", A_FLAG, sp),
+    A("--num-layers", A_INT, num_layers),
+    A("--hidden-size", A_INT, hidden_size),
+    A("--num-attention-heads", A_INT, num_heads),
+    A("--ffn-hidden-size", A_INT, ffn_hidden_size),
+    A("--seq-length", A_INT, seq_length),
+    A("--max-position-embeddings", A_INT, max_positions),
+    A("--micro-batch-size", A_INT, micro_batch_size),
+    A("--global-batch-size", A_INT, global_batch_size),
+    A("--rampup-batch-size", A_INT3, rampup),
+    A("--train-iters", A_INT, train_iters),
+    A("--lr", A_FLOAT, lr),
+    A("--min-lr", A_FLOAT, min_lr),
+    A("--lr-warmup-iters", A_INT, lr_warmup_iters),
+    A("--lr-decay-iters", A_INT, lr_decay_iters),
+    A("--weight-decay", A_FLOAT, weight_decay),
+    A("--clip-grad", A_FLOAT, clip_grad),
+    A("--seed", A_INT, seed),
+    A("--vocab-size", A_INT, vocab_size),
+    A("--hidden-dropout", A_FLOAT, hidden_dropout),
+    A("--attention-dropout", A_FLOAT, attention_dropout),
+    A("--recompute-granularity", A_RECOMPUTE_G, recompute_granularity),
+    A("--recompute-method", A_RECOMPUTE_M, recompute_method),
+    A("--recompute-num-layers", A_INT, recompute_num_layers),
+    A("--use-distributed-optimizer", A_FLAG, use_distributed_optimizer),
+    A("--untie-embeddings-and-output-weights", A_FLAG, untie),
+    A("--save", A_STR, save),
+    A("--load", A_STR, load),
+    A("--save-interval", A_INT, save_interval),
+    A("--log-interval", A_INT, log_interval),
+    A("--data-path", A_STR, data_path),
+    A("--override-math-fingerprint", A_FLAG, override_math),
+    A("--make-vocab-size-divisible-by", A_INT, vocab_divisible_by),
+    A("--overlap-grad-reduce", A_FLAG, overlap_grad_reduce),
+    A("--ddp-bucket-size", A_INT, bucket_size),
+    A("--bf16", A_FLAG, bf16),
+};
+#undef A
+
+/* What parse_args returns. On ARGS_ERROR and ARGS_UNKNOWN the message is already printed;
+   after ARGS_UNKNOWN the caller shows its usage. */
+enum { ARGS_OK = 0, ARGS_HELP = 1, ARGS_ERROR = -1, ARGS_UNKNOWN = -2 };
+
+static int parse_args(int argc, char **argv, args *a) {
+    memset(a, 0, sizeof *a);
+    a->tp = a->pp = 1;
+    a->num_layers = 2, a->hidden_size = 64, a->num_heads = 4, a->seq_length = 32;
+    a->micro_batch_size = 2, a->global_batch_size = 8, a->train_iters = 10;
+    a->lr = 1e-3f, a->seed = 1234, a->vocab_size = 256, a->log_interval = 1;
+    a->clip_grad = 1.0f, a->weight_decay = 0.01f;
+    a->hidden_dropout = a->attention_dropout = 0.1f;   /* Megatron's defaults */
+    for (int i = 1; i < argc; i++) {
+        const arg_spec *s = NULL;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return ARGS_HELP;
+        for (size_t k = 0; k < sizeof arg_specs / sizeof arg_specs[0]; k++)
+            if (!strcmp(argv[i], arg_specs[k].name)) s = &arg_specs[k];
+        if (!s) {
+            fprintf(stderr, "%s: unknown flag \"%s\"\n", args_prog, argv[i]);
+            return ARGS_UNKNOWN;
+        }
+        char *field = (char *)a + s->offset;
+        int need = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
+        if (i + need >= argc + (need == 0)) {
+            fprintf(stderr, "%s: %s needs %d value(s)\n", args_prog, s->name, need);
+            return ARGS_ERROR;
+        }
+        switch (s->kind) {
+        case A_FLAG: *(int *)field = 1; break;
+        case A_STR: *(const char **)field = argv[++i]; break;
+        case A_INT: if (parse_int(s->name, argv[++i], (int *)field)) return ARGS_ERROR; break;
+        case A_FLOAT: if (parse_float(s->name, argv[++i], (float *)field)) return ARGS_ERROR; break;
+        case A_INT3:
+            for (int k = 0; k < 3; k++)
+                if (parse_int(s->name, argv[++i], (int *)field + k)) return ARGS_ERROR;
+            break;
+        case A_RECOMPUTE_G: {
+            const char *v = argv[++i];
+            if (!strcmp(v, "full")) *(int *)field = MC_RECOMPUTE_FULL;
+            else if (!strcmp(v, "selective")) *(int *)field = MC_RECOMPUTE_SELECTIVE;
+            else { fprintf(stderr, "%s: %s must be full or selective, got \"%s\"\n",
+                           args_prog, s->name, v); return ARGS_ERROR; }
+            break;
+        }
+        case A_RECOMPUTE_M: {
+            const char *v = argv[++i];
+            if (!strcmp(v, "uniform")) *(int *)field = MC_RECOMPUTE_UNIFORM;
+            else if (!strcmp(v, "block")) *(int *)field = MC_RECOMPUTE_BLOCK;
+            else { fprintf(stderr, "%s: %s must be uniform or block, got \"%s\"\n",
+                           args_prog, s->name, v); return ARGS_ERROR; }
+            break;
+        }
+        }
+    }
+    if (a->max_positions == 0) a->max_positions = a->seq_length;
+    /* Megatron's --hidden-dropout 0 switches dropout off; in mc_gpt_config 0 means default. */
+    if (a->hidden_dropout == 0.0f) a->hidden_dropout = MC_DROPOUT_OFF;
+    if (a->attention_dropout == 0.0f) a->attention_dropout = MC_DROPOUT_OFF;
+    if (a->data_path) a->vocab_size = 256;   /* byte-level tokens */
+    return ARGS_OK;
+}
+
+ARGS_MAYBE_UNUSED static mc_gpt_config config_from_args(const args *a) {
+    mc_gpt_config c;
+    memset(&c, 0, sizeof c);
+    c.num_layers = a->num_layers, c.hidden_size = a->hidden_size;
+    c.num_attention_heads = a->num_heads, c.ffn_hidden_size = a->ffn_hidden_size;
+    c.vocab_size = a->vocab_size, c.make_vocab_size_divisible_by = a->vocab_divisible_by;
+    c.seq_length = a->seq_length, c.max_position_embeddings = a->max_positions;
+    c.untie_embeddings_and_output_weights = a->untie;
+    c.hidden_dropout = a->hidden_dropout, c.attention_dropout = a->attention_dropout;
+    c.tensor_model_parallel_size = a->tp, c.pipeline_model_parallel_size = a->pp;
+    c.virtual_pipeline_model_parallel_size = a->vpp, c.sequence_parallel = a->sp;
+    c.recompute_granularity = (mc_recompute_granularity)a->recompute_granularity;
+    c.recompute_method = (mc_recompute_method)a->recompute_method;
+    c.recompute_num_layers = a->recompute_num_layers;
+    c.micro_batch_size = a->micro_batch_size, c.seed = a->seed;
+    return c;
+}
+
+/* Every violated config rule at once, one line each, to err (NULL: silent). Returns the number
+   of violations (0: valid). */
+ARGS_MAYBE_UNUSED static int args_check_config(const args *a, FILE *err) {
+    mc_gpt_config cfg = config_from_args(a);
+    char report[4096];
+    int violations = mc_gpt_config_validate(&cfg, report, sizeof report);
+    if (violations > 0 && err) fprintf(err, "%s: invalid configuration:\n%s", args_prog, report);
+    return violations;
+}
+
+/* The micro-batch calculator of a run with `dp` data-parallel ranks; a refusal is printed to err
+   (NULL: silent) with Megatron's rule. */
+ARGS_MAYBE_UNUSED static int args_microbatches(const args *a, int dp, mc_microbatch_calc *mb, FILE *err) {
+    mc_microbatch_desc d;
+    memset(&d, 0, sizeof d);
+    d.global_batch_size = a->global_batch_size, d.micro_batch_size = a->micro_batch_size;
+    d.data_parallel_size = dp;
+    d.rampup.start = a->rampup[0], d.rampup.increment = a->rampup[1];
+    d.rampup.samples = a->rampup[2];
+    int rc = mc_microbatch_init(mb, &d);
+    if (rc != MC_OK && err)
+        fprintf(err, "%s: invalid batch: %s: %s\n", args_prog, mc_err_name(rc), mc_last_error());
+    return rc;
+}
+
+/* The largest number of micro-batches per DP rank (the final global batch, ramp-up included). */
+ARGS_MAYBE_UNUSED static int args_max_microbatches(const args *a, int dp) {
+    int m = a->global_batch_size / (a->micro_batch_size * dp);
+    return m > 0 ? m : 1;
+}
+
+/* What mc_memory_estimate needs to know about this run. */
+ARGS_MAYBE_UNUSED static mc_memory_desc args_memory_desc(const args *a, int dp) {
+    mc_memory_desc d;
+    memset(&d, 0, sizeof d);
+    d.config = config_from_args(a);
+    d.data_parallel_size = dp;
+    d.num_microbatches = args_max_microbatches(a, dp);
+    d.n_slots = d.num_microbatches;   /* pretrain_gpt keeps one activation slot per micro-batch */
+    d.distributed_optimizer = a->use_distributed_optimizer;
+    d.bf16 = a->bf16;
+    d.bucket_size = (size_t)(a->bucket_size > 0 ? a->bucket_size : 0);
+    return d;
+}
+
+#endif /* PRETRAIN_GPT_ARGS_H */
