@@ -40,7 +40,10 @@
            recompute), the schedules that run it (no pipelining, 1F1B, interleaved) with
            batched P2P, DDP gradient buckets, finalize_model_grads, the distributed
            optimizer, AdamW with the model-parallel grad norm and clipping, and
-           checkpoints that reshard across TP / PP / DP.
+           checkpoints that reshard across TP / PP / DP,
+         - the theoretical memory of a run (>>theoretical_memory): per pipeline stage and rank,
+           Megatron's / Korthikanti et al.'s formulas and this library's own allocations, every
+           term with its formula and numbers, from the config alone.
 
    megatron_c DOES NOT
        - call exit() or print by itself: functions return a status (MC_OK == 0,

@@ -10,6 +10,9 @@
    the schedules, the gradient reduction and the optimizer; this file owns what Megatron's
    pretrain_gpt.py and training.py own: parsing, the data, the loop and the log line.
 
+   Before it allocates the model, every rank estimates what it will allocate (mc_memory_estimate)
+   and the job stops when the ranks of a host would need more than its memory.
+
    Data: synthetic by default (a deterministic, learnable token stream drawn from --seed), or
    --data-path FILE: the bytes of a text file as tokens (vocabulary 256), read as consecutive
    windows of seq_length + 1 bytes. */

@@ -5,6 +5,8 @@
        ./megatron_c layout --world 16 --tp 2 --pp 4 --rank 5      one rank: its groups, neighbours
        ./megatron_c layout --world 16 --tp 2 --pp 4 --json        the same as one JSON object
        ./megatron_c layout --world 16 --tp 2 --pp 4 --svg g.svg   a drawing of the rank grid
+       ./megatron_c memory --num-layers 24 --hidden-size 1024 ...  bytes per rank and stage
+                                                    (pretrain_gpt's flags; --json, --svg)
        ./megatron_c help [command]
 
    Everything is computed by the rank grid of megatron_c.h (Megatron's RankGenerator), which is a
