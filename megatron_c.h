@@ -638,6 +638,12 @@ MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int c
 /* The interleaved lookup table (one entry per virtual micro-batch; for a schedule that is not
    interleaved, micro-batch k on chunk 0). Returns M*V; out arrays may be NULL to count. */
 MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk, int cap);
+/* The most micro-batches whose activations this stage holds at once on one chunk (forwarded,
+   not yet backwarded), over the whole op order: what mc_gpt_desc.n_slots needs, since each
+   chunk's held micro-batches are consecutive. 1F1B: min(pp - r, M); no pipelining: 1;
+   forward_only: 1 (activations are dropped after each forward). per_chunk (may be NULL) receives
+   each chunk's maximum (vpp entries, or 1). Returns the maximum or a negative status. */
+MC_API int mc_schedule_max_in_flight(const mc_schedule_desc *desc, int *per_chunk);
 
 typedef struct mc_schedule_timing {
     double makespan;           /* when the last op of any stage ends */
@@ -2166,16 +2172,19 @@ MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n);
                   lcm(d, 128), the tied embedding in its own bucket).
      optimizer    Adam m and v, 8·P' (8·P'/d under the distributed optimizer; fp32 params are
                   their own main params).
-     activations  every slot of every chunk is allocated at init: n_slots (pretrain_gpt: one per
-                  micro-batch, M) x v chunks x (the layers' caches, the layer inputs, the tokens
-                  on stage 0, the logits, norm and loss buffers on the last stage), plus one
-                  workspace per rank (backward buffers, TP scratch, recompute replay caches).
+     activations  every slot of every chunk is allocated at init: n_slots (pretrain_gpt: the
+                  most micro-batches a chunk of the stage holds at once,
+                  mc_schedule_max_in_flight) x v chunks x (the layers' caches, the layer inputs,
+                  the tokens on stage 0, the logits, norm and loss buffers on the last stage),
+                  plus one workspace per rank (backward buffers, TP scratch, recompute replay
+                  caches).
      communication  the schedule's P2P receive buffers at their peak (each s·b·h/t' floats,
                   t' = t under SP, else 1; held from receive to the backward that uses them) and
                   finalize's packed sequence-parallel grads.
-   The two models differ most in activations: Megatron keeps min(p - r, M) micro-batches,
-   this library one slot per micro-batch, and its caches are its own (fp32 LayerNorm outputs,
-   q|k|v, statistics) rather than Megatron's saved tensors.
+   The two models differ most in activations: this library's caches are its own (fp32
+   LayerNorm outputs, q|k|v, GELU input and output, statistics) rather than Megatron's saved
+   tensors, and its slots are per chunk: each chunk gets the most micro-batches it ever holds,
+   which under interleaving is more than its share at the paper's peak.
 
    A category's bytes are its peak; a model's total is the sum of its categories. Every rank of
    a stage (its t x d ranks) holds the same. */
@@ -2204,8 +2213,9 @@ typedef struct mc_memory_desc {
                                        default 1 */
     int distributed_optimizer;
     int bf16;                       /* the paper model's precision (this build computes fp32) */
-    int n_slots;                    /* implementation: mc_gpt_desc.n_slots; default M, as
-                                       pretrain_gpt passes */
+    int n_slots;                    /* implementation: mc_gpt_desc.n_slots; default what
+                                       pretrain_gpt passes, mc_schedule_max_in_flight of the
+                                       stage */
     size_t bucket_size;             /* implementation: mc_gpt_desc.bucket_size (padding) */
 } mc_memory_desc;
 
@@ -5295,6 +5305,47 @@ MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int 
         if (chunk) chunk[k] = c;
     }
     return total;
+}
+
+MC_API int mc_schedule_max_in_flight(const mc_schedule_desc *desc, int *per_chunk) {
+    mc__sched s;
+    int held[MC_MAX_VPP], most[MC_MAX_VPP], rc = mc__sched_resolve(desc, &s), total, warmup, k, c;
+    int mb, best = 0;
+    if (rc != MC_OK) return rc;
+    if (s.v > MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_schedule_max_in_flight: vpp (%d) above "
+                        "MC_MAX_VPP (%d)", s.v, MC_MAX_VPP);
+    memset(held, 0, sizeof held);
+    memset(most, 0, sizeof most);
+    total = mc__sched_total(&s);
+    warmup = s.forward_only ? 0 : mc__sched_warmup(&s);
+    /* F(k) adds its chunk, B(k) removes the mirrored chunk, in mc__sched_fill's order */
+#define MC__SCHED_F(kk)                                                                   \
+    do {                                                                                  \
+        mb = (kk), c = 0;                                                                 \
+        if (s.interleaved) mc__sched_table_entry(&s, (kk), &mb, &c);                      \
+        if (++held[c] > most[c]) most[c] = held[c];                                       \
+        if (s.forward_only) held[c]--;                                                    \
+    } while (0)
+#define MC__SCHED_B(kk)                                                                   \
+    do {                                                                                  \
+        mb = (kk), c = 0;                                                                 \
+        if (s.interleaved) mc__sched_table_entry(&s, (kk), &mb, &c);                      \
+        held[s.v - 1 - c]--;                                                              \
+    } while (0)
+    for (k = 0; k < warmup; k++) MC__SCHED_F(k);
+    for (k = 0; k < total - warmup; k++) {
+        MC__SCHED_F(warmup + k);
+        if (!s.forward_only) MC__SCHED_B(k);
+    }
+#undef MC__SCHED_F
+#undef MC__SCHED_B
+    (void)mb;
+    for (c = 0; c < s.v; c++) {
+        if (per_chunk) per_chunk[c] = most[c];
+        if (most[c] > best) best = most[c];
+    }
+    return best;
 }
 
 /* Finish times of F and B per (stage, chunk, micro-batch); < 0 while not run yet. */
@@ -12578,8 +12629,8 @@ static int mc__mem_resolve(const mc_memory_desc *desc, int pp_rank, mc__mem *M, 
                         violations, report);
     M->d = MC__DEF(desc->data_parallel_size, 1);
     M->m = MC__DEF(desc->num_microbatches, 1);
-    M->slots = MC__DEF(desc->n_slots, M->m);
-    if (M->d < 1 || M->m < 1 || M->slots < 1)
+    M->slots = desc->n_slots;
+    if (M->d < 1 || M->m < 1 || M->slots < 0)
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_memory_desc: data_parallel_size (%d), "
                         "num_microbatches (%d) and n_slots (%d) must be >= 1",
                         desc->data_parallel_size, desc->num_microbatches, desc->n_slots);
@@ -12594,6 +12645,7 @@ static int mc__mem_resolve(const mc_memory_desc *desc, int pp_rank, mc__mem *M, 
     sd.pp = M->p, sd.pp_rank = pp_rank, sd.num_microbatches = M->m;
     sd.vpp = M->v > 1 ? M->v : 0;
     if ((rc = mc__sched_resolve(&sd, sched)) != MC_OK) return rc;
+    if (M->slots == 0) M->slots = mc_schedule_max_in_flight(&sd, NULL);
     M->r = pp_rank;
     M->nl = M->cfg.num_layers / (M->p * M->v);
     M->sp = M->cfg.sequence_parallel && M->t > 1;

@@ -367,7 +367,7 @@ static int train(trainer *t) {
     if (fits != MC_OK) return fits;
 
     mc_gpt_desc gd = {0};
-    gd.config = cfg, gd.ps = &t->ps, gd.n_slots = args_max_microbatches(a, t->dp_size);
+    gd.config = cfg, gd.ps = &t->ps, gd.n_slots = args_n_slots(a, t->dp_size, t->ps.coords.pp);
     gd.distributed_optimizer = a->use_distributed_optimizer;
     gd.bucket_size = (size_t)(a->bucket_size > 0 ? a->bucket_size : 0);
     CHECK(mc_gpt_init(&t->gpt, &gd));

@@ -255,6 +255,17 @@ ARGS_MAYBE_UNUSED static int args_max_microbatches(const args *a, int dp) {
     return m > 0 ? m : 1;
 }
 
+/* Activation slots of the model on pipeline stage pp_rank: the most micro-batches one of its
+   chunks holds at once under the schedule (1F1B: min(pp - r, M)), not one per micro-batch. */
+ARGS_MAYBE_UNUSED static int args_n_slots(const args *a, int dp, int pp_rank) {
+    mc_schedule_desc d;
+    memset(&d, 0, sizeof d);
+    d.pp = a->pp, d.pp_rank = pp_rank, d.num_microbatches = args_max_microbatches(a, dp);
+    d.vpp = a->vpp > 1 ? a->vpp : 0;
+    int n = mc_schedule_max_in_flight(&d, NULL);
+    return n > 0 ? n : 1;
+}
+
 /* What mc_memory_estimate needs to know about this run. */
 ARGS_MAYBE_UNUSED static mc_memory_desc args_memory_desc(const args *a, int dp) {
     mc_memory_desc d;
@@ -262,7 +273,7 @@ ARGS_MAYBE_UNUSED static mc_memory_desc args_memory_desc(const args *a, int dp) 
     d.config = config_from_args(a);
     d.data_parallel_size = dp;
     d.num_microbatches = args_max_microbatches(a, dp);
-    d.n_slots = d.num_microbatches;   /* pretrain_gpt keeps one activation slot per micro-batch */
+    d.n_slots = 0;   /* per stage: args_n_slots, what pretrain_gpt passes */
     d.distributed_optimizer = a->use_distributed_optimizer;
     d.bf16 = a->bf16;
     d.bucket_size = (size_t)(a->bucket_size > 0 ? a->bucket_size : 0);

@@ -1756,10 +1756,10 @@ static int cmd_memory(int argc, char **argv) {
                mc_memory_format_bytes(b1, sizeof b1, job[1]), largest,
                mc_memory_format_bytes(b2, sizeof b2, largest_total));
         printf("notes: a category is its peak and a total their sum. The paper's 34 and 5 count "
-               "2-byte activations and\n1-byte dropout masks (%s). This implementation keeps an "
-               "activation slot per micro-batch (n_slots = M),\nits own fp32 caches, and "
-               "receive buffers for the tensors in flight; pretrain_gpt refuses to start when\n"
-               "the ranks of a host would need more than its memory.\n",
+               "2-byte activations and\n1-byte dropout masks (%s). This implementation keeps, per "
+               "chunk, slots for the most micro-batches\nthe schedule holds at once, its own fp32 "
+               "caches, and receive buffers for the tensors in flight;\npretrain_gpt refuses to "
+               "start when the ranks of a host would need more than its memory.\n",
                d.bf16 ? "--bf16" : "without --bf16 the same tensors in fp32 give 66 and 9");
     }
     int exit_code = CLI_EXIT_OK;

@@ -156,7 +156,8 @@ static void case_measure(void) {
     pp->ops = &pp_ops_counted;
 
     mc_gpt_desc gd = {0};
-    gd.config = config_from_args(&opt), gd.ps = &r.ps, gd.ops = &ops, gd.n_slots = m;
+    gd.config = config_from_args(&opt), gd.ps = &r.ps, gd.ops = &ops;
+    gd.n_slots = args_n_slots(&opt, dp, r.ps.coords.pp);   /* as pretrain_gpt */
     gd.distributed_optimizer = opt.use_distributed_optimizer;
     gd.bucket_size = (size_t)(opt.bucket_size > 0 ? opt.bucket_size : 0);
     phase = MC_MEMORY_ACTIVATIONS;
