@@ -377,6 +377,8 @@ struct mc_comm {
     double timeout_s;        /* collectives and creation give MC_ERR_TIMEOUT after this */
     int create_seq;          /* collective creations made over this communicator so far */
     char name[48];           /* e.g. "world", "tp[2]" */
+    const char *backend_reason;  /* world only: why mc_comm_init_world chose this backend
+                                    (static text, e.g. "a single rank: using self") */
     int owns_mpi_init;       /* world only: MPI_Finalize on destroy */
     void *mpi;               /* MPI_Comm * (mpi and nccl backends), else NULL; allocated with
                                 mc_malloc, freed by mc_comm_destroy */
@@ -394,6 +396,32 @@ typedef struct mc_comm_desc {
    initialised (and finalises it in mc_comm_destroy). Logs which backend was chosen and why. */
 MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc);
 MC_API void mc_comm_destroy(mc_comm *comm);
+
+/* What this process runs on, for logs and results (lab12's capability probe, every lab's
+   envelope). Strings are "" where a part is absent or unknown; nothing here communicates.
+   The CUDA part (GPU count and model, runtime, driver and NCCL versions) is filled only in a
+   build with MC_ENABLE_CUDA; on a machine without a GPU it reports gpu_count 0. */
+typedef struct mc_backend_info {
+    char backend[8];            /* the world's backend: "self", "mpi" or "nccl" */
+    char backend_reason[128];   /* why mc_comm_init_world chose it */
+    int world_size;
+    char device_kind[8];        /* where the world's buffers live: "cuda" (nccl) or "cpu" */
+    char device_name[128];      /* gpu_name for "cuda", else cpu_name */
+    int device_count;           /* gpu_count for "cuda", else cpu_count */
+    char cpu_name[128];         /* "model name" of /proc/cpuinfo where readable */
+    int cpu_count;              /* processors listed there, 0 when unknown */
+    int cuda_built;             /* 1: built with MC_ENABLE_CUDA */
+    int gpu_count;              /* CUDA devices visible to this process */
+    char gpu_name[128];         /* model of the current device, e.g. "NVIDIA H200" */
+    char cuda_runtime[16];      /* "13.0" */
+    char cuda_driver[16];       /* highest CUDA version the driver supports, "13.0" */
+    char nccl_version[16];      /* the linked NCCL, "2.28.3" */
+    char mpi_version[16];       /* MPI standard of the library, "3.1" */
+    char mpi_library[256];      /* first line of MPI_Get_library_version */
+} mc_backend_info;
+
+/* Fills *out (zeroed first) for `world` (may be NULL: then backend and world_size stay empty). */
+MC_API int mc_backend_query(const mc_comm *world, mc_backend_info *out);
 
 /* Group creation, two ways.
    Collective: every rank of `parent` calls it, for every group, in the same order; `members`
@@ -465,7 +493,9 @@ typedef struct mc_parallel_desc {
     int skip_plan_check;  /* 1: do not exchange the fingerprint (only for experiments) */
 } mc_parallel_desc;
 
-/* Zero it before the first mc_parallel_init (init refuses a state whose `initialized` is set). */
+/* Output of mc_parallel_init, which never reads it: a fresh, reused or garbage-filled struct
+   all work. Destroy a live state before initialising it again (init would forget its
+   communicators). */
 typedef struct mc_parallel_state {
     int initialized;
     mc_grid grid;
@@ -482,8 +512,8 @@ typedef struct mc_parallel_state {
 /* Exchanges the plan fingerprint over the world (a mismatch fails on every rank within the
    world's timeout, with a message naming the first differing group), then creates every
    group of every kind in plan order, collectively, keeping the ones this rank belongs to
-   (named e.g. "tp[2]"). Works on a `self` world of size 1. A second init without
-   mc_parallel_destroy returns MC_ERR_STATE ("already initialized").
+   (named e.g. "tp[2]"). Works on a `self` world of size 1. *ps is output only: it is zeroed
+   first, whatever it held, and stays zeroed (initialized == 0) when init fails.
    Stage predicates follow Megatron: with vpp > 0 and ignore_virtual = 0, the first stage also
    needs vp_stage == 0 and the last stage vp_stage == vpp - 1; the first and last members of
    the embedding group count only on those stages, other members always. */
@@ -783,6 +813,7 @@ MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int t
 /* Implemented in megatron_c_cuda.cu. */
 MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
 MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled);      /* turns an MPI world into NCCL */
+MC_API void mc__cuda_backend_info(mc_backend_info *out);        /* the CUDA fields of the query */
 MC_API const mc_comm_ops *mc__nccl_ops(void);
 /* Implemented by the header: lets the companion file report through mc_last_error() and the
    logger (level 1). Returns `status`. */
@@ -3402,9 +3433,10 @@ static const mc_comm_ops *mc__self_ops(void) {
     return &ops;
 }
 
-static int mc__self_world(mc_comm **world, double timeout_s) {
+static int mc__self_world(mc_comm **world, double timeout_s, const char *why) {
     mc_comm *c = mc__self_new_comm(timeout_s, "world");
     if (!c) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_init_world: out of memory");
+    c->backend_reason = why;
     c->world_ranks = (int *)mc_calloc(1, sizeof(int));
     if (!c->world_ranks) {
         mc__self_destroy(c);
@@ -3869,7 +3901,7 @@ static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeou
             MC__WARN("mc_comm_init_world: self backend on each of %d MPI ranks: every rank is "
                      "its own size-1 world",
                      size);
-        rc = mc__self_world(&c, timeout_s);
+        rc = mc__self_world(&c, timeout_s, why);
     } else {
         MPI_Comm_dup(MPI_COMM_WORLD, &dup);   /* our traffic never meets the caller's */
         rc = mc__mpi_wrap(dup, timeout_s, "world", &c);
@@ -3903,6 +3935,7 @@ static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeou
         }
     }
 #endif
+    c->backend_reason = why;
     if (rank == 0)
         MC__INFO("world: %d rank(s), backend %s (%s)", size, mc_backend_name(c->backend), why);
     *world = c;
@@ -3964,7 +3997,8 @@ MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
     if (timeout_s == 0) timeout_s = MC__DEFAULT_TIMEOUT_S;
 #if defined(MC_COMM_MPI)
     /* The self backend never needs MPI, even in an MPI build. */
-    if (backend == MC_BACKEND_SELF) return mc__self_world(world, timeout_s);
+    if (backend == MC_BACKEND_SELF)
+        return mc__self_world(world, timeout_s, "requested by mc_comm_desc.backend");
     return mc__mpi_world(world, backend, timeout_s, desc ? desc->argc : NULL,
                          desc ? desc->argv : NULL);
 #else
@@ -3973,7 +4007,7 @@ MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
                         "mc_comm_desc.backend (%s) needs a build with MC_COMM_MPI",
                         mc_backend_name(backend));
     MC__INFO("world: 1 rank, backend self (built without MC_COMM_MPI)");
-    return mc__self_world(world, timeout_s);
+    return mc__self_world(world, timeout_s, "built without MC_COMM_MPI");
 #endif
 }
 
@@ -4001,6 +4035,64 @@ MC_API void mc_comm_destroy(mc_comm *c) {
 #else
     (void)owns_mpi;
 #endif
+}
+
+/* "model name : Intel(R) ..." lines of /proc/cpuinfo: the first model and the count. */
+static void mc__cpu_info(mc_backend_info *out) {
+    char line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':'), *v;
+        size_t n;
+        if (strncmp(line, "processor", 9) == 0) out->cpu_count++;
+        if (strncmp(line, "model name", 10) != 0 || !colon || out->cpu_name[0]) continue;
+        v = colon + 1;
+        while (*v == ' ' || *v == '\t') v++;
+        n = strcspn(v, "\r\n");
+        snprintf(out->cpu_name, sizeof out->cpu_name, "%.*s", (int)n, v);
+    }
+    fclose(f);
+}
+
+#if defined(MC_COMM_MPI)
+static void mc__mpi_info(mc_backend_info *out) {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0, version = 0, subversion = 0;
+    size_t line;
+    if (MPI_Get_version(&version, &subversion) == MPI_SUCCESS)
+        snprintf(out->mpi_version, sizeof out->mpi_version, "%d.%d", version, subversion);
+    if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return;
+    text[len < (int)sizeof text ? len : (int)sizeof text - 1] = '\0';
+    line = strcspn(text, "\r\n");
+    while (line > 0 && (text[line - 1] == ' ' || text[line - 1] == '\t')) line--;
+    snprintf(out->mpi_library, sizeof out->mpi_library, "%.*s", (int)line, text);
+}
+#endif
+
+MC_API int mc_backend_query(const mc_comm *world, mc_backend_info *out) {
+    int cuda;
+    if (!out) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_backend_query: out must not be NULL");
+    memset(out, 0, sizeof *out);
+    if (world) {
+        snprintf(out->backend, sizeof out->backend, "%s", mc_backend_name(world->backend));
+        snprintf(out->backend_reason, sizeof out->backend_reason, "%s",
+                 world->backend_reason ? world->backend_reason : "");
+        out->world_size = world->size;
+    }
+    mc__cpu_info(out);
+#if defined(MC_COMM_MPI)
+    mc__mpi_info(out);
+#endif
+#if defined(MC_ENABLE_CUDA)
+    out->cuda_built = 1;
+    mc__cuda_backend_info(out);
+#endif
+    cuda = world && world->backend == MC_BACKEND_NCCL;
+    snprintf(out->device_kind, sizeof out->device_kind, "%s", cuda ? "cuda" : "cpu");
+    snprintf(out->device_name, sizeof out->device_name, "%s", cuda ? out->gpu_name : out->cpu_name);
+    out->device_count = cuda ? out->gpu_count : out->cpu_count;
+    return MC_OK;
 }
 
 static int mc__check_comm(const mc_comm *c, const char *fn) {
@@ -4686,9 +4778,7 @@ MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc)
     int rc, i;
     if (!ps || !desc)
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_parallel_init: ps and desc must be set");
-    if (ps->initialized)
-        return MC__FAIL(MC_ERR_STATE, "mc_parallel_init: the parallel state is already "
-                        "initialized (call mc_parallel_destroy first)");
+    memset(ps, 0, sizeof *ps);   /* output only: never read what the caller's struct held */
     if ((rc = mc__check_comm(desc->world, "mc_parallel_init (mc_parallel_desc.world)")) != MC_OK)
         return rc;
     gd = desc->grid;
@@ -4715,7 +4805,6 @@ MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc)
     if (!desc->skip_plan_check &&
         (rc = mc_parallel_check_plan(desc->world, &grid, desc->plan_salt)) != MC_OK)
         return rc;
-    memset(ps, 0, sizeof *ps);
     ps->grid = grid;
     ps->world = desc->world;
     for (i = 0; i < MC_GROUP_COUNT; i++) ps->group_index[i] = -1;
@@ -4724,6 +4813,7 @@ MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc)
     rc = mc__parallel_create_all(ps);
     if (rc != MC_OK) {
         mc__parallel_release(ps);
+        memset(ps, 0, sizeof *ps);
         return rc;
     }
     ps->initialized = 1;

@@ -812,3 +812,30 @@ extern "C" int mc__nccl_init_world(mc_comm *world) {
     status = mc__nccl_agree(world, status, "selecting the GPUs");
     return status != MC_OK ? status : mc__nccl_attach(world, local_rank);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Backend facts for mc_backend_query: the CUDA fields. Nothing here creates a context; a
+// machine without a GPU (or without a driver) reports gpu_count 0 and empty versions.
+
+static void mc__cuda_version_text(int v, char *out, size_t cap) {
+    if (v > 0) snprintf(out, cap, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+extern "C" void mc__cuda_backend_info(mc_backend_info *out) {
+    int count = 0, device = 0, runtime = 0, driver = 0, nccl = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    out->gpu_count = count;
+    if (count > 0 && cudaGetDevice(&device) == cudaSuccess) {
+        cudaDeviceProp prop;
+        if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+            snprintf(out->gpu_name, sizeof out->gpu_name, "%s", prop.name);
+    }
+    if (cudaRuntimeGetVersion(&runtime) == cudaSuccess)
+        mc__cuda_version_text(runtime, out->cuda_runtime, sizeof out->cuda_runtime);
+    if (cudaDriverGetVersion(&driver) == cudaSuccess)
+        mc__cuda_version_text(driver, out->cuda_driver, sizeof out->cuda_driver);
+    if (ncclGetVersion(&nccl) == ncclSuccess && nccl > 0)
+        snprintf(out->nccl_version, sizeof out->nccl_version, "%d.%d.%d", nccl / 10000,
+                 (nccl % 10000) / 100, nccl % 100);
+    (void)cudaGetLastError();   // a failed query must not leave an error for the next check
+}
