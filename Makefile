@@ -13,7 +13,7 @@ NVCC_ARCH   ?= sm_90
 CUDA        ?= 0
 CSTD        ?= -std=c11
 CFLAGS      ?= -O2 -g
-WARN        := -Wall -Wextra -Wno-unused-parameter
+WARN        := -Wall -Wextra -Wno-unused-parameter -Wpointer-arith
 CPPFLAGS    += -I. -D_GNU_SOURCE
 BUILD       := build
 DEB_PACKAGES := libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config
@@ -141,7 +141,7 @@ $(BUILD)/tests/grade: tests/grade/grade.c $(LAB_COMMON) tests/test_util.h | $(BU
 # ---------------------------------------------------------------------------------------------
 # header compile checks: C99, C11, C++, -Wall -Wextra -pedantic, two TUs with one implementation
 
-HDR_FLAGS := -Wall -Wextra -pedantic -Werror -I.
+HDR_FLAGS := -Wall -Wextra -pedantic -Wpointer-arith -Werror -I.
 check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two TUs
 	@mkdir -p $(BUILD)/compile
 	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c99 -lm

@@ -102,6 +102,9 @@ typedef struct trainer {
     long long batch_start;     /* first sample of this iteration's global batch */
     int *tokens, *labels;      /* [S, B] of the micro-batch being fed */
     int *sample;               /* [S + 1] scratch */
+    mc_ops ops;                /* the CPU table, counting its memory in `account` */
+    mc_memory_account account;
+    mc_memory_stage estimate;  /* this rank's stage, from check_memory */
 } trainer;
 
 /* Micro-batch m of this DP rank holds samples batch_start + (m * DP + dp_rank) * B + j, j < B
@@ -247,7 +250,7 @@ static int global_loss(trainer *t, const mc_schedule_result *r, double *loss) {
     double mine[2] = {0.0, 0.0}, all[2];
     int last = mc_parallel_is_last_stage(&t->ps, 1);
     if (last && t->ps.coords.tp == 0) mine[0] = r->loss_sum, mine[1] = r->num_tokens;
-    CHECK(mc_all_reduce(t->ps.world, mine, all, 2, MC_F64, MC_SUM));
+    CHECK(mc_host_collective(t->ps.world, MC_COLL_ALL_REDUCE, mine, all, 2, MC_F64, MC_SUM, 0));
     *loss = all[1] > 0 ? all[0] / all[1] : 0.0;
     return MC_OK;
 }
@@ -297,19 +300,20 @@ static int64_t host_id(void) {
 }
 
 static int check_memory(trainer *t) {
-    static mc_memory_stage st;
+    mc_memory_stage *est = &t->estimate;
     mc_comm *world = t->ps.world;
     mc_memory_desc d = args_memory_desc(&t->a, t->dp_size);
-    int rc = mc_memory_estimate(&d, t->ps.coords.pp, &st);
+    d.ops = &t->ops, d.tp_rank = t->ps.coords.tp, d.dp_rank = t->ps.coords.dp;
+    int rc = mc_memory_estimate(&d, t->ps.coords.pp, est);
     if (rc != MC_OK) {
         if (world->rank == 0) fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
         return MC_ERR_INVALID_DESC;
     }
-    double mine = st.total[MC_MEMORY_IMPLEMENTATION], limit = host_memory_bytes();
+    double mine = est->total[MC_MEMORY_IMPLEMENTATION], limit = host_memory_bytes();
     int64_t me[2] = {host_id(), mine < 4e18 ? (int64_t)mine : (int64_t)4e18};
     int64_t *all = malloc(sizeof *all * 2 * (size_t)world->size);
     if (!all) return MC_ERR_NO_MEMORY;
-    rc = mc_all_gather(world, me, all, 2, MC_I64);
+    rc = mc_host_collective(world, MC_COLL_ALL_GATHER, me, all, 2, MC_I64, MC_SUM, 0);
     double host_total = 0.0;
     int host_ranks = 0, first_on_host = world->rank;
     for (int r = 0; rc == MC_OK && r < world->size; r++)
@@ -320,10 +324,10 @@ static int check_memory(trainer *t) {
     free(all);
     if (rc != MC_OK) return rc;
     int over = host_total > limit, any_over = 0;
-    CHECK(mc_all_reduce(world, &over, &any_over, 1, MC_I32, MC_MAX));
+    CHECK(mc_host_collective(world, MC_COLL_ALL_REDUCE, &over, &any_over, 1, MC_I32, MC_MAX, 0));
     char total_s[32], limit_s[32], mine_s[32], cat_s[MC_MEMORY_CATEGORY_COUNT][32];
     for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
-        mc_memory_format_bytes(cat_s[c], sizeof cat_s[c], st.bytes[MC_MEMORY_IMPLEMENTATION][c]);
+        mc_memory_format_bytes(cat_s[c], sizeof cat_s[c], est->bytes[MC_MEMORY_IMPLEMENTATION][c]);
     mc_memory_format_bytes(total_s, sizeof total_s, host_total);
     mc_memory_format_bytes(limit_s, sizeof limit_s, limit);
     mc_memory_format_bytes(mine_s, sizeof mine_s, mine);
@@ -342,6 +346,46 @@ static int check_memory(trainer *t) {
     return any_over ? MC_ERR_NO_MEMORY : MC_OK;
 }
 
+/* ---------------------------------------------------------------------------------------------
+   the measured side: at the end, every rank's peak per category (the op table's accounting,
+   from mc_gpt_init on) beside the estimate of its stage. CUDA: the device's own peak too. */
+
+static int report_memory(trainer *t) {
+    enum { PER_RANK = 2 + 2 * MC_MEMORY_CATEGORY_COUNT + 2 };
+    mc_comm *world = t->ps.world;
+    double mine[PER_RANK], *all = malloc(sizeof *all * PER_RANK * (size_t)world->size);
+    int k = 0;
+    if (!all) return MC_ERR_NO_MEMORY;
+    mine[k++] = world->rank, mine[k++] = t->ps.coords.pp;
+    for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++) {
+        mine[k++] = t->account.peak[c];
+        mine[k++] = t->estimate.bytes[MC_MEMORY_IMPLEMENTATION][c];
+    }
+    mine[k++] = t->account.peak_total, mine[k++] = t->estimate.total[MC_MEMORY_IMPLEMENTATION];
+    int rc = mc_host_collective(world, MC_COLL_ALL_GATHER, mine, all, PER_RANK, MC_F64, MC_SUM, 0);
+    if (rc == MC_OK && world->rank == 0) {
+        printf("memory peak per rank in bytes, measured (the op table's accounting since "
+               "mc_gpt_init) / estimated (mc_memory_estimate):\n  rank stage");
+        for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
+            printf(" %23s", mc_memory_category_name(c));
+        printf(" %23s\n", "all at once / sum");
+        for (int r = 0; r < world->size; r++) {
+            const double *v = all + (size_t)r * PER_RANK;
+            printf("  %4.0f %5.0f", v[0], v[1]);
+            for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
+                printf(" %11.0f/%-11.0f", v[2 + 2 * c], v[3 + 2 * c]);
+            printf(" %11.0f/%-11.0f\n", v[PER_RANK - 2], v[PER_RANK - 1]);
+        }
+    }
+#if defined(MC_ENABLE_CUDA)
+    if (rc == MC_OK && t->ops.device == MC_DEVICE_CUDA)
+        printf("[rank %d] device peak (CUDA allocator): %zu bytes\n", world->rank,
+               mc_ops_cuda_peak_bytes(&t->ops, 0));
+#endif
+    free(all);
+    return rc;
+}
+
 static int train(trainer *t) {
     args *a = &t->a;
     mc_comm *world = t->ps.world;
@@ -349,11 +393,12 @@ static int train(trainer *t) {
 
     /* config: every violated rule at once */
     if (args_check_config(a, me == 0 ? stderr : NULL) > 0) return MC_ERR_INVALID_DESC;
-    if (a->bf16) {
+    if (a->bf16 && a->tp > 1 && world->backend != MC_BACKEND_NCCL) {
         if (me == 0)
-            fprintf(stderr, "pretrain_gpt: --bf16: this build trains in fp32 only (bf16 "
-                    "parameters and activations need the CUDA op table); `./megatron_c memory "
-                    "--bf16 ...` shows what Megatron would hold\n");
+            fprintf(stderr, "pretrain_gpt: --bf16 with --tensor-model-parallel-size %d needs the "
+                    "nccl backend: tensor parallelism reduces bf16 activations, and the %s "
+                    "backend has no bf16 reductions (MPI has no bf16 type)\n", a->tp,
+                    mc_backend_name(world->backend));
         return MC_ERR_INVALID_DESC;
     }
     mc_gpt_config cfg = config_from_args(a);
@@ -366,14 +411,17 @@ static int train(trainer *t) {
     int fits = check_memory(t);
     if (fits != MC_OK) return fits;
 
+    mc_memory_account_reset_peaks(&t->account);   /* from here: what training needs */
     mc_gpt_desc gd = {0};
+    gd.ops = &t->ops;
+    gd.dtype = a->bf16 ? MC_BF16 : MC_F32;   /* Megatron's --bf16: bf16 params and activations */
     gd.config = cfg, gd.ps = &t->ps, gd.n_slots = args_n_slots(a, t->dp_size, t->ps.coords.pp);
     gd.distributed_optimizer = a->use_distributed_optimizer;
     gd.bucket_size = (size_t)(a->bucket_size > 0 ? a->bucket_size : 0);
     CHECK(mc_gpt_init(&t->gpt, &gd));
 
     mc_ddp_desc dd = {0};
-    dd.table = &t->gpt.table, dd.grads = t->gpt.grads;
+    dd.table = &t->gpt.table, dd.grads = t->gpt.grads, dd.ops = &t->ops;
     dd.dp = mc_parallel_group(&t->ps, MC_GROUP_DP_CP);
     dd.distributed_optimizer = a->use_distributed_optimizer;
     dd.overlap_grad_reduce = a->overlap_grad_reduce;
@@ -381,7 +429,8 @@ static int train(trainer *t) {
     if (a->overlap_grad_reduce) t->gpt.grad_ready = grad_ready, t->gpt.grad_ready_user = &t->ddp;
 
     mc_optimizer_desc od = {0};
-    od.ddp = &t->ddp, od.params = t->gpt.params, od.ps = &t->ps;
+    od.ddp = &t->ddp, od.params = t->gpt.params, od.ps = &t->ps, od.ops = &t->ops;
+    od.params_dtype = gd.dtype;   /* bf16: fp32 main params in the optimizer */
     od.lr = a->lr, od.min_lr = a->min_lr;
     od.lr_warmup_iters = a->lr_warmup_iters;
     od.lr_decay_iters = a->lr_decay_iters > 0 ? a->lr_decay_iters : a->train_iters;
@@ -410,6 +459,7 @@ static int train(trainer *t) {
     hooks.app = t, hooks.forward_step = hook_forward, hooks.backward_step = hook_backward;
     hooks.grad_sync = hook_grad_sync, hooks.finalize = hook_finalize;
     hooks.tensor_elems = t->gpt.p2p_elems;
+    hooks.tensor_dtype = t->gpt.dtype;
     static mc_schedule_result result;   /* large trace: keep it off the stack */
 
     while (iteration < a->train_iters) {
@@ -435,6 +485,7 @@ static int train(trainer *t) {
     }
     if (a->save && (a->save_interval <= 0 || iteration % a->save_interval != 0))
         CHECK(save_checkpoint(t, iteration, consumed));
+    CHECK(report_memory(t));
     return MC_OK;
 }
 
@@ -450,6 +501,9 @@ int main(int argc, char **argv) {
     mc_comm *world = NULL;
     mc_comm_desc cd = {0};
     cd.argc = &argc, cd.argv = &argv, cd.timeout_s = 120.0;
+    t.ops = *mc_ops_cpu();
+    t.ops.account = &t.account;   /* every buffer of the run is counted by category */
+    cd.memory = &t.ops;
     int rc = mc_comm_init_world(&world, &cd);
     if (rc != MC_OK) {
         fprintf(stderr, "pretrain_gpt: %s: %s\n", mc_err_name(rc), mc_last_error());
@@ -467,5 +521,6 @@ int main(int argc, char **argv) {
     }
     if (t.ps.initialized) mc_parallel_destroy(&t.ps);
     mc_comm_destroy(world);
+    mc_memory_account_destroy(&t.account);
     return rc == MC_OK ? 0 : rc == MC_ERR_INVALID_DESC ? 2 : 1;
 }

@@ -395,85 +395,34 @@ int lab_parse_args(int argc, char **argv, const char *lab, lab_args *out, char *
 }
 
 /* ---------------------------------------------------------------------------------------------
-   >>collectives  Every helper stages through backend memory. A timed-out operation may still
-   be pending inside the backend, so its buffers are leaked on purpose rather than freed under
-   it; any other outcome frees them. */
+   >>collectives  Host values through mc_host_collective, which stages them through the
+   communicator's memory (device buffers on nccl). */
 
-static int lab__staged(mc_comm *c, const void *send, size_t send_bytes, void *recv,
-                       size_t recv_bytes, int (*op)(mc_comm *, const void *, void *, void *),
-                       void *op_arg) {
-    void *dsend = mc_comm_alloc(c, send_bytes);
-    void *drecv = mc_comm_alloc(c, recv_bytes);
-    int rc = MC_ERR_NO_MEMORY;
-    if (dsend != NULL && drecv != NULL) {
-        rc = mc_comm_upload(c, dsend, send, send_bytes);
-        if (rc == MC_OK) rc = op(c, dsend, drecv, op_arg);
-        if (rc == MC_OK) rc = mc_comm_download(c, recv, drecv, recv_bytes);
-    }
-    if (rc == MC_ERR_TIMEOUT) return rc;   /* buffers may still be in use: leak them */
-    if (dsend != NULL) mc_comm_free(c, dsend);
-    if (drecv != NULL) mc_comm_free(c, drecv);
-    return rc;
-}
-
-typedef struct lab__reduce_arg {
-    size_t count;
-    mc_dtype dtype;
-    mc_reduce_op op;
-} lab__reduce_arg;
-
-static int lab__do_all_reduce(mc_comm *c, const void *s, void *r, void *arg) {
-    const lab__reduce_arg *a = (const lab__reduce_arg *)arg;
-    return mc_all_reduce(c, s, r, a->count, a->dtype, a->op);
-}
-
-static int lab__do_all_gather(mc_comm *c, const void *s, void *r, void *arg) {
-    const lab__reduce_arg *a = (const lab__reduce_arg *)arg;
-    return mc_all_gather(c, s, r, a->count, a->dtype);
-}
-
-static int lab__all_reduce(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
-                           mc_reduce_op op) {
+static int lab__host(mc_comm *c, mc_collective kind, const void *send, void *recv, size_t count,
+                     mc_dtype dt, mc_reduce_op op, int root) {
     if (c == NULL || count == 0) return MC_ERR_INVALID_ARG;
-    lab__reduce_arg a = {count, dt, op};
-    size_t bytes = count * mc_dtype_size(dt);
-    return lab__staged(c, send, bytes, recv, bytes, lab__do_all_reduce, &a);
-}
-
-static int lab__all_gather(mc_comm *c, const void *send, void *recv, size_t count,
-                           mc_dtype dt) {
-    if (c == NULL || count == 0) return MC_ERR_INVALID_ARG;
-    lab__reduce_arg a = {count, dt, MC_SUM};
-    size_t bytes = count * mc_dtype_size(dt);
-    return lab__staged(c, send, bytes, recv, bytes * (size_t)c->size, lab__do_all_gather, &a);
+    return mc_host_collective(c, kind, send, recv, count, dt, op, root);
 }
 
 int lab_all_reduce_i32(mc_comm *c, const int *send, int *recv, size_t count, mc_reduce_op op) {
-    return lab__all_reduce(c, send, recv, count, MC_I32, op);
+    return lab__host(c, MC_COLL_ALL_REDUCE, send, recv, count, MC_I32, op, 0);
 }
 
 int lab_all_reduce_f64(mc_comm *c, const double *send, double *recv, size_t count,
                        mc_reduce_op op) {
-    return lab__all_reduce(c, send, recv, count, MC_F64, op);
+    return lab__host(c, MC_COLL_ALL_REDUCE, send, recv, count, MC_F64, op, 0);
 }
 
 int lab_all_gather_i32(mc_comm *c, const int *send, int *recv, size_t count) {
-    return lab__all_gather(c, send, recv, count, MC_I32);
+    return lab__host(c, MC_COLL_ALL_GATHER, send, recv, count, MC_I32, MC_SUM, 0);
 }
 
 int lab_all_gather_f64(mc_comm *c, const double *send, double *recv, size_t count) {
-    return lab__all_gather(c, send, recv, count, MC_F64);
+    return lab__host(c, MC_COLL_ALL_GATHER, send, recv, count, MC_F64, MC_SUM, 0);
 }
 
 int lab_broadcast_bytes(mc_comm *c, void *buf, size_t bytes, int root) {
-    if (c == NULL || bytes == 0) return MC_ERR_INVALID_ARG;
-    void *d = mc_comm_alloc(c, bytes);
-    if (d == NULL) return MC_ERR_NO_MEMORY;
-    int rc = mc_comm_upload(c, d, buf, bytes);
-    if (rc == MC_OK) rc = mc_broadcast(c, d, bytes, MC_U8, root);
-    if (rc == MC_OK) rc = mc_comm_download(c, buf, d, bytes);
-    if (rc != MC_ERR_TIMEOUT) mc_comm_free(c, d);
-    return rc;
+    return lab__host(c, MC_COLL_BROADCAST, buf, buf, bytes, MC_U8, MC_SUM, root);
 }
 
 /* ---------------------------------------------------------------------------------------------

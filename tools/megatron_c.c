@@ -1422,9 +1422,8 @@ static void memory_print_header(const mc_memory_desc *d, const mc_grid *g, const
            g->desc.world, g->desc.tp, g->desc.pp, g->dp,
            c->virtual_pipeline_model_parallel_size > 1 ? " x vpp chunks" : "", schedule,
            d->num_microbatches, recompute, d->distributed_optimizer ? "on" : "off");
-    printf("precision: paper %s (--bf16 %s); this implementation fp32\n",
-           d->bf16 ? "bf16 params and activations, fp32 grads and main params" : "fp32",
-           d->bf16 ? "on" : "off");
+    printf("precision (--bf16 %s): %s, in both models\n", d->bf16 ? "on" : "off",
+           d->bf16 ? "bf16 params and activations, fp32 grads and main params" : "fp32");
     printf("symbols: s %d, b %d, h %d, a %d, F %d, L %d, V %d, Pm %d, t %d, p %d, v %d, d %d, "
            "M %d%s\n\n",
            c->seq_length, c->micro_batch_size, c->hidden_size, c->num_attention_heads,
@@ -1439,7 +1438,7 @@ static void memory_print_model(const mc_memory_stage *st, mc_memory_model model)
     int last_cat = -1;
     printf("  %s\n", model == MC_MEMORY_PAPER
                          ? "paper (Megatron-LM; Korthikanti et al. 2022)"
-                         : "this implementation (fp32; what pretrain_gpt allocates)");
+                         : "this implementation (what pretrain_gpt allocates)");
     for (int i = 0; i < st->n_terms; ++i) {
         const mc_memory_term *t = &st->terms[i];
         if ((int)t->model != (int)model) continue;
@@ -1581,7 +1580,7 @@ static int memory_write_svg(const char *path, const mc_memory_stage *shown, int 
             MSVG_LEFT, c->num_layers, c->hidden_size, c->seq_length, c->micro_batch_size,
             d->num_microbatches);
     fprintf(out, "<text x=\"%d\" y=\"44\" class=\"sub\">world %d = tp %d x pp %d x dp %d%s%s, "
-                 "recompute %s, distributed optimizer %s; paper %s, this implementation fp32</text>\n",
+                 "recompute %s, distributed optimizer %s; %s</text>\n",
             MSVG_LEFT, g->desc.world, g->desc.tp, g->desc.pp, g->dp,
             c->virtual_pipeline_model_parallel_size > 1 ? " (interleaved)" : "",
             c->sequence_parallel ? ", sequence parallel" : "", memory_recompute_name(c),
@@ -1757,7 +1756,7 @@ static int cmd_memory(int argc, char **argv) {
                mc_memory_format_bytes(b2, sizeof b2, largest_total));
         printf("notes: a category is its peak and a total their sum. The paper's 34 and 5 count "
                "2-byte activations and\n1-byte dropout masks (%s). This implementation keeps, per "
-               "chunk, slots for the most micro-batches\nthe schedule holds at once, its own fp32 "
+               "chunk, slots for the most micro-batches\nthe schedule holds at once, its own "
                "caches, and receive buffers for the tensors in flight;\npretrain_gpt refuses to "
                "start when the ranks of a host would need more than its memory.\n",
                d.bf16 ? "--bf16" : "without --bf16 the same tensors in fp32 give 66 and 9");
