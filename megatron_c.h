@@ -2032,13 +2032,16 @@ typedef struct mc_ddp_desc {
     int overlap_grad_reduce;        /* launch buckets from register_grad_ready */
     int calculate_per_token_loss;   /* 1: bucket factor 1 instead of 1/DP (finalize divides by
                                        the global token count, §11.4) */
+    float gradient_scaling_factor;  /* bucket factor before the SUM; 0 = 1/size(dp). Megatron's
+                                       expert buffers reduce over expert-DP but are scaled by
+                                       1/(DP x CP), the dense data-parallel size: pass that */
     const mc_ops *ops;              /* default mc_ops_cpu() */
 } mc_ddp_desc;
 
 typedef struct mc_ddp {
     mc_ddp_desc desc;               /* resolved */
     int dp_size, dp_rank;
-    float scale;                    /* applied to a bucket before its SUM: 1/DP or 1 */
+    float scale;                    /* applied to a bucket before its SUM: 1/DP, 1 or the factor */
     int grad_sync[MC_MAX_VPP];      /* per chunk: 1 while its last micro-batch runs */
     int params_ready;               /* registrations since zero_grad */
     int n_events;
@@ -10699,6 +10702,14 @@ static int mc__ddp_validate(const mc_ddp_desc *d) {
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.distributed_optimizer (%d) differs from "
                         "the table's layout (%d): the padding would not fit the shards",
                         d->distributed_optimizer, t->layout.distributed_optimizer);
+    if (!(d->gradient_scaling_factor >= 0.0f) || d->gradient_scaling_factor > 1e30f)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.gradient_scaling_factor (%g) must be a "
+                        "finite value >= 0 (0 selects 1/size(dp))",
+                        (double)d->gradient_scaling_factor);
+    if (d->gradient_scaling_factor > 0.0f && d->calculate_per_token_loss)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.gradient_scaling_factor (%g) cannot be "
+                        "combined with calculate_per_token_loss (the factor is 1 then: finalize "
+                        "divides by the token count)", (double)d->gradient_scaling_factor);
     if (d->distributed_optimizer && dp != t->layout.dp_size)
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.dp: size %d, but the table was laid out "
                         "for dp_size %d (the buckets must split into equal shards)", dp,
@@ -10721,7 +10732,9 @@ MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc) {
     t = ddp->desc.table;
     ddp->dp_size = ddp->desc.dp ? ddp->desc.dp->size : 1;
     ddp->dp_rank = ddp->desc.dp ? ddp->desc.dp->rank : 0;
-    ddp->scale = ddp->desc.calculate_per_token_loss ? 1.0f : 1.0f / (float)ddp->dp_size;
+    ddp->scale = ddp->desc.calculate_per_token_loss    ? 1.0f
+                 : ddp->desc.gradient_scaling_factor > 0 ? ddp->desc.gradient_scaling_factor
+                                                         : 1.0f / (float)ddp->dp_size;
     nb = (size_t)(t->n_buckets > 0 ? t->n_buckets : 1);
     np = (size_t)(t->count > 0 ? t->count : 1);
     ddp->events = (mc_ddp_event *)mc_calloc(2 * nb, sizeof *ddp->events);
@@ -10821,7 +10834,8 @@ static void mc__ddp_log(mc_ddp *ddp, mc_ddp_event_kind kind, int bucket) {
     ddp->n_events++;
 }
 
-/* Scales bucket b by 1/DP and starts (async) or runs (blocking) its SUM collective. */
+/* Scales bucket b (by 1/DP or the desc's factor) and starts (async) or runs (blocking) its SUM
+   collective. */
 static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
     const mc_bucket *bk = &ddp->desc.table->buckets[b];
     float *data = ddp->desc.grads + bk->start;                 /* [end - start] */
