@@ -276,7 +276,9 @@ static void log_iteration(const trainer *t, long long it, long long consumed, do
    library's model), summed over the ranks of each host, against that host's memory. A job that
    cannot fit stops here, on every rank, before mc_gpt_init allocates anything large. */
 
-/* Physical memory, or a container's (cgroup v2 / v1) limit when that is smaller. */
+/* Physical memory, or a container's (cgroup v2 / v1) limit when that is smaller. On a CUDA
+   table the limit is the device's memory and the ranks that share it (a hook for the GPU
+   recipe: it compares each GPU's ranks with that GPU's total instead). */
 static double host_memory_bytes(void) {
     static const char *const limits[] = {"/sys/fs/cgroup/memory.max",
                                          "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
