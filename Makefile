@@ -16,7 +16,7 @@ CFLAGS      ?= -O2 -g
 WARN        := -Wall -Wextra -Wno-unused-parameter
 CPPFLAGS    += -I. -D_GNU_SOURCE
 BUILD       := build
-DEB_PACKAGES := libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config
+DEB_PACKAGES := g++ libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config
 
 # Libraries the grader and the tests use (each one is justified in README.md). The Criterion
 # flags are expanded late, after $(BUILD)/.deps-ok may have installed the package.
@@ -40,8 +40,9 @@ endif
 
 LAB_COMMON  := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/grader.o $(CUDA_OBJ)
 
-# Keep the shared objects between links (make would delete them as intermediates).
-.SECONDARY:
+# The objects are named targets (static pattern rules below), so make never treats them as
+# intermediates: a missing one is rebuilt, and none is deleted after a link.
+LIB_OBJS    := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/grader.o
 
 .PHONY: help all labs test test-unit test-mpi grade check-header cuda deps clean
 .DEFAULT_GOAL := help
@@ -58,11 +59,11 @@ deps: ## install the Debian packages the build needs (apt-get, as root or with s
 # ---------------------------------------------------------------------------------------------
 # library objects
 
-$(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h | $(BUILD)/.deps-ok
+$(LIB_OBJS): $(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI -c $< -o $@
 
-$(BUILD)/megatron_c_cuda.o: megatron_c_cuda.cu megatron_c.h
+$(BUILD)/megatron_c_cuda.o: megatron_c_cuda.cu megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(NVCC) -O2 -arch=$(NVCC_ARCH) -Xcompiler -fPIC $(CPPFLAGS) -DMC_COMM_MPI \
 	  $(shell $(MPICC) --showme:compile 2>/dev/null) -c $< -o $@
@@ -101,19 +102,19 @@ megatron_c: tools/megatron_c.c megatron_c.h | $(BUILD)/.deps-ok ## build ./megat
 UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 MPI_CASES  := $(patsubst tests/mpi_cases/%.c,$(BUILD)/tests/%,$(wildcard tests/mpi_cases/*.c))
 
-$(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
+$(UNIT_TESTS): $(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
 	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
 
-$(BUILD)/tests/%: tests/mpi_cases/%.c $(LAB_COMMON) | $(BUILD)/.deps-ok
+$(filter-out $(BUILD)/tests/nccl_cases,$(MPI_CASES)): $(BUILD)/tests/%: tests/mpi_cases/%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $< $(LAB_COMMON) \
 	  -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
 
 # nccl_cases needs only the library, so that it builds on GPU machines that lack the grader's
 # libraries: make CUDA=1 build/tests/nccl_cases && mpirun -np 2 build/tests/nccl_cases
-$(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUDA_OBJ)
+$(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
 	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
@@ -133,6 +134,7 @@ $(BUILD)/tests/grade_%: tests/grade/grade_%.c $(LAB_COMMON) | $(BUILD)/.deps-ok
 # header compile checks: C99, C11, C++, -Wall -Wextra -pedantic, two TUs with one implementation
 
 HDR_FLAGS := -Wall -Wextra -pedantic -Werror -I.
+check-header: | $(BUILD)/.deps-ok
 check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two TUs
 	@mkdir -p $(BUILD)/compile
 	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c99 -lm
@@ -175,6 +177,6 @@ bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (CBLAS=1: with cbla
 
 # Rebuilt every time: the CBLAS switch changes the program.
 .PHONY: $(BUILD)/bench/gemm_bench
-$(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h
+$(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(BENCH_CPPFLAGS) $< -o $@ -lm $(BENCH_LIBS)
