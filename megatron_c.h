@@ -5704,6 +5704,7 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
     mc_sched_op *ops = NULL;
     double *clock = NULL, *times = NULL, makespan = 0.0, busy;
     int *next = NULL, rc, count, stage, done = 0, progress = 1;
+    long sweep = 0;
     size_t slots, i;
     if (!desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_simulate: desc is NULL");
     one = *desc;
@@ -5745,10 +5746,14 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
         clock[stage] = 0.0;
     }
     /* Start times follow from finish times alone, so sweeping the stages in any order and
-       running each one as far as its inputs allow gives the same answer. */
+       running each one as far as its inputs allow gives the same answer. Forwards flow to
+       higher stages and backwards to lower ones, so the sweeps alternate direction: one pair
+       of sweeps carries a micro-batch through every stage and back, and the work stays
+       linear in pp (one direction only would need a sweep per stage: pp^2). */
     while (done < count * s.pp && progress) {
         progress = 0;
-        for (stage = 0; stage < s.pp; stage++) {
+        for (i = 0; i < (size_t)s.pp; i++) {
+            stage = sweep % 2 == 0 ? (int)i : s.pp - 1 - (int)i;
             while (next[stage] < count) {
                 size_t at = (size_t)stage * (size_t)count + (size_t)next[stage];
                 const mc_sched_op *op = &ops[at];
@@ -5766,6 +5771,7 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
                 progress = 1;
             }
         }
+        sweep++;
     }
     rc = MC_OK;
     if (done < count * s.pp) {
