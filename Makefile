@@ -180,3 +180,33 @@ bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (CBLAS=1: with cbla
 $(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(BENCH_CPPFLAGS) $< -o $@ -lm $(BENCH_LIBS)
+
+# ---------------------------------------------------------------------------------------------
+# CI checks beyond `make test` (.ci/run runs them after it; each one alone works too):
+#   make sanitize     the whole Criterion suite again, built with AddressSanitizer + UBSan
+#   make valgrind     memcheck over the single-rank suites and one short pretrain_gpt run
+#   make fuzz         every libFuzzer target for FUZZ_SECONDS (corpora in tests/fuzz/corpus)
+#   make fresh-check  the README's two commands in a bare Debian root (debootstrap)
+
+CHECK_PACKAGES := clang libclang-rt-dev valgrind debootstrap
+SAN_BUILD   := $(BUILD)/asan
+SAN_FLAGS   := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+               -fno-sanitize-recover=undefined
+# Open MPI's own allocations live until exit: leaks are not reported, every other error
+# aborts the process (a crash Criterion counts).
+SAN_ENV     := ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0 \
+               UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 MC_CASE_TIME_SCALE=4
+
+.PHONY: sanitize sanitize-build valgrind fuzz fresh-check ci-checks
+
+$(BUILD)/.check-deps-ok:
+	@mkdir -p $(BUILD)
+	@[ "$(NO_DEPS)" = 1 ] || ./.ci/deps.sh $(CHECK_PACKAGES)
+	@touch $@
+
+sanitize: lab03 megatron_c pretrain_gpt | $(BUILD)/.deps-ok ## run every Criterion suite again under ASan + UBSan
+	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) NO_DEPS=1 CFLAGS="$(SAN_FLAGS)" \
+	  LDFLAGS="-fsanitize=address,undefined" sanitize-build
+	@$(SAN_ENV) ./tests/run_all.sh $(patsubst $(BUILD)/%,$(SAN_BUILD)/%,$(UNIT_TESTS))
+
+sanitize-build: $(UNIT_TESTS) $(MPI_CASES)

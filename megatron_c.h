@@ -9355,6 +9355,12 @@ typedef struct mc__pipe {
     double *tokens;              /* (M) num_tokens per micro-batch, last virtual stage */
     float **spare;               /* free receive buffers, reused before allocating */
     int n_spare;
+    /* The executor's own order is checked against mc_schedule_ops before any P2P: a dry run
+       of the loops (no compute, no communication) records it, and the real run re-checks
+       every op as it starts. */
+    int dry;                     /* 1 during the dry run */
+    mc_sched_op *expect;         /* (n_expect) mc_schedule_ops of this stage */
+    int n_expect, n_checked;
 } mc__pipe;
 
 static int mc__pipe_slot(const mc__pipe *p, int chunk, int mb) { return chunk * p->m + mb; }
@@ -9394,6 +9400,7 @@ static void mc__pipe_free(mc__pipe *p) {
     mc_free(p->n_grads);
     mc_free(p->tokens);
     mc_free(p->spare);
+    mc_free(p->expect);
 }
 
 /* Megatron's _communicate in batched mode: send_prev, recv_prev, send_next, recv_next, in that
@@ -9404,6 +9411,7 @@ static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float
     mc_p2p_op ops[4];
     int n = 0, rc;
     float *from_prev = NULL, *from_next = NULL;
+    if (p->dry) return MC_OK;
     if (recv_prev_chunk >= 0 && p->n_inputs[recv_prev_chunk] >= p->m)
         return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive activation %d for "
                         "chunk %d, but M = %d", p->rank, p->m + 1, recv_prev_chunk, p->m);
@@ -9444,6 +9452,23 @@ static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float
     return MC_OK;
 }
 
+/* The next op of this stage must be mc_schedule_ops' next one. */
+static int mc__pipe_expect(mc__pipe *p, char kind, int mb, int chunk) {
+    const mc_sched_op *e = p->n_checked < p->n_expect ? &p->expect[p->n_checked] : NULL;
+    if (!e || e->kind != kind || e->microbatch != mb || e->chunk != chunk) {
+        char want[32];
+        if (e) snprintf(want, sizeof want, "%c%d.%d", e->kind, e->microbatch, e->chunk);
+        else snprintf(want, sizeof want, "no op (it lists %d)", p->n_expect);
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d %s %c%d.%d as op %d, but "
+                        "mc_schedule_ops lists %s there: the executor does not follow the op "
+                        "table (refused before any P2P)", p->rank,
+                        p->dry ? "would run" : "is about to run", kind, mb, chunk, p->n_checked,
+                        want);
+    }
+    p->n_checked++;
+    return MC_OK;
+}
+
 static void mc__pipe_trace(mc__pipe *p, char kind, int mb, int chunk) {
     if (p->res->n_ops < MC_SCHEDULE_TRACE_MAX) {
         mc_sched_op *op = &p->res->ops[p->res->n_ops];
@@ -9461,6 +9486,11 @@ static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
     int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
     double loss = 0.0, tokens = 0.0;
     float *out = NULL;
+    if ((rc = mc__pipe_expect(p, 'F', mb, chunk)) != MC_OK) return rc;
+    if (p->dry) {   /* any non-NULL pointer: the dry run only walks the sends */
+        *output = last ? NULL : (float *)p;
+        return MC_OK;
+    }
     if (!first && !p->input[slot])
         return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no input for the forward of "
                         "micro-batch %d on chunk %d", p->rank, mb, chunk);
@@ -9491,6 +9521,11 @@ static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
     int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
     int last_mb = mb == p->m - 1, rc;
     float *grad = NULL, scale = 1.0f;
+    if ((rc = mc__pipe_expect(p, 'B', mb, chunk)) != MC_OK) return rc;
+    if (p->dry) {
+        *input_grad = first ? NULL : (float *)p;
+        return MC_OK;
+    }
     if (!last && !p->out_grad[slot])
         return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no output gradient for the "
                         "backward of micro-batch %d on chunk %d", p->rank, mb, chunk);
@@ -9552,6 +9587,7 @@ static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_sche
     d.group_size = h->group_size;
     d.forward_only = forward_only;
     if ((rc = mc_schedule_ops(&d, NULL, 0, &p->warmup)) < 0) return rc;
+    p->n_expect = rc;
     p->m = m;
     p->v = vpp > 1 ? vpp : 1;
     p->total = m * p->v;
@@ -9564,16 +9600,35 @@ static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_sche
     p->n_inputs = (int *)mc_calloc((size_t)p->v, sizeof(int));
     p->n_grads = (int *)mc_calloc((size_t)p->v, sizeof(int));
     p->tokens = (double *)mc_calloc((size_t)m, sizeof(double));
+    p->expect = (mc_sched_op *)mc_calloc((size_t)(p->n_expect ? p->n_expect : 1),
+                                         sizeof(mc_sched_op));
     if (!p->mb_of || !p->chunk_of || !p->input || !p->out_grad || !p->spare || !p->n_inputs ||
-        !p->n_grads || !p->tokens) {
+        !p->n_grads || !p->tokens || !p->expect) {
         mc__pipe_free(p);
         return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory for M x V = %d slots", fn, slots);
     }
     if (p->v > 1) mc_schedule_table(&d, p->mb_of, p->chunk_of, slots);
     else
         for (k = 0; k < slots; k++) p->mb_of[k] = k;
+    mc_schedule_ops(&d, p->expect, p->n_expect, NULL);
     res->n_warmup = p->warmup;
     return MC_OK;
+}
+
+/* Runs `run` once dry (its op order against mc_schedule_ops, nothing computed or sent), then
+   for real, re-checking each op. */
+static int mc__pipe_checked_run(mc__pipe *p, int (*run)(mc__pipe *)) {
+    int rc;
+    p->dry = 1;
+    p->n_checked = 0;
+    rc = run(p);
+    if (rc == MC_OK && p->n_checked != p->n_expect)
+        rc = MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would run %d ops, but mc_schedule_ops "
+                      "lists %d: the executor does not follow the op table (refused before "
+                      "any P2P)", p->rank, p->n_checked, p->n_expect);
+    p->dry = 0;
+    p->n_checked = 0;
+    return rc == MC_OK ? run(p) : rc;
 }
 
 /* Megatron's disable_grad_sync at entry (every chunk), then the run, then finalize. */
@@ -9641,8 +9696,14 @@ MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
 /* 1F1B, section 8.4: warmup forwards, the steady 1F1B pairs with combined exchanges, the
    cooldown backwards. */
 static int mc__pipe_run_1f1b(mc__pipe *p) {
-    int w = p->warmup, remaining = p->m - w, i, rc = MC_OK;
+    int w = p->warmup, remaining, i, rc = MC_OK;
     float *out = NULL, *grad = NULL;
+#if defined(MC__SCHEDULE_FAULT)
+    /* Tests only (tests/mpi_cases/sched_fault_cases.c): one warmup forward too many, the
+       classic 1F1B bug, which the op-table check must refuse before any P2P. */
+    if (w < p->m) w++;
+#endif
+    remaining = p->m - w;
     for (i = 0; i < w && rc == MC_OK; i++) {
         if ((rc = mc__pipe_recv_forward(p)) != MC_OK) break;
         if ((rc = mc__pipe_forward(p, i, &out)) != MC_OK) break;
@@ -9683,7 +9744,7 @@ MC_API int mc_forward_backward_pipelining_without_interleaving(
                        "mc_forward_backward_pipelining_without_interleaving");
     if (rc != MC_OK) return rc;
     mc__pipe_sync_off(&p);
-    return mc__pipe_finish(&p, mc__pipe_run_1f1b(&p));
+    return mc__pipe_finish(&p, mc__pipe_checked_run(&p, mc__pipe_run_1f1b));
 }
 
 /* Megatron's recv_tensor_from_previous_stage: whether this stage receives a tensor in the
@@ -9746,7 +9807,7 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
                        "mc_forward_backward_pipelining_with_interleaving");
     if (rc != MC_OK) return rc;
     mc__pipe_sync_off(&p);
-    return mc__pipe_finish(&p, mc__pipe_run_interleaved(&p));
+    return mc__pipe_finish(&p, mc__pipe_checked_run(&p, mc__pipe_run_interleaved));
 }
 
 MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps) {

@@ -275,8 +275,9 @@ static inline int mc_test_mpirun(int np, const char *prog_and_args, double timeo
 
 /* Path of a program that sits next to the running test binary (build/tests/<name>), so
    the suites work from any working directory. Falls back to build/tests/<name>. */
-/* The repository root: three levels above the running binary (<root>/build/tests/<binary>)
-   when megatron_c.h is there, else "." (a binary run from the root). */
+/* The repository root: the nearest folder three or more levels above the running binary
+   (<root>/build/tests/<binary>, <root>/build/asan/tests/<binary>) that holds megatron_c.h,
+   else "." (a binary run from the root). */
 static inline const char *mc_test_repo_root(void) {
     static char root[4096];
     if (root[0] != '\0') return root;
@@ -285,13 +286,17 @@ static inline const char *mc_test_repo_root(void) {
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) {
         self[n] = '\0';
-        for (int up = 0; up < 3; up++) {
+        for (int up = 1; up <= 5; up++) {
             char *slash = strrchr(self, '/');
-            if (slash != NULL) *slash = '\0';
+            if (slash == NULL) break;
+            *slash = '\0';
+            char probe[4096 + 16];
+            snprintf(probe, sizeof probe, "%s/megatron_c.h", self);
+            if (up >= 3 && access(probe, R_OK) == 0) {
+                snprintf(root, sizeof root, "%s", self);
+                break;
+            }
         }
-        char probe[4096 + 16];
-        snprintf(probe, sizeof probe, "%s/megatron_c.h", self);
-        if (access(probe, R_OK) == 0) snprintf(root, sizeof root, "%s", self);
     }
     return root;
 }
@@ -504,6 +509,17 @@ static inline int mc_case_backend_option(const char *value, mc_comm_backend *out
     else if (strcmp(value, "nccl") == 0) *out = MC_BACKEND_NCCL;
     else return 0;
     return 1;
+}
+
+/* A case program's communication limit: `base_s` seconds times MC_CASE_TIME_SCALE (an
+   environment variable, default 1; the sanitizer run raises it). Case programs use it as
+   both the communicators' timeout and the watchdog (mc_comm_desc.watchdog_s), so a wrong
+   schedule or a lost message ends every rank in seconds, with the watchdog naming each
+   rank's call, instead of hanging until the test's limit. */
+static inline double mc_case_time_s(double base_s) {
+    const char *scale = getenv("MC_CASE_TIME_SCALE");
+    double k = scale != NULL ? atof(scale) : 1.0;
+    return base_s * (k > 0.0 ? k : 1.0);
 }
 
 /* mc_comm_init_world for a case program: on failure it prints the reason and the

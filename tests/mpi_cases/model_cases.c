@@ -437,7 +437,7 @@ int main(int argc, char **argv) {
     memset(&cd, 0, sizeof cd);
     cd.argc = &argc;
     cd.argv = &argv;
-    cd.timeout_s = 60.0;
+    cd.timeout_s = cd.watchdog_s = mc_case_time_s(10.0);   /* a wrong schedule ends in seconds */
     if (mc_comm_init_world(&world, &cd) != MC_OK) {
         fprintf(stderr, "model_cases: %s\n", mc_last_error());
         return 1;
