@@ -210,3 +210,55 @@ sanitize: lab03 megatron_c pretrain_gpt | $(BUILD)/.deps-ok ## run every Criteri
 	@$(SAN_ENV) ./tests/run_all.sh $(patsubst $(BUILD)/%,$(SAN_BUILD)/%,$(UNIT_TESTS))
 
 sanitize-build: $(UNIT_TESTS) $(MPI_CASES)
+
+# libFuzzer targets (clang): each runs FUZZ_SECONDS from its committed corpus
+# (tests/fuzz/corpus/<name>, read only); new inputs go to $(BUILD)/fuzz/work/<name>, a crash
+# to $(BUILD)/fuzz/<name>-crash-* and fails the target.
+FUZZ_TARGETS := checkpoint_meta data_file pretrain_args cli
+FUZZ_SECONDS ?= 60
+FUZZ_CC     ?= clang
+FUZZ_FLAGS  := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+               -I. -D_GNU_SOURCE
+FUZZ_BINS   := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+
+$(FUZZ_BINS): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h megatron_c.h \
+              examples/pretrain_gpt.c tools/megatron_c.c | $(BUILD)/.deps-ok $(BUILD)/.check-deps-ok
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(shell $(MPICC) --showme:compile 2>/dev/null) $< -o $@ \
+	  $(shell $(MPICC) --showme:link 2>/dev/null) -lm
+
+fuzz: $(FUZZ_BINS) ## run every libFuzzer target for FUZZ_SECONDS (default 60) from its corpus
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/work/$$t; \
+	  echo "==== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
+	  ./$(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$t- \
+	    $(BUILD)/fuzz/work/$$t tests/fuzz/corpus/$$t > $(BUILD)/fuzz/$$t.log 2>&1; \
+	  rc=$$?; grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_units|stat::new_units_added)' \
+	    $(BUILD)/fuzz/$$t.log; \
+	  if [ $$rc -ne 0 ]; then tail -40 $(BUILD)/fuzz/$$t.log; echo "fuzz_$$t: FAILED (exit $$rc)"; \
+	    exit 1; fi; \
+	done; echo "fuzz: $(words $(FUZZ_TARGETS)) targets, no crash"
+
+# valgrind memcheck: the single-rank suites (no mpirun inside) and one short pretrain_gpt
+# run. Every process writes its own log ($(BUILD)/valgrind/<pid>.log, errors only): any
+# error there (an uninitialised read, an invalid access) fails the target, even in a
+# Criterion worker whose test had already passed. Open MPI's own reports are suppressed
+# with the file it ships.
+VALGRIND_SUITES := config grader lab03_calibration microbatches ops optimizer params rank_grid \
+                   rng schedule
+VALGRIND_LOGS := $(BUILD)/valgrind
+VALGRIND     := valgrind --error-exitcode=99 --quiet --track-origins=yes \
+                --suppressions=/usr/share/openmpi/openmpi-valgrind.supp \
+                --log-file=$(VALGRIND_LOGS)/%p.log
+valgrind: $(patsubst %,$(BUILD)/tests/test_%,$(VALGRIND_SUITES)) pretrain_gpt | $(BUILD)/.check-deps-ok ## memcheck the single-rank suites and a short pretrain_gpt run
+	@rm -rf $(VALGRIND_LOGS) && mkdir -p $(VALGRIND_LOGS)
+	@MC_TEST_RUNNER="$(VALGRIND) --trace-children=yes" MC_TEST_BINARY_TIMEOUT=1800 \
+	  ./tests/run_all.sh $(patsubst %,$(BUILD)/tests/test_%,$(VALGRIND_SUITES))
+	@echo "==== pretrain_gpt under valgrind"
+	$(VALGRIND) ./pretrain_gpt --train-iters 2 --num-layers 2 --hidden-size 32 \
+	  --num-attention-heads 4 --seq-length 16 --global-batch-size 4 --data-path README.md
+	@n=$$(ls $(VALGRIND_LOGS) | wc -l); bad=$$(find $(VALGRIND_LOGS) -name '*.log' -size +0); \
+	  if [ -n "$$bad" ]; then for f in $$bad; do echo "== $$f"; head -60 $$f; done; \
+	    echo "valgrind: errors in $$(echo $$bad | wc -w) of $$n processes"; exit 1; fi; \
+	  echo "valgrind: $$n processes, 0 errors"

@@ -5642,7 +5642,7 @@ MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int c
                         "mc_schedule_ops: cap (%d) is below the op count %d of stage %d", cap,
                         count, s.rank);
     if (n_warmup) *n_warmup = mc__sched_warmup(&s);
-    return mc__sched_fill(&s, out);
+    return out ? mc__sched_fill(&s, out) : count;   /* counting needs no walk */
 }
 
 MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk,

@@ -79,8 +79,9 @@ static void usage(FILE *f) {
         "  watchdog:    --distributed-timeout-minutes N (default 10) or\n"
         "               --distributed-timeout-seconds S: a rank that makes no progress for\n"
         "               that long stops every rank with a message naming it\n"
-        "Each flag may be given once. Every rank must get the same flags: the ranks compare\n"
-        "them before anything else and stop naming the first one that differs.\n");
+        "A flag given twice keeps its last value (as Megatron's argparse) and says so. Every\n"
+        "rank must get the same flags: the ranks compare them before anything else and stop\n"
+        "naming the first one that differs.\n");
 }
 
 /* A whole decimal integer that fits an int. Out-of-range values are named as such. */
@@ -216,6 +217,9 @@ static int check_args(const args *a) {
 /* 0 parsed, 1 --help (printed), -1 bad usage (printed). */
 static int parse_args(int argc, char **argv, args *a) {
     unsigned char seen[N_ARG_SPECS];
+    /* one note per job, not one per rank (parsing comes before MPI starts) */
+    const char *world_rank = getenv("OMPI_COMM_WORLD_RANK");
+    int note_repeats = !world_rank || !strcmp(world_rank, "0");
     memset(seen, 0, sizeof seen);
     memset(a, 0, sizeof *a);
     a->tp = a->pp = 1;
@@ -235,12 +239,13 @@ static int parse_args(int argc, char **argv, args *a) {
             usage(stderr);
             return -1;
         }
-        /* argparse would keep the last value silently; a repeated flag is usually an edited
-           command line whose old value was meant to go. */
-        if (seen[s - arg_specs]++) {
-            fprintf(stderr, "pretrain_gpt: %s is given more than once; give each flag once\n",
-                    s->name);
-            return -1;
+        /* As Megatron's argparse, the last value counts (scripts append overrides to a base
+           command line), but not silently: the note names the flag and the value kept. */
+        if (seen[s - arg_specs]++ && note_repeats) {
+            int n_values = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
+            fprintf(stderr, "pretrain_gpt: note: %s is given more than once; the last one "
+                    "counts%s%s\n", s->name, n_values && i + 1 < argc ? ": " : "",
+                    n_values && i + 1 < argc ? argv[i + 1] : "");
         }
         char *field = (char *)a + s->offset;
         int need = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
@@ -733,6 +738,8 @@ static int exit_code_of(int rc) {
     return rc == MC_OK ? 0 : rc == MC_ERR_INVALID_DESC ? 2 : 1;
 }
 
+/* PRETRAIN_GPT_NO_MAIN: tests/fuzz includes this file to reach the parser and the reader. */
+#ifndef PRETRAIN_GPT_NO_MAIN
 int main(int argc, char **argv) {
     static trainer t;
     int parsed = parse_args(argc, argv, &t.a);
@@ -777,3 +784,4 @@ int main(int argc, char **argv) {
     free(t.data.bytes);
     return exit_code_of(rc);
 }
+#endif

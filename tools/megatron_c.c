@@ -1387,6 +1387,8 @@ static int cmd_help(int argc, char **argv) {
     return CLI_EXIT_OK;
 }
 
+/* MEGATRON_C_CLI_NO_MAIN: tests/fuzz/fuzz_cli.c includes this file and calls the commands. */
+#ifndef MEGATRON_C_CLI_NO_MAIN
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage_main(stderr);
@@ -1409,3 +1411,4 @@ int main(int argc, char **argv) {
     }
     return cmd->run(argc - 1, argv + 1);
 }
+#endif
