@@ -55,6 +55,10 @@ static layout_case layout_cases[] = {
     {8, "--tensor-model-parallel-size 4 --sequence-parallel --use-distributed-optimizer", ""},
     {4, "--pipeline-model-parallel-size 4 --virtual-pipeline-model-parallel-size 2",
         "--num-layers 8"},
+    /* dropout on (both runs): hidden dropout under TP without SP draws the single-rank masks
+       from the default generator, and full recompute must replay them exactly */
+    {2, "--tensor-model-parallel-size 2 --recompute-granularity full --recompute-method uniform "
+        "--recompute-num-layers 1", "--hidden-dropout 0.1"},
 };
 
 ParameterizedTestParameters(train, matches_single_rank) {
