@@ -262,3 +262,9 @@ valgrind: $(patsubst %,$(BUILD)/tests/test_%,$(VALGRIND_SUITES)) pretrain_gpt | 
 	  if [ -n "$$bad" ]; then for f in $$bad; do echo "== $$f"; head -60 $$f; done; \
 	    echo "valgrind: errors in $$(echo $$bad | wc -w) of $$n processes"; exit 1; fi; \
 	  echo "valgrind: $$n processes, 0 errors"
+
+# The README's two commands in a bare Debian root (root only; needs debootstrap and the
+# network). FRESH_ROOT is where the root is built (about 1 GB once the packages are in).
+FRESH_ROOT ?= $(CURDIR)/$(BUILD)/fresh-root
+fresh-check: | $(BUILD)/.check-deps-ok ## run the README's two commands in a fresh debootstrap root
+	@./.ci/fresh-check.sh $(FRESH_ROOT)
