@@ -17,8 +17,9 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 command -v debootstrap >/dev/null || { echo "fresh-check: debootstrap is not installed" >&2; exit 2; }
 
 # The mirror and release this machine installs from.
-mirror=$(grep -hsoE '^(URIs:|deb) +https?://[^ ]+' /etc/apt/sources.list.d/*.sources \
-             /etc/apt/sources.list | grep -v security | head -n 1 | awk '{print $2}')
+mirror=$( { cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null || true; } |
+         grep -oE '^(URIs:|deb) +https?://[^ ]+' | grep -v security | awk 'NR == 1 {print $2}' ||
+         true)
 mirror=${mirror:-http://deb.debian.org/debian}
 # shellcheck disable=SC1091
 release=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
