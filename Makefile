@@ -122,10 +122,14 @@ $(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUD
 test: $(UNIT_TESTS) $(MPI_CASES) lab03 megatron_c pretrain_gpt check-header ## build and run every test suite
 	@./tests/run_all.sh $(UNIT_TESTS)
 
-grade: $(BUILD)/tests/grade_lab03 ## self-grade your answers/ with Criterion (one test per rubric point)
-	@./$(BUILD)/tests/grade_lab03 $(CRITERION_OPTS)
+# make grade            every lab with a rubric and an answer sheet
+# make grade LAB=lab03  one lab
+# Exit status 0: every rubric item earned all its points and no misconception fired;
+# non-zero: some item is short (its failing test says what is missing) or an input is missing.
+grade: $(BUILD)/tests/grade ## self-grade answers/ with Criterion, one test per rubric item (LAB=lab03)
+	@GR_LAB=$(LAB) ./$(BUILD)/tests/grade --short-filename $(CRITERION_OPTS)
 
-$(BUILD)/tests/grade_%: tests/grade/grade_%.c $(LAB_COMMON) | $(BUILD)/.deps-ok
+$(BUILD)/tests/grade: tests/grade/grade.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
 	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)

@@ -11,23 +11,26 @@
      - misconceptions cost points (each fires at most once, capped in total) and say which
        measured fact refutes them;
      - evidence sections must quote values that this run measured;
-     - predictions edited after the run are flagged and halved.
+     - predictions count only when the prediction ledger (results/labNN.ledger.json) shows
+       them locked, unchanged, by the first measured run for the sheet's nonce (see >>ledger).
 
    Every rule and threshold lives in the rubric file, so a new lab adds data, not code.
    Scores are heuristic: no language model is involved, and every awarded or withheld point
    prints the sentence (line number + excerpt) that decided it.
 
-       mc_grade_report rep;
-       int rc = mc_grade(&(mc_grade_desc){ .rubric_path = "labs/rubric/lab03.json",
+       gr_report rep;
+       int rc = gr_grade(&(gr_grade_desc){ .rubric_path = "labs/rubric/lab03.json",
                                            .answers_path = "answers/lab03.md",
                                            .results_path = "results/lab03.json",
                                            .grade_out_path = "results/lab03.grade.json" }, &rep);
        if (rc == 0) printf("%.2f of %.0f\n", rep.total, rep.total_max);
-       mc_grade_report_free(&rep);
+       gr_report_free(&rep);
 
    Return values: 0 on success, negative (megatron_c status codes) when an input is unusable;
-   the printed message then names the file and what to run. Garbage answer sheets are not an
-   error: they are graded (and usually score 0).
+   the printed message then names the file and what to run. A sheet that is not a readable
+   UTF-8 text file, or a pred block that gives one key twice, is such an unusable input (the
+   message names the file, the line and the key). Nonsense written in valid text is not an
+   error: it is graded (and usually scores 0).
 
    Text rules worth knowing when writing a sheet or a rubric:
      - sentences end at . ! ? ; 。！？； and at paragraph, list-item and hard line breaks; a soft
@@ -37,28 +40,31 @@
        a stand-alone number against measured scalars and numbers inside measured strings (rank
        ids inside group lists do not verify a bare number); configuration values are ignored.
 
-   MC_GRADE_DEBUG=1 in the environment prints, on stderr, every section's size and density and
+   GR_GRADE_DEBUG=1 in the environment prints, on stderr, every section's size and density and
    the concepts found in each sentence (for writing rubrics and calibration fixtures). */
-#ifndef MC_GRADER_H_INCLUDED
-#define MC_GRADER_H_INCLUDED
+#ifndef GR_GRADER_H_INCLUDED
+#define GR_GRADER_H_INCLUDED
 
+#include <stddef.h>
 #include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct mc_grade_desc {
+typedef struct gr_grade_desc {
     const char *rubric_path;    /* "labs/rubric/lab03.json" */
     const char *answers_path;   /* "answers/lab03.md" */
     const char *results_path;   /* "results/lab03.json" */
+    const char *ledger_path;    /* "results/lab03.ledger.json"; NULL = next to the results
+                                   (gr_ledger_path_for) */
     const char *grade_out_path; /* "results/lab03.grade.json", NULL = do not write */
     FILE *out;                  /* score table goes here; NULL = stdout */
     int quiet;                  /* 1 = print nothing */
-} mc_grade_desc;
+} gr_grade_desc;
 
 /* One line of the score table. */
-typedef struct mc_grade_item {
+typedef struct gr_item {
     char id[48];       /* rubric id: "P2.tp_groups", "A1.tp_contiguous", "MC1", "A4.evidence" */
     char kind[12];     /* "pred" | "expl" | "misc" | "evid" | "quality" */
     char part[12];     /* "main" | "followup" */
@@ -67,47 +73,108 @@ typedef struct mc_grade_item {
     int line;          /* sheet line that decided it, 0 if none */
     int fired;         /* misconceptions: 1 when it fired */
     char *output;      /* why: matched excerpt, what was missing, measured value, ... */
-} mc_grade_item;
+} gr_item;
 
-typedef struct mc_grade_report {
+typedef struct gr_report {
     double main_score, main_max;
     double followup_score, followup_max;
     double total, total_max;
     double penalty_total;    /* sum of applied penalties (positive number, capped) */
-    int locked;              /* 1: predictions were present at run time and unchanged since */
+    int locked;              /* 1: every prediction written now was locked by the first
+                                measured run and is unchanged since */
+    int n_pred_unlocked;     /* predictions absent at the first run or changed since (earn 0) */
     int predictions_filled;  /* pred blocks with content beyond the template */
     int near_empty;          /* 1: nothing gradable was written (the "what to do next" case) */
     char nonce[17];          /* from the results file */
     int probe_rank;
     char variant[8];         /* follow-up variant graded, "F2" */
     int n_items;
-    mc_grade_item *items;
-} mc_grade_report;
+    gr_item *items;
+} gr_report;
 
-/* Grades; fills *report when non-NULL (free with mc_grade_report_free). The printed table's
+/* Grades; fills *report when non-NULL (free with gr_report_free). The printed table's
    last line is `Total <score>/<max>`. Returns 0 on success, negative on unusable inputs
    (missing results file, bad rubric) with a message naming the file and what to do. */
-int mc_grade(const mc_grade_desc *desc, mc_grade_report *report);
-void mc_grade_report_free(mc_grade_report *report);
+int gr_grade(const gr_grade_desc *desc, gr_report *report);
+void gr_report_free(gr_report *report);
+
+/* ---------------------------------------------------------------------------------------------
+   >>ledger  Predict first, for real. A lab calls gr_ledger_lock on world rank 0 at every
+   measured run, before it writes its results. The first measured run for a nonce records the
+   normalised value (comments and whitespace removed) of every prediction key its pred blocks
+   hold; a key still holding a template placeholder ("?", "[[..]]", "ok|hang|...") counts as
+   absent. Later runs for that nonce never re-lock: they report how many keys differ from the
+   lock. The grader then gives 0 to a prediction that was absent at the lock ("not predicted
+   before the first run") or differs from it ("changed since the first run at <time>").
+
+   The ledger is one JSON file per lab ({"format": "megatron_c-prediction-ledger",
+   "version": 1, "lab": ..., "nonces": {nonce: {"locked_at", "keys": {"main/dp_size": "2",
+   ...}, "runs", "last_run_at", "last_changed"}}}), written atomically (temporary file +
+   rename). A ledger that cannot be read or parsed is an error, never silently reset.
+
+   Results files written before the ledger existed (results_format 1: a hash of the pred
+   blocks in "predictions") still grade: predictions count when the hash recorded at run time
+   matches the sheet now, and earn 0 otherwise. */
+
+#define GR_RESULTS_FORMAT 2     /* results "results_format": 2 = predictions in the ledger */
+
+typedef struct gr_lock_info {
+    int locked_now;        /* 1: this call made the lock (first measured run for the nonce) */
+    int n_keys;            /* prediction keys in the lock */
+    int n_changed;         /* keys that differ from the lock now (added, changed, removed) */
+    char locked_at[32];    /* "2026-12-01T09:51:06Z" */
+    char message[512];     /* one line for the run's log, or the error */
+} gr_lock_info;
+
+/* Locks (first run for the nonce) or checks (later runs) the predictions of answers_path in
+   the ledger. ledger_path NULL = results/<lab>.ledger.json (lab from the rubric). Returns 0,
+   or negative with info->message saying what is wrong (unreadable or corrupt ledger,
+   unusable sheet, bad nonce); the ledger is then left as it was. */
+int gr_ledger_lock(const char *ledger_path, const char *rubric_path, const char *answers_path,
+                   const char *nonce, gr_lock_info *info);
+
+/* "results/lab03.json" -> "results/lab03.ledger.json" (the ledger next to the results). */
+void gr_ledger_path_for(const char *results_path, char *out, size_t cap);
 
 /* Hash of the answer sheet's pred blocks (normalised: whitespace/comments stripped), 16 hex
-   chars, and how many pred blocks have any non-template content. Used by the lab at run
-   time. Returns 0, or negative when the sheet cannot be read. */
-int mc_grade_prediction_hash(const char *answers_path, char hex_out[17], int *n_filled);
+   chars, and how many pred blocks have any non-template content: the lock record of results
+   format 1, still written for older readers. Returns 0, or negative when the sheet cannot be
+   read. */
+int gr_prediction_hash(const char *answers_path, char hex_out[17], int *n_filled);
+
+/* ---------------------------------------------------------------------------------------------
+   >>items  The rubric's items (the seed's score points) as a list, for test runners that
+   register one test per item (tests/grade/grade.c). */
+
+typedef struct gr_rubric_item {
+    char id[48];         /* "M1" */
+    char part[12];       /* "main" | "followup" */
+    char title[128];     /* "group/rank mapping" */
+    double max_score;
+    int is_penalty;      /* a misconception: passes when it does not fire */
+} gr_rubric_item;
+
+/* Fills *items (malloc'd, free with free()) with the rubric's items in its order. Returns
+   the count (>= 0), or negative when the rubric cannot be used (message on stderr). */
+int gr_rubric_items(const char *rubric_path, gr_rubric_item **items);
 
 /* Reads the header comment; returns negative if the sheet is missing or has no header. */
-int mc_grade_read_header(const char *answers_path, char nonce_out[17], int *probe_rank,
+int gr_read_header(const char *answers_path, char nonce_out[17], int *probe_rank,
                          char variant_out[8]);
 
 /* Writes the template for this lab (from the rubric's template data) with the given nonce,
    probe rank and follow-up variant. Refuses (returns 1, writes nothing) when the file exists
    and has content beyond the template, unless force. Returns 0 when written, negative on
    errors (unreadable rubric, unwritable path). */
-int mc_grade_write_template(const char *rubric_path, const char *answers_path,
+int gr_write_template(const char *rubric_path, const char *answers_path,
                             const char *nonce, int probe_rank, const char *variant, int force);
+
+/* The names of this interface before it had its own prefix, for labs not yet moved over. */
+#define mc_grade_read_header gr_read_header
+#define mc_grade_prediction_hash gr_prediction_hash
 
 #ifdef __cplusplus
 }
 #endif
 
-#endif /* MC_GRADER_H_INCLUDED */
+#endif /* GR_GRADER_H_INCLUDED */

@@ -555,7 +555,7 @@ int lab_grade(const lab_args *args, int print) {
     if (lab_rank() != 0) return 0;   /* one grader, one score table, one grade file */
     char grade_path[4200];
     lab_grade_path_from_results(args->results_path, grade_path, sizeof grade_path);
-    mc_grade_desc desc = {
+    gr_grade_desc desc = {
         .rubric_path = args->rubric_path,
         .answers_path = args->answers_path,
         .results_path = args->results_path,
@@ -564,7 +564,7 @@ int lab_grade(const lab_args *args, int print) {
         .quiet = print ? 0 : 1,
     };
     fflush(stdout);
-    int rc = mc_grade(&desc, NULL);
+    int rc = gr_grade(&desc, NULL);
     fflush(stdout);
     return rc;
 }
@@ -583,7 +583,7 @@ int lab_init_answers(const lab_args *args, int default_world, int n_variants, in
                 strerror(errno));
         return LAB_EXIT_FAILED;
     }
-    int rc = mc_grade_write_template(args->rubric_path, args->answers_path, nonce, probe,
+    int rc = gr_write_template(args->rubric_path, args->answers_path, nonce, probe,
                                      variant, force);
     if (rc == 1) {
         fprintf(stderr,

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "labs/grader.h"
@@ -90,6 +91,19 @@ static void make_results(const char *hash, int present, const char *variant) {
     write_json(in_dir("results.json"), r);
 }
 
+/* results.json as the ledger-era lab writes it: "results_format": 2 and no hash. */
+static void make_results_v2(const char *variant) {
+    char *text = slurp(fixture("unit_results.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(r);
+    cJSON_DeleteItemFromObjectCaseSensitive(r, "predictions");
+    cJSON_AddNumberToObject(r, "results_format", GR_RESULTS_FORMAT);
+    if (variant != NULL)
+        cJSON_ReplaceItemInObjectCaseSensitive(r, "followup_variant", cJSON_CreateString(variant));
+    write_json(in_dir("results.json"), r);
+}
+
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb;
     (void)flag;
@@ -128,7 +142,7 @@ static char *sheet(const char *pred_main, const char *s1, const char *s2, const 
 
 typedef struct graded {
     int rc;
-    mc_grade_report rep;
+    gr_report rep;
     char *out; /* the printed table */
     size_t len;
 } graded;
@@ -139,7 +153,7 @@ static graded grade_text(const char *text) {
     if (text != NULL) spit(in_dir("answers.md"), text, strlen(text));
     FILE *f = open_memstream(&g.out, &g.len);
     cr_assert_not_null(f);
-    g.rc = mc_grade(&(mc_grade_desc){.rubric_path = in_dir("rubric.json"),
+    g.rc = gr_grade(&(gr_grade_desc){.rubric_path = in_dir("rubric.json"),
                                      .answers_path = in_dir("answers.md"),
                                      .results_path = in_dir("results.json"),
                                      .grade_out_path = in_dir("grade.json"),
@@ -156,11 +170,11 @@ static graded grade_sheet(char *text) {
 }
 
 static void release(graded *g) {
-    mc_grade_report_free(&g->rep);
+    gr_report_free(&g->rep);
     free(g->out);
 }
 
-static const mc_grade_item *item(const graded *g, const char *id) {
+static const gr_item *item(const graded *g, const char *id) {
     for (int i = 0; i < g->rep.n_items; i++)
         if (strcmp(g->rep.items[i].id, id) == 0) return &g->rep.items[i];
     cr_assert_fail("no item %s in the report; table:\n%s", id, g->out);
@@ -380,7 +394,7 @@ Test(grader, sentences_copied_from_the_prompt_are_ignored) {
 Test(grader, a_misconception_fires_with_penalty_feedback_and_citation) {
     graded g = grade_sheet(sheet(
         NULL, NULL, "Only member ranks need to create the group in my view.", NULL, NULL, NULL));
-    const mc_grade_item *m = item(&g, "MX2");
+    const gr_item *m = item(&g, "MX2");
     cr_expect(m->fired);
     cr_expect_float_eq(m->score, -2.0, 1e-9);
     cr_expect(mc_test_contains(m->output, "Every rank creates every group."), "%s", m->output);
@@ -461,7 +475,7 @@ Test(grader, evidence_counts_values_measured_in_this_run) {
     graded g = grade_sheet(sheet(
         NULL, NULL, NULL,
         "My probe sat in DP group [1,3] and the bug showed after 0.75 s at n = 6.", NULL, NULL));
-    const mc_grade_item *e = item(&g, "EV.values");
+    const gr_item *e = item(&g, "EV.values");
     cr_expect_float_eq(e->score, 1.0, 1e-9, "%s", e->output);
     cr_expect(mc_test_contains(e->output, "\"[1,3]\""), "%s", e->output);
     cr_expect(mc_test_contains(e->output, "\"0.75\""), "%s", e->output);
@@ -473,7 +487,7 @@ Test(grader, values_not_from_this_run_are_flagged) {
         sheet(NULL, NULL, NULL,
               "My probe sat in DP group [4,7] and the bug showed after 0.9 s in world 8 with tp 2.",
               NULL, NULL));
-    const mc_grade_item *e = item(&g, "EV.values");
+    const gr_item *e = item(&g, "EV.values");
     cr_expect_float_eq(e->score, 0.0, 1e-9, "%s", e->output);
     cr_expect(mc_test_contains(e->output, "value not from this run: \"[4,7]\", \"0.9\""), "%s",
               e->output);
@@ -487,7 +501,7 @@ Test(grader, numbers_inside_strings_and_identifiers) {
     graded g = grade_sheet(
         sheet(NULL, NULL, NULL, "For F2 and M003 the detail mentions [2,6] for rank 6 in this run.",
               NULL, NULL));
-    const mc_grade_item *e = item(&g, "EV.values");
+    const gr_item *e = item(&g, "EV.values");
     cr_expect_float_eq(e->score, 1.0, 1e-9, "%s", e->output);
     cr_expect_not(mc_test_contains(e->output, "\"003\""), "%s", e->output);
     release(&g);
@@ -500,14 +514,19 @@ static const char *k_all_right =
     "n: 6\noutcome: hang\nflag: true\ngroups: [[0,1],[2,3],[4,5],[6,7]]\n"
     "probe: {a: 1, b: 0, c: yes, d: [3,1]}\nt: 10.3\niv: [8, 12]\ns: [1,3]\nex: \"ABC\"\ngone: 3";
 
-static void lock_to(const char *pred_main, const char *pred_fu) {
+/* A measured run of the current format: results without the old hash, and the ledger lock
+   of the sheet holding these predictions (the first run for the nonce). */
+static gr_lock_info lock_to(const char *pred_main, const char *pred_fu) {
     char *s = sheet(pred_main, NULL, NULL, NULL, pred_fu, NULL);
     spit(in_dir("answers.md"), s, strlen(s));
     free(s);
-    char hex[17];
-    int filled = 0;
-    cr_assert_eq(mc_grade_prediction_hash(in_dir("answers.md"), hex, &filled), 0);
-    make_results(hex, 1, NULL);
+    make_results_v2(NULL);
+    remove(in_dir("results.ledger.json")); /* a first run: no earlier lock */
+    gr_lock_info info;
+    int rc = gr_ledger_lock(in_dir("results.ledger.json"), in_dir("rubric.json"),
+                            in_dir("answers.md"), "abc123", &info);
+    cr_assert_eq(rc, 0, "lock failed: %s", info.message);
+    return info;
 }
 
 Test(grader, every_prediction_type_scores_a_right_answer) {
@@ -533,6 +552,7 @@ Test(grader, wrong_predictions_score_zero) {
     const char *wrong =
         "n: 5\noutcome: ok\nflag: false\ngroups: [[0,2],[1,3],[4,6],[5,7]]\n"
         "probe: {a: 0, b: 1, c: false, d: [1]}\nt: 11\niv: [11, 12]\ns: [1,2]\nex: abd";
+    lock_to(wrong, "fk: 4");
     graded g = grade_sheet(sheet(wrong, NULL, NULL, NULL, "fk: 4", NULL));
     const char *ids[] = {"Q1.n", "Q1.outcome", "Q1.flag", "Q1.groups", "Q1.probe",
                          "Q1.t", "Q1.iv",      "Q1.s",    "Q1.ex",     "Q2.fk"};
@@ -541,36 +561,36 @@ Test(grader, wrong_predictions_score_zero) {
     release(&g);
 }
 
+/* Locks pred and grades a sheet holding it. */
+static graded grade_locked(const char *pred) {
+    lock_to(pred, NULL);
+    return grade_sheet(sheet(pred, NULL, NULL, NULL, NULL, NULL));
+}
+
 Test(grader, group_predictions_earn_half_for_half_the_groups) {
-    graded g =
-        grade_sheet(sheet("groups: [[0,1],[3,2],[4,6],[5,7]]", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "Q1.groups", 0.5 * 0.5); /* 2/4 exact -> half; unlocked -> halved again */
+    graded g = grade_locked("groups: [[0,1],[3,2],[4,6],[5,7]]");
+    EXPECT_SCORE(g, "Q1.groups", 0.5); /* 2/4 exact -> half */
     release(&g);
     /* A repeated group matches one measured group only. */
-    graded h =
-        grade_sheet(sheet("groups: [[0,1],[0,1],[2,3],[2,3]]", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(h, "Q1.groups", 0.5 * 0.5);
+    graded h = grade_locked("groups: [[0,1],[0,1],[2,3],[2,3]]");
+    EXPECT_SCORE(h, "Q1.groups", 0.5);
     release(&h);
-    graded k =
-        grade_sheet(sheet("groups: [[0,1],[2,5],[3,6],[4,7]]", NULL, NULL, NULL, NULL, NULL));
+    graded k = grade_locked("groups: [[0,1],[2,5],[3,6],[4,7]]");
     EXPECT_SCORE(k, "Q1.groups", 0.0); /* 1/4 */
     release(&k);
     /* Listing extra groups does not buy credit: 4 right out of 8 listed is half. */
-    graded x = grade_sheet(sheet("groups: [[0,1],[2,3],[4,5],[6,7],[0,2],[1,3],[4,6],[5,7]]", NULL,
-                                 NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(x, "Q1.groups", 0.5 * 0.5);
+    graded x = grade_locked("groups: [[0,1],[2,3],[4,5],[6,7],[0,2],[1,3],[4,6],[5,7]]");
+    EXPECT_SCORE(x, "Q1.groups", 0.5);
     release(&x);
 }
 
 Test(grader, field_predictions_earn_half_for_three_of_four) {
-    graded g =
-        grade_sheet(sheet("probe: {a: 1, b: 0, c: true, d: [2]}", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "Q1.probe", 0.5 * 0.5);
+    graded g = grade_locked("probe: {a: 1, b: 0, c: true, d: [2]}");
+    EXPECT_SCORE(g, "Q1.probe", 0.5);
     cr_expect(mc_test_contains(item(&g, "Q1.probe")->output, "d: you [2], measured [1,3]"), "%s",
               item(&g, "Q1.probe")->output);
     release(&g);
-    graded h =
-        grade_sheet(sheet("probe: {a: 1, b: 1, c: true, d: [2]}", NULL, NULL, NULL, NULL, NULL));
+    graded h = grade_locked("probe: {a: 1, b: 1, c: true, d: [2]}");
     EXPECT_SCORE(h, "Q1.probe", 0.0);
     release(&h);
 }
@@ -595,7 +615,7 @@ Test(grader, numeric_tolerance_is_relative) {
 }
 
 Test(grader, enum_values_outside_the_list_are_reported) {
-    graded g = grade_sheet(sheet("outcome: crashed", NULL, NULL, NULL, NULL, NULL));
+    graded g = grade_locked("outcome: crashed");
     EXPECT_SCORE(g, "Q1.outcome", 0.0);
     cr_expect(mc_test_contains(item(&g, "Q1.outcome")->output, "not a listed outcome"), "%s",
               item(&g, "Q1.outcome")->output);
@@ -603,8 +623,7 @@ Test(grader, enum_values_outside_the_list_are_reported) {
 }
 
 Test(grader, template_placeholders_and_garbage_values_are_not_predictions) {
-    graded g = grade_sheet(
-        sheet("n: ?\noutcome: ok|hang\ngroups: [[..]]\nt: {{{", NULL, NULL, NULL, NULL, NULL));
+    graded g = grade_locked("n: ?\noutcome: ok|hang\ngroups: [[..]]\nt: {{{");
     cr_expect_eq(g.rep.predictions_filled, 1, "the block has one non-template line (t)");
     cr_expect(mc_test_contains(item(&g, "Q1.n")->output, "not filled in"));
     cr_expect(mc_test_contains(item(&g, "Q1.t")->output, "could not read"), "%s",
@@ -625,22 +644,122 @@ Test(grader, multi_line_values_continue_the_previous_key) {
 /* ---------------------------------------------------------------------------------------------
    locking */
 
-Test(grader, predictions_changed_after_the_run_are_flagged_and_halved) {
-    lock_to("n: 5", NULL);
-    graded g = grade_sheet(sheet("n: 6", NULL, NULL, NULL, NULL, NULL));
+Test(grader, predictions_changed_after_the_first_run_earn_zero_with_the_reason) {
+    gr_lock_info info = lock_to("n: 5\ngroups: [[0,1],[2,3],[4,5],[6,7]]", NULL);
+    cr_expect(info.locked_now);
+    cr_expect_eq(info.n_keys, 2, "%s", info.message);
+    graded g = grade_sheet(
+        sheet("n: 6\ngroups: [[0,1],[2,3],[4,5],[6,7]]", NULL, NULL, NULL, NULL, NULL));
     cr_expect_not(g.rep.locked);
-    EXPECT_SCORE(g, "Q1.n", 0.25);
-    cr_expect(mc_test_contains(g.out, "PREDICTIONS NOT LOCKED BEFORE RUN"), "%s", g.out);
+    cr_expect_eq(g.rep.n_pred_unlocked, 1);
+    EXPECT_SCORE(g, "Q1.n", 0.0); /* right now, but not what was locked: 0, not half */
+    EXPECT_SCORE(g, "Q1.groups", 1.0);
+    char want[128];
+    snprintf(want, sizeof want, "changed since the first run at %s (locked: 5)", info.locked_at);
+    cr_expect(mc_test_contains(item(&g, "Q1.n")->output, want), "%s", item(&g, "Q1.n")->output);
+    cr_expect(mc_test_contains(g.out, "PREDICTIONS NOT LOCKED: 1 prediction earn"), "%s", g.out);
     release(&g);
 }
 
-Test(grader, predictions_absent_at_run_time_are_flagged) {
-    make_results("", 0, NULL);
-    graded g = grade_sheet(sheet("n: 6", NULL, NULL, NULL, NULL, NULL));
-    cr_expect_not(g.rep.locked);
-    EXPECT_SCORE(g, "Q1.n", 0.25);
-    cr_expect(mc_test_contains(g.out, "PREDICTIONS NOT LOCKED BEFORE RUN"));
+Test(grader, predictions_written_after_the_first_run_earn_zero) {
+    /* The first run saw the bare template; the learner then copies the measured values. */
+    gr_lock_info first = lock_to("n: ?\noutcome: ok|hang", NULL);
+    cr_expect(first.locked_now);
+    cr_expect_eq(first.n_keys, 0, "placeholders are absent: %s", first.message);
+    graded g = grade_sheet(sheet("n: 6\noutcome: hang", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "Q1.n", 0.0);
+    EXPECT_SCORE(g, "Q1.outcome", 0.0);
+    cr_expect(mc_test_contains(item(&g, "Q1.outcome")->output, "not predicted before the first run"),
+              "%s", item(&g, "Q1.outcome")->output);
     release(&g);
+}
+
+Test(grader, a_rerun_after_copying_predictions_never_relocks) {
+    lock_to("n: ?", NULL);
+    /* Copy the measured value in and run again: the second run only reports the change. */
+    char *s = sheet("n: 6", NULL, NULL, NULL, NULL, NULL);
+    spit(in_dir("answers.md"), s, strlen(s));
+    free(s);
+    gr_lock_info again;
+    cr_assert_eq(gr_ledger_lock(in_dir("results.ledger.json"), in_dir("rubric.json"),
+                                in_dir("answers.md"), "abc123", &again),
+                 0, "%s", again.message);
+    cr_expect_not(again.locked_now);
+    cr_expect_eq(again.n_keys, 0);
+    cr_expect_eq(again.n_changed, 1, "%s", again.message);
+    cr_expect(mc_test_contains(again.message, "main/n"), "%s", again.message);
+    graded g = grade_text(NULL);
+    EXPECT_SCORE(g, "Q1.n", 0.0);
+    cr_expect_not(g.rep.locked);
+    cr_expect(mc_test_contains(g.out, "PREDICTIONS NOT LOCKED"), "%s", g.out);
+    release(&g);
+    /* A new nonce (a fresh --init) locks anew. */
+    gr_lock_info other;
+    cr_assert_eq(gr_ledger_lock(in_dir("results.ledger.json"), in_dir("rubric.json"),
+                                in_dir("answers.md"), "feed42", &other),
+                 0);
+    cr_expect(other.locked_now);
+    cr_expect_eq(other.n_keys, 1);
+}
+
+Test(grader, a_corrupt_ledger_is_an_error_and_is_left_alone) {
+    lock_to("n: 6", NULL);
+    const char *bad = "{\"format\": \"megatron_c-prediction-ledger\", \"version\": 1, \"nonc";
+    spit(in_dir("results.ledger.json"), bad, strlen(bad));
+    gr_lock_info info;
+    int rc = gr_ledger_lock(in_dir("results.ledger.json"), in_dir("rubric.json"),
+                            in_dir("answers.md"), "abc123", &info);
+    cr_expect_lt(rc, 0);
+    cr_expect(mc_test_contains(info.message, "results.ledger.json is corrupt"), "%s",
+              info.message);
+    char *after = slurp(in_dir("results.ledger.json"));
+    cr_expect_str_eq(after, bad, "the corrupt ledger must not be rewritten");
+    free(after);
+    graded g = grade_text(NULL);
+    cr_expect_lt(g.rc, 0, "grading with a corrupt ledger is an error:\n%s", g.out);
+    cr_expect(mc_test_contains(g.out, "is corrupt"), "%s", g.out);
+    release(&g);
+    spit(in_dir("results.ledger.json"), "{\"format\": \"x\", \"version\": 1, \"nonces\": {}}", 44);
+    cr_expect_lt(gr_ledger_lock(in_dir("results.ledger.json"), in_dir("rubric.json"),
+                                in_dir("answers.md"), "abc123", &info),
+                 0);
+    cr_expect(mc_test_contains(info.message, "\"format\""), "%s", info.message);
+}
+
+Test(grader, no_ledger_for_current_results_means_no_prediction_counts) {
+    make_results_v2(NULL);
+    graded g = grade_sheet(sheet("n: 6", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(g, "Q1.n", 0.0);
+    cr_expect(mc_test_contains(item(&g, "Q1.n")->output, "no prediction ledger at"), "%s",
+              item(&g, "Q1.n")->output);
+    release(&g);
+}
+
+Test(grader, old_results_files_still_grade_by_their_hash) {
+    /* results_format 1: the run recorded a hash of the pred blocks, no ledger exists. */
+    char *s = sheet("n: 6", NULL, NULL, NULL, NULL, NULL);
+    spit(in_dir("answers.md"), s, strlen(s));
+    free(s);
+    char hex[17];
+    int filled = 0;
+    cr_assert_eq(gr_prediction_hash(in_dir("answers.md"), hex, &filled), 0);
+    make_results(hex, 1, NULL);
+    graded g = grade_text(NULL);
+    cr_expect(g.rep.locked, "%s", g.out);
+    EXPECT_SCORE(g, "Q1.n", 0.5);
+    release(&g);
+    graded h = grade_sheet(sheet("n: 5", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(h, "Q1.n", 0.0);
+    cr_expect(mc_test_contains(item(&h, "Q1.n")->output, "changed since the run at "
+                                                         "2026-11-30T04:00:00Z"),
+              "%s", item(&h, "Q1.n")->output);
+    release(&h);
+    make_results("", 0, NULL);
+    graded k = grade_sheet(sheet("n: 6", NULL, NULL, NULL, NULL, NULL));
+    EXPECT_SCORE(k, "Q1.n", 0.0);
+    cr_expect(mc_test_contains(item(&k, "Q1.n")->output, "not predicted before the run"), "%s",
+              item(&k, "Q1.n")->output);
+    release(&k);
 }
 
 Test(grader, the_prediction_hash_ignores_whitespace_and_comments_only) {
@@ -655,30 +774,31 @@ Test(grader, the_prediction_hash_ignores_whitespace_and_comments_only) {
     s = sheet("n: 7\ngroups: [[0,1],[2,3]]", NULL, NULL, NULL, "fk: ?", NULL);
     spit(in_dir("c.md"), s, strlen(s));
     free(s);
-    cr_assert_eq(mc_grade_prediction_hash(in_dir("a.md"), a, &fa), 0);
-    cr_assert_eq(mc_grade_prediction_hash(in_dir("b.md"), b, &fb), 0);
-    cr_assert_eq(mc_grade_prediction_hash(in_dir("c.md"), c, &fc), 0);
+    cr_assert_eq(gr_prediction_hash(in_dir("a.md"), a, &fa), 0);
+    cr_assert_eq(gr_prediction_hash(in_dir("b.md"), b, &fb), 0);
+    cr_assert_eq(gr_prediction_hash(in_dir("c.md"), c, &fc), 0);
     cr_expect_eq(strlen(a), 16);
     cr_expect_str_eq(a, b);
     cr_expect_str_neq(a, c);
     cr_expect_eq(fa, 1, "one of the two blocks has content beyond the template");
-    cr_expect_lt(mc_grade_prediction_hash(in_dir("missing.md"), a, &fa), 0);
+    cr_expect_lt(gr_prediction_hash(in_dir("missing.md"), a, &fa), 0);
 }
 
 /* ---------------------------------------------------------------------------------------------
    follow-up variants and quality */
 
 Test(grader, follow_up_items_follow_the_measured_variant) {
-    make_results("", 0, "F1");
+    lock_to(NULL, "fk: 4");
+    make_results_v2("F1");
     graded g = grade_sheet(sheet(NULL, NULL, NULL, NULL, "fk: 4",
                                  "TP traffic stays on NVLink in this variant of the grid."));
-    EXPECT_SCORE(g, "Q2.fk", 0.5); /* F1 reads facts.followup.k = 4; unlocked */
+    EXPECT_SCORE(g, "Q2.fk", 1.0); /* F1 reads facts.followup.k = 4 */
     EXPECT_SCORE(g, "FX.tp_link", 1.0);
     for (int i = 0; i < g.rep.n_items; i++)
         cr_expect_str_neq(g.rep.items[i].id, "FX.dp_adj", "F2-only points are not graded for F1");
     cr_expect(mc_test_contains(g.out, "follow-up F1: variant one"), "%s", g.out);
     release(&g);
-    make_results("", 0, "F9");
+    make_results_v2("F9");
     graded h = grade_sheet(sheet(NULL, NULL, NULL, NULL, "fk: 4", NULL));
     cr_expect(mc_test_contains(item(&h, "Q2")->output, "no prediction items for variant \"F9\""),
               "%s", h.out);
@@ -702,15 +822,16 @@ Test(grader, quality_needs_the_floor_and_no_misconception) {
    output, files and robustness */
 
 Test(grader, the_last_line_is_the_total_and_grade_json_is_written) {
+    lock_to("n: 6", NULL);
     graded g = grade_sheet(sheet("n: 6", "The TP ranks are adjacent to each other in this layout.",
                                  NULL, NULL, NULL, NULL));
-    cr_expect_str_eq(last_line(g.out), "Total 1.25/15", "%s", g.out);
-    cr_expect_float_eq(g.rep.total, 1.25, 1e-9);
+    cr_expect_str_eq(last_line(g.out), "Total 1.50/15", "%s", g.out);
+    cr_expect_float_eq(g.rep.total, 1.5, 1e-9);
     char *json = slurp(in_dir("grade.json"));
     cJSON *j = cJSON_Parse(json);
     free(json);
     cr_assert_not_null(j);
-    cr_expect_float_eq(cJSON_GetObjectItem(j, "score")->valuedouble, 1.25, 1e-9);
+    cr_expect_float_eq(cJSON_GetObjectItem(j, "score")->valuedouble, 1.5, 1e-9);
     cr_expect_float_eq(cJSON_GetObjectItem(j, "max_score")->valuedouble, 15.0, 1e-9);
     cJSON *tests = cJSON_GetObjectItem(j, "tests");
     cr_expect_eq(cJSON_GetArraySize(tests), g.rep.n_items);
@@ -766,17 +887,91 @@ Test(grader, a_bad_rubric_is_an_error_naming_the_field) {
     release(&h);
 }
 
-Test(grader, garbage_sheets_never_crash) {
-    /* binary bytes (with NULs and invalid UTF-8), one huge line, an unclosed fence, headings
-       only, deep nesting. Each must grade to a Total line. */
+Test(grader, a_sheet_that_is_not_utf8_text_is_an_error_naming_file_and_line) {
+    /* binary bytes (NULs, invalid UTF-8) */
     char bin[4096];
     for (size_t i = 0; i < sizeof bin; i++)
         bin[i] = (char)((i * 2654435761u) >> 13);
     spit(in_dir("answers.md"), bin, sizeof bin);
     graded g = grade_text(NULL);
-    cr_expect_eq(g.rc, 0);
-    cr_expect(mc_test_contains(last_line(g.out), "Total "), "%s", last_line(g.out));
+    cr_expect_lt(g.rc, 0, "binary sheet graded:\n%s", g.out);
+    cr_expect(mc_test_contains(g.out, "answers.md, line 1, column"), "%s", g.out);
     release(&g);
+    /* Latin-1 text on line 3 */
+    const char *latin1 = "# sheet\n\nDie Gr\xF6\xDF" "e der Gruppe.\n";
+    spit(in_dir("answers.md"), latin1, strlen(latin1));
+    graded h = grade_text(NULL);
+    cr_expect_lt(h.rc, 0);
+    cr_expect(mc_test_contains(h.out, "answers.md, line 3, column 7: invalid UTF-8"), "%s", h.out);
+    release(&h);
+    char hex[17];
+    cr_expect_lt(gr_prediction_hash(in_dir("answers.md"), hex, NULL), 0);
+    gr_lock_info info;
+    cr_expect_lt(gr_ledger_lock(in_dir("l.json"), in_dir("rubric.json"), in_dir("answers.md"),
+                                "abc123", &info),
+                 0);
+    cr_expect(mc_test_contains(info.message, "invalid UTF-8"), "%s", info.message);
+    /* a byte-order mark is fine */
+    const char *bom = "\xEF\xBB\xBF### S1 Layout\nThe TP ranks are adjacent to each other here.\n";
+    spit(in_dir("answers.md"), bom, strlen(bom));
+    graded k = grade_text(NULL);
+    cr_expect_eq(k.rc, 0, "%s", k.out);
+    release(&k);
+}
+
+Test(grader, a_directory_given_as_the_sheet_is_an_error) {
+    graded g = grade_text(NULL);
+    release(&g);
+    remove(in_dir("answers.md"));
+    char dir[PATH_MAX + 64];
+    snprintf(dir, sizeof dir, "%s", in_dir("answers.md"));
+    cr_assert_eq(mkdir(dir, 0755), 0);
+    graded h = grade_text(NULL);
+    cr_expect_lt(h.rc, 0, "a directory was graded:\n%s", h.out);
+    cr_expect(mc_test_contains(h.out, "answers.md is a directory"), "%s", h.out);
+    release(&h);
+    gr_lock_info info;
+    cr_expect_lt(gr_ledger_lock(in_dir("l.json"), in_dir("rubric.json"), dir, "abc123", &info), 0);
+    cr_expect(mc_test_contains(info.message, "is a directory"), "%s", info.message);
+    rmdir(dir);
+}
+
+Test(grader, a_prediction_key_given_twice_is_an_error_naming_line_and_key) {
+    graded g = grade_sheet(sheet("n: 6\noutcome: hang\n\nn: 5", NULL, NULL, NULL, NULL, NULL));
+    cr_expect_lt(g.rc, 0, "%s", g.out);
+    /* the main pred block's first line is line 6 of the sheet: n on 6, a blank line 8, n on 9 */
+    cr_expect(mc_test_contains(g.out, "answers.md, line 9: the prediction key \"n\" is given "
+                                      "twice in one pred block (first on line 6)"),
+              "%s", g.out);
+    release(&g);
+    gr_lock_info info;
+    cr_expect_lt(gr_ledger_lock(in_dir("l.json"), in_dir("rubric.json"), in_dir("answers.md"),
+                                "abc123", &info),
+                 0);
+    cr_expect(mc_test_contains(info.message, "given twice"), "%s", info.message);
+    /* the same key in the main and the follow-up block is two predictions (older sheets) */
+    graded h = grade_sheet(sheet("n: 6", NULL, NULL, NULL, "n: 6", NULL));
+    cr_expect_eq(h.rc, 0, "%s", h.out);
+    release(&h);
+}
+
+Test(grader, rubric_items_are_listed_from_the_rubric) {
+    gr_rubric_item *items = NULL;
+    int n = gr_rubric_items(in_dir("rubric.json"), &items);
+    cr_assert_gt(n, 0);
+    int saw_s1 = 0, saw_penalty = 0;
+    for (int i = 0; i < n; i++) {
+        saw_s1 |= strcmp(items[i].id, "S1") == 0 && items[i].max_score > 0;
+        saw_penalty |= items[i].is_penalty;
+    }
+    cr_expect(saw_s1 && saw_penalty);
+    free(items);
+    cr_expect_lt(gr_rubric_items(in_dir("nope.json"), &items), 0);
+}
+
+Test(grader, garbage_sheets_never_crash) {
+    /* one huge line, an unclosed fence, headings only, deep nesting. Each must grade to a
+       Total line. */
 
     size_t n = (size_t)2 << 20;
     char *huge = malloc(n + 64);
@@ -821,18 +1016,18 @@ Test(grader, the_header_gives_nonce_probe_and_variant) {
     free(s);
     char nonce[17], variant[8];
     int probe = -1;
-    cr_assert_eq(mc_grade_read_header(in_dir("answers.md"), nonce, &probe, variant), 0);
+    cr_assert_eq(gr_read_header(in_dir("answers.md"), nonce, &probe, variant), 0);
     cr_expect_str_eq(nonce, "abc123");
     cr_expect_eq(probe, 3);
     cr_expect_str_eq(variant, "F2");
     spit(in_dir("plain.md"), "# no header here\n", 17);
-    cr_expect_lt(mc_grade_read_header(in_dir("plain.md"), nonce, &probe, variant), 0);
-    cr_expect_lt(mc_grade_read_header(in_dir("missing.md"), nonce, &probe, variant), 0);
+    cr_expect_lt(gr_read_header(in_dir("plain.md"), nonce, &probe, variant), 0);
+    cr_expect_lt(gr_read_header(in_dir("missing.md"), nonce, &probe, variant), 0);
 }
 
 Test(grader, the_template_is_written_and_never_overwrites_answers) {
     const char *path = in_dir("tmpl.md");
-    cr_assert_eq(mc_grade_write_template(in_dir("rubric.json"), path, "feed42", 6, "F1", 0), 0);
+    cr_assert_eq(gr_write_template(in_dir("rubric.json"), path, "feed42", 6, "F1", 0), 0);
     char *t = slurp(path);
     cr_expect(mc_test_contains(t, "<!-- nonce: feed42 ; probe_rank: 6 ; followup: F1"), "%s", t);
     cr_expect(mc_test_contains(t, "fk: ?   # variant one"), "%s", t);
@@ -842,36 +1037,36 @@ Test(grader, the_template_is_written_and_never_overwrites_answers) {
     free(t);
     char nonce[17], variant[8];
     int probe = -1;
-    cr_expect_eq(mc_grade_read_header(path, nonce, &probe, variant), 0);
+    cr_expect_eq(gr_read_header(path, nonce, &probe, variant), 0);
     cr_expect_eq(probe, 6);
     /* An untouched template may be rewritten; an answered one only with force. */
-    cr_expect_eq(mc_grade_write_template(in_dir("rubric.json"), path, "feed43", 6, "F1", 0), 0);
+    cr_expect_eq(gr_write_template(in_dir("rubric.json"), path, "feed43", 6, "F1", 0), 0);
     FILE *f = fopen(path, "a");
     fputs("\nMy own words about TP.\n", f);
     fclose(f);
-    cr_expect_eq(mc_grade_write_template(in_dir("rubric.json"), path, "feed44", 6, "F1", 0), 1);
+    cr_expect_eq(gr_write_template(in_dir("rubric.json"), path, "feed44", 6, "F1", 0), 1);
     t = slurp(path);
     cr_expect(mc_test_contains(t, "My own words"), "refused means untouched");
     free(t);
-    cr_expect_eq(mc_grade_write_template(in_dir("rubric.json"), path, "feed44", 6, "F1", 1), 0);
+    cr_expect_eq(gr_write_template(in_dir("rubric.json"), path, "feed44", 6, "F1", 1), 0);
     t = slurp(path);
     cr_expect_not(mc_test_contains(t, "My own words"));
     free(t);
-    cr_expect_lt(mc_grade_write_template(in_dir("nope.json"), path, "feed44", 6, "F1", 1), 0);
+    cr_expect_lt(gr_write_template(in_dir("nope.json"), path, "feed44", 6, "F1", 1), 0);
 }
 
 Test(grader, the_lab03_template_round_trips_through_the_grader) {
     /* The real rubric: its template parses back into every section and both pred blocks. */
     char rub[PATH_MAX + 64];
     snprintf(rub, sizeof rub, "%s/labs/rubric/lab03.json", repo_root());
-    cr_assert_eq(mc_grade_write_template(rub, in_dir("lab03.md"), "7f3a91", 5, "F2", 0), 0);
+    cr_assert_eq(gr_write_template(rub, in_dir("lab03.md"), "7f3a91", 5, "F2", 0), 0);
     char hex[17];
     int filled = -1;
-    cr_assert_eq(mc_grade_prediction_hash(in_dir("lab03.md"), hex, &filled), 0);
+    cr_assert_eq(gr_prediction_hash(in_dir("lab03.md"), hex, &filled), 0);
     cr_expect_eq(filled, 0, "a fresh template holds no predictions");
-    mc_grade_report rep;
+    gr_report rep;
     FILE *devnull = fopen("/dev/null", "w");
-    int rc = mc_grade(&(mc_grade_desc){.rubric_path = rub,
+    int rc = gr_grade(&(gr_grade_desc){.rubric_path = rub,
                                        .answers_path = in_dir("lab03.md"),
                                        .results_path = fixture("results.json"),
                                        .out = devnull},
@@ -884,5 +1079,5 @@ Test(grader, the_lab03_template_round_trips_through_the_grader) {
     for (int i = 0; i < rep.n_items; i++)
         sections_missing += mc_test_contains(rep.items[i].output, "heading");
     cr_expect_eq(sections_missing, 0, "every rubric section has its heading in the template");
-    mc_grade_report_free(&rep);
+    gr_report_free(&rep);
 }

@@ -95,13 +95,13 @@ static int list_has(const char *list, const char *id) {
     return 0;
 }
 
-static int grade_quiet(const char *sheet_rel, mc_grade_report *rep) {
+static int grade_quiet(const char *sheet_rel, gr_report *rep) {
     char sheet[PATH_MAX + 64], rub[PATH_MAX + 64], res[PATH_MAX + 64];
     path_of(sheet_rel, sheet, sizeof sheet);
     path_of("labs/rubric/lab03.json", rub, sizeof rub);
     path_of("tests/fixtures/lab03/results.json", res, sizeof res);
-    return mc_grade(
-        &(mc_grade_desc){
+    return gr_grade(
+        &(gr_grade_desc){
             .rubric_path = rub, .answers_path = sheet, .results_path = res, .quiet = 1},
         rep);
 }
@@ -111,7 +111,7 @@ typedef struct tally {
 } tally;
 
 /* Checks one sheet against its row; returns the number of failed checks (and reports them). */
-static int check_row(const row *r, const mc_grade_report *rep, tally *t) {
+static int check_row(const row *r, const gr_report *rep, tally *t) {
     int failed = 0;
     if (rep->total < r->lo - 1e-9 || rep->total > r->hi + 1e-9) {
         cr_expect(0, "%s: total %.2f outside the band [%g, %g]", r->sheet, rep->total, r->lo,
@@ -119,7 +119,7 @@ static int check_row(const row *r, const mc_grade_report *rep, tally *t) {
         failed++;
     }
     for (int i = 0; i < rep->n_items; i++) {
-        const mc_grade_item *it = &rep->items[i];
+        const gr_item *it = &rep->items[i];
         int is_misc = strcmp(it->kind, "misc") == 0;
         int is_point = strcmp(it->kind, "expl") == 0 || strcmp(it->kind, "evid") == 0;
         if (!is_misc && !is_point) continue;
@@ -158,7 +158,7 @@ Test(calibration, every_sheet_scores_inside_its_band) {
     printf("%-34s %7s %9s %8s %8s %8s  %s\n", "sheet", "total", "band", "matched", "missed+",
            "missed-", "verdict");
     for (int i = 0; i < n; i++) {
-        mc_grade_report rep;
+        gr_report rep;
         int rc = grade_quiet(rows[i].sheet, &rep);
         cr_assert_eq(rc, 0, "grading %s failed with %d", rows[i].sheet, rc);
         tally t = {0, 0, 0};
@@ -177,7 +177,7 @@ Test(calibration, every_sheet_scores_inside_its_band) {
             failed++;
         else
             passed++;
-        mc_grade_report_free(&rep);
+        gr_report_free(&rep);
     }
     printf("confusion: %d matched, %d missed positive, %d missed negative\n", total.matched,
            total.missed_pos, total.missed_neg);
@@ -187,7 +187,7 @@ Test(calibration, every_sheet_scores_inside_its_band) {
 }
 
 Test(calibration, the_misconception_sheet_fires_at_least_three_named_penalties) {
-    mc_grade_report rep;
+    gr_report rep;
     cr_assert_eq(grade_quiet("tests/fixtures/lab03/misconception.md", &rep), 0);
     int fired = 0;
     for (int i = 0; i < rep.n_items; i++)
@@ -200,23 +200,23 @@ Test(calibration, the_misconception_sheet_fires_at_least_three_named_penalties) 
         }
     cr_expect_geq(fired, 3);
     cr_expect_float_eq(rep.penalty_total, 3.0, 1e-9, "penalties are capped at 3.0");
-    mc_grade_report_free(&rep);
+    gr_report_free(&rep);
 }
 
 Test(calibration, good_sheets_are_locked_and_the_others_are_not) {
     const char *locked[] = {"tests/fixtures/lab03/gold_en.md", "tests/fixtures/lab03/gold_zh.md",
                             "answers/reference/lab03.md", "answers/reference/lab03.zh.md"};
     for (size_t i = 0; i < 4; i++) {
-        mc_grade_report rep;
+        gr_report rep;
         cr_assert_eq(grade_quiet(locked[i], &rep), 0);
         cr_expect(rep.locked, "%s: its pred blocks hash to the value the frozen run recorded",
                   locked[i]);
-        mc_grade_report_free(&rep);
+        gr_report_free(&rep);
     }
-    mc_grade_report rep;
+    gr_report rep;
     cr_assert_eq(grade_quiet("tests/fixtures/lab03/stuffed.md", &rep), 0);
     cr_expect_not(rep.locked);
-    mc_grade_report_free(&rep);
+    gr_report_free(&rep);
 }
 
 Test(calibration, sheets_carry_the_header_of_the_frozen_run) {
@@ -241,7 +241,7 @@ Test(calibration, sheets_carry_the_header_of_the_frozen_run) {
         path_of(rel, p, sizeof p);
         char n[17], v[8];
         int pr = -1;
-        cr_assert_eq(mc_grade_read_header(p, n, &pr, v), 0, "%s has no header", rel);
+        cr_assert_eq(gr_read_header(p, n, &pr, v), 0, "%s has no header", rel);
         cr_expect_str_eq(n, nonce, "%s", rel);
         cr_expect_eq(pr, probe, "%s", rel);
         cr_expect_str_eq(v, variant, "%s", rel);
