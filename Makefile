@@ -215,21 +215,28 @@ sanitize: lab03 megatron_c pretrain_gpt | $(BUILD)/.deps-ok ## run every Criteri
 
 sanitize-build: $(UNIT_TESTS) $(MPI_CASES)
 
-# libFuzzer targets (clang): each runs FUZZ_SECONDS from its committed corpus
+# libFuzzer targets (clang): the checkpoint metadata parser, pretrain_gpt's data-file reader,
+# both argument parsers, the grader's answer-sheet parser and rubric loader. Each runs FUZZ_SECONDS from its committed corpus
 # (tests/fuzz/corpus/<name>, read only); new inputs go to $(BUILD)/fuzz/work/<name>, a crash
 # to $(BUILD)/fuzz/<name>-crash-* and fails the target.
-FUZZ_TARGETS := checkpoint_meta data_file pretrain_args cli
+FUZZ_TARGETS := checkpoint_meta data_file pretrain_args cli answer_sheet rubric
 FUZZ_SECONDS ?= 60
 FUZZ_CC     ?= clang
 FUZZ_FLAGS  := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                -I. -D_GNU_SOURCE
 FUZZ_BINS   := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 
-$(FUZZ_BINS): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h megatron_c.h \
+$(filter-out %/fuzz_answer_sheet %/fuzz_rubric,$(FUZZ_BINS)): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h megatron_c.h \
               examples/pretrain_gpt.c tools/megatron_c.c | $(BUILD)/.deps-ok $(BUILD)/.check-deps-ok
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(shell $(MPICC) --showme:compile 2>/dev/null) $< -o $@ \
 	  $(shell $(MPICC) --showme:link 2>/dev/null) -lm
+
+# the grader's targets link the grader and its libraries
+$(BUILD)/fuzz/fuzz_answer_sheet $(BUILD)/fuzz/fuzz_rubric: $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c \
+              tests/fuzz/fuzz_util.h labs/grader.c labs/grader.h | $(BUILD)/.deps-ok $(BUILD)/.check-deps-ok
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -I/usr/include/cjson $< labs/grader.c -o $@ $(GRADER_LIBS)
 
 fuzz: $(FUZZ_BINS) ## run every libFuzzer target for FUZZ_SECONDS (default 60) from its corpus
 	@for t in $(FUZZ_TARGETS); do \
