@@ -558,6 +558,9 @@ static inline int mc_case_finish(mc_comm *world) {
     if (world->rank == 0) printf("%lld passed, %lld failed\n", (long long)total[0],
                                  (long long)total[1]);
     fflush(stdout);
+    /* After a watchdog verdict the ranks exit without MPI_Finalize, and mpirun then ends the
+       ones still running: the others give rank 0 a moment to print its summary first. */
+    if (rc != MC_OK && world->rank != 0 && mc_comm_watchdog_verdict(world) != NULL) sleep(2);
     return total[1] == 0 ? 0 : 1;
 }
 
