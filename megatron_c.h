@@ -3477,8 +3477,8 @@ static void mc__wd_service(mc__watchdog *wd) {
         MPI_Get_count(&st, MPI_BYTE, &bytes);
         if (st.MPI_TAG == MC__WD_QUERY) {
             mc__wd_status me = wd->now;
-            MPI_Recv(&wd->query_in, 1, MPI_INT, st.MPI_SOURCE, MC__WD_QUERY, wd->comm,
-                     MPI_STATUS_IGNORE);
+            MPI_Recv(&wd->query_in, (int)sizeof wd->query_in, MPI_BYTE, st.MPI_SOURCE,
+                     MC__WD_QUERY, wd->comm, MPI_STATUS_IGNORE);
             me.rank = wd->rank;
             me.waited_s = me.waiting ? MPI_Wtime() - wd->since : 0.0;
             mc__wd_send_bytes(wd, &me, (int)sizeof me, st.MPI_SOURCE, MC__WD_REPLY);
@@ -3508,10 +3508,12 @@ static void mc__wd_describe(char *buf, size_t cap, const mc__wd_status *s) {
         snprintf(buf, cap, "rank %d: starting %s #%llu on %s", s->rank, s->op, s->seq, s->comm);
 }
 
-/* This rank's wait has run for timeout - grace: ask everyone, judge, tell everyone. */
-static void mc__wd_investigate(mc__watchdog *wd, const mc_comm *c) {
-    double timeout_s = wd->timeout_s;
-    int n = wd->size, i, answered = 0, stuck = 0;
+/* This rank's wait (`own`, n_own requests) has run for timeout - grace: ask everyone, judge,
+   tell everyone. Returns 1 when the own wait finished meanwhile (no verdict), 2 when some
+   rank answered with recent progress (no verdict yet: ask again later), 0 after a verdict. */
+static int mc__wd_investigate(mc__watchdog *wd, const mc_comm *c, int n_own, MPI_Request *own) {
+    double timeout_s = wd->timeout_s, grace_used;
+    int n = wd->size, i, answered = 0, stuck = 0, own_done = 0, progress = 0;
     mc__wd_status *replies = (mc__wd_status *)mc_calloc((size_t)n, sizeof *replies);
     MPI_Request *reqs = (MPI_Request *)mc_malloc(sizeof(MPI_Request) * (size_t)n);
     int *got = (int *)mc_calloc((size_t)n, sizeof *got);
@@ -3523,7 +3525,7 @@ static void mc__wd_investigate(mc__watchdog *wd, const mc_comm *c) {
         mc_free(replies);
         mc_free(reqs);
         mc_free(got);
-        return;   /* out of memory: the plain timeout still ends the wait */
+        return 2;   /* out of memory: the plain timeout still ends the wait */
     }
     for (i = 0; i < n; i++) {
         reqs[i] = MPI_REQUEST_NULL;
@@ -3533,27 +3535,35 @@ static void mc__wd_investigate(mc__watchdog *wd, const mc_comm *c) {
     }
     for (i = 0; i < n; i++)
         if (i != wd->rank) mc__wd_send_bytes(wd, &query, 1 * (int)sizeof query, i, MC__WD_QUERY);
-    while (MPI_Wtime() - start < grace && answered < n - 1 && !wd->broken) {
+    while (MPI_Wtime() - start < grace && answered < n - 1 && !wd->broken && !own_done) {
         for (i = 0; i < n; i++) {
             int done = 0;
             if (i == wd->rank || got[i]) continue;
             MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE);
             if (done) got[i] = 1, answered++;
         }
+        if (MPI_Testall(n_own, own, &own_done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) own_done = 0;
         mc__wd_service(wd);
         sched_yield();
     }
+    grace_used = MPI_Wtime() - start;
     for (i = 0; i < n; i++)
         if (i != wd->rank && !got[i]) {
             MPI_Cancel(&reqs[i]);
             MPI_Wait(&reqs[i], MPI_STATUS_IGNORE);   /* a cancelled receive ends at once */
             stuck++;
         }
-    if (wd->broken) {   /* another rank decided first: its verdict stands */
+    /* A rank that answered from a wait it entered within the grace period, or from the
+       start of an operation, is moving: that is no deadlock. */
+    for (i = 0; i < n; i++)
+        if (i != wd->rank && got[i] && (!replies[i].waiting || replies[i].waited_s < grace))
+            progress = 1;
+    if (wd->broken || own_done || (stuck == 0 && progress)) {
+        /* another rank decided first (its verdict stands), or there was progress */
         mc_free(replies);
         mc_free(got);
         mc_free(reqs);
-        return;
+        return wd->broken ? 0 : own_done ? 1 : 2;
     }
     members[0] = '\0';
     if (c->world_ranks) {
@@ -3573,7 +3583,7 @@ static void mc__wd_investigate(mc__watchdog *wd, const mc_comm *c) {
             len += (size_t)snprintf(text + len, sizeof text - len,
                                     " made no progress: %s not answer within %.1f s (stopped, "
                                     "or busy outside megatron_c); ",
-                                    stuck > 1 ? "they did" : "it did", grace);
+                                    stuck > 1 ? "they did" : "it did", grace_used);
     } else {
         len += (size_t)snprintf(text + len, sizeof text - len,
                                 "watchdog: no rank made progress for %.1f s although every "
@@ -3598,6 +3608,7 @@ static void mc__wd_investigate(mc__watchdog *wd, const mc_comm *c) {
     mc_free(replies);
     mc_free(got);
     mc_free(reqs);
+    return 0;
 }
 
 /* Marks the start of a wait (what queries are answered with) and serves pending messages. */
@@ -3625,7 +3636,6 @@ static int mc__mpi_poll(mc_comm *c, const char *op, unsigned long long seq, int 
     mc__watchdog *wd = (mc__watchdog *)c->watchdog;
     double start = MPI_Wtime(), suspect = 0.0;
     long polls = 0;
-    int asked = 0;
     if (wd) {
         if (wd->broken) return 2;
         mc__wd_enter(c, op, seq);
@@ -3647,9 +3657,14 @@ static int mc__mpi_poll(mc_comm *c, const char *op, unsigned long long seq, int 
         waited = MPI_Wtime() - start;
         if (wd && (polls & 31) == 0) {
             mc__wd_service(wd);
-            if (!wd->broken && !asked && suspect > 0 && waited > suspect) {
-                asked = 1;
-                mc__wd_investigate(wd, c);
+            if (!wd->broken && suspect > 0 && waited > suspect) {
+                int outcome = mc__wd_investigate(wd, c, n, reqs);
+                if (outcome == 1) {   /* finished while the others were asked */
+                    mc__wd_leave(c);
+                    return 1;
+                }
+                /* progress elsewhere: ask again after another grace period */
+                suspect = MPI_Wtime() - start + mc__wd_grace(wd->timeout_s);
             }
             if (wd->broken) {
                 mc__wd_leave(c);

@@ -71,6 +71,7 @@ static comm_run comm_runs[] = {
     {"timeout", 4, ""},
     {"agree", 2, ""},             {"agree", 3, ""},
     {"agree", 8, ""},
+    {"watchdog_slow", 3, ""},     {"watchdog_slow", 8, ""},
 };
 
 ParameterizedTestParameters(comm, cases) {

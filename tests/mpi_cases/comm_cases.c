@@ -4,7 +4,7 @@
 
    Cases: allreduce allgather reduce_scatter broadcast ring batch async barrier
           create_collective create_local timeout mismatch positional agree
-          watchdog_deadlock watchdog_stop
+          watchdog_deadlock watchdog_stop watchdog_slow
    Each case counts its checks; a failed check prints a line naming the rank and what went
    wrong, and rank 0 ends with "N passed, N failed". The exit status is 0 iff every rank
    passed. Every case works for 1..8 ranks; those that need a peer print
@@ -908,6 +908,24 @@ static void case_watchdog_deadlock(void) {
                   mc_test_now() - t0);
 }
 
+/* watchdog_slow: the last rank is busy outside megatron_c for 85% of the watchdog's limit
+   before it joins an all-reduce. The others start asking around meanwhile; the late rank's
+   answer (or the all-reduce finishing) is progress, so there is no verdict and the result is
+   right. */
+static void case_watchdog_slow(void) {
+    int32_t mine = me + 1, sum = 0;
+    if (me == np - 1) {
+        struct timespec nap = {0, (long)(0.85 * WATCHDOG_S * 1e9) % 1000000000L};
+        nap.tv_sec = (time_t)(0.85 * WATCHDOG_S);
+        nanosleep(&nap, NULL);
+    }
+    int rc = mc_all_reduce(world, &mine, &sum, 1, MC_I32, MC_SUM);
+    MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_all_reduce with a late rank");
+    MC_CASE_CHECK(sum == np * (np + 1) / 2, "sum %d, want %d", sum, np * (np + 1) / 2);
+    MC_CASE_CHECK(mc_comm_watchdog_verdict(world) == NULL, "a late rank was judged stuck: %s",
+                  mc_comm_watchdog_verdict(world));
+}
+
 /* watchdog_stop: the last rank stops itself (SIGSTOP) after a barrier; the others' all-reduce
    must end within the watchdog's limit, naming that rank and the call. The stopped rank
    never gets here; mpirun ends it once the others exit. */
@@ -959,6 +977,7 @@ static const comm_case cases[] = {
     {"agree", 2, case_agree},
     {"watchdog_deadlock", 2, case_watchdog_deadlock},
     {"watchdog_stop", 2, case_watchdog_stop},
+    {"watchdog_slow", 2, case_watchdog_slow},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
