@@ -306,7 +306,14 @@ static void args_to_text(const args *a, char (*text)[ARG_TEXT_LEN]) {
         switch (arg_specs[k].kind) {
         case A_FLAG: case A_INT: case A_RECOMPUTE_G: case A_RECOMPUTE_M:
             snprintf(t, ARG_TEXT_LEN, "%d", *(const int *)field); break;
-        case A_FLOAT: snprintf(t, ARG_TEXT_LEN, "%.9g", (double)*(const float *)field); break;
+        case A_FLOAT: {   /* the shortest text that reads back as the same float */
+            float v = *(const float *)field;
+            for (int digits = 6; digits <= 9; digits++) {
+                snprintf(t, ARG_TEXT_LEN, "%.*g", digits, (double)v);
+                if (strtof(t, NULL) == v) break;
+            }
+            break;
+        }
         case A_STR: {
             const char *v = *(const char *const *)field;
             snprintf(t, ARG_TEXT_LEN, "%s", v ? v : "(none)");

@@ -432,7 +432,7 @@ Test(train, ranks_must_agree_on_every_flag, .timeout = 240) {
         {"./pretrain_gpt --global-batch-size 8 : -np 1 ./pretrain_gpt --global-batch-size 16",
          "--global-batch-size is \"16\" on rank 1 but \"8\" on rank 0"},
         {"./pretrain_gpt --lr 1e-3 : -np 1 ./pretrain_gpt --lr 0.002",
-         "--lr is \"0.00200000009\" on rank 1"},
+         "--lr is \"0.002\" on rank 1 but \"0.001\" on rank 0"},
         {"./pretrain_gpt --seed 5 : -np 1 ./pretrain_gpt --seed 6",
          "--seed is \"6\" on rank 1 but \"5\" on rank 0"},
         {"./pretrain_gpt --data-path README.md : -np 1 ./pretrain_gpt --data-path Makefile",
