@@ -9,6 +9,9 @@
 #define PRETRAIN_GPT_ARGS_H
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +46,8 @@ typedef struct args {
     int overlap_grad_reduce;
     int bucket_size;
     int bf16;
+    int timeout_minutes;        /* --distributed-timeout-minutes (Megatron's, default 10) */
+    float timeout_seconds;      /* --distributed-timeout-seconds: overrides the minutes */
 } args;
 
 /* The flag list (without the usage line). */
@@ -63,7 +68,13 @@ static void usage_flags(FILE *f) {
         "  recompute:   --recompute-granularity full|selective --recompute-method uniform|block\n"
         "               --recompute-num-layers N\n"
         "  checkpoints: --save DIR --load DIR --save-interval N --override-math-fingerprint\n"
-        "  data/log:    --data-path FILE --log-interval N\n");
+        "  data/log:    --data-path FILE --log-interval N\n"
+        "  watchdog:    --distributed-timeout-minutes N (default 10) or\n"
+        "               --distributed-timeout-seconds S: a rank that makes no progress for\n"
+        "               that long stops every rank with a message naming it\n"
+        "A flag given twice keeps its last value (as Megatron's argparse) and says so. Every\n"
+        "rank must get the same flags: the ranks compare them before anything else and stop\n"
+        "naming the first one that differs.\n");
 }
 
 ARGS_MAYBE_UNUSED static void usage(FILE *f) {
@@ -71,26 +82,44 @@ ARGS_MAYBE_UNUSED static void usage(FILE *f) {
     usage_flags(f);
 }
 
+/* A whole decimal integer that fits an int. Out-of-range values are named as such. */
 static int parse_int(const char *flag, const char *v, int *out) {
     char *end;
-    long x;
+    long long x;
     errno = 0;
-    x = strtol(v, &end, 10);
-    if (errno || *end || end == v || x < -2147483647L || x > 2147483647L) {
+    x = strtoll(v, &end, 10);
+    if (*end || end == v) {
         fprintf(stderr, "%s: %s expects an integer, got \"%s\"\n", args_prog, flag, v);
+        return -1;
+    }
+    if (errno == ERANGE || x < INT_MIN || x > INT_MAX) {
+        fprintf(stderr, "%s: %s value %s is out of range (an int holds %d .. %d)\n", args_prog,
+                flag, v, INT_MIN, INT_MAX);
         return -1;
     }
     *out = (int)x;
     return 0;
 }
 
+/* A finite decimal number ("1e-3", "0.5", "-2"): strtod's hexadecimal forms, "inf" and "nan"
+   are refused, and so is a value a float cannot hold. */
 static int parse_float(const char *flag, const char *v, float *out) {
     char *end;
     double x;
+    int decimal = *v != '\0';
+    for (const char *p = v; *p; p++)
+        if (!strchr("0123456789.eE+-", *p)) decimal = 0;
     errno = 0;
-    x = strtod(v, &end);
-    if (errno || *end || end == v) {
-        fprintf(stderr, "%s: %s expects a number, got \"%s\"\n", args_prog, flag, v);
+    x = decimal ? strtod(v, &end) : 0.0;
+    if (!decimal || *end || end == v) {
+        fprintf(stderr, "%s: %s expects a finite decimal number such as 1e-3, got \"%s\"\n",
+                args_prog, flag, v);
+        return -1;
+    }
+    if (errno == ERANGE && fabs(x) > 1.0) x = HUGE_VAL;
+    if (!isfinite(x) || !isfinite((float)x)) {
+        fprintf(stderr, "%s: %s value %s is out of range (a float holds up to %g)\n", args_prog,
+                flag, v, (double)FLT_MAX);
         return -1;
     }
     *out = (float)x;
@@ -141,14 +170,59 @@ static const arg_spec arg_specs[] = {
     A("--overlap-grad-reduce", A_FLAG, overlap_grad_reduce),
     A("--ddp-bucket-size", A_INT, bucket_size),
     A("--bf16", A_FLAG, bf16),
+    A("--distributed-timeout-minutes", A_INT, timeout_minutes),
+    A("--distributed-timeout-seconds", A_FLOAT, timeout_seconds),
 };
 #undef A
+#define N_ARG_SPECS ((int)(sizeof arg_specs / sizeof arg_specs[0]))
+
+/* The rules Megatron's arguments.py and the LR scheduler assert that mc_gpt_config does not
+   see (the schedule, the optimizer, logging, the watchdog). Prints every violation; returns
+   their count. */
+static int check_args(const args *a) {
+    int bad = 0;
+#define RULE(ok, ...) \
+    do { if (!(ok)) { fprintf(stderr, "%s: ", args_prog); fprintf(stderr, __VA_ARGS__); \
+                      fputc('\n', stderr); bad++; } } while (0)
+    RULE(a->train_iters >= 1, "--train-iters (%d) must be >= 1", a->train_iters);
+    RULE(a->log_interval >= 1, "--log-interval (%d) must be >= 1", a->log_interval);
+    RULE(a->save_interval >= 0, "--save-interval (%d) must be >= 0 (0: save at the end only)",
+         a->save_interval);
+    RULE(a->lr >= 0.0f, "--lr (%g) must be >= 0", (double)a->lr);
+    RULE(a->min_lr >= 0.0f && a->min_lr <= a->lr,
+         "--min-lr (%g) must be in [0, --lr (%g)] (Megatron: 0 <= min_lr <= max_lr)",
+         (double)a->min_lr, (double)a->lr);
+    RULE(a->weight_decay >= 0.0f, "--weight-decay (%g) must be >= 0", (double)a->weight_decay);
+    RULE(a->clip_grad >= 0.0f, "--clip-grad (%g) must be >= 0 (0 switches clipping off)",
+         (double)a->clip_grad);
+    RULE(a->lr_warmup_iters >= 0, "--lr-warmup-iters (%d) must be >= 0", a->lr_warmup_iters);
+    RULE(a->lr_decay_iters >= 0, "--lr-decay-iters (%d) must be >= 0", a->lr_decay_iters);
+    RULE(a->seed >= 1, "--seed (%d) must be > 0 (Megatron's _set_random_seed)", a->seed);
+    RULE(a->bucket_size >= 0, "--ddp-bucket-size (%d) must be >= 0", a->bucket_size);
+    RULE(a->vocab_divisible_by >= 0, "--make-vocab-size-divisible-by (%d) must be >= 0",
+         a->vocab_divisible_by);
+    RULE(a->rampup[0] >= 0 && a->rampup[1] >= 0 && a->rampup[2] >= 0,
+         "--rampup-batch-size (%d %d %d) must be three numbers >= 0", a->rampup[0],
+         a->rampup[1], a->rampup[2]);
+    RULE(a->timeout_minutes >= 1, "--distributed-timeout-minutes (%d) must be >= 1",
+         a->timeout_minutes);
+    RULE(a->timeout_seconds >= 0.0f,
+         "--distributed-timeout-seconds (%g) must be > 0 (it overrides the minutes)",
+         (double)a->timeout_seconds);
+#undef RULE
+    return bad;
+}
 
 /* What parse_args returns. On ARGS_ERROR and ARGS_UNKNOWN the message is already printed;
-   after ARGS_UNKNOWN the caller shows its usage. */
+   on ARGS_HELP and after ARGS_UNKNOWN the caller shows its usage. */
 enum { ARGS_OK = 0, ARGS_HELP = 1, ARGS_ERROR = -1, ARGS_UNKNOWN = -2 };
 
 static int parse_args(int argc, char **argv, args *a) {
+    unsigned char seen[N_ARG_SPECS];
+    /* one note per job, not one per rank (parsing comes before MPI starts) */
+    const char *world_rank = getenv("OMPI_COMM_WORLD_RANK");
+    int note_repeats = !world_rank || !strcmp(world_rank, "0");
+    memset(seen, 0, sizeof seen);
     memset(a, 0, sizeof *a);
     a->tp = a->pp = 1;
     a->num_layers = 2, a->hidden_size = 64, a->num_heads = 4, a->seq_length = 32;
@@ -156,14 +230,23 @@ static int parse_args(int argc, char **argv, args *a) {
     a->lr = 1e-3f, a->seed = 1234, a->vocab_size = 256, a->log_interval = 1;
     a->clip_grad = 1.0f, a->weight_decay = 0.01f;
     a->hidden_dropout = a->attention_dropout = 0.1f;   /* Megatron's defaults */
+    a->timeout_minutes = 10;                           /* Megatron's default */
     for (int i = 1; i < argc; i++) {
         const arg_spec *s = NULL;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return ARGS_HELP;
-        for (size_t k = 0; k < sizeof arg_specs / sizeof arg_specs[0]; k++)
+        for (int k = 0; k < N_ARG_SPECS; k++)
             if (!strcmp(argv[i], arg_specs[k].name)) s = &arg_specs[k];
         if (!s) {
             fprintf(stderr, "%s: unknown flag \"%s\"\n", args_prog, argv[i]);
             return ARGS_UNKNOWN;
+        }
+        /* As Megatron's argparse, the last value counts (scripts append overrides to a base
+           command line), but not silently: the note names the flag and the value kept. */
+        if (seen[s - arg_specs]++ && note_repeats) {
+            int n_values = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
+            fprintf(stderr, "%s: note: %s is given more than once; the last one counts%s%s\n",
+                    args_prog, s->name, n_values && i + 1 < argc ? ": " : "",
+                    n_values && i + 1 < argc ? argv[i + 1] : "");
         }
         char *field = (char *)a + s->offset;
         int need = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
@@ -198,6 +281,7 @@ static int parse_args(int argc, char **argv, args *a) {
         }
         }
     }
+    if (check_args(a) > 0) return ARGS_ERROR;
     if (a->max_positions == 0) a->max_positions = a->seq_length;
     /* Megatron's --hidden-dropout 0 switches dropout off; in mc_gpt_config 0 means default. */
     if (a->hidden_dropout == 0.0f) a->hidden_dropout = MC_DROPOUT_OFF;
