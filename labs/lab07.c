@@ -275,7 +275,8 @@ static void l07_load(l07_run *r, int mb, int need_tokens, int need_labels) {
 static int l07_hook_forward(void *app, int chunk, int mb, const float *input, float **output,
                             double *loss_sum, double *num_tokens) {
     l07_run *r = (l07_run *)app;
-    int pre = mc_gpt_is_pre_process(r->model, chunk), post = mc_gpt_is_post_process(r->model, chunk);
+    int pre = mc_gpt_is_pre_process(r->model, chunk);
+    int post = mc_gpt_is_post_process(r->model, chunk);
     if (pre || post) l07_load(r, mb, pre, post);
     r->fwd++;
     r->fwd_with_input += input != NULL;
@@ -399,6 +400,13 @@ static float *l07_download(const mc_gpt *g, const char *name, size_t *n) {
     return host;
 }
 
+/* Op memory for the lab's own tensors (inputs, logits copies), counted as activations. */
+static void *l07_op_alloc(const mc_ops *o, size_t bytes) {
+    void *p = NULL;
+    MC_CHECK(mc_ops_alloc(o, MC_MEMORY_ACTIVATIONS, &p, bytes > 0 ? bytes : 1));
+    return p;
+}
+
 /* ---------------------------------------------------------------------------------------------
    per-rank records: a fixed array of numbers per rank, all-gathered to every rank */
 
@@ -427,7 +435,8 @@ static int l07_module_mask(const mc_gpt *g, int *first_layer, int *last_layer) {
         if (strncmp(p->name, "embedding.word_embeddings.", 26) == 0) mask |= M_WORD;
         else if (strncmp(p->name, "embedding.position_embeddings.", 30) == 0) mask |= M_POS;
         else if (strncmp(p->name, "decoder.final_layernorm.", 24) == 0) mask |= M_FINAL_NORM;
-        else if (strncmp(p->name, "output_layer.", 13) == 0) mask |= p->shared ? M_OUTPUT_COPY : M_OUTPUT;
+        else if (strncmp(p->name, "output_layer.", 13) == 0)
+            mask |= p->shared ? M_OUTPUT_COPY : M_OUTPUT;
         if (p->layer >= 0) {
             mask |= M_LAYERS;
             if (p->layer < *first_layer) *first_layer = p->layer;
@@ -443,8 +452,8 @@ static long long l07_numel(const mc_gpt *g, int global, int skip_shared, long lo
     if (shared) *shared = 0;
     for (int i = 0; i < g->table.count; i++) {
         const mc_param_info *p = &g->table.info[i];
-        long long e = global ? (long long)p->global_shape[0] * (p->ndim == 2 ? p->global_shape[1] : 1)
-                             : (long long)p->numel;
+        long long rows = p->global_shape[0], cols = p->ndim == 2 ? p->global_shape[1] : 1;
+        long long e = global ? rows * cols : (long long)p->numel;
         if (p->shared && shared) *shared += e;
         if (p->shared && skip_shared) continue;
         n += e;
@@ -554,7 +563,8 @@ static cJSON *l07_modules_json(const double *rec) {
     if (mask & M_FINAL_NORM) cJSON_AddItemToArray(a, cJSON_CreateString("decoder.final_layernorm"));
     if (mask & M_OUTPUT) cJSON_AddItemToArray(a, cJSON_CreateString("output_layer"));
     if (mask & M_OUTPUT_COPY)
-        cJSON_AddItemToArray(a, cJSON_CreateString("output_layer (tied copy of the word embedding)"));
+        cJSON_AddItemToArray(a, cJSON_CreateString("output_layer (tied copy of the word "
+                                                   "embedding)"));
     return a;
 }
 
@@ -672,7 +682,7 @@ static int l07_run_a(lab_ctx *cx) {
         int s = (int)r[R_STAGE];
         const double *ref = l07_at(grid, st->all, s, 0);
         flags_ok &= (int)r[R_PRE] == (s == 0) && (int)r[R_POST] == (s == pp - 1) &&
-                    (int)r[R_PRE] == (int)r[R_FIRST_STAGE] && (int)r[R_POST] == (int)r[R_LAST_STAGE];
+                    r[R_PRE] == r[R_FIRST_STAGE] && r[R_POST] == r[R_LAST_STAGE];
         modules_ok &= (int)r[R_MODULES] == l07_rule_mask(s, pp, 0) &&
                       (int)r[R_FIRST_LAYER] == L07_LAYERS_PER_STAGE * s &&
                       (int)r[R_LAST_LAYER] == L07_LAYERS_PER_STAGE * s + L07_LAYERS_PER_STAGE - 1;
@@ -832,17 +842,15 @@ static cJSON *l07_measure_logits(lab_ctx *cx, l07_run *on, l07_run *off) {
         l07_sample(5000 + j, text);
         for (int s = 0; s < L07_SEQ; s++) labels[s * L07_MBS + j] = text[s + 1];
     }
-    void *d_in = NULL, *d_local = NULL, *d_full = NULL, *d_loss = NULL, *d_max = NULL,
-         *d_sum = NULL, *d_lab = NULL, *d_scratch = NULL;
     size_t scratch = mc_vocab_parallel_cross_entropy_scratch(N, Vp, L07_SMOOTHING, T);
-    MC_CHECK(o->alloc(o, &d_in, ns_h * sizeof(float)));
-    MC_CHECK(o->alloc(o, &d_local, (size_t)N * Vl * sizeof(float)));
-    MC_CHECK(o->alloc(o, &d_full, (size_t)N * Vp * sizeof(float)));
-    MC_CHECK(o->alloc(o, &d_loss, (size_t)N * sizeof(float)));
-    MC_CHECK(o->alloc(o, &d_max, (size_t)N * sizeof(float)));
-    MC_CHECK(o->alloc(o, &d_sum, (size_t)N * sizeof(float)));
-    MC_CHECK(o->alloc(o, &d_lab, (size_t)N * sizeof(int)));
-    MC_CHECK(o->alloc(o, &d_scratch, (scratch ? scratch : 1) * sizeof(float)));
+    void *d_in = l07_op_alloc(o, ns_h * sizeof(float));
+    void *d_local = l07_op_alloc(o, (size_t)N * Vl * sizeof(float));
+    void *d_full = l07_op_alloc(o, (size_t)N * Vp * sizeof(float));
+    void *d_loss = l07_op_alloc(o, (size_t)N * sizeof(float));
+    void *d_max = l07_op_alloc(o, (size_t)N * sizeof(float));
+    void *d_sum = l07_op_alloc(o, (size_t)N * sizeof(float));
+    void *d_lab = l07_op_alloc(o, (size_t)N * sizeof(int));
+    void *d_scratch = l07_op_alloc(o, scratch * sizeof(float));
     MC_CHECK(o->upload(o, d_in, h_in, ns_h * sizeof(float)));
     MC_CHECK(o->upload(o, d_lab, labels, (size_t)N * sizeof(int)));
 
@@ -968,7 +976,7 @@ static cJSON *l07_measure_logits(lab_ctx *cx, l07_run *on, l07_run *off) {
     free(h_in); free(local); free(losses); free(full); free(smoothed); free(megatron);
     free(mine_m);
     void *bufs[] = {d_in, d_local, d_full, d_loss, d_max, d_sum, d_lab, d_scratch};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MC_CHECK(o->free(o, bufs[i]));
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) MC_CHECK(mc_ops_free(o, bufs[i]));
     return f;
 }
 
@@ -976,9 +984,11 @@ static double l07_num(const cJSON *o, const char *dotted) {
     const cJSON *cur = o;
     char buf[128];
     snprintf(buf, sizeof buf, "%s", dotted);
-    for (char *save = NULL, *k = strtok_r(buf, ".", &save); k && cur; k = strtok_r(NULL, ".", &save))
+    char *save = NULL;
+    for (char *k = strtok_r(buf, ".", &save); k && cur; k = strtok_r(NULL, ".", &save))
         cur = cJSON_GetObjectItemCaseSensitive(cur, k);
-    return cJSON_IsNumber(cur) ? cur->valuedouble : cJSON_IsTrue(cur) ? 1.0 : cJSON_IsBool(cur) ? 0.0 : NAN;
+    if (cJSON_IsNumber(cur)) return cur->valuedouble;
+    return cJSON_IsBool(cur) ? (double)cJSON_IsTrue(cur) : NAN;
 }
 
 static int l07_run_c(lab_ctx *cx) {
@@ -1106,8 +1116,9 @@ static void l07_train_tied(lab_ctx *cx, int skip, double *loss, double *diff, co
     l07_run_init(&r, &st->ps, 0, L07_M, 0, 1, 0, 1);
     if (skip == 0) {
         st->own_bucket_first = st->own_bucket_last = -1;
-        int mine[2] = {mc_parallel_is_first_stage(&st->ps, 1) ? l07_embedding_own_bucket(&r.gpt) : -1,
-                       mc_parallel_is_last_stage(&st->ps, 1) ? l07_embedding_own_bucket(&r.gpt) : -1};
+        int own = l07_embedding_own_bucket(&r.gpt);
+        int mine[2] = {mc_parallel_is_first_stage(&st->ps, 1) ? own : -1,
+                       mc_parallel_is_last_stage(&st->ps, 1) ? own : -1};
         int both[2];
         MC_CHECK(lab_all_reduce_i32(cx->world, mine, both, 2, MC_MAX));
         st->own_bucket_first = both[0], st->own_bucket_last = both[1];
@@ -1292,10 +1303,8 @@ static int l07_run_e(lab_ctx *cx) {
     }
     size_t n = g->p2p_elems;
     float *h = lab_xcalloc(n, sizeof(float));
-    void *d_a = NULL, *d_b = NULL, *d_grad = NULL;
-    MC_CHECK(o->alloc(o, &d_a, n * sizeof(float)));
-    MC_CHECK(o->alloc(o, &d_b, n * sizeof(float)));
-    MC_CHECK(o->alloc(o, &d_grad, n * sizeof(float)));
+    void *d_a = l07_op_alloc(o, n * sizeof(float)), *d_b = l07_op_alloc(o, n * sizeof(float));
+    void *d_grad = l07_op_alloc(o, n * sizeof(float));
     l07_fill_host(h, n, 2);
     MC_CHECK(o->upload(o, d_a, h, n * sizeof(float)));
     l07_fill_host(h, n, 3);
@@ -1312,7 +1321,8 @@ static int l07_run_e(lab_ctx *cx) {
     rec[R_W_OUTPUT] = sent;
     rec[R_W_GRAD] = sent_back;
     rec[R_W_INPUT_USED] = l07_input_used(&w.gpt, tokens, labels, d_a, d_b);
-    rec[R_INPUT_USED] = mc_gpt_is_pre_process(g, 0) ? -1 : l07_input_used(g, tokens, labels, d_a, d_b);
+    rec[R_INPUT_USED] =
+        mc_gpt_is_pre_process(g, 0) ? -1 : l07_input_used(g, tokens, labels, d_a, d_b);
     /* timings one stage at a time, the other stages asleep (they would share the cores); a
        first pass warms every stage up, the second is kept */
     for (int s = 0; s < 2 * st->pp; s++) {
@@ -1351,9 +1361,9 @@ static int l07_run_e(lab_ctx *cx) {
         }
     }
     cJSON *sj = lab_json_from_rank(cx, sched, reporter);
-    MC_CHECK(o->free(o, d_a));
-    MC_CHECK(o->free(o, d_b));
-    MC_CHECK(o->free(o, d_grad));
+    MC_CHECK(mc_ops_free(o, d_a));
+    MC_CHECK(mc_ops_free(o, d_b));
+    MC_CHECK(mc_ops_free(o, d_grad));
     l07_wrong_free(&w, &wps);
     l07_gather(cx, st->all);
     if (cx->me != 0) {
@@ -1383,7 +1393,8 @@ static int l07_run_e(lab_ctx *cx) {
     for (int r = 0; r < cx->world_size; r++) {
         const double *q = st->all + (size_t)r * R_COUNT;
         int s = (int)q[R_STAGE];
-        ok_counts &= (long long)q[R_W_PARAMS] == l07_formula_params(tp, L07_LAYERS_PER_STAGE, 1, 1, 0);
+        ok_counts &=
+            (long long)q[R_W_PARAMS] == l07_formula_params(tp, L07_LAYERS_PER_STAGE, 1, 1, 0);
         ok_mem &= q[R_W_MEMORY] > q[R_MEMORY] || (s == 0 && q[R_W_MEMORY] >= q[R_MEMORY]);
         ok_p2p &= q[R_W_OUTPUT] == 0 && q[R_W_GRAD] == 0 && q[R_W_INPUT_USED] == 0 &&
                   (s == 0 || q[R_INPUT_USED] == 1);
@@ -1464,7 +1475,7 @@ static int l07_run_f(lab_ctx *cx) {
                      (long long)q[R_W_PARAMS] ==
                          l07_formula_params(v->tp, L07_LAYERS_PER_STAGE, 1, 1, v->untied);
         ok_flags &= (int)q[R_PRE] == pre && (int)q[R_POST] == post &&
-                    (int)q[R_PRE] == (int)q[R_FIRST_STAGE] && (int)q[R_POST] == (int)q[R_LAST_STAGE];
+                    q[R_PRE] == q[R_FIRST_STAGE] && q[R_POST] == q[R_LAST_STAGE];
     }
     const double *p = st->fu_all + (size_t)cx->probe * R_COUNT;
     lab_printf0("probe rank %d: stage %.0f, pre_process %s, post_process %s, %.0f parameters, "
@@ -1490,8 +1501,8 @@ static cJSON *l07_stage_json(const double *q, int pp, int tp, int untied) {
     cJSON_AddBoolToObject(o, "is_first_stage", q[R_FIRST_STAGE] > 0);
     cJSON_AddBoolToObject(o, "is_last_stage", q[R_LAST_STAGE] > 0);
     cJSON_AddItemToObject(o, "modules", l07_modules_json(q));
-    cJSON_AddItemToObject(o, "layers",
-                          lab_json_int_array((int[]){(int)q[R_FIRST_LAYER], (int)q[R_LAST_LAYER]}, 2));
+    int layers[2] = {(int)q[R_FIRST_LAYER], (int)q[R_LAST_LAYER]};
+    cJSON_AddItemToObject(o, "layers", lab_json_int_array(layers, 2));
     cJSON_AddNumberToObject(o, "params", q[R_PARAMS]);
     cJSON_AddNumberToObject(o, "params_formula",
                             (double)l07_formula_params(tp, L07_LAYERS_PER_STAGE, s == 0,
@@ -1533,7 +1544,8 @@ static cJSON *l07_facts(lab_ctx *cx) {
     cJSON_AddNumberToObject(m, "heads", L07_HEADS);
     cJSON_AddNumberToObject(m, "ffn", L07_FFN);
     cJSON_AddNumberToObject(m, "vocab", L07_VOCAB);
-    cJSON_AddNumberToObject(m, "padded_vocab", mc_gpt_padded_vocab_size(L07_VOCAB, L07_VOCAB_DIV, tp));
+    cJSON_AddNumberToObject(m, "padded_vocab",
+                            mc_gpt_padded_vocab_size(L07_VOCAB, L07_VOCAB_DIV, tp));
     cJSON_AddNumberToObject(m, "seq_length", L07_SEQ);
     cJSON_AddNumberToObject(m, "micro_batch_size", L07_MBS);
     cJSON_AddNumberToObject(m, "microbatches", L07_M);
@@ -1580,7 +1592,8 @@ static cJSON *l07_facts(lab_ctx *cx) {
     cJSON_AddNumberToObject(f, "heaviest_stage", heavy);
     int light = 0;
     for (int s = 1; s < pp; s++)
-        if (l07_at(grid, st->all, s, 0)[R_PARAMS] < l07_at(grid, st->all, light, 0)[R_PARAMS]) light = s;
+        if (l07_at(grid, st->all, s, 0)[R_PARAMS] < l07_at(grid, st->all, light, 0)[R_PARAMS])
+            light = s;
     cJSON_AddNumberToObject(f, "lightest_stage", light);
     cJSON_AddNumberToObject(f, "heaviest_over_lightest",
                             round(l07_at(grid, st->all, heavy, 0)[R_PARAMS] /
@@ -1597,7 +1610,8 @@ static cJSON *l07_facts(lab_ctx *cx) {
     /* C */
     if (st->c_facts != NULL) {
         cJSON_AddItemToObject(f, "parallel_output", cJSON_Duplicate(st->c_facts, 1));
-        cJSON *on = cJSON_AddObjectToObject(f, "logits_on"), *off = cJSON_AddObjectToObject(f, "logits_off");
+        cJSON *on = cJSON_AddObjectToObject(f, "logits_on");
+        cJSON *off = cJSON_AddObjectToObject(f, "logits_off");
         cJSON_AddNumberToObject(on, "held", l07_num(st->c_facts, "on.held_bytes"));
         cJSON_AddNumberToObject(on, "moved", l07_num(st->c_facts, "on.logits_moved_bytes"));
         cJSON_AddNumberToObject(off, "held", l07_num(st->c_facts, "off.held_bytes"));
@@ -1665,9 +1679,9 @@ static cJSON *l07_facts(lab_ctx *cx) {
         if (q[R_PARAMS] < l07_at(&st->fu_grid, st->fu_all, flight, 0)[R_PARAMS]) flight = s;
     }
     cJSON_AddNumberToObject(fu, "heaviest_stage", fheavy);
-    cJSON_AddNumberToObject(fu, "heaviest_over_lightest",
-                            round(l07_at(&st->fu_grid, st->fu_all, fheavy, 0)[R_PARAMS] /
-                                  l07_at(&st->fu_grid, st->fu_all, flight, 0)[R_PARAMS] * 1e3) / 1e3);
+    double fh = l07_at(&st->fu_grid, st->fu_all, fheavy, 0)[R_PARAMS];
+    double flo = l07_at(&st->fu_grid, st->fu_all, flight, 0)[R_PARAMS];
+    cJSON_AddNumberToObject(fu, "heaviest_over_lightest", round(fh / flo * 1e3) / 1e3);
     const double *p = st->fu_all + (size_t)cx->probe * R_COUNT;
     cJSON_AddNumberToObject(fu, "probe_rank", cx->probe);
     cJSON_AddNumberToObject(fu, "probe_stage", p[R_STAGE]);
