@@ -30,20 +30,22 @@
         in double on the host) against the vocab-parallel loss; what a sampler would draw if it
         took a shard's argmax as a token id; and label smoothing: the library's vocab-parallel
         loss against the unsharded formula, and Megatron's local-shard formula across TP ranks.
-     D  tied embeddings across the first and last stage: K steps of AdamW, once as the library
-        does it and once with the embedding-group all-reduce of the gradients skipped
+     D  tied embeddings across the first and last stage: K steps of AdamW (the distributed
+        optimizer, so with DP > 1 the DP reduce-scatter runs before the embedding-group
+        all-reduce, as in Megatron), once as the library does it and once with the
+        embedding-group all-reduce of the gradients skipped
         (mc_fault_finalize_skip_embedding_sync, compiled into this lab only). After every step
         max |W_first - W_last| between the first stage's word embedding and the last stage's
         output-layer copy. Compared with: 0 for the synchronised run, and the single-rank run of
-        the same data (one tensor, no copy): its losses and its final embedding.
+        the same data on world rank 0 (one tensor, no copy): its losses and final embedding.
      E  the "all flags on" mistake: every stage builds its layers with pre_process and
         post_process on (embedding, final norm, output layer and loss on every stage). Per
-        stage: parameters, memory and the time of one micro-batch's forward and backward against
-        the correct stage; what the P2P interface gets (what forward_step returns to send,
-        whether the received activation changes anything, what backward returns to send back);
-        the schedule's answer on the first stage; the four stages' separate losses against the
-        pipeline's. Compared with: the formula for a stage with both flags, and the correct
-        stage models of A.
+        stage: parameters, memory and the time of one micro-batch's forward and backward (one
+        stage at a time, the others asleep; the fastest of several) against the correct stage;
+        what the P2P interface gets (what forward_step returns to send, whether the received
+        activation changes anything, what backward returns to send back); the schedule's
+        answer on the first stage. Compared with: the formula for a stage with both flags, and
+        the correct stage models of A and B.
      F  follow-up (variant from the nonce): another layout of the same ranks (TP x PP, tied or
         untied); the probe rank's flags, input, parameters and the mistake's extra parameters
         there, and every stage's parameters. Compared with: the same formulas.
@@ -699,7 +701,7 @@ static int l07_run_a(lab_ctx *cx) {
     l07_check(cx, counts_ok, "every rank's parameter count equals the formula for its stage");
     l07_check(cx, same_ok, "all TP and DP ranks of a stage hold the same count and memory");
     long long vp = mc_gpt_padded_vocab_size(L07_VOCAB, L07_VOCAB_DIV, tp);
-    l07_check(cx, sum_global - 0 == st->single_params,
+    l07_check(cx, sum_global == st->single_params,
               "the stages' unsharded parameters without the tied copy (%lld) equal the "
               "single-rank model's %lld", sum_global, st->single_params);
     l07_check(cx, copy == vp * L07_HIDDEN, "the last stage's tied copy is one V x H = %lld x %d "
