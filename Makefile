@@ -103,6 +103,12 @@ LAB_DEFS_lab11 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab11 := $(BUILD)/mc_impl_faults.o
 lab11: $(LAB_SRCS_lab11) $(LAB_IMPL_lab11)
 
+# lab10: "one global seed", "a seed per rank" and recompute without its RNG handling are
+# library faults (mc_fault_dropout_stream, mc_fault_recompute_rng): the MC_FAULT_HOOKS build.
+LAB_DEFS_lab10 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab10 := $(BUILD)/mc_impl_faults.o
+lab10: $(LAB_IMPL_lab10)
+
 $(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@

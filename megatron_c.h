@@ -1833,6 +1833,28 @@ typedef enum mc_gpt_layer_tensor {
 
 typedef struct mc_gpt mc_gpt;
 struct mc__gpt_layer_cache;   /* saved activations of one layer (private) */
+
+/* Where a dropout sits (mc_gpt.dropout_drawn reports each draw). */
+typedef enum mc_gpt_dropout_site {
+    MC_GPT_DROPOUT_EMBEDDING = 0,      /* embedding output, [Ns, H] */
+    MC_GPT_DROPOUT_ATTENTION_PROBS,    /* attention probabilities, [B, NHl, S, S] */
+    MC_GPT_DROPOUT_ATTENTION_OUT,      /* hidden dropout after linear_proj, [Ns, H] */
+    MC_GPT_DROPOUT_MLP_OUT,            /* hidden dropout after linear_fc2, [Ns, H] */
+    MC_GPT_DROPOUT_SITES
+} mc_gpt_dropout_site;
+
+/* One dropout draw. Its mask is a pure function of the draw: element i of the tensor is kept
+   iff mc_rng_uniform_at(seed, offset + i) >= p (mc_rng_dropout_mask on {seed, offset}). */
+typedef struct mc_gpt_dropout_draw {
+    mc_gpt_dropout_site site;
+    int chunk;                      /* model chunk on this stage */
+    int layer;                      /* GLOBAL layer index; -1 for the embedding */
+    int replay;                     /* 1: drawn by a full-recompute replay in backward */
+    const char *stream;             /* MC_RNG_DEFAULT or the tracker stream it came from */
+    uint64_t seed, offset;          /* where in that stream the mask starts */
+    size_t n;                       /* elements */
+    float p;
+} mc_gpt_dropout_draw;
 struct mc__gpt_impl;          /* buffers and bookkeeping (private) */
 
 /* What a submodule of one transformer layer works on: the layer's weights and grads (rank-
@@ -1928,6 +1950,11 @@ struct mc_gpt {
     void (*grad_ready)(void *user, int param_index);
     void *grad_ready_user;
     int grad_sync[MC_GPT_MAX_CHUNKS];
+    /* Debug tap, NULL (off) after init: called with every dropout draw of a forward, and of a
+       recompute's replay, after its stream has advanced (one pointer test per draw when
+       off). For reading masks, e.g. comparing them across TP ranks. */
+    void (*dropout_drawn)(void *user, const mc_gpt_dropout_draw *draw);
+    void *dropout_drawn_user;
     struct mc__gpt_impl *impl;      /* private */
 };
 
@@ -1988,6 +2015,24 @@ MC_API const float *mc_gpt_losses(const mc_gpt *gpt, int slot);
    memory): [N, Vl] (parallel_output), or, with gather_logits, all-gathered over TP into
    out [N, Vp] (a TP collective). *n_vocab receives the row length. */
 MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
+
+#if defined(MC_FAULT_HOOKS)
+/* Fault injection for the RNG rules, compiled only with MC_FAULT_HOOKS (labs and tests;
+   ordinary builds have none of it). Process-wide, for every model while set.
+   mc_fault_dropout_stream: every dropout draws from `stream` instead of the one Megatron's
+   rules pick: MC_RNG_DEFAULT is "one global seed" (the default generator, seeded alike on
+   every TP rank), MC_RNG_MODEL_PARALLEL "a seed per rank" (seed' + 2718 + tp_rank for every
+   mask). NULL (or a name the tracker lacks: the draw then fails) restores the rules. */
+MC_API void mc_fault_dropout_stream(const char *stream);
+/* mc_fault_recompute_rng: full recompute's RNG handling without one or both of its steps.
+   MC_FAULT_RECOMPUTE_NO_SNAPSHOT: the replay runs on the streams as they are at backward time
+   instead of the snapshot taken before the group's forward; MC_FAULT_RECOMPUTE_NO_OUTER: after
+   the replay the streams stay where it left them instead of returning to the outer progress.
+   0 restores both. */
+#define MC_FAULT_RECOMPUTE_NO_SNAPSHOT 1u
+#define MC_FAULT_RECOMPUTE_NO_OUTER 2u
+MC_API void mc_fault_recompute_rng(unsigned flags);
+#endif
 
 /* @model:declarations end */
 
@@ -9626,6 +9671,7 @@ struct mc__gpt_impl {
     float *d_loss;               /* (N) */
     void *tp_scratch;            /* scratch of the tensor-parallel layers (their _scratch()) */
     int *pos_ids;                /* (N) position of each token: s, uploaded at init */
+    int replaying;               /* 1 while a full-recompute group re-runs its forward */
 };
 
 #define MC__GPT_LN_EPS(g) ((g)->config.layernorm_epsilon)
@@ -9759,21 +9805,52 @@ static size_t mc__gpt_tp_scratch_bytes(const mc_gpt *g) {
 // ---------------------------------------------------------------------------------------------
 // random streams
 
+#if defined(MC_FAULT_HOOKS)
+static char mc__fault_stream[MC_RNG_NAME_MAX];   /* "" = Megatron's rules */
+static unsigned mc__fault_recompute;
+MC_API void mc_fault_dropout_stream(const char *stream) {
+    snprintf(mc__fault_stream, sizeof mc__fault_stream, "%s", stream ? stream : "");
+}
+MC_API void mc_fault_recompute_rng(unsigned flags) { mc__fault_recompute = flags; }
+#define MC__FAULT_RECOMPUTE(flag) ((mc__fault_recompute & (flag)) != 0)
+#else
+#define MC__FAULT_RECOMPUTE(flag) 0
+#endif
+
 /* Takes (seed, offset) for n elements from `stream` (MC_RNG_DEFAULT or a tracker stream) and
-   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw. */
-static int mc__gpt_draw_from(mc_gpt *g, const char *stream, size_t n, float p,
-                             mc__gpt_draw *d) {
-    int forked = strcmp(stream, MC_RNG_DEFAULT) != 0, rc;
+   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw.
+   site, chunk and layer only label the draw for the dropout_drawn tap. */
+static int mc__gpt_draw_from(mc_gpt *g, mc_gpt_dropout_site site, int chunk, int layer,
+                             const char *stream, size_t n, float p, mc__gpt_draw *d) {
+    int forked, rc;
     mc_rng *r;
     memset(d, 0, sizeof *d);
     if (!g->training || !(p > 0.0f)) return MC_OK;
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_stream[0] != '\0') stream = mc__fault_stream;
+#endif
+    forked = strcmp(stream, MC_RNG_DEFAULT) != 0;
     if (forked && (rc = mc_rng_tracker_fork(&g->rng, stream)) != MC_OK) return rc;
     r = mc_rng_tracker_current(&g->rng);
     d->seed = r->seed;
     d->offset = r->offset;
     d->p = p;
     r->offset += ((uint64_t)n + 3u) & ~(uint64_t)3u;
-    return forked ? mc_rng_tracker_unfork(&g->rng, stream) : MC_OK;
+    if (forked && (rc = mc_rng_tracker_unfork(&g->rng, stream)) != MC_OK) return rc;
+    if (g->dropout_drawn) {
+        mc_gpt_dropout_draw t;
+        t.site = site;
+        t.chunk = chunk;
+        t.layer = layer;
+        t.replay = g->impl->replaying;
+        t.stream = forked ? stream : MC_RNG_DEFAULT;
+        t.seed = d->seed;
+        t.offset = d->offset;
+        t.n = n;
+        t.p = p;
+        g->dropout_drawn(g->dropout_drawn_user, &t);
+    }
+    return MC_OK;
 }
 
 /* Hidden and embedding dropout: the default generator where the activation is replicated over
@@ -9840,7 +9917,8 @@ static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, void *out, c
     if ((rc = mc__gpt_column_forward(g, c->qkv, inp, ctx->w[MC_GPT_QKV_W], ctx->w[MC_GPT_QKV_B],
                                      3 * g->Ql, g->H)) != MC_OK)
         return rc;
-    if ((rc = mc__gpt_draw_from(g, MC_RNG_MODEL_PARALLEL, n_probs,
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_PROBS, ctx->chunk,
+                                ctx->global_layer, MC_RNG_MODEL_PARALLEL, n_probs,
                                 mc__gpt_dropout_p(g->config.attention_dropout),
                                 &c->attn_drop)) != MC_OK)
         return rc;
@@ -9960,14 +10038,17 @@ static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void 
     int rc;
     if ((rc = sp->norm_forward(ctx, 0, c->ln1, x)) != MC_OK) return rc;
     if ((rc = sp->attention_forward(ctx, im->tmp_a, c->ln1)) != MC_OK) return rc;
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop1)) != MC_OK)
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_OUT, ctx->chunk,
+                                ctx->global_layer, mc__gpt_hidden_stream(g), n, p,
+                                &c->drop1)) != MC_OK)
         return rc;
     sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop1, &rc);
     if (rc == MC_OK) rc = mc__gpt_residual(g, c->res1, x, sub, n);
     if (rc != MC_OK) return rc;
     if ((rc = sp->norm_forward(ctx, 1, c->ln2, c->res1)) != MC_OK) return rc;
     if ((rc = sp->mlp_forward(ctx, im->tmp_a, c->ln2)) != MC_OK) return rc;
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_MLP_OUT, ctx->chunk, ctx->global_layer,
+                                mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
         return rc;
     sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop2, &rc);
     return rc == MC_OK ? mc__gpt_residual(g, out, c->res1, sub, n) : rc;
@@ -10056,10 +10137,16 @@ static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const vo
         if (grp >= 0 && l == im->group_start[grp] + im->group_len[grp] - 1) {
             mc_rng_states now;
             if ((rc = mc_rng_tracker_get_states(&g->rng, &now)) != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK) return rc;
+            if (!MC__FAULT_RECOMPUTE(MC_FAULT_RECOMPUTE_NO_SNAPSHOT) &&
+                (rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK)
+                return rc;
+            im->replaying = 1;
             rc = mc__gpt_run_layers(g, chunk, a, im->group_start[grp], im->group_len[grp]);
+            im->replaying = 0;
             if (rc != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK) return rc;
+            if (!MC__FAULT_RECOMPUTE(MC_FAULT_RECOMPUTE_NO_OUTER) &&
+                (rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK)
+                return rc;
         }
         mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
         if ((rc = mc__gpt_layer_backward(&ctx, bufs[k], dout, a->res[l])) != MC_OK) return rc;
@@ -10101,7 +10188,7 @@ static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
             return rc;
         emb = im->tmp_a;
     }
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n,
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_EMBEDDING, 0, -1, mc__gpt_hidden_stream(g), n,
                                 mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) !=
         MC_OK)
         return rc;
