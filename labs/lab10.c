@@ -39,7 +39,8 @@
 #include "lab_driver.h"
 
 #if !defined(MC_FAULT_HOOKS)
-#error "lab10 injects RNG faults: build it with -DMC_FAULT_HOOKS against build/mc_impl_faults.o (make lab10)"
+/* lab10 injects RNG faults: build it with make lab10 (-DMC_FAULT_HOOKS, build/mc_impl_faults.o) */
+#error "lab10 needs MC_FAULT_HOOKS and the library built with it: use make lab10"
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -186,7 +187,9 @@ typedef struct l10_state {
     /* D */
     double ck_loss2[3];            /* uninterrupted, resumed with RNG, resumed without */
     double ck_grad_diff[3];
-    int ck_rng_restored[3], ck_masks[3];   /* masks: 0 same as uninterrupted, 2 repeat it. 1 */
+    int ck_rng_restored[3];
+    int ck_masks[3];               /* iteration 2 drew: 0 the uninterrupted run's masks,
+                                      1 other masks, 2 iteration 1's masks again */
     char ck_dir[512], ck_rng_text[512];
 } l10_state;
 
@@ -416,7 +419,8 @@ static void l10_mask_pass(lab_ctx *cx, int tp, int sp, int rule, l10_pass *pass)
 
 /* Element j of TP shard r of a draw, as an index into the single-rank draw of the region. */
 static size_t l10_shard_index(const l10_state *st, int site, int r, size_t j) {
-    if (site != MC_GPT_DROPOUT_ATTENTION_PROBS) return (size_t)r * (size_t)st->n_hidden / st->tp + j;
+    if (site != MC_GPT_DROPOUT_ATTENTION_PROBS)
+        return (size_t)r * (size_t)st->n_hidden / (size_t)st->tp + j;
     size_t per_b = (size_t)(L10_HEADS / st->tp) * L10_SEQ * L10_SEQ;
     size_t b = j / per_b, rem = j % per_b;
     return (b * L10_HEADS + (size_t)r * (L10_HEADS / st->tp)) * L10_SEQ * L10_SEQ + rem;
@@ -922,7 +926,8 @@ static int l10_exp_recompute(lab_ctx *cx) {
     long long h = (long long)l10_round4((size_t)st->n_hidden),
               a = (long long)l10_round4((size_t)st->n_attn);
     long long want_def_shift = 2LL * n_rec * h, want_mp_shift = (long long)n_rec * a;
-    long long want_rewind_def = (long long)(1 + 2 * lowest_end) * h - (long long)st->formula_def_end;
+    long long want_rewind_def =
+        (long long)(1 + 2 * lowest_end) * h - (long long)st->formula_def_end;
     long long want_rewind_mp = (long long)lowest_end * a - (long long)st->formula_mp_end;
     lab_check(cx, r[L10_RC_NONE].def_after == st->formula_def_end &&
                       r[L10_RC_NONE].mp_after == st->formula_mp_end,
@@ -1115,13 +1120,16 @@ static cJSON *l10_masks_json(const l10_state *st) {
     cJSON *masks = cJSON_CreateObject();
     for (int sp = 0; sp < 2; sp++) {
         cJSON *o = cJSON_AddObjectToObject(masks, sp ? "sp_on" : "sp_off");
-        cJSON *lay = cJSON_AddObjectToObject(o, "layout"), *req = cJSON_AddObjectToObject(o, "required"),
-              *str = cJSON_AddObjectToObject(o, "tracker_stream");
+        cJSON *lay = cJSON_AddObjectToObject(o, "layout");
+        cJSON *req = cJSON_AddObjectToObject(o, "required");
+        cJSON *str = cJSON_AddObjectToObject(o, "tracker_stream");
         int wrong[L10_N_RULES] = {0};
         for (int s = 0; s < MC_GPT_DROPOUT_SITES; s++) {
             const l10_site_row *w = &st->rows[sp][s];
-            cJSON_AddStringToObject(lay, l10_site_key[s], w->layout_sharded ? "sharded" : "replicated");
-            cJSON_AddStringToObject(req, l10_site_key[s], w->layout_sharded ? "different" : "equal");
+            cJSON_AddStringToObject(lay, l10_site_key[s],
+                                    w->layout_sharded ? "sharded" : "replicated");
+            cJSON_AddStringToObject(req, l10_site_key[s],
+                                    w->layout_sharded ? "different" : "equal");
             cJSON_AddStringToObject(str, l10_site_key[s], w->stream_mp ? MC_RNG_MODEL_PARALLEL
                                                                        : MC_RNG_DEFAULT);
             for (int r = 0; r < L10_N_RULES; r++)
@@ -1215,7 +1223,8 @@ static cJSON *l10_facts(lab_ctx *cx) {
         cJSON_AddNumberToObject(o, "replayed_draws", w->n_replays);
         if (mode != L10_RC_NONE) {
             cJSON_AddBoolToObject(o, "replay_masks_equal_forward", w->replay_equal);
-            cJSON_AddNumberToObject(o, "first_replay_default_offset", (double)w->first_replay_offset);
+            cJSON_AddNumberToObject(o, "first_replay_default_offset",
+                                    (double)w->first_replay_offset);
         }
         cJSON_AddNumberToObject(o, "default_offset_after", (double)w->def_after);
         cJSON_AddNumberToObject(o, "model_parallel_offset_after", (double)w->mp_after);

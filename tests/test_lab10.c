@@ -188,14 +188,15 @@ static void expect_recompute(const cJSON *doc, groups g, int tp) {
     for (int l = 0; l < cJSON_GetArraySize(wrong); l++)
         cr_expect_eq(cJSON_GetArrayItem(wrong, l)->valueint, l);
     cr_expect(getb(doc, "facts.recompute.modes.no_restore.embedding_grad_wrong"));
-    cr_expect_eq(cJSON_GetArraySize(get(doc, "facts.recompute.modes.snapshot_only.wrong_grad_layers")),
-                 0);
+    cr_expect_eq(
+        cJSON_GetArraySize(get(doc, "facts.recompute.modes.snapshot_only.wrong_grad_layers")), 0);
     /* where the streams end */
     cr_expect_eq(getd(doc, "facts.recompute.modes.none.default_offset_after"), def_end);
     cr_expect_eq(getd(doc, "facts.recompute.modes.none.model_parallel_offset_after"), mp_end);
     cr_expect_eq(getd(doc, "facts.recompute.modes.restore_both.default_offset_shift"), 0);
     cr_expect_eq(getd(doc, "facts.recompute.modes.outer_only.default_offset_shift"), 0);
-    cr_expect_eq(getd(doc, "facts.recompute.modes.no_restore.default_offset_shift"), 2 * replayed * h);
+    cr_expect_eq(getd(doc, "facts.recompute.modes.no_restore.default_offset_shift"),
+                 2 * replayed * h);
     cr_expect_eq(getd(doc, "facts.recompute.modes.no_restore.model_parallel_offset_shift"),
                  replayed * a);
     cr_expect_eq(getd(doc, "facts.recompute.modes.snapshot_only.default_offset_shift"),
@@ -231,9 +232,10 @@ static void expect_masks_and_training(const cJSON *doc, int tp) {
     /* statistics: independent masks agree with probability 1 - 2p(1-p); identical ones always */
     const double ind = 1.0 - 2.0 * 0.1 * 0.9;
     cr_expect_float_eq(getd(doc, "facts.masks.independent_agreement"), ind, 1e-9);
-    cr_expect_float_eq(getd(doc, "facts.masks.sp_on.sharded_statistics.tracker.agreement"), ind, 0.08);
-    cr_expect_float_eq(getd(doc, "facts.masks.sp_off.sharded_statistics.single_rank_pieces.agreement"),
-                       ind, 0.08);
+    cr_expect_float_eq(getd(doc, "facts.masks.sp_on.sharded_statistics.tracker.agreement"), ind,
+                       0.08);
+    cr_expect_float_eq(
+        getd(doc, "facts.masks.sp_off.sharded_statistics.single_rank_pieces.agreement"), ind, 0.08);
     cr_expect_eq(getd(doc, "facts.masks.sp_on.sharded_statistics.one_seed.agreement"), 1.0);
     cr_expect_float_eq(getd(doc, "facts.masks.sp_on.sharded_statistics.one_seed.dropped_on_both"),
                        0.1, 0.03);
@@ -260,7 +262,8 @@ static void expect_checkpoint(const cJSON *doc, int tp) {
     const char *rng = gets_(doc, "facts.checkpoint.rng_file_tp0");
     snprintf(want, sizeof want, "current %d %d", SEED, (1 + 2 * LAYERS) * N_HIDDEN);
     cr_expect(mc_test_contains(rng, want), "RNG file lacks \"%s\":\n%s", want, rng);
-    snprintf(want, sizeof want, "stream model-parallel-rng %d %d", SEED + 2718, LAYERS * N_ATTN(tp));
+    snprintf(want, sizeof want, "stream model-parallel-rng %d %d", SEED + 2718,
+             LAYERS * N_ATTN(tp));
     cr_expect(mc_test_contains(rng, want), "RNG file lacks \"%s\":\n%s", want, rng);
     cr_expect(getb(doc, "facts.checkpoint.resume_equal.rng_loaded"));
     cr_expect_not(getb(doc, "facts.checkpoint.resume_equal.no_load_rng"));
@@ -341,7 +344,8 @@ Test(lab10, worlds_it_cannot_use_exit_2_with_the_rule) {
     snprintf(sheet, sizeof sheet, "%s/x.md", tmp_dir);
     int rc = run_lab(4, sheet, NULL, NULL);
     cr_expect_eq(rc, 2, "world 4 at tp 2 exited %d\n%s", rc, out);
-    cr_expect(mc_test_contains(out, "needs world == tp") && mc_test_contains(out, "dp=2"), "%s", out);
+    cr_expect(mc_test_contains(out, "needs world == tp") && mc_test_contains(out, "dp=2"), "%s",
+              out);
     rc = run_lab(1, sheet, NULL, NULL);
     cr_expect_eq(rc, 2, "world 1 exited %d\n%s", rc, out);
     rc = run_lab(3, sheet, "--tp 3", NULL);
