@@ -1896,6 +1896,7 @@ typedef enum mc_gpt_layer_tensor {
 
 typedef struct mc_gpt mc_gpt;
 struct mc__gpt_layer_cache;   /* saved activations of one layer (private) */
+struct mc__gpt_impl;          /* buffers and bookkeeping (private) */
 
 /* Where a dropout sits (mc_gpt.dropout_drawn reports each draw). */
 typedef enum mc_gpt_dropout_site {
@@ -1918,7 +1919,6 @@ typedef struct mc_gpt_dropout_draw {
     size_t n;                       /* elements */
     float p;
 } mc_gpt_dropout_draw;
-struct mc__gpt_impl;          /* buffers and bookkeeping (private) */
 
 /* What a submodule of one transformer layer works on: the layer's weights and grads (rank-
    local shards, pointers into the flat buffers, indexed by mc_gpt_layer_tensor) and the cache
