@@ -422,10 +422,13 @@ MC_API size_t mc_dtype_bytes(mc_dtype dt, size_t n);
 typedef struct mc_cuda_desc {
     int device;                 /* CUDA ordinal; default 0 (-1: the current device) */
     size_t workspace_bytes;     /* cuBLASLt / cuDNN workspace; default 32 MiB */
-    int attention;              /* 0 auto (cuDNN fused SDPA when it can, else the own kernel),
-                                   1 always the own kernel, 2 always cuDNN (an error where it
-                                   cannot); the environment MC_CUDA_ATTENTION=own|cudnn
-                                   overrides auto */
+    int attention;              /* 0 auto: bf16 without dropout runs cuDNN's fused SDPA, or the
+                                   own flash kernel (head dim 32 or 64) where cuDNN cannot
+                                   build the graph; everything else the reference kernel.
+                                   1 own kernels only (flash where it applies), 2 cuDNN only
+                                   (an error where it cannot), 3 the reference kernel only
+                                   (fp32 math, any dtype and dropout). The environment
+                                   MC_CUDA_ATTENTION=auto|own|cudnn|ref overrides it */
     int sync_check;             /* 1: synchronise after every op and check it (slow; also
                                    MC_CUDA_SYNC_CHECK=1 in the environment) */
     int tf32;                   /* 1: allow TF32 in fp32 GEMMs (default off: fp32 GEMMs match
@@ -443,6 +446,17 @@ MC_API int mc_cuda_device_count(void);
 MC_API const char *mc_ops_cuda_describe(const mc_ops *ops);
 /* Peak bytes of device memory allocated through the table since init (or the last reset). */
 MC_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+/* Per-op timing with CUDA events, summed per category (opt-in: it adds two events per op).
+   enable 1 starts a fresh window; read waits for the device, writes the milliseconds of each
+   category since the window opened and opens a new one. Communication is the NCCL operations
+   of communicators whose memory is this table (they overlap compute: the categories need not
+   add up to the step time). */
+typedef enum mc_profile_category {
+    MC_PROF_GEMM = 0, MC_PROF_ATTENTION, MC_PROF_NORM, MC_PROF_LOSS, MC_PROF_OPTIMIZER,
+    MC_PROF_OTHER, MC_PROF_COMM, MC_PROF_COUNT
+} mc_profile_category;
+MC_API int mc_ops_cuda_profile(const mc_ops *ops, int enable);
+MC_API int mc_ops_cuda_profile_read(const mc_ops *ops, double ms[MC_PROF_COUNT]);
 #endif
 
 /* @ops:declarations end */
