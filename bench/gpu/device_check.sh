@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/gpu/device_check.sh - one call on a bare GPU machine: build, check, benchmark.
 #
-#   bash bench/gpu/device_check.sh            # from the repository root; logs in $OUT (or ./out)
+#   bash bench/gpu/device_check.sh   # from anywhere; $OUT (or ./out) gets summary.txt, bench_lines.txt, logs.tar.gz
 #
 # Steps (each with its own time cap; a failing step is reported and the next one still runs):
 #   1 env        the GPU, CUDA, cuDNN, NCCL, MPI and torch versions
@@ -16,13 +16,17 @@
 #   7 bench      bench/gpu/bench_gpu.sh: megatron_c 124M and 350M, then the peers (PyTorch eager,
 #                torch.compile, Megatron-Core) in what is left of the budget; one table
 # The last lines are a summary table (step, status, seconds, what it found). Total budget:
-# DEVICE_BUDGET_S (default 450 s); the peers get what is left after the rest.
+# DEVICE_BUDGET_S (default 450 s); the peers get what is left after the rest (DEVICE_PEERS=0
+# skips them).
 set -u
 start=$SECONDS
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root" || exit 2
-out=${OUT:-$root/out}
-mkdir -p "$out"
+# the logs go to a scratch folder; at the end $OUT gets summary.txt, bench_lines.txt and
+# logs.tar.gz (the tool that fetches $OUT takes at most 8 files)
+final=${OUT:-$root/out}
+out=${DEVICE_LOG_DIR:-/tmp/device_check_logs}
+rm -rf "$out"; mkdir -p "$out" "$final"
 budget=${DEVICE_BUDGET_S:-450}
 jobs=$(nproc 2>/dev/null || echo 8)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -32,6 +36,11 @@ step_begin() { echo; echo "+ [$(( SECONDS - start ))s] step $1: $2"; T0=$SECONDS
 step_end() {   # name status note
     S_NAME+=("$1"); S_STATUS+=("$2"); S_SECS+=("$(( SECONDS - T0 ))"); S_NOTE+=("$3")
     echo "+ [$(( SECONDS - start ))s] step $1: $2${3:+ ($3)}"
+    pack
+}
+pack() {   # what is there so far goes to $OUT after every step, in case the call is cut short
+    [ -f "$out/bench_lines.txt" ] && cp "$out/bench_lines.txt" "$final/"
+    tar -czf "$final/logs.tar.gz" -C "$out" . 2>/dev/null
 }
 left() { echo $(( budget - (SECONDS - start) )); }
 run() {   # cap logfile cmd...: runs with a time cap, output to the log and (tail) to stdout
@@ -156,6 +165,7 @@ if [ -x build/bench/mc_gpt_bench ]; then
     [ $peers_budget -gt 235 ] && peers_budget=235
     peers=1
     if [ $peers_budget -lt 40 ]; then peers=0; echo "+ only $(left) s left: the peers are skipped"; fi
+    [ "${DEVICE_PEERS:-1}" = 0 ] && peers=0 && echo "+ DEVICE_PEERS=0: the peers are skipped"
     BENCH_PEERS=$peers PEERS_BUDGET_S=$peers_budget BENCH_LOG="$out/bench_lines.txt" \
         run $(( $(left) > 60 ? $(left) : 60 )) "$out/bench.log" bash bench/gpu/bench_gpu.sh
     rc=$?
@@ -168,12 +178,15 @@ fi
 
 # --- summary ---------------------------------------------------------------------------------------
 echo
-echo "device_check: $(( SECONDS - start )) s; logs in $out"
+echo "device_check: $(( SECONDS - start )) s"
 {
     printf '%-8s %-6s %5s  %s\n' step status secs note
     for i in "${!S_NAME[@]}"; do
         printf '%-8s %-6s %5s  %s\n' "${S_NAME[$i]}" "${S_STATUS[$i]}" "${S_SECS[$i]}" "${S_NOTE[$i]}"
     done
 } | tee "$out/summary.txt"
+cp "$out/summary.txt" "$final/" 2>/dev/null
+pack
+echo "device_check: $final holds summary.txt, bench_lines.txt, logs.tar.gz"
 grep -q 'FAIL' "$out/summary.txt" && exit 1
 exit 0
