@@ -446,6 +446,10 @@ MC_API int mc_cuda_device_count(void);
 MC_API const char *mc_ops_cuda_describe(const mc_ops *ops);
 /* Peak bytes of device memory allocated through the table since init (or the last reset). */
 MC_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+/* The kernels the last attention forward and backward ran ("forward cudnn, backward cudnn";
+   each one of cudnn, flash, reference, or none yet), and after "; " why cuDNN was refused
+   where it was ("" for a table that is not CUDA). */
+MC_API const char *mc_ops_cuda_attention_kernels(const mc_ops *ops);
 /* Per-op timing with CUDA events, summed per category (opt-in: it adds two events per op).
    enable 1 starts a fresh window; read waits for the device, writes the milliseconds of each
    category since the window opened and opens a new one. Communication is the NCCL operations

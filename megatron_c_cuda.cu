@@ -526,6 +526,52 @@ __global__ void mc__k_bias_bwd(float *dbias, const T *dout, int N, int C) {
     }
 }
 
+/* 8 bf16 <-> 8 floats through one 16-byte register */
+__device__ __forceinline__ void mc__unpack8(const uint4 &v, float (&f)[8]) {
+    const __nv_bfloat162 *h = (const __nv_bfloat162 *)&v;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        float2 t = __bfloat1622float2(h[j]);
+        f[2 * j] = t.x;
+        f[2 * j + 1] = t.y;
+    }
+}
+
+__device__ __forceinline__ uint4 mc__pack8(const float (&f)[8]) {
+    uint4 v;
+    __nv_bfloat162 *h = (__nv_bfloat162 *)&v;
+#pragma unroll
+    for (int j = 0; j < 4; j++) h[j] = __floats2bfloat162_rn(f[2 * j], f[2 * j + 1]);
+    return v;
+}
+
+/* bf16, C % 8 == 0, 16-byte aligned: a warp reads 256 consecutive columns of a row (8 per lane,
+   one 16-byte load), the block's 8 warps take interleaved rows and meet in shared memory. */
+__global__ void __launch_bounds__(256) mc__k_bias_bwd_v(float *dbias, const mc__bf16 *dout,
+                                                        int N, int C) {
+    __shared__ float red[8][256];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int c0 = blockIdx.x * 256 + lane * 8;
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}, f[8];
+    if (c0 < C)
+#pragma unroll 4
+        for (int n = blockIdx.y * 8 + warp; n < N; n += gridDim.y * 8) {
+            mc__unpack8(*(const uint4 *)(dout + (size_t)n * C + c0), f);
+#pragma unroll
+            for (int j = 0; j < 8; j++) acc[j] += f[j];
+        }
+#pragma unroll
+    for (int j = 0; j < 8; j++) red[warp][lane * 8 + j] = acc[j];
+    __syncthreads();
+    int c = blockIdx.x * 256 + threadIdx.x;
+    if (c < C) {
+        float t = 0.0f;
+#pragma unroll
+        for (int q = 0; q < 8; q++) t += red[q][threadIdx.x];
+        atomicAdd(&dbias[c], t);
+    }
+}
+
 /* C[M, N] = beta * C + bias[N] (the K = 0 GEMM) */
 template <typename T, typename B>
 __global__ void mc__k_bias_add(T *C, const B *bias, int M, int N, float beta) {
@@ -604,6 +650,119 @@ __global__ void mc__k_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const
     }
 }
 
+/* bf16 rows of C = NV * 256: every lane holds NV 16-byte vectors (8 values each) of its row in
+   registers, so the row is read once; lane l owns vectors l, l + 32, ... (coalesced). The
+   arithmetic is the generic kernels' (the CPU's two-pass statistics). */
+template <int NV>
+__global__ void __launch_bounds__(256) mc__k_ln_fwd_v(mc__bf16 *out, float *mean, float *rstd,
+                                                      const mc__bf16 *inp, const mc__bf16 *w,
+                                                      const mc__bf16 *b, int N, float eps) {
+    const int C = NV * 256;
+    int row = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const uint4 *x4 = (const uint4 *)(inp + (size_t)row * C);
+    float x[NV][8], s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        mc__unpack8(x4[lane + 32 * k], x[k]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) s += x[k][j];
+    }
+    float m = mc__warp_sum(s) / (float)C, v = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; k++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            float d = x[k][j] - m;
+            v += d * d;
+        }
+    v = mc__warp_sum(v) / (float)C;
+    float r = 1.0f / sqrtf(v + eps);
+    uint4 *y4 = (uint4 *)(out + (size_t)row * C);
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        float wf[8], bf[8], y[8];
+        mc__unpack8(((const uint4 *)w)[lane + 32 * k], wf);
+        if (b) mc__unpack8(((const uint4 *)b)[lane + 32 * k], bf);
+#pragma unroll
+        for (int j = 0; j < 8; j++) y[j] = (x[k][j] - m) * r * wf[j] + (b ? bf[j] : 0.0f);
+        y4[lane + 32 * k] = mc__pack8(y);
+    }
+    if (lane == 0) {
+        if (mean) mean[row] = m;
+        if (rstd) rstd[row] = r;
+    }
+}
+
+/* Backward: each warp sums dweight / dbias of its rows in registers, the block adds its 8 warps
+   through shared memory (8 C floats) and then global memory, one atomic per column and block. */
+template <int NV>
+__global__ void __launch_bounds__(256) mc__k_ln_bwd_v(mc__bf16 *dinp, float *dw, float *db,
+                                                      const mc__bf16 *dout, const mc__bf16 *inp,
+                                                      const mc__bf16 *w, const float *mean,
+                                                      const float *rstd, int N) {
+    extern __shared__ float red[];   /* [8][C] */
+    const int C = NV * 256;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    float aw[NV][8], ab[NV][8], wf[NV][8];
+#pragma unroll
+    for (int k = 0; k < NV; k++) {
+        mc__unpack8(((const uint4 *)w)[lane + 32 * k], wf[k]);
+#pragma unroll
+        for (int j = 0; j < 8; j++) aw[k][j] = ab[k][j] = 0.0f;
+    }
+    for (int row = blockIdx.x * 8 + warp; row < N; row += gridDim.x * 8) {
+        const uint4 *x4 = (const uint4 *)(inp + (size_t)row * C);
+        const uint4 *d4 = (const uint4 *)(dout + (size_t)row * C);
+        float m = mean[row], r = rstd[row], gm = 0.0f, gxm = 0.0f;
+        float xh[NV][8], dy[NV][8];
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            mc__unpack8(x4[lane + 32 * k], xh[k]);
+            mc__unpack8(d4[lane + 32 * k], dy[k]);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                xh[k][j] = (xh[k][j] - m) * r;
+                float g = wf[k][j] * dy[k][j];
+                gm += g;
+                gxm += g * xh[k][j];
+            }
+        }
+        gm = mc__warp_sum(gm) / (float)C;
+        gxm = mc__warp_sum(gxm) / (float)C;
+        uint4 *di4 = dinp ? (uint4 *)(dinp + (size_t)row * C) : NULL;
+#pragma unroll
+        for (int k = 0; k < NV; k++) {
+            float cur[8];
+            if (di4) mc__unpack8(di4[lane + 32 * k], cur);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                ab[k][j] += dy[k][j];
+                aw[k][j] += xh[k][j] * dy[k][j];
+                if (di4) cur[j] = cur[j] + (wf[k][j] * dy[k][j] - gm - xh[k][j] * gxm) * r;
+            }
+            if (di4) di4[lane + 32 * k] = mc__pack8(cur);
+        }
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        float *dst = pass == 0 ? dw : db;
+        if (dst == NULL) continue;
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < NV; k++)
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+                red[warp * C + (lane + 32 * k) * 8 + j] = pass == 0 ? aw[k][j] : ab[k][j];
+        __syncthreads();
+        for (int c = threadIdx.x; c < C; c += 256) {
+            float t = 0.0f;
+#pragma unroll
+            for (int q = 0; q < 8; q++) t += red[q * C + c];
+            atomicAdd(&dst[c], t);
+        }
+    }
+}
+
 // --- embedding
 
 template <typename T>
@@ -661,6 +820,58 @@ __global__ void mc__k_row_sum(float *sum, const T *logits, int V) {
     for (int j = threadIdx.x; j < V; j += blockDim.x) s += (double)mc__ld(l, j);
     s = mc__block_sum_d(s);
     if (threadIdx.x == 0) sum[blockIdx.x] = (float)s;
+}
+
+/* bf16 rows with V % 8 == 0 (Megatron pads the vocabulary to a multiple of 128) and 16-byte
+   aligned logits: the same row reductions, 8 values per load. */
+__global__ void mc__k_row_max_v(float *max, const mc__bf16 *logits, int V) {
+    const uint4 *l = (const uint4 *)(logits + (size_t)blockIdx.x * V);
+    float m = -INFINITY, f[8];
+    for (int j = threadIdx.x; j < V / 8; j += blockDim.x) {
+        mc__unpack8(l[j], f);
+#pragma unroll
+        for (int k = 0; k < 8; k++) m = fmaxf(m, f[k]);
+    }
+    m = mc__block_max(m);
+    if (threadIdx.x == 0) max[blockIdx.x] = m;
+}
+
+__global__ void mc__k_sum_exp_v(float *sum, const mc__bf16 *logits, const float *max, int V) {
+    const uint4 *l = (const uint4 *)(logits + (size_t)blockIdx.x * V);
+    float m = max[blockIdx.x], f[8];
+    double s = 0.0;
+    for (int j = threadIdx.x; j < V / 8; j += blockDim.x) {
+        mc__unpack8(l[j], f);
+#pragma unroll
+        for (int k = 0; k < 8; k++) s += (double)expf(f[k] - m);
+    }
+    s = mc__block_sum_d(s);
+    if (threadIdx.x == 0) sum[blockIdx.x] = (float)s;
+}
+
+__global__ void mc__k_ce_bwd_v(mc__bf16 *dlogits, const mc__bf16 *logits, const float *max,
+                               const float *sum, const int *targets, const float *dloss, int V,
+                               int vs, float smoothing, float uniform) {
+    size_t row = blockIdx.x;
+    const uint4 *l = (const uint4 *)(logits + row * V);
+    uint4 *dl = (uint4 *)(dlogits + row * V);
+    float m = max[row], inv = 1.0f / sum[row], g = dloss[row], f[8];
+    int local = targets[row] - vs;
+    bool owned = targets[row] >= vs && local < V;
+    for (int j = threadIdx.x; j < V / 8; j += blockDim.x) {
+        mc__unpack8(l[j], f);
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            float d = expf(f[k] - m) * inv - uniform;
+            if (owned && j * 8 + k == local) d -= 1.0f - smoothing;
+            f[k] = d * g;
+        }
+        dl[j] = mc__pack8(f);
+    }
+}
+
+static bool mc__rows_v(mc_dtype dt, int V, const void *a, const void *b) {
+    return dt == MC_BF16 && V % 8 == 0 && (((uintptr_t)a | (uintptr_t)b) & 15u) == 0;
 }
 
 __global__ void mc__k_ce_loss(float *losses, double *loss_sum, const float *max,
@@ -1295,7 +1506,8 @@ __global__ void __launch_bounds__(128) mc__k_flash_dq(mc__bf16 *dqkv, const mc__
 
 /* Unique ids of the graphs' tensors (the variant pack binds them to memory). */
 enum { MC__UID_Q = 1, MC__UID_K, MC__UID_V, MC__UID_O, MC__UID_DO, MC__UID_STATS, MC__UID_DQ,
-       MC__UID_DK, MC__UID_DV, MC__UID_SCALE, MC__UID_NEGINF, MC__UID_SUMS, MC__UID_VIRT = 100 };
+       MC__UID_DK, MC__UID_DV, MC__UID_SCALE, MC__UID_NEGINF, MC__UID_SUMS, MC__UID_ONE,
+       MC__UID_DQACC, MC__UID_VIRT = 100 };
 
 typedef struct mc__dnn_plan {
     int S, B, NH, HD, backward;
@@ -1316,6 +1528,10 @@ typedef struct mc__cuda_compute {
     int n_lt, cap_lt;
     float *att_delta;                /* [B*NH*S] scratch of the attention backward */
     size_t att_delta_n;
+    float *att_dq;                   /* [B*NH*S*HD] cuDNN's fp32 dQ accumulator */
+    size_t att_dq_n;
+    int att_last[2];                 /* last forward / backward: 0 none, 1 ref, 2 flash, 3 cuDNN */
+    char kernels[400];
     char describe[160];
     int warned_fallback;
     /* profiling (mc_ops_cuda_profile) */
@@ -1344,9 +1560,9 @@ static int mc__dnn_fail(cudnnStatus_t st, const char *step, char *why, size_t ca
 
 /* The descriptors a graph is built from, destroyed together. */
 typedef struct mc__dnn_build {
-    cudnnBackendDescriptor_t d[96];
+    cudnnBackendDescriptor_t d[192];
     int n;
-    cudnnBackendDescriptor_t ops[32];
+    cudnnBackendDescriptor_t ops[64];
     int n_ops;
 } mc__dnn_build;
 
@@ -1357,7 +1573,7 @@ static void mc__dnn_build_free(mc__dnn_build *g) {
 
 static int mc__dnn_new(mc__dnn_build *g, cudnnBackendDescriptorType_t type,
                        cudnnBackendDescriptor_t *out, char *why, size_t why_cap) {
-    if (g->n >= 96) {
+    if (g->n >= 192 || g->n_ops >= 64) {
         snprintf(why, why_cap, "graph builder: too many descriptors");
         return MC_ERR_CUDA;
     }
@@ -1567,40 +1783,56 @@ static void mc__dnn_bhsd(int64_t dims[4], int64_t strides[4], int S, int B, int 
 }
 
 
-/* S = mask(Q K^T * scale) as a float virtual [b, h, s, s]: the part both graphs share. */
+/* S = (Q K^T) * scale as a float virtual [b, h, s, s]: the part both graphs share. K enters as
+   the real tensor K^T (K's memory and unique id, transposed dims and strides), as the frontend
+   maps it; the backward reshapes it back to K for dQ. */
 static int mc__dnn_scores(mc__dnn_build *g, int S, int B, int NH, int HD,
                           cudnnBackendDescriptor_t *scores, cudnnBackendDescriptor_t *q_out,
-                          cudnnBackendDescriptor_t *scale_out, int64_t *vuid, char *why,
-                          size_t why_cap) {
+                          cudnnBackendDescriptor_t *kt_out, cudnnBackendDescriptor_t *scale_out,
+                          int64_t *vuid, char *why, size_t why_cap) {
     int64_t dq[4], sq[4], dk[4], sk[4], ds[4], ss[4], d1[4] = {1, 1, 1, 1}, s1[4] = {1, 1, 1, 1};
     int64_t row = 3LL * NH * HD, head = 3LL * HD;
-    cudnnBackendDescriptor_t tq, tkt, s0, scale, s1v, ri, ci, mask, neg, out;
+    cudnnBackendDescriptor_t tq, tkt, s0, scale, s1v;
     mc__dnn_bhsd(dq, sq, S, B, NH, HD, row, head, 0);
     mc__dnn_bhsd(dk, sk, S, B, NH, HD, row, head, 1);
     ds[0] = B, ds[1] = NH, ds[2] = S, ds[3] = S;
     ss[0] = (int64_t)NH * S * S, ss[1] = (int64_t)S * S, ss[2] = S, ss[3] = 1;
     MC__DNN_TRY(mc__dnn_tensor(g, &tq, MC__UID_Q, CUDNN_DATA_BFLOAT16, dq, sq, false, false, why, why_cap));
-    /* K^T: K's memory and unique id, transposed dims and strides (as the frontend does) */
     MC__DNN_TRY(mc__dnn_tensor(g, &tkt, MC__UID_K, CUDNN_DATA_BFLOAT16, dk, sk, false, false, why, why_cap));
     MC__DNN_TRY(mc__dnn_tensor(g, &s0, (*vuid)++, CUDNN_DATA_FLOAT, ds, ss, true, false, why, why_cap));
     MC__DNN_TRY(mc__dnn_matmul(g, tq, tkt, s0, why, why_cap));
     MC__DNN_TRY(mc__dnn_tensor(g, &scale, MC__UID_SCALE, CUDNN_DATA_FLOAT, d1, s1, false, true, why, why_cap));
     MC__DNN_TRY(mc__dnn_tensor(g, &s1v, (*vuid)++, CUDNN_DATA_FLOAT, ds, ss, true, false, why, why_cap));
     MC__DNN_TRY(mc__dnn_pointwise(g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s0, scale, NULL, s1v, 0, why, why_cap));
-    MC__DNN_TRY(mc__dnn_tensor(g, &ri, (*vuid)++, CUDNN_DATA_INT32, ds, ss, true, false, why, why_cap));
-    MC__DNN_TRY(mc__dnn_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s1v, NULL, NULL, ri, 2, why, why_cap));
-    MC__DNN_TRY(mc__dnn_tensor(g, &ci, (*vuid)++, CUDNN_DATA_INT32, ds, ss, true, false, why, why_cap));
-    MC__DNN_TRY(mc__dnn_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, s1v, NULL, NULL, ci, 3, why, why_cap));
-    MC__DNN_TRY(mc__dnn_tensor(g, &mask, (*vuid)++, CUDNN_DATA_BOOLEAN, ds, ss, true, false, why, why_cap));
-    MC__DNN_TRY(mc__dnn_pointwise(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, ri, ci, NULL, mask, 0, why, why_cap));
-    MC__DNN_TRY(mc__dnn_tensor(g, &neg, MC__UID_NEGINF, CUDNN_DATA_FLOAT, d1, s1, false, true, why, why_cap));
-    MC__DNN_TRY(mc__dnn_tensor(g, &out, (*vuid)++, CUDNN_DATA_FLOAT, ds, ss, true, false, why, why_cap));
-    MC__DNN_TRY(mc__dnn_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, s1v, neg, mask, out, 0, why, why_cap));
-    *scores = out;
+    *scores = s1v;
     *q_out = tq;
+    *kt_out = tkt;
     *scale_out = scale;
     return MC_OK;
 }
+
+/* The causal mask on a float virtual [b, h, s, s]: row >= col ? x : -inf (the frontend's
+   composite diagonal band with right bound 0). */
+static int mc__dnn_causal(mc__dnn_build *g, int S, int B, int NH, cudnnBackendDescriptor_t x,
+                          cudnnBackendDescriptor_t *out, int64_t *vuid, char *why,
+                          size_t why_cap) {
+    int64_t ds[4], ss[4], d1[4] = {1, 1, 1, 1}, s1[4] = {1, 1, 1, 1};
+    cudnnBackendDescriptor_t ri, ci, mask, neg, y;
+    ds[0] = B, ds[1] = NH, ds[2] = S, ds[3] = S;
+    ss[0] = (int64_t)NH * S * S, ss[1] = (int64_t)S * S, ss[2] = S, ss[3] = 1;
+    MC__DNN_TRY(mc__dnn_tensor(g, &ri, (*vuid)++, CUDNN_DATA_INT32, ds, ss, true, false, why, why_cap));
+    MC__DNN_TRY(mc__dnn_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, x, NULL, NULL, ri, 2, why, why_cap));
+    MC__DNN_TRY(mc__dnn_tensor(g, &ci, (*vuid)++, CUDNN_DATA_INT32, ds, ss, true, false, why, why_cap));
+    MC__DNN_TRY(mc__dnn_pointwise(g, CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_INT32, x, NULL, NULL, ci, 3, why, why_cap));
+    MC__DNN_TRY(mc__dnn_tensor(g, &mask, (*vuid)++, CUDNN_DATA_BOOLEAN, ds, ss, true, false, why, why_cap));
+    MC__DNN_TRY(mc__dnn_pointwise(g, CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, ri, ci, NULL, mask, 0, why, why_cap));
+    MC__DNN_TRY(mc__dnn_tensor(g, &neg, MC__UID_NEGINF, CUDNN_DATA_FLOAT, d1, s1, false, true, why, why_cap));
+    MC__DNN_TRY(mc__dnn_tensor(g, &y, (*vuid)++, CUDNN_DATA_FLOAT, ds, ss, true, false, why, why_cap));
+    MC__DNN_TRY(mc__dnn_pointwise(g, CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, x, neg, mask, y, 0, why, why_cap));
+    *out = y;
+    return MC_OK;
+}
+
 
 static int mc__dnn_build_fwd(cudnnHandle_t h, int S, int B, int NH, int HD,
                              cudnnBackendDescriptor_t *plan, int64_t *ws, char *why,
@@ -1608,8 +1840,8 @@ static int mc__dnn_build_fwd(cudnnHandle_t h, int S, int B, int NH, int HD,
     mc__dnn_build g;
     memset(&g, 0, sizeof g);
     int64_t vuid = MC__UID_VIRT, dv[4], sv[4], dout[4], sout[4], dr[4], sr[4], ds[4], ss[4];
-    cudnnBackendDescriptor_t s, tq, scale, mx, sub, ex, sum, lg, stats, p, tv, to;
-    int rc = mc__dnn_scores(&g, S, B, NH, HD, &s, &tq, &scale, &vuid, why, why_cap);
+    cudnnBackendDescriptor_t s0, s, tq, tkt, scale, mx, sub, ex, sum, lg, stats, p, tv, to;
+    int rc = mc__dnn_scores(&g, S, B, NH, HD, &s0, &tq, &tkt, &scale, &vuid, why, why_cap);
     mc__dnn_bhsd(dv, sv, S, B, NH, HD, 3LL * NH * HD, 3LL * HD, 0);
     mc__dnn_bhsd(dout, sout, S, B, NH, HD, (int64_t)NH * HD, HD, 0);
     ds[0] = B, ds[1] = NH, ds[2] = S, ds[3] = S;
@@ -1617,6 +1849,8 @@ static int mc__dnn_build_fwd(cudnnHandle_t h, int S, int B, int NH, int HD,
     dr[0] = B, dr[1] = NH, dr[2] = S, dr[3] = 1;
     sr[0] = (int64_t)NH * S, sr[1] = S, sr[2] = 1, sr[3] = 1;
 #define MC__B(x) if (rc == MC_OK) rc = (x)
+    MC__B(mc__dnn_causal(&g, S, B, NH, s0, &s, &vuid, why, why_cap));
+    /* softmax with the statistics: lse = max + log(sum exp(s - max)), P = exp(s - max) / sum */
     MC__B(mc__dnn_tensor(&g, &mx, vuid++, CUDNN_DATA_FLOAT, dr, sr, true, false, why, why_cap));
     MC__B(mc__dnn_reduce(&g, CUDNN_REDUCE_TENSOR_MAX, s, mx, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &sub, vuid++, CUDNN_DATA_FLOAT, ds, ss, true, false, why, why_cap));
@@ -1629,7 +1863,8 @@ static int mc__dnn_build_fwd(cudnnHandle_t h, int S, int B, int NH, int HD,
     MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_LOG, CUDNN_DATA_FLOAT, sum, NULL, NULL, lg, 0, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &stats, MC__UID_STATS, CUDNN_DATA_FLOAT, dr, sr, false, false, why, why_cap));
     MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, mx, lg, NULL, stats, 0, why, why_cap));
-    MC__B(mc__dnn_tensor(&g, &p, vuid++, CUDNN_DATA_FLOAT, ds, ss, true, false, why, why_cap));
+    /* P enters the second matmul in the i/o type (bf16), as the fused engine requires */
+    MC__B(mc__dnn_tensor(&g, &p, vuid++, CUDNN_DATA_BFLOAT16, ds, ss, true, false, why, why_cap));
     MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, ex, sum, NULL, p, 0, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &tv, MC__UID_V, CUDNN_DATA_BFLOAT16, dv, sv, false, false, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &to, MC__UID_O, CUDNN_DATA_BFLOAT16, dout, sout, false, false, why, why_cap));
@@ -1639,41 +1874,50 @@ static int mc__dnn_build_fwd(cudnnHandle_t h, int S, int B, int NH, int HD,
     return rc;
 }
 
+/* The backward in the frontend's composite order (cuDNN >= 9: dQ accumulates in an fp32
+   [b, h, s, d] tensor, then an identity writes the bf16 dQ). */
 static int mc__dnn_build_bwd(cudnnHandle_t h, int S, int B, int NH, int HD,
                              cudnnBackendDescriptor_t *plan, int64_t *ws, char *why,
                              size_t why_cap) {
     mc__dnn_build g;
     memset(&g, 0, sizeof g);
     int64_t vuid = MC__UID_VIRT, dqkv[4], sqkv[4], dvt[4], svt[4], dout[4], sout[4];
-    int64_t dr[4], sr[4], ds[4], ss[4], dst[4], sst[4], dbig[4], sbig[4];
-    cudnnBackendDescriptor_t s, tdo, to, doo, sums, stats, sub, p, pt, tdv, tvt, dp, ds1, ds2,
-        scale, dS, tk, tdq, dst_, tq, tdk;
-    int rc = mc__dnn_scores(&g, S, B, NH, HD, &s, &tq, &scale, &vuid, why, why_cap);
+    int64_t dr[4], sr[4], ds[4], ss[4], dst[4], sst[4], dbig[4], sbig[4], dacc[4], sacc[4];
+    int64_t d1[4] = {1, 1, 1, 1}, s1[4] = {1, 1, 1, 1};
+    cudnnBackendDescriptor_t s0, tq, tkt, scale, tdo, to, doo, red, one, sums, stats, sub, msk, p,
+        pt, tdv, tvt, dp, ds1, ds2, dS, dst_, tdk, kv, acc, tdq;
+    int rc = mc__dnn_scores(&g, S, B, NH, HD, &s0, &tq, &tkt, &scale, &vuid, why, why_cap);
     mc__dnn_bhsd(dqkv, sqkv, S, B, NH, HD, 3LL * NH * HD, 3LL * HD, 0);
     mc__dnn_bhsd(dvt, svt, S, B, NH, HD, 3LL * NH * HD, 3LL * HD, 1);
     mc__dnn_bhsd(dout, sout, S, B, NH, HD, (int64_t)NH * HD, HD, 0);
-    dbig[0] = B, dbig[1] = NH, dbig[2] = S, dbig[3] = HD;   /* dO * O, a packed virtual */
-    sbig[0] = (int64_t)NH * S * HD, sbig[1] = (int64_t)S * HD, sbig[2] = HD, sbig[3] = 1;
+    dbig[0] = B, dbig[1] = NH, dbig[2] = S, dbig[3] = HD;   /* dO * O, as the frontend strides it */
+    sbig[0] = (int64_t)NH * S * HD, sbig[1] = (int64_t)S * HD, sbig[2] = (int64_t)NH * HD, sbig[3] = 1;
+    dacc[0] = B, dacc[1] = NH, dacc[2] = S, dacc[3] = HD;   /* the fp32 dQ accumulator, packed */
+    sacc[0] = (int64_t)NH * S * HD, sacc[1] = (int64_t)S * HD, sacc[2] = HD, sacc[3] = 1;
     ds[0] = B, ds[1] = NH, ds[2] = S, ds[3] = S;
     ss[0] = (int64_t)NH * S * S, ss[1] = (int64_t)S * S, ss[2] = S, ss[3] = 1;
     dst[0] = B, dst[1] = NH, dst[2] = S, dst[3] = S;         /* the transposed view */
     sst[0] = (int64_t)NH * S * S, sst[1] = (int64_t)S * S, sst[2] = 1, sst[3] = S;
     dr[0] = B, dr[1] = NH, dr[2] = S, dr[3] = 1;
     sr[0] = (int64_t)NH * S, sr[1] = S, sr[2] = 1, sr[3] = 1;
-    /* sums = rowsum(dO * O) */
+    /* sums = rowsum(dO * O) * 1 (the frontend's dropout-free scale), kept in fp32 memory */
     MC__B(mc__dnn_tensor(&g, &tdo, MC__UID_DO, CUDNN_DATA_BFLOAT16, dout, sout, false, false, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &to, MC__UID_O, CUDNN_DATA_BFLOAT16, dout, sout, false, false, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &doo, vuid++, CUDNN_DATA_FLOAT, dbig, sbig, true, false, why, why_cap));
     MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, tdo, to, NULL, doo, 0, why, why_cap));
+    MC__B(mc__dnn_tensor(&g, &red, vuid++, CUDNN_DATA_FLOAT, dr, sr, true, false, why, why_cap));
+    MC__B(mc__dnn_reduce(&g, CUDNN_REDUCE_TENSOR_ADD, doo, red, why, why_cap));
+    MC__B(mc__dnn_tensor(&g, &one, MC__UID_ONE, CUDNN_DATA_FLOAT, d1, s1, false, true, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &sums, MC__UID_SUMS, CUDNN_DATA_FLOAT, dr, sr, false, false, why, why_cap));
-    MC__B(mc__dnn_reduce(&g, CUDNN_REDUCE_TENSOR_ADD, doo, sums, why, why_cap));
-    /* P = exp(S - lse), dV = P^T dO */
+    MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, red, one, NULL, sums, 0, why, why_cap));
+    /* P = exp(mask(S - lse)); dV = P^T dO */
     MC__B(mc__dnn_tensor(&g, &stats, MC__UID_STATS, CUDNN_DATA_FLOAT, dr, sr, false, false, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &sub, vuid++, CUDNN_DATA_FLOAT, ds, ss, true, false, why, why_cap));
-    MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s, stats, NULL, sub, 0, why, why_cap));
+    MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, s0, stats, NULL, sub, 0, why, why_cap));
+    MC__B(mc__dnn_causal(&g, S, B, NH, sub, &msk, &vuid, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &p, vuid++, CUDNN_DATA_FLOAT, ds, ss, true, false, why, why_cap));
-    MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, sub, NULL, NULL, p, 0, why, why_cap));
-    MC__B(mc__dnn_tensor(&g, &pt, vuid++, CUDNN_DATA_FLOAT, dst, sst, true, false, why, why_cap));
+    MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, msk, NULL, NULL, p, 0, why, why_cap));
+    MC__B(mc__dnn_tensor(&g, &pt, vuid++, CUDNN_DATA_BFLOAT16, dst, sst, true, false, why, why_cap));
     MC__B(mc__dnn_reshape(&g, p, pt, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &tdv, MC__UID_DV, CUDNN_DATA_BFLOAT16, dqkv, sqkv, false, false, why, why_cap));
     MC__B(mc__dnn_matmul(&g, pt, tdo, tdv, why, why_cap));
@@ -1687,14 +1931,18 @@ static int mc__dnn_build_bwd(cudnnHandle_t h, int S, int B, int NH, int HD,
     MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, ds1, p, NULL, ds2, 0, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &dS, vuid++, CUDNN_DATA_FLOAT, ds, ss, true, false, why, why_cap));
     MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, ds2, scale, NULL, dS, 0, why, why_cap));
-    /* dQ = dS K, dK = dS^T Q */
-    MC__B(mc__dnn_tensor(&g, &tk, MC__UID_K, CUDNN_DATA_BFLOAT16, dqkv, sqkv, false, false, why, why_cap));
-    MC__B(mc__dnn_tensor(&g, &tdq, MC__UID_DQ, CUDNN_DATA_BFLOAT16, dqkv, sqkv, false, false, why, why_cap));
-    MC__B(mc__dnn_matmul(&g, dS, tk, tdq, why, why_cap));
-    MC__B(mc__dnn_tensor(&g, &dst_, vuid++, CUDNN_DATA_FLOAT, dst, sst, true, false, why, why_cap));
+    /* dK = dS^T Q */
+    MC__B(mc__dnn_tensor(&g, &dst_, vuid++, CUDNN_DATA_BFLOAT16, dst, sst, true, false, why, why_cap));
     MC__B(mc__dnn_reshape(&g, dS, dst_, why, why_cap));
     MC__B(mc__dnn_tensor(&g, &tdk, MC__UID_DK, CUDNN_DATA_BFLOAT16, dqkv, sqkv, false, false, why, why_cap));
     MC__B(mc__dnn_matmul(&g, dst_, tq, tdk, why, why_cap));
+    /* dQ = dS K: K from K^T by a reshape, into the fp32 accumulator, then to bf16 */
+    MC__B(mc__dnn_tensor(&g, &kv, vuid++, CUDNN_DATA_BFLOAT16, dqkv, sqkv, true, false, why, why_cap));
+    MC__B(mc__dnn_reshape(&g, tkt, kv, why, why_cap));
+    MC__B(mc__dnn_tensor(&g, &acc, MC__UID_DQACC, CUDNN_DATA_FLOAT, dacc, sacc, false, false, why, why_cap));
+    MC__B(mc__dnn_matmul(&g, dS, kv, acc, why, why_cap));
+    MC__B(mc__dnn_tensor(&g, &tdq, MC__UID_DQ, CUDNN_DATA_BFLOAT16, dqkv, sqkv, false, false, why, why_cap));
+    MC__B(mc__dnn_pointwise(&g, CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, acc, NULL, NULL, tdq, 0, why, why_cap));
 #undef MC__B
     if (rc == MC_OK) rc = mc__dnn_plan_graph(h, &g, plan, ws, why, why_cap);
     mc__dnn_build_free(&g);
@@ -2034,6 +2282,15 @@ static int mc__cu_bias_backward(const mc_ops *o, float *dbias, const void *dout,
                                 mc_dtype dt) {
     MC__OP_BEGIN("bias_backward", MC_PROF_GEMM);
     if (N <= 0 || C <= 0) MC__OP_END("");
+    if (dt == MC_BF16 && C % 8 == 0 && ((uintptr_t)dout & 15u) == 0) {
+        int gx = (C + 255) / 256, sms = 132;
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cx->device);
+        int gy = (4 * sms + gx - 1) / gx, rows = (N + 7) / 8;
+        if (gy > rows) gy = rows;
+        mc__k_bias_bwd_v<<<dim3(gx, gy), 256, 0, cx->stream>>>(dbias, (const mc__bf16 *)dout, N,
+                                                               C);
+        MC__OP_END("N %d C %d dt %d (vectorised)", N, C, (int)dt);
+    }
     int gy = (N + 63) / 64;
     if (gy > 256) gy = 256;
     MC__BY_DT(dt, T, mc__k_bias_bwd<T><<<dim3((C + 31) / 32, gy), dim3(32, 8), 0, cx->stream>>>(
@@ -2093,11 +2350,29 @@ static int mc__cu_gemm(const mc_ops *o, void *C, const void *A, const void *B, c
                trans_b, (double)alpha, (double)beta, (int)c_dt, (int)ab_dt);
 }
 
+/* The vectorised LayerNorm kernels: bf16, C a multiple of 256 up to 1024, 16-byte aligned rows. */
+static bool mc__ln_fast(mc_dtype dt, int C, const void *a, const void *b, const void *c,
+                        const void *d) {
+    static int generic = -1;   /* MC_CUDA_GENERIC_NORM=1 forces the generic kernels */
+    if (generic < 0) generic = getenv("MC_CUDA_GENERIC_NORM") != NULL;
+    uintptr_t x = (uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d;
+    return !generic && dt == MC_BF16 && C % 256 == 0 && C <= 1024 && (x & 15u) == 0;
+}
+
 static int mc__cu_layernorm_forward(const mc_ops *o, void *out, float *mean, float *rstd,
                                     const void *inp, const void *weight, const void *bias, int N,
                                     int C, float eps, mc_dtype dt) {
     MC__OP_BEGIN("layernorm_forward", MC_PROF_NORM);
     if (N <= 0 || C <= 0) MC__OP_END("");
+    if (mc__ln_fast(dt, C, out, inp, weight, bias)) {
+        switch (C / 256) {
+            case 1: mc__k_ln_fwd_v<1><<<(N + 7) / 8, 256, 0, cx->stream>>>((mc__bf16 *)out, mean, rstd, (const mc__bf16 *)inp, (const mc__bf16 *)weight, (const mc__bf16 *)bias, N, eps); break;
+            case 2: mc__k_ln_fwd_v<2><<<(N + 7) / 8, 256, 0, cx->stream>>>((mc__bf16 *)out, mean, rstd, (const mc__bf16 *)inp, (const mc__bf16 *)weight, (const mc__bf16 *)bias, N, eps); break;
+            case 3: mc__k_ln_fwd_v<3><<<(N + 7) / 8, 256, 0, cx->stream>>>((mc__bf16 *)out, mean, rstd, (const mc__bf16 *)inp, (const mc__bf16 *)weight, (const mc__bf16 *)bias, N, eps); break;
+            default: mc__k_ln_fwd_v<4><<<(N + 7) / 8, 256, 0, cx->stream>>>((mc__bf16 *)out, mean, rstd, (const mc__bf16 *)inp, (const mc__bf16 *)weight, (const mc__bf16 *)bias, N, eps); break;
+        }
+        MC__OP_END("N %d C %d dt %d (vectorised)", N, C, (int)dt);
+    }
     MC__BY_DT(dt, T, mc__k_ln_fwd<T><<<(N + 7) / 8, 256, 0, cx->stream>>>(
                          (T *)out, mean, rstd, (const T *)inp, (const T *)weight,
                          (const T *)bias, N, C, eps));
@@ -2113,6 +2388,16 @@ static int mc__cu_layernorm_backward(const mc_ops *o, void *dinp, float *dweight
     int sms = 132, blocks = (N + 7) / 8;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cx->device);
     if (blocks > 2 * sms) blocks = 2 * sms;
+    if (mc__ln_fast(dt, C, dinp, dout, inp, weight)) {
+        size_t sh = 8 * (size_t)C * sizeof(float);
+        switch (C / 256) {
+            case 1: mc__k_ln_bwd_v<1><<<blocks, 256, sh, cx->stream>>>((mc__bf16 *)dinp, dweight, dbias, (const mc__bf16 *)dout, (const mc__bf16 *)inp, (const mc__bf16 *)weight, mean, rstd, N); break;
+            case 2: mc__k_ln_bwd_v<2><<<blocks, 256, sh, cx->stream>>>((mc__bf16 *)dinp, dweight, dbias, (const mc__bf16 *)dout, (const mc__bf16 *)inp, (const mc__bf16 *)weight, mean, rstd, N); break;
+            case 3: mc__k_ln_bwd_v<3><<<blocks, 256, sh, cx->stream>>>((mc__bf16 *)dinp, dweight, dbias, (const mc__bf16 *)dout, (const mc__bf16 *)inp, (const mc__bf16 *)weight, mean, rstd, N); break;
+            default: mc__k_ln_bwd_v<4><<<blocks, 256, sh, cx->stream>>>((mc__bf16 *)dinp, dweight, dbias, (const mc__bf16 *)dout, (const mc__bf16 *)inp, (const mc__bf16 *)weight, mean, rstd, N); break;
+        }
+        MC__OP_END("N %d C %d dt %d (vectorised)", N, C, (int)dt);
+    }
     size_t shmem = 2 * (size_t)C * sizeof(float);
     if (shmem <= 48 * 1024) {
         MC__BY_DT(dt, T, mc__k_ln_bwd<T, true><<<blocks, 256, shmem, cx->stream>>>(
@@ -2212,6 +2497,10 @@ static int mc__cu_row_max(const mc_ops *o, float *max, const void *logits, int N
                           mc_dtype dt) {
     MC__OP_BEGIN("row_max", MC_PROF_LOSS);
     if (N <= 0) MC__OP_END("");
+    if (mc__rows_v(dt, V, logits, NULL)) {
+        mc__k_row_max_v<<<N, 512, 0, cx->stream>>>(max, (const mc__bf16 *)logits, V);
+        MC__OP_END("N %d V %d dt %d (vectorised)", N, V, (int)dt);
+    }
     MC__BY_DT(dt, T, mc__k_row_max<T><<<N, 512, 0, cx->stream>>>(max, (const T *)logits, V));
     MC__OP_END("N %d V %d dt %d", N, V, (int)dt);
 }
@@ -2229,6 +2518,10 @@ static int mc__cu_sum_exp(const mc_ops *o, float *sum, const void *logits, const
                           int N, int V, mc_dtype dt) {
     MC__OP_BEGIN("sum_exp", MC_PROF_LOSS);
     if (N <= 0) MC__OP_END("");
+    if (mc__rows_v(dt, V, logits, NULL)) {
+        mc__k_sum_exp_v<<<N, 512, 0, cx->stream>>>(sum, (const mc__bf16 *)logits, max, V);
+        MC__OP_END("N %d V %d dt %d (vectorised)", N, V, (int)dt);
+    }
     MC__BY_DT(dt, T, mc__k_sum_exp<T><<<N, 512, 0, cx->stream>>>(sum, (const T *)logits, max, V));
     MC__OP_END("N %d V %d dt %d", N, V, (int)dt);
 }
@@ -2265,6 +2558,12 @@ static int mc__cu_cross_entropy_backward(const mc_ops *o, void *dlogits, const v
     MC__OP_BEGIN("cross_entropy_backward", MC_PROF_LOSS);
     if (N <= 0) MC__OP_END("");
     float uniform = vocab_global > 0 ? smoothing / (float)vocab_global : 0.0f;
+    if (mc__rows_v(dt, V, logits, dlogits)) {
+        mc__k_ce_bwd_v<<<N, 512, 0, cx->stream>>>((mc__bf16 *)dlogits, (const mc__bf16 *)logits,
+                                                  max, sum, targets, dloss, V, vs, smoothing,
+                                                  uniform);
+        MC__OP_END("N %d V %d dt %d (vectorised)", N, V, (int)dt);
+    }
     MC__BY_DT(dt, T, mc__k_ce_bwd<T><<<N, 512, 0, cx->stream>>>(
                          (T *)dlogits, (const T *)logits, max, sum, targets, dloss, V, vs,
                          smoothing, uniform));
@@ -2392,6 +2691,17 @@ static int mc__dnn_run(const mc_ops *o, mc__dnn_plan *p, const int64_t *uids, vo
 }
 #endif
 
+#if !defined(MC_NO_CUDNN)
+static size_t mc__dnn_version(void) { return cudnnGetVersion(); }
+#else
+static size_t mc__dnn_version(void) { return 0; }
+#endif
+
+/* The causal fill: -inf from cuDNN 9.10 on, the lowest float before (as the frontend). */
+static float mc__dnn_neg_inf(void) {
+    return mc__dnn_version() >= 91000 ? -INFINITY : -3.4028234663852886e38f;
+}
+
 /* Which kernel: 2 cuDNN, 1 flash, 0 reference. */
 static int mc__att_choice(const mc_ops *o, int S, int B, int NH, int HD, float p, mc_dtype dt,
                           int backward, mc__dnn_plan **plan) {
@@ -2458,8 +2768,9 @@ static int mc__cu_attention_forward(const mc_ops *o, void *out, float *stats, co
         MC__OP_FAIL(mc__set_error(MC_ERR_UNSUPPORTED, "cuda attention: cuDNN was forced "
                                   "(MC_CUDA_ATTENTION=cudnn) but %s", mc__comp(o)->dnn_error));
     float scale = 1.0f / sqrtf((float)HD);
+    mc__comp(o)->att_last[0] = which + 1;
     if (which == 2) {
-        float neg = -3.4028234663852886e38f;   /* the frontend's causal fill: lowest float */
+        float neg = mc__dnn_neg_inf();
         const mc__bf16 *q = (const mc__bf16 *)qkv;
         int64_t uids[7] = {MC__UID_Q, MC__UID_K, MC__UID_V, MC__UID_O, MC__UID_STATS,
                            MC__UID_SCALE, MC__UID_NEGINF};
@@ -2517,17 +2828,34 @@ static int mc__cu_attention_backward(const mc_ops *o, void *dqkv, const void *do
     float scale = 1.0f / sqrtf((float)HD);
     mc__att_dims d = {S, B, NH, HD, scale, dropout_p,
                       dropout_p < 1.0f ? 1.0f / (1.0f - dropout_p) : 0.0f, seed, offset};
+    cc->att_last[1] = which + 1;
     if (which == 2) {
-        float neg = -3.4028234663852886e38f;
+        float neg = mc__dnn_neg_inf(), one = 1.0f;
         const mc__bf16 *q = (const mc__bf16 *)qkv;
         mc__bf16 *g = (mc__bf16 *)dqkv;
-        int64_t uids[12] = {MC__UID_Q, MC__UID_K, MC__UID_V, MC__UID_O, MC__UID_DO,
+        size_t nacc = rows * (size_t)HD;   /* the fp32 dQ accumulator [b, h, s, d] */
+        if (cc->att_dq_n < nacc) {
+            if (cc->att_dq) cudaFree(cc->att_dq);
+            cc->att_dq = NULL;
+            cc->att_dq_n = 0;
+            cudaError_t e = cudaMalloc((void **)&cc->att_dq, nacc * sizeof(float));
+            if (e != cudaSuccess)
+                MC__OP_FAIL(mc__cuda_fail(e, mc__op, "cudaMalloc", "%zu floats of dQ accumulator",
+                                          nacc));
+            cc->att_dq_n = nacc;
+        }
+        if (mc__dnn_version() < 90600) {   /* before 9.6 the caller zeroes the accumulator */
+            cudaError_t e = cudaMemsetAsync(cc->att_dq, 0, nacc * sizeof(float), cx->stream);
+            if (e != cudaSuccess)
+                MC__OP_FAIL(mc__cuda_fail(e, mc__op, "cudaMemsetAsync", "%zu floats", nacc));
+        }
+        int64_t uids[14] = {MC__UID_Q, MC__UID_K, MC__UID_V, MC__UID_O, MC__UID_DO,
                             MC__UID_STATS, MC__UID_DQ, MC__UID_DK, MC__UID_DV, MC__UID_SCALE,
-                            MC__UID_NEGINF, MC__UID_SUMS};
-        void *ptrs[12] = {(void *)q, (void *)(q + HD), (void *)(q + 2 * HD), (void *)out,
+                            MC__UID_NEGINF, MC__UID_SUMS, MC__UID_ONE, MC__UID_DQACC};
+        void *ptrs[14] = {(void *)q, (void *)(q + HD), (void *)(q + 2 * HD), (void *)out,
                           (void *)dout, (void *)stats, g, g + HD, g + 2 * HD, &scale, &neg,
-                          cc->att_delta};
-        int rc = mc__dnn_run(o, plan, uids, ptrs, 12);
+                          cc->att_delta, &one, cc->att_dq};
+        int rc = mc__dnn_run(o, plan, uids, ptrs, 14);
         if (rc != MC_OK) MC__OP_FAIL(rc);
         MC__OP_END("S %d B %d NH %d HD %d kernel cudnn", S, B, NH, HD);
     }
@@ -2602,6 +2930,7 @@ static void mc__cuda_compute_destroy(mc__cuda_ctx *cx) {
 #endif
     if (cc->lt) cublasLtDestroy(cc->lt);
     if (cc->att_delta) cudaFree(cc->att_delta);
+    if (cc->att_dq) cudaFree(cc->att_dq);
     for (int i = 0; i < cc->cap_prof; i++) {
         if (cc->prof[i].a) cudaEventDestroy(cc->prof[i].a);
         if (cc->prof[i].b) cudaEventDestroy(cc->prof[i].b);
@@ -2803,6 +3132,16 @@ extern "C" size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset) {
     size_t peak = cx->peak_bytes;
     if (reset) cx->peak_bytes = cx->live_bytes;
     return peak;
+}
+
+extern "C" const char *mc_ops_cuda_attention_kernels(const mc_ops *ops) {
+    if (ops == NULL || ops->device != MC_DEVICE_CUDA || ops->ctx == NULL) return "";
+    mc__cuda_compute *cc = mc__comp(ops);
+    static const char *names[4] = {"none yet", "reference", "flash", "cudnn"};
+    snprintf(cc->kernels, sizeof cc->kernels, "forward %s, backward %s%s%s",
+             names[cc->att_last[0]], names[cc->att_last[1]], cc->dnn_error[0] ? "; " : "",
+             cc->dnn_error);
+    return cc->kernels;
 }
 
 extern "C" const char *mc_ops_cuda_describe(const mc_ops *ops) {
