@@ -111,12 +111,18 @@ gpu_section() {   # step name, sections..., with sync check for the op sections
     step_begin "$name" "gpu_check ${args[*]}${sync:+ (MC_CUDA_SYNC_CHECK=1)}"
     if [ ! -x build/tests/gpu_check ]; then step_end "$name" SKIP "not built"; return; fi
     if [ -n "$sync" ]; then
-        run "$cap" "$out/gpu_check_$name.log" env MC_CUDA_SYNC_CHECK=1 build/tests/gpu_check "${args[@]}"
+        # cuDNN's own log (warnings and errors: why a graph is refused) beside the op log
+        run "$cap" "$out/gpu_check_$name.log" env MC_CUDA_SYNC_CHECK=1 CUDNN_LOGLEVEL_DBG=2 \
+            CUDNN_LOGDEST_DBG="$out/cudnn_warnings.log" build/tests/gpu_check "${args[@]}"
     else
         run "$cap" "$out/gpu_check_$name.log" build/tests/gpu_check "${args[@]}"
     fi
     local rc=$?
-    grep -E '^(  (PASS|FAIL|SKIP)|==|gpu_check|SKIP|FAIL|  +[0-9]+ +[0-9.-]+)' "$out/gpu_check_$name.log"
+    grep -E '^(  (PASS|FAIL|SKIP)|    \(|==|gpu_check|SKIP|FAIL|  +[0-9]+ +[0-9.-]+|megatron_c cuda)' "$out/gpu_check_$name.log"
+    if [ -s "$out/cudnn_warnings.log" ] && [ -n "$sync" ]; then
+        echo "+ cuDNN warnings: $(wc -l < "$out/cudnn_warnings.log") lines; the first reasons:"
+        grep -iE 'reason|not.?supported|error' "$out/cudnn_warnings.log" | cut -c1-300 | head -n 16
+    fi
     local sum; sum=$(summary_of "$out/gpu_check_$name.log")
     if [ $rc -eq 0 ]; then step_end "$name" ok "$sum"
     elif [ $rc -eq 77 ]; then step_end "$name" SKIP "no GPU"
