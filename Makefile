@@ -123,7 +123,7 @@ LAB_DEFS_lab11 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab11 := $(BUILD)/mc_impl_faults.o
 lab11: $(LAB_SRCS_lab11) $(LAB_IMPL_lab11)
 
-$(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h | $(BUILD)/.deps-ok
+$(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
 
