@@ -13,7 +13,7 @@ NVCC_ARCH   ?= sm_90
 CUDA        ?= 0
 CSTD        ?= -std=c11
 CFLAGS      ?= -O2 -g
-WARN        := -Wall -Wextra -Wno-unused-parameter
+WARN        := -Wall -Wextra -Wno-unused-parameter -Wpointer-arith
 CPPFLAGS    += -I. -D_GNU_SOURCE
 BUILD       := build
 DEB_PACKAGES := libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config
@@ -38,10 +38,15 @@ else
   CUDA_LIBS  :=
 endif
 
-LAB_COMMON  := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/grader.o $(CUDA_OBJ)
+# The objects every lab, test and case program links: the library, the lab driver and its
+# helpers, the grader. They are named as prerequisites, so make keeps them and rebuilds any
+# that is missing (no .SECONDARY: a bare one let make skip missing objects and call a lab
+# "up to date" without them).
+LAB_COMMON  := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/lab_driver.o \
+               $(BUILD)/lab_svg.o $(BUILD)/grader.o $(CUDA_OBJ)
 
-# Keep the shared objects between links (make would delete them as intermediates).
-.SECONDARY:
+# Every labs/labNN.c is a lab: `make labs` builds them all, `make labNN` one.
+LABS        := $(patsubst labs/%.c,%,$(wildcard labs/lab[0-9][0-9].c))
 
 .PHONY: help all labs test test-unit test-mpi grade calibrate check-header cuda deps clean
 .DEFAULT_GOAL := help
@@ -62,7 +67,7 @@ $(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI -c $< -o $@
 
-$(BUILD)/megatron_c_cuda.o: megatron_c_cuda.cu megatron_c.h
+$(BUILD)/megatron_c_cuda.o: megatron_c_cuda.cu megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(NVCC) -O2 -arch=$(NVCC_ARCH) -Xcompiler -fPIC $(CPPFLAGS) -DMC_COMM_MPI \
 	  $(shell $(MPICC) --showme:compile 2>/dev/null) -c $< -o $@
@@ -76,11 +81,11 @@ $(BUILD)/.deps-ok:
 # ---------------------------------------------------------------------------------------------
 # labs:  make lab03  ->  ./lab03
 
-lab%: labs/lab%.c $(LAB_COMMON) | $(BUILD)/.deps-ok ## build ./labNN (e.g. make lab03)
+lab%: labs/lab%.c $(LAB_COMMON) $(wildcard labs/*.h) | $(BUILD)/.deps-ok ## build ./labNN (e.g. make lab03)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $< $(LAB_COMMON) \
 	  -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
 
-labs: lab03 ## build every lab
+labs: $(LABS) ## build every lab (each labs/labNN.c)
 
 # ---------------------------------------------------------------------------------------------
 # the recipe: mpirun -np N ./pretrain_gpt --tensor-model-parallel-size 2 ... (Megatron's flags)
@@ -118,7 +123,7 @@ $(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUD
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
 	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
 
-test: $(UNIT_TESTS) $(MPI_CASES) lab03 megatron_c pretrain_gpt check-header ## build and run every test suite
+test: $(UNIT_TESTS) $(MPI_CASES) labs megatron_c pretrain_gpt check-header ## build and run every test suite
 	@./tests/run_all.sh $(UNIT_TESTS)
 
 # make grade            every lab with a rubric and an answer sheet
@@ -147,7 +152,7 @@ $(BUILD)/tests/calibrate: tests/calibration/calibrate.c tests/calibration/calibr
 # ---------------------------------------------------------------------------------------------
 # header compile checks: C99, C11, C++, -Wall -Wextra -pedantic, two TUs with one implementation
 
-HDR_FLAGS := -Wall -Wextra -pedantic -Werror -I.
+HDR_FLAGS := -Wall -Wextra -pedantic -Wpointer-arith -Werror -I.
 check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two TUs
 	@mkdir -p $(BUILD)/compile
 	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c99 -lm
@@ -162,10 +167,10 @@ check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two 
 # ---------------------------------------------------------------------------------------------
 # CUDA / NCCL (needs nvcc; the GPU machine has CUDA 13 and NCCL 2.28)
 
-cuda: ## rebuild lab03 and the tests with the NCCL backend (CUDA=1)
+cuda: ## rebuild the labs and the tests with the NCCL backend (CUDA=1)
 	@command -v $(NVCC) >/dev/null || { echo "cuda: nvcc not found (install the CUDA toolkit)"; exit 1; }
-	rm -f lab03 $(LAB_COMMON) $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/grader.o
-	$(MAKE) CUDA=1 lab03 $(MPI_CASES)
+	rm -f $(LABS) $(LAB_COMMON)
+	$(MAKE) CUDA=1 labs $(MPI_CASES)
 
 clean: ## remove build outputs
 	rm -rf $(BUILD) lab[0-9][0-9] megatron_c pretrain_gpt

@@ -14,8 +14,10 @@
    OPTIONS (define before including, in every file that includes the header)
        MC_COMM_MPI        build the MPI communicator backend (needs <mpi.h>, link with mpicc).
                           Without it only the `self` backend (world size 1) exists.
-       MC_ENABLE_CUDA     declare the NCCL communicator backend implemented in
-                          megatron_c_cuda.cu (compile that file with nvcc and link it, -lnccl).
+       MC_ENABLE_CUDA     declare the CUDA op table (mc_ops_cuda_init) and the NCCL
+                          communicator backend, both implemented in megatron_c_cuda.cu (compile
+                          that file with nvcc and link it: -lnccl -lcublasLt -lcublas -lcudnn
+                          -lcudart).
        MC_STATIC          make every public function static (private copy per translation unit).
        MC_ASSERT(c)       override assert() for internal invariants.
 
@@ -32,8 +34,11 @@
            and a dependency simulation of them that measures the bubble,
          - Philox4x32-10 random streams and Megatron's model-parallel RNG tracker
            (named streams, nested forks, save/restore, Megatron's seeds),
-         - the training core on an op table (CPU reference today; the CUDA backend fills
-           the same table): the GPT config with Megatron's validation and two fingerprints,
+         - the training core on an op table (the CPU reference, or CUDA: cuBLASLt GEMMs,
+           fused kernels, cuDNN attention), which also owns the memory every communicator
+           and module works on; fp32, or Megatron's --bf16 (bf16 parameters and activations,
+           fp32 main parameters, gradients and optimizer state): the GPT config with
+           Megatron's validation and two fingerprints,
            tensor-parallel mappings and layers (column/row parallel linear with sequence
            parallelism, vocab-parallel embedding and cross entropy), the transformer layer
            spec, block and GPTModel (pipeline stages, virtual chunks, tied embeddings,
@@ -41,6 +46,21 @@
            batched P2P, DDP gradient buckets, finalize_model_grads, the distributed
            optimizer, AdamW with the model-parallel grad norm and clipping, and
            checkpoints that reshard across TP / PP / DP.
+
+   SECTIONS (grep ">>name"; declarations first, then the implementation in the same order),
+   named and ordered after Megatron-Core's packages:
+       core                errors, setup, ops (the op table: memory and numerics; the CPU
+                           table), config, num_microbatches, params (the flat buffer's table)
+       parallel_state      rank_grid, comm (self and mpi here, nccl in megatron_c_cuda.cu),
+                           the groups of initialize_model_parallel
+       tensor_parallel     mappings, Column/Row parallel linear, vocab-parallel embedding and
+                           cross entropy, random (Philox, the RNG tracker)
+       pipeline_parallel   schedule_table, schedules
+       transformer         the layer spec, the layer, the block
+       models.gpt          GPTModel
+       distributed         DDP buckets, finalize_model_grads
+       optimizer           AdamW, the learning-rate schedule, grad-norm clipping
+       dist_checkpointing  checkpoints that load under another layout
 
    megatron_c DOES NOT
        - call exit() or print by itself: functions return a status (MC_OK == 0,
@@ -68,13 +88,18 @@
           mc_schedule_ops(&(mc_schedule_desc){ .pp = 4, .pp_rank = 0, .num_microbatches = 8 },
                           ops, 16, &warmup)             -> 16 ops, warmup == 3:
                                                            F0 F1 F2 F3 B0 F4 B1 ... B7
-          Random numbers: see the example at >>rng below.
+          Random numbers: see the example at >>tensor_parallel.random below.
 
-       Training (examples/pretrain_gpt.c is the whole recipe, about 600 lines):
-          mc_gpt_init(&gpt, &(mc_gpt_desc){ .config = cfg, .ps = &ps, .n_slots = M });
+       Training (examples/pretrain_gpt.c is the whole recipe, about 600 lines). One op table
+       owns the memory of everything below; give the world the same table
+       (mc_comm_desc.memory, or take mc_comm_memory(world): the nccl world makes a CUDA one):
+          mc_gpt_init(&gpt, &(mc_gpt_desc){ .config = cfg, .ps = &ps, .n_slots = M,
+                                            .ops = mc_comm_memory(world), .dtype = MC_BF16 });
           mc_ddp_init(&ddp, &(mc_ddp_desc){ .table = &gpt.table, .grads = gpt.grads,
-                                            .dp = mc_parallel_group(&ps, MC_GROUP_DP_CP) });
+                                            .dp = mc_parallel_group(&ps, MC_GROUP_DP_CP),
+                                            .ops = gpt.ops });
           mc_optimizer_init(&opt, &(mc_optimizer_desc){ .ddp = &ddp, .params = gpt.params,
+                                                        .params_dtype = gpt.dtype,
                                                         .ps = &ps, .lr = 1e-3f });
           per iteration: mc_ddp_zero_grad, mc_gpt_zero_grad,
              mc_get_forward_backward_func(&ps)(&ps, &hooks, M, 0, &result)
@@ -117,8 +142,11 @@
 extern "C" {
 #endif
 
+/* =============================================================================================
+   core: errors, setup, ops (memory and numerics), config, num_microbatches, params */
+
 /* ---------------------------------------------------------------------------------------------
-   >>errors  One list gives the enum, mc_err_name() and mc_strerror(). 0 is success, errors < 0. */
+   >>core.errors  One list gives the enum, mc_err_name() and mc_strerror(). 0 is success, errors < 0. */
 #define MC_ERROR_MAP(XX)                                                                  \
     XX(OK, 0, "success")                                                                  \
     XX(ERR_INVALID_ARG, -1, "invalid argument")                                           \
@@ -149,7 +177,7 @@ MC_API const char *mc_last_error(void);
 MC_API const char *mc_version_string(void);   /* "0.1.0" */
 
 /* ---------------------------------------------------------------------------------------------
-   >>setup  Optional process-wide logger and allocator. Zero means default: no logger (silent),
+   >>core.setup  Optional process-wide logger and allocator. Zero means default: no logger (silent),
    malloc/free. alloc_fn and free_fn must be given together. */
 typedef struct mc_logger {
     /* level: 0 panic, 1 error, 2 warning, 3 info. item: an mc_status or 0. */
@@ -174,8 +202,522 @@ MC_API void *mc_malloc(size_t size);
 MC_API void *mc_calloc(size_t count, size_t size);
 MC_API void mc_free(void *ptr);
 
+/* @ops:declarations begin */
 /* ---------------------------------------------------------------------------------------------
-   >>rank_grid  Megatron's RankGenerator: a pure function of the sizes, no communication.
+   >>core.ops  The op table: the memory and every numeric primitive the model uses. The CPU table is
+   the reference (clear loops, fp32 math, deterministic); megatron_c_cuda.cu fills the same table
+   for a GPU (mc_ops_cuda_init), so layer code never changes. Activations are [S, B, C] row-major
+   (sequence first, as Megatron), so sequence-parallel shards are contiguous. "Accumulate" (+=)
+   vs "overwrite" (=) is stated per op: parameter gradients always accumulate. In-place use
+   (out == inp) is allowed for the element-wise ops (fill, copy, axpy, scale, gelu, dropout).
+
+   The table is the one memory owner: tensors are op memory (host memory for the CPU table,
+   device memory for CUDA), allocated, freed, filled from the host (upload), read back
+   (download) and copied (copy_2d) through it. Communicators use the same table for their
+   buffers (mc_comm_memory), and the model, DDP and the optimizer refuse tables that do not
+   share one memory. Layer code never dereferences op memory on the host.
+
+   Every op returns a status (MC_OK, or MC_ERR_* with mc_last_error naming the op and the
+   shapes) and runs on the table's context `ctx` (for CUDA: the device, a stream, the cuBLASLt
+   and cuDNN handles and a workspace; NULL for the CPU). Ops run in call order on that context;
+   a CUDA op may return before its kernel has finished (download and synchronize wait).
+
+   Precision (Megatron's --bf16 with grad_reduce_in_fp32): a `dt` argument says the storage of
+   the activations and of the model's parameters, MC_F32 or MC_BF16. Parameter gradients, the
+   LayerNorm and softmax statistics, losses and the optimizer state are always fp32 (float *).
+   Every op computes in fp32 and rounds bf16 results to nearest-even on store, on the CPU too
+   (mc_bf16_from_float), so the bf16 path runs in CI.
+
+   Dimension letters: N = rows (tokens, S*B), C = channels, K = reduction dim, V = vocab (local
+   shard), S = sequence, B = micro-batch size, NH = heads (local), HD = head dim.
+
+   Determinism: every CPU op sums in a fixed order that depends only on the shapes, never on
+   blocking or on the values. The GEMM sums each output element over k = 0 .. K-1 in order, so a
+   column-parallel shard of C equals the same columns of the unsharded product bit for bit; a
+   row-parallel split of K changes the order (the partial sums meet in the TP all-reduce), which
+   is the only source of TP-vs-single-rank rounding differences in the linear layers. Build with
+   MC_CPU_GEMM_ACC_F64 to accumulate the reference GEMM in double (smaller such differences).
+   Build with MC_USE_CBLAS (link a CBLAS, e.g. -lopenblas) to route the table's gemm through
+   cblas_sgemm; multi-threaded BLAS libraries need not be deterministic across shapes.
+
+   Dropout (dropout_* and the attention probabilities): element i is kept iff
+   mc_rng_uniform_at(seed, offset + i) >= p, and kept values are scaled by 1 / (1 - p); p = 0
+   keeps everything and draws nothing, p >= 1 drops everything. The mask is a pure function of
+   (seed, offset + i), so backward and recompute redraw it instead of storing it, and the CPU
+   and the GPU draw the same masks. */
+/* Element types of tensors and collective buffers. */
+typedef enum mc_dtype { MC_F32 = 0, MC_F64, MC_I32, MC_I64, MC_U8, MC_BF16, MC_DTYPE_COUNT } mc_dtype;
+MC_API size_t mc_dtype_size(mc_dtype dtype);
+
+typedef enum mc_device { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device;
+
+/* bf16 storage: the top 16 bits of an IEEE fp32. from_float rounds to nearest, ties to even;
+   NaN stays a (quiet) NaN, +-inf and overflow to +-inf as in hardware conversions. */
+typedef uint16_t mc_bf16;
+MC_API mc_bf16 mc_bf16_from_float(float x);
+MC_API float mc_bf16_to_float(mc_bf16 x);
+
+/* AdamW hyper-parameters of one step (see mc_ops.adamw). */
+typedef struct mc_adamw_step {
+    float lr, beta1, beta2, eps;
+    int step;                               /* 1-based: bias corrections 1 - beta^step */
+} mc_adamw_step;
+
+/* One contiguous range of the flat buffers that AdamW steps (see mc_ops.adamw). */
+typedef struct mc_adamw_span {
+    size_t grad_at;                         /* first element in grad (and model_param) */
+    size_t state_at;                        /* ... in m and v */
+    size_t main_at;                         /* ... in the fp32 main parameters */
+    size_t n;
+    float weight_decay;                     /* 0 for biases and norms */
+} mc_adamw_span;
+
+typedef struct mc_ops mc_ops;
+struct mc_ops {
+    const char *name;                       /* "cpu", "cuda" */
+    mc_device device;
+    void *ctx;                              /* backend context; NULL for the CPU table */
+
+    /* memory: bytes of op memory */
+    int (*alloc)(const mc_ops *o, void **ptr, size_t bytes);           /* zero-filled */
+    int (*free)(const mc_ops *o, void *ptr);                           /* NULL: nothing */
+    int (*upload)(const mc_ops *o, void *dst, const void *host_src, size_t bytes);
+    /* waits for the work queued before it, so host_dst holds the result on return */
+    int (*download)(const mc_ops *o, void *host_dst, const void *src, size_t bytes);
+    /* rows of `width` bytes: dst + r * dst_pitch = src + r * src_pitch (op memory to op memory;
+       rows == 1 is a plain copy). The tensor-parallel split / gather of a last dimension. */
+    int (*copy_2d)(const mc_ops *o, void *dst, size_t dst_pitch, const void *src,
+                   size_t src_pitch, size_t width, size_t rows);
+    int (*synchronize)(const mc_ops *o);    /* waits for every queued op; reports its error */
+
+    /* element-wise (dt elements) */
+    int (*fill)(const mc_ops *o, void *x, float value, size_t n, mc_dtype dt);
+    /* dst = src, converting between the dtypes (dst_dt may differ from src_dt) */
+    int (*copy)(const mc_ops *o, void *dst, const void *src, size_t n, mc_dtype dst_dt,
+                mc_dtype src_dt);
+    /* y += a x */
+    int (*axpy)(const mc_ops *o, void *y, float a, const void *x, size_t n, mc_dtype dt);
+    int (*scale)(const mc_ops *o, void *x, float a, size_t n, mc_dtype dt);
+    /* *out (one fp64 value in op memory, =) = sum of x[i]^2 over the spans
+       [spans[2k], spans[2k+1]) for k < n_spans (spans: 2 * n_spans size_t in op memory):
+       the grad-norm partial of a flat fp32 buffer in one op. fp64 accumulation, spans in
+       order. */
+    int (*sum_squares)(const mc_ops *o, double *out, const float *x, const size_t *spans,
+                       int n_spans);
+
+    /* C[M,N] = alpha * op(A) op(B) + beta * C (+ bias[N] on every row when bias != NULL),
+       op(A) = A[M,K] or A^T (A stored [K,M]), op(B) = B[K,N] or B^T (B stored [N,K]).
+       A, B and bias are ab_dt, C is c_dt; fp32 accumulation. beta = 1 accumulates (the weight
+       gradients: c_dt fp32, ab_dt bf16 under --bf16); beta = 0 never reads C (so C may hold
+       garbage). K = 0 gives beta * C (+ bias). */
+    int (*gemm)(const mc_ops *o, void *C, const void *A, const void *B, const void *bias, int M,
+                int N, int K, int trans_a, int trans_b, float alpha, float beta, mc_dtype c_dt,
+                mc_dtype ab_dt);
+    int (*bias_backward)(const mc_ops *o, float *dbias, const void *dout, int N, int C,
+                         mc_dtype dt);                                 /* dbias += sum rows */
+    /* out[N,C] = (inp - mean) * rstd * weight + bias, mean[N] and rstd[N] = 1/sqrt(var + eps)
+       (biased variance) cached for backward (either may be NULL); bias may be NULL. inp, out,
+       weight and bias are dt. */
+    int (*layernorm_forward)(const mc_ops *o, void *out, float *mean, float *rstd,
+                             const void *inp, const void *weight, const void *bias, int N, int C,
+                             float eps, mc_dtype dt);
+    /* dinp += ... (dt), dweight += ..., dbias += ... (fp32; dbias may be NULL) */
+    int (*layernorm_backward)(const mc_ops *o, void *dinp, float *dweight, float *dbias,
+                              const void *dout, const void *inp, const void *weight,
+                              const float *mean, const float *rstd, int N, int C, mc_dtype dt);
+    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), the tanh approximation */
+    int (*gelu_forward)(const mc_ops *o, void *out, const void *inp, size_t n, mc_dtype dt);
+    int (*gelu_backward)(const mc_ops *o, void *dinp, const void *inp, const void *dout,
+                         size_t n, mc_dtype dt);                       /* dinp = */
+    /* Causal self-attention on local heads. qkv [S,B,NH*3*HD] with per-head [q|k|v] blocks
+       (Megatron's fused layout, so a TP shard of whole heads is a contiguous slice);
+       out [S,B,NH*HD] (=); stats: attention_stats() floats the forward writes for the
+       backward (the CPU keeps the probabilities [B,NH,S,S] = softmax(q k^T / sqrt(HD)) before
+       dropout, zero above the diagonal; a flash-attention backend keeps the row log-sum-exp
+       [B,NH,S]). Dropout on the probabilities uses element index ((b*NH + h)*S + t)*S + t2
+       + offset of the stream `seed` (see Dropout above); the mask is redrawn, never stored. */
+    size_t (*attention_stats)(const mc_ops *o, int S, int B, int NH, int HD);
+    int (*attention_forward)(const mc_ops *o, void *out, float *stats, const void *qkv, int S,
+                             int B, int NH, int HD, float dropout_p, uint64_t seed,
+                             uint64_t offset, mc_dtype dt);
+    /* dqkv = ...; out and stats as the forward wrote them */
+    int (*attention_backward)(const mc_ops *o, void *dqkv, const void *dout, const void *qkv,
+                              const void *out, const float *stats, int S, int B, int NH, int HD,
+                              float dropout_p, uint64_t seed, uint64_t offset, mc_dtype dt);
+    /* out = inp * mask / (1-p), mask element i drawn from Philox(seed, offset + i) */
+    int (*dropout_forward)(const mc_ops *o, void *out, const void *inp, size_t n, float p,
+                           uint64_t seed, uint64_t offset, mc_dtype dt);
+    int (*dropout_backward)(const mc_ops *o, void *dinp, const void *dout, size_t n, float p,
+                            uint64_t seed, uint64_t offset, mc_dtype dt);    /* dinp = */
+    /* MC_ERR_INVALID_ARG naming `fn`, `what`, the index and the value when an id of ids[N] is
+       outside [0, V). Backends that cannot read op memory cheaply may accept everything
+       (CUDA checks only with MC_CUDA_SYNC_CHECK=1); the embedding ops write zero rows then. */
+    int (*check_ids)(const mc_ops *o, const int *ids, int N, int V, const char *fn,
+                     const char *what);
+    /* out[N,C] = table[id - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
+    int (*embedding_forward)(const mc_ops *o, void *out, const int *ids, const void *table,
+                             int N, int C, int vocab_start, int vocab_end, mc_dtype dt);
+    int (*embedding_backward)(const mc_ops *o, float *dtable, const void *dout, const int *ids,
+                              int N, int C, int vocab_start, int vocab_end, mc_dtype dt); /* += */
+    /* Vocab-parallel cross-entropy pieces over a local shard logits[N,V] (dt) of global columns
+       [vocab_start, vocab_start + V). All overwrite fp32 [N] results. With m = the all-reduced
+       (MAX) row_max, x_t = the all-reduced (SUM) target_logit and z = the all-reduced (SUM)
+       sum_exp(m):
+           loss = log(z) + m - x_t
+       and with label smoothing s over the global (padded) vocabulary Vg, the all-reduced
+       (SUM) row_sum r gives mean_j log softmax_j = r / Vg - m - log(z), and
+           loss = (1 - s) (log(z) + m - x_t) - s (r / Vg - m - log(z)). */
+    int (*row_max)(const mc_ops *o, float *max, const void *logits, int N, int V, mc_dtype dt);
+    int (*target_logit)(const mc_ops *o, float *out, const void *logits, const int *targets,
+                        int N, int V, int vocab_start, mc_dtype dt);   /* 0 if not local */
+    int (*sum_exp)(const mc_ops *o, float *sum, const void *logits, const float *max, int N,
+                   int V, mc_dtype dt);
+    int (*row_sum)(const mc_ops *o, float *sum, const void *logits, int N, int V,
+                   mc_dtype dt);                                       /* fp64 accumulation */
+    /* losses[N] (=) from the reduced pieces, in double: the formula above with K = Vg (the
+       global vocabulary) and logit_sum = r (NULL without smoothing, s = 0). loss_sum (one
+       fp64 value, may be NULL) = the sum of the N losses, tokens in order. */
+    int (*cross_entropy_loss)(const mc_ops *o, float *losses, double *loss_sum,
+                              const float *max, const float *sum_exp, const float *target_logit,
+                              const float *logit_sum, int N, int K, float smoothing);
+    /* dlogits[n,j] (dt, =) = dloss[n] * (softmax_j - (1 - s) onehot_j - s / vocab_global),
+       softmax from the global max and sum; onehot only on the rank owning the target (targets
+       outside [vocab_start, vocab_start + V), e.g. negative "ignore" ids, give none). This is
+       the gradient of the smoothed loss above: (1-s)(softmax - onehot) + s(softmax - 1/Vg).
+       The uniform part uses the GLOBAL vocabulary, so every TP size gives the same loss and
+       gradient; Megatron instead uses the local shard size K and the local mean
+       (s = alpha K / (K-1)), which makes the loss differ across TP ranks (open issues
+       NVIDIA/Megatron-LM #737, #7464). s = 0: plain cross entropy. dlogits may be logits. */
+    int (*cross_entropy_backward)(const mc_ops *o, void *dlogits, const void *logits,
+                                  const float *max, const float *sum, const int *targets,
+                                  const float *dloss, int N, int V, int vocab_start,
+                                  float smoothing, int vocab_global, mc_dtype dt);
+    /* AdamW over the flat buffers in one op: for every span and i < n, with
+       g = grad[grad_at + i], m, v at state_at + i and p = main[main_at + i] (fp32):
+       m = b1 m + (1-b1) g, v = b2 v + (1-b2) g^2,
+       p -= lr (m / (1-b1^step) / (sqrt(v / (1-b2^step)) + eps) + wd p)
+       (decoupled weight decay on the parameter before the step, as torch.optim.AdamW).
+       model_param (may be NULL) receives p in model_dt at grad_at + i: the model's bf16 copy
+       under --bf16 (Megatron copies main params to model params after the step).
+       spans: n_spans entries in op memory (the optimizer uploads them once). */
+    int (*adamw)(const mc_ops *o, float *main, const float *grad, float *m, float *v,
+                 void *model_param, const mc_adamw_span *spans, int n_spans,
+                 const mc_adamw_step *h, mc_dtype model_dt);
+};
+
+MC_API const mc_ops *mc_ops_cpu(void);
+/* The cache-blocked reference GEMM of the CPU table (the table's gemm unless MC_USE_CBLAS);
+   public so that benchmarks can compare it with a BLAS side by side. fp32, row-major, same
+   contract as mc_ops.gemm without bias. */
+MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
+                                int trans_a, int trans_b, float alpha, float beta);
+/* 1 when the two tables work on the same memory (the same table, or the same device and
+   context), so that one's buffers are valid for the other. */
+MC_API int mc_ops_same_memory(const mc_ops *a, const mc_ops *b);
+/* Bytes of n elements of dt (mc_dtype_size(dt) * n). */
+MC_API size_t mc_dtype_bytes(mc_dtype dt, size_t n);
+
+#if defined(MC_ENABLE_CUDA)
+/* The CUDA table (megatron_c_cuda.cu). Zero means default. */
+typedef struct mc_cuda_desc {
+    int device;                 /* CUDA ordinal; default 0 (-1: the current device) */
+    size_t workspace_bytes;     /* cuBLASLt / cuDNN workspace; default 32 MiB */
+    int attention;              /* 0 auto (cuDNN fused SDPA when it can, else the own kernel),
+                                   1 always the own kernel, 2 always cuDNN (an error where it
+                                   cannot); the environment MC_CUDA_ATTENTION=own|cudnn
+                                   overrides auto */
+    int sync_check;             /* 1: synchronise after every op and check it (slow; also
+                                   MC_CUDA_SYNC_CHECK=1 in the environment) */
+    int tf32;                   /* 1: allow TF32 in fp32 GEMMs (default off: fp32 GEMMs match
+                                   the CPU to 1e-5) */
+} mc_cuda_desc;
+/* Fills *ops (written only on success) with the CUDA table and a new context on desc->device
+   (stream, cuBLASLt and cuDNN handles, workspace). MC_ERR_CUDA naming the call when the device
+   or a library cannot start. */
+MC_API int mc_ops_cuda_init(mc_ops *ops, const mc_cuda_desc *desc);
+MC_API void mc_ops_cuda_destroy(mc_ops *ops);
+/* Visible CUDA devices (0 without a driver or a device; never an error). */
+MC_API int mc_cuda_device_count(void);
+/* One line about the table's device and libraries ("NVIDIA H200, sm_90, 139.8 GiB, cuBLASLt
+   13.0, cuDNN 9.14, attention auto"); "" for a table that is not CUDA. */
+MC_API const char *mc_ops_cuda_describe(const mc_ops *ops);
+/* Peak bytes of device memory allocated through the table since init (or the last reset). */
+MC_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+#endif
+
+/* @ops:declarations end */
+
+/* @config:declarations begin */
+/* ---------------------------------------------------------------------------------------------
+   >>core.config  The GPT/transformer config: Megatron's TransformerConfig + ModelParallelConfig
+   subset for a dense GPT. Zero means Megatron's default, except where a field says otherwise.
+
+   default table:  ffn_hidden_size 4*hidden | kv_channels hidden/heads | num_query_groups heads
+                   layernorm_epsilon 1e-5   | init_method_std 0.02      | hidden/attention dropout 0.1
+                   make_vocab_size_divisible_by 128 | max_position_embeddings seq_length
+                   tp, pp 1 | vpp 0 (1 becomes 0: one chunk is not interleaved) | seed 1234
+   Dropout: 0 selects the default 0.1; MC_DROPOUT_OFF (negative) switches dropout off, and the
+   resolved config then holds 0. A resolved config is marked by padded_vocab_size != 0 (never set
+   it yourself): resolving it again keeps its dropouts as they are (0 stays off) and recomputes
+   padded_vocab_size, so a resolved config may be edited (e.g. another TP size) and re-resolved.
+   validate, the fingerprints and math_diff resolve a copy first, so they accept either form.
+
+   Fingerprints (64-bit FNV-1a over field names and values of the resolved config):
+     math    what a checkpoint's numbers mean: num_layers, hidden_size, num_attention_heads,
+             ffn_hidden_size, kv_channels, num_query_groups, vocab_size (the ORIGINAL size) and
+             make_vocab_size_divisible_by, max_position_embeddings, layernorm_epsilon,
+             untie_embeddings_and_output_weights. Left out on purpose: the padded vocabulary
+             (it depends on TP; loading reshards and re-pads it), seq_length (any length up to
+             max_position_embeddings runs the same function), the dropouts and init_method_std
+             (they change training, not the function a loaded checkpoint computes), the
+             layout, recompute, micro_batch_size and seed.
+     layout  tensor / pipeline / virtual pipeline sizes and sequence_parallel: may differ
+             between save and load (the loader reshards). DP is not part of the config. */
+#define MC_DROPOUT_OFF (-1.0f)
+#define MC_MAX_VPP 8
+
+typedef enum mc_recompute_granularity {
+    MC_RECOMPUTE_NONE = 0, MC_RECOMPUTE_FULL, MC_RECOMPUTE_SELECTIVE
+} mc_recompute_granularity;
+typedef enum mc_recompute_method {
+    MC_RECOMPUTE_METHOD_NONE = 0, MC_RECOMPUTE_UNIFORM, MC_RECOMPUTE_BLOCK
+} mc_recompute_method;
+
+typedef struct mc_gpt_config {
+    /* math (part of the math fingerprint: a checkpoint must match it) */
+    int num_layers;                    /* required */
+    int hidden_size;                   /* required */
+    int num_attention_heads;           /* required */
+    int ffn_hidden_size;
+    int kv_channels;                   /* kv_channels * heads must equal hidden_size here */
+    int num_query_groups;              /* only == heads (no GQA) is implemented */
+    int vocab_size;                    /* required: original vocabulary (padded inside) */
+    int make_vocab_size_divisible_by;
+    int max_position_embeddings;       /* default seq_length */
+    int seq_length;                    /* required (not in the math fingerprint) */
+    float layernorm_epsilon;
+    float init_method_std;             /* not in the math fingerprint */
+    int untie_embeddings_and_output_weights;   /* 0 = tied (Megatron GPT default) */
+    float hidden_dropout;              /* not in the math fingerprint */
+    float attention_dropout;           /* not in the math fingerprint */
+    /* layout (layout fingerprint: may differ between save and load) */
+    int tensor_model_parallel_size;
+    int pipeline_model_parallel_size;
+    int virtual_pipeline_model_parallel_size;  /* 0 = not interleaved */
+    int sequence_parallel;
+    /* performance only (no fingerprint) */
+    mc_recompute_granularity recompute_granularity;
+    mc_recompute_method recompute_method;
+    int recompute_num_layers;          /* full: 1 .. num_layers / pp; selective: 0 */
+    int micro_batch_size;              /* required for activation sizing */
+    /* run */
+    int seed;                          /* > 0 */
+    int padded_vocab_size;             /* resolved: ceil(vocab / (div * tp)) * div * tp */
+} mc_gpt_config;
+
+/* Fills defaults into *out (in may equal out). MC_ERR_INVALID_ARG for NULL pointers only: the
+   values are checked by mc_gpt_config_validate. */
+MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in);
+/* Checks every rule that applies (Megatron §13 subset) on the resolved config:
+     required fields (> 0): num_layers, hidden_size, num_attention_heads, seq_length,
+       vocab_size, micro_batch_size; other sizes > 0; tp, pp >= 1; 0 <= vpp <= MC_MAX_VPP;
+     num_attention_heads % tp and ffn_hidden_size % tp; kv_channels * heads == hidden_size;
+     num_query_groups == heads (no GQA) and Megatron's "multiple or divisor of tp";
+     num_layers % pp; with vpp: pp > 1 and num_layers % (pp * vpp) (Megatron-LM #468: upstream
+       once divided silently and built fewer layers);
+     sequence parallelism needs tp > 1, and seq_length % tp;
+     recompute: full needs a method and 1 <= recompute_num_layers <= num_layers / pp;
+       selective needs no method and recompute_num_layers 0; none needs neither;
+     dropouts in [0, 1); layernorm_epsilon > 0; init_method_std > 0; seed > 0;
+     max_position_embeddings >= seq_length.
+   Writes one line per violation ("field (value) rule", ending in '\n') into report (may be
+   NULL; truncated to report_cap, always NUL-terminated) and returns the number of violations
+   (0 = valid). */
+MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap);
+MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg);
+MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg);
+/* Names every math field that differs ("layernorm_epsilon: 1e-05 vs 1e-06; ..."); returns the
+   count (out may be NULL; truncated to cap, always NUL-terminated). */
+MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
+                                   size_t cap);
+/* ceil(vocab / (divisible_by * tp)) * divisible_by * tp, e.g. 50257 -> 50304 (tp 1), 50432
+   (tp 2), 51200 (tp 8). MC_ERR_INVALID_ARG for a value <= 0 or a result beyond INT_MAX. */
+MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp);
+
+/* @config:declarations end */
+
+/* ---------------------------------------------------------------------------------------------
+   >>core.num_microbatches  Megatron's num-microbatches calculator.
+
+       global batch = micro batch x num_microbatches x DP        e.g. 512 = 4 x 8 x 16
+
+   DP is the data-parallel size, world / (tp * pp * cp): TP, PP and CP ranks share samples.
+   The desc picks one of three modes:
+     constant  GBS must be a multiple of MBS * DP, unless decrease_batch_size_if_needed rounds
+               the *running* batch down to one (the reported global batch stays GBS);
+               num_microbatches must come out >= 1. update() changes nothing.
+     ramp-up   rampup = {start, increment, samples}: Megatron up to core_v0.17 (removed after).
+               n_inc = (GBS - start) / increment, per_inc = samples / n_inc (a double):
+                 consumed >  samples:  batch = GBS
+                 consumed <= samples:  batch = start + floor(consumed / per_inc) * increment
+               Special cases where Megatron divides by zero: GBS == start is accepted here and
+               runs at GBS throughout; samples == 0 with GBS > start is rejected.
+     step      step_schedule "THRESHOLD:BS THRESHOLD:BS ..." (Megatron HEAD): the batch is the
+               BS of the last entry whose threshold <= consumed. Spaces or commas separate the
+               entries; both numbers take a K, M, B or T suffix (x1e3, 1e6, 1e9, 1e12) and may
+               be decimal ("1.5K"); with seq_length > 0 thresholds count tokens and are divided
+               by seq_length. Entries are sorted; the first threshold must be 0, thresholds
+               must increase strictly and every BS must be > 0. GBS is the last entry's BS
+               (global_batch_size must be left 0, as Megatron refuses both); not combinable with
+               decrease_batch_size_if_needed. num_microbatches may be 0 before the first check.
+   mc_microbatch_update(calc, consumed, 1) is what the training loop calls every iteration:
+   with the consistency check the current batch must be a multiple of MBS * DP (skipped when
+   decreasing); without it, a non-multiple is floored silently. Init runs update(0) unchecked. */
+
+typedef enum mc_microbatch_mode {
+    MC_MICROBATCH_UNSET = 0,   /* a zeroed calculator: update() refuses it */
+    MC_MICROBATCH_CONSTANT,
+    MC_MICROBATCH_RAMPUP,
+    MC_MICROBATCH_STEP
+} mc_microbatch_mode;
+
+typedef struct mc_rampup {
+    int start;                 /* first global batch size, > 0 */
+    int increment;             /* > 0; GBS - start must be a multiple of it */
+    long long samples;         /* consumed samples over which the batch grows, >= 0 */
+} mc_rampup;
+
+/* Zero means default / unset in every field. */
+typedef struct mc_microbatch_desc {
+    int global_batch_size;     /* required (> 0) unless step_schedule is given */
+    int micro_batch_size;      /* required, > 0 */
+    int data_parallel_size;    /* required, > 0 */
+    int decrease_batch_size_if_needed;
+    mc_rampup rampup;          /* all zero: no ramp-up */
+    const char *step_schedule; /* NULL: none. Parsed by init, not kept */
+    int seq_length;            /* step schedule only: > 0 makes thresholds token counts */
+} mc_microbatch_desc;
+
+#define MC_MAX_BATCH_STEPS 64
+
+typedef struct mc_microbatch_calc {
+    mc_microbatch_mode mode;
+    mc_microbatch_desc desc;                /* as given, step_schedule set to NULL */
+    int global_batch_size;                  /* the final batch: GBS, or the last step's BS */
+    int current_global_batch_size;          /* after the last update */
+    int current_running_global_batch_size;  /* rounded down to a multiple of MBS * DP when
+                                               decreasing, else equal to the current batch */
+    int num_microbatches;                   /* running batch / (MBS * DP) */
+    /* Private. */
+    double rampup_samples_per_increment;    /* 0 when GBS == start */
+    int n_steps;
+    long long step_threshold[MC_MAX_BATCH_STEPS];   /* in samples, ascending */
+    int step_batch[MC_MAX_BATCH_STEPS];
+} mc_microbatch_calc;
+
+/* Validates the desc (MC_ERR_INVALID_DESC naming the field, the value and Megatron's rule)
+   and computes the batch for 0 consumed samples. E.g. "global batch size (500) is not
+   divisible by micro batch size (4) times data parallel size (16) = 64". */
+MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc);
+/* Recomputes the current batch and num_microbatches for `consumed_samples`. */
+MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
+                                int consistency_check);
+/* The consumed-sample counts at which the global batch changes, ascending, starting with 0:
+   {0} when constant, every threshold of a step schedule, and for a ramp-up the first count of
+   each increment plus samples + 1 when the batch still changes there. Writes at most cap
+   values (out may be NULL to count) and returns the total count. Does not touch calc. */
+MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap);
+
+/* @params:declarations begin */
+
+/* ---------------------------------------------------------------------------------------------
+   >>core.params  One contiguous parameter buffer per rank with a named table (llm.c's layout, with
+   Megatron's names and attributes). Parameters are registered in module order; the layout then
+   places them in REVERSE registration order (about the order backward produces gradients),
+   groups them into DDP buckets and pads them as the distributed optimizer needs (§11.3:
+   each param start to a multiple of 64, each bucket end to lcm(DP, 128), the shared embedding
+   in its own bucket). Gradients and optimizer state use the same layout, so the gradient
+   reduction and the optimizer step are flat loops over buckets. */
+#define MC_PARAM_NAME_MAX 96
+
+typedef struct mc_param_info {
+    char name[MC_PARAM_NAME_MAX];   /* Megatron key with the GLOBAL layer index, e.g.
+                                       "decoder.layers.3.mlp.linear_fc1.weight" */
+    int ndim;                       /* 1 or 2 */
+    int global_shape[2];
+    int local_shape[2];             /* this rank's shard */
+    int partition_dim;              /* -1: replicated across TP; else the split dimension */
+    int partition_stride;           /* 1 unless strided (Megatron's partition_stride) */
+    int tensor_model_parallel;      /* split across TP (counted on every TP rank in the norm) */
+    int sequence_parallel;          /* replicated but its grad is partial under SP: TP all-reduce
+                                       in finalize (LayerNorm params, row-parallel bias) */
+    int shared;                     /* the last stage's tied copy of the word embedding: skipped
+                                       by the grad norm, not saved by checkpoints */
+    int shared_embedding;           /* word embedding or its tied copy: own DDP bucket and
+                                       embedding-group all-reduce */
+    int no_weight_decay;            /* biases and norm parameters */
+    int chunk;                      /* virtual pipeline chunk (0 unless interleaved) */
+    int layer;                      /* global layer index, -1 outside the decoder layers */
+    size_t offset;                  /* element offset in the flat buffer (set by the layout) */
+    size_t numel;                   /* local element count */
+} mc_param_info;
+
+typedef struct mc_bucket {
+    size_t start, end;              /* [start, end) of the flat buffer, end padded */
+    int first_param, n_params;      /* indices into mc_param_table.order[] */
+    int chunk;
+    int shared_embedding;
+} mc_bucket;
+
+typedef struct mc_param_layout_desc {
+    int dp_size;                    /* data-parallel (x CP) size the buckets are reduced over */
+    int distributed_optimizer;      /* pad for reduce-scatter shards (§11.3) */
+    size_t bucket_size;             /* elements; 0 = one bucket per chunk (overlap off) */
+    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 (and on
+                                       every chunk after the first: disable_bucketing) */
+} mc_param_layout_desc;
+
+typedef struct mc_param_table {
+    int count, capacity;
+    mc_param_info *info;            /* registration order */
+    int *order;                     /* info indices in layout order (reverse registration) */
+    size_t total;                   /* elements in the flat buffer, padding included */
+    int n_buckets;
+    mc_bucket *buckets;
+    mc_param_layout_desc layout;
+} mc_param_table;
+
+/* Registers a parameter (shapes, flags from `proto`; name/offset ignored in proto). Returns the
+   index, or a negative status. Checked: unique name, ndim 1 or 2, positive shapes, local ==
+   global outside partition_dim, tensor_model_parallel set exactly when partition_dim >= 0,
+   chunk < MC_MAX_VPP, shared only with shared_embedding. Stride 0 becomes 1; a 1-D param is
+   stored as [n] x 1. Adding after a layout drops the layout (offsets would move). */
+MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto);
+MC_API int mc_param_table_find(const mc_param_table *t, const char *name);   /* -1 if none */
+/* Sets every offset, order[] and the buckets; may be called again with another desc. Chunks
+   are placed one after the other (chunk 0 first), each in reverse registration order; a
+   bucket closes once end - bucket start >= bucket_size. E.g. DP 2, distributed optimizer,
+   params a(10) b(100) c(30) registered in that order: c [0,30), b [64,164), a [192,202), one
+   bucket [0,256). */
+MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc);
+MC_API void mc_param_table_destroy(mc_param_table *t);
+
+/* Deterministic "CPU initialisation" (§3.1): element (i, j) of the GLOBAL [rows, cols] master of
+   parameter `name` is normal(0, std) drawn from Philox keyed by (seed, hash(name)) at counter
+   i * cols + j, so a shard is the same numbers whatever the TP size and the pipeline stage.
+   Writes the local shard [local_rows, local_cols] of partition `partition_dim` (-1 = whole
+   tensor) for tp_rank of tp_size with Megatron's stride rule. 1-D tensors: rows = 1. */
+MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int cols,
+                                 int partition_dim, int stride, int tp_rank, int tp_size,
+                                 float std, uint64_t seed);
+
+/* @params:declarations end */
+
+/* =============================================================================================
+   parallel_state: the rank grid, the communicators, the groups */
+
+/* ---------------------------------------------------------------------------------------------
+   >>parallel_state.rank_grid  Megatron's RankGenerator: a pure function of the sizes, no communication.
 
    The order string lists the axes from fastest to slowest varying (default "tp-cp-ep-dp-pp").
    Axes of size 1 that are missing from the order are appended; a missing axis of size > 1 is
@@ -280,7 +822,7 @@ MC_API int mc_grid_creation_plan(const mc_grid *grid, mc_plan_entry *out, int ca
 MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt);
 
 /* ---------------------------------------------------------------------------------------------
-   >>comm  The communicator table. Layer and lab code call the mc_* wrappers below; each
+   >>parallel_state.comm  The communicator table. Layer and lab code call the mc_* wrappers below; each
    backend fills an mc_comm_ops. Buffers are host memory for `self` and `mpi`, device memory
    for `nccl`: use mc_comm_alloc / mc_comm_upload / mc_comm_download to stay backend-neutral.
 
@@ -296,7 +838,6 @@ MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt);
             broadcasts and p2p move the raw 16-bit values. Counts must fit in an int.
      nccl   see megatron_c_cuda.cu. */
 
-typedef enum mc_dtype { MC_F32 = 0, MC_F64, MC_I32, MC_I64, MC_U8, MC_BF16, MC_DTYPE_COUNT } mc_dtype;
 typedef enum mc_reduce_op { MC_SUM = 0, MC_MAX, MC_MIN, MC_AVG } mc_reduce_op;
 typedef enum mc_comm_backend {
     MC_BACKEND_AUTO = 0,   /* nccl when built with CUDA and every rank has its own GPU, else mpi
@@ -306,7 +847,6 @@ typedef enum mc_comm_backend {
     MC_BACKEND_NCCL
 } mc_comm_backend;
 
-MC_API size_t mc_dtype_size(mc_dtype dtype);
 MC_API const char *mc_backend_name(mc_comm_backend backend);  /* "self", "mpi", "nccl" */
 
 typedef struct mc_comm mc_comm;
@@ -355,10 +895,6 @@ typedef struct mc_comm_ops {
        Called only on member ranks, after the generic layer has agreed on the call. */
     int (*create_child)(mc_comm *c, const int *members, int n_members, int seq,
                         mc_comm **out);
-    void *(*alloc)(mc_comm *c, size_t bytes);
-    void (*free)(mc_comm *c, void *ptr);
-    int (*upload)(mc_comm *c, void *dst, const void *host_src, size_t bytes);
-    int (*download)(mc_comm *c, void *host_dst, const void *src, size_t bytes);
     /* Releases the backend's own state (impl). mc_comm_destroy then frees `mpi`
        (MPI_Comm_free + mc_free), `world_ranks` and the mc_comm itself. */
     void (*destroy)(mc_comm *c);
@@ -374,10 +910,15 @@ struct mc_comm {
     double timeout_s;        /* collectives and creation give MC_ERR_TIMEOUT after this */
     int create_seq;          /* collective creations made over this communicator so far */
     char name[48];           /* e.g. "world", "tp[2]" */
+    const char *backend_reason;  /* world only: why mc_comm_init_world chose this backend
+                                    (static text, e.g. "a single rank: using self") */
     int owns_mpi_init;       /* world only: MPI_Finalize on destroy */
     void *mpi;               /* MPI_Comm * (mpi and nccl backends), else NULL; allocated with
                                 mc_malloc, freed by mc_comm_destroy */
     void *impl;              /* backend state */
+    const struct mc_ops *mem;/* the memory owner: the op table whose memory the collectives
+                                read and write (mc_comm_memory); children inherit it */
+    int owns_mem;            /* nccl world only: the CUDA table was made for it */
 };
 
 typedef struct mc_comm_desc {
@@ -385,12 +926,43 @@ typedef struct mc_comm_desc {
     double timeout_s;         /* default 30 s; inherited by groups */
     int *argc;                /* passed to MPI_Init when this call initialises MPI */
     char ***argv;
+    /* The op table that owns the collectives' buffers (mc_comm_memory). Default: the CPU table
+       for self and mpi; for nccl a CUDA table (mc_ops_cuda_init) on the rank's GPU, made for
+       the world and destroyed with it. self takes any table (its collectives are copies
+       through the table); mpi needs host memory; nccl needs a CUDA table on its GPU. */
+    const struct mc_ops *memory;
 } mc_comm_desc;
 
 /* The world communicator. Initialises MPI when built with MC_COMM_MPI and MPI is not yet
    initialised (and finalises it in mc_comm_destroy). Logs which backend was chosen and why. */
 MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc);
 MC_API void mc_comm_destroy(mc_comm *comm);
+
+/* What this process runs on, for logs and results (lab12's capability probe, every lab's
+   envelope). Strings are "" where a part is absent or unknown; nothing here communicates.
+   The CUDA part (GPU count and model, runtime, driver and NCCL versions) is filled only in a
+   build with MC_ENABLE_CUDA; on a machine without a GPU it reports gpu_count 0. */
+typedef struct mc_backend_info {
+    char backend[8];            /* the world's backend: "self", "mpi" or "nccl" */
+    char backend_reason[128];   /* why mc_comm_init_world chose it */
+    int world_size;
+    char device_kind[8];        /* where the world's buffers live: "cuda" (nccl) or "cpu" */
+    char device_name[128];      /* gpu_name for "cuda", else cpu_name */
+    int device_count;           /* gpu_count for "cuda", else cpu_count */
+    char cpu_name[128];         /* "model name" of /proc/cpuinfo where readable */
+    int cpu_count;              /* processors listed there, 0 when unknown */
+    int cuda_built;             /* 1: built with MC_ENABLE_CUDA */
+    int gpu_count;              /* CUDA devices visible to this process */
+    char gpu_name[128];         /* model of the current device, e.g. "NVIDIA H200" */
+    char cuda_runtime[16];      /* "13.0" */
+    char cuda_driver[16];       /* highest CUDA version the driver supports, "13.0" */
+    char nccl_version[16];      /* the linked NCCL, "2.28.3" */
+    char mpi_version[16];       /* MPI standard of the library, "3.1" */
+    char mpi_library[256];      /* first line of MPI_Get_library_version */
+} mc_backend_info;
+
+/* Fills *out (zeroed first) for `world` (may be NULL: then backend and world_size stay empty). */
+MC_API int mc_backend_query(const mc_comm *world, mc_backend_info *out);
 
 /* Group creation, two ways.
    Collective: every rank of `parent` calls it, for every group, in the same order; `members`
@@ -446,11 +1018,42 @@ MC_API int mc_barrier_async(mc_comm *c, mc_request **req);
 MC_API int mc_wait(mc_request *req);
 /* *done = 1: the operation finished (or failed, see the status) and req has been freed. */
 MC_API int mc_test(mc_request *req, int *done);
-/* Backend-neutral buffers (device memory for nccl). */
+/* The communicator's memory owner (mc_comm_desc.memory): every buffer of a collective is
+   memory of this table. The four helpers below go through it (device memory for nccl). */
+MC_API const struct mc_ops *mc_comm_memory(const mc_comm *c);
 MC_API void *mc_comm_alloc(mc_comm *c, size_t bytes);
 MC_API void mc_comm_free(mc_comm *c, void *ptr);
 MC_API int mc_comm_upload(mc_comm *c, void *dst, const void *host_src, size_t bytes);
 MC_API int mc_comm_download(mc_comm *c, void *host_dst, const void *src, size_t bytes);
+
+/* A blocking collective on HOST values, whatever memory the communicator works on: send and
+   recv are host buffers; the values travel through buffers of the communicator's memory owner
+   (device memory on nccl) and back, or directly when that memory is the host's. The one way
+   for token counts, loss sums and flags to cross ranks.
+     MC_COLL_ALL_REDUCE  recv[count] = op over ranks of send[count] (send may equal recv)
+     MC_COLL_ALL_GATHER  recv[size * count] = every rank's send[count], rank order
+     MC_COLL_BROADCAST   recv[count] = root's send[count] (send may equal recv; on other ranks
+                         send is not read and may be NULL)
+   op is read by the all-reduce only, root by the broadcast only. After a timeout the staging
+   buffers are leaked on purpose (the backend may still write them). */
+typedef enum mc_collective {
+    MC_COLL_ALL_REDUCE = 0, MC_COLL_ALL_GATHER, MC_COLL_BROADCAST
+} mc_collective;
+MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, void *recv,
+                              size_t count, mc_dtype dt, mc_reduce_op op, int root);
+
+#if defined(MC_ENABLE_CUDA)
+/* Implemented in megatron_c_cuda.cu. */
+MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
+/* Turns an MPI world into NCCL; memory: the CUDA table for its buffers, or NULL to make one on
+   the rank's GPU (owned by the world). */
+MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
+MC_API void mc__cuda_backend_info(mc_backend_info *out);        /* the CUDA fields of the query */
+MC_API const mc_comm_ops *mc__nccl_ops(void);
+/* Implemented by the header: lets the companion file report through mc_last_error() and the
+   logger (level 1). Returns `status`. */
+MC_API int mc__set_error(int status, const char *fmt, ...);
+#endif
 
 /* ---------------------------------------------------------------------------------------------
    >>parallel_state  Megatron's initialize_model_parallel. */
@@ -462,7 +1065,9 @@ typedef struct mc_parallel_desc {
     int skip_plan_check;  /* 1: do not exchange the fingerprint (only for experiments) */
 } mc_parallel_desc;
 
-/* Zero it before the first mc_parallel_init (init refuses a state whose `initialized` is set). */
+/* Output of mc_parallel_init, which never reads it: a fresh, reused or garbage-filled struct
+   all work. Destroy a live state before initialising it again (init would forget its
+   communicators). */
 typedef struct mc_parallel_state {
     int initialized;
     mc_grid grid;
@@ -479,8 +1084,8 @@ typedef struct mc_parallel_state {
 /* Exchanges the plan fingerprint over the world (a mismatch fails on every rank within the
    world's timeout, with a message naming the first differing group), then creates every
    group of every kind in plan order, collectively, keeping the ones this rank belongs to
-   (named e.g. "tp[2]"). Works on a `self` world of size 1. A second init without
-   mc_parallel_destroy returns MC_ERR_STATE ("already initialized").
+   (named e.g. "tp[2]"). Works on a `self` world of size 1. *ps is output only: it is zeroed
+   first, whatever it held, and stays zeroed (initialized == 0) when init fails.
    Stage predicates follow Megatron: with vpp > 0 and ignore_virtual = 0, the first stage also
    needs vp_stage == 0 and the last stage vp_stage == vpp - 1; the first and last members of
    the embedding group count only on those stages, other members always. */
@@ -502,160 +1107,248 @@ MC_API int mc_parallel_src_rank(const mc_parallel_state *ps, mc_group_kind kind)
    Used by mc_parallel_init; exposed for tests and labs. */
 MC_API int mc_parallel_check_plan(mc_comm *world, const mc_grid *grid, uint64_t salt);
 
+/* =============================================================================================
+   tensor_parallel: mappings, layers, cross entropy, random */
+
+/* @tensor_parallel:declarations begin */
 /* ---------------------------------------------------------------------------------------------
-   >>microbatches  Megatron's num-microbatches calculator.
+   >>tensor_parallel  Megatron's tensor-parallel mappings and layers (megatron_semantics.md
+   §2-§5): the communication of a layer is written out in the layer function.
 
-       global batch = micro batch x num_microbatches x DP        e.g. 512 = 4 x 8 x 16
+   Activations are [S, B, C] row-major: the "first dim" is the sequence S (the sequence-parallel
+   split), the "last dim" is C (the tensor-parallel split of hidden, ffn and vocab columns).
+   Every function takes GLOBAL sizes (the full S, C, OC, V) and derives the local ones from the
+   tp communicator: TP = tp->size, r = tp->rank. tp == NULL or a communicator of size 1 is
+   TP = 1: every mapping is then the identity (a copy, none when out == inp).
+   Argument order (llm.c): outputs, caches and scratch, inputs, weights, sizes, flags, the
+   dtype, tp, ops. Tensors are op memory of `ops` (host memory for mc_ops_cpu(), device memory
+   for CUDA), and the communicator must work on that memory (mc_comm_memory). Activations,
+   weights and the logits are `dt` elements (MC_F32, or MC_BF16 under --bf16); weight and
+   bias gradients (float *) and the cross-entropy statistics are always fp32. Outputs must not
+   overlap inputs, except that copy_to and reduce_from (both directions) also work in place
+   (out == inp). Split and gather of a last dimension are strided copies (ops->copy_2d), one
+   per shard, never a copy per row.
+   Scratch: a buffer of at least the documented number of dt elements (fp32 floats for the
+   cross entropy), or NULL to have the call allocate (and free) one through ops->alloc.
+   Errors: MC_ERR_INVALID_ARG with Megatron's divisibility messages, e.g.
+     "scatter_to_tensor_model_parallel_region: last dimension (6) is not divisible by
+      tensor_model_parallel_size (4) (Megatron's divide: 6 is not divisible by 4)"
+     "gather_from_sequence_parallel_region: first dimension of the tensor (S = 6) should be
+      divisible by tensor parallel size (4)"
+   and the communicator's MC_ERR_COMM / MC_ERR_TIMEOUT (the outputs are then undefined).
 
-   DP is the data-parallel size, world / (tp * pp * cp): TP, PP and CP ranks share samples.
-   The desc picks one of three modes:
-     constant  GBS must be a multiple of MBS * DP, unless decrease_batch_size_if_needed rounds
-               the *running* batch down to one (the reported global batch stays GBS);
-               num_microbatches must come out >= 1. update() changes nothing.
-     ramp-up   rampup = {start, increment, samples}: Megatron up to core_v0.17 (removed after).
-               n_inc = (GBS - start) / increment, per_inc = samples / n_inc (a double):
-                 consumed >  samples:  batch = GBS
-                 consumed <= samples:  batch = start + floor(consumed / per_inc) * increment
-               Special cases where Megatron divides by zero: GBS == start is accepted here and
-               runs at GBS throughout; samples == 0 with GBS > start is rejected.
-     step      step_schedule "THRESHOLD:BS THRESHOLD:BS ..." (Megatron HEAD): the batch is the
-               BS of the last entry whose threshold <= consumed. Spaces or commas separate the
-               entries; both numbers take a K, M, B or T suffix (x1e3, 1e6, 1e9, 1e12) and may
-               be decimal ("1.5K"); with seq_length > 0 thresholds count tokens and are divided
-               by seq_length. Entries are sorted; the first threshold must be 0, thresholds
-               must increase strictly and every BS must be > 0. GBS is the last entry's BS
-               (global_batch_size must be left 0, as Megatron refuses both); not combinable with
-               decrease_batch_size_if_needed. num_microbatches may be 0 before the first check.
-   mc_microbatch_update(calc, consumed, 1) is what the training loop calls every iteration:
-   with the consistency check the current batch must be a multiple of MBS * DP (skipped when
-   decreasing); without it, a non-multiple is floored silently. Init runs update(0) unchecked. */
+   The mappings (§2). R = elements per sequence position (B * C); D = the full last dim.
+     mapping                              forward                backward
+     copy_to_tp_region          [n]       identity               all-reduce SUM
+     reduce_from_tp_region      [n]       all-reduce SUM         identity
+     scatter_to_tp_region       [N, D]    split last dim         all-gather last dim
+     gather_from_tp_region      [N, D/TP] all-gather last dim    split last dim
+     scatter_to_sp_region       [S, R]    split first dim        all-gather first dim
+     gather_from_sp_region      [S/TP, R] all-gather first dim   reduce-scatter first dim, or
+                                                                 split with tp_output_grad = 0
+     reduce_scatter_to_sp_region [S, R]   reduce-scatter first   all-gather first dim
+     all_gather_last_dim        [N, D/TP] all-gather last dim    reduce-scatter last dim
+     reduce_scatter_last_dim    [N, D]    reduce-scatter last    all-gather last dim
+   A first-dim shard is contiguous ([S/TP, R] rows r*S/TP ..), so those are single collectives.
+   A last-dim gather all-gathers the [N, D/TP] shards into scratch [TP, N, D/TP] and re-chunks
+   them into [N, D]; a last-dim reduce-scatter stacks the TP column slices of [N, D] into
+   scratch [TP, N, D/TP] and reduce-scatters that (both as Megatron does). Their scratch: N * D
+   elements. */
+MC_API int mc_copy_to_tp_region_forward(void *out, const void *inp, size_t n, mc_dtype dt,
+                                        mc_comm *tp, const mc_ops *ops);
+MC_API int mc_copy_to_tp_region_backward(void *dinp, const void *dout, size_t n, mc_dtype dt,
+                                         mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_from_tp_region_forward(void *out, const void *inp, size_t n, mc_dtype dt,
+                                            mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_from_tp_region_backward(void *dinp, const void *dout, size_t n, mc_dtype dt,
+                                             mc_comm *tp, const mc_ops *ops);
+/* out [N, D/TP] = this rank's columns of inp [N, D] */
+MC_API int mc_scatter_to_tp_region_forward(void *out, const void *inp, int N, int D, mc_dtype dt,
+                                           mc_comm *tp, const mc_ops *ops);
+/* dinp [N, D] = all-gather of dout [N, D/TP] */
+MC_API int mc_scatter_to_tp_region_backward(void *dinp, void *scratch, const void *dout, int N,
+                                            int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_tp_region_forward(void *out, void *scratch, const void *inp, int N, int D,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_tp_region_backward(void *dinp, const void *dout, int N, int D,
+                                             mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+/* out [S/TP, R] = rows r*S/TP .. of inp [S, R] */
+MC_API int mc_scatter_to_sp_region_forward(void *out, const void *inp, int S, size_t R, mc_dtype dt,
+                                           mc_comm *tp, const mc_ops *ops);
+MC_API int mc_scatter_to_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_gather_from_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+/* tensor_parallel_output_grad = 1 (Megatron's default): dout [S, R] holds partial sums (the
+   next layer is tensor-parallel), so it is reduce-scattered; 0: dout is already complete and
+   replicated, so this rank's rows are only cut out. */
+MC_API int mc_gather_from_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                             int tensor_parallel_output_grad, mc_dtype dt,
+                                             mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_to_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                                  mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_to_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                                   mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_all_gather_last_dim_forward(void *out, void *scratch, const void *inp, int N, int D,
+                                          mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_all_gather_last_dim_backward(void *dinp, void *scratch, const void *dout, int N,
+                                           int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_last_dim_forward(void *out, void *scratch, const void *inp, int N,
+                                              int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops);
+MC_API int mc_reduce_scatter_last_dim_backward(void *dinp, void *scratch, const void *dout, int N,
+                                               int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops);
 
-typedef enum mc_microbatch_mode {
-    MC_MICROBATCH_UNSET = 0,   /* a zeroed calculator: update() refuses it */
-    MC_MICROBATCH_CONSTANT,
-    MC_MICROBATCH_RAMPUP,
-    MC_MICROBATCH_STEP
-} mc_microbatch_mode;
+/* Column / Row parallel linear (§3). flags is an OR of: */
+typedef enum mc_tp_flag {
+    MC_TP_SEQUENCE_PARALLEL = 1,   /* activations outside the layer are [S/TP, B, C] */
+    MC_TP_GATHER_OUTPUT = 2,       /* column: all-gather the output to [S, B, OC] (not with SP) */
+    MC_TP_INPUT_IS_PARALLEL = 4,   /* row: the input is already [S, B, C/TP] (SP requires it) */
+    MC_TP_SKIP_BIAS_ADD = 8        /* leave the bias to the caller (e.g. a fused bias-dropout-add):
+                                      the layer neither adds it nor computes its gradient */
+} mc_tp_flag;
+/* MC_TP_SEQUENCE_PARALLEL with TP = 1 is ignored, as Megatron's layers disable SP for
+   themselves when the group has one rank (the config validator refuses it earlier). */
 
-typedef struct mc_rampup {
-    int start;                 /* first global batch size, > 0 */
-    int increment;             /* > 0; GBS - start must be a multiple of it */
-    long long samples;         /* consumed samples over which the batch grows, >= 0 */
-} mc_rampup;
+/* ColumnParallelLinear(C -> OC), Y = X A^T + b split by output rows: weight [OC/TP, C] (rows
+   r*OC/TP .., partition dim 0), bias [OC/TP] or NULL; OC % TP == 0.
+     inp  [S, B, C] replicated, or [S/TP, B, C] under SP (all-gathered along S here)
+     out  [S, B, OC/TP], or [S, B, OC] with MC_TP_GATHER_OUTPUT (the bias is added before the
+          gather). SP together with MC_TP_GATHER_OUTPUT is an error (Megatron asserts). */
+MC_API int mc_column_parallel_linear_forward(void *out, void *scratch, const void *inp,
+                                             const void *weight, const void *bias, int S, int B,
+                                             int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
+                                             const mc_ops *ops);
+/* dinp [shape of inp] (=), dweight [OC/TP, C] (+=), dbias [OC/TP] (+=, may be NULL);
+   dout [shape of out]; inp and weight as in the forward. With MC_TP_GATHER_OUTPUT dout is first
+   split to this rank's columns. Then
+     no SP, TP > 1: dX = dY A is all-reduced over TP asynchronously while dA += dY^T X runs
+                    (Megatron's allreduce_dgrad);
+     SP:            the input is all-gathered AGAIN (it is not kept from the forward) while
+                    dX = dY A runs; dX [S, B, C] is then reduce-scattered along S asynchronously
+                    while dA += dY^T X runs. */
+MC_API int mc_column_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
+                                              void *scratch, const void *dout, const void *inp,
+                                              const void *weight, int S, int B, int C, int OC,
+                                              int flags, mc_dtype dt, mc_comm *tp,
+                                              const mc_ops *ops);
+/* Floats of scratch that both passes of the layer need (0 when none). */
+MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
+                                                int tp_size);
 
-/* Zero means default / unset in every field. */
-typedef struct mc_microbatch_desc {
-    int global_batch_size;     /* required (> 0) unless step_schedule is given */
-    int micro_batch_size;      /* required, > 0 */
-    int data_parallel_size;    /* required, > 0 */
-    int decrease_batch_size_if_needed;
-    mc_rampup rampup;          /* all zero: no ramp-up */
-    const char *step_schedule; /* NULL: none. Parsed by init, not kept */
-    int seq_length;            /* step schedule only: > 0 makes thresholds token counts */
-} mc_microbatch_desc;
+/* RowParallelLinear(C -> OC), Y = sum_r X_r A_r^T + b split by input columns: weight
+   [OC, C/TP] (columns r*C/TP .., partition dim 1), bias [OC] (not split) or NULL; C % TP == 0.
+     inp  [S, B, C/TP] with MC_TP_INPUT_IS_PARALLEL, else [S, B, C] (split here; not allowed
+          under SP: "To enable sequence_parallel, input_is_parallel must be true")
+     out  [S, B, OC] all-reduced over TP, or [S/TP, B, OC] reduce-scattered along S under SP.
+   The bias is added once, after the reduction (it is replicated; under SP its gradient is
+   partial per rank: mark it sequence_parallel so that finalize all-reduces it over TP). */
+MC_API int mc_row_parallel_linear_forward(void *out, void *scratch, const void *inp,
+                                          const void *weight, const void *bias, int S, int B,
+                                          int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
+                                          const mc_ops *ops);
+/* dinp [shape of inp] (=), dweight [OC, C/TP] (+=), dbias [OC] (+=, may be NULL); dout [shape
+   of out]. Under SP dout is all-gathered along S first; without MC_TP_INPUT_IS_PARALLEL the
+   local dX is all-gathered along the last dim (asynchronously, while dA runs) into [S, B, C]. */
+MC_API int mc_row_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
+                                           void *scratch, const void *dout, const void *inp,
+                                           const void *weight, int S, int B, int C, int OC,
+                                           int flags, mc_dtype dt, mc_comm *tp,
+                                           const mc_ops *ops);
+MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
+                                             int tp_size);
 
-#define MC_MAX_BATCH_STEPS 64
+/* Megatron's VocabUtility: rank r of TP owns vocab ids [*start, *end) = [r V/TP, (r+1) V/TP).
+   V % TP != 0 is MC_ERR_INVALID_ARG. */
+MC_API int mc_vocab_range(int V, int tp_rank, int tp_size, int *start, int *end);
 
-typedef struct mc_microbatch_calc {
-    mc_microbatch_mode mode;
-    mc_microbatch_desc desc;                /* as given, step_schedule set to NULL */
-    int global_batch_size;                  /* the final batch: GBS, or the last step's BS */
-    int current_global_batch_size;          /* after the last update */
-    int current_running_global_batch_size;  /* rounded down to a multiple of MBS * DP when
-                                               decreasing, else equal to the current batch */
-    int num_microbatches;                   /* running batch / (MBS * DP) */
-    /* Private. */
-    double rampup_samples_per_increment;    /* 0 when GBS == start */
-    int n_steps;
-    long long step_threshold[MC_MAX_BATCH_STEPS];   /* in samples, ascending */
-    int step_batch[MC_MAX_BATCH_STEPS];
-} mc_microbatch_calc;
+/* VocabParallelEmbedding (§4): table [V/TP, C] holds this rank's vocab rows (V: the padded
+   vocabulary, mc_gpt_padded_vocab_size()). out [N, C] (=): each rank looks up the ids it owns and writes zero rows for the
+   others, then the rows are all-reduced over TP, so every rank holds the full lookup.
+   (Megatron reduce-scatters along S instead when SP is on and there is no learned position
+   embedding; the GPT here has position embeddings, so the model scatters to SP after adding
+   them.) ids [N] outside [0, V) are an error, checked by ops->check_ids (the CPU table reads
+   them; CUDA checks only with MC_CUDA_SYNC_CHECK=1). */
+MC_API int mc_vocab_parallel_embedding_forward(void *out, const int *ids, const void *table,
+                                               int N, int C, int V, mc_dtype dt, mc_comm *tp,
+                                               const mc_ops *ops);
+/* dtable [V/TP, C] (+=) gets the rows of dout [N, C] whose ids this rank owns; no
+   communication (the all-reduce's backward is the identity). */
+MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const void *dout, const int *ids,
+                                                int N, int C, int V, mc_dtype dt, mc_comm *tp,
+                                                const mc_ops *ops);
 
-/* Validates the desc (MC_ERR_INVALID_DESC naming the field, the value and Megatron's rule)
-   and computes the batch for 0 consumed samples. E.g. "global batch size (500) is not
-   divisible by micro batch size (4) times data parallel size (16) = 64". */
-MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc);
-/* Recomputes the current batch and num_microbatches for `consumed_samples`. */
-MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
-                                int consistency_check);
-/* The consumed-sample counts at which the global batch changes, ascending, starting with 0:
-   {0} when constant, every threshold of a step schedule, and for a ramp-up the first count of
-   each increment plus samples + 1 when the batch still changes there. Writes at most cap
-   values (out may be NULL to count) and returns the total count. Does not touch calc. */
-MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap);
+/* Vocab-parallel cross entropy (§5) on logits [N, V/TP] (this rank's columns of the padded
+   vocabulary V) and targets [N] in [0, V). losses [N] (=) per token; max [N] and sum_exp [N]
+   are the caches for backward: the global row maximum and the global sum of exp(logit - max).
+   Exactly three all-reduces over TP and never the full logits:
+     1. MAX of the local row maxima;
+     2. SUM of the target logit (nonzero only on the rank that owns the target column);
+     3. SUM of the local sums of exp(logit - max).
+   loss = log(sum_exp) + max - target_logit.
+   Label smoothing a = label_smoothing in [0, 1): the target distribution puts 1 - a on the
+   target and a / (K - 1) on each other entry of the K = V (global) entries. With
+   s = a K / (K - 1):
+       loss = (1 - s) (log(sum_exp) + max - target_logit) - s mean_j log p_j,
+       mean_j log p_j = (sum over the GLOBAL vocabulary of logit_j) / K - max - log(sum_exp).
+   The local sums of logits ride in all-reduce 3 (packed after the sums of exp), so smoothing
+   still costs three all-reduces. This differs from Megatron (open issues #737 and #7464), which
+   takes K = the LOCAL partition size and the mean over the LOCAL partition: there the smoothed
+   loss changes with TP and differs between TP ranks; here it is the TP = 1 loss on every rank.
+   Scratch: mc_vocab_parallel_cross_entropy_scratch() floats, or NULL.
+   The per-token combination (a log per token) is an op (cross_entropy_loss), and so is the
+   loss sum: loss_sum (one fp64 value in op memory, may be NULL) = the sum of the N losses.
+   Nothing is read back to the host. */
+MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, double *loss_sum, float *max,
+                                                   float *sum_exp, float *scratch,
+                                                   const void *logits, const int *targets, int N,
+                                                   int V, float label_smoothing, mc_dtype dt,
+                                                   mc_comm *tp, const mc_ops *ops);
+/* dlogits [N, V/TP] (=) = (softmax - (1 - s) onehot(target) - s / K) * dlosses[row], with
+   softmax = exp(logit - max) / sum_exp; no communication. It calls
+   ops->cross_entropy_backward(dlogits, logits, max, sum_exp, targets, dlosses, N, V/TP,
+   r*V/TP, s, V): the op takes s = a K / (K - 1) (not Megatron's a) and the GLOBAL K = V, and
+   puts the -(1 - s) only at the target column of the rank that owns it. */
+MC_API int mc_vocab_parallel_cross_entropy_backward(void *dlogits, const float *dlosses,
+                                                    const void *logits, const float *max,
+                                                    const float *sum_exp, const int *targets,
+                                                    int N, int V, float label_smoothing,
+                                                    mc_dtype dt, mc_comm *tp,
+                                                    const mc_ops *ops);
+MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
+                                                      int tp_size);
+
+/* CPU initialisation (§3.1): mc_init_normal_shard, declared in >>core.params, is implemented here.
+   Element g = i * cols + j of the GLOBAL master of parameter `name` is
+       key = FNV-1a 64 over the bytes of name, continued over the 8 little-endian bytes of seed
+       x   = Philox4x32-10(counter = (g low, g high, 0, 0), key = (key low, key high))
+       u1  = (x[0] + 1) / 2^32 in (0, 1],  u2 = x[1] / 2^32 in [0, 1)    (x[2], x[3] unused)
+       w   = std * sqrt(-2 ln u1) * cos(2 pi u2)                        (Box-Muller, in double)
+   one Philox block per element, so any element, hence any shard at any TP size and stride, is
+   computed on its own: shards are TP-size invariant like Megatron's CPU initialisation (which
+   builds the whole master with torch's CPU generator and cuts it). A 1-D tensor (rows == 1)
+   splits along its only dimension. Invalid sizes write nothing and set mc_last_error().
+
+       float full[32], shard[16];
+       mc_init_normal_shard(full, "decoder.layers.0.mlp.linear_fc1.weight", 8, 4, -1, 1, 0, 1,
+                            0.02f, 1234);    // row 0: -0.034442 0.034814 -0.007775 -0.029111
+       mc_init_normal_shard(shard, "decoder.layers.0.mlp.linear_fc1.weight", 8, 4, 0, 1, 1, 2,
+                            0.02f, 1234);    // TP 2, rank 1: row 0 = global row 4 =
+                                             //   -0.012309 0.016442 -0.027588 0.013217
+       with stride 2 the same rank's row 0 is global row 2: -0.010136 -0.020999 0.032555 0.010440 */
+
+/* Megatron's partition-stride rule (§3.1), shared by initialisation and checkpoint resharding:
+   the index along the partition dim, in the GLOBAL tensor of `global_dim` entries, of local
+   index `local_index` on tp_rank. The dim is cut into TP * stride pieces of
+   global_dim / (TP * stride); rank r holds pieces r, r + TP, r + 2 TP, ... in that order.
+   E.g. global_dim 8, TP 2, stride 2: rank 0 holds {0, 1, 4, 5}. Returns -1 for invalid input
+   (indivisible sizes, a rank or index out of range). */
+MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, int tp_rank,
+                                 int tp_size);
+
+/* @tensor_parallel:declarations end */
 
 /* ---------------------------------------------------------------------------------------------
-   >>schedule_table  Which forward (F) and backward (B) each pipeline stage runs, in order:
-   Megatron's three schedules reduced to their op order, with no compute and no communication.
-
-     no pipelining   pp == 1:  F0 B0 F1 B1 ...
-     1F1B            pp > 1:   warmup w = min(pp - r - 1, M) forwards, then M - w pairs
-                               "F(w + i) B(i)", then the w remaining backwards.
-     interleaved     pp > 1, vpp >= 2 chunks per stage, group size N (default pp):
-                     virtual micro-batch k = 0 .. M*V-1 maps to (micro-batch, chunk) through a
-                     table built group by group: for each group of N micro-batches (the last
-                     one holds what remains), chunk 0 runs the group, then chunk 1, ...
-                     Example pp 2, N 3, M 5, V 2:  micro-batches 0 1 2 0 1 2 3 4 3 4
-                                                   chunks        0 0 0 1 1 1 0 0 1 1
-                     warmup = (pp - r - 1) * 2 + (V - 1) * N forwards, capped at M*V; then
-                     "F(k + warmup) B(k)" pairs; B(k) runs micro-batch table[k] on chunk
-                     V - 1 - table[k].chunk.
-                     Megatron's rules: pp <= N <= M (ValueError), and M mod N must be 0 or
-                     >= pp (RuntimeError, dependency bubbles), so with N = pp, M must be a
-                     multiple of pp.
-   forward_only: every forward in the same order, no backward; the warmup count stays
-   min(pp - r - 1, M) for 1F1B and becomes M*V when interleaved. vpp 1 means not interleaved
-   (Megatron's arguments turn a virtual size of 1 into None). */
-
-typedef struct mc_sched_op {
-    char kind;                 /* 'F' forward or 'B' backward */
-    int microbatch;            /* 0 .. M-1 */
-    int chunk;                 /* model chunk on this stage (0 unless interleaved); the
-                                  virtual stage is chunk * pp + pp_rank */
-} mc_sched_op;
-
-/* Zero means default. */
-typedef struct mc_schedule_desc {
-    int pp;                    /* pipeline stages; default 1 */
-    int pp_rank;               /* this stage, 0 .. pp-1 */
-    int num_microbatches;      /* required, >= 1 */
-    int vpp;                   /* model chunks per stage; 0 or 1: not interleaved */
-    int group_size;            /* microbatch_group_size_per_vp_stage; default pp */
-    int forward_only;
-} mc_schedule_desc;
-
-/* Megatron's get_forward_backward_func choice: "no_pipelining", "without_interleaving" or
-   "with_interleaving" (NULL for a desc that fails validation). */
-MC_API const char *mc_schedule_name(const mc_schedule_desc *desc);
-/* Ops of stage desc->pp_rank in execution order: 2*M*V of them (M*V forward-only). Writes
-   them into out[cap] and returns the count; out == NULL only counts; a cap below the count is
-   MC_ERR_INVALID_ARG. *n_warmup (may be NULL) receives the warmup forward count. */
-MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int cap,
-                           int *n_warmup);
-/* The interleaved lookup table (one entry per virtual micro-batch; for a schedule that is not
-   interleaved, micro-batch k on chunk 0). Returns M*V; out arrays may be NULL to count. */
-MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk, int cap);
-
-typedef struct mc_schedule_timing {
-    double makespan;           /* when the last op of any stage ends */
-    double busy;               /* compute time of one stage (the same on every stage) */
-    double bubble_fraction;    /* idle share of a stage's time: (makespan - busy) / makespan */
-    double bubble_ratio;       /* idle over compute, (makespan - busy) / busy: the paper's
-                                  measure, (pp - 1) / M for 1F1B */
-} mc_schedule_timing;
-
-/* Runs every stage's op list (desc->pp_rank is ignored) against the data dependencies and
-   reports when each op starts. An op starts once its stage is free and its input is ready:
-   F on virtual stage s needs F of the same micro-batch on s - 1; B on s needs F on s and B
-   on s + 1. Communication takes no time. forward_time / backward_time are the cost of one op
-   (one chunk); 0 means 1 and 2. start (may be NULL) receives pp rows of mc_schedule_ops'
-   count, each in that stage's op order; cap is its length in doubles. */
-MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_time,
-                                double backward_time, double *start, int cap,
-                                mc_schedule_timing *timing);
-
-/* ---------------------------------------------------------------------------------------------
-   >>rng  Philox4x32-10 streams and Megatron's model-parallel RNG tracker.
+   >>tensor_parallel.random  Philox4x32-10 streams and Megatron's model-parallel RNG tracker.
 
    Philox (Salmon et al., SC'11) is counter based: a block of four 32-bit outputs is a pure
    function of (key, counter), so any element of a stream can be computed on its own and the
@@ -770,797 +1463,83 @@ MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int t
                                         int pp_rank, int ep_rank, int etp_rank, int dp_rank,
                                         int data_parallel_random_init);
 
-#if defined(MC_ENABLE_CUDA)
-/* Implemented in megatron_c_cuda.cu. */
-MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
-MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled);      /* turns an MPI world into NCCL */
-MC_API const mc_comm_ops *mc__nccl_ops(void);
-/* Implemented by the header: lets the companion file report through mc_last_error() and the
-   logger (level 1). Returns `status`. */
-MC_API int mc__set_error(int status, const char *fmt, ...);
-#endif
-
 /* =============================================================================================
-   The training core, one block per module in dependency order. */
-
-/* @ops:declarations begin */
-/* ---------------------------------------------------------------------------------------------
-   >>ops  The op table: every numeric primitive the model uses. The CPU table is the reference
-   (clear loops, fp32 storage, deterministic); megatron_c_cuda.cu fills the same table later, so
-   layer code never changes. Activations are [S, B, C] row-major (sequence first, as Megatron),
-   so sequence-parallel shards are contiguous. "Accumulate" (+=) vs "overwrite" (=) is stated per
-   op: parameter gradients always accumulate. In-place use (out == inp) is allowed for the
-   element-wise ops (fill, copy, axpy, scale, gelu, dropout).
-
-   Dimension letters: N = rows (tokens, S*B), C = channels, K = reduction dim, V = vocab (local
-   shard), S = sequence, B = micro-batch size, NH = heads (local), HD = head dim.
-
-   Determinism: every CPU op sums in a fixed order that depends only on the shapes, never on
-   blocking or on the values. The GEMM sums each output element over k = 0 .. K-1 in order, so a
-   column-parallel shard of C equals the same columns of the unsharded product bit for bit; a
-   row-parallel split of K changes the order (the partial sums meet in the TP all-reduce), which
-   is the only source of TP-vs-single-rank rounding differences in the linear layers. Build with
-   MC_CPU_GEMM_ACC_F64 to accumulate the reference GEMM in double (smaller such differences).
-   Build with MC_USE_CBLAS (link a CBLAS, e.g. -lopenblas) to route the table's gemm through
-   cblas_sgemm; multi-threaded BLAS libraries need not be deterministic across shapes.
-
-   Dropout (dropout_* and the attention probabilities): element i is kept iff
-   mc_rng_uniform_at(seed, offset + i) >= p, and kept values are scaled by 1 / (1 - p); p = 0
-   keeps everything and draws nothing, p >= 1 drops everything. The mask is a pure function of
-   (seed, offset + i), so backward and recompute redraw it instead of storing it. */
-typedef enum mc_device { MC_DEVICE_CPU = 0, MC_DEVICE_CUDA = 1 } mc_device;
-
-typedef struct mc_ops {
-    const char *name;                       /* "cpu" */
-    mc_device device;
-    void *(*alloc)(size_t bytes);           /* zero-filled */
-    void (*free)(void *ptr);
-    void (*fill)(float *x, float value, size_t n);
-    void (*copy)(float *dst, const float *src, size_t n);
-    void (*axpy)(float *y, float a, const float *x, size_t n);        /* y += a * x */
-    void (*scale)(float *x, float a, size_t n);
-    double (*sum_squares)(const float *x, size_t n);                  /* fp64 accumulation */
-    /* C[M,N] = alpha * op(A) op(B) + beta * C, op(A) = A[M,K] or A^T (A stored [K,M]),
-       op(B) = B[K,N] or B^T (B stored [N,K]). beta = 1 accumulates; beta = 0 never reads C
-       (so C may hold garbage). K = 0 gives beta * C. */
-    void (*gemm)(float *C, const float *A, const float *B, int M, int N, int K,
-                 int trans_a, int trans_b, float alpha, float beta);
-    /* out[N,C] += bias (broadcast over rows); bias NULL: nothing */
-    void (*add_bias)(float *out, const float *bias, int N, int C);
-    void (*bias_backward)(float *dbias, const float *dout, int N, int C);   /* dbias += sum rows */
-    /* out[N,C] = (inp - mean) * rstd * weight + bias, mean[N] and rstd[N] = 1/sqrt(var + eps)
-       (biased variance) cached for backward (either may be NULL); bias may be NULL. */
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C, float eps);
-    /* dinp += ..., dweight += ..., dbias += ... (dbias may be NULL) */
-    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
-                               const float *rstd, int N, int C);
-    /* 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) */
-    void (*gelu_forward)(float *out, const float *inp, size_t n);      /* tanh approximation */
-    void (*gelu_backward)(float *dinp, const float *inp, const float *dout, size_t n); /* = */
-    /* Causal self-attention on local heads. qkv [S,B,NH*3*HD] with per-head [q|k|v] blocks
-       (Megatron's fused layout, so a TP shard of whole heads is a contiguous slice);
-       out [S,B,NH*HD] (=); probs [B,NH,S,S] = softmax(q k^T / sqrt(HD)) before dropout, zero
-       above the diagonal, cached for backward. Dropout on the probabilities uses element
-       index ((b*NH + h)*S + t)*S + t2 + offset of the stream `seed` (see Dropout above); the
-       mask is redrawn from (seed, offset), never stored. */
-    void (*attention_forward)(float *out, float *probs, const float *qkv, int S, int B, int NH,
-                              int HD, float dropout_p, uint64_t seed, uint64_t offset);
-    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv,
-                               const float *probs, int S, int B, int NH, int HD,
-                               float dropout_p, uint64_t seed, uint64_t offset);   /* dqkv = */
-    /* out = inp * mask / (1-p), mask element i drawn from Philox(seed, offset + i) */
-    void (*dropout_forward)(float *out, const float *inp, size_t n, float p, uint64_t seed,
-                            uint64_t offset);
-    void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p, uint64_t seed,
-                             uint64_t offset);                                       /* = */
-    /* out[N,C] = table[id - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
-    void (*embedding_forward)(float *out, const int *ids, const float *table, int N, int C,
-                              int vocab_start, int vocab_end);
-    void (*embedding_backward)(float *dtable, const float *dout, const int *ids, int N, int C,
-                               int vocab_start, int vocab_end);                      /* += */
-    /* Vocab-parallel cross-entropy pieces over a local shard logits[N,V] of global columns
-       [vocab_start, vocab_start + V). All overwrite. With m = the all-reduced (MAX) row_max,
-       x_t = the all-reduced (SUM) target_logit and z = the all-reduced (SUM) sum_exp(m):
-           loss = log(z) + m - x_t
-       and with label smoothing s over the global (padded) vocabulary Vg, the all-reduced
-       (SUM) row_sum r gives mean_j log softmax_j = r / Vg - m - log(z), and
-           loss = (1 - s) (log(z) + m - x_t) - s (r / Vg - m - log(z)). */
-    void (*row_max)(float *max, const float *logits, int N, int V);
-    void (*target_logit)(float *out, const float *logits, const int *targets, int N, int V,
-                         int vocab_start);          /* logits[t - start] or 0 if not local */
-    void (*sum_exp)(float *sum, const float *logits, const float *max, int N, int V);
-    void (*row_sum)(float *sum, const float *logits, int N, int V);   /* fp64 accumulation */
-    /* dlogits[n,j] = dloss[n] * (softmax_j - (1 - s) onehot_j - s / vocab_global), softmax from
-       the global max and sum; onehot only on the rank owning the target (targets outside
-       [vocab_start, vocab_start + V), e.g. negative "ignore" ids, give none). This is the
-       gradient of the smoothed loss above: (1-s)(softmax - onehot) + s(softmax - 1/Vg).
-       The uniform part uses the GLOBAL vocabulary, so every TP size gives the same loss and
-       gradient; Megatron instead uses the local shard size K and the local mean
-       (s = alpha K / (K-1)), which makes the loss differ across TP ranks (open issues
-       NVIDIA/Megatron-LM #737, #7464). s = 0: plain cross entropy. */
-    void (*cross_entropy_backward)(float *dlogits, const float *logits, const float *max,
-                                   const float *sum, const int *targets, const float *dloss,
-                                   int N, int V, int vocab_start, float smoothing,
-                                   int vocab_global);
-    /* AdamW on one contiguous range; step counts from 1. m = b1 m + (1-b1) g,
-       v = b2 v + (1-b2) g^2, p -= lr (m / (1-b1^step) / (sqrt(v / (1-b2^step)) + eps) + wd p)
-       (decoupled weight decay on the parameter before the step, as torch.optim.AdamW). */
-    void (*adamw)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
-                  float beta1, float beta2, float eps, float weight_decay, int step);
-} mc_ops;
-
-MC_API const mc_ops *mc_ops_cpu(void);
-/* The cache-blocked reference GEMM of the CPU table (the table's gemm unless MC_USE_CBLAS);
-   public so that benchmarks can compare it with a BLAS side by side. Same contract as
-   mc_ops.gemm. */
-MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
-                                int trans_a, int trans_b, float alpha, float beta);
-
-/* @ops:declarations end */
-
-/* @config:declarations begin */
-/* ---------------------------------------------------------------------------------------------
-   >>config  The GPT/transformer config: Megatron's TransformerConfig + ModelParallelConfig
-   subset for a dense GPT. Zero means Megatron's default, except where a field says otherwise.
-
-   default table:  ffn_hidden_size 4*hidden | kv_channels hidden/heads | num_query_groups heads
-                   layernorm_epsilon 1e-5   | init_method_std 0.02      | hidden/attention dropout 0.1
-                   make_vocab_size_divisible_by 128 | max_position_embeddings seq_length
-                   tp, pp 1 | vpp 0 (1 becomes 0: one chunk is not interleaved) | seed 1234
-   Dropout: 0 selects the default 0.1; MC_DROPOUT_OFF (negative) switches dropout off, and the
-   resolved config then holds 0. A resolved config is marked by padded_vocab_size != 0 (never set
-   it yourself): resolving it again keeps its dropouts as they are (0 stays off) and recomputes
-   padded_vocab_size, so a resolved config may be edited (e.g. another TP size) and re-resolved.
-   validate, the fingerprints and math_diff resolve a copy first, so they accept either form.
-
-   Fingerprints (64-bit FNV-1a over field names and values of the resolved config):
-     math    what a checkpoint's numbers mean: num_layers, hidden_size, num_attention_heads,
-             ffn_hidden_size, kv_channels, num_query_groups, vocab_size (the ORIGINAL size) and
-             make_vocab_size_divisible_by, max_position_embeddings, layernorm_epsilon,
-             untie_embeddings_and_output_weights. Left out on purpose: the padded vocabulary
-             (it depends on TP; loading reshards and re-pads it), seq_length (any length up to
-             max_position_embeddings runs the same function), the dropouts and init_method_std
-             (they change training, not the function a loaded checkpoint computes), the
-             layout, recompute, micro_batch_size and seed.
-     layout  tensor / pipeline / virtual pipeline sizes and sequence_parallel: may differ
-             between save and load (the loader reshards). DP is not part of the config. */
-#define MC_DROPOUT_OFF (-1.0f)
-#define MC_MAX_VPP 8
-
-typedef enum mc_recompute_granularity {
-    MC_RECOMPUTE_NONE = 0, MC_RECOMPUTE_FULL, MC_RECOMPUTE_SELECTIVE
-} mc_recompute_granularity;
-typedef enum mc_recompute_method {
-    MC_RECOMPUTE_METHOD_NONE = 0, MC_RECOMPUTE_UNIFORM, MC_RECOMPUTE_BLOCK
-} mc_recompute_method;
-
-typedef struct mc_gpt_config {
-    /* math (part of the math fingerprint: a checkpoint must match it) */
-    int num_layers;                    /* required */
-    int hidden_size;                   /* required */
-    int num_attention_heads;           /* required */
-    int ffn_hidden_size;
-    int kv_channels;                   /* kv_channels * heads must equal hidden_size here */
-    int num_query_groups;              /* only == heads (no GQA) is implemented */
-    int vocab_size;                    /* required: original vocabulary (padded inside) */
-    int make_vocab_size_divisible_by;
-    int max_position_embeddings;       /* default seq_length */
-    int seq_length;                    /* required (not in the math fingerprint) */
-    float layernorm_epsilon;
-    float init_method_std;             /* not in the math fingerprint */
-    int untie_embeddings_and_output_weights;   /* 0 = tied (Megatron GPT default) */
-    float hidden_dropout;              /* not in the math fingerprint */
-    float attention_dropout;           /* not in the math fingerprint */
-    /* layout (layout fingerprint: may differ between save and load) */
-    int tensor_model_parallel_size;
-    int pipeline_model_parallel_size;
-    int virtual_pipeline_model_parallel_size;  /* 0 = not interleaved */
-    int sequence_parallel;
-    /* performance only (no fingerprint) */
-    mc_recompute_granularity recompute_granularity;
-    mc_recompute_method recompute_method;
-    int recompute_num_layers;          /* full: 1 .. num_layers / pp; selective: 0 */
-    int micro_batch_size;              /* required for activation sizing */
-    /* run */
-    int seed;                          /* > 0 */
-    int padded_vocab_size;             /* resolved: ceil(vocab / (div * tp)) * div * tp */
-} mc_gpt_config;
-
-/* Fills defaults into *out (in may equal out). MC_ERR_INVALID_ARG for NULL pointers only: the
-   values are checked by mc_gpt_config_validate. */
-MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in);
-/* Checks every rule that applies (Megatron §13 subset) on the resolved config:
-     required fields (> 0): num_layers, hidden_size, num_attention_heads, seq_length,
-       vocab_size, micro_batch_size; other sizes > 0; tp, pp >= 1; 0 <= vpp <= MC_MAX_VPP;
-     num_attention_heads % tp and ffn_hidden_size % tp; kv_channels * heads == hidden_size;
-     num_query_groups == heads (no GQA) and Megatron's "multiple or divisor of tp";
-     num_layers % pp; with vpp: pp > 1 and num_layers % (pp * vpp) (Megatron-LM #468: upstream
-       once divided silently and built fewer layers);
-     sequence parallelism needs tp > 1, and seq_length % tp;
-     recompute: full needs a method and 1 <= recompute_num_layers <= num_layers / pp;
-       selective needs no method and recompute_num_layers 0; none needs neither;
-     dropouts in [0, 1); layernorm_epsilon > 0; init_method_std > 0; seed > 0;
-     max_position_embeddings >= seq_length.
-   Writes one line per violation ("field (value) rule", ending in '\n') into report (may be
-   NULL; truncated to report_cap, always NUL-terminated) and returns the number of violations
-   (0 = valid). */
-MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap);
-MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg);
-MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg);
-/* Names every math field that differs ("layernorm_epsilon: 1e-05 vs 1e-06; ..."); returns the
-   count (out may be NULL; truncated to cap, always NUL-terminated). */
-MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
-                                   size_t cap);
-/* ceil(vocab / (divisible_by * tp)) * divisible_by * tp, e.g. 50257 -> 50304 (tp 1), 50432
-   (tp 2), 51200 (tp 8). MC_ERR_INVALID_ARG for a value <= 0 or a result beyond INT_MAX. */
-MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp);
-
-/* @config:declarations end */
-
-/* @params:declarations begin */
+   pipeline_parallel: schedule tables and the schedules that run them */
 
 /* ---------------------------------------------------------------------------------------------
-   >>params  One contiguous parameter buffer per rank with a named table (llm.c's layout, with
-   Megatron's names and attributes). Parameters are registered in module order; the layout then
-   places them in REVERSE registration order (about the order backward produces gradients),
-   groups them into DDP buckets and pads them as the distributed optimizer needs (§11.3:
-   each param start to a multiple of 64, each bucket end to lcm(DP, 128), the shared embedding
-   in its own bucket). Gradients and optimizer state use the same layout, so the gradient
-   reduction and the optimizer step are flat loops over buckets. */
-#define MC_PARAM_NAME_MAX 96
+   >>pipeline_parallel.schedule_table  Which forward (F) and backward (B) each pipeline stage runs, in order:
+   Megatron's three schedules reduced to their op order, with no compute and no communication.
 
-typedef struct mc_param_info {
-    char name[MC_PARAM_NAME_MAX];   /* Megatron key with the GLOBAL layer index, e.g.
-                                       "decoder.layers.3.mlp.linear_fc1.weight" */
-    int ndim;                       /* 1 or 2 */
-    int global_shape[2];
-    int local_shape[2];             /* this rank's shard */
-    int partition_dim;              /* -1: replicated across TP; else the split dimension */
-    int partition_stride;           /* 1 unless strided (Megatron's partition_stride) */
-    int tensor_model_parallel;      /* split across TP (counted on every TP rank in the norm) */
-    int sequence_parallel;          /* replicated but its grad is partial under SP: TP all-reduce
-                                       in finalize (LayerNorm params, row-parallel bias) */
-    int shared;                     /* the last stage's tied copy of the word embedding: skipped
-                                       by the grad norm, not saved by checkpoints */
-    int shared_embedding;           /* word embedding or its tied copy: own DDP bucket and
-                                       embedding-group all-reduce */
-    int no_weight_decay;            /* biases and norm parameters */
-    int chunk;                      /* virtual pipeline chunk (0 unless interleaved) */
-    int layer;                      /* global layer index, -1 outside the decoder layers */
-    size_t offset;                  /* element offset in the flat buffer (set by the layout) */
-    size_t numel;                   /* local element count */
-} mc_param_info;
+     no pipelining   pp == 1:  F0 B0 F1 B1 ...
+     1F1B            pp > 1:   warmup w = min(pp - r - 1, M) forwards, then M - w pairs
+                               "F(w + i) B(i)", then the w remaining backwards.
+     interleaved     pp > 1, vpp >= 2 chunks per stage, group size N (default pp):
+                     virtual micro-batch k = 0 .. M*V-1 maps to (micro-batch, chunk) through a
+                     table built group by group: for each group of N micro-batches (the last
+                     one holds what remains), chunk 0 runs the group, then chunk 1, ...
+                     Example pp 2, N 3, M 5, V 2:  micro-batches 0 1 2 0 1 2 3 4 3 4
+                                                   chunks        0 0 0 1 1 1 0 0 1 1
+                     warmup = (pp - r - 1) * 2 + (V - 1) * N forwards, capped at M*V; then
+                     "F(k + warmup) B(k)" pairs; B(k) runs micro-batch table[k] on chunk
+                     V - 1 - table[k].chunk.
+                     Megatron's rules: pp <= N <= M (ValueError), and M mod N must be 0 or
+                     >= pp (RuntimeError, dependency bubbles), so with N = pp, M must be a
+                     multiple of pp.
+   forward_only: every forward in the same order, no backward; the warmup count stays
+   min(pp - r - 1, M) for 1F1B and becomes M*V when interleaved. vpp 1 means not interleaved
+   (Megatron's arguments turn a virtual size of 1 into None). */
 
-typedef struct mc_bucket {
-    size_t start, end;              /* [start, end) of the flat buffer, end padded */
-    int first_param, n_params;      /* indices into mc_param_table.order[] */
-    int chunk;
-    int shared_embedding;
-} mc_bucket;
-
-typedef struct mc_param_layout_desc {
-    int dp_size;                    /* data-parallel (x CP) size the buckets are reduced over */
-    int distributed_optimizer;      /* pad for reduce-scatter shards (§11.3) */
-    size_t bucket_size;             /* elements; 0 = one bucket per chunk (overlap off) */
-    int pp_rank;                    /* Megatron disables bucketing on pp_rank > 0 (and on
-                                       every chunk after the first: disable_bucketing) */
-} mc_param_layout_desc;
-
-typedef struct mc_param_table {
-    int count, capacity;
-    mc_param_info *info;            /* registration order */
-    int *order;                     /* info indices in layout order (reverse registration) */
-    size_t total;                   /* elements in the flat buffer, padding included */
-    int n_buckets;
-    mc_bucket *buckets;
-    mc_param_layout_desc layout;
-} mc_param_table;
-
-/* Registers a parameter (shapes, flags from `proto`; name/offset ignored in proto). Returns the
-   index, or a negative status. Checked: unique name, ndim 1 or 2, positive shapes, local ==
-   global outside partition_dim, tensor_model_parallel set exactly when partition_dim >= 0,
-   chunk < MC_MAX_VPP, shared only with shared_embedding. Stride 0 becomes 1; a 1-D param is
-   stored as [n] x 1. Adding after a layout drops the layout (offsets would move). */
-MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto);
-MC_API int mc_param_table_find(const mc_param_table *t, const char *name);   /* -1 if none */
-/* Sets every offset, order[] and the buckets; may be called again with another desc. Chunks
-   are placed one after the other (chunk 0 first), each in reverse registration order; a
-   bucket closes once end - bucket start >= bucket_size. E.g. DP 2, distributed optimizer,
-   params a(10) b(100) c(30) registered in that order: c [0,30), b [64,164), a [192,202), one
-   bucket [0,256). */
-MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc);
-MC_API void mc_param_table_free(mc_param_table *t);
-
-/* Deterministic "CPU initialisation" (§3.1): element (i, j) of the GLOBAL [rows, cols] master of
-   parameter `name` is normal(0, std) drawn from Philox keyed by (seed, hash(name)) at counter
-   i * cols + j, so a shard is the same numbers whatever the TP size and the pipeline stage.
-   Writes the local shard [local_rows, local_cols] of partition `partition_dim` (-1 = whole
-   tensor) for tp_rank of tp_size with Megatron's stride rule. 1-D tensors: rows = 1. */
-MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int cols,
-                                 int partition_dim, int stride, int tp_rank, int tp_size,
-                                 float std, uint64_t seed);
-
-/* @params:declarations end */
-
-/* @tensor_parallel:declarations begin */
-/* ---------------------------------------------------------------------------------------------
-   >>tensor_parallel  Megatron's tensor-parallel mappings and layers (megatron_semantics.md
-   §2-§5): the communication of a layer is written out in the layer function.
-
-   Activations are [S, B, C] row-major: the "first dim" is the sequence S (the sequence-parallel
-   split), the "last dim" is C (the tensor-parallel split of hidden, ffn and vocab columns).
-   Every function takes GLOBAL sizes (the full S, C, OC, V) and derives the local ones from the
-   tp communicator: TP = tp->size, r = tp->rank. tp == NULL or a communicator of size 1 is
-   TP = 1: every mapping is then the identity (a copy, none when out == inp).
-   Argument order (llm.c): outputs, caches and scratch, inputs, weights, sizes, flags, tp, ops.
-   Tensors live where `ops` computes (host memory for mc_ops_cpu()), and the communicator must
-   accept those buffers. Outputs must not overlap inputs, except that copy_to and reduce_from
-   (both directions) also work in place (out == inp).
-   Scratch: a buffer of at least the documented number of floats, or NULL to have the call
-   allocate (and free) one through ops->alloc.
-   Errors: MC_ERR_INVALID_ARG with Megatron's divisibility messages, e.g.
-     "scatter_to_tensor_model_parallel_region: last dimension (6) is not divisible by
-      tensor_model_parallel_size (4) (Megatron's divide: 6 is not divisible by 4)"
-     "gather_from_sequence_parallel_region: first dimension of the tensor (S = 6) should be
-      divisible by tensor parallel size (4)"
-   and the communicator's MC_ERR_COMM / MC_ERR_TIMEOUT (the outputs are then undefined).
-
-   The mappings (§2). R = elements per sequence position (B * C); D = the full last dim.
-     mapping                              forward                backward
-     copy_to_tp_region          [n]       identity               all-reduce SUM
-     reduce_from_tp_region      [n]       all-reduce SUM         identity
-     scatter_to_tp_region       [N, D]    split last dim         all-gather last dim
-     gather_from_tp_region      [N, D/TP] all-gather last dim    split last dim
-     scatter_to_sp_region       [S, R]    split first dim        all-gather first dim
-     gather_from_sp_region      [S/TP, R] all-gather first dim   reduce-scatter first dim, or
-                                                                 split with tp_output_grad = 0
-     reduce_scatter_to_sp_region [S, R]   reduce-scatter first   all-gather first dim
-     all_gather_last_dim        [N, D/TP] all-gather last dim    reduce-scatter last dim
-     reduce_scatter_last_dim    [N, D]    reduce-scatter last    all-gather last dim
-   A first-dim shard is contiguous ([S/TP, R] rows r*S/TP ..), so those are single collectives.
-   A last-dim gather all-gathers the [N, D/TP] shards into scratch [TP, N, D/TP] and re-chunks
-   them into [N, D]; a last-dim reduce-scatter stacks the TP column slices of [N, D] into
-   scratch [TP, N, D/TP] and reduce-scatters that (both as Megatron does). Their scratch: N * D
-   floats. */
-MC_API int mc_copy_to_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
-                                        const mc_ops *ops);
-MC_API int mc_copy_to_tp_region_backward(float *dinp, const float *dout, size_t n, mc_comm *tp,
-                                         const mc_ops *ops);
-MC_API int mc_reduce_from_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
-                                            const mc_ops *ops);
-MC_API int mc_reduce_from_tp_region_backward(float *dinp, const float *dout, size_t n,
-                                             mc_comm *tp, const mc_ops *ops);
-/* out [N, D/TP] = this rank's columns of inp [N, D] */
-MC_API int mc_scatter_to_tp_region_forward(float *out, const float *inp, int N, int D,
-                                           mc_comm *tp, const mc_ops *ops);
-/* dinp [N, D] = all-gather of dout [N, D/TP] */
-MC_API int mc_scatter_to_tp_region_backward(float *dinp, float *scratch, const float *dout,
-                                            int N, int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_gather_from_tp_region_forward(float *out, float *scratch, const float *inp, int N,
-                                            int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_gather_from_tp_region_backward(float *dinp, const float *dout, int N, int D,
-                                             mc_comm *tp, const mc_ops *ops);
-/* out [S/TP, R] = rows r*S/TP .. of inp [S, R] */
-MC_API int mc_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                           mc_comm *tp, const mc_ops *ops);
-MC_API int mc_scatter_to_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
-                                            mc_comm *tp, const mc_ops *ops);
-MC_API int mc_gather_from_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                            mc_comm *tp, const mc_ops *ops);
-/* tensor_parallel_output_grad = 1 (Megatron's default): dout [S, R] holds partial sums (the
-   next layer is tensor-parallel), so it is reduce-scattered; 0: dout is already complete and
-   replicated, so this rank's rows are only cut out. */
-MC_API int mc_gather_from_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
-                                             int tensor_parallel_output_grad, mc_comm *tp,
-                                             const mc_ops *ops);
-MC_API int mc_reduce_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                                  mc_comm *tp, const mc_ops *ops);
-MC_API int mc_reduce_scatter_to_sp_region_backward(float *dinp, const float *dout, int S,
-                                                   size_t R, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_all_gather_last_dim_forward(float *out, float *scratch, const float *inp, int N,
-                                          int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_all_gather_last_dim_backward(float *dinp, float *scratch, const float *dout, int N,
-                                           int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_reduce_scatter_last_dim_forward(float *out, float *scratch, const float *inp,
-                                              int N, int D, mc_comm *tp, const mc_ops *ops);
-MC_API int mc_reduce_scatter_last_dim_backward(float *dinp, float *scratch, const float *dout,
-                                               int N, int D, mc_comm *tp, const mc_ops *ops);
-
-/* Column / Row parallel linear (§3). flags is an OR of: */
-typedef enum mc_tp_flag {
-    MC_TP_SEQUENCE_PARALLEL = 1,   /* activations outside the layer are [S/TP, B, C] */
-    MC_TP_GATHER_OUTPUT = 2,       /* column: all-gather the output to [S, B, OC] (not with SP) */
-    MC_TP_INPUT_IS_PARALLEL = 4,   /* row: the input is already [S, B, C/TP] (SP requires it) */
-    MC_TP_SKIP_BIAS_ADD = 8        /* leave the bias to the caller (e.g. a fused bias-dropout-add):
-                                      the layer neither adds it nor computes its gradient */
-} mc_tp_flag;
-/* MC_TP_SEQUENCE_PARALLEL with TP = 1 is ignored, as Megatron's layers disable SP for
-   themselves when the group has one rank (the config validator refuses it earlier). */
-
-/* ColumnParallelLinear(C -> OC), Y = X A^T + b split by output rows: weight [OC/TP, C] (rows
-   r*OC/TP .., partition dim 0), bias [OC/TP] or NULL; OC % TP == 0.
-     inp  [S, B, C] replicated, or [S/TP, B, C] under SP (all-gathered along S here)
-     out  [S, B, OC/TP], or [S, B, OC] with MC_TP_GATHER_OUTPUT (the bias is added before the
-          gather). SP together with MC_TP_GATHER_OUTPUT is an error (Megatron asserts). */
-MC_API int mc_column_parallel_linear_forward(float *out, float *scratch, const float *inp,
-                                             const float *weight, const float *bias, int S, int B,
-                                             int C, int OC, int flags, mc_comm *tp,
-                                             const mc_ops *ops);
-/* dinp [shape of inp] (=), dweight [OC/TP, C] (+=), dbias [OC/TP] (+=, may be NULL);
-   dout [shape of out]; inp and weight as in the forward. With MC_TP_GATHER_OUTPUT dout is first
-   split to this rank's columns. Then
-     no SP, TP > 1: dX = dY A is all-reduced over TP asynchronously while dA += dY^T X runs
-                    (Megatron's allreduce_dgrad);
-     SP:            the input is all-gathered AGAIN (it is not kept from the forward) while
-                    dX = dY A runs; dX [S, B, C] is then reduce-scattered along S asynchronously
-                    while dA += dY^T X runs. */
-MC_API int mc_column_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
-                                              float *scratch, const float *dout,
-                                              const float *inp, const float *weight, int S, int B,
-                                              int C, int OC, int flags, mc_comm *tp,
-                                              const mc_ops *ops);
-/* Floats of scratch that both passes of the layer need (0 when none). */
-MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
-                                                int tp_size);
-
-/* RowParallelLinear(C -> OC), Y = sum_r X_r A_r^T + b split by input columns: weight
-   [OC, C/TP] (columns r*C/TP .., partition dim 1), bias [OC] (not split) or NULL; C % TP == 0.
-     inp  [S, B, C/TP] with MC_TP_INPUT_IS_PARALLEL, else [S, B, C] (split here; not allowed
-          under SP: "To enable sequence_parallel, input_is_parallel must be true")
-     out  [S, B, OC] all-reduced over TP, or [S/TP, B, OC] reduce-scattered along S under SP.
-   The bias is added once, after the reduction (it is replicated; under SP its gradient is
-   partial per rank: mark it sequence_parallel so that finalize all-reduces it over TP). */
-MC_API int mc_row_parallel_linear_forward(float *out, float *scratch, const float *inp,
-                                          const float *weight, const float *bias, int S, int B,
-                                          int C, int OC, int flags, mc_comm *tp,
-                                          const mc_ops *ops);
-/* dinp [shape of inp] (=), dweight [OC, C/TP] (+=), dbias [OC] (+=, may be NULL); dout [shape
-   of out]. Under SP dout is all-gathered along S first; without MC_TP_INPUT_IS_PARALLEL the
-   local dX is all-gathered along the last dim (asynchronously, while dA runs) into [S, B, C]. */
-MC_API int mc_row_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
-                                           float *scratch, const float *dout, const float *inp,
-                                           const float *weight, int S, int B, int C, int OC,
-                                           int flags, mc_comm *tp, const mc_ops *ops);
-MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
-                                             int tp_size);
-
-/* Megatron's VocabUtility: rank r of TP owns vocab ids [*start, *end) = [r V/TP, (r+1) V/TP).
-   V % TP != 0 is MC_ERR_INVALID_ARG. */
-MC_API int mc_vocab_range(int V, int tp_rank, int tp_size, int *start, int *end);
-
-/* VocabParallelEmbedding (§4): table [V/TP, C] holds this rank's vocab rows (V: the padded
-   vocabulary, mc_gpt_padded_vocab_size()). out [N, C] (=): each rank looks up the ids it owns and writes zero rows for the
-   others, then the rows are all-reduced over TP, so every rank holds the full lookup.
-   (Megatron reduce-scatters along S instead when SP is on and there is no learned position
-   embedding; the GPT here has position embeddings, so the model scatters to SP after adding
-   them.) ids [N] outside [0, V) are an error, checked when ops computes on the host. */
-MC_API int mc_vocab_parallel_embedding_forward(float *out, const int *ids, const float *table,
-                                               int N, int C, int V, mc_comm *tp,
-                                               const mc_ops *ops);
-/* dtable [V/TP, C] (+=) gets the rows of dout [N, C] whose ids this rank owns; no
-   communication (the all-reduce's backward is the identity). */
-MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const float *dout, const int *ids,
-                                                int N, int C, int V, mc_comm *tp,
-                                                const mc_ops *ops);
-
-/* Vocab-parallel cross entropy (§5) on logits [N, V/TP] (this rank's columns of the padded
-   vocabulary V) and targets [N] in [0, V). losses [N] (=) per token; max [N] and sum_exp [N]
-   are the caches for backward: the global row maximum and the global sum of exp(logit - max).
-   Exactly three all-reduces over TP and never the full logits:
-     1. MAX of the local row maxima;
-     2. SUM of the target logit (nonzero only on the rank that owns the target column);
-     3. SUM of the local sums of exp(logit - max).
-   loss = log(sum_exp) + max - target_logit.
-   Label smoothing a = label_smoothing in [0, 1): the target distribution puts 1 - a on the
-   target and a / (K - 1) on each other entry of the K = V (global) entries. With
-   s = a K / (K - 1):
-       loss = (1 - s) (log(sum_exp) + max - target_logit) - s mean_j log p_j,
-       mean_j log p_j = (sum over the GLOBAL vocabulary of logit_j) / K - max - log(sum_exp).
-   The local sums of logits ride in all-reduce 3 (packed after the sums of exp), so smoothing
-   still costs three all-reduces. This differs from Megatron (open issues #737 and #7464), which
-   takes K = the LOCAL partition size and the mean over the LOCAL partition: there the smoothed
-   loss changes with TP and differs between TP ranks; here it is the TP = 1 loss on every rank.
-   Scratch: mc_vocab_parallel_cross_entropy_scratch() floats, or NULL.
-   The per-token combination (a log per token) runs on the host: a device op table makes this
-   call return MC_ERR_UNSUPPORTED until mc_ops has a loss-combination op. */
-MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, float *max, float *sum_exp,
-                                                   float *scratch, const float *logits,
-                                                   const int *targets, int N, int V,
-                                                   float label_smoothing, mc_comm *tp,
-                                                   const mc_ops *ops);
-/* dlogits [N, V/TP] (=) = (softmax - (1 - s) onehot(target) - s / K) * dlosses[row], with
-   softmax = exp(logit - max) / sum_exp; no communication. It calls
-   ops->cross_entropy_backward(dlogits, logits, max, sum_exp, targets, dlosses, N, V/TP,
-   r*V/TP, s, V): the op takes s = a K / (K - 1) (not Megatron's a) and the GLOBAL K = V, and
-   puts the -(1 - s) only at the target column of the rank that owns it. */
-MC_API int mc_vocab_parallel_cross_entropy_backward(float *dlogits, const float *dlosses,
-                                                    const float *logits, const float *max,
-                                                    const float *sum_exp, const int *targets,
-                                                    int N, int V, float label_smoothing,
-                                                    mc_comm *tp, const mc_ops *ops);
-MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
-                                                      int tp_size);
-
-/* CPU initialisation (§3.1): mc_init_normal_shard, declared in >>params, is implemented here.
-   Element g = i * cols + j of the GLOBAL master of parameter `name` is
-       key = FNV-1a 64 over the bytes of name, continued over the 8 little-endian bytes of seed
-       x   = Philox4x32-10(counter = (g low, g high, 0, 0), key = (key low, key high))
-       u1  = (x[0] + 1) / 2^32 in (0, 1],  u2 = x[1] / 2^32 in [0, 1)    (x[2], x[3] unused)
-       w   = std * sqrt(-2 ln u1) * cos(2 pi u2)                        (Box-Muller, in double)
-   one Philox block per element, so any element, hence any shard at any TP size and stride, is
-   computed on its own: shards are TP-size invariant like Megatron's CPU initialisation (which
-   builds the whole master with torch's CPU generator and cuts it). A 1-D tensor (rows == 1)
-   splits along its only dimension. Invalid sizes write nothing and set mc_last_error().
-
-       float full[32], shard[16];
-       mc_init_normal_shard(full, "decoder.layers.0.mlp.linear_fc1.weight", 8, 4, -1, 1, 0, 1,
-                            0.02f, 1234);    // row 0: -0.034442 0.034814 -0.007775 -0.029111
-       mc_init_normal_shard(shard, "decoder.layers.0.mlp.linear_fc1.weight", 8, 4, 0, 1, 1, 2,
-                            0.02f, 1234);    // TP 2, rank 1: row 0 = global row 4 =
-                                             //   -0.012309 0.016442 -0.027588 0.013217
-       with stride 2 the same rank's row 0 is global row 2: -0.010136 -0.020999 0.032555 0.010440 */
-
-/* Megatron's partition-stride rule (§3.1), shared by initialisation and checkpoint resharding:
-   the index along the partition dim, in the GLOBAL tensor of `global_dim` entries, of local
-   index `local_index` on tp_rank. The dim is cut into TP * stride pieces of
-   global_dim / (TP * stride); rank r holds pieces r, r + TP, r + 2 TP, ... in that order.
-   E.g. global_dim 8, TP 2, stride 2: rank 0 holds {0, 1, 4, 5}. Returns -1 for invalid input
-   (indivisible sizes, a rank or index out of range). */
-MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, int tp_rank,
-                                 int tp_size);
-
-/* @tensor_parallel:declarations end */
-
-/* @model:declarations begin */
-
-/* ---------------------------------------------------------------------------------------------
-   >>gpt  The transformer layer, the block and Megatron's GPTModel on the op table.
-
-   One mc_gpt holds this rank's part of the model: the model chunks of its pipeline stage (one,
-   or VPP chunks when interleaved), their parameters in ONE flat buffer (and the gradients in a
-   second buffer of the same layout) described by an mc_param_table with Megatron's key names,
-   and the saved activations of `n_slots` micro-batches per chunk.
-
-       mc_gpt gpt;
-       mc_gpt_init(&gpt, &(mc_gpt_desc){ .config = cfg, .ps = &ps, .n_slots = 4 });
-       mc_gpt_zero_grad(&gpt);
-       float *out; double loss_sum; float *dinp;
-       mc_gpt_forward(&gpt, chunk, slot, tokens, labels, input, &out, &loss_sum);
-       mc_gpt_backward(&gpt, chunk, slot, out_grad, 1.0f / (S * B), &dinp);
-       mc_gpt_free(&gpt);
-
-   Shapes (llm.c style; every activation is [S, B, C] row-major, token n = s * B + b):
-     S seq_length, B micro_batch_size, N = S * B tokens, H hidden, NH heads, HD kv_channels,
-     Q = NH * HD, F ffn_hidden_size, Vp padded vocab; TP splits heads, F and Vp:
-     NHl = NH / TP, Ql = Q / TP, Fl = F / TP, Vl = Vp / TP. Ns = N / TP under sequence
-     parallelism (the sequence is split into TP contiguous pieces), else N. The tensor a stage
-     sends to the next one (the block output) is [Ns, H].
-     tokens, labels: [S, B] ints (sequence first, like the activations). losses: [S, B].
-
-   Stages and chunks (§7.1): chunk c of pipeline rank r is the virtual stage c * PP + r and
-   builds L / (PP * VPP) layers starting at global layer c * (L / VPP) + r * (L / (PP * VPP)).
-   pre_process (embedding) is chunk 0 of rank 0, post_process (final norm, output layer, loss)
-   the last chunk of the last rank; with PP = 1 the one chunk is both.
-
-   Parameters are registered in Megatron's module order, chunk by chunk:
-       embedding.word_embeddings.weight        [Vp, H]   split on dim 0 (vocab)
-       embedding.position_embeddings.weight    [P, H]    replicated (P = max positions)
-       decoder.layers.{L}.input_layernorm.weight / .bias                      [H]
-       decoder.layers.{L}.self_attention.linear_qkv.weight   [3Q, H] dim 0   .bias [3Q] dim 0
-       decoder.layers.{L}.self_attention.linear_proj.weight  [H, Q]  dim 1   .bias [H]
-       decoder.layers.{L}.pre_mlp_layernorm.weight / .bias                    [H]
-       decoder.layers.{L}.mlp.linear_fc1.weight              [F, H]  dim 0   .bias [F] dim 0
-       decoder.layers.{L}.mlp.linear_fc2.weight              [H, F]  dim 1   .bias [H]
-       decoder.final_layernorm.weight / .bias                                 [H]
-       output_layer.weight                                   [Vp, H] dim 0
-   {L} is the GLOBAL layer index. The rows of linear_qkv are grouped per head, [q|k|v] of
-   HD rows each, so a dim-0 shard holds whole heads. Norm parameters and the row-parallel
-   biases carry sequence_parallel = 1 under SP (their grads are partial sums over the sequence
-   shards and finalize sums them over TP). Biases and norm parameters have no_weight_decay.
-   output_layer.weight exists when the embeddings are untied, or, tied with PP > 1, as the last
-   stage's copy (shared = 1, shared_embedding = 1): zero-filled, then all-reduced over the
-   embedding group at init so it equals the first stage's word embedding (§7.3); finalize keeps
-   the two in step by all-reducing their grads. Tied with PP = 1 the output layer reads the
-   word embedding itself and its gradient adds into the embedding's.
-
-   Initialisation is the TP-invariant CPU initialisation (mc_init_normal_shard, std
-   init_method_std; linear_proj and linear_fc2 weights std / sqrt(2 L); biases 0; norm weight 1,
-   bias 0), so every shard equals the slice of the TP = 1, PP = 1 model's tensor. Note that the
-   padded vocabulary depends on TP (ceil(V / (div * TP)) * div * TP): models compare across TP
-   only when Vp comes out the same.
-
-   Dropout and random streams (§6.3; tracker seeded like Megatron, §6.1):
-     attention-probability dropout   model-parallel-rng (distinct per TP rank: local heads)
-     hidden dropout (after linear_proj and linear_fc2), embedding dropout
-                                     default generator without SP (the activation is
-                                     replicated over TP, so all TP ranks draw the same mask),
-                                     model-parallel-rng with SP (the activation is split).
-   Every dropout takes (seed, offset) from its stream and advances the stream's offset by the
-   element count (rounded up to 4), so the streams advance deterministically per micro-batch
-   and layer. The mask is a pure function of (seed, offset): backward redraws it.
-
-   Recompute (§6.4): full granularity keeps, per checkpointed group of layers, only the group's
-   input and a snapshot of every RNG stream (mc_rng_tracker_get_states) taken before its
-   forward; backward restores the snapshot, re-runs the group's forward, restores the current
-   streams and then runs the group's backward. uniform: groups of recompute_num_layers
-   consecutive layers of each chunk (the last may be shorter); block: each of the first
-   recompute_num_layers layers of each chunk alone, the rest normally. The residual stream
-   between layers outside the groups is kept ([Ns, H] per layer boundary). Selective
-   granularity: the attention probabilities [B, NHl, S, S] are not kept; backward recomputes
-   core attention with the same (seed, offset). Both give results bit-identical to no
-   recompute: the same ops run on the same inputs in the same order. */
-
-#define MC_GPT_MAX_CHUNKS MC_MAX_VPP
-
-/* The tensors of one transformer layer, in registration order. */
-typedef enum mc_gpt_layer_tensor {
-    MC_GPT_LN1_W = 0,    /* input_layernorm.weight                (H) */
-    MC_GPT_LN1_B,        /* input_layernorm.bias                  (H) */
-    MC_GPT_QKV_W,        /* self_attention.linear_qkv.weight      (3Q/TP, H) */
-    MC_GPT_QKV_B,        /* self_attention.linear_qkv.bias        (3Q/TP) */
-    MC_GPT_PROJ_W,       /* self_attention.linear_proj.weight     (H, Q/TP) */
-    MC_GPT_PROJ_B,       /* self_attention.linear_proj.bias       (H) */
-    MC_GPT_LN2_W,        /* pre_mlp_layernorm.weight              (H) */
-    MC_GPT_LN2_B,        /* pre_mlp_layernorm.bias                (H) */
-    MC_GPT_FC1_W,        /* mlp.linear_fc1.weight                 (F/TP, H) */
-    MC_GPT_FC1_B,        /* mlp.linear_fc1.bias                   (F/TP) */
-    MC_GPT_FC2_W,        /* mlp.linear_fc2.weight                 (H, F/TP) */
-    MC_GPT_FC2_B,        /* mlp.linear_fc2.bias                   (H) */
-    MC_GPT_LAYER_TENSORS
-} mc_gpt_layer_tensor;
-
-typedef struct mc_gpt mc_gpt;
-struct mc__gpt_layer_cache;   /* saved activations of one layer (private) */
-struct mc__gpt_impl;          /* buffers and bookkeeping (private) */
-
-/* What a submodule of one transformer layer works on: the layer's weights and grads (rank-
-   local shards, pointers into the flat buffers, indexed by mc_gpt_layer_tensor) and the cache
-   its forward fills and its backward reads. */
-typedef struct mc_layer_ctx {
-    mc_gpt *gpt;
-    int chunk;                              /* model chunk on this stage */
-    int layer;                              /* local layer index in the chunk */
-    int global_layer;
-    float *w[MC_GPT_LAYER_TENSORS];
-    float *g[MC_GPT_LAYER_TENSORS];
-    struct mc__gpt_layer_cache *cache;
-} mc_layer_ctx;
-
-/* Megatron's layer spec: the submodules of a pre-LN transformer layer as function pointers.
-   The layer itself owns the dropouts and residuals:
-       x1 = x + dropout(attention(norm(x, 0)));    out = x1 + dropout(mlp(norm(x1, 1)))
-   Forward functions overwrite `out`; backward functions accumulate (+=) into parameter grads;
-   norm_backward accumulates into dinp, attention_backward and mlp_backward overwrite it.
-   In/outputs are [Ns, H]. mc_transformer_spec_local() is Megatron's "local" spec: LayerNorm,
-   ColumnParallel QKV + core attention on local heads + RowParallel projection, and a GELU
-   MLP with ColumnParallel fc1 and RowParallel fc2. */
-typedef struct mc_transformer_spec {
-    const char *name;
-    /* which: 0 input_layernorm, 1 pre_mlp_layernorm */
-    int (*norm_forward)(const mc_layer_ctx *ctx, int which, float *out, const float *inp);
-    int (*norm_backward)(const mc_layer_ctx *ctx, int which, float *dinp, const float *dout,
-                         const float *inp);
-    int (*attention_forward)(const mc_layer_ctx *ctx, float *out, const float *inp);
-    int (*attention_backward)(const mc_layer_ctx *ctx, float *dinp, const float *dout,
-                              const float *inp);
-    int (*mlp_forward)(const mc_layer_ctx *ctx, float *out, const float *inp);
-    int (*mlp_backward)(const mc_layer_ctx *ctx, float *dinp, const float *dout,
-                        const float *inp);
-} mc_transformer_spec;
-
-MC_API const mc_transformer_spec *mc_transformer_spec_local(void);
+typedef struct mc_sched_op {
+    char kind;                 /* 'F' forward or 'B' backward */
+    int microbatch;            /* 0 .. M-1 */
+    int chunk;                 /* model chunk on this stage (0 unless interleaved); the
+                                  virtual stage is chunk * pp + pp_rank */
+} mc_sched_op;
 
 /* Zero means default. */
-typedef struct mc_gpt_desc {
-    mc_gpt_config config;           /* resolved (mc_gpt_config_resolve) or not: a config whose
-                                       padded_vocab_size is 0 is resolved here */
-    mc_parallel_state *ps;          /* NULL: one rank, no communication; else its grid must
-                                       match the config's TP / PP / VPP */
-    const mc_ops *ops;              /* default mc_ops_cpu() */
-    const mc_transformer_spec *spec;/* default mc_transformer_spec_local() */
-    int n_slots;                    /* micro-batches whose activations are kept at once per
-                                       chunk (default 1; 1F1B needs PP, interleaving more) */
-    int gather_logits;              /* 0 (default): parallel_output, logits stay [N, Vl];
-                                       1: mc_gpt_logits returns them gathered [N, Vp] */
-    int distributed_optimizer;      /* passed to mc_param_table_layout */
-    size_t bucket_size;             /* DDP bucket size in elements; 0 = one bucket per chunk */
-} mc_gpt_desc;
+typedef struct mc_schedule_desc {
+    int pp;                    /* pipeline stages; default 1 */
+    int pp_rank;               /* this stage, 0 .. pp-1 */
+    int num_microbatches;      /* required, >= 1 */
+    int vpp;                   /* model chunks per stage; 0 or 1: not interleaved */
+    int group_size;            /* microbatch_group_size_per_vp_stage; default pp */
+    int forward_only;
+} mc_schedule_desc;
 
-struct mc_gpt {
-    mc_gpt_config config;           /* resolved */
-    mc_parallel_state *ps;          /* may be NULL */
-    const mc_ops *ops;
-    const mc_transformer_spec *spec;
-    int n_slots;
-    int gather_logits;
-    /* sizes */
-    int tp, tp_rank, pp, pp_rank, dp, dp_rank;
-    int n_chunks;                   /* VPP, or 1 */
-    int layers_per_chunk;           /* L / (PP * VPP) */
-    int layer_offset[MC_GPT_MAX_CHUNKS];   /* global index of each chunk's first layer */
-    int S, B, N, Ns, H, NH, HD, Q, F;
-    int NHl, Ql, Fl;                /* per TP rank */
-    int vocab_padded, vocab_local, vocab_start;
-    int sequence_parallel;
-    int tied;                       /* share_embeddings_and_output_weights */
-    size_t p2p_elems;               /* Ns * H: what one stage sends the next */
-    /* parameters */
-    mc_param_table table;           /* names, shapes, flags, offsets (layout done) */
-    float *params;                  /* (table.total) */
-    float *grads;                   /* (table.total) parameter grads accumulate here (+=) */
-    /* random streams: Megatron's tracker for this rank (seed, tp_rank, pp_rank) */
-    mc_rng_tracker rng;
-    int training;                   /* 1 after init: dropout on; 0: every dropout is off */
-    /* DDP hook: called with a parameter's table index once backward has finished its grad
-       (a layer's params after that layer's backward, the embedding's after the embedding's),
-       only while grad sync is enabled for the chunk (mc_gpt_set_grad_sync, default on). */
-    void (*grad_ready)(void *user, int param_index);
-    void *grad_ready_user;
-    int grad_sync[MC_GPT_MAX_CHUNKS];
-    struct mc__gpt_impl *impl;      /* private */
-};
+/* Megatron's get_forward_backward_func choice: "no_pipelining", "without_interleaving" or
+   "with_interleaving" (NULL for a desc that fails validation). */
+MC_API const char *mc_schedule_name(const mc_schedule_desc *desc);
+/* Ops of stage desc->pp_rank in execution order: 2*M*V of them (M*V forward-only). Writes
+   them into out[cap] and returns the count; out == NULL only counts; a cap below the count is
+   MC_ERR_INVALID_ARG. *n_warmup (may be NULL) receives the warmup forward count. */
+MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int cap,
+                           int *n_warmup);
+/* The interleaved lookup table (one entry per virtual micro-batch; for a schedule that is not
+   interleaved, micro-batch k on chunk 0). Returns M*V; out arrays may be NULL to count. */
+MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk, int cap);
 
-/* Layers per chunk and the global index of a chunk's first layer (§7.1), for a config whose
-   layer count divides evenly. Negative status when the config does not divide. */
-MC_API int mc_gpt_num_layers_to_build(const mc_gpt_config *cfg);
-MC_API int mc_gpt_layer_offset(const mc_gpt_config *cfg, int pp_rank, int vp_stage);
+typedef struct mc_schedule_timing {
+    double makespan;           /* when the last op of any stage ends */
+    double busy;               /* compute time of one stage (the same on every stage) */
+    double bubble_fraction;    /* idle share of a stage's time: (makespan - busy) / makespan */
+    double bubble_ratio;       /* idle over compute, (makespan - busy) / busy: the paper's
+                                  measure, (pp - 1) / M for 1F1B */
+} mc_schedule_timing;
 
-/* Validates the config (every violated rule in the error message), checks it against the
-   parallel state, registers and lays out the parameters, allocates the two flat buffers and
-   the activations, initialises the weights, ties the embedding copy over the embedding group
-   (a collective over that group: both end stages call init together) and seeds the tracker. */
-MC_API int mc_gpt_init(mc_gpt *gpt, const mc_gpt_desc *desc);
-MC_API void mc_gpt_free(mc_gpt *gpt);
-
-MC_API int mc_gpt_is_pre_process(const mc_gpt *gpt, int chunk);    /* embedding here */
-MC_API int mc_gpt_is_post_process(const mc_gpt *gpt, int chunk);   /* norm + output + loss */
-
-/* Forward of one micro-batch through one chunk, into activation slot `slot`.
-   pre_process chunk: tokens [S, B] required, input ignored. Other chunks: input [Ns, H], the
-   previous virtual stage's output (copied). post_process chunk: *output = NULL; with labels
-   [S, B] the per-token losses are computed and *loss_sum (may be NULL) is their sum; without
-   labels only the logits. Other chunks: *output = the block output [Ns, H], owned by the model
-   and valid until the slot's next forward. Collectives: TP (and none over PP). */
-MC_API int mc_gpt_forward(mc_gpt *gpt, int chunk, int slot, const int *tokens,
-                          const int *labels, const float *input, float **output,
-                          double *loss_sum);
-/* Backward of the micro-batch in `slot`. post_process chunk: output_grad must be NULL and
-   backward starts from the loss with d loss_n = loss_scale for every token. Other chunks:
-   output_grad [Ns, H] from the next virtual stage. Parameter grads accumulate into
-   gpt->grads. *input_grad = NULL on the pre_process chunk, else the gradient of the input
-   [Ns, H] (owned by the model, valid until the slot's next backward). */
-MC_API int mc_gpt_backward(mc_gpt *gpt, int chunk, int slot, const float *output_grad,
-                           float loss_scale, float **input_grad);
-
-/* The schedule adapter (mc_schedule_hooks): the application's hooks call these with the
-   micro-batch's data. The slot is microbatch % n_slots; *num_tokens = S * B on the last
-   stage. backward_step checks that the slot still holds `microbatch`. */
-MC_API int mc_gpt_forward_step(mc_gpt *gpt, int chunk, int microbatch, const int *tokens,
-                               const int *labels, const float *input, float **output,
-                               double *loss_sum, double *num_tokens);
-MC_API int mc_gpt_backward_step(mc_gpt *gpt, int chunk, int microbatch,
-                                const float *output_grad, float loss_scale, float **input_grad);
-
-MC_API void mc_gpt_zero_grad(mc_gpt *gpt);
-MC_API void mc_gpt_set_grad_sync(mc_gpt *gpt, int chunk, int enable);
-/* The local shard of a parameter / of its grad by Megatron name; NULL when not on this rank. */
-MC_API float *mc_gpt_param(const mc_gpt *gpt, const char *name);
-MC_API float *mc_gpt_grad(const mc_gpt *gpt, const char *name);
-/* Per-token losses [S, B] of the slot's last forward on the post_process chunk. */
-MC_API const float *mc_gpt_losses(const mc_gpt *gpt, int slot);
-/* Logits of the slot's last forward on the post_process chunk: [N, Vl] (parallel_output), or,
-   with gather_logits, all-gathered over TP into out [N, Vp] (a TP collective). *n_vocab
-   receives the row length. */
-MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
-
-/* @model:declarations end */
+/* Runs every stage's op list (desc->pp_rank is ignored) against the data dependencies and
+   reports when each op starts. An op starts once its stage is free and its input is ready:
+   F on virtual stage s needs F of the same micro-batch on s - 1; B on s needs F on s and B
+   on s + 1. Communication takes no time. forward_time / backward_time are the cost of one op
+   (one chunk); 0 means 1 and 2. start (may be NULL) receives pp rows of mc_schedule_ops'
+   count, each in that stage's op order; cap is its length in doubles. */
+MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_time,
+                                double backward_time, double *start, int cap,
+                                mc_schedule_timing *timing);
 
 /* @schedules:declarations begin */
 
 /* ---------------------------------------------------------------------------------------------
-   >>schedules  Megatron's forward_backward functions (megatron_semantics.md section 8). The
+   >>pipeline_parallel.schedules  Megatron's forward_backward functions (megatron_semantics.md section 8). The
    application (or lab) owns data and the model; the schedule owns the micro-batch order, the
    P2P between stages (batched), the grad-sync switch on each chunk's last micro-batch, and the
    call to finalize_model_grads.
@@ -1632,6 +1611,7 @@ typedef struct mc_schedule_hooks {
     int (*finalize)(void *app);
     size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H;
                                        required (> 0) when PP > 1 */
+    mc_dtype tensor_dtype;          /* of the P2P tensors: the model's dtype (default MC_F32) */
     int group_size;                 /* interleaved only: microbatch_group_size_per_vp_stage N;
                                        0 = PP (Megatron's default) */
 } mc_schedule_hooks;
@@ -1670,10 +1650,278 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
 
 /* @schedules:declarations end */
 
+/* =============================================================================================
+   transformer and models.gpt: the layer spec, the block, GPTModel */
+
+/* @model:declarations begin */
+
+/* ---------------------------------------------------------------------------------------------
+   >>models.gpt  The transformer layer, the block and Megatron's GPTModel on the op table.
+
+   One mc_gpt holds this rank's part of the model: the model chunks of its pipeline stage (one,
+   or VPP chunks when interleaved), their parameters in ONE flat buffer (and the gradients in a
+   second buffer of the same layout) described by an mc_param_table with Megatron's key names,
+   and the saved activations of `n_slots` micro-batches per chunk.
+
+       mc_gpt gpt;
+       mc_gpt_init(&gpt, &(mc_gpt_desc){ .config = cfg, .ps = &ps, .n_slots = 4 });
+       mc_gpt_zero_grad(&gpt);
+       float *out; double loss_sum; float *dinp;
+       mc_gpt_forward(&gpt, chunk, slot, tokens, labels, input, &out, &loss_sum);
+       mc_gpt_backward(&gpt, chunk, slot, out_grad, 1.0f / (S * B), &dinp);
+       mc_gpt_destroy(&gpt);
+
+   Shapes (llm.c style; every activation is [S, B, C] row-major, token n = s * B + b):
+     S seq_length, B micro_batch_size, N = S * B tokens, H hidden, NH heads, HD kv_channels,
+     Q = NH * HD, F ffn_hidden_size, Vp padded vocab; TP splits heads, F and Vp:
+     NHl = NH / TP, Ql = Q / TP, Fl = F / TP, Vl = Vp / TP. Ns = N / TP under sequence
+     parallelism (the sequence is split into TP contiguous pieces), else N. The tensor a stage
+     sends to the next one (the block output) is [Ns, H].
+     tokens, labels: [S, B] ints (sequence first, like the activations). losses: [S, B].
+
+   Stages and chunks (§7.1): chunk c of pipeline rank r is the virtual stage c * PP + r and
+   builds L / (PP * VPP) layers starting at global layer c * (L / VPP) + r * (L / (PP * VPP)).
+   pre_process (embedding) is chunk 0 of rank 0, post_process (final norm, output layer, loss)
+   the last chunk of the last rank; with PP = 1 the one chunk is both.
+
+   Parameters are registered in Megatron's module order, chunk by chunk:
+       embedding.word_embeddings.weight        [Vp, H]   split on dim 0 (vocab)
+       embedding.position_embeddings.weight    [P, H]    replicated (P = max positions)
+       decoder.layers.{L}.input_layernorm.weight / .bias                      [H]
+       decoder.layers.{L}.self_attention.linear_qkv.weight   [3Q, H] dim 0   .bias [3Q] dim 0
+       decoder.layers.{L}.self_attention.linear_proj.weight  [H, Q]  dim 1   .bias [H]
+       decoder.layers.{L}.pre_mlp_layernorm.weight / .bias                    [H]
+       decoder.layers.{L}.mlp.linear_fc1.weight              [F, H]  dim 0   .bias [F] dim 0
+       decoder.layers.{L}.mlp.linear_fc2.weight              [H, F]  dim 1   .bias [H]
+       decoder.final_layernorm.weight / .bias                                 [H]
+       output_layer.weight                                   [Vp, H] dim 0
+   {L} is the GLOBAL layer index. The rows of linear_qkv are grouped per head, [q|k|v] of
+   HD rows each, so a dim-0 shard holds whole heads. Norm parameters and the row-parallel
+   biases carry sequence_parallel = 1 under SP (their grads are partial sums over the sequence
+   shards and finalize sums them over TP). Biases and norm parameters have no_weight_decay.
+   output_layer.weight exists when the embeddings are untied, or, tied with PP > 1, as the last
+   stage's copy (shared = 1, shared_embedding = 1): zero-filled, then all-reduced over the
+   embedding group at init so it equals the first stage's word embedding (§7.3); finalize keeps
+   the two in step by all-reducing their grads. Tied with PP = 1 the output layer reads the
+   word embedding itself and its gradient adds into the embedding's.
+
+   Initialisation is the TP-invariant CPU initialisation (mc_init_normal_shard, std
+   init_method_std; linear_proj and linear_fc2 weights std / sqrt(2 L); biases 0; norm weight 1,
+   bias 0), so every shard equals the slice of the TP = 1, PP = 1 model's tensor. Note that the
+   padded vocabulary depends on TP (ceil(V / (div * TP)) * div * TP): models compare across TP
+   only when Vp comes out the same.
+
+   Dropout and random streams (§6.3; tracker seeded like Megatron, §6.1):
+     attention-probability dropout   model-parallel-rng (distinct per TP rank: local heads)
+     hidden dropout (after linear_proj and linear_fc2), embedding dropout
+                                     default generator without SP (the activation is
+                                     replicated over TP, so all TP ranks draw the same mask),
+                                     model-parallel-rng with SP (the activation is split).
+   Every dropout takes (seed, offset) from its stream and advances the stream's offset by the
+   element count (rounded up to 4), so the streams advance deterministically per micro-batch
+   and layer. The mask is a pure function of (seed, offset): backward redraws it.
+
+   Recompute (§6.4): full granularity keeps, per checkpointed group of layers, only the group's
+   input and a snapshot of every RNG stream (mc_rng_tracker_get_states) taken before its
+   forward; backward restores the snapshot, re-runs the group's forward, restores the current
+   streams and then runs the group's backward. uniform: groups of recompute_num_layers
+   consecutive layers of each chunk (the last may be shorter); block: each of the first
+   recompute_num_layers layers of each chunk alone, the rest normally. The residual stream
+   between layers outside the groups is kept ([Ns, H] per layer boundary). Selective
+   granularity: the attention probabilities [B, NHl, S, S] are not kept; backward recomputes
+   core attention with the same (seed, offset). Both give results bit-identical to no
+   recompute: the same ops run on the same inputs in the same order. */
+
+#define MC_GPT_MAX_CHUNKS MC_MAX_VPP
+
+/* ---------------------------------------------------------------------------------------------
+   >>transformer  One pre-LN layer: its tensors, the context its submodules run in and the spec
+   (Megatron's TransformerLayer built from a ModuleSpec), whose local flavour is below. */
+
+/* The tensors of one transformer layer, in registration order. */
+typedef enum mc_gpt_layer_tensor {
+    MC_GPT_LN1_W = 0,    /* input_layernorm.weight                (H) */
+    MC_GPT_LN1_B,        /* input_layernorm.bias                  (H) */
+    MC_GPT_QKV_W,        /* self_attention.linear_qkv.weight      (3Q/TP, H) */
+    MC_GPT_QKV_B,        /* self_attention.linear_qkv.bias        (3Q/TP) */
+    MC_GPT_PROJ_W,       /* self_attention.linear_proj.weight     (H, Q/TP) */
+    MC_GPT_PROJ_B,       /* self_attention.linear_proj.bias       (H) */
+    MC_GPT_LN2_W,        /* pre_mlp_layernorm.weight              (H) */
+    MC_GPT_LN2_B,        /* pre_mlp_layernorm.bias                (H) */
+    MC_GPT_FC1_W,        /* mlp.linear_fc1.weight                 (F/TP, H) */
+    MC_GPT_FC1_B,        /* mlp.linear_fc1.bias                   (F/TP) */
+    MC_GPT_FC2_W,        /* mlp.linear_fc2.weight                 (H, F/TP) */
+    MC_GPT_FC2_B,        /* mlp.linear_fc2.bias                   (H) */
+    MC_GPT_LAYER_TENSORS
+} mc_gpt_layer_tensor;
+
+typedef struct mc_gpt mc_gpt;
+struct mc__gpt_layer_cache;   /* saved activations of one layer (private) */
+struct mc__gpt_impl;          /* buffers and bookkeeping (private) */
+
+/* What a submodule of one transformer layer works on: the layer's weights and grads (rank-
+   local shards, pointers into the flat buffers, indexed by mc_gpt_layer_tensor) and the cache
+   its forward fills and its backward reads. */
+typedef struct mc_layer_ctx {
+    mc_gpt *gpt;
+    int chunk;                              /* model chunk on this stage */
+    int layer;                              /* local layer index in the chunk */
+    int global_layer;
+    void *w[MC_GPT_LAYER_TENSORS];          /* the model's dtype */
+    float *g[MC_GPT_LAYER_TENSORS];         /* fp32 */
+    struct mc__gpt_layer_cache *cache;
+} mc_layer_ctx;
+
+/* Megatron's layer spec: the submodules of a pre-LN transformer layer as function pointers.
+   The layer itself owns the dropouts and residuals:
+       x1 = x + dropout(attention(norm(x, 0)));    out = x1 + dropout(mlp(norm(x1, 1)))
+   Forward functions overwrite `out`; backward functions accumulate (+=) into parameter grads;
+   norm_backward accumulates into dinp, attention_backward and mlp_backward overwrite it.
+   In/outputs are [Ns, H] activations (op memory, the model's dtype).
+   mc_transformer_spec_local() is Megatron's "local" spec: LayerNorm,
+   ColumnParallel QKV + core attention on local heads + RowParallel projection, and a GELU
+   MLP with ColumnParallel fc1 and RowParallel fc2. */
+typedef struct mc_transformer_spec {
+    const char *name;
+    /* which: 0 input_layernorm, 1 pre_mlp_layernorm */
+    int (*norm_forward)(const mc_layer_ctx *ctx, int which, void *out, const void *inp);
+    int (*norm_backward)(const mc_layer_ctx *ctx, int which, void *dinp, const void *dout,
+                         const void *inp);
+    int (*attention_forward)(const mc_layer_ctx *ctx, void *out, const void *inp);
+    int (*attention_backward)(const mc_layer_ctx *ctx, void *dinp, const void *dout,
+                              const void *inp);
+    int (*mlp_forward)(const mc_layer_ctx *ctx, void *out, const void *inp);
+    int (*mlp_backward)(const mc_layer_ctx *ctx, void *dinp, const void *dout,
+                        const void *inp);
+} mc_transformer_spec;
+
+MC_API const mc_transformer_spec *mc_transformer_spec_local(void);
+
+/* ---------------------------------------------------------------------------------------------
+   >>models.gpt  GPTModel (the shapes, stages and initialisation are described above). */
+
+/* Zero means default. */
+typedef struct mc_gpt_desc {
+    mc_gpt_config config;           /* resolved (mc_gpt_config_resolve) or not: a config whose
+                                       padded_vocab_size is 0 is resolved here */
+    mc_parallel_state *ps;          /* NULL: one rank, no communication; else its grid must
+                                       match the config's TP / PP / VPP */
+    const mc_ops *ops;              /* default mc_ops_cpu(); must be the communicators' memory
+                                       (mc_comm_memory of ps->world) */
+    mc_dtype dtype;                 /* MC_F32 (default) or MC_BF16 (Megatron's --bf16): the
+                                       parameters and activations; grads stay fp32 */
+    const mc_transformer_spec *spec;/* default mc_transformer_spec_local() */
+    int n_slots;                    /* micro-batches whose activations are kept at once per
+                                       chunk (default 1; 1F1B needs PP, interleaving more) */
+    int gather_logits;              /* 0 (default): parallel_output, logits stay [N, Vl];
+                                       1: mc_gpt_logits returns them gathered [N, Vp] */
+    int distributed_optimizer;      /* passed to mc_param_table_layout */
+    size_t bucket_size;             /* DDP bucket size in elements; 0 = one bucket per chunk */
+} mc_gpt_desc;
+
+struct mc_gpt {
+    mc_gpt_config config;           /* resolved */
+    mc_parallel_state *ps;          /* may be NULL */
+    const mc_ops *ops;
+    mc_dtype dtype;                 /* of params and activations */
+    const mc_transformer_spec *spec;
+    int n_slots;
+    int gather_logits;
+    /* sizes */
+    int tp, tp_rank, pp, pp_rank, dp, dp_rank;
+    int n_chunks;                   /* VPP, or 1 */
+    int layers_per_chunk;           /* L / (PP * VPP) */
+    int layer_offset[MC_GPT_MAX_CHUNKS];   /* global index of each chunk's first layer */
+    int S, B, N, Ns, H, NH, HD, Q, F;
+    int NHl, Ql, Fl;                /* per TP rank */
+    int vocab_padded, vocab_local, vocab_start;
+    int sequence_parallel;
+    int tied;                       /* share_embeddings_and_output_weights */
+    size_t p2p_elems;               /* Ns * H: what one stage sends the next */
+    /* parameters */
+    mc_param_table table;           /* names, shapes, flags, offsets (layout done) */
+    void *params;                   /* (table.total) of dtype, op memory */
+    float *grads;                   /* (table.total) fp32 parameter grads accumulate here (+=)
+                                       (Megatron's main_grad with grad_reduce_in_fp32) */
+    /* random streams: Megatron's tracker for this rank (seed, tp_rank, pp_rank) */
+    mc_rng_tracker rng;
+    int training;                   /* 1 after init: dropout on; 0: every dropout is off */
+    /* DDP hook: called with a parameter's table index once backward has finished its grad
+       (a layer's params after that layer's backward, the embedding's after the embedding's),
+       only while grad sync is enabled for the chunk (mc_gpt_set_grad_sync, default on). */
+    void (*grad_ready)(void *user, int param_index);
+    void *grad_ready_user;
+    int grad_sync[MC_GPT_MAX_CHUNKS];
+    struct mc__gpt_impl *impl;      /* private */
+};
+
+/* Layers per chunk and the global index of a chunk's first layer (§7.1), for a config whose
+   layer count divides evenly. Negative status when the config does not divide. */
+MC_API int mc_gpt_num_layers_to_build(const mc_gpt_config *cfg);
+MC_API int mc_gpt_layer_offset(const mc_gpt_config *cfg, int pp_rank, int vp_stage);
+
+/* Validates the config (every violated rule in the error message), checks it against the
+   parallel state, registers and lays out the parameters, allocates the two flat buffers and
+   the activations, initialises the weights, ties the embedding copy over the embedding group
+   (a collective over that group: both end stages call init together) and seeds the tracker. */
+MC_API int mc_gpt_init(mc_gpt *gpt, const mc_gpt_desc *desc);
+MC_API void mc_gpt_destroy(mc_gpt *gpt);
+/* Bytes of op memory the model holds: parameters, grads and every activation arena (one per
+   chunk and slot, plus the shared scratch); *activation_bytes (may be NULL) the arenas. */
+MC_API size_t mc_gpt_memory(const mc_gpt *gpt, size_t *activation_bytes);
+
+MC_API int mc_gpt_is_pre_process(const mc_gpt *gpt, int chunk);    /* embedding here */
+MC_API int mc_gpt_is_post_process(const mc_gpt *gpt, int chunk);   /* norm + output + loss */
+
+/* Forward of one micro-batch through one chunk, into activation slot `slot`.
+   pre_process chunk: tokens [S, B] required, input ignored. Other chunks: input [Ns, H], the
+   previous virtual stage's output (copied). post_process chunk: *output = NULL; with labels
+   [S, B] the per-token losses are computed and *loss_sum (may be NULL) is their sum; without
+   labels only the logits. Other chunks: *output = the block output [Ns, H], owned by the model
+   and valid until the slot's next forward. Collectives: TP (and none over PP). */
+MC_API int mc_gpt_forward(mc_gpt *gpt, int chunk, int slot, const int *tokens,
+                          const int *labels, const float *input, float **output,
+                          double *loss_sum);
+/* Backward of the micro-batch in `slot`. post_process chunk: output_grad must be NULL and
+   backward starts from the loss with d loss_n = loss_scale for every token. Other chunks:
+   output_grad [Ns, H] from the next virtual stage. Parameter grads accumulate into
+   gpt->grads. *input_grad = NULL on the pre_process chunk, else the gradient of the input
+   [Ns, H] (owned by the model, valid until the slot's next backward). */
+MC_API int mc_gpt_backward(mc_gpt *gpt, int chunk, int slot, const float *output_grad,
+                           float loss_scale, float **input_grad);
+
+/* The schedule adapter (mc_schedule_hooks): the application's hooks call these with the
+   micro-batch's data. The slot is microbatch % n_slots; *num_tokens = S * B on the last
+   stage. backward_step checks that the slot still holds `microbatch`. */
+MC_API int mc_gpt_forward_step(mc_gpt *gpt, int chunk, int microbatch, const int *tokens,
+                               const int *labels, const float *input, float **output,
+                               double *loss_sum, double *num_tokens);
+MC_API int mc_gpt_backward_step(mc_gpt *gpt, int chunk, int microbatch,
+                                const float *output_grad, float loss_scale, float **input_grad);
+
+MC_API int mc_gpt_zero_grad(mc_gpt *gpt);
+MC_API void mc_gpt_set_grad_sync(mc_gpt *gpt, int chunk, int enable);
+/* The local shard of a parameter (the model's dtype) / of its fp32 grad by Megatron name, in op
+   memory; NULL when not on this rank. */
+MC_API void *mc_gpt_param(const mc_gpt *gpt, const char *name);
+MC_API float *mc_gpt_grad(const mc_gpt *gpt, const char *name);
+/* Per-token losses [S, B] (fp32, op memory) of the slot's last forward on the post_process
+   chunk. */
+MC_API const float *mc_gpt_losses(const mc_gpt *gpt, int slot);
+/* Logits of the slot's last forward on the post_process chunk, converted to fp32 into out (op
+   memory): [N, Vl] (parallel_output), or, with gather_logits, all-gathered over TP into
+   out [N, Vp] (a TP collective). *n_vocab receives the row length. */
+MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
+
+/* @model:declarations end */
+
+/* =============================================================================================
+   distributed, optimizer, dist_checkpointing */
+
 /* @ddp:declarations begin */
 
 /* ---------------------------------------------------------------------------------------------
-   >>ddp  Megatron's DistributedDataParallel over the flat gradient buffer of an mc_param_table,
+   >>distributed  Megatron's DistributedDataParallel over the flat gradient buffer of an mc_param_table,
    and finalize_model_grads (megatron_semantics.md §10, §11).
 
    One mc_ddp per rank reduces the grads of every model chunk over the data-parallel (x CP)
@@ -1792,15 +2040,20 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
    (OptimizerParamScheduler) and its model-parallel-aware grad norm and clipping
    (megatron_semantics.md §11.6, §12).
 
-   A step, after mc_finalize_model_grads (fp32 everywhere, so no loss scaler and no inf check):
+   A step, after mc_finalize_model_grads (fp32 grads and state; bf16 needs no loss scaler, as
+   in Megatron, and a non-finite norm skips the step):
      1. lr = mc_optimizer_lr_at(&opt.desc, opt.lr_steps);
      2. clip_grad > 0: the grad norm over every logical parameter once (below), and the grads
         scaled by clip_grad / (norm + 1e-6) when that is < 1;
      3. AdamW on every param (weight decay 0 for no_weight_decay params: biases and norms),
-        m and v in the same layout as the params;
+        m and v in the same layout as the params, in ONE op over a span table made at init;
+        with bf16 params the fp32 main parameters are stepped and the params rewritten
+        (Megatron's Float16OptimizerWithFloat16Params);
         distributed optimizer: only this DP rank's shard of each bucket (mc_ddp_shard) is
         stepped and has state, then each bucket's params are all-gathered over DP;
      4. lr_steps and iteration advance by one.
+   Everything stays in op memory: the grad norm's partial is one sum_squares op over a span
+   table, all-reduced as a device scalar (fp64) and read back once per step.
 
    Grad norm (§12): a param counts if it is not `shared` (the tied output copy) and is either
    tensor_model_parallel or on TP rank 0 (replicas counted once). Local sum of squares in fp64,
@@ -1839,7 +2092,11 @@ typedef enum mc_optimizer_state_kind {
      clip_grad 1.0 (MC_CLIP_GRAD_OFF or any negative: no clipping, reported norm 0) */
 typedef struct mc_optimizer_desc {
     mc_ddp *ddp;                    /* required: table, grads, DP group, distributed optimizer */
-    float *params;                  /* required: the flat parameters [table->total] */
+    void *params;                   /* required: the model's flat parameters [table->total] */
+    mc_dtype params_dtype;          /* MC_F32 (default): params are the fp32 masters; MC_BF16
+                                       (--bf16): the optimizer keeps fp32 main parameters
+                                       (initialised from params) and writes params back in bf16
+                                       after every step */
     const mc_parallel_state *ps;    /* TP rank and grad-norm groups; NULL: one model-parallel
                                        rank (the norm is reduced over the ddp's DP group only
                                        under the distributed optimizer) */
@@ -1863,13 +2120,20 @@ typedef struct mc_optimizer {
     float last_lr;                  /* learning rate of the last step */
     double last_grad_norm;          /* its grad norm before clipping; 0 when clipping is off */
     float last_clip_coeff;          /* the factor the grads were scaled by (1: not clipped) */
-    float *m, *v;                   /* [state_numel]; m[i] belongs to param element i, or under
-                                       the distributed optimizer to shard element i: bucket b's
-                                       shard starts at buckets[b].start / DP */
+    float *m, *v;                   /* [state_numel] op memory; m[i] belongs to param element i,
+                                       or under the distributed optimizer to shard element i:
+                                       bucket b's shard starts at buckets[b].start / DP */
+    float *main;                    /* [state_numel] fp32 main parameters in the layout of m
+                                       (bf16 params only; NULL when params are fp32) */
     size_t state_numel;             /* table->total, or table->total / DP */
     /* Private. */
     int tp_rank;
     mc_comm *stats;                 /* grad-norm group; NULL: local */
+    size_t *norm_spans;             /* op memory: [lo, hi) pairs the grad norm sums (§12) */
+    int n_norm_spans;
+    mc_adamw_span *adamw_spans;     /* op memory: what each step updates */
+    int n_adamw_spans;
+    double *norm_sum;               /* op memory: the sum of squares, all-reduced in place */
 } mc_optimizer;
 
 /* Validates the desc (Megatron's scheduler asserts: min_lr <= lr, warmup < decay when
@@ -1902,7 +2166,7 @@ MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_sta
 /* @checkpoint:declarations begin */
 
 /* ---------------------------------------------------------------------------------------------
-   >>checkpoint  Checkpoints that load under another TP / PP / DP layout (resharding).
+   >>dist_checkpointing  Checkpoints that load under another TP / PP / DP layout (resharding).
 
    Every tensor is stored in GLOBAL form, whatever the layout that saved it: one file per tensor
    holding the full [rows, cols] array, written cooperatively. Each rank writes the rows or
@@ -2019,6 +2283,9 @@ typedef struct mc_checkpoint_desc {
                                         only the parameters' elements, never the padding */
     float *exp_avg;                  /* optional: Adam m in the same layout ...               */
     float *exp_avg_sq;               /* ... and v: both or neither; full local shards        */
+    const struct mc_ops *ops;        /* whose memory the three buffers are; default the CPU's.
+                                        Device buffers are copied to the host and back (load
+                                        writes them back only when it succeeds) */
     mc_rng_tracker *rng;             /* optional: saved per (pp, tp); restored or reseeded */
     long long iteration;             /* save: >= 0, the same on every rank; load: read with
                                         MC_CKPT_LOAD_ITERATION (MC_CKPT_RELEASE: "release") */
@@ -2086,10 +2353,10 @@ typedef struct mc_checkpoint_meta {
 
 /* Parses metadata text (`source` names it in messages). `base` (may be NULL: zeros) seeds the
    config, so fields the file does not mention compare equal. MC_ERR_IO with the line number and
-   the rule for every format error. Free with mc_checkpoint_meta_free (also after an error). */
+   the rule for every format error. Free with mc_checkpoint_meta_destroy (also after an error). */
 MC_API int mc_checkpoint_parse_metadata(mc_checkpoint_meta *meta, const char *text, size_t len,
                                         const char *source, const mc_gpt_config *base);
-MC_API void mc_checkpoint_meta_free(mc_checkpoint_meta *meta);
+MC_API void mc_checkpoint_meta_destroy(mc_checkpoint_meta *meta);
 /* The tensor of (kind, name), or NULL. */
 MC_API const mc_checkpoint_tensor *mc_checkpoint_meta_find(const mc_checkpoint_meta *meta,
                                                            const char *kind, const char *name);
@@ -2099,6 +2366,12 @@ MC_API const mc_checkpoint_tensor *mc_checkpoint_meta_find(const mc_checkpoint_m
 MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n);
 
 /* @checkpoint:declarations end */
+
+/* Deprecated spellings of three destroy functions (every module's lifecycle pair is now
+   _init / _destroy); kept for code written against 0.1.0, to be removed in 0.3. */
+#define mc_gpt_free mc_gpt_destroy
+#define mc_param_table_free mc_param_table_destroy
+#define mc_checkpoint_meta_free mc_checkpoint_meta_destroy
 
 #ifdef __cplusplus
 }
@@ -2143,13 +2416,17 @@ MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n);
 #endif
 
 #define MC__DEF(value, def) ((value) == 0 ? (def) : (value))
+#define MC__COUNTOF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 #define MC__LOG_TAG "megatron_c"
 #define MC__ERROR_LEN 1024
 #define MC__DEFAULT_ORDER "tp-cp-ep-dp-pp"
 #define MC__DEFAULT_TIMEOUT_S 30.0
 
+/* =============================================================================================
+   core (implementation) */
+
 // ---------------------------------------------------------------------------------------------
-// >>errors
+// >>core.errors
 
 typedef struct mc__globals {
     mc_logger logger;
@@ -2233,7 +2510,7 @@ MC_API int mc__set_error(int status, const char *fmt, ...) {
 #define MC__WARN(...) mc__log_at(2, (uint32_t)__LINE__, __FILE__, __VA_ARGS__)
 
 // ---------------------------------------------------------------------------------------------
-// >>setup
+// >>core.setup
 
 MC_API int mc_setup(const mc_desc *desc) {
     if (!desc) {
@@ -2274,8 +2551,2017 @@ MC_API void mc_free(void *ptr) {
         free(ptr);
 }
 
+// FNV-1a (64 bit): the fingerprints of the group plan, the config and the init streams.
+
+#define MC__FNV_OFFSET 14695981039346656037ULL
+#define MC__FNV_PRIME 1099511628211ULL
+
+static uint64_t mc__fnv_bytes(uint64_t h, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= MC__FNV_PRIME;
+    }
+    return h;
+}
+
+/* Hashes the value as 8 little-endian bytes, so the fingerprint does not depend on the host. */
+static uint64_t mc__fnv_int(uint64_t h, uint64_t v) {
+    unsigned char b[8];
+    int i;
+    for (i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
+    return mc__fnv_bytes(h, b, 8);
+}
+
+
+/* The Philox block and its uniform (>>tensor_parallel.random): the CPU dropout ops draw from
+   them too. */
+static void mc__rng_block(uint64_t seed, uint64_t block, uint32_t out[4]);
+static float mc__rng_to_uniform(uint32_t bits);
+
+/* @ops:implementation begin */
 // ---------------------------------------------------------------------------------------------
-// >>rank_grid
+// >>core.ops cpu  The CPU reference op table: plain loops over fp32 arrays, every sum in a fixed
+// order. Element-wise and row-wise ops follow llm.c's formulas; the shapes are in each
+// function's comment ([rows, cols], row-major). bf16 tensors are converted to fp32 copies, the
+// fp32 loop runs, and bf16 results are rounded back (nearest-even): the same fp32 math, bf16
+// storage.
+
+#include <math.h>
+#if defined(MC_USE_CBLAS)
+#include <cblas.h>
+#endif
+
+#if defined(__GNUC__) || defined(_MSC_VER)
+#define MC__RESTRICT __restrict
+#else
+#define MC__RESTRICT
+#endif
+
+MC_API mc_bf16 mc_bf16_from_float(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (mc_bf16)((u >> 16) | 0x0040u);   /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);   /* round to nearest, ties to even */
+    return (mc_bf16)(u >> 16);
+}
+
+MC_API float mc_bf16_to_float(mc_bf16 x) {
+    uint32_t u = (uint32_t)x << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+MC_API size_t mc_dtype_bytes(mc_dtype dt, size_t n) { return mc_dtype_size(dt) * n; }
+
+MC_API int mc_ops_same_memory(const mc_ops *a, const mc_ops *b) {
+    if (!a || !b) return 0;
+    return a == b || (a->device == b->device && a->ctx == b->ctx);
+}
+
+/* Floating-point storage the ops accept for activations and parameters. */
+static int mc__cpu_check_dt(const char *op, mc_dtype dt) {
+    if (dt == MC_F32 || dt == MC_BF16) return MC_OK;
+    return MC__FAIL(MC_ERR_INVALID_ARG, "cpu %s: dtype (%d) must be MC_F32 or MC_BF16", op,
+                    (int)dt);
+}
+
+/* An fp32 view of n elements of x: x itself for MC_F32, a converted copy for MC_BF16. `load`
+   reads the values (inputs, accumulated outputs); put(store = 1) rounds the copy back. */
+typedef struct mc__f32 {
+    float *p;
+    void *orig;
+    size_t n;
+    int owned;
+} mc__f32;
+
+static int mc__f32_get(mc__f32 *t, const void *x, size_t n, mc_dtype dt, int load,
+                       const char *op) {
+    size_t i;
+    t->orig = (void *)(uintptr_t)x;
+    t->n = n;
+    t->owned = 0;
+    t->p = (float *)(uintptr_t)x;
+    if (!x || dt == MC_F32) return MC_OK;
+    if (dt != MC_BF16) return mc__cpu_check_dt(op, dt);
+    t->p = (float *)mc_malloc((n > 0 ? n : 1) * sizeof(float));
+    if (!t->p)
+        return MC__FAIL(MC_ERR_NO_MEMORY, "cpu %s: no memory for an fp32 copy of %zu bf16 values",
+                        op, n);
+    t->owned = 1;
+    if (load)
+        for (i = 0; i < n; i++) t->p[i] = mc_bf16_to_float(((const mc_bf16 *)x)[i]);
+    return MC_OK;
+}
+
+static void mc__f32_put(mc__f32 *t, int store) {
+    size_t i;
+    if (!t->owned) return;
+    if (store)
+        for (i = 0; i < t->n; i++) ((mc_bf16 *)t->orig)[i] = mc_bf16_from_float(t->p[i]);
+    mc_free(t->p);
+    t->owned = 0;
+}
+
+/* Up to 8 views taken together and released together: every op below is "get the views, run
+   the fp32 loop, put them back". */
+typedef struct mc__f32_set {
+    mc__f32 v[8];
+    int store[8];
+    int n;
+} mc__f32_set;
+
+static float *mc__f32_add(mc__f32_set *s, int *rc, const void *x, size_t n, mc_dtype dt,
+                          int load, int store, const char *op) {
+    mc__f32 *t = &s->v[s->n];
+    if (*rc != MC_OK) return NULL;
+    MC_ASSERT(s->n < 8);
+    *rc = mc__f32_get(t, x, n, dt, load, op);
+    if (*rc != MC_OK) return NULL;
+    s->store[s->n++] = store;
+    return t->p;
+}
+
+static int mc__f32_done(mc__f32_set *s, int rc) {
+    int i;
+    for (i = s->n - 1; i >= 0; i--) mc__f32_put(&s->v[i], rc == MC_OK && s->store[i]);
+    s->n = 0;
+    return rc;
+}
+
+#define MC__F32_SET_EMPTY {{{NULL, NULL, 0, 0}}, {0}, 0}
+#define MC__IN 1, 0    /* read, not written back */
+#define MC__OUT 0, 1   /* written (=) */
+#define MC__ACC 1, 1   /* read and written (+=) */
+
+// memory
+
+static int mc__cpu_alloc(const mc_ops *o, void **ptr, size_t bytes) {
+    (void)o;
+    if (!ptr) return MC__FAIL(MC_ERR_INVALID_ARG, "cpu alloc: ptr is NULL");
+    *ptr = mc_calloc(1, bytes);
+    if (!*ptr) return MC__FAIL(MC_ERR_NO_MEMORY, "cpu alloc: out of memory (%zu bytes)", bytes);
+    return MC_OK;
+}
+
+static int mc__cpu_free(const mc_ops *o, void *ptr) {
+    (void)o;
+    mc_free(ptr);
+    return MC_OK;
+}
+
+static int mc__cpu_copy_bytes(const mc_ops *o, void *dst, const void *src, size_t bytes) {
+    (void)o;
+    if (bytes && dst != src) memmove(dst, src, bytes);
+    return MC_OK;
+}
+
+static int mc__cpu_copy_2d(const mc_ops *o, void *dst, size_t dst_pitch, const void *src,
+                           size_t src_pitch, size_t width, size_t rows) {
+    size_t r;
+    (void)o;
+    if (width == 0 || rows == 0) return MC_OK;
+    if (!dst || !src)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "cpu copy_2d: dst and src must be set (%zu rows of "
+                        "%zu bytes)", rows, width);
+    if (dst_pitch == width && src_pitch == width) {
+        memmove(dst, src, width * rows);
+        return MC_OK;
+    }
+    for (r = 0; r < rows; r++)
+        memmove((char *)dst + r * dst_pitch, (const char *)src + r * src_pitch, width);
+    return MC_OK;
+}
+
+static int mc__cpu_synchronize(const mc_ops *o) {
+    (void)o;
+    return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu element-wise
+
+static void mc__cpu_fill_f32(float *x, float value, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) x[i] = value;
+}
+
+static int mc__cpu_fill(const mc_ops *o, void *x, float value, size_t n, mc_dtype dt) {
+    size_t i;
+    (void)o;
+    if (dt == MC_F32) {
+        mc__cpu_fill_f32((float *)x, value, n);
+    } else if (dt == MC_BF16) {
+        mc_bf16 b = mc_bf16_from_float(value);
+        for (i = 0; i < n; i++) ((mc_bf16 *)x)[i] = b;
+    } else {
+        return mc__cpu_check_dt("fill", dt);
+    }
+    return MC_OK;
+}
+
+static int mc__cpu_copy(const mc_ops *o, void *dst, const void *src, size_t n, mc_dtype dst_dt,
+                        mc_dtype src_dt) {
+    size_t i;
+    int rc;
+    if ((rc = mc__cpu_check_dt("copy", dst_dt)) != MC_OK) return rc;
+    if ((rc = mc__cpu_check_dt("copy", src_dt)) != MC_OK) return rc;
+    if (dst_dt == src_dt) return mc__cpu_copy_bytes(o, dst, src, mc_dtype_bytes(dst_dt, n));
+    if (dst_dt == MC_BF16)
+        for (i = 0; i < n; i++) ((mc_bf16 *)dst)[i] = mc_bf16_from_float(((const float *)src)[i]);
+    else
+        for (i = 0; i < n; i++) ((float *)dst)[i] = mc_bf16_to_float(((const mc_bf16 *)src)[i]);
+    return MC_OK;
+}
+
+static void mc__cpu_axpy_f32(float *y, float a, const float *x, size_t n) {
+    size_t i;
+    for (i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+static int mc__cpu_axpy(const mc_ops *o, void *y, float a, const void *x, size_t n,
+                        mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    float *fy = mc__f32_add(&s, &rc, y, n, dt, MC__ACC, "axpy");
+    const float *fx = x == y ? fy : mc__f32_add(&s, &rc, x, n, dt, MC__IN, "axpy");
+    (void)o;
+    if (rc == MC_OK) mc__cpu_axpy_f32(fy, a, fx, n);
+    return mc__f32_done(&s, rc);
+}
+
+static int mc__cpu_scale(const mc_ops *o, void *x, float a, size_t n, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    float *fx = mc__f32_add(&s, &rc, x, n, dt, MC__ACC, "scale");
+    size_t i;
+    (void)o;
+    if (rc == MC_OK)
+        for (i = 0; i < n; i++) fx[i] *= a;
+    return mc__f32_done(&s, rc);
+}
+
+static int mc__cpu_sum_squares(const mc_ops *o, double *out, const float *x, const size_t *spans,
+                               int n_spans) {
+    double s = 0.0;
+    size_t i;
+    int k;
+    (void)o;
+    if (!out) return MC__FAIL(MC_ERR_INVALID_ARG, "cpu sum_squares: out is NULL");
+    for (k = 0; k < n_spans; k++)
+        for (i = spans[2 * k]; i < spans[2 * k + 1]; i++) s += (double)x[i] * (double)x[i];
+    *out = s;
+    return MC_OK;
+}
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu gemm
+//
+// C is computed in blocks of MB x NB. For each block an accumulator acc[MB, NB] starts at zero
+// and K is walked in KB-deep slices, in order: the slice of op(A) is copied ("packed") into
+// Ap[MB, KB] and that of op(B) into Bp[KB, NB], whatever the transposes, so the kernel's
+// inner loop runs over contiguous columns of Bp and acc (it vectorizes) and the blocks stay
+// in cache (Bp is 64 KiB). Every acc element receives its K products in the order
+// k = 0 .. K-1, whatever the block sizes: the result of an element depends only on its row of
+// op(A), its column of op(B) and K. Finally C = alpha * acc + beta * C.
+
+#define MC__GEMM_MB 32
+#define MC__GEMM_NB 128
+#define MC__GEMM_KB 128
+
+#if defined(MC_CPU_GEMM_ACC_F64)
+typedef double mc__gemm_acc;
+#else
+typedef float mc__gemm_acc;
+#endif
+
+/* Ap[mb, kb] = op(A)[i0 .., k0 ..]; op(A) is A[M,K], or A^T with A stored [K,M]. */
+static void mc__gemm_pack_a(float *MC__RESTRICT Ap, const float *MC__RESTRICT A, int M, int K,
+                            int trans_a, int i0, int mb, int k0, int kb) {
+    int i, k;
+    if (!trans_a) {
+        for (i = 0; i < mb; i++)
+            for (k = 0; k < kb; k++) Ap[i * kb + k] = A[(size_t)(i0 + i) * K + (k0 + k)];
+    } else {
+        for (k = 0; k < kb; k++)   /* read rows of the stored [K,M] matrix */
+            for (i = 0; i < mb; i++) Ap[i * kb + k] = A[(size_t)(k0 + k) * M + (i0 + i)];
+    }
+}
+
+/* Bp[kb, NB] = op(B)[k0 .., j0 .. j0 + nb], zero beyond nb so that the kernel always runs
+   full-width rows; op(B) is B[K,N], or B^T with B stored [N,K]. */
+static void mc__gemm_pack_b(float *MC__RESTRICT Bp, const float *MC__RESTRICT B, int N, int K,
+                            int trans_b, int k0, int kb, int j0, int nb) {
+    int j, k;
+    if (nb < MC__GEMM_NB) memset(Bp, 0, sizeof(float) * (size_t)kb * MC__GEMM_NB);
+    if (!trans_b) {
+        for (k = 0; k < kb; k++)
+            for (j = 0; j < nb; j++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(k0 + k) * N + (j0 + j)];
+    } else {
+        for (j = 0; j < nb; j++)   /* read rows of the stored [N,K] matrix */
+            for (k = 0; k < kb; k++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(j0 + j) * K + (k0 + k)];
+    }
+}
+
+/* acc[mb, NB] += Ap[mb, kb] Bp[kb, NB]. The rows have the fixed width NB (a trip count the
+   compiler knows, so the j loop vectorizes even at -O2). Four k at a time share one pass over
+   an acc row; each element still adds its products in k order, so the unrolling changes no
+   bit. */
+static void mc__gemm_kernel(mc__gemm_acc *MC__RESTRICT acc, const float *MC__RESTRICT Ap,
+                            const float *MC__RESTRICT Bp, int mb, int kb) {
+    int i, j, k;
+    for (i = 0; i < mb; i++) {
+        mc__gemm_acc *MC__RESTRICT c = acc + (size_t)i * MC__GEMM_NB;
+        const float *a = Ap + (size_t)i * kb;
+        for (k = 0; k + 4 <= kb; k += 4) {
+            const float a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
+            const float *b0 = Bp + (size_t)k * MC__GEMM_NB, *b1 = b0 + MC__GEMM_NB;
+            const float *b2 = b1 + MC__GEMM_NB, *b3 = b2 + MC__GEMM_NB;
+            for (j = 0; j < MC__GEMM_NB; j++) {
+                mc__gemm_acc s = c[j];
+                s += (mc__gemm_acc)(a0 * b0[j]);
+                s += (mc__gemm_acc)(a1 * b1[j]);
+                s += (mc__gemm_acc)(a2 * b2[j]);
+                s += (mc__gemm_acc)(a3 * b3[j]);
+                c[j] = s;
+            }
+        }
+        for (; k < kb; k++) {
+            const float ak = a[k];
+            const float *bk = Bp + (size_t)k * MC__GEMM_NB;
+            for (j = 0; j < MC__GEMM_NB; j++) c[j] += (mc__gemm_acc)(ak * bk[j]);
+        }
+    }
+}
+
+MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
+                                int trans_a, int trans_b, float alpha, float beta) {
+    float Ap[MC__GEMM_MB * MC__GEMM_KB];
+    float Bp[MC__GEMM_KB * MC__GEMM_NB];
+    mc__gemm_acc acc[MC__GEMM_MB * MC__GEMM_NB];
+    int i0, j0, k0, i, j;
+    for (i0 = 0; i0 < M; i0 += MC__GEMM_MB) {
+        const int mb = M - i0 < MC__GEMM_MB ? M - i0 : MC__GEMM_MB;
+        for (j0 = 0; j0 < N; j0 += MC__GEMM_NB) {
+            const int nb = N - j0 < MC__GEMM_NB ? N - j0 : MC__GEMM_NB;
+            for (i = 0; i < mb * MC__GEMM_NB; i++) acc[i] = 0;
+            for (k0 = 0; k0 < K; k0 += MC__GEMM_KB) {
+                const int kb = K - k0 < MC__GEMM_KB ? K - k0 : MC__GEMM_KB;
+                mc__gemm_pack_a(Ap, A, M, K, trans_a, i0, mb, k0, kb);
+                mc__gemm_pack_b(Bp, B, N, K, trans_b, k0, kb, j0, nb);
+                mc__gemm_kernel(acc, Ap, Bp, mb, kb);
+            }
+            for (i = 0; i < mb; i++) {
+                float *c = C + (size_t)(i0 + i) * N + j0;
+                const mc__gemm_acc *s = acc + (size_t)i * MC__GEMM_NB;
+                if (beta == 0.0f)   /* C is not read: it may hold garbage or NaN */
+                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j];
+                else
+                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j] + beta * c[j];
+            }
+        }
+    }
+}
+
+#if defined(MC_USE_CBLAS)
+static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, int N, int K,
+                               int trans_a, int trans_b, float alpha, float beta) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {   /* some BLAS builds reject K = 0 with ldb = 0 */
+        mc_cpu_gemm_blocked(C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
+                trans_b ? K : N, beta, C, N);
+}
+#define MC__CPU_GEMM mc__cpu_gemm_cblas
+#else
+#define MC__CPU_GEMM mc_cpu_gemm_blocked
+#endif
+
+// ---------------------------------------------------------------------------------------------
+/* out[N,C] += bias[C] */
+static void mc__cpu_add_bias_f32(float *out, const float *bias, int N, int C) {
+    int n, c;
+    if (!bias) return;
+    for (n = 0; n < N; n++)
+        for (c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
+}
+
+static int mc__cpu_gemm(const mc_ops *o, void *C, const void *A, const void *B, const void *bias,
+                        int M, int N, int K, int trans_a, int trans_b, float alpha, float beta,
+                        mc_dtype c_dt, mc_dtype ab_dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t mk = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
+    size_t kn = (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0);
+    size_t mn = (size_t)(M > 0 ? M : 0) * (size_t)(N > 0 ? N : 0);
+    float *fc, *fa, *fb, *fbias;
+    (void)o;
+    if (M < 0 || N < 0 || K < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "cpu gemm: M (%d), N (%d) and K (%d) must be >= 0", M,
+                        N, K);
+    if (M == 0 || N == 0) return MC_OK;
+    fc = mc__f32_add(&s, &rc, C, mn, c_dt, beta != 0.0f, 1, "gemm");
+    fa = mc__f32_add(&s, &rc, A, mk, ab_dt, MC__IN, "gemm");
+    fb = mc__f32_add(&s, &rc, B, kn, ab_dt, MC__IN, "gemm");
+    fbias = mc__f32_add(&s, &rc, bias, (size_t)N, ab_dt, MC__IN, "gemm");
+    if (rc == MC_OK) {
+        MC__CPU_GEMM(fc, fa, fb, M, N, K, trans_a, trans_b, alpha, beta);
+        mc__cpu_add_bias_f32(fc, fbias, M, N);
+    }
+    return mc__f32_done(&s, rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu bias, layernorm, gelu
+
+/* dbias[C] += sum over rows of dout[N,C] (rows in order) */
+static int mc__cpu_bias_backward(const mc_ops *o, float *dbias, const void *dout, int N, int C,
+                                 mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, c;
+    const float *dy = mc__f32_add(&s, &rc, dout, (size_t)N * C, dt, MC__IN, "bias_backward");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++)
+            for (c = 0; c < C; c++) dbias[c] += dy[(size_t)n * C + c];
+    return mc__f32_done(&s, rc);
+}
+
+/* out[N,C], mean[N], rstd[N] <- inp[N,C], weight[C], bias[C] */
+static void mc__cpu_layernorm_forward_f32(float *out, float *mean, float *rstd, const float *inp,
+                                          const float *weight, const float *bias, int N, int C,
+                                          float eps) {
+    int n, c;
+    for (n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float *o = out + (size_t)n * C;
+        float m = 0.0f, v = 0.0f, s;
+        for (c = 0; c < C; c++) m += x[c];
+        m /= (float)C;
+        for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
+        v /= (float)C;
+        s = 1.0f / sqrtf(v + eps);
+        for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
+        if (mean) mean[n] = m;
+        if (rstd) rstd[n] = s;
+    }
+}
+
+static int mc__cpu_layernorm_forward(const mc_ops *o, void *out, float *mean, float *rstd,
+                                     const void *inp, const void *weight, const void *bias, int N,
+                                     int C, float eps, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t nc = (size_t)N * C;
+    float *y = mc__f32_add(&s, &rc, out, nc, dt, MC__OUT, "layernorm_forward");
+    const float *x = mc__f32_add(&s, &rc, inp, nc, dt, MC__IN, "layernorm_forward");
+    const float *w = mc__f32_add(&s, &rc, weight, (size_t)C, dt, MC__IN, "layernorm_forward");
+    const float *b = mc__f32_add(&s, &rc, bias, (size_t)C, dt, MC__IN, "layernorm_forward");
+    (void)o;
+    if (rc == MC_OK) mc__cpu_layernorm_forward_f32(y, mean, rstd, x, w, b, N, C, eps);
+    return mc__f32_done(&s, rc);
+}
+
+/* dinp[N,C] +=, dweight[C] +=, dbias[C] += (may be NULL) <- dout[N,C], inp[N,C], weight[C],
+   mean[N], rstd[N]. With xhat = (x - mean) * rstd and g = weight * dout:
+   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
+static void mc__cpu_layernorm_backward_f32(float *dinp, float *dweight, float *dbias,
+                                           const float *dout, const float *inp,
+                                           const float *weight, const float *mean,
+                                           const float *rstd, int N, int C) {
+    int n, c;
+    for (n = 0; n < N; n++) {
+        const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+        float *dx = dinp ? dinp + (size_t)n * C : NULL;
+        const float m = mean[n], s = rstd[n];
+        float g_mean = 0.0f, g_xhat_mean = 0.0f;
+        for (c = 0; c < C; c++) {
+            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
+            g_mean += g;
+            g_xhat_mean += g * xhat;
+        }
+        g_mean /= (float)C;
+        g_xhat_mean /= (float)C;
+        for (c = 0; c < C; c++) {
+            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
+            if (dbias) dbias[c] += dy[c];
+            if (dweight) dweight[c] += xhat * dy[c];
+            if (dx) dx[c] += (g - g_mean - xhat * g_xhat_mean) * s;
+        }
+    }
+}
+
+static int mc__cpu_layernorm_backward(const mc_ops *o, void *dinp, float *dweight, float *dbias,
+                                      const void *dout, const void *inp, const void *weight,
+                                      const float *mean, const float *rstd, int N, int C,
+                                      mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t nc = (size_t)N * C;
+    float *dx = mc__f32_add(&s, &rc, dinp, nc, dt, MC__ACC, "layernorm_backward");
+    const float *dy = mc__f32_add(&s, &rc, dout, nc, dt, MC__IN, "layernorm_backward");
+    const float *x = mc__f32_add(&s, &rc, inp, nc, dt, MC__IN, "layernorm_backward");
+    const float *w = mc__f32_add(&s, &rc, weight, (size_t)C, dt, MC__IN, "layernorm_backward");
+    (void)o;
+    if (rc == MC_OK) mc__cpu_layernorm_backward_f32(dx, dweight, dbias, dy, x, w, mean, rstd, N, C);
+    return mc__f32_done(&s, rc);
+}
+
+#define MC__GELU_SCALE 0.7978845608028654f   /* sqrt(2 / pi) */
+#define MC__GELU_CUBIC 0.044715f
+
+static int mc__cpu_gelu_forward(const mc_ops *o, void *out, const void *inp, size_t n,
+                                mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    float *y = mc__f32_add(&s, &rc, out, n, dt, MC__OUT, "gelu_forward");
+    const float *x = inp == out ? NULL : mc__f32_add(&s, &rc, inp, n, dt, MC__IN, "gelu_forward");
+    size_t i;
+    (void)o;
+    if (rc != MC_OK) return mc__f32_done(&s, rc);
+    if (inp == out) {   /* in place: the output view must hold the input first */
+        if (dt == MC_BF16)
+            for (i = 0; i < n; i++) y[i] = mc_bf16_to_float(((const mc_bf16 *)inp)[i]);
+        x = y;
+    }
+    for (i = 0; i < n; i++) {
+        const float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v)));
+    }
+    return mc__f32_done(&s, rc);
+}
+
+/* dinp = dout * d/dx gelu(x); tanh' = 1 - tanh^2 (no cosh, which overflows for large x) */
+static int mc__cpu_gelu_backward(const mc_ops *o, void *dinp, const void *inp, const void *dout,
+                                 size_t n, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    const float *x = mc__f32_add(&s, &rc, inp, n, dt, MC__IN, "gelu_backward");
+    const float *dy = mc__f32_add(&s, &rc, dout, n, dt, MC__IN, "gelu_backward");
+    float *dx = mc__f32_add(&s, &rc, dinp, n, dt, MC__OUT, "gelu_backward");
+    size_t i;
+    (void)o;
+    if (rc == MC_OK)
+        for (i = 0; i < n; i++) {
+            const float v = x[i];
+            const float t = tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v));
+            const float dtanh =
+                (1.0f - t * t) * MC__GELU_SCALE * (1.0f + 3.0f * MC__GELU_CUBIC * v * v);
+            dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dtanh);
+        }
+    return mc__f32_done(&s, rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu dropout  (the keep rule of mc_rng_dropout_mask, element by element)
+
+/* Keeps the last Philox block, so a run of consecutive indices costs one block per four. */
+typedef struct mc__keep_cache {
+    uint64_t seed;
+    uint64_t block;
+    int valid;
+    uint32_t bits[4];
+} mc__keep_cache;
+
+static void mc__keep_cache_init(mc__keep_cache *kc, uint64_t seed) {
+    memset(kc, 0, sizeof *kc);
+    kc->seed = seed;
+}
+
+/* 1 iff element `index` of the stream is kept under drop probability p (> 0). */
+static int mc__keep(mc__keep_cache *kc, uint64_t index, float p) {
+    if (!kc->valid || index / 4 != kc->block) {
+        kc->block = index / 4;
+        kc->valid = 1;
+        mc__rng_block(kc->seed, kc->block, kc->bits);
+    }
+    return mc__rng_to_uniform(kc->bits[index % 4]) >= p;
+}
+
+/* 1 / (1 - p), or 0 when everything is dropped (p >= 1) */
+static float mc__dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+/* out[i] = inp[i] * keep(offset + i) / (1 - p); also the backward (same mask, same scale).
+   bf16: a kept value times the scale is rounded once, a dropped one is 0. */
+static int mc__cpu_dropout_apply(void *out, const void *inp, size_t n, float p, uint64_t seed,
+                                 uint64_t offset, mc_dtype dt) {
+    mc__keep_cache kc;
+    const float scale = mc__dropout_scale(p);
+    size_t i;
+    int rc;
+    if ((rc = mc__cpu_check_dt("dropout", dt)) != MC_OK) return rc;
+    if (p <= 0.0f) {
+        if (out != inp) memmove(out, inp, mc_dtype_bytes(dt, n));
+        return MC_OK;
+    }
+    mc__keep_cache_init(&kc, seed);
+    if (dt == MC_F32) {
+        const float *x = (const float *)inp;
+        float *y = (float *)out;
+        for (i = 0; i < n; i++) y[i] = mc__keep(&kc, offset + i, p) ? x[i] * scale : 0.0f;
+    } else {
+        const mc_bf16 *x = (const mc_bf16 *)inp;
+        mc_bf16 *y = (mc_bf16 *)out;
+        for (i = 0; i < n; i++)
+            y[i] = mc_bf16_from_float(mc__keep(&kc, offset + i, p) ? mc_bf16_to_float(x[i]) * scale
+                                                                   : 0.0f);
+    }
+    return MC_OK;
+}
+
+static int mc__cpu_dropout_forward(const mc_ops *o, void *out, const void *inp, size_t n, float p,
+                                   uint64_t seed, uint64_t offset, mc_dtype dt) {
+    (void)o;
+    return mc__cpu_dropout_apply(out, inp, n, p, seed, offset, dt);
+}
+
+static int mc__cpu_dropout_backward(const mc_ops *o, void *dinp, const void *dout, size_t n,
+                                    float p, uint64_t seed, uint64_t offset, mc_dtype dt) {
+    (void)o;
+    return mc__cpu_dropout_apply(dinp, dout, n, p, seed, offset, dt);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu attention
+//
+// Row t of head h in sequence b: scores[t2] = q_t . k_t2 / sqrt(HD) for t2 <= t (causal),
+// P = softmax(scores), D = P * mask / (1 - p) (dropout), out_t = sum_t2 D[t2] v_t2.
+// Token (s, b) is row s*B + b of qkv [S*B, NH*3*HD]; head h's q, k, v start at columns
+// h*3*HD, h*3*HD + HD, h*3*HD + 2*HD. The CPU's stats are the probabilities P [B,NH,S,S].
+
+/* Weight of v_t2 in out_t: P, dropped and rescaled when p > 0. */
+static float mc__attn_weight(mc__keep_cache *kc, float prob, uint64_t index, float p,
+                             float keep_scale) {
+    if (p <= 0.0f) return prob;
+    return mc__keep(kc, index, p) ? prob * keep_scale : 0.0f;
+}
+
+static float mc__dot(const float *a, const float *b, int n) {
+    float s = 0.0f;
+    int i;
+    for (i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static size_t mc__cpu_attention_stats(const mc_ops *o, int S, int B, int NH, int HD) {
+    (void)o;
+    (void)HD;
+    return (size_t)B * (size_t)NH * (size_t)S * (size_t)S;
+}
+
+/* out[S,B,NH*HD] (=), probs[B,NH,S,S] (=) <- qkv[S,B,NH*3*HD] */
+static void mc__cpu_attention_forward_f32(float *out, float *probs, const float *qkv, int S,
+                                          int B, int NH, int HD, float dropout_p, uint64_t seed,
+                                          uint64_t offset) {
+    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
+    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
+    mc__keep_cache kc;
+    int b, h, t, t2, d;
+    mc__keep_cache_init(&kc, seed);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < S; t++) {
+                const float *q = qkv + ((size_t)t * B + b) * C3 + (size_t)h * 3 * HD;
+                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
+                float *row = probs + row_index;
+                float *o = out + ((size_t)t * B + b) * C + (size_t)h * HD;
+                float max = -INFINITY, sum = 0.0f, inv;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const float *k = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + HD;
+                    row[t2] = mc__dot(q, k, HD) * scale;
+                    if (row[t2] > max) max = row[t2];
+                }
+                for (t2 = 0; t2 <= t; t2++) {
+                    row[t2] = expf(row[t2] - max);
+                    sum += row[t2];
+                }
+                inv = 1.0f / sum;
+                for (t2 = 0; t2 <= t; t2++) row[t2] *= inv;
+                for (t2 = t + 1; t2 < S; t2++) row[t2] = 0.0f;   /* masked (future) keys */
+                for (d = 0; d < HD; d++) o[d] = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const float *v = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + 2 * HD;
+                    const float w = mc__attn_weight(&kc, row[t2], offset + row_index + t2,
+                                                    dropout_p, keep_scale);
+                    for (d = 0; d < HD; d++) o[d] += w * v[d];
+                }
+            }
+}
+
+static int mc__cpu_attention_forward(const mc_ops *o, void *out, float *stats, const void *qkv,
+                                     int S, int B, int NH, int HD, float dropout_p,
+                                     uint64_t seed, uint64_t offset, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t n = (size_t)S * B;
+    float *y = mc__f32_add(&s, &rc, out, n * NH * HD, dt, MC__OUT, "attention_forward");
+    const float *x = mc__f32_add(&s, &rc, qkv, n * NH * 3 * HD, dt, MC__IN, "attention_forward");
+    (void)o;
+    if (rc == MC_OK && !stats)
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "cpu attention_forward: stats (the probabilities "
+                      "[B, NH, S, S]) is NULL");
+    if (rc == MC_OK)
+        mc__cpu_attention_forward_f32(y, stats, x, S, B, NH, HD, dropout_p, seed, offset);
+    return mc__f32_done(&s, rc);
+}
+
+/* dqkv[S,B,NH*3*HD] (=) <- dout[S,B,NH*HD], qkv, probs[B,NH,S,S]. Per row t:
+     dv_t2 += D[t2] dout_t,  dP[t2] = (dout_t . v_t2) * mask / (1 - p),
+     dscore[t2] = P[t2] (dP[t2] - sum_u P[u] dP[u]),
+     dq_t += dscore[t2] k_t2 / sqrt(HD),  dk_t2 += dscore[t2] q_t / sqrt(HD).
+   dP is computed twice (once for the sum, once for dscore) instead of being stored. */
+static void mc__cpu_attention_backward_f32(float *dqkv, const float *dout, const float *qkv,
+                                           const float *probs, int S, int B, int NH, int HD,
+                                           float dropout_p, uint64_t seed, uint64_t offset) {
+    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
+    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
+    mc__keep_cache kc;
+    int b, h, t, t2, d;
+    mc__keep_cache_init(&kc, seed);
+    mc__cpu_fill_f32(dqkv, 0.0f, (size_t)S * B * C3);
+    for (b = 0; b < B; b++)
+        for (h = 0; h < NH; h++)
+            for (t = 0; t < S; t++) {
+                const size_t head = (size_t)h * 3 * HD;
+                const float *q = qkv + ((size_t)t * B + b) * C3 + head;
+                float *dq = dqkv + ((size_t)t * B + b) * C3 + head;
+                const float *dy = dout + ((size_t)t * B + b) * C + (size_t)h * HD;
+                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
+                const float *P = probs + row_index;
+                float p_dp = 0.0f;
+                for (t2 = 0; t2 <= t; t2++) {
+                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
+                    const float *v = qkv + tok + 2 * HD;
+                    float *dv = dqkv + tok + 2 * HD;
+                    const float w = mc__attn_weight(&kc, P[t2], offset + row_index + t2,
+                                                    dropout_p, keep_scale);
+                    const float dP = mc__attn_weight(&kc, mc__dot(dy, v, HD),
+                                                     offset + row_index + t2, dropout_p,
+                                                     keep_scale);
+                    for (d = 0; d < HD; d++) dv[d] += w * dy[d];
+                    p_dp += P[t2] * dP;
+                }
+                for (t2 = 0; t2 <= t; t2++) {
+                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
+                    const float *k = qkv + tok + HD;
+                    float *dk = dqkv + tok + HD;
+                    const float dP = mc__attn_weight(&kc, mc__dot(dy, qkv + tok + 2 * HD, HD),
+                                                     offset + row_index + t2, dropout_p,
+                                                     keep_scale);
+                    const float ds = P[t2] * (dP - p_dp) * scale;
+                    for (d = 0; d < HD; d++) {
+                        dq[d] += ds * k[d];
+                        dk[d] += ds * q[d];
+                    }
+                }
+            }
+}
+
+static int mc__cpu_attention_backward(const mc_ops *o, void *dqkv, const void *dout,
+                                      const void *qkv, const void *out, const float *stats, int S,
+                                      int B, int NH, int HD, float dropout_p, uint64_t seed,
+                                      uint64_t offset, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK;
+    size_t n = (size_t)S * B;
+    float *dx = mc__f32_add(&s, &rc, dqkv, n * NH * 3 * HD, dt, MC__OUT, "attention_backward");
+    const float *dy = mc__f32_add(&s, &rc, dout, n * NH * HD, dt, MC__IN, "attention_backward");
+    const float *x = mc__f32_add(&s, &rc, qkv, n * NH * 3 * HD, dt, MC__IN, "attention_backward");
+    (void)o;
+    (void)out;   /* the probabilities hold everything the CPU backward needs */
+    if (rc == MC_OK && !stats)
+        rc = MC__FAIL(MC_ERR_INVALID_ARG, "cpu attention_backward: stats (the probabilities) is "
+                      "NULL");
+    if (rc == MC_OK)
+        mc__cpu_attention_backward_f32(dx, dy, x, stats, S, B, NH, HD, dropout_p, seed, offset);
+    return mc__f32_done(&s, rc);
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu embedding, cross-entropy pieces, adamw
+
+static int mc__cpu_check_ids(const mc_ops *o, const int *ids, int N, int V, const char *fn,
+                             const char *what) {
+    int i;
+    (void)o;
+    for (i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: %s[%d] = %d is outside the vocabulary [0, %d)", fn, what, i,
+                            ids[i], V);
+    return MC_OK;
+}
+
+/* out[N,C] = table[ids[n] - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
+static int mc__cpu_embedding_forward(const mc_ops *o, void *out, const int *ids,
+                                     const void *table, int N, int C, int vocab_start,
+                                     int vocab_end, mc_dtype dt) {
+    size_t row = mc_dtype_bytes(dt, (size_t)C);
+    int n, rc;
+    (void)o;
+    if ((rc = mc__cpu_check_dt("embedding_forward", dt)) != MC_OK) return rc;
+    for (n = 0; n < N; n++) {
+        const int id = ids[n];
+        char *dst = (char *)out + (size_t)n * row;
+        if (id >= vocab_start && id < vocab_end)
+            memcpy(dst, (const char *)table + (size_t)(id - vocab_start) * row, row);
+        else
+            memset(dst, 0, row);   /* +0.0 in fp32 and bf16 */
+    }
+    return MC_OK;
+}
+
+/* dtable[V_local, C] += dout[N,C] rows of the local ids (tokens in order) */
+static int mc__cpu_embedding_backward(const mc_ops *o, float *dtable, const void *dout,
+                                      const int *ids, int N, int C, int vocab_start,
+                                      int vocab_end, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n;
+    const float *dy = mc__f32_add(&s, &rc, dout, (size_t)N * C, dt, MC__IN, "embedding_backward");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const int id = ids[n];
+            if (id >= vocab_start && id < vocab_end)
+                mc__cpu_axpy_f32(dtable + (size_t)(id - vocab_start) * C, 1.0f,
+                                 dy + (size_t)n * C, (size_t)C);
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* max[N] = max over the row of logits[N,V] (-inf for V = 0) */
+static int mc__cpu_row_max(const mc_ops *o, float *max, const void *logits, int N, int V,
+                           mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "row_max");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            float m = -INFINITY;
+            for (j = 0; j < V; j++)
+                if (l[j] > m) m = l[j];
+            max[n] = m;
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* out[N] = logits[n, targets[n] - vocab_start] when the target is in this shard, else 0 */
+static int mc__cpu_target_logit(const mc_ops *o, float *out, const void *logits,
+                                const int *targets, int N, int V, int vocab_start, mc_dtype dt) {
+    int n, rc;
+    (void)o;
+    if ((rc = mc__cpu_check_dt("target_logit", dt)) != MC_OK) return rc;
+    for (n = 0; n < N; n++) {
+        const int local = targets[n] - vocab_start;
+        size_t at = (size_t)n * V + (size_t)local;
+        if (!(targets[n] >= vocab_start && local < V))
+            out[n] = 0.0f;
+        else
+            out[n] = dt == MC_F32 ? ((const float *)logits)[at]
+                                  : mc_bf16_to_float(((const mc_bf16 *)logits)[at]);
+    }
+    return MC_OK;
+}
+
+/* sum[N] = sum_j exp(logits[n,j] - max[n]) */
+static int mc__cpu_sum_exp(const mc_ops *o, float *sum, const void *logits, const float *max,
+                           int N, int V, mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "sum_exp");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            double acc = 0.0;
+            for (j = 0; j < V; j++) acc += (double)expf(l[j] - max[n]);
+            sum[n] = (float)acc;
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* sum[N] = sum_j logits[n,j] */
+static int mc__cpu_row_sum(const mc_ops *o, float *sum, const void *logits, int N, int V,
+                           mc_dtype dt) {
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    const float *x = mc__f32_add(&s, &rc, logits, (size_t)N * V, dt, MC__IN, "row_sum");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            double acc = 0.0;
+            for (j = 0; j < V; j++) acc += (double)l[j];
+            sum[n] = (float)acc;
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* The per-token loss from the reduced pieces, in double:
+     nll  = log(sum_exp) + max - target_logit
+     loss = (1 - s) nll - s (logit_sum / K - max - log(sum_exp))
+   logit_sum is NULL without smoothing. */
+static int mc__cpu_cross_entropy_loss(const mc_ops *o, float *losses, double *loss_sum,
+                                      const float *max, const float *sum_exp,
+                                      const float *target_logit, const float *logit_sum, int N,
+                                      int K, float smoothing) {
+    double s = smoothing, total = 0.0;
+    int i;
+    (void)o;
+    for (i = 0; i < N; i++) {
+        double log_z = log((double)sum_exp[i]) + (double)max[i];   /* log sum_j exp(logit_j) */
+        double nll = log_z - (double)target_logit[i];
+        double loss = nll;
+        if (logit_sum) loss = (1.0 - s) * nll - s * ((double)logit_sum[i] / K - log_z);
+        losses[i] = (float)loss;
+    }
+    if (loss_sum) {
+        for (i = 0; i < N; i++) total += (double)losses[i];
+        *loss_sum = total;
+    }
+    return MC_OK;
+}
+
+/* dlogits[N,V] (=) <- logits[N,V], max[N], sum[N] (global), targets[N], dloss[N] */
+static int mc__cpu_cross_entropy_backward(const mc_ops *o, void *dlogits, const void *logits,
+                                          const float *max, const float *sum, const int *targets,
+                                          const float *dloss, int N, int V, int vocab_start,
+                                          float smoothing, int vocab_global, mc_dtype dt) {
+    const float uniform = vocab_global > 0 ? smoothing / (float)vocab_global : 0.0f;
+    mc__f32_set s = MC__F32_SET_EMPTY;
+    int rc = MC_OK, n, j;
+    size_t nv = (size_t)N * V;
+    const float *x = mc__f32_add(&s, &rc, logits, nv, dt, MC__IN, "cross_entropy_backward");
+    float *dx = dlogits == logits && dt == MC_F32
+                    ? (float *)dlogits
+                    : mc__f32_add(&s, &rc, dlogits, nv, dt, MC__OUT, "cross_entropy_backward");
+    (void)o;
+    if (rc == MC_OK)
+        for (n = 0; n < N; n++) {
+            const float *l = x + (size_t)n * V;
+            float *dl = dx + (size_t)n * V;
+            const float inv = 1.0f / sum[n], g = dloss[n];
+            const int local = targets[n] - vocab_start;
+            const int owned = targets[n] >= vocab_start && local < V;
+            for (j = 0; j < V; j++) {
+                float d = expf(l[j] - max[n]) * inv - uniform;
+                if (owned && j == local) d -= 1.0f - smoothing;
+                dl[j] = d * g;
+            }
+        }
+    return mc__f32_done(&s, rc);
+}
+
+/* main, m, v (fp32 state) updated in place from grad, span by span; bias corrections in
+   double */
+static int mc__cpu_adamw(const mc_ops *o, float *main, const float *grad, float *m, float *v,
+                         void *model_param, const mc_adamw_span *spans, int n_spans,
+                         const mc_adamw_step *h, mc_dtype model_dt) {
+    const float beta1 = h->beta1, beta2 = h->beta2, lr = h->lr, eps = h->eps;
+    const float bc1 = (float)(1.0 - pow((double)beta1, (double)h->step));
+    const float bc2 = (float)(1.0 - pow((double)beta2, (double)h->step));
+    size_t i;
+    int k, rc;
+    (void)o;
+    if (model_param && (rc = mc__cpu_check_dt("adamw", model_dt)) != MC_OK) return rc;
+    for (k = 0; k < n_spans; k++) {
+        const mc_adamw_span *sp = &spans[k];
+        const float weight_decay = sp->weight_decay;
+        const float *gr = grad + sp->grad_at;
+        float *p = main + sp->main_at, *mk = m + sp->state_at, *vk = v + sp->state_at;
+        for (i = 0; i < sp->n; i++) {
+            const float g = gr[i];
+            const float mi = beta1 * mk[i] + (1.0f - beta1) * g;
+            const float vi = beta2 * vk[i] + (1.0f - beta2) * g * g;
+            const float m_hat = mi / bc1, v_hat = vi / bc2;
+            mk[i] = mi;
+            vk[i] = vi;
+            p[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[i]);
+        }
+        if (model_param) {
+            void *dst = (char *)model_param + mc_dtype_bytes(model_dt, sp->grad_at);
+            if (dst != (void *)p && (rc = mc__cpu_copy(o, dst, p, sp->n, model_dt,
+                                                       MC_F32)) != MC_OK)
+                return rc;
+        }
+    }
+    return MC_OK;
+}
+
+/* In mc_ops field order (positional: C++17 has no designated initializers). */
+static const mc_ops mc__cpu_ops = {
+    "cpu",
+    MC_DEVICE_CPU,
+    NULL,
+    mc__cpu_alloc,
+    mc__cpu_free,
+    mc__cpu_copy_bytes,
+    mc__cpu_copy_bytes,
+    mc__cpu_copy_2d,
+    mc__cpu_synchronize,
+    mc__cpu_fill,
+    mc__cpu_copy,
+    mc__cpu_axpy,
+    mc__cpu_scale,
+    mc__cpu_sum_squares,
+    mc__cpu_gemm,
+    mc__cpu_bias_backward,
+    mc__cpu_layernorm_forward,
+    mc__cpu_layernorm_backward,
+    mc__cpu_gelu_forward,
+    mc__cpu_gelu_backward,
+    mc__cpu_attention_stats,
+    mc__cpu_attention_forward,
+    mc__cpu_attention_backward,
+    mc__cpu_dropout_forward,
+    mc__cpu_dropout_backward,
+    mc__cpu_check_ids,
+    mc__cpu_embedding_forward,
+    mc__cpu_embedding_backward,
+    mc__cpu_row_max,
+    mc__cpu_target_logit,
+    mc__cpu_sum_exp,
+    mc__cpu_row_sum,
+    mc__cpu_cross_entropy_loss,
+    mc__cpu_cross_entropy_backward,
+    mc__cpu_adamw,
+};
+
+MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
+
+/* Op-table memory as a pointer, or NULL with the error recorded (for the callers' NULL
+   checks). */
+static void *mc__ops_alloc(const mc_ops *o, size_t bytes) {
+    void *p = NULL;
+    if (!o || o->alloc(o, &p, bytes) != MC_OK) return NULL;
+    return p;
+}
+
+static void mc__ops_free(const mc_ops *o, void *p) {
+    if (o && p) o->free(o, p);
+}
+
+/* @ops:implementation end */
+
+/* @config:implementation begin */
+// ---------------------------------------------------------------------------------------------
+// >>core.config  Defaults, validation (every violated rule, one line each) and the fingerprints.
+
+MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp) {
+    long long multiple, padded;
+    if (vocab <= 0 || divisible_by <= 0 || tp <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_gpt_padded_vocab_size: vocab (%d), make_vocab_size_divisible_by (%d) "
+                        "and tensor_model_parallel_size (%d) must be > 0",
+                        vocab, divisible_by, tp);
+    multiple = (long long)divisible_by * tp;
+    padded = ((long long)vocab + multiple - 1) / multiple * multiple;
+    if (padded > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_gpt_padded_vocab_size: vocab (%d) padded to a multiple of %lld "
+                        "exceeds INT_MAX",
+                        vocab, multiple);
+    return (int)padded;
+}
+
+/* 0 selects the default; MC_DROPOUT_OFF means 0; in a resolved config 0 stays 0. */
+static float mc__resolve_dropout(float p, int resolved) {
+    if (p == MC_DROPOUT_OFF) return 0.0f;
+    if (p == 0.0f && !resolved) return 0.1f;
+    return p;
+}
+
+MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in) {
+    mc_gpt_config c;
+    int resolved;
+    if (!out || !in)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_resolve: out (%p) and in (%p) must be set",
+                        (void *)out, (const void *)in);
+    c = *in;
+    resolved = in->padded_vocab_size != 0;
+    c.ffn_hidden_size = MC__DEF(c.ffn_hidden_size, 4 * c.hidden_size);
+    c.kv_channels = MC__DEF(c.kv_channels,
+                            c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
+    c.num_query_groups = MC__DEF(c.num_query_groups, c.num_attention_heads);
+    c.make_vocab_size_divisible_by = MC__DEF(c.make_vocab_size_divisible_by, 128);
+    c.max_position_embeddings = MC__DEF(c.max_position_embeddings, c.seq_length);
+    if (c.layernorm_epsilon == 0.0f) c.layernorm_epsilon = 1e-5f;
+    if (c.init_method_std == 0.0f) c.init_method_std = 0.02f;
+    c.hidden_dropout = mc__resolve_dropout(c.hidden_dropout, resolved);
+    c.attention_dropout = mc__resolve_dropout(c.attention_dropout, resolved);
+    c.tensor_model_parallel_size = MC__DEF(c.tensor_model_parallel_size, 1);
+    c.pipeline_model_parallel_size = MC__DEF(c.pipeline_model_parallel_size, 1);
+    if (c.virtual_pipeline_model_parallel_size == 1) c.virtual_pipeline_model_parallel_size = 0;
+    c.seed = MC__DEF(c.seed, 1234);
+    c.padded_vocab_size = 0;
+    if (c.vocab_size > 0 && c.make_vocab_size_divisible_by > 0 &&
+        c.tensor_model_parallel_size > 0) {
+        int padded = mc_gpt_padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by,
+                                              c.tensor_model_parallel_size);
+        c.padded_vocab_size = padded > 0 ? padded : 0;
+    }
+    *out = c;
+    return MC_OK;
+}
+
+/* A growing report: one line per violation, counted even when the text no longer fits. */
+typedef struct mc__report {
+    char *buf;
+    size_t cap, len;
+    int count;
+} mc__report;
+
+static void mc__report_add(mc__report *r, const char *fmt, ...) MC__PRINTF(2, 3);
+static void mc__report_add(mc__report *r, const char *fmt, ...) {
+    va_list ap;
+    r->count++;
+    if (!r->buf || r->len + 1 >= r->cap) return;
+    va_start(ap, fmt);
+    vsnprintf(r->buf + r->len, r->cap - r->len, fmt, ap);
+    va_end(ap);
+    r->len += strlen(r->buf + r->len);
+    if (r->len + 1 < r->cap) {
+        r->buf[r->len++] = '\n';
+        r->buf[r->len] = '\0';
+    }
+}
+
+static const char *mc__recompute_granularity_name(int g) {
+    switch (g) {
+        case MC_RECOMPUTE_NONE: return "none";
+        case MC_RECOMPUTE_FULL: return "full";
+        case MC_RECOMPUTE_SELECTIVE: return "selective";
+        default: return "unknown";
+    }
+}
+
+static const char *mc__recompute_method_name(int m) {
+    switch (m) {
+        case MC_RECOMPUTE_METHOD_NONE: return "none";
+        case MC_RECOMPUTE_UNIFORM: return "uniform";
+        case MC_RECOMPUTE_BLOCK: return "block";
+        default: return "unknown";
+    }
+}
+
+static void mc__check_positive(mc__report *r, const char *field, int value, int required) {
+    if (value <= 0)
+        mc__report_add(r, "%s (%d) %smust be > 0", field, value,
+                       required ? "is required and " : "");
+}
+
+static void mc__check_dropout(mc__report *r, const char *field, float p) {
+    if (!(p >= 0.0f && p < 1.0f))
+        mc__report_add(r, "%s (%g) must be in [0, 1) (0 selects 0.1; MC_DROPOUT_OFF switches it "
+                       "off)", field, (double)p);
+}
+
+/* Sizes and divisibility of the model against TP and PP (§13.2 items 4-6 and 12). */
+static void mc__validate_shapes(mc__report *r, const mc_gpt_config *c) {
+    const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
+    const int vpp = c->virtual_pipeline_model_parallel_size, heads = c->num_attention_heads;
+    if (tp > 0 && heads > 0 && heads % tp != 0)
+        mc__report_add(r, "num_attention_heads (%d) must be divisible by "
+                       "tensor_model_parallel_size (%d)", heads, tp);
+    if (tp > 0 && c->ffn_hidden_size > 0 && c->ffn_hidden_size % tp != 0)
+        mc__report_add(r, "ffn_hidden_size (%d) must be divisible by tensor_model_parallel_size "
+                       "(%d)", c->ffn_hidden_size, tp);
+    if (heads > 0 && c->kv_channels > 0 && c->hidden_size > 0 &&
+        (long long)c->kv_channels * heads != c->hidden_size)
+        mc__report_add(r, "kv_channels (%d) x num_attention_heads (%d) = %lld must equal "
+                       "hidden_size (%d): the attention projection of this build maps back to "
+                       "hidden_size (the default kv_channels is hidden_size / heads)",
+                       c->kv_channels, heads, (long long)c->kv_channels * heads, c->hidden_size);
+    if (heads > 0 && c->num_query_groups > 0 && c->num_query_groups != heads)
+        mc__report_add(r, "num_query_groups (%d) must equal num_attention_heads (%d): grouped-"
+                       "query attention is not implemented", c->num_query_groups, heads);
+    if (tp > 0 && c->num_query_groups > 0 && c->num_query_groups % tp != 0 &&
+        tp % c->num_query_groups != 0)
+        mc__report_add(r, "num_query_groups (%d) must be a multiple or a divisor of "
+                       "tensor_model_parallel_size (%d)", c->num_query_groups, tp);
+    if (pp > 0 && c->num_layers > 0 && c->num_layers % pp != 0)
+        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d)",
+                       c->num_layers, pp);
+    if (vpp > 0 && pp <= 1)
+        mc__report_add(r, "virtual_pipeline_model_parallel_size (%d) needs "
+                       "pipeline_model_parallel_size > 1 (it is %d)", vpp, pp);
+    if (vpp > 0 && pp > 0 && c->num_layers > 0 && c->num_layers % (pp * vpp) != 0)
+        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d) "
+                       "x virtual_pipeline_model_parallel_size (%d) = %d (upstream once divided "
+                       "silently and built %d layers: NVIDIA/Megatron-LM #468)",
+                       c->num_layers, pp, vpp, pp * vpp, c->num_layers / (pp * vpp) * pp * vpp);
+    if (c->sequence_parallel && tp <= 1)
+        mc__report_add(r, "sequence_parallel (%d): Cannot use sequence parallelism without tensor "
+                       "parallelism (tensor_model_parallel_size is %d)", c->sequence_parallel, tp);
+    if (c->sequence_parallel && tp > 1 && c->seq_length > 0 && c->seq_length % tp != 0)
+        mc__report_add(r, "seq_length (%d) must be divisible by tensor_model_parallel_size (%d) "
+                       "with sequence_parallel (the sequence is split across TP ranks)",
+                       c->seq_length, tp);
+}
+
+/* §13.2 item 11, with Megatron's arguments.py rule that selective takes no method. */
+static void mc__validate_recompute(mc__report *r, const mc_gpt_config *c) {
+    const int g = (int)c->recompute_granularity, m = (int)c->recompute_method;
+    const int n = c->recompute_num_layers, pp = c->pipeline_model_parallel_size;
+    const int per_rank = pp > 0 ? c->num_layers / pp : 0;
+    if (g < MC_RECOMPUTE_NONE || g > MC_RECOMPUTE_SELECTIVE) {
+        mc__report_add(r, "recompute_granularity (%d) must be none, full or selective", g);
+        return;
+    }
+    if (m < MC_RECOMPUTE_METHOD_NONE || m > MC_RECOMPUTE_BLOCK) {
+        mc__report_add(r, "recompute_method (%d) must be none, uniform or block", m);
+        return;
+    }
+    if (g == MC_RECOMPUTE_FULL) {
+        if (m == MC_RECOMPUTE_METHOD_NONE)
+            mc__report_add(r, "recompute_method (none): recompute_granularity full needs "
+                           "recompute_method uniform or block");
+        if (n < 1 || (per_rank > 0 && n > per_rank))
+            mc__report_add(r, "recompute_num_layers (%d) must be between 1 and "
+                           "num_layers_per_pipeline_rank (%d) with recompute_granularity full",
+                           n, per_rank);
+    } else if (g == MC_RECOMPUTE_SELECTIVE) {
+        if (m != MC_RECOMPUTE_METHOD_NONE)
+            mc__report_add(r, "recompute_method (%s) is not supported with "
+                           "recompute_granularity selective", mc__recompute_method_name(m));
+        if (n != 0)
+            mc__report_add(r, "recompute_num_layers (%d) must be 0 (None) with "
+                           "recompute_granularity selective", n);
+    } else {
+        if (m != MC_RECOMPUTE_METHOD_NONE || n != 0)
+            mc__report_add(r, "recompute_method (%s) and recompute_num_layers (%d) need "
+                           "recompute_granularity full (granularity is %s)",
+                           mc__recompute_method_name(m), n, mc__recompute_granularity_name(g));
+    }
+}
+
+MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap) {
+    mc_gpt_config c;
+    mc__report r;
+    r.buf = report_cap > 0 ? report : NULL;
+    r.cap = report_cap;
+    r.len = 0;
+    r.count = 0;
+    if (r.buf) r.buf[0] = '\0';
+    if (!cfg) {
+        mc__report_add(&r, "config (NULL) must be given");
+        return r.count;
+    }
+    mc_gpt_config_resolve(&c, cfg);
+    mc__check_positive(&r, "num_layers", c.num_layers, 1);
+    mc__check_positive(&r, "hidden_size", c.hidden_size, 1);
+    mc__check_positive(&r, "num_attention_heads", c.num_attention_heads, 1);
+    mc__check_positive(&r, "seq_length", c.seq_length, 1);
+    mc__check_positive(&r, "vocab_size", c.vocab_size, 1);
+    mc__check_positive(&r, "micro_batch_size", c.micro_batch_size, 1);
+    if (c.hidden_size > 0) mc__check_positive(&r, "ffn_hidden_size", c.ffn_hidden_size, 0);
+    if (c.hidden_size > 0 && c.num_attention_heads > 0)
+        mc__check_positive(&r, "kv_channels", c.kv_channels, 0);
+    if (c.num_attention_heads > 0)
+        mc__check_positive(&r, "num_query_groups", c.num_query_groups, 0);
+    mc__check_positive(&r, "make_vocab_size_divisible_by", c.make_vocab_size_divisible_by, 0);
+    if (c.seq_length > 0)
+        mc__check_positive(&r, "max_position_embeddings", c.max_position_embeddings, 0);
+    mc__check_positive(&r, "tensor_model_parallel_size", c.tensor_model_parallel_size, 0);
+    mc__check_positive(&r, "pipeline_model_parallel_size", c.pipeline_model_parallel_size, 0);
+    if (c.virtual_pipeline_model_parallel_size < 0 ||
+        c.virtual_pipeline_model_parallel_size > MC_MAX_VPP)
+        mc__report_add(&r, "virtual_pipeline_model_parallel_size (%d) must be in [0, %d]",
+                       c.virtual_pipeline_model_parallel_size, MC_MAX_VPP);
+    mc__validate_shapes(&r, &c);
+    mc__validate_recompute(&r, &c);
+    mc__check_dropout(&r, "hidden_dropout", c.hidden_dropout);
+    mc__check_dropout(&r, "attention_dropout", c.attention_dropout);
+    if (!(c.layernorm_epsilon > 0.0f))
+        mc__report_add(&r, "layernorm_epsilon (%g) must be > 0", (double)c.layernorm_epsilon);
+    if (!(c.init_method_std > 0.0f))
+        mc__report_add(&r, "init_method_std (%g) must be > 0", (double)c.init_method_std);
+    if (c.seed <= 0) mc__report_add(&r, "seed (%d) must be > 0", c.seed);
+    if (c.seq_length > 0 && c.max_position_embeddings > 0 &&
+        c.max_position_embeddings < c.seq_length)
+        mc__report_add(&r, "max_position_embeddings (%d) must be >= seq_length (%d)",
+                       c.max_position_embeddings, c.seq_length);
+    return r.count;
+}
+
+/* The fingerprinted fields, by name and offset, so that the hash and the diff list the same
+   fields. A flag is hashed as 0/1. */
+enum { MC__CFG_INT = 0, MC__CFG_FLOAT, MC__CFG_FLAG };
+typedef struct mc__cfg_field {
+    const char *name;
+    size_t offset;
+    int kind;
+} mc__cfg_field;
+
+#define MC__CFG_FIELD(name, kind) {#name, offsetof(mc_gpt_config, name), kind}
+static const mc__cfg_field mc__cfg_math_fields[] = {
+    MC__CFG_FIELD(num_layers, MC__CFG_INT),
+    MC__CFG_FIELD(hidden_size, MC__CFG_INT),
+    MC__CFG_FIELD(num_attention_heads, MC__CFG_INT),
+    MC__CFG_FIELD(ffn_hidden_size, MC__CFG_INT),
+    MC__CFG_FIELD(kv_channels, MC__CFG_INT),
+    MC__CFG_FIELD(num_query_groups, MC__CFG_INT),
+    MC__CFG_FIELD(vocab_size, MC__CFG_INT),
+    MC__CFG_FIELD(make_vocab_size_divisible_by, MC__CFG_INT),
+    MC__CFG_FIELD(max_position_embeddings, MC__CFG_INT),
+    MC__CFG_FIELD(layernorm_epsilon, MC__CFG_FLOAT),
+    MC__CFG_FIELD(untie_embeddings_and_output_weights, MC__CFG_FLAG),
+};
+static const mc__cfg_field mc__cfg_layout_fields[] = {
+    MC__CFG_FIELD(tensor_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(pipeline_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(virtual_pipeline_model_parallel_size, MC__CFG_INT),
+    MC__CFG_FIELD(sequence_parallel, MC__CFG_FLAG),
+};
+#undef MC__CFG_FIELD
+
+/* The field's value as 64 bits: ints sign-extended, floats by their bit pattern. */
+static uint64_t mc__cfg_bits(const mc_gpt_config *c, const mc__cfg_field *f) {
+    const char *base = (const char *)c + f->offset;
+    if (f->kind == MC__CFG_FLOAT) {
+        uint32_t bits;
+        memcpy(&bits, base, sizeof bits);
+        return bits;
+    } else {
+        int v;
+        memcpy(&v, base, sizeof v);
+        if (f->kind == MC__CFG_FLAG) v = v != 0;
+        return (uint64_t)(int64_t)v;
+    }
+}
+
+static uint64_t mc__cfg_hash(const mc_gpt_config *cfg, const char *tag,
+                             const mc__cfg_field *fields, size_t n) {
+    mc_gpt_config c;
+    uint64_t h = mc__fnv_bytes(MC__FNV_OFFSET, tag, strlen(tag));
+    size_t i;
+    if (!cfg) return 0;
+    mc_gpt_config_resolve(&c, cfg);
+    for (i = 0; i < n; i++) {
+        h = mc__fnv_bytes(h, fields[i].name, strlen(fields[i].name) + 1);
+        h = mc__fnv_int(h, mc__cfg_bits(&c, &fields[i]));
+    }
+    return h;
+}
+
+MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg) {
+    return mc__cfg_hash(cfg, "mc_gpt_config math v1", mc__cfg_math_fields,
+                        MC__COUNTOF(mc__cfg_math_fields));
+}
+
+MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg) {
+    return mc__cfg_hash(cfg, "mc_gpt_config layout v1", mc__cfg_layout_fields,
+                        MC__COUNTOF(mc__cfg_layout_fields));
+}
+
+static void mc__cfg_format(char *out, size_t cap, const mc_gpt_config *c,
+                           const mc__cfg_field *f) {
+    const char *base = (const char *)c + f->offset;
+    if (f->kind == MC__CFG_FLOAT) {
+        float v;
+        memcpy(&v, base, sizeof v);
+        snprintf(out, cap, "%g", (double)v);
+    } else {
+        int v;
+        memcpy(&v, base, sizeof v);
+        snprintf(out, cap, "%d", f->kind == MC__CFG_FLAG ? v != 0 : v);
+    }
+}
+
+MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
+                                   size_t cap) {
+    mc_gpt_config ra, rb;
+    size_t i, len = 0;
+    int count = 0;
+    if (out && cap > 0) out[0] = '\0';
+    if (!a || !b) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_math_diff: a (%p) and b (%p) "
+                                  "must be set", (const void *)a, (const void *)b);
+    mc_gpt_config_resolve(&ra, a);
+    mc_gpt_config_resolve(&rb, b);
+    for (i = 0; i < MC__COUNTOF(mc__cfg_math_fields); i++) {
+        const mc__cfg_field *f = &mc__cfg_math_fields[i];
+        char va[32], vb[32];
+        if (mc__cfg_bits(&ra, f) == mc__cfg_bits(&rb, f)) continue;
+        mc__cfg_format(va, sizeof va, &ra, f);
+        mc__cfg_format(vb, sizeof vb, &rb, f);
+        if (out && len + 1 < cap) {
+            snprintf(out + len, cap - len, "%s%s: %s vs %s", count ? "; " : "", f->name, va, vb);
+            len += strlen(out + len);
+        }
+        count++;
+    }
+    return count;
+}
+
+/* @config:implementation end */
+
+// ---------------------------------------------------------------------------------------------
+// >>core.num_microbatches
+//
+// Megatron's calculators in C. The ramp-up follows core_v0.17 (the last release that has it),
+// the step schedule follows HEAD. Megatron asserts; here every rule is an MC_ERR_INVALID_DESC
+// whose message names the values.
+
+/* MBS * DP, the samples one micro-batch step takes over all data-parallel replicas. */
+static int mc__microbatch_unit(const mc_microbatch_calc *c) {
+    return c->desc.micro_batch_size * c->desc.data_parallel_size;
+}
+
+/* Sets the current batch and derives the running batch and the micro-batch count from it. */
+static int mc__microbatch_apply(mc_microbatch_calc *c, int batch, int consistency_check) {
+    int unit = mc__microbatch_unit(c);
+    if (consistency_check && !c->desc.decrease_batch_size_if_needed && batch % unit != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "current global batch size (%d) is not divisible by micro batch size "
+                        "(%d) times data parallel size (%d) = %d",
+                        batch, c->desc.micro_batch_size, c->desc.data_parallel_size, unit);
+    c->current_global_batch_size = batch;
+    c->current_running_global_batch_size =
+        c->desc.decrease_batch_size_if_needed ? batch / unit * unit : batch;
+    c->num_microbatches = c->current_running_global_batch_size / unit;
+    return MC_OK;
+}
+
+static int mc__microbatch_check_sizes(const mc_microbatch_desc *d) {
+    if (d->micro_batch_size <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_microbatch_desc.micro_batch_size (%d) must be > 0",
+                        d->micro_batch_size);
+    if (d->data_parallel_size <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.data_parallel_size (%d) must be > 0",
+                        d->data_parallel_size);
+    if ((long long)d->micro_batch_size * d->data_parallel_size > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "micro batch size (%d) times data parallel size (%d) overflows an int",
+                        d->micro_batch_size, d->data_parallel_size);
+    return MC_OK;
+}
+
+static int mc__microbatch_init_constant(mc_microbatch_calc *c) {
+    const mc_microbatch_desc *d = &c->desc;
+    int unit = mc__microbatch_unit(c);
+    if (!d->decrease_batch_size_if_needed && d->global_batch_size % unit != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "global batch size (%d) is not divisible by micro batch size (%d) times "
+                        "data parallel size (%d) = %d (GBS = MBS x num_microbatches x DP; or set "
+                        "decrease_batch_size_if_needed)",
+                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
+    if (d->global_batch_size / unit < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "number of microbatches should be at least 1, got 0: global batch size "
+                        "(%d) is below micro batch size (%d) times data parallel size (%d) = %d",
+                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
+    c->mode = MC_MICROBATCH_CONSTANT;
+    c->global_batch_size = d->global_batch_size;
+    return mc__microbatch_apply(c, d->global_batch_size, 0);
+}
+
+static int mc__microbatch_init_rampup(mc_microbatch_calc *c) {
+    const mc_microbatch_desc *d = &c->desc;
+    const mc_rampup *r = &d->rampup;
+    int n_inc;
+    /* Megatron's asserts, in its order. */
+    if (r->start <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.start (%d): start batch size should be positive",
+                        r->start);
+    if (r->increment <= 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.increment (%d): batch size increment should be "
+                        "positive",
+                        r->increment);
+    if (r->samples < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.samples (%lld): ramp-up samples should be "
+                        "non-negative",
+                        r->samples);
+    if (d->global_batch_size < r->start)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "expected global batch size (%d) to be greater than or equal to the "
+                        "ramp-up start batch size (%d)",
+                        d->global_batch_size, r->start);
+    if ((d->global_batch_size - r->start) % r->increment != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "expected the global batch size interval GBS - start = %d - %d = %d to be "
+                        "divisible by the batch size increment (%d)",
+                        d->global_batch_size, r->start, d->global_batch_size - r->start,
+                        r->increment);
+    n_inc = (d->global_batch_size - r->start) / r->increment;
+    /* Megatron computes samples / n_inc and later consumed / that: both divide by zero in the
+       two cases below. GBS == start is a ramp-up with nothing to ramp, so it runs at GBS. */
+    if (n_inc > 0 && r->samples == 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.rampup.samples (0) must be > 0 when the batch grows "
+                        "from %d to %d (Megatron divides by zero here)",
+                        r->start, d->global_batch_size);
+    c->rampup_samples_per_increment = n_inc > 0 ? (double)r->samples / (double)n_inc : 0.0;
+    c->mode = MC_MICROBATCH_RAMPUP;
+    c->global_batch_size = d->global_batch_size;
+    return mc_microbatch_update(c, 0, 0);
+}
+
+/* A number with an optional K/M/B/T suffix (either case), decimals allowed: "250B", "1.5k". */
+static int mc__parse_scaled(const char *text, size_t len, long long *out) {
+    char buf[64], *end;
+    double value, scale = 1.0;
+    if (len == 0 || len >= sizeof buf) return -1;
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    switch (buf[len - 1]) {
+        case 'K': case 'k': scale = 1e3; break;
+        case 'M': case 'm': scale = 1e6; break;
+        case 'B': case 'b': scale = 1e9; break;
+        case 'T': case 't': scale = 1e12; break;
+        default: break;
+    }
+    if (scale != 1.0) buf[--len] = '\0';
+    if (len == 0 || !((buf[0] >= '0' && buf[0] <= '9') || buf[0] == '-' || buf[0] == '+' ||
+                      buf[0] == '.'))
+        return -1;   /* also keeps strtod away from "inf", "nan" and hex floats */
+    value = strtod(buf, &end);
+    if (*end != '\0') return -1;
+    value *= scale;
+    if (!(value > -9.2e18 && value < 9.2e18)) return -1;
+    *out = (long long)value;   /* truncates toward zero, like Python's int(float) */
+    return 0;
+}
+
+/* One "THRESHOLD:BS" entry of length len. */
+static int mc__parse_step_entry(mc_microbatch_calc *c, const char *entry, size_t len) {
+    const char *colon = (const char *)memchr(entry, ':', len);
+    long long threshold, batch;
+    size_t head;
+    if (!colon)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: invalid entry \"%.*s\", expected "
+                        "THRESHOLD:BATCH_SIZE",
+                        (int)len, entry);
+    head = (size_t)(colon - entry);
+    if (mc__parse_scaled(entry, head, &threshold) != 0 ||
+        mc__parse_scaled(colon + 1, len - head - 1, &batch) != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: entry \"%.*s\" is not two numbers "
+                        "(THRESHOLD:BATCH_SIZE, each with an optional K, M, B or T suffix)",
+                        (int)len, entry);
+    if (c->n_steps == MC_MAX_BATCH_STEPS)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule has more than MC_MAX_BATCH_STEPS (%d) "
+                        "entries",
+                        MC_MAX_BATCH_STEPS);
+    if (batch > INT_MAX)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: batch size %lld in \"%.*s\" does not "
+                        "fit in an int",
+                        batch, (int)len, entry);
+    /* Python's // floors; thresholds below 0 fail the first-threshold rule either way. */
+    if (c->desc.seq_length > 0) {
+        long long q = threshold / c->desc.seq_length;
+        if (threshold % c->desc.seq_length != 0 && threshold < 0) q--;
+        threshold = q;
+    }
+    c->step_threshold[c->n_steps] = threshold;
+    c->step_batch[c->n_steps] = (int)batch;
+    c->n_steps++;
+    return MC_OK;
+}
+
+/* Stable insertion sort by threshold: the list is short. */
+static void mc__sort_steps(mc_microbatch_calc *c) {
+    int i, j;
+    for (i = 1; i < c->n_steps; i++) {
+        long long t = c->step_threshold[i];
+        int b = c->step_batch[i];
+        for (j = i; j > 0 && c->step_threshold[j - 1] > t; j--) {
+            c->step_threshold[j] = c->step_threshold[j - 1];
+            c->step_batch[j] = c->step_batch[j - 1];
+        }
+        c->step_threshold[j] = t;
+        c->step_batch[j] = b;
+    }
+}
+
+static int mc__validate_steps(const mc_microbatch_calc *c) {
+    int i;
+    if (c->n_steps == 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule must have at least one entry");
+    if (c->step_threshold[0] != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.step_schedule: first schedule entry must have "
+                        "threshold 0, got %lld",
+                        c->step_threshold[0]);
+    for (i = 1; i < c->n_steps; i++)
+        if (c->step_threshold[i] <= c->step_threshold[i - 1])
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_microbatch_desc.step_schedule: schedule thresholds must be "
+                            "strictly increasing, got %lld twice%s",
+                            c->step_threshold[i],
+                            c->desc.seq_length > 0 ? " (in samples, after dividing by seq_length)"
+                                                   : "");
+    for (i = 0; i < c->n_steps; i++)
+        if (c->step_batch[i] <= 0)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_microbatch_desc.step_schedule: batch size must be positive, got "
+                            "%d",
+                            c->step_batch[i]);
+    return MC_OK;
+}
+
+static int mc__microbatch_init_step(mc_microbatch_calc *c, const char *schedule) {
+    const char *p = schedule;
+    int rc;
+    if (c->desc.decrease_batch_size_if_needed)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc: cannot combine step_schedule with "
+                        "decrease_batch_size_if_needed (step batch size schedules do not support "
+                        "decreasing the batch)");
+    if (c->desc.global_batch_size != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc: cannot specify both step_schedule and "
+                        "global_batch_size (%d): the schedule's last entry is the global batch",
+                        c->desc.global_batch_size);
+    if (c->desc.seq_length < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc.seq_length (%d) must be >= 0 (0: thresholds are "
+                        "samples)",
+                        c->desc.seq_length);
+    for (;;) {
+        size_t len;
+        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
+        if (*p == '\0') break;
+        len = strcspn(p, " ,\t\n");
+        if ((rc = mc__parse_step_entry(c, p, len)) != MC_OK) return rc;
+        p += len;
+    }
+    mc__sort_steps(c);
+    if ((rc = mc__validate_steps(c)) != MC_OK) return rc;
+    c->mode = MC_MICROBATCH_STEP;
+    c->global_batch_size = c->step_batch[c->n_steps - 1];
+    return mc_microbatch_update(c, 0, 0);
+}
+
+MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc) {
+    mc_microbatch_calc c;
+    const mc_rampup *r;
+    int has_rampup, rc;
+    if (!calc || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_microbatch_init: calc (%p) and desc (%p) must be set",
+                        (void *)calc, (const void *)desc);
+    memset(&c, 0, sizeof c);
+    c.desc = *desc;
+    c.desc.step_schedule = NULL;
+    r = &desc->rampup;
+    has_rampup = r->start != 0 || r->increment != 0 || r->samples != 0;
+    if ((rc = mc__microbatch_check_sizes(desc)) != MC_OK) return rc;
+    if (has_rampup && desc->step_schedule)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_microbatch_desc: rampup and step_schedule exclude each other (the step "
+                        "schedule replaced the ramp-up in Megatron)");
+    if (desc->step_schedule) {
+        rc = mc__microbatch_init_step(&c, desc->step_schedule);
+    } else {
+        if (desc->global_batch_size <= 0)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_microbatch_desc.global_batch_size (%d): global batch size should "
+                            "be positive",
+                            desc->global_batch_size);
+        rc = has_rampup ? mc__microbatch_init_rampup(&c) : mc__microbatch_init_constant(&c);
+    }
+    if (rc == MC_OK) *calc = c;
+    return rc;
+}
+
+/* The batch a ramp-up gives after `consumed` samples. */
+static int mc__rampup_batch(const mc_microbatch_calc *c, long long consumed) {
+    const mc_rampup *r = &c->desc.rampup;
+    long long steps;
+    if (consumed > r->samples || c->rampup_samples_per_increment == 0.0)
+        return c->global_batch_size;
+    steps = (long long)((double)consumed / c->rampup_samples_per_increment);
+    MC_ASSERT(r->start + steps * r->increment <= c->global_batch_size);
+    return (int)(r->start + steps * r->increment);
+}
+
+static int mc__step_batch(const mc_microbatch_calc *c, long long consumed) {
+    int i, batch = c->step_batch[0];
+    for (i = 0; i < c->n_steps && c->step_threshold[i] <= consumed; i++) batch = c->step_batch[i];
+    return batch;
+}
+
+MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
+                                int consistency_check) {
+    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
+        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_update: the calculator is not initialized "
+                                      "(call mc_microbatch_init first)");
+    switch (calc->mode) {
+        case MC_MICROBATCH_RAMPUP:
+            return mc__microbatch_apply(calc, mc__rampup_batch(calc, consumed_samples),
+                                        consistency_check);
+        case MC_MICROBATCH_STEP:
+            return mc__microbatch_apply(calc, mc__step_batch(calc, consumed_samples),
+                                        consistency_check);
+        default:
+            return MC_OK;   /* constant: Megatron's update is a no-op */
+    }
+}
+
+/* Appends `consumed` when the batch there differs from the last point's. */
+static int mc__change_point(const mc_microbatch_calc *c, long long consumed, int *last_batch,
+                            long long *out, int cap, int n) {
+    int batch = mc__rampup_batch(c, consumed);
+    if (n > 0 && batch == *last_batch) return n;
+    if (out && n < cap) out[n] = consumed;
+    *last_batch = batch;
+    return n + 1;
+}
+
+/* The first count in [lo, hi] whose ramp-up step is >= k (the step only grows with it). */
+static long long mc__rampup_first_reaching(const mc_microbatch_calc *c, long long k, long long lo,
+                                           long long hi) {
+    while (lo < hi) {
+        long long mid = lo + (hi - lo) / 2;
+        if ((long long)((double)mid / c->rampup_samples_per_increment) >= k)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap) {
+    int i, n = 0, last_batch = 0;
+    long long n_inc, k, from = 0;
+    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
+        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_change_points: the calculator is not "
+                                      "initialized");
+    if (cap < 0) cap = 0;
+    if (calc->mode == MC_MICROBATCH_STEP) {
+        for (i = 0; i < calc->n_steps; i++)
+            if (out && i < cap) out[i] = calc->step_threshold[i];
+        return calc->n_steps;
+    }
+    if (calc->mode == MC_MICROBATCH_CONSTANT || calc->rampup_samples_per_increment == 0.0) {
+        if (out && cap > 0) out[0] = 0;
+        return 1;
+    }
+    n = mc__change_point(calc, 0, &last_batch, out, cap, n);
+    n_inc = (calc->global_batch_size - calc->desc.rampup.start) / calc->desc.rampup.increment;
+    for (k = 1; k <= n_inc; k++) {
+        /* Rounding can leave the last step unreached within `samples`. */
+        from = mc__rampup_first_reaching(calc, k, from, calc->desc.rampup.samples + 1);
+        if (from > calc->desc.rampup.samples) break;
+        n = mc__change_point(calc, from, &last_batch, out, cap, n);
+    }
+    return mc__change_point(calc, calc->desc.rampup.samples + 1, &last_batch, out, cap, n);
+}
+
+/* @params:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>core.params
+//
+// The layout mirrors Megatron's _ParamAndGradBuffer, with every model chunk laid out after
+// the previous one in one flat buffer (Megatron keeps one buffer per chunk; offsets inside a
+// chunk are the same because each chunk starts on a padded bucket boundary).
+
+#define MC__PARAM_START_ALIGN 64   /* §11.3: 128-byte aligned param starts (64 values) */
+#define MC__PARAM_BUCKET_ALIGN 128 /* §11.3: bucket ends at a multiple of lcm(DP, 128) */
+
+static size_t mc__param_gcd(size_t a, size_t b) {
+    while (b != 0) {
+        size_t r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+static size_t mc__param_round_up(size_t value, size_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+}
+
+/* Drops a previous layout: adding a parameter changes every offset after it. */
+static void mc__param_layout_clear(mc_param_table *t) {
+    int i;
+    mc_free(t->order);
+    mc_free(t->buckets);
+    t->order = NULL;
+    t->buckets = NULL;
+    t->n_buckets = 0;
+    t->total = 0;
+    for (i = 0; i < t->count; i++) t->info[i].offset = 0;
+}
+
+static int mc__param_check_proto(const char *name, const mc_param_info *p) {
+    int d;
+    if (p->ndim != 1 && p->ndim != 2)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: ndim (%d) must be 1 or 2", name, p->ndim);
+    for (d = 0; d < p->ndim; d++) {
+        if (p->global_shape[d] <= 0 || p->local_shape[d] <= 0)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: global_shape[%d] (%d) and local_shape[%d] (%d) must be > 0",
+                            name, d, p->global_shape[d], d, p->local_shape[d]);
+        if (d != p->partition_dim && p->local_shape[d] != p->global_shape[d])
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "param %s: local_shape[%d] (%d) differs from global_shape[%d] (%d) "
+                            "but the tensor is not partitioned along dim %d (partition_dim %d)",
+                            name, d, p->local_shape[d], d, p->global_shape[d], d,
+                            p->partition_dim);
+    }
+    if (p->partition_dim < -1 || p->partition_dim >= p->ndim)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_dim (%d) must be -1 or in [0, %d)",
+                        name, p->partition_dim, p->ndim);
+    if ((p->partition_dim >= 0) != (p->tensor_model_parallel != 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "param %s: tensor_model_parallel (%d) must be set exactly when "
+                        "partition_dim (%d) >= 0 (Megatron sets both together)",
+                        name, p->tensor_model_parallel, p->partition_dim);
+    if (p->partition_stride < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_stride (%d) must be >= 0 "
+                        "(0 means 1)", name, p->partition_stride);
+    if (p->chunk < 0 || p->chunk >= MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: chunk (%d) must be in [0, MC_MAX_VPP = %d)",
+                        name, p->chunk, MC_MAX_VPP);
+    if (p->shared && !p->shared_embedding)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: shared (1) is the tied embedding copy and "
+                        "needs shared_embedding = 1", name);
+    return MC_OK;
+}
+
+static int mc__param_grow(mc_param_table *t) {
+    int cap = t->capacity > 0 ? 2 * t->capacity : 16;
+    mc_param_info *info = (mc_param_info *)mc_calloc((size_t)cap, sizeof *info);
+    if (!info) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_add: out of memory (%d params)",
+                               cap);
+    if (t->count > 0) memcpy(info, t->info, (size_t)t->count * sizeof *info);
+    mc_free(t->info);
+    t->info = info;
+    t->capacity = cap;
+    return MC_OK;
+}
+
+MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto) {
+    mc_param_info *p;
+    size_t len;
+    int rc;
+    if (!t || !name || !proto)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: table, name and proto must be set");
+    len = strlen(name);
+    if (len == 0 || len >= MC_PARAM_NAME_MAX)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_param_table_add: name \"%.40s\" has %zu characters, must be 1 .. %d",
+                        name, len, MC_PARAM_NAME_MAX - 1);
+    if ((rc = mc__param_check_proto(name, proto)) != MC_OK) return rc;
+    if (mc_param_table_find(t, name) >= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: param %s is already registered "
+                        "(names are unique keys)", name);
+    if (t->count == t->capacity && (rc = mc__param_grow(t)) != MC_OK) return rc;
+    mc__param_layout_clear(t);
+    p = &t->info[t->count];
+    *p = *proto;
+    memcpy(p->name, name, len + 1);
+    if (p->ndim == 1) {   /* keep the unused second dimension tidy: 1-D tensors are [n] */
+        p->global_shape[1] = 1;
+        p->local_shape[1] = 1;
+    }
+    p->partition_stride = MC__DEF(p->partition_stride, 1);
+    p->offset = 0;
+    p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
+    return t->count++;
+}
+
+MC_API int mc_param_table_find(const mc_param_table *t, const char *name) {
+    int i;
+    if (!t || !name) return -1;
+    for (i = 0; i < t->count; i++)
+        if (strcmp(t->info[i].name, name) == 0) return i;
+    return -1;
+}
+
+MC_API void mc_param_table_destroy(mc_param_table *t) {
+    if (!t) return;
+    mc__param_layout_clear(t);
+    mc_free(t->info);
+    memset(t, 0, sizeof *t);
+}
+
+/* The running state of one chunk's layout pass (Megatron's param_start_index etc.). */
+typedef struct mc__param_layouter {
+    mc_param_table *t;
+    size_t bucket_align;    /* lcm(DP, 128) under the distributed optimizer, else 1 */
+    size_t param_align;     /* 64 under the distributed optimizer, else 1 */
+    size_t bucket_start;
+    int bucket_first;       /* index into t->order of the open bucket's first param */
+    int n_placed;           /* params placed so far (all chunks) */
+    int chunk;
+} mc__param_layouter;
+
+/* Closes the open bucket at `param_end` (padded to the bucket alignment) and returns its end,
+   where the next bucket starts. */
+static size_t mc__param_close_bucket(mc__param_layouter *L, size_t param_end) {
+    mc_bucket *b = &L->t->buckets[L->t->n_buckets++];
+    int k;
+    b->start = L->bucket_start;
+    b->end = mc__param_round_up(param_end, L->bucket_align);
+    b->first_param = L->bucket_first;
+    b->n_params = L->n_placed - L->bucket_first;
+    b->chunk = L->chunk;
+    b->shared_embedding = 0;
+    for (k = 0; k < b->n_params; k++)
+        if (L->t->info[L->t->order[b->first_param + k]].shared_embedding) b->shared_embedding = 1;
+    L->bucket_start = b->end;
+    L->bucket_first = L->n_placed;
+    return b->end;
+}
+
+/* Lays out the params of `chunk` in reverse registration order, from L->bucket_start.
+   bucket_size 0: no size limit (one bucket, unless the shared embedding splits it). */
+static void mc__param_layout_chunk(mc__param_layouter *L, int chunk, size_t bucket_size,
+                                   int distributed_optimizer) {
+    mc_param_table *t = L->t;
+    size_t start = L->bucket_start, end = L->bucket_start;
+    int i;
+    L->chunk = chunk;
+    L->bucket_first = L->n_placed;
+    for (i = t->count - 1; i >= 0; i--) {
+        mc_param_info *p = &t->info[i];
+        /* Under the distributed optimizer the shared embedding gets a bucket of its own, so
+           that the first and the last stage shard it identically (see mc_finalize_model_grads). */
+        int own_bucket = distributed_optimizer && p->shared_embedding;
+        if (p->chunk != chunk) continue;
+        start = mc__param_round_up(start, L->param_align);
+        if (own_bucket && L->n_placed > L->bucket_first) start = mc__param_close_bucket(L, start);
+        p->offset = start;
+        end = start + p->numel;
+        t->order[L->n_placed++] = i;
+        if ((bucket_size > 0 && end - L->bucket_start >= bucket_size) || own_bucket)
+            start = mc__param_close_bucket(L, end);
+        else
+            start = end;
+    }
+    if (L->n_placed > L->bucket_first) mc__param_close_bucket(L, end);
+}
+
+MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc) {
+    mc_param_layout_desc d;
+    mc__param_layouter L;
+    int chunk, b;
+    if (!t || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_layout: table and desc "
+                                     "must be set");
+    d = *desc;
+    d.dp_size = MC__DEF(d.dp_size, 1);
+    if (d.dp_size < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.dp_size (%d) must be >= 1",
+                        d.dp_size);
+    if (d.pp_rank < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.pp_rank (%d) must be >= 0",
+                        d.pp_rank);
+    mc__param_layout_clear(t);
+    t->order = (int *)mc_calloc((size_t)(t->count > 0 ? t->count : 1), sizeof *t->order);
+    t->buckets = (mc_bucket *)mc_calloc((size_t)(t->count > 0 ? t->count : 1),
+                                        sizeof *t->buckets);   /* a bucket holds >= 1 param */
+    if (!t->order || !t->buckets) {
+        mc__param_layout_clear(t);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_layout: out of memory (%d params)",
+                        t->count);
+    }
+    memset(&L, 0, sizeof L);
+    L.t = t;
+    L.param_align = d.distributed_optimizer ? MC__PARAM_START_ALIGN : 1;
+    L.bucket_align = d.distributed_optimizer
+                         ? (size_t)d.dp_size / mc__param_gcd((size_t)d.dp_size,
+                                                             MC__PARAM_BUCKET_ALIGN) *
+                               MC__PARAM_BUCKET_ALIGN
+                         : 1;
+    for (chunk = 0; chunk < MC_MAX_VPP; chunk++) {
+        /* Megatron builds buckets only for the first chunk of the first stage; the others
+           get one bucket each (bucket_size None on pp_rank > 0 and disable_bucketing on
+           chunks after the first). */
+        size_t size = (d.pp_rank > 0 || chunk > 0) ? 0 : d.bucket_size;
+        mc__param_layout_chunk(&L, chunk, size, d.distributed_optimizer);
+    }
+    t->total = L.bucket_start;
+    t->layout = d;
+    for (b = 0; b < t->n_buckets; b++)   /* Megatron asserts it: equal reduce-scatter shards */
+        MC_ASSERT(!d.distributed_optimizer ||
+                  (t->buckets[b].end - t->buckets[b].start) % (size_t)d.dp_size == 0);
+    return MC_OK;
+}
+
+/* @params:implementation end */
+
+/* =============================================================================================
+   parallel_state (implementation) */
+
+// ---------------------------------------------------------------------------------------------
+// >>parallel_state.rank_grid
 //
 // Megatron's RankGenerator. The order string lists axes fastest first, so a rank is a
 // mixed-radix number: rank = sum(coord[i] * stride[i]), stride[0] = 1,
@@ -2784,7 +5070,6 @@ static const mc_group_kind mc__plan_head[] = {MC_GROUP_DP_CP, MC_GROUP_DP, MC_GR
 static const mc_group_kind mc__plan_tail[] = {
     MC_GROUP_TP_DP_CP, MC_GROUP_TP_DP,   MC_GROUP_TP_CP,    MC_GROUP_EP,
     MC_GROUP_EXPERT_TP, MC_GROUP_TP_EP, MC_GROUP_TP_EP_PP, MC_GROUP_EXPERT_DP};
-#define MC__COUNTOF(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static void mc__plan_push(mc_plan_entry *out, int cap, int *n, mc_group_kind kind, int index) {
     if (out && *n < cap) {
@@ -2815,27 +5100,6 @@ MC_API int mc_grid_creation_plan(const mc_grid *grid, mc_plan_entry *out, int ca
     for (i = 0; i < MC__COUNTOF(mc__plan_tail); i++)
         mc__plan_push_kind(grid, out, cap, &n, mc__plan_tail[i]);
     return n;
-}
-
-#define MC__FNV_OFFSET 14695981039346656037ULL
-#define MC__FNV_PRIME 1099511628211ULL
-
-static uint64_t mc__fnv_bytes(uint64_t h, const void *data, size_t n) {
-    const unsigned char *p = (const unsigned char *)data;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        h ^= p[i];
-        h *= MC__FNV_PRIME;
-    }
-    return h;
-}
-
-/* Hashes the value as 8 little-endian bytes, so the fingerprint does not depend on the host. */
-static uint64_t mc__fnv_int(uint64_t h, uint64_t v) {
-    unsigned char b[8];
-    int i;
-    for (i = 0; i < 8; i++) b[i] = (unsigned char)(v >> (8 * i));
-    return mc__fnv_bytes(h, b, 8);
 }
 
 static uint64_t mc__hash_ranks(uint64_t h, const int *ranks, int n) {
@@ -2882,7 +5146,7 @@ MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// >>comm  (shared helpers; the public wrappers follow the backends)
+// >>parallel_state.comm  (shared helpers; the public wrappers follow the backends)
 
 /* One point-to-point operation as a batch of one: the backends run send and recv that way. */
 static mc_p2p_op mc__p2p_one(int is_send, const void *buf, size_t count, mc_dtype dt, int peer,
@@ -2929,12 +5193,32 @@ static mc_comm *mc__comm_new(const mc_comm_ops *ops, mc_comm_backend backend, in
     c->size = size;
     c->world_rank = rank;
     c->timeout_s = timeout_s;
+    c->mem = mc_ops_cpu();   /* the world's desc or the parent may replace it */
     snprintf(c->name, sizeof c->name, "%s", name);
     return c;
 }
 
+/* The world's memory owner for the self and mpi backends (nccl sets its own): self copies
+   through any table, MPI reads and writes host memory only. */
+static int mc__comm_take_memory(mc_comm *c, const mc_ops *memory) {
+    if (!memory) return MC_OK;   /* the CPU table, set at creation */
+    if (c->backend == MC_BACKEND_MPI && memory->device != MC_DEVICE_CPU)
+        return MC__FAIL(MC_ERR_UNSUPPORTED,
+                        "mc_comm_desc.memory: the mpi backend reads and writes host memory, but "
+                        "the '%s' table's memory is on a device (use nccl with one GPU per rank, "
+                        "or the CPU table)", memory->name ? memory->name : "?");
+    c->mem = memory;
+    return MC_OK;
+}
+
+/* Copies bytes between buffers of the communicator's memory (host or device). */
+static int mc__comm_copy(mc_comm *c, void *dst, const void *src, size_t bytes) {
+    if (bytes == 0 || dst == src) return MC_OK;
+    return c->mem->copy_2d(c->mem, dst, bytes, src, bytes, bytes, 1);
+}
+
 // ---------------------------------------------------------------------------------------------
-// >>comm_self  Size 1: collectives are copies; send/recv to itself go through a FIFO queue.
+// >>parallel_state.comm_self  Size 1: collectives are copies; send/recv to itself go through a FIFO queue.
 
 typedef struct mc__self_request {
     mc_request_head head;
@@ -3029,21 +5313,24 @@ static int mc__self_start(mc_comm *c, const char *op, mc_request **req) {
 
 static int mc__self_all_reduce(mc_comm *c, const void *send, void *recv, size_t count,
                                mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    int rc;
     (void)op;   /* one rank: sum, max, min and average of one value are the value */
-    if (send != recv) memmove(recv, send, count * mc_dtype_size(dt));
+    if ((rc = mc__comm_copy(c, recv, send, count * mc_dtype_size(dt))) != MC_OK) return rc;
     return mc__self_start(c, "all_reduce", req);
 }
 
 static int mc__self_all_gather(mc_comm *c, const void *send, void *recv, size_t count,
                                mc_dtype dt, mc_request **req) {
-    if (send != recv) memmove(recv, send, count * mc_dtype_size(dt));
+    int rc;
+    if ((rc = mc__comm_copy(c, recv, send, count * mc_dtype_size(dt))) != MC_OK) return rc;
     return mc__self_start(c, "all_gather", req);
 }
 
 static int mc__self_reduce_scatter(mc_comm *c, const void *send, void *recv, size_t recv_count,
                                    mc_dtype dt, mc_reduce_op op, mc_request **req) {
+    int rc;
     (void)op;
-    if (send != recv) memmove(recv, send, recv_count * mc_dtype_size(dt));
+    if ((rc = mc__comm_copy(c, recv, send, recv_count * mc_dtype_size(dt))) != MC_OK) return rc;
     return mc__self_start(c, "reduce_scatter", req);
 }
 
@@ -3068,7 +5355,8 @@ static int mc__self_post_send(mc_comm *c, const void *buf, size_t bytes, int tag
                             "send to self on %s (tag %d): %zu bytes do not fit the posted "
                             "receive of %zu bytes",
                             c->name, tag, bytes, p->bytes);
-        memcpy(p->buf, buf, bytes);
+        int rc = mc__comm_copy(c, p->buf, buf, bytes);
+        if (rc != MC_OK) return rc;
         p->owner->outstanding--;
         *pp = p->next;
         mc_free(p);
@@ -3076,12 +5364,14 @@ static int mc__self_post_send(mc_comm *c, const void *buf, size_t bytes, int tag
     }
     m = (mc__self_message *)mc_calloc(1, sizeof(mc__self_message));
     if (!m) return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: out of memory", c->name);
-    m->data = mc_malloc(bytes);
-    if (!m->data) {
+    /* the queued copy lives in the communicator's memory, like the buffers */
+    if (c->mem->alloc(c->mem, &m->data, bytes) != MC_OK ||
+        mc__comm_copy(c, m->data, buf, bytes) != MC_OK) {
+        if (m->data) c->mem->free(c->mem, m->data);
         mc_free(m);
-        return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: out of memory", c->name);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: no memory for a %zu-byte message "
+                        "(%s)", c->name, bytes, mc_last_error());
     }
-    memcpy(m->data, buf, bytes);
     m->tag = tag;
     m->bytes = bytes;
     for (tail = &s->messages; *tail; tail = &(*tail)->next) {
@@ -3103,11 +5393,11 @@ static int mc__self_post_recv(mc_comm *c, void *buf, size_t bytes, int tag,
                             "recv from self on %s (tag %d): the %zu-byte message does not fit "
                             "the %zu-byte buffer",
                             c->name, tag, m->bytes, bytes);
-        memcpy(buf, m->data, m->bytes);
+        int rc = mc__comm_copy(c, buf, m->data, m->bytes);
         *mp = m->next;
-        mc_free(m->data);
+        c->mem->free(c->mem, m->data);
         mc_free(m);
-        return MC_OK;
+        return rc;
     }
     p = (mc__self_pending *)mc_calloc(1, sizeof(mc__self_pending));
     if (!p) return MC__FAIL(MC_ERR_NO_MEMORY, "recv from self on %s: out of memory", c->name);
@@ -3185,27 +5475,13 @@ static int mc__self_create_child(mc_comm *c, const int *members, int n_members, 
     return MC_OK;
 }
 
-static void *mc__host_alloc(mc_comm *c, size_t bytes) {
-    (void)c;
-    return mc_malloc(bytes);
-}
-static void mc__host_free(mc_comm *c, void *ptr) {
-    (void)c;
-    mc_free(ptr);
-}
-static int mc__host_copy(mc_comm *c, void *dst, const void *src, size_t bytes) {
-    (void)c;
-    if (bytes) memcpy(dst, src, bytes);
-    return MC_OK;
-}
-
 static void mc__self_destroy(mc_comm *c) {
     mc__self_state *s = (mc__self_state *)c->impl;
     if (!s) return;
     while (s->messages) {
         mc__self_message *m = s->messages;
         s->messages = m->next;
-        mc_free(m->data);
+        c->mem->free(c->mem, m->data);
         mc_free(m);
     }
     while (s->pending) {
@@ -3232,18 +5508,17 @@ static const mc_comm_ops *mc__self_ops(void) {
         /* wait            */ mc__self_wait,
         /* test            */ mc__self_test,
         /* create_child    */ mc__self_create_child,
-        /* alloc           */ mc__host_alloc,
-        /* free            */ mc__host_free,
-        /* upload          */ mc__host_copy,
-        /* download        */ mc__host_copy,
         /* destroy         */ mc__self_destroy
     };
     return &ops;
 }
 
-static int mc__self_world(mc_comm **world, double timeout_s) {
+static int mc__self_world(mc_comm **world, double timeout_s, const char *why,
+                          const mc_ops *memory) {
     mc_comm *c = mc__self_new_comm(timeout_s, "world");
     if (!c) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_init_world: out of memory");
+    c->backend_reason = why;
+    mc__comm_take_memory(c, memory);   /* self copies through any table */
     c->world_ranks = (int *)mc_calloc(1, sizeof(int));
     if (!c->world_ranks) {
         mc__self_destroy(c);
@@ -3255,7 +5530,7 @@ static int mc__self_world(mc_comm **world, double timeout_s) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// >>comm_mpi  Every operation is the nonblocking MPI call; blocking = start + wait, and wait
+// >>parallel_state.comm_mpi  Every operation is the nonblocking MPI call; blocking = start + wait, and wait
 // polls MPI_Testall until done or until the communicator's timeout (MC_ERR_TIMEOUT, never a
 // hang). AVG is SUM followed by a division. BF16 reductions return MC_ERR_UNSUPPORTED (MPI has
 // no bf16 type); bf16 gathers, broadcasts and p2p move the raw 16-bit values.
@@ -3629,10 +5904,6 @@ static const mc_comm_ops *mc__mpi_ops(void) {
         /* wait            */ mc__mpi_wait,
         /* test            */ mc__mpi_test,
         /* create_child    */ mc__mpi_create_child,
-        /* alloc           */ mc__host_alloc,
-        /* free            */ mc__host_free,
-        /* upload          */ mc__host_copy,
-        /* download        */ mc__host_copy,
         /* destroy         */ mc__mpi_destroy
     };
     return &ops;
@@ -3678,7 +5949,7 @@ static mc_comm_backend mc__mpi_choose(int size, const char **why) {
 }
 
 static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeout_s, int *argc,
-                         char ***argv) {
+                         char ***argv, const mc_ops *memory) {
     int initialized = 0, finalized = 0, owns = 0, rank = 0, size = 1, rc;
     int chosen = backend == MC_BACKEND_AUTO;   /* AUTO may fall back from NCCL to MPI */
     const char *why = "requested by mc_comm_desc.backend";
@@ -3708,7 +5979,7 @@ static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeou
             MC__WARN("mc_comm_init_world: self backend on each of %d MPI ranks: every rank is "
                      "its own size-1 world",
                      size);
-        rc = mc__self_world(&c, timeout_s);
+        rc = mc__self_world(&c, timeout_s, why, NULL);
     } else {
         MPI_Comm_dup(MPI_COMM_WORLD, &dup);   /* our traffic never meets the caller's */
         rc = mc__mpi_wrap(dup, timeout_s, "world", &c);
@@ -3730,8 +6001,8 @@ static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeou
 #if defined(MC_ENABLE_CUDA)
     if (backend == MC_BACKEND_NCCL) {
         c->backend = MC_BACKEND_NCCL;
-        rc = mc__nccl_init_world(c);   /* all ranks agree on its outcome */
-        if (rc != MC_OK && chosen && size > 1) {
+        rc = mc__nccl_init_world(c, memory);   /* all ranks agree on its outcome */
+        if (rc != MC_OK && chosen && size > 1 && !memory) {
             /* AUTO: the world is still a working MPI communicator, so fall back to it. */
             c->backend = MC_BACKEND_MPI;
             why = "NCCL could not start (see the warning): using MPI";
@@ -3742,6 +6013,11 @@ static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeou
         }
     }
 #endif
+    if (c->backend != MC_BACKEND_NCCL && (rc = mc__comm_take_memory(c, memory)) != MC_OK) {
+        mc_comm_destroy(c);
+        return rc;
+    }
+    c->backend_reason = why;
     if (rank == 0)
         MC__INFO("world: %d rank(s), backend %s (%s)", size, mc_backend_name(c->backend), why);
     *world = c;
@@ -3770,7 +6046,7 @@ static int mc__mpi_host_allgather(mc_comm *c, const void *send, void *recv, int 
 #endif /* MC_COMM_MPI */
 
 // ---------------------------------------------------------------------------------------------
-// >>comm  The generic layer: argument checks, then the backend's table.
+// >>parallel_state.comm  The generic layer: argument checks, then the backend's table.
 
 static int mc__host_allgather(mc_comm *c, const void *send, void *recv, int bytes,
                               const char *what) {
@@ -3789,6 +6065,7 @@ static int mc__host_allgather(mc_comm *c, const void *send, void *recv, int byte
 MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
     mc_comm_backend backend = desc ? desc->backend : MC_BACKEND_AUTO;
     double timeout_s = desc ? desc->timeout_s : 0.0;
+    const mc_ops *memory = desc ? desc->memory : NULL;
     if (!world) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_init_world: world must not be NULL");
     *world = NULL;
     if ((int)backend < (int)MC_BACKEND_AUTO || (int)backend > (int)MC_BACKEND_NCCL)
@@ -3803,16 +6080,17 @@ MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
     if (timeout_s == 0) timeout_s = MC__DEFAULT_TIMEOUT_S;
 #if defined(MC_COMM_MPI)
     /* The self backend never needs MPI, even in an MPI build. */
-    if (backend == MC_BACKEND_SELF) return mc__self_world(world, timeout_s);
+    if (backend == MC_BACKEND_SELF)
+        return mc__self_world(world, timeout_s, "requested by mc_comm_desc.backend", memory);
     return mc__mpi_world(world, backend, timeout_s, desc ? desc->argc : NULL,
-                         desc ? desc->argv : NULL);
+                         desc ? desc->argv : NULL, memory);
 #else
     if (backend == MC_BACKEND_MPI || backend == MC_BACKEND_NCCL)
         return MC__FAIL(MC_ERR_UNSUPPORTED,
                         "mc_comm_desc.backend (%s) needs a build with MC_COMM_MPI",
                         mc_backend_name(backend));
     MC__INFO("world: 1 rank, backend self (built without MC_COMM_MPI)");
-    return mc__self_world(world, timeout_s);
+    return mc__self_world(world, timeout_s, "built without MC_COMM_MPI", memory);
 #endif
 }
 
@@ -3840,6 +6118,64 @@ MC_API void mc_comm_destroy(mc_comm *c) {
 #else
     (void)owns_mpi;
 #endif
+}
+
+/* "model name : Intel(R) ..." lines of /proc/cpuinfo: the first model and the count. */
+static void mc__cpu_info(mc_backend_info *out) {
+    char line[512];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':'), *v;
+        size_t n;
+        if (strncmp(line, "processor", 9) == 0) out->cpu_count++;
+        if (strncmp(line, "model name", 10) != 0 || !colon || out->cpu_name[0]) continue;
+        v = colon + 1;
+        while (*v == ' ' || *v == '\t') v++;
+        n = strcspn(v, "\r\n");
+        snprintf(out->cpu_name, sizeof out->cpu_name, "%.*s", (int)n, v);
+    }
+    fclose(f);
+}
+
+#if defined(MC_COMM_MPI)
+static void mc__mpi_info(mc_backend_info *out) {
+    char text[MPI_MAX_LIBRARY_VERSION_STRING];
+    int len = 0, version = 0, subversion = 0;
+    size_t line;
+    if (MPI_Get_version(&version, &subversion) == MPI_SUCCESS)
+        snprintf(out->mpi_version, sizeof out->mpi_version, "%d.%d", version, subversion);
+    if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return;
+    text[len < (int)sizeof text ? len : (int)sizeof text - 1] = '\0';
+    line = strcspn(text, "\r\n");
+    while (line > 0 && (text[line - 1] == ' ' || text[line - 1] == '\t')) line--;
+    snprintf(out->mpi_library, sizeof out->mpi_library, "%.*s", (int)line, text);
+}
+#endif
+
+MC_API int mc_backend_query(const mc_comm *world, mc_backend_info *out) {
+    int cuda;
+    if (!out) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_backend_query: out must not be NULL");
+    memset(out, 0, sizeof *out);
+    if (world) {
+        snprintf(out->backend, sizeof out->backend, "%s", mc_backend_name(world->backend));
+        snprintf(out->backend_reason, sizeof out->backend_reason, "%s",
+                 world->backend_reason ? world->backend_reason : "");
+        out->world_size = world->size;
+    }
+    mc__cpu_info(out);
+#if defined(MC_COMM_MPI)
+    mc__mpi_info(out);
+#endif
+#if defined(MC_ENABLE_CUDA)
+    out->cuda_built = 1;
+    mc__cuda_backend_info(out);
+#endif
+    cuda = world && world->backend == MC_BACKEND_NCCL;
+    snprintf(out->device_kind, sizeof out->device_kind, "%s", cuda ? "cuda" : "cpu");
+    snprintf(out->device_name, sizeof out->device_name, "%s", cuda ? out->gpu_name : out->cpu_name);
+    out->device_count = cuda ? out->gpu_count : out->cpu_count;
+    return MC_OK;
 }
 
 static int mc__check_comm(const mc_comm *c, const char *fn) {
@@ -4046,26 +6382,79 @@ MC_API int mc_test(mc_request *req, int *done) {
     return c->ops->test(req, done);
 }
 
+MC_API const mc_ops *mc_comm_memory(const mc_comm *c) { return c ? c->mem : NULL; }
+
 MC_API void *mc_comm_alloc(mc_comm *c, size_t bytes) {
-    if (!c || !c->ops) return NULL;
-    return c->ops->alloc(c, bytes);
+    void *p = NULL;
+    if (!c || !c->mem) return NULL;
+    return c->mem->alloc(c->mem, &p, bytes) == MC_OK ? p : NULL;
 }
 MC_API void mc_comm_free(mc_comm *c, void *ptr) {
-    if (c && c->ops && ptr) c->ops->free(c, ptr);
+    if (c && c->mem && ptr) c->mem->free(c->mem, ptr);
 }
 MC_API int mc_comm_upload(mc_comm *c, void *dst, const void *host_src, size_t bytes) {
     int rc;
     if ((rc = mc__check_comm(c, "mc_comm_upload")) != MC_OK) return rc;
     if (bytes && (!dst || !host_src))
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_upload: dst and host_src must be set");
-    return c->ops->upload(c, dst, host_src, bytes);
+    return bytes ? c->mem->upload(c->mem, dst, host_src, bytes) : MC_OK;
 }
 MC_API int mc_comm_download(mc_comm *c, void *host_dst, const void *src, size_t bytes) {
     int rc;
     if ((rc = mc__check_comm(c, "mc_comm_download")) != MC_OK) return rc;
     if (bytes && (!host_dst || !src))
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_download: host_dst and src must be set");
-    return c->ops->download(c, host_dst, src, bytes);
+    return bytes ? c->mem->download(c->mem, host_dst, src, bytes) : MC_OK;
+}
+
+static int mc__host_coll_run(mc_comm *c, mc_collective kind, const void *send, void *recv,
+                             size_t count, mc_dtype dt, mc_reduce_op op, int root) {
+    switch (kind) {
+        case MC_COLL_ALL_REDUCE: return mc_all_reduce(c, send, recv, count, dt, op);
+        case MC_COLL_ALL_GATHER: return mc_all_gather(c, send, recv, count, dt);
+        default:
+            if (c->rank == root && send != recv) memcpy(recv, send, mc_dtype_bytes(dt, count));
+            return mc_broadcast(c, recv, count, dt, root);
+    }
+}
+
+MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, void *recv,
+                              size_t count, mc_dtype dt, mc_reduce_op op, int root) {
+    static const char fn[] = "mc_host_collective";
+    size_t in_bytes, out_bytes;
+    void *dsend = NULL, *drecv = NULL;
+    int rc;
+    if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
+    if ((int)kind < (int)MC_COLL_ALL_REDUCE || (int)kind > (int)MC_COLL_BROADCAST)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: kind (%d) is not an mc_collective", fn,
+                        c->name, (int)kind);
+    if (mc_dtype_size(dt) == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: dtype (%d) is not an mc_dtype", fn,
+                        c->name, (int)dt);
+    if (count == 0) return MC_OK;
+    if (!recv || (!send && (kind != MC_COLL_BROADCAST || c->rank == root)))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: send and recv must be set", fn, c->name);
+    if (c->mem->device == MC_DEVICE_CPU)
+        return mc__host_coll_run(c, kind, send, recv, count, dt, op, root);
+    in_bytes = mc_dtype_bytes(dt, count);
+    out_bytes = kind == MC_COLL_ALL_GATHER ? in_bytes * (size_t)c->size : in_bytes;
+    if (c->mem->alloc(c->mem, &dsend, in_bytes) != MC_OK ||
+        c->mem->alloc(c->mem, &drecv, out_bytes) != MC_OK) {
+        rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s on %s: no %zu bytes of staging memory (%s)", fn,
+                      c->name, in_bytes + out_bytes, mc_last_error());
+    } else if (kind == MC_COLL_BROADCAST) {
+        rc = c->rank == root ? c->mem->upload(c->mem, drecv, send, in_bytes) : MC_OK;
+        if (rc == MC_OK) rc = mc_broadcast(c, drecv, count, dt, root);
+    } else {
+        rc = c->mem->upload(c->mem, dsend, send, in_bytes);
+        if (rc == MC_OK) rc = mc__host_coll_run(c, kind, dsend, drecv, count, dt, op, root);
+    }
+    if (rc == MC_OK) rc = c->mem->download(c->mem, recv, drecv, out_bytes);
+    if (rc != MC_ERR_TIMEOUT) {   /* after a timeout the backend may still write them */
+        if (dsend) c->mem->free(c->mem, dsend);
+        if (drecv) c->mem->free(c->mem, drecv);
+    }
+    return rc;
 }
 
 /* Group creation ------------------------------------------------------------------------- */
@@ -4128,6 +6517,7 @@ static int mc__make_child(mc_comm *parent, const int *members, int n, int tag, c
     for (i = 0; i < n; i++)
         child->world_ranks[i] = parent->world_ranks ? parent->world_ranks[members[i]] : members[i];
     child->world_rank = parent->world_rank;
+    child->mem = parent->mem;   /* one memory owner for the whole group tree */
     child->timeout_s = parent->timeout_s;
     snprintf(child->name, sizeof child->name, "%s", name);
     *out = child;
@@ -4525,9 +6915,7 @@ MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc)
     int rc, i;
     if (!ps || !desc)
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_parallel_init: ps and desc must be set");
-    if (ps->initialized)
-        return MC__FAIL(MC_ERR_STATE, "mc_parallel_init: the parallel state is already "
-                        "initialized (call mc_parallel_destroy first)");
+    memset(ps, 0, sizeof *ps);   /* output only: never read what the caller's struct held */
     if ((rc = mc__check_comm(desc->world, "mc_parallel_init (mc_parallel_desc.world)")) != MC_OK)
         return rc;
     gd = desc->grid;
@@ -4554,7 +6942,6 @@ MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc)
     if (!desc->skip_plan_check &&
         (rc = mc_parallel_check_plan(desc->world, &grid, desc->plan_salt)) != MC_OK)
         return rc;
-    memset(ps, 0, sizeof *ps);
     ps->grid = grid;
     ps->world = desc->world;
     for (i = 0; i < MC_GROUP_COUNT; i++) ps->group_index[i] = -1;
@@ -4563,6 +6950,7 @@ MC_API int mc_parallel_init(mc_parallel_state *ps, const mc_parallel_desc *desc)
     rc = mc__parallel_create_all(ps);
     if (rc != MC_OK) {
         mc__parallel_release(ps);
+        memset(ps, 0, sizeof *ps);
         return rc;
     }
     ps->initialized = 1;
@@ -4620,368 +7008,1141 @@ MC_API int mc_parallel_src_rank(const mc_parallel_state *ps, mc_group_kind kind)
     return c ? c->world_ranks[0] : -1;
 }
 
+/* =============================================================================================
+   tensor_parallel (implementation) */
+
+/* @tensor_parallel:implementation begin */
 // ---------------------------------------------------------------------------------------------
-// >>microbatches
-//
-// Megatron's calculators in C. The ramp-up follows core_v0.17 (the last release that has it),
-// the step schedule follows HEAD. Megatron asserts; here every rule is an MC_ERR_INVALID_DESC
-// whose message names the values.
+// >>tensor_parallel
 
-/* MBS * DP, the samples one micro-batch step takes over all data-parallel replicas. */
-static int mc__microbatch_unit(const mc_microbatch_calc *c) {
-    return c->desc.micro_batch_size * c->desc.data_parallel_size;
+#include <math.h>
+
+static int mc__tp_size(const mc_comm *tp) { return tp ? tp->size : 1; }
+static int mc__tp_rank(const mc_comm *tp) { return tp ? tp->rank : 0; }
+
+/* Element i of a dt array, for pointer arithmetic on untyped tensors. */
+static void *mc__tp_at(const void *p, size_t i, mc_dtype dt) {
+    return (char *)(uintptr_t)p + i * mc_dtype_size(dt);
 }
 
-/* Sets the current batch and derives the running batch and the micro-batch count from it. */
-static int mc__microbatch_apply(mc_microbatch_calc *c, int batch, int consistency_check) {
-    int unit = mc__microbatch_unit(c);
-    if (consistency_check && !c->desc.decrease_batch_size_if_needed && batch % unit != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "current global batch size (%d) is not divisible by micro batch size "
-                        "(%d) times data parallel size (%d) = %d",
-                        batch, c->desc.micro_batch_size, c->desc.data_parallel_size, unit);
-    c->current_global_batch_size = batch;
-    c->current_running_global_batch_size =
-        c->desc.decrease_batch_size_if_needed ? batch / unit * unit : batch;
-    c->num_microbatches = c->current_running_global_batch_size / unit;
+static int mc__tp_check_ops(const char *fn, const mc_ops *ops, mc_dtype dt) {
+    if (!ops) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ops is NULL (pass mc_ops_cpu())", fn);
+    if (dt != MC_F32 && dt != MC_BF16)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: dtype (%d) must be MC_F32 or MC_BF16", fn,
+                        (int)dt);
     return MC_OK;
 }
 
-static int mc__microbatch_check_sizes(const mc_microbatch_desc *d) {
-    if (d->micro_batch_size <= 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_microbatch_desc.micro_batch_size (%d) must be > 0",
-                        d->micro_batch_size);
-    if (d->data_parallel_size <= 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.data_parallel_size (%d) must be > 0",
-                        d->data_parallel_size);
-    if ((long long)d->micro_batch_size * d->data_parallel_size > INT_MAX)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "micro batch size (%d) times data parallel size (%d) overflows an int",
-                        d->micro_batch_size, d->data_parallel_size);
+/* Megatron's divide(): the last dimension must split evenly over the TP ranks. */
+static int mc__tp_divide(const char *fn, const char *what, long long n, int tp_size) {
+    if (n <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: %s (%lld) must be > 0", fn, what, n);
+    if (n % tp_size != 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: %s (%lld) is not divisible by tensor_model_parallel_size (%d) "
+                        "(Megatron's divide: %lld is not divisible by %d)",
+                        fn, what, n, tp_size, n, tp_size);
     return MC_OK;
 }
 
-static int mc__microbatch_init_constant(mc_microbatch_calc *c) {
-    const mc_microbatch_desc *d = &c->desc;
-    int unit = mc__microbatch_unit(c);
-    if (!d->decrease_batch_size_if_needed && d->global_batch_size % unit != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "global batch size (%d) is not divisible by micro batch size (%d) times "
-                        "data parallel size (%d) = %d (GBS = MBS x num_microbatches x DP; or set "
-                        "decrease_batch_size_if_needed)",
-                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
-    if (d->global_batch_size / unit < 1)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "number of microbatches should be at least 1, got 0: global batch size "
-                        "(%d) is below micro batch size (%d) times data parallel size (%d) = %d",
-                        d->global_batch_size, d->micro_batch_size, d->data_parallel_size, unit);
-    c->mode = MC_MICROBATCH_CONSTANT;
-    c->global_batch_size = d->global_batch_size;
-    return mc__microbatch_apply(c, d->global_batch_size, 0);
-}
-
-static int mc__microbatch_init_rampup(mc_microbatch_calc *c) {
-    const mc_microbatch_desc *d = &c->desc;
-    const mc_rampup *r = &d->rampup;
-    int n_inc;
-    /* Megatron's asserts, in its order. */
-    if (r->start <= 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.rampup.start (%d): start batch size should be positive",
-                        r->start);
-    if (r->increment <= 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.rampup.increment (%d): batch size increment should be "
-                        "positive",
-                        r->increment);
-    if (r->samples < 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.rampup.samples (%lld): ramp-up samples should be "
-                        "non-negative",
-                        r->samples);
-    if (d->global_batch_size < r->start)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "expected global batch size (%d) to be greater than or equal to the "
-                        "ramp-up start batch size (%d)",
-                        d->global_batch_size, r->start);
-    if ((d->global_batch_size - r->start) % r->increment != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "expected the global batch size interval GBS - start = %d - %d = %d to be "
-                        "divisible by the batch size increment (%d)",
-                        d->global_batch_size, r->start, d->global_batch_size - r->start,
-                        r->increment);
-    n_inc = (d->global_batch_size - r->start) / r->increment;
-    /* Megatron computes samples / n_inc and later consumed / that: both divide by zero in the
-       two cases below. GBS == start is a ramp-up with nothing to ramp, so it runs at GBS. */
-    if (n_inc > 0 && r->samples == 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.rampup.samples (0) must be > 0 when the batch grows "
-                        "from %d to %d (Megatron divides by zero here)",
-                        r->start, d->global_batch_size);
-    c->rampup_samples_per_increment = n_inc > 0 ? (double)r->samples / (double)n_inc : 0.0;
-    c->mode = MC_MICROBATCH_RAMPUP;
-    c->global_batch_size = d->global_batch_size;
-    return mc_microbatch_update(c, 0, 0);
-}
-
-/* A number with an optional K/M/B/T suffix (either case), decimals allowed: "250B", "1.5k". */
-static int mc__parse_scaled(const char *text, size_t len, long long *out) {
-    char buf[64], *end;
-    double value, scale = 1.0;
-    if (len == 0 || len >= sizeof buf) return -1;
-    memcpy(buf, text, len);
-    buf[len] = '\0';
-    switch (buf[len - 1]) {
-        case 'K': case 'k': scale = 1e3; break;
-        case 'M': case 'm': scale = 1e6; break;
-        case 'B': case 'b': scale = 1e9; break;
-        case 'T': case 't': scale = 1e12; break;
-        default: break;
-    }
-    if (scale != 1.0) buf[--len] = '\0';
-    if (len == 0 || !((buf[0] >= '0' && buf[0] <= '9') || buf[0] == '-' || buf[0] == '+' ||
-                      buf[0] == '.'))
-        return -1;   /* also keeps strtod away from "inf", "nan" and hex floats */
-    value = strtod(buf, &end);
-    if (*end != '\0') return -1;
-    value *= scale;
-    if (!(value > -9.2e18 && value < 9.2e18)) return -1;
-    *out = (long long)value;   /* truncates toward zero, like Python's int(float) */
-    return 0;
-}
-
-/* One "THRESHOLD:BS" entry of length len. */
-static int mc__parse_step_entry(mc_microbatch_calc *c, const char *entry, size_t len) {
-    const char *colon = (const char *)memchr(entry, ':', len);
-    long long threshold, batch;
-    size_t head;
-    if (!colon)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule: invalid entry \"%.*s\", expected "
-                        "THRESHOLD:BATCH_SIZE",
-                        (int)len, entry);
-    head = (size_t)(colon - entry);
-    if (mc__parse_scaled(entry, head, &threshold) != 0 ||
-        mc__parse_scaled(colon + 1, len - head - 1, &batch) != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule: entry \"%.*s\" is not two numbers "
-                        "(THRESHOLD:BATCH_SIZE, each with an optional K, M, B or T suffix)",
-                        (int)len, entry);
-    if (c->n_steps == MC_MAX_BATCH_STEPS)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule has more than MC_MAX_BATCH_STEPS (%d) "
-                        "entries",
-                        MC_MAX_BATCH_STEPS);
-    if (batch > INT_MAX)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule: batch size %lld in \"%.*s\" does not "
-                        "fit in an int",
-                        batch, (int)len, entry);
-    /* Python's // floors; thresholds below 0 fail the first-threshold rule either way. */
-    if (c->desc.seq_length > 0) {
-        long long q = threshold / c->desc.seq_length;
-        if (threshold % c->desc.seq_length != 0 && threshold < 0) q--;
-        threshold = q;
-    }
-    c->step_threshold[c->n_steps] = threshold;
-    c->step_batch[c->n_steps] = (int)batch;
-    c->n_steps++;
+/* The sequence-parallel split: Megatron's assert on the first dimension. */
+static int mc__tp_first_dim(const char *fn, int S, int tp_size) {
+    if (S <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: first dimension (S = %d) must be > 0", fn, S);
+    if (S % tp_size != 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: first dimension of the tensor (S = %d) should be divisible by "
+                        "tensor parallel size (%d)",
+                        fn, S, tp_size);
     return MC_OK;
 }
 
-/* Stable insertion sort by threshold: the list is short. */
-static void mc__sort_steps(mc_microbatch_calc *c) {
-    int i, j;
-    for (i = 1; i < c->n_steps; i++) {
-        long long t = c->step_threshold[i];
-        int b = c->step_batch[i];
-        for (j = i; j > 0 && c->step_threshold[j - 1] > t; j--) {
-            c->step_threshold[j] = c->step_threshold[j - 1];
-            c->step_batch[j] = c->step_batch[j - 1];
-        }
-        c->step_threshold[j] = t;
-        c->step_batch[j] = b;
-    }
-}
-
-static int mc__validate_steps(const mc_microbatch_calc *c) {
-    int i;
-    if (c->n_steps == 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule must have at least one entry");
-    if (c->step_threshold[0] != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.step_schedule: first schedule entry must have "
-                        "threshold 0, got %lld",
-                        c->step_threshold[0]);
-    for (i = 1; i < c->n_steps; i++)
-        if (c->step_threshold[i] <= c->step_threshold[i - 1])
-            return MC__FAIL(MC_ERR_INVALID_DESC,
-                            "mc_microbatch_desc.step_schedule: schedule thresholds must be "
-                            "strictly increasing, got %lld twice%s",
-                            c->step_threshold[i],
-                            c->desc.seq_length > 0 ? " (in samples, after dividing by seq_length)"
-                                                   : "");
-    for (i = 0; i < c->n_steps; i++)
-        if (c->step_batch[i] <= 0)
-            return MC__FAIL(MC_ERR_INVALID_DESC,
-                            "mc_microbatch_desc.step_schedule: batch size must be positive, got "
-                            "%d",
-                            c->step_batch[i]);
+static int mc__tp_positive(const char *fn, const char *what, long long n) {
+    if (n <= 0) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: %s (%lld) must be > 0", fn, what, n);
     return MC_OK;
 }
 
-static int mc__microbatch_init_step(mc_microbatch_calc *c, const char *schedule) {
-    const char *p = schedule;
-    int rc;
-    if (c->desc.decrease_batch_size_if_needed)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc: cannot combine step_schedule with "
-                        "decrease_batch_size_if_needed (step batch size schedules do not support "
-                        "decreasing the batch)");
-    if (c->desc.global_batch_size != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc: cannot specify both step_schedule and "
-                        "global_batch_size (%d): the schedule's last entry is the global batch",
-                        c->desc.global_batch_size);
-    if (c->desc.seq_length < 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc.seq_length (%d) must be >= 0 (0: thresholds are "
-                        "samples)",
-                        c->desc.seq_length);
-    for (;;) {
-        size_t len;
-        while (*p == ' ' || *p == ',' || *p == '\t' || *p == '\n') p++;
-        if (*p == '\0') break;
-        len = strcspn(p, " ,\t\n");
-        if ((rc = mc__parse_step_entry(c, p, len)) != MC_OK) return rc;
-        p += len;
-    }
-    mc__sort_steps(c);
-    if ((rc = mc__validate_steps(c)) != MC_OK) return rc;
-    c->mode = MC_MICROBATCH_STEP;
-    c->global_batch_size = c->step_batch[c->n_steps - 1];
-    return mc_microbatch_update(c, 0, 0);
+/* A caller's scratch, or one allocated through the op table for the duration of a call. */
+typedef struct mc__tp_scratch {
+    void *base;
+    int owned;
+} mc__tp_scratch;
+
+static int mc__tp_scratch_get(mc__tp_scratch *s, void *given, size_t bytes, const char *fn,
+                              const mc_ops *ops) {
+    s->base = given;
+    s->owned = 0;
+    if (given || bytes == 0) return MC_OK;
+    if (ops->alloc(ops, &s->base, bytes) != MC_OK)
+        return MC__FAIL(MC_ERR_NO_MEMORY, "%s: no memory for %zu bytes of scratch", fn, bytes);
+    s->owned = 1;
+    return MC_OK;
 }
 
-MC_API int mc_microbatch_init(mc_microbatch_calc *calc, const mc_microbatch_desc *desc) {
-    mc_microbatch_calc c;
-    const mc_rampup *r;
-    int has_rampup, rc;
-    if (!calc || !desc)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_microbatch_init: calc (%p) and desc (%p) must be set",
-                        (void *)calc, (const void *)desc);
-    memset(&c, 0, sizeof c);
-    c.desc = *desc;
-    c.desc.step_schedule = NULL;
-    r = &desc->rampup;
-    has_rampup = r->start != 0 || r->increment != 0 || r->samples != 0;
-    if ((rc = mc__microbatch_check_sizes(desc)) != MC_OK) return rc;
-    if (has_rampup && desc->step_schedule)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_microbatch_desc: rampup and step_schedule exclude each other (the step "
-                        "schedule replaced the ramp-up in Megatron)");
-    if (desc->step_schedule) {
-        rc = mc__microbatch_init_step(&c, desc->step_schedule);
-    } else {
-        if (desc->global_batch_size <= 0)
-            return MC__FAIL(MC_ERR_INVALID_DESC,
-                            "mc_microbatch_desc.global_batch_size (%d): global batch size should "
-                            "be positive",
-                            desc->global_batch_size);
-        rc = has_rampup ? mc__microbatch_init_rampup(&c) : mc__microbatch_init_constant(&c);
-    }
-    if (rc == MC_OK) *calc = c;
+static void mc__tp_scratch_put(mc__tp_scratch *s, const mc_ops *ops) {
+    if (s->owned) ops->free(ops, s->base);
+    s->base = NULL;
+    s->owned = 0;
+}
+
+/* out = inp; nothing to do in place. */
+static int mc__tp_copy(void *out, const void *inp, size_t n, mc_dtype dt, const mc_ops *ops) {
+    return out != inp ? ops->copy(ops, out, inp, n, dt, dt) : MC_OK;
+}
+
+// The primitives every mapping is made of. All take the communicator's TP size > 1 as given.
+
+/* out [n] = sum over TP of inp [n] (in place when out == inp). */
+static int mc__tp_all_reduce(void *out, const void *inp, size_t n, mc_dtype dt, mc_comm *tp) {
+    return mc_all_reduce(tp, inp, out, n, dt, MC_SUM);
+}
+
+/* out [N, D/TP] = columns r*D/TP .. of inp [N, D]: one strided copy. */
+static int mc__tp_split_last(void *out, const void *inp, int N, int D, int tp_size, int tp_rank,
+                             mc_dtype dt, const mc_ops *ops) {
+    size_t es = mc_dtype_size(dt), Dl = (size_t)(D / tp_size);
+    return ops->copy_2d(ops, out, Dl * es, mc__tp_at(inp, (size_t)tp_rank * Dl, dt),
+                        (size_t)D * es, Dl * es, (size_t)N);
+}
+
+/* stacked [TP, N, D/TP] holds the shards of TP ranks one after the other; out [N, D] puts them
+   side by side: out[i, t*D/TP + j] = stacked[t, i, j], one strided copy per rank's shard. */
+static int mc__tp_rechunk_last(void *out, const void *stacked, int N, int D, int tp_size,
+                               mc_dtype dt, const mc_ops *ops) {
+    size_t es = mc_dtype_size(dt), Dl = (size_t)(D / tp_size);
+    int t, rc = MC_OK;
+    for (t = 0; t < tp_size && rc == MC_OK; t++)
+        rc = ops->copy_2d(ops, mc__tp_at(out, (size_t)t * Dl, dt), (size_t)D * es,
+                          mc__tp_at(stacked, (size_t)t * N * Dl, dt), Dl * es, Dl * es,
+                          (size_t)N);
     return rc;
 }
 
-/* The batch a ramp-up gives after `consumed` samples. */
-static int mc__rampup_batch(const mc_microbatch_calc *c, long long consumed) {
-    const mc_rampup *r = &c->desc.rampup;
-    long long steps;
-    if (consumed > r->samples || c->rampup_samples_per_increment == 0.0)
-        return c->global_batch_size;
-    steps = (long long)((double)consumed / c->rampup_samples_per_increment);
-    MC_ASSERT(r->start + steps * r->increment <= c->global_batch_size);
-    return (int)(r->start + steps * r->increment);
+/* out [N, D] = the [N, D/TP] shards of every rank side by side; scratch [TP, N, D/TP]. */
+static int mc__tp_gather_last(void *out, void *scratch, const void *inp, int N, int D,
+                              mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    size_t shard = (size_t)N * (size_t)(D / tp->size);
+    int rc = mc_all_gather(tp, inp, scratch, shard, dt);
+    if (rc != MC_OK) return rc;
+    return mc__tp_rechunk_last(out, scratch, N, D, tp->size, dt, ops);
 }
 
-static int mc__step_batch(const mc_microbatch_calc *c, long long consumed) {
-    int i, batch = c->step_batch[0];
-    for (i = 0; i < c->n_steps && c->step_threshold[i] <= consumed; i++) batch = c->step_batch[i];
-    return batch;
+/* out [N, D/TP] = sum over TP of this rank's columns of inp [N, D]: the column slices are
+   stacked along a new first dim of scratch [TP, N, D/TP] (one strided copy each), which is
+   then reduce-scattered. */
+static int mc__tp_reduce_scatter_last(void *out, void *scratch, const void *inp, int N, int D,
+                                      mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    size_t es = mc_dtype_size(dt), Dl = (size_t)(D / tp->size);
+    int t, rc = MC_OK;
+    for (t = 0; t < tp->size && rc == MC_OK; t++)
+        rc = ops->copy_2d(ops, mc__tp_at(scratch, (size_t)t * N * Dl, dt), Dl * es,
+                          mc__tp_at(inp, (size_t)t * Dl, dt), (size_t)D * es, Dl * es,
+                          (size_t)N);
+    if (rc != MC_OK) return rc;
+    return mc_reduce_scatter(tp, scratch, out, (size_t)N * Dl, dt, MC_SUM);
 }
 
-MC_API int mc_microbatch_update(mc_microbatch_calc *calc, long long consumed_samples,
-                                int consistency_check) {
-    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
-        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_update: the calculator is not initialized "
-                                      "(call mc_microbatch_init first)");
-    switch (calc->mode) {
-        case MC_MICROBATCH_RAMPUP:
-            return mc__microbatch_apply(calc, mc__rampup_batch(calc, consumed_samples),
-                                        consistency_check);
-        case MC_MICROBATCH_STEP:
-            return mc__microbatch_apply(calc, mc__step_batch(calc, consumed_samples),
-                                        consistency_check);
-        default:
-            return MC_OK;   /* constant: Megatron's update is a no-op */
+/* Along the first dim a shard [S/TP, R] is contiguous: split is one copy, gather and
+   reduce-scatter are one collective each. */
+static int mc__tp_split_first(void *out, const void *inp, int S, size_t R, int tp_size,
+                              int tp_rank, mc_dtype dt, const mc_ops *ops) {
+    size_t shard = (size_t)(S / tp_size) * R;
+    return ops->copy(ops, out, mc__tp_at(inp, (size_t)tp_rank * shard, dt), shard, dt, dt);
+}
+
+static int mc__tp_gather_first(void *out, const void *inp, int S, size_t R, mc_dtype dt,
+                               mc_comm *tp) {
+    return mc_all_gather(tp, inp, out, (size_t)(S / tp->size) * R, dt);
+}
+
+static int mc__tp_reduce_scatter_first(void *out, const void *inp, int S, size_t R, mc_dtype dt,
+                                       mc_comm *tp) {
+    return mc_reduce_scatter(tp, inp, out, (size_t)(S / tp->size) * R, dt, MC_SUM);
+}
+
+// The mappings (§2): checks, the identity at TP = 1, then one primitive.
+
+static int mc__tp_map_elems(const char *fn, void *out, const void *inp, size_t n, int reduce,
+                            mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    int rc = mc__tp_check_ops(fn, ops, dt);
+    if (rc != MC_OK) return rc;
+    if (!reduce || mc__tp_size(tp) == 1) return mc__tp_copy(out, inp, n, dt, ops);
+    return mc__tp_all_reduce(out, inp, n, dt, tp);
+}
+
+MC_API int mc_copy_to_tp_region_forward(void *out, const void *inp, size_t n, mc_dtype dt,
+                                        mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", out, inp, n, 0, dt, tp, ops);
+}
+
+MC_API int mc_copy_to_tp_region_backward(void *dinp, const void *dout, size_t n, mc_dtype dt,
+                                         mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", dinp, dout, n, 1, dt, tp,
+                            ops);
+}
+
+MC_API int mc_reduce_from_tp_region_forward(void *out, const void *inp, size_t n, mc_dtype dt,
+                                            mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", out, inp, n, 1, dt, tp,
+                            ops);
+}
+
+MC_API int mc_reduce_from_tp_region_backward(void *dinp, const void *dout, size_t n, mc_dtype dt,
+                                             mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", dinp, dout, n, 0, dt, tp,
+                            ops);
+}
+
+/* Last-dim mappings. kind: 0 split, 1 gather, 2 reduce-scatter. */
+static int mc__tp_map_last(const char *fn, int kind, void *out, void *scratch, const void *inp,
+                           int N, int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    int tp_size = mc__tp_size(tp), rc;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "rows N", N)) != MC_OK) return rc;
+    if ((rc = mc__tp_divide(fn, "last dimension", D, tp_size)) != MC_OK) return rc;
+    if (tp_size == 1) return mc__tp_copy(out, inp, (size_t)N * (size_t)D, dt, ops);
+    if (kind == 0) return mc__tp_split_last(out, inp, N, D, tp_size, tp->rank, dt, ops);
+    if ((rc = mc__tp_scratch_get(&s, scratch, mc_dtype_bytes(dt, (size_t)N * (size_t)D), fn,
+                                 ops)) != MC_OK)
+        return rc;
+    rc = kind == 1 ? mc__tp_gather_last(out, s.base, inp, N, D, dt, tp, ops)
+                   : mc__tp_reduce_scatter_last(out, s.base, inp, N, D, dt, tp, ops);
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+MC_API int mc_scatter_to_tp_region_forward(void *out, const void *inp, int N, int D, mc_dtype dt,
+                                           mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("scatter_to_tensor_model_parallel_region", 0, out, NULL, inp, N, D, dt,
+                           tp, ops);
+}
+
+MC_API int mc_scatter_to_tp_region_backward(void *dinp, void *scratch, const void *dout, int N,
+                                            int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("scatter_to_tensor_model_parallel_region", 1, dinp, scratch, dout, N,
+                           D, dt, tp, ops);
+}
+
+MC_API int mc_gather_from_tp_region_forward(void *out, void *scratch, const void *inp, int N,
+                                            int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("gather_from_tensor_model_parallel_region", 1, out, scratch, inp, N,
+                           D, dt, tp, ops);
+}
+
+MC_API int mc_gather_from_tp_region_backward(void *dinp, const void *dout, int N, int D,
+                                             mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("gather_from_tensor_model_parallel_region", 0, dinp, NULL, dout, N, D,
+                           dt, tp, ops);
+}
+
+MC_API int mc_all_gather_last_dim_forward(void *out, void *scratch, const void *inp, int N, int D,
+                                          mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("all_gather_last_dim_from_tensor_parallel_region", 1, out, scratch,
+                           inp, N, D, dt, tp, ops);
+}
+
+MC_API int mc_all_gather_last_dim_backward(void *dinp, void *scratch, const void *dout, int N,
+                                           int D, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_last("all_gather_last_dim_from_tensor_parallel_region", 2, dinp, scratch,
+                           dout, N, D, dt, tp, ops);
+}
+
+MC_API int mc_reduce_scatter_last_dim_forward(void *out, void *scratch, const void *inp, int N,
+                                              int D, mc_dtype dt, mc_comm *tp,
+                                              const mc_ops *ops) {
+    return mc__tp_map_last("reduce_scatter_last_dim_to_tensor_parallel_region", 2, out, scratch,
+                           inp, N, D, dt, tp, ops);
+}
+
+MC_API int mc_reduce_scatter_last_dim_backward(void *dinp, void *scratch, const void *dout,
+                                               int N, int D, mc_dtype dt, mc_comm *tp,
+                                               const mc_ops *ops) {
+    return mc__tp_map_last("reduce_scatter_last_dim_to_tensor_parallel_region", 1, dinp, scratch,
+                           dout, N, D, dt, tp, ops);
+}
+
+/* First-dim mappings. kind: 0 split, 1 gather, 2 reduce-scatter. */
+static int mc__tp_map_first(const char *fn, int kind, void *out, const void *inp, int S,
+                            size_t R, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    int tp_size = mc__tp_size(tp), rc;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
+    if ((rc = mc__tp_first_dim(fn, S, tp_size)) != MC_OK) return rc;
+    if (tp_size == 1) return mc__tp_copy(out, inp, (size_t)S * R, dt, ops);
+    if (kind == 0) return mc__tp_split_first(out, inp, S, R, tp_size, tp->rank, dt, ops);
+    return kind == 1 ? mc__tp_gather_first(out, inp, S, R, dt, tp)
+                     : mc__tp_reduce_scatter_first(out, inp, S, R, dt, tp);
+}
+
+MC_API int mc_scatter_to_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                           mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("scatter_to_sequence_parallel_region", 0, out, inp, S, R, dt, tp,
+                            ops);
+}
+
+MC_API int mc_scatter_to_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("scatter_to_sequence_parallel_region", 1, dinp, dout, S, R, dt, tp,
+                            ops);
+}
+
+MC_API int mc_gather_from_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                            mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("gather_from_sequence_parallel_region", 1, out, inp, S, R, dt, tp,
+                            ops);
+}
+
+MC_API int mc_gather_from_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                             int tensor_parallel_output_grad, mc_dtype dt,
+                                             mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("gather_from_sequence_parallel_region",
+                            tensor_parallel_output_grad ? 2 : 0, dinp, dout, S, R, dt, tp, ops);
+}
+
+MC_API int mc_reduce_scatter_to_sp_region_forward(void *out, const void *inp, int S, size_t R,
+                                                  mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 2, out, inp, S, R, dt,
+                            tp, ops);
+}
+
+MC_API int mc_reduce_scatter_to_sp_region_backward(void *dinp, const void *dout, int S, size_t R,
+                                                   mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 1, dinp, dout, S, R,
+                            dt, tp, ops);
+}
+
+// Column / Row parallel linear (§3).
+//
+// GEMM shapes, with N = S * B tokens (ops->gemm: C[M,N] = op(A) op(B)):
+//   Y  [N, OUT] = X [N, IN] W^T + b   W stored [OUT, IN]    gemm(Y, X, W, b, N, OUT, IN, 0, 1)
+//   dX [N, IN]  = dY [N, OUT] W                             gemm(dX, dY, W, -, N, IN, OUT, 0, 0)
+//   dW [OUT, IN] += dY^T X    (fp32)                        gemm(dW, dY, X, -, OUT, IN, N, 1, 0)
+
+static int mc__tp_linear_fwd(void *y, const void *x, const void *w, const void *b, int N, int IN,
+                             int OUT, mc_dtype dt, const mc_ops *ops) {
+    return ops->gemm(ops, y, x, w, b, N, OUT, IN, 0, 1, 1.0f, 0.0f, dt, dt);
+}
+
+/* out [rows, OC] += bias: a GEMM with K = 0 is beta * C + bias, the table's epilogue alone. */
+static int mc__tp_add_bias(void *out, const void *bias, int rows, int OC, mc_dtype dt,
+                           const mc_ops *ops) {
+    return ops->gemm(ops, out, NULL, NULL, bias, rows, OC, 0, 0, 0, 1.0f, 1.0f, dt, dt);
+}
+
+static int mc__tp_linear_dgrad(void *dx, const void *dy, const void *w, int N, int IN, int OUT,
+                               mc_dtype dt, const mc_ops *ops) {
+    return ops->gemm(ops, dx, dy, w, NULL, N, IN, OUT, 0, 0, 1.0f, 0.0f, dt, dt);
+}
+
+static int mc__tp_linear_wgrad(float *dw, float *db, const void *dy, const void *x, int N,
+                               int IN, int OUT, mc_dtype dt, const mc_ops *ops) {
+    int rc = ops->gemm(ops, dw, dy, x, NULL, OUT, IN, N, 1, 0, 1.0f, 1.0f, MC_F32, dt);
+    if (rc == MC_OK && db) rc = ops->bias_backward(ops, db, dy, N, OUT, dt);
+    return rc;
+}
+
+/* Common checks of both linear layers; *sp receives whether SP is in effect (TP > 1). */
+static int mc__tp_linear_check(const char *fn, int is_row, int S, int B, int C, int OC,
+                               int flags, mc_dtype dt, mc_comm *tp, const mc_ops *ops, int *sp) {
+    int tp_size = mc__tp_size(tp), rc;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "S", S)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "B", B)) != MC_OK) return rc;
+    if (is_row) {
+        if ((rc = mc__tp_positive(fn, "output_size", OC)) != MC_OK) return rc;
+        if ((rc = mc__tp_divide(fn, "input_size", C, tp_size)) != MC_OK) return rc;
+        if ((flags & MC_TP_SEQUENCE_PARALLEL) && !(flags & MC_TP_INPUT_IS_PARALLEL))
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: flags has MC_TP_SEQUENCE_PARALLEL without "
+                            "MC_TP_INPUT_IS_PARALLEL (Megatron: To enable `sequence_parallel`, "
+                            "`input_is_parallel` must be `True`)",
+                            fn);
+        if (flags & MC_TP_GATHER_OUTPUT)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: MC_TP_GATHER_OUTPUT is a column-parallel option", fn);
+    } else {
+        if ((rc = mc__tp_positive(fn, "input_size", C)) != MC_OK) return rc;
+        if ((rc = mc__tp_divide(fn, "output_size", OC, tp_size)) != MC_OK) return rc;
+        if ((flags & MC_TP_SEQUENCE_PARALLEL) && (flags & MC_TP_GATHER_OUTPUT))
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: MC_TP_GATHER_OUTPUT with MC_TP_SEQUENCE_PARALLEL (Megatron "
+                            "asserts not sequence_parallel when gather_output)",
+                            fn);
+        if (flags & MC_TP_INPUT_IS_PARALLEL)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "%s: MC_TP_INPUT_IS_PARALLEL is a row-parallel option", fn);
+    }
+    *sp = (flags & MC_TP_SEQUENCE_PARALLEL) && tp_size > 1;
+    if (*sp && (rc = mc__tp_first_dim(fn, S, tp_size)) != MC_OK) return rc;
+    return MC_OK;
+}
+
+/* Column scratch, forward:  [S, B, C] gathered input (SP) | [N, OC/TP] local output and
+   [TP, N, OC/TP] gather buffer (gather_output). Backward: [N, OC/TP] split dY
+   (gather_output) | [S, B, C] re-gathered input and [S, B, C] full dX (SP). */
+MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
+                                                int tp_size) {
+    size_t N = (size_t)S * (size_t)B, fwd = 0, bwd = 0;
+    int sp = (flags & MC_TP_SEQUENCE_PARALLEL) && tp_size > 1;
+    int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
+    if (S <= 0 || B <= 0 || C <= 0 || OC <= 0 || tp_size <= 0) return 0;
+    if (sp) {
+        fwd += N * (size_t)C;
+        bwd += 2 * N * (size_t)C;
+    }
+    if (gather) {
+        fwd += N * (size_t)(OC / tp_size) + N * (size_t)OC;
+        bwd += N * (size_t)(OC / tp_size);
+    }
+    return fwd > bwd ? fwd : bwd;
+}
+
+MC_API int mc_column_parallel_linear_forward(void *out, void *scratch, const void *inp,
+                                             const void *weight, const void *bias, int S, int B,
+                                             int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
+                                             const mc_ops *ops) {
+    static const char fn[] = "column_parallel_linear_forward";
+    int sp, rc, tp_size = mc__tp_size(tp);
+    int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
+    int N = S * B, OCl;
+    const void *x = inp;
+    void *y = out;
+    char *next;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, dt, tp, ops, &sp)) != MC_OK)
+        return rc;
+    OCl = OC / tp_size;
+    if ((rc = mc__tp_scratch_get(&s, scratch,
+                                 mc_dtype_bytes(dt, mc_column_parallel_linear_scratch(
+                                                        S, B, C, OC, flags, tp_size)),
+                                 fn, ops)) != MC_OK)
+        return rc;
+    next = (char *)s.base;
+    if (sp) {   /* [S/TP, B, C] -> [S, B, C]: every rank multiplies the whole sequence */
+        if ((rc = mc__tp_gather_first(next, inp, S, (size_t)B * C, dt, tp)) != MC_OK) goto done;
+        x = next;
+        next += mc_dtype_bytes(dt, (size_t)N * C);
+    }
+    if (gather) {   /* the local [N, OC/TP] first, then [TP, N, OC/TP] -> out [N, OC] */
+        y = next;
+        next += mc_dtype_bytes(dt, (size_t)N * OCl);
+    }
+    rc = mc__tp_linear_fwd(y, x, weight, (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : bias, N, C, OCl,
+                           dt, ops);
+    if (rc == MC_OK && gather) rc = mc__tp_gather_last(out, next, y, N, OC, dt, tp, ops);
+done:
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+MC_API int mc_column_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
+                                              void *scratch, const void *dout, const void *inp,
+                                              const void *weight, int S, int B, int C, int OC,
+                                              int flags, mc_dtype dt, mc_comm *tp,
+                                              const mc_ops *ops) {
+    static const char fn[] = "column_parallel_linear_backward";
+    int sp, rc, tp_size = mc__tp_size(tp);
+    int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
+    int N = S * B, OCl;
+    const void *dy = dout;
+    char *next;
+    float *db = (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : dbias;
+    mc_request *req = NULL;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, dt, tp, ops, &sp)) != MC_OK)
+        return rc;
+    OCl = OC / tp_size;
+    if ((rc = mc__tp_scratch_get(&s, scratch,
+                                 mc_dtype_bytes(dt, mc_column_parallel_linear_scratch(
+                                                        S, B, C, OC, flags, tp_size)),
+                                 fn, ops)) != MC_OK)
+        return rc;
+    next = (char *)s.base;
+    if (gather) {   /* the gather's backward: keep this rank's columns of dY [N, OC] */
+        if ((rc = mc__tp_split_last(next, dout, N, OC, tp_size, tp->rank, dt, ops)) != MC_OK)
+            goto done;
+        dy = next;
+        next += mc_dtype_bytes(dt, (size_t)N * OCl);
+    }
+    if (sp) {
+        /* The forward did not keep the gathered input: gather it again while dX = dY A runs,
+           then reduce-scatter dX along S while dA = dY^T X runs. */
+        void *x_full = next, *dx_full = next + mc_dtype_bytes(dt, (size_t)N * C);
+        rc = mc_all_gather_async(tp, inp, x_full, (size_t)(S / tp_size) * B * C, dt, &req);
+        if (rc != MC_OK) goto done;
+        rc = mc__tp_linear_dgrad(dx_full, dy, weight, N, C, OCl, dt, ops);
+        if (rc != MC_OK) {
+            mc_wait(req);
+            goto done;
+        }
+        if ((rc = mc_wait(req)) != MC_OK) goto done;
+        rc = mc_reduce_scatter_async(tp, dx_full, dinp, (size_t)(S / tp_size) * B * C, dt,
+                                     MC_SUM, &req);
+        if (rc != MC_OK) goto done;
+        rc = mc__tp_linear_wgrad(dweight, db, dy, x_full, N, C, OCl, dt, ops);
+        {
+            int wrc = mc_wait(req);
+            if (rc == MC_OK) rc = wrc;
+        }
+        goto done;
+    }
+    if ((rc = mc__tp_linear_dgrad(dinp, dy, weight, N, C, OCl, dt, ops)) != MC_OK) goto done;
+    if (tp_size > 1) {
+        /* Every rank holds a partial dX (its OC/TP outputs' share): sum it over TP while the
+           weight gradient is computed, the overlap Megatron's allreduce_dgrad exists for. */
+        rc = mc_all_reduce_async(tp, dinp, dinp, (size_t)N * C, dt, MC_SUM, &req);
+        if (rc != MC_OK) goto done;
+    }
+    rc = mc__tp_linear_wgrad(dweight, db, dy, inp, N, C, OCl, dt, ops);
+    if (req) {
+        int wrc = mc_wait(req);
+        if (rc == MC_OK) rc = wrc;
+    }
+done:
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+/* Row scratch, forward: [N, C/TP] split input (input not parallel) | [S, B, OC] partial output
+   before the reduce-scatter (SP). Backward: [S, B, OC] gathered dY (SP) | [N, C/TP] split
+   input, [N, C/TP] local dX and [TP, N, C/TP] gather buffer (input not parallel). */
+MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
+                                             int tp_size) {
+    size_t N = (size_t)S * (size_t)B, fwd = 0, bwd = 0;
+    int sp = (flags & MC_TP_SEQUENCE_PARALLEL) && tp_size > 1;
+    int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
+    if (S <= 0 || B <= 0 || C <= 0 || OC <= 0 || tp_size <= 0) return 0;
+    if (split) {
+        fwd += N * (size_t)(C / tp_size);
+        bwd += 2 * N * (size_t)(C / tp_size) + N * (size_t)C;
+    }
+    if (sp) {
+        fwd += N * (size_t)OC;
+        bwd += N * (size_t)OC;
+    }
+    return fwd > bwd ? fwd : bwd;
+}
+
+MC_API int mc_row_parallel_linear_forward(void *out, void *scratch, const void *inp,
+                                          const void *weight, const void *bias, int S, int B,
+                                          int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
+                                          const mc_ops *ops) {
+    static const char fn[] = "row_parallel_linear_forward";
+    int sp, rc, tp_size = mc__tp_size(tp);
+    int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
+    int N = S * B, Cl;
+    const void *x = inp;
+    const void *b = (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : bias;
+    char *next;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, dt, tp, ops, &sp)) != MC_OK)
+        return rc;
+    Cl = C / tp_size;
+    if ((rc = mc__tp_scratch_get(&s, scratch,
+                                 mc_dtype_bytes(dt, mc_row_parallel_linear_scratch(
+                                                        S, B, C, OC, flags, tp_size)),
+                                 fn, ops)) != MC_OK)
+        return rc;
+    next = (char *)s.base;
+    if (split) {   /* scatter_to_tensor_model_parallel_region: keep this rank's C/TP columns */
+        if ((rc = mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, dt, ops)) != MC_OK)
+            goto done;
+        x = next;
+        next += mc_dtype_bytes(dt, (size_t)N * Cl);
+    }
+    if (sp) {   /* partial [S, B, OC] -> summed [S/TP, B, OC] */
+        rc = mc__tp_linear_fwd(next, x, weight, NULL, N, Cl, OC, dt, ops);
+        if (rc == MC_OK) rc = mc__tp_reduce_scatter_first(out, next, S, (size_t)B * OC, dt, tp);
+        /* After the reduction, so that the replicated bias is counted once, not TP times. */
+        if (rc == MC_OK && b) rc = mc__tp_add_bias(out, b, N / tp_size, OC, dt, ops);
+    } else if (tp_size > 1) {   /* partial [S, B, OC] -> summed in place, then the bias */
+        rc = mc__tp_linear_fwd(out, x, weight, NULL, N, Cl, OC, dt, ops);
+        if (rc == MC_OK) rc = mc__tp_all_reduce(out, out, (size_t)N * OC, dt, tp);
+        if (rc == MC_OK && b) rc = mc__tp_add_bias(out, b, N, OC, dt, ops);
+    } else {   /* one rank: the bias rides in the GEMM's epilogue */
+        rc = mc__tp_linear_fwd(out, x, weight, b, N, Cl, OC, dt, ops);
+    }
+done:
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+MC_API int mc_row_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
+                                           void *scratch, const void *dout, const void *inp,
+                                           const void *weight, int S, int B, int C, int OC,
+                                           int flags, mc_dtype dt, mc_comm *tp,
+                                           const mc_ops *ops) {
+    static const char fn[] = "row_parallel_linear_backward";
+    int sp, rc, tp_size = mc__tp_size(tp);
+    int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
+    int N = S * B, Cl;
+    const void *x = inp, *dy = dout;
+    char *next;
+    void *dx = dinp;
+    mc_request *req = NULL;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, dt, tp, ops, &sp)) != MC_OK)
+        return rc;
+    Cl = C / tp_size;
+    if ((rc = mc__tp_scratch_get(&s, scratch,
+                                 mc_dtype_bytes(dt, mc_row_parallel_linear_scratch(
+                                                        S, B, C, OC, flags, tp_size)),
+                                 fn, ops)) != MC_OK)
+        return rc;
+    next = (char *)s.base;
+    /* The bias was added to this rank's rows of the output: its gradient is the sum of those
+       rows of dY (under SP a partial sum, completed by the TP all-reduce in finalize). */
+    if (dbias && !(flags & MC_TP_SKIP_BIAS_ADD) &&
+        (rc = ops->bias_backward(ops, dbias, dout, sp ? N / tp_size : N, OC, dt)) != MC_OK)
+        goto done;
+    if (sp) {   /* the reduce-scatter's backward: all-gather dY along S */
+        if ((rc = mc__tp_gather_first(next, dout, S, (size_t)B * OC, dt, tp)) != MC_OK) goto done;
+        dy = next;
+        next += mc_dtype_bytes(dt, (size_t)N * OC);
+    }
+    if (split) {   /* the forward's split input (recomputed) and a local dX to gather later */
+        if ((rc = mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, dt, ops)) != MC_OK)
+            goto done;
+        x = next;
+        dx = next + mc_dtype_bytes(dt, (size_t)N * Cl);
+        next += 2 * mc_dtype_bytes(dt, (size_t)N * Cl);
+    }
+    if ((rc = mc__tp_linear_dgrad(dx, dy, weight, N, Cl, OC, dt, ops)) != MC_OK) goto done;
+    if (split) {   /* the split's backward: all-gather dX [N, C/TP] while dA runs */
+        rc = mc_all_gather_async(tp, dx, next, (size_t)N * Cl, dt, &req);
+        if (rc != MC_OK) goto done;
+    }
+    rc = mc__tp_linear_wgrad(dweight, NULL, dy, x, N, Cl, OC, dt, ops);
+    if (split) {
+        int wrc = mc_wait(req);
+        if (rc == MC_OK) rc = wrc;
+        if (rc == MC_OK) rc = mc__tp_rechunk_last(dinp, next, N, C, tp_size, dt, ops);
+    }
+done:
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+// Vocab-parallel embedding and cross entropy (§4, §5).
+
+MC_API int mc_vocab_range(int V, int tp_rank, int tp_size, int *start, int *end) {
+    static const char fn[] = "vocab_range";
+    int rc;
+    if (tp_size <= 0 || tp_rank < 0 || tp_rank >= tp_size)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: tp_rank (%d) is not in [0, tp_size = %d)", fn,
+                        tp_rank, tp_size);
+    if ((rc = mc__tp_divide(fn, "vocabulary size", V, tp_size)) != MC_OK) return rc;
+    if (start) *start = tp_rank * (V / tp_size);
+    if (end) *end = (tp_rank + 1) * (V / tp_size);
+    return MC_OK;
+}
+
+static int mc__tp_embedding_check(const char *fn, const int *ids, int N, int C, int V,
+                                  mc_dtype dt, mc_comm *tp, const mc_ops *ops, int *start,
+                                  int *end) {
+    int rc;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "tokens N", N)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "embedding_dim C", C)) != MC_OK) return rc;
+    if ((rc = mc__tp_divide(fn, "num_embeddings (padded vocabulary)", V, mc__tp_size(tp))) !=
+        MC_OK)
+        return rc;
+    if ((rc = ops->check_ids(ops, ids, N, V, fn, "ids")) != MC_OK) return rc;
+    return mc_vocab_range(V, mc__tp_rank(tp), mc__tp_size(tp), start, end);
+}
+
+MC_API int mc_vocab_parallel_embedding_forward(void *out, const int *ids, const void *table,
+                                               int N, int C, int V, mc_dtype dt, mc_comm *tp,
+                                               const mc_ops *ops) {
+    static const char fn[] = "vocab_parallel_embedding_forward";
+    int start, end, rc;
+    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, dt, tp, ops, &start, &end)) != MC_OK)
+        return rc;
+    /* Ids outside [start, end) give zero rows, so the sum over TP is the full lookup. */
+    if ((rc = ops->embedding_forward(ops, out, ids, table, N, C, start, end, dt)) != MC_OK)
+        return rc;
+    if (mc__tp_size(tp) == 1) return MC_OK;
+    return mc__tp_all_reduce(out, out, (size_t)N * C, dt, tp);
+}
+
+MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const void *dout, const int *ids,
+                                                int N, int C, int V, mc_dtype dt, mc_comm *tp,
+                                                const mc_ops *ops) {
+    static const char fn[] = "vocab_parallel_embedding_backward";
+    int start, end, rc;
+    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, dt, tp, ops, &start, &end)) != MC_OK)
+        return rc;
+    return ops->embedding_backward(ops, dtable, dout, ids, N, C, start, end, dt);
+}
+
+MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
+                                                      int tp_size) {
+    if (N <= 0 || V <= 0 || tp_size <= 0) return 0;
+    /* target logits [N]; with smoothing also [sum_exp | sum of logits] [2N] */
+    return label_smoothing > 0.0f ? 3 * (size_t)N : (size_t)N;
+}
+
+static int mc__tp_ce_check(const char *fn, const int *targets, int N, int V,
+                           float label_smoothing, mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
+    int rc;
+    if ((rc = mc__tp_check_ops(fn, ops, dt)) != MC_OK) return rc;
+    if ((rc = mc__tp_positive(fn, "tokens N", N)) != MC_OK) return rc;
+    if ((rc = mc__tp_divide(fn, "vocabulary size V", V, mc__tp_size(tp))) != MC_OK) return rc;
+    if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: label_smoothing (%g) must be in [0, 1)", fn,
+                        (double)label_smoothing);
+    if (label_smoothing > 0.0f && V < 2)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "%s: label smoothing needs a vocabulary of at least 2 (V = %d)", fn, V);
+    return ops->check_ids(ops, targets, N, V, fn, "targets");
+}
+
+/* Megatron's label_smoothing a as the weight s of the uniform part: the target gets 1 - a and
+   each of the K - 1 others a / (K - 1), i.e. (1 - s) onehot + s / K with s = a K / (K - 1). */
+static float mc__tp_smoothing_s(float label_smoothing, int K) {
+    if (label_smoothing <= 0.0f) return 0.0f;
+    return (float)((double)label_smoothing * K / (K - 1.0));
+}
+
+MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, double *loss_sum, float *max,
+                                                   float *sum_exp, float *scratch,
+                                                   const void *logits, const int *targets, int N,
+                                                   int V, float label_smoothing, mc_dtype dt,
+                                                   mc_comm *tp, const mc_ops *ops) {
+    static const char fn[] = "vocab_parallel_cross_entropy_forward";
+    int tp_size = mc__tp_size(tp), rc, Vl, start;
+    int smoothing = label_smoothing > 0.0f;
+    float *target_logit, *packed = NULL;
+    mc__tp_scratch s;
+    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, dt, tp, ops)) != MC_OK)
+        return rc;
+    Vl = V / tp_size;
+    start = mc__tp_rank(tp) * Vl;
+    if ((rc = mc__tp_scratch_get(
+             &s, scratch,
+             sizeof(float) * mc_vocab_parallel_cross_entropy_scratch(N, V, label_smoothing,
+                                                                     tp_size),
+             fn, ops)) != MC_OK)
+        return rc;
+    target_logit = (float *)s.base;
+
+    /* 1. The global row maximum, so that no rank's exp overflows. */
+    if ((rc = ops->row_max(ops, max, logits, N, Vl, dt)) != MC_OK) goto done;
+    if (tp_size > 1 && (rc = mc_all_reduce(tp, max, max, (size_t)N, MC_F32, MC_MAX)) != MC_OK)
+        goto done;
+    /* 2. The target logit: only its owner contributes, the others add 0. */
+    if ((rc = ops->target_logit(ops, target_logit, logits, targets, N, Vl, start, dt)) != MC_OK)
+        goto done;
+    if (tp_size > 1 &&
+        (rc = mc__tp_all_reduce(target_logit, target_logit, (size_t)N, MC_F32, tp)) != MC_OK)
+        goto done;
+    /* 3. The sum of exp(logit - max); with smoothing the row sums of the logits ride along
+          ([sum_exp | logit_sum], one all-reduce of 2N). */
+    if (smoothing) {
+        packed = target_logit + N;
+        if ((rc = ops->sum_exp(ops, packed, logits, max, N, Vl, dt)) != MC_OK) goto done;
+        if ((rc = ops->row_sum(ops, packed + N, logits, N, Vl, dt)) != MC_OK) goto done;
+        if (tp_size > 1 &&
+            (rc = mc__tp_all_reduce(packed, packed, 2 * (size_t)N, MC_F32, tp)) != MC_OK)
+            goto done;
+        if ((rc = ops->copy(ops, sum_exp, packed, (size_t)N, MC_F32, MC_F32)) != MC_OK) goto done;
+    } else {
+        if ((rc = ops->sum_exp(ops, sum_exp, logits, max, N, Vl, dt)) != MC_OK) goto done;
+        if (tp_size > 1 &&
+            (rc = mc__tp_all_reduce(sum_exp, sum_exp, (size_t)N, MC_F32, tp)) != MC_OK)
+            goto done;
+    }
+    /* 4. The per-token loss (and its sum) from the pieces, an op: nothing is read back. */
+    rc = ops->cross_entropy_loss(ops, losses, loss_sum, max, sum_exp, target_logit,
+                                 smoothing ? packed + N : NULL, N, V,
+                                 mc__tp_smoothing_s(label_smoothing, V));
+done:
+    mc__tp_scratch_put(&s, ops);
+    return rc;
+}
+
+MC_API int mc_vocab_parallel_cross_entropy_backward(void *dlogits, const float *dlosses,
+                                                    const void *logits, const float *max,
+                                                    const float *sum_exp, const int *targets,
+                                                    int N, int V, float label_smoothing,
+                                                    mc_dtype dt, mc_comm *tp,
+                                                    const mc_ops *ops) {
+    static const char fn[] = "vocab_parallel_cross_entropy_backward";
+    int rc, Vl;
+    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, dt, tp, ops)) != MC_OK)
+        return rc;
+    Vl = V / mc__tp_size(tp);
+    return ops->cross_entropy_backward(ops, dlogits, logits, max, sum_exp, targets, dlosses, N,
+                                       Vl, mc__tp_rank(tp) * Vl,
+                                       mc__tp_smoothing_s(label_smoothing, V), V, dt);
+}
+
+// CPU initialisation (§3.1): every element of the global master comes from its own index, so
+// any shard at any TP size is computed without the others.
+
+MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, int tp_rank,
+                                 int tp_size) {
+    int per_rank, piece;
+    if (tp_size <= 0 || stride <= 0 || tp_rank < 0 || tp_rank >= tp_size || global_dim <= 0)
+        return -1;
+    if (global_dim % tp_size != 0 || (global_dim / tp_size) % stride != 0) return -1;
+    per_rank = global_dim / tp_size;
+    if (local_index < 0 || local_index >= per_rank) return -1;
+    piece = per_rank / stride;
+    /* my k-th piece is global piece k * TP + r */
+    return ((local_index / piece) * tp_size + tp_rank) * piece + local_index % piece;
+}
+
+/* The Philox key of a parameter: FNV-1a over the name's bytes, then over the seed's 8
+   little-endian bytes, so two parameters (or two seeds) get unrelated streams. */
+static uint64_t mc__init_key(const char *name, uint64_t seed) {
+    uint64_t h = mc__fnv_bytes(MC__FNV_OFFSET, name, strlen(name));
+    return mc__fnv_int(h, seed);
+}
+
+/* normal(0, 1) of global element g: Box-Muller on lanes 0 and 1 of the Philox block at
+   counter g (32-bit uniforms; u1 in (0, 1] keeps the log finite). Lanes 2 and 3 are unused, so
+   every element needs only its own index. */
+static double mc__init_normal_at(uint64_t key, uint64_t g) {
+    uint32_t block[4];
+    double u1, u2;
+    mc__rng_block(key, g, block);
+    u1 = ((double)block[0] + 1.0) * (1.0 / 4294967296.0);
+    u2 = (double)block[1] * (1.0 / 4294967296.0);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int cols,
+                                 int partition_dim, int stride, int tp_rank, int tp_size,
+                                 float std, uint64_t seed) {
+    static const char fn[] = "init_normal_shard";
+    int split_rows, split_cols, lr, lc, i, j;
+    uint64_t key;
+    if (!local || !name || rows <= 0 || cols <= 0 || partition_dim < -1 || partition_dim > 1) {
+        MC__FAIL(MC_ERR_INVALID_ARG,
+                 "%s: invalid arguments (name %s, shape [%d, %d], partition_dim %d); nothing "
+                 "written",
+                 fn, name ? name : "NULL", rows, cols, partition_dim);
+        return;
+    }
+    /* A 1-D tensor (rows == 1) splits along its only dimension. */
+    split_rows = partition_dim == 0 && rows > 1;
+    split_cols = partition_dim == 1 || (partition_dim == 0 && rows == 1);
+    lr = split_rows ? rows / (tp_size > 0 ? tp_size : 1) : rows;
+    lc = split_cols ? cols / (tp_size > 0 ? tp_size : 1) : cols;
+    if (partition_dim >= 0 && mc_shard_global_index(0, split_rows ? rows : cols, stride, tp_rank,
+                                                    tp_size) < 0) {
+        MC__FAIL(MC_ERR_INVALID_ARG,
+                 "%s: %s [%d, %d]: partition dim size %d does not split into tp_size (%d) x "
+                 "stride (%d) pieces for tp_rank %d; nothing written",
+                 fn, name, rows, cols, split_rows ? rows : cols, tp_size, stride, tp_rank);
+        return;
+    }
+    key = mc__init_key(name, seed);
+    for (i = 0; i < lr; i++) {
+        int gi = split_rows ? mc_shard_global_index(i, rows, stride, tp_rank, tp_size) : i;
+        for (j = 0; j < lc; j++) {
+            int gj = split_cols ? mc_shard_global_index(j, cols, stride, tp_rank, tp_size) : j;
+            double z = mc__init_normal_at(key, (uint64_t)gi * (uint64_t)cols + (uint64_t)gj);
+            local[(size_t)i * lc + j] = (float)((double)std * z);
+        }
     }
 }
 
-/* Appends `consumed` when the batch there differs from the last point's. */
-static int mc__change_point(const mc_microbatch_calc *c, long long consumed, int *last_batch,
-                            long long *out, int cap, int n) {
-    int batch = mc__rampup_batch(c, consumed);
-    if (n > 0 && batch == *last_batch) return n;
-    if (out && n < cap) out[n] = consumed;
-    *last_batch = batch;
-    return n + 1;
+/* @tensor_parallel:implementation end */
+
+// ---------------------------------------------------------------------------------------------
+// >>tensor_parallel.random
+//
+// Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
+// SC'11): ten rounds of two 32x32->64 multiplies mixing a 128-bit counter under a 64-bit key
+// that is bumped by the Weyl constants between rounds. Known-answer vectors from Random123 are
+// in tests/test_rng.c.
+
+#define MC__PHILOX_M0 0xD2511F53u   /* round multipliers */
+#define MC__PHILOX_M1 0xCD9E8D57u
+#define MC__PHILOX_W0 0x9E3779B9u   /* key bumps: golden ratio, sqrt(3) - 1 */
+#define MC__PHILOX_W1 0xBB67AE85u
+
+MC_API void mc_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
+    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
+    uint32_t k0 = key[0], k1 = key[1];
+    int round;
+    for (round = 0; round < 10; round++) {
+        uint64_t p0 = (uint64_t)MC__PHILOX_M0 * c0;
+        uint64_t p1 = (uint64_t)MC__PHILOX_M1 * c2;
+        c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        c1 = (uint32_t)p1;
+        c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c3 = (uint32_t)p0;
+        k0 += MC__PHILOX_W0;
+        k1 += MC__PHILOX_W1;
+    }
+    out[0] = c0;
+    out[1] = c1;
+    out[2] = c2;
+    out[3] = c3;
 }
 
-/* The first count in [lo, hi] whose ramp-up step is >= k (the step only grows with it). */
-static long long mc__rampup_first_reaching(const mc_microbatch_calc *c, long long k, long long lo,
-                                           long long hi) {
-    while (lo < hi) {
-        long long mid = lo + (hi - lo) / 2;
-        if ((long long)((double)mid / c->rampup_samples_per_increment) >= k)
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    return lo;
+/* The four elements 4 * block .. 4 * block + 3 of the stream with `seed`. */
+static void mc__rng_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
+    uint32_t counter[4], key[2];
+    counter[0] = (uint32_t)block;
+    counter[1] = (uint32_t)(block >> 32);
+    counter[2] = 0;
+    counter[3] = 0;
+    key[0] = (uint32_t)seed;
+    key[1] = (uint32_t)(seed >> 32);
+    mc_philox4x32_10(counter, key, out);
 }
 
-MC_API int mc_microbatch_change_points(const mc_microbatch_calc *calc, long long *out, int cap) {
-    int i, n = 0, last_batch = 0;
-    long long n_inc, k, from = 0;
-    if (!calc || calc->mode == MC_MICROBATCH_UNSET)
-        return MC__FAIL(MC_ERR_STATE, "mc_microbatch_change_points: the calculator is not "
-                                      "initialized");
-    if (cap < 0) cap = 0;
-    if (calc->mode == MC_MICROBATCH_STEP) {
-        for (i = 0; i < calc->n_steps; i++)
-            if (out && i < cap) out[i] = calc->step_threshold[i];
-        return calc->n_steps;
+/* 24 random bits scaled by 2^-24: every value is exact in a float and below 1. */
+static float mc__rng_to_uniform(uint32_t bits) {
+    return (float)(bits >> 8) * (1.0f / 16777216.0f);
+}
+
+MC_API uint32_t mc_rng_bits_at(uint64_t seed, uint64_t index) {
+    uint32_t block[4];
+    mc__rng_block(seed, index / 4, block);
+    return block[index % 4];
+}
+
+MC_API float mc_rng_uniform_at(uint64_t seed, uint64_t index) {
+    return mc__rng_to_uniform(mc_rng_bits_at(seed, index));
+}
+
+/* Calls emit(i, uniform) for the next n elements of the stream, one Philox block per four,
+   then moves the offset past them to the next block boundary. */
+typedef void (*mc__rng_emit)(void *dst, size_t i, float uniform, float arg);
+
+static void mc__rng_draw(mc_rng *rng, size_t n, mc__rng_emit emit, void *dst, float arg) {
+    uint32_t block[4];
+    uint64_t have = UINT64_MAX;   /* index of the block in `block` */
+    size_t i;
+    for (i = 0; i < n; i++) {
+        uint64_t g = rng->offset + i;
+        if (g / 4 != have) {
+            have = g / 4;
+            mc__rng_block(rng->seed, have, block);
+        }
+        emit(dst, i, mc__rng_to_uniform(block[g % 4]), arg);
     }
-    if (calc->mode == MC_MICROBATCH_CONSTANT || calc->rampup_samples_per_increment == 0.0) {
-        if (out && cap > 0) out[0] = 0;
-        return 1;
-    }
-    n = mc__change_point(calc, 0, &last_batch, out, cap, n);
-    n_inc = (calc->global_batch_size - calc->desc.rampup.start) / calc->desc.rampup.increment;
-    for (k = 1; k <= n_inc; k++) {
-        /* Rounding can leave the last step unreached within `samples`. */
-        from = mc__rampup_first_reaching(calc, k, from, calc->desc.rampup.samples + 1);
-        if (from > calc->desc.rampup.samples) break;
-        n = mc__change_point(calc, from, &last_batch, out, cap, n);
-    }
-    return mc__change_point(calc, calc->desc.rampup.samples + 1, &last_batch, out, cap, n);
+    rng->offset += ((uint64_t)n + 3) / 4 * 4;
+}
+
+static void mc__rng_emit_uniform(void *dst, size_t i, float uniform, float arg) {
+    (void)arg;
+    ((float *)dst)[i] = uniform;
+}
+
+static void mc__rng_emit_keep(void *dst, size_t i, float uniform, float p) {
+    ((uint8_t *)dst)[i] = (uint8_t)(uniform >= p);
+}
+
+MC_API int mc_rng_uniform(mc_rng *rng, float *out, size_t n) {
+    if (!rng || (!out && n > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_uniform: rng (%p) and out (%p) must be set",
+                        (void *)rng, (void *)out);
+    mc__rng_draw(rng, n, mc__rng_emit_uniform, out, 0.0f);
+    return MC_OK;
+}
+
+MC_API int mc_rng_dropout_mask(mc_rng *rng, uint8_t *mask, size_t n, float p) {
+    if (!rng || (!mask && n > 0))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_dropout_mask: rng (%p) and mask (%p) must be set", (void *)rng,
+                        (void *)mask);
+    if (!(p >= 0.0f && p <= 1.0f))
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_dropout_mask: dropout probability p (%g) must be in [0, 1]",
+                        (double)p);
+    mc__rng_draw(rng, n, mc__rng_emit_keep, mask, p);
+    return MC_OK;
 }
 
 // ---------------------------------------------------------------------------------------------
-// >>schedule_table
+// >>tensor_parallel.random tracker
+
+/* Index of the stream called `name`, or -1. */
+static int mc__rng_find(const mc_rng_states *s, const char *name) {
+    int i;
+    for (i = 0; i < s->n_streams; i++)
+        if (strcmp(s->names[i], name) == 0) return i;
+    return -1;
+}
+
+MC_API void mc_rng_tracker_reset(mc_rng_tracker *t) {
+    mc_rng current;
+    if (!t) return;
+    current = t->s.current;
+    memset(t, 0, sizeof *t);
+    t->s.current = current;
+}
+
+MC_API void mc_rng_tracker_manual_seed(mc_rng_tracker *t, uint64_t seed) {
+    if (!t) return;
+    t->s.current.seed = seed;
+    t->s.current.offset = 0;
+}
+
+MC_API int mc_rng_tracker_add(mc_rng_tracker *t, const char *name, uint64_t seed) {
+    int i;
+    if (!t || !name)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: tracker and name must be set");
+    /* Megatron checks the seed first, then the name. */
+    for (i = 0; i < t->n_seeds; i++)
+        if (t->seeds[i] == seed)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_rng_tracker_add(\"%s\", %llu): seed %llu already exists (every "
+                            "stream needs its own seed)",
+                            name, (unsigned long long)seed, (unsigned long long)seed);
+    if (mc__rng_find(&t->s, name) >= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: rng state \"%s\" already exists",
+                        name);
+    if (name[0] == '\0' || strlen(name) >= MC_RNG_NAME_MAX || strcmp(name, MC_RNG_DEFAULT) == 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_add: name \"%s\" must be 1 to %d characters and not \"%s\"",
+                        name, MC_RNG_NAME_MAX - 1, MC_RNG_DEFAULT);
+    if (t->s.n_streams == MC_RNG_MAX_STREAMS || t->n_seeds == MC_RNG_MAX_STREAMS)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_add(\"%s\"): the tracker holds at most "
+                        "MC_RNG_MAX_STREAMS (%d) streams",
+                        name, MC_RNG_MAX_STREAMS);
+    t->seeds[t->n_seeds++] = seed;
+    i = t->s.n_streams++;
+    memcpy(t->s.names[i], name, strlen(name) + 1);
+    t->s.streams[i].seed = seed;
+    t->s.streams[i].offset = 0;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_fork(mc_rng_tracker *t, const char *name) {
+    int index;
+    if (!t || !name)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: tracker and name must be set");
+    index = mc__rng_find(&t->s, name);
+    if (index < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: rng state \"%s\" is not added",
+                        name);
+    if (t->depth == MC_RNG_MAX_FORK_DEPTH)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_rng_tracker_fork(\"%s\"): more than MC_RNG_MAX_FORK_DEPTH (%d) nested "
+                        "forks",
+                        name, MC_RNG_MAX_FORK_DEPTH);
+    /* An active stream's progress goes back to its slot, so that forking it again inside
+       this fork continues it instead of repeating its numbers. */
+    if (t->active > 0) t->s.streams[t->active - 1] = t->s.current;
+    t->stack[t->depth].outer = t->active;
+    t->stack[t->depth].saved = t->s.current;
+    t->depth++;
+    t->s.current = t->s.streams[index];
+    t->active = index + 1;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_unfork(mc_rng_tracker *t, const char *name) {
+    int outer;
+    if (!t || !name)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_unfork: tracker and name must be set");
+    if (t->depth == 0 || strcmp(mc_rng_tracker_active_name(t), name) != 0)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_rng_tracker_unfork(\"%s\"): current state name %s is not the same as "
+                        "the desired state name %s (unfork closes the innermost fork)",
+                        name, mc_rng_tracker_active_name(t), name);
+    t->s.streams[t->active - 1] = t->s.current;
+    t->depth--;
+    outer = t->stack[t->depth].outer;
+    /* The outer stream may have advanced in a nested fork of it: take it from its slot. */
+    t->s.current = outer > 0 ? t->s.streams[outer - 1] : t->stack[t->depth].saved;
+    t->active = outer;
+    return MC_OK;
+}
+
+MC_API mc_rng *mc_rng_tracker_current(mc_rng_tracker *t) { return t ? &t->s.current : NULL; }
+
+MC_API const char *mc_rng_tracker_active_name(const mc_rng_tracker *t) {
+    if (!t || t->active <= 0 || t->active > t->s.n_streams) return MC_RNG_DEFAULT;
+    return t->s.names[t->active - 1];
+}
+
+MC_API int mc_rng_tracker_get(const mc_rng_tracker *t, const char *name, mc_rng *out) {
+    int index;
+    if (!t || !name || !out)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: tracker, name and out must be set");
+    index = mc__rng_find(&t->s, name);
+    if (index < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: rng state \"%s\" is not added",
+                        name);
+    *out = t->s.streams[index];
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_get_states(const mc_rng_tracker *t, mc_rng_states *out) {
+    if (!t || !out)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get_states: tracker and out must be set");
+    *out = t->s;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_set_states(mc_rng_tracker *t, const mc_rng_states *states) {
+    int i;
+    if (!t || !states)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_set_states: tracker and states must be set");
+    if (states->n_streams < 0 || states->n_streams > MC_RNG_MAX_STREAMS)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_set_states: n_streams (%d) must be in [0, %d]",
+                        states->n_streams, MC_RNG_MAX_STREAMS);
+    /* Open forks refer to streams by position. */
+    if (t->depth > 0) {
+        int same = states->n_streams == t->s.n_streams;
+        for (i = 0; same && i < states->n_streams; i++)
+            same = strcmp(states->names[i], t->s.names[i]) == 0;
+        if (!same)
+            return MC__FAIL(MC_ERR_STATE,
+                            "mc_rng_tracker_set_states: %d fork(s) open on \"%s\", so the states "
+                            "must list the same streams in the same order",
+                            t->depth, mc_rng_tracker_active_name(t));
+    }
+    t->s = *states;
+    return MC_OK;
+}
+
+MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int tp_rank,
+                                        int pp_rank, int ep_rank, int etp_rank, int dp_rank,
+                                        int data_parallel_random_init) {
+    long long stage_seed;
+    int rc;
+    if (!t) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_seed_megatron: tracker is NULL");
+    if (seed <= 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_seed_megatron: seed (%lld) must be > 0", seed);
+    if (tp_rank < 0 || pp_rank < 0 || ep_rank < 0 || etp_rank < 0 || dp_rank < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_rng_tracker_seed_megatron: ranks must be >= 0 (tp %d, pp %d, ep %d, "
+                        "etp %d, dp %d)",
+                        tp_rank, pp_rank, ep_rank, etp_rank, dp_rank);
+    /* Pipeline stages differ by 100 (and data-parallel replicas by 10 when asked), so that
+       stages do not draw the same dropout masks. */
+    stage_seed = seed + 100LL * pp_rank;
+    if (data_parallel_random_init) stage_seed += 10LL * dp_rank;
+    mc_rng_tracker_reset(t);
+    mc_rng_tracker_manual_seed(t, (uint64_t)stage_seed);
+    if ((rc = mc_rng_tracker_add(t, MC_RNG_DATA_PARALLEL, (uint64_t)stage_seed)) != MC_OK)
+        return rc;
+    /* Distinct per TP rank, identical across DP: TP-split activations get different masks. */
+    if ((rc = mc_rng_tracker_add(t, MC_RNG_MODEL_PARALLEL,
+                                 (uint64_t)(stage_seed + 2718 + tp_rank))) != MC_OK)
+        return rc;
+    return mc_rng_tracker_add(t, MC_RNG_EXPERT_PARALLEL,
+                              (uint64_t)(stage_seed + 1024 + 100LL * ep_rank + etp_rank));
+}
+
+/* =============================================================================================
+   pipeline_parallel (implementation) */
+
+// ---------------------------------------------------------------------------------------------
+// >>pipeline_parallel.schedule_table
 //
 // The op order of Megatron's schedules (pipeline_parallel/schedules.py), without the compute
 // and the P2P calls in between: what each stage runs, and in which order.
@@ -5271,3548 +8432,14 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
     return rc;
 }
 
-// ---------------------------------------------------------------------------------------------
-// >>rng
-//
-// Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as easy as 1, 2, 3",
-// SC'11): ten rounds of two 32x32->64 multiplies mixing a 128-bit counter under a 64-bit key
-// that is bumped by the Weyl constants between rounds. Known-answer vectors from Random123 are
-// in tests/test_rng.c.
-
-#define MC__PHILOX_M0 0xD2511F53u   /* round multipliers */
-#define MC__PHILOX_M1 0xCD9E8D57u
-#define MC__PHILOX_W0 0x9E3779B9u   /* key bumps: golden ratio, sqrt(3) - 1 */
-#define MC__PHILOX_W1 0xBB67AE85u
-
-MC_API void mc_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
-    uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3];
-    uint32_t k0 = key[0], k1 = key[1];
-    int round;
-    for (round = 0; round < 10; round++) {
-        uint64_t p0 = (uint64_t)MC__PHILOX_M0 * c0;
-        uint64_t p1 = (uint64_t)MC__PHILOX_M1 * c2;
-        c0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        c1 = (uint32_t)p1;
-        c2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c3 = (uint32_t)p0;
-        k0 += MC__PHILOX_W0;
-        k1 += MC__PHILOX_W1;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
-}
-
-/* The four elements 4 * block .. 4 * block + 3 of the stream with `seed`. */
-static void mc__rng_block(uint64_t seed, uint64_t block, uint32_t out[4]) {
-    uint32_t counter[4], key[2];
-    counter[0] = (uint32_t)block;
-    counter[1] = (uint32_t)(block >> 32);
-    counter[2] = 0;
-    counter[3] = 0;
-    key[0] = (uint32_t)seed;
-    key[1] = (uint32_t)(seed >> 32);
-    mc_philox4x32_10(counter, key, out);
-}
-
-/* 24 random bits scaled by 2^-24: every value is exact in a float and below 1. */
-static float mc__rng_to_uniform(uint32_t bits) {
-    return (float)(bits >> 8) * (1.0f / 16777216.0f);
-}
-
-MC_API uint32_t mc_rng_bits_at(uint64_t seed, uint64_t index) {
-    uint32_t block[4];
-    mc__rng_block(seed, index / 4, block);
-    return block[index % 4];
-}
-
-MC_API float mc_rng_uniform_at(uint64_t seed, uint64_t index) {
-    return mc__rng_to_uniform(mc_rng_bits_at(seed, index));
-}
-
-/* Calls emit(i, uniform) for the next n elements of the stream, one Philox block per four,
-   then moves the offset past them to the next block boundary. */
-typedef void (*mc__rng_emit)(void *dst, size_t i, float uniform, float arg);
-
-static void mc__rng_draw(mc_rng *rng, size_t n, mc__rng_emit emit, void *dst, float arg) {
-    uint32_t block[4];
-    uint64_t have = UINT64_MAX;   /* index of the block in `block` */
-    size_t i;
-    for (i = 0; i < n; i++) {
-        uint64_t g = rng->offset + i;
-        if (g / 4 != have) {
-            have = g / 4;
-            mc__rng_block(rng->seed, have, block);
-        }
-        emit(dst, i, mc__rng_to_uniform(block[g % 4]), arg);
-    }
-    rng->offset += ((uint64_t)n + 3) / 4 * 4;
-}
-
-static void mc__rng_emit_uniform(void *dst, size_t i, float uniform, float arg) {
-    (void)arg;
-    ((float *)dst)[i] = uniform;
-}
-
-static void mc__rng_emit_keep(void *dst, size_t i, float uniform, float p) {
-    ((uint8_t *)dst)[i] = (uint8_t)(uniform >= p);
-}
-
-MC_API int mc_rng_uniform(mc_rng *rng, float *out, size_t n) {
-    if (!rng || (!out && n > 0))
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_uniform: rng (%p) and out (%p) must be set",
-                        (void *)rng, (void *)out);
-    mc__rng_draw(rng, n, mc__rng_emit_uniform, out, 0.0f);
-    return MC_OK;
-}
-
-MC_API int mc_rng_dropout_mask(mc_rng *rng, uint8_t *mask, size_t n, float p) {
-    if (!rng || (!mask && n > 0))
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_dropout_mask: rng (%p) and mask (%p) must be set", (void *)rng,
-                        (void *)mask);
-    if (!(p >= 0.0f && p <= 1.0f))
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_dropout_mask: dropout probability p (%g) must be in [0, 1]",
-                        (double)p);
-    mc__rng_draw(rng, n, mc__rng_emit_keep, mask, p);
-    return MC_OK;
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>rng tracker
-
-/* Index of the stream called `name`, or -1. */
-static int mc__rng_find(const mc_rng_states *s, const char *name) {
-    int i;
-    for (i = 0; i < s->n_streams; i++)
-        if (strcmp(s->names[i], name) == 0) return i;
-    return -1;
-}
-
-MC_API void mc_rng_tracker_reset(mc_rng_tracker *t) {
-    mc_rng current;
-    if (!t) return;
-    current = t->s.current;
-    memset(t, 0, sizeof *t);
-    t->s.current = current;
-}
-
-MC_API void mc_rng_tracker_manual_seed(mc_rng_tracker *t, uint64_t seed) {
-    if (!t) return;
-    t->s.current.seed = seed;
-    t->s.current.offset = 0;
-}
-
-MC_API int mc_rng_tracker_add(mc_rng_tracker *t, const char *name, uint64_t seed) {
-    int i;
-    if (!t || !name)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: tracker and name must be set");
-    /* Megatron checks the seed first, then the name. */
-    for (i = 0; i < t->n_seeds; i++)
-        if (t->seeds[i] == seed)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "mc_rng_tracker_add(\"%s\", %llu): seed %llu already exists (every "
-                            "stream needs its own seed)",
-                            name, (unsigned long long)seed, (unsigned long long)seed);
-    if (mc__rng_find(&t->s, name) >= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_add: rng state \"%s\" already exists",
-                        name);
-    if (name[0] == '\0' || strlen(name) >= MC_RNG_NAME_MAX || strcmp(name, MC_RNG_DEFAULT) == 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_add: name \"%s\" must be 1 to %d characters and not \"%s\"",
-                        name, MC_RNG_NAME_MAX - 1, MC_RNG_DEFAULT);
-    if (t->s.n_streams == MC_RNG_MAX_STREAMS || t->n_seeds == MC_RNG_MAX_STREAMS)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_add(\"%s\"): the tracker holds at most "
-                        "MC_RNG_MAX_STREAMS (%d) streams",
-                        name, MC_RNG_MAX_STREAMS);
-    t->seeds[t->n_seeds++] = seed;
-    i = t->s.n_streams++;
-    memcpy(t->s.names[i], name, strlen(name) + 1);
-    t->s.streams[i].seed = seed;
-    t->s.streams[i].offset = 0;
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_fork(mc_rng_tracker *t, const char *name) {
-    int index;
-    if (!t || !name)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: tracker and name must be set");
-    index = mc__rng_find(&t->s, name);
-    if (index < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_fork: rng state \"%s\" is not added",
-                        name);
-    if (t->depth == MC_RNG_MAX_FORK_DEPTH)
-        return MC__FAIL(MC_ERR_STATE,
-                        "mc_rng_tracker_fork(\"%s\"): more than MC_RNG_MAX_FORK_DEPTH (%d) nested "
-                        "forks",
-                        name, MC_RNG_MAX_FORK_DEPTH);
-    /* An active stream's progress goes back to its slot, so that forking it again inside
-       this fork continues it instead of repeating its numbers. */
-    if (t->active > 0) t->s.streams[t->active - 1] = t->s.current;
-    t->stack[t->depth].outer = t->active;
-    t->stack[t->depth].saved = t->s.current;
-    t->depth++;
-    t->s.current = t->s.streams[index];
-    t->active = index + 1;
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_unfork(mc_rng_tracker *t, const char *name) {
-    int outer;
-    if (!t || !name)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_unfork: tracker and name must be set");
-    if (t->depth == 0 || strcmp(mc_rng_tracker_active_name(t), name) != 0)
-        return MC__FAIL(MC_ERR_STATE,
-                        "mc_rng_tracker_unfork(\"%s\"): current state name %s is not the same as "
-                        "the desired state name %s (unfork closes the innermost fork)",
-                        name, mc_rng_tracker_active_name(t), name);
-    t->s.streams[t->active - 1] = t->s.current;
-    t->depth--;
-    outer = t->stack[t->depth].outer;
-    /* The outer stream may have advanced in a nested fork of it: take it from its slot. */
-    t->s.current = outer > 0 ? t->s.streams[outer - 1] : t->stack[t->depth].saved;
-    t->active = outer;
-    return MC_OK;
-}
-
-MC_API mc_rng *mc_rng_tracker_current(mc_rng_tracker *t) { return t ? &t->s.current : NULL; }
-
-MC_API const char *mc_rng_tracker_active_name(const mc_rng_tracker *t) {
-    if (!t || t->active <= 0 || t->active > t->s.n_streams) return MC_RNG_DEFAULT;
-    return t->s.names[t->active - 1];
-}
-
-MC_API int mc_rng_tracker_get(const mc_rng_tracker *t, const char *name, mc_rng *out) {
-    int index;
-    if (!t || !name || !out)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: tracker, name and out must be set");
-    index = mc__rng_find(&t->s, name);
-    if (index < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get: rng state \"%s\" is not added",
-                        name);
-    *out = t->s.streams[index];
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_get_states(const mc_rng_tracker *t, mc_rng_states *out) {
-    if (!t || !out)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_get_states: tracker and out must be set");
-    *out = t->s;
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_set_states(mc_rng_tracker *t, const mc_rng_states *states) {
-    int i;
-    if (!t || !states)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_set_states: tracker and states must be set");
-    if (states->n_streams < 0 || states->n_streams > MC_RNG_MAX_STREAMS)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_set_states: n_streams (%d) must be in [0, %d]",
-                        states->n_streams, MC_RNG_MAX_STREAMS);
-    /* Open forks refer to streams by position. */
-    if (t->depth > 0) {
-        int same = states->n_streams == t->s.n_streams;
-        for (i = 0; same && i < states->n_streams; i++)
-            same = strcmp(states->names[i], t->s.names[i]) == 0;
-        if (!same)
-            return MC__FAIL(MC_ERR_STATE,
-                            "mc_rng_tracker_set_states: %d fork(s) open on \"%s\", so the states "
-                            "must list the same streams in the same order",
-                            t->depth, mc_rng_tracker_active_name(t));
-    }
-    t->s = *states;
-    return MC_OK;
-}
-
-MC_API int mc_rng_tracker_seed_megatron(mc_rng_tracker *t, long long seed, int tp_rank,
-                                        int pp_rank, int ep_rank, int etp_rank, int dp_rank,
-                                        int data_parallel_random_init) {
-    long long stage_seed;
-    int rc;
-    if (!t) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_rng_tracker_seed_megatron: tracker is NULL");
-    if (seed <= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_seed_megatron: seed (%lld) must be > 0", seed);
-    if (tp_rank < 0 || pp_rank < 0 || ep_rank < 0 || etp_rank < 0 || dp_rank < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_rng_tracker_seed_megatron: ranks must be >= 0 (tp %d, pp %d, ep %d, "
-                        "etp %d, dp %d)",
-                        tp_rank, pp_rank, ep_rank, etp_rank, dp_rank);
-    /* Pipeline stages differ by 100 (and data-parallel replicas by 10 when asked), so that
-       stages do not draw the same dropout masks. */
-    stage_seed = seed + 100LL * pp_rank;
-    if (data_parallel_random_init) stage_seed += 10LL * dp_rank;
-    mc_rng_tracker_reset(t);
-    mc_rng_tracker_manual_seed(t, (uint64_t)stage_seed);
-    if ((rc = mc_rng_tracker_add(t, MC_RNG_DATA_PARALLEL, (uint64_t)stage_seed)) != MC_OK)
-        return rc;
-    /* Distinct per TP rank, identical across DP: TP-split activations get different masks. */
-    if ((rc = mc_rng_tracker_add(t, MC_RNG_MODEL_PARALLEL,
-                                 (uint64_t)(stage_seed + 2718 + tp_rank))) != MC_OK)
-        return rc;
-    return mc_rng_tracker_add(t, MC_RNG_EXPERT_PARALLEL,
-                              (uint64_t)(stage_seed + 1024 + 100LL * ep_rank + etp_rank));
-}
-
-/* =============================================================================================
-   The training core (implementation), one block per module in dependency order. */
-
-/* @ops:implementation begin */
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu  The CPU reference op table: plain loops over fp32 arrays, every sum in a fixed
-// order. Element-wise and row-wise ops follow llm.c's formulas; the shapes are in each
-// function's comment ([rows, cols], row-major).
-
-#include <math.h>
-#if defined(MC_USE_CBLAS)
-#include <cblas.h>
-#endif
-
-#if defined(__GNUC__) || defined(_MSC_VER)
-#define MC__RESTRICT __restrict
-#else
-#define MC__RESTRICT
-#endif
-
-static void *mc__cpu_alloc(size_t bytes) { return mc_calloc(1, bytes); }
-static void mc__cpu_free(void *ptr) { mc_free(ptr); }
-
-static void mc__cpu_fill(float *x, float value, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) x[i] = value;
-}
-
-static void mc__cpu_copy(float *dst, const float *src, size_t n) {
-    if (n > 0 && dst != src) memmove(dst, src, n * sizeof(float));
-}
-
-static void mc__cpu_axpy(float *y, float a, const float *x, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-static void mc__cpu_scale(float *x, float a, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) x[i] *= a;
-}
-
-static double mc__cpu_sum_squares(const float *x, size_t n) {
-    double s = 0.0;
-    size_t i;
-    for (i = 0; i < n; i++) s += (double)x[i] * (double)x[i];
-    return s;
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu gemm
-//
-// C is computed in blocks of MB x NB. For each block an accumulator acc[MB, NB] starts at zero
-// and K is walked in KB-deep slices, in order: the slice of op(A) is copied ("packed") into
-// Ap[MB, KB] and that of op(B) into Bp[KB, NB], whatever the transposes, so the kernel's
-// inner loop runs over contiguous columns of Bp and acc (it vectorizes) and the blocks stay
-// in cache (Bp is 64 KiB). Every acc element receives its K products in the order
-// k = 0 .. K-1, whatever the block sizes: the result of an element depends only on its row of
-// op(A), its column of op(B) and K. Finally C = alpha * acc + beta * C.
-
-#define MC__GEMM_MB 32
-#define MC__GEMM_NB 128
-#define MC__GEMM_KB 128
-
-#if defined(MC_CPU_GEMM_ACC_F64)
-typedef double mc__gemm_acc;
-#else
-typedef float mc__gemm_acc;
-#endif
-
-/* Ap[mb, kb] = op(A)[i0 .., k0 ..]; op(A) is A[M,K], or A^T with A stored [K,M]. */
-static void mc__gemm_pack_a(float *MC__RESTRICT Ap, const float *MC__RESTRICT A, int M, int K,
-                            int trans_a, int i0, int mb, int k0, int kb) {
-    int i, k;
-    if (!trans_a) {
-        for (i = 0; i < mb; i++)
-            for (k = 0; k < kb; k++) Ap[i * kb + k] = A[(size_t)(i0 + i) * K + (k0 + k)];
-    } else {
-        for (k = 0; k < kb; k++)   /* read rows of the stored [K,M] matrix */
-            for (i = 0; i < mb; i++) Ap[i * kb + k] = A[(size_t)(k0 + k) * M + (i0 + i)];
-    }
-}
-
-/* Bp[kb, NB] = op(B)[k0 .., j0 .. j0 + nb], zero beyond nb so that the kernel always runs
-   full-width rows; op(B) is B[K,N], or B^T with B stored [N,K]. */
-static void mc__gemm_pack_b(float *MC__RESTRICT Bp, const float *MC__RESTRICT B, int N, int K,
-                            int trans_b, int k0, int kb, int j0, int nb) {
-    int j, k;
-    if (nb < MC__GEMM_NB) memset(Bp, 0, sizeof(float) * (size_t)kb * MC__GEMM_NB);
-    if (!trans_b) {
-        for (k = 0; k < kb; k++)
-            for (j = 0; j < nb; j++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(k0 + k) * N + (j0 + j)];
-    } else {
-        for (j = 0; j < nb; j++)   /* read rows of the stored [N,K] matrix */
-            for (k = 0; k < kb; k++) Bp[k * MC__GEMM_NB + j] = B[(size_t)(j0 + j) * K + (k0 + k)];
-    }
-}
-
-/* acc[mb, NB] += Ap[mb, kb] Bp[kb, NB]. The rows have the fixed width NB (a trip count the
-   compiler knows, so the j loop vectorizes even at -O2). Four k at a time share one pass over
-   an acc row; each element still adds its products in k order, so the unrolling changes no
-   bit. */
-static void mc__gemm_kernel(mc__gemm_acc *MC__RESTRICT acc, const float *MC__RESTRICT Ap,
-                            const float *MC__RESTRICT Bp, int mb, int kb) {
-    int i, j, k;
-    for (i = 0; i < mb; i++) {
-        mc__gemm_acc *MC__RESTRICT c = acc + (size_t)i * MC__GEMM_NB;
-        const float *a = Ap + (size_t)i * kb;
-        for (k = 0; k + 4 <= kb; k += 4) {
-            const float a0 = a[k], a1 = a[k + 1], a2 = a[k + 2], a3 = a[k + 3];
-            const float *b0 = Bp + (size_t)k * MC__GEMM_NB, *b1 = b0 + MC__GEMM_NB;
-            const float *b2 = b1 + MC__GEMM_NB, *b3 = b2 + MC__GEMM_NB;
-            for (j = 0; j < MC__GEMM_NB; j++) {
-                mc__gemm_acc s = c[j];
-                s += (mc__gemm_acc)(a0 * b0[j]);
-                s += (mc__gemm_acc)(a1 * b1[j]);
-                s += (mc__gemm_acc)(a2 * b2[j]);
-                s += (mc__gemm_acc)(a3 * b3[j]);
-                c[j] = s;
-            }
-        }
-        for (; k < kb; k++) {
-            const float ak = a[k];
-            const float *bk = Bp + (size_t)k * MC__GEMM_NB;
-            for (j = 0; j < MC__GEMM_NB; j++) c[j] += (mc__gemm_acc)(ak * bk[j]);
-        }
-    }
-}
-
-MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
-                                int trans_a, int trans_b, float alpha, float beta) {
-    float Ap[MC__GEMM_MB * MC__GEMM_KB];
-    float Bp[MC__GEMM_KB * MC__GEMM_NB];
-    mc__gemm_acc acc[MC__GEMM_MB * MC__GEMM_NB];
-    int i0, j0, k0, i, j;
-    for (i0 = 0; i0 < M; i0 += MC__GEMM_MB) {
-        const int mb = M - i0 < MC__GEMM_MB ? M - i0 : MC__GEMM_MB;
-        for (j0 = 0; j0 < N; j0 += MC__GEMM_NB) {
-            const int nb = N - j0 < MC__GEMM_NB ? N - j0 : MC__GEMM_NB;
-            for (i = 0; i < mb * MC__GEMM_NB; i++) acc[i] = 0;
-            for (k0 = 0; k0 < K; k0 += MC__GEMM_KB) {
-                const int kb = K - k0 < MC__GEMM_KB ? K - k0 : MC__GEMM_KB;
-                mc__gemm_pack_a(Ap, A, M, K, trans_a, i0, mb, k0, kb);
-                mc__gemm_pack_b(Bp, B, N, K, trans_b, k0, kb, j0, nb);
-                mc__gemm_kernel(acc, Ap, Bp, mb, kb);
-            }
-            for (i = 0; i < mb; i++) {
-                float *c = C + (size_t)(i0 + i) * N + j0;
-                const mc__gemm_acc *s = acc + (size_t)i * MC__GEMM_NB;
-                if (beta == 0.0f)   /* C is not read: it may hold garbage or NaN */
-                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j];
-                else
-                    for (j = 0; j < nb; j++) c[j] = alpha * (float)s[j] + beta * c[j];
-            }
-        }
-    }
-}
-
-#if defined(MC_USE_CBLAS)
-static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, int N, int K,
-                               int trans_a, int trans_b, float alpha, float beta) {
-    if (M <= 0 || N <= 0) return;
-    if (K <= 0) {   /* some BLAS builds reject K = 0 with ldb = 0 */
-        mc_cpu_gemm_blocked(C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
-                trans_b ? K : N, beta, C, N);
-}
-#define MC__CPU_GEMM mc__cpu_gemm_cblas
-#else
-#define MC__CPU_GEMM mc_cpu_gemm_blocked
-#endif
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu bias, layernorm, gelu
-
-/* out[N,C] += bias[C] */
-static void mc__cpu_add_bias(float *out, const float *bias, int N, int C) {
-    int n, c;
-    if (!bias) return;
-    for (n = 0; n < N; n++)
-        for (c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
-}
-
-/* dbias[C] += sum over rows of dout[N,C] (rows in order) */
-static void mc__cpu_bias_backward(float *dbias, const float *dout, int N, int C) {
-    int n, c;
-    for (n = 0; n < N; n++)
-        for (c = 0; c < C; c++) dbias[c] += dout[(size_t)n * C + c];
-}
-
-/* out[N,C], mean[N], rstd[N] <- inp[N,C], weight[C], bias[C] */
-static void mc__cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
-                                      const float *weight, const float *bias, int N, int C,
-                                      float eps) {
-    int n, c;
-    for (n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *o = out + (size_t)n * C;
-        float m = 0.0f, v = 0.0f, s;
-        for (c = 0; c < C; c++) m += x[c];
-        m /= (float)C;
-        for (c = 0; c < C; c++) v += (x[c] - m) * (x[c] - m);
-        v /= (float)C;
-        s = 1.0f / sqrtf(v + eps);
-        for (c = 0; c < C; c++) o[c] = (x[c] - m) * s * weight[c] + (bias ? bias[c] : 0.0f);
-        if (mean) mean[n] = m;
-        if (rstd) rstd[n] = s;
-    }
-}
-
-/* dinp[N,C] +=, dweight[C] +=, dbias[C] += (may be NULL) <- dout[N,C], inp[N,C], weight[C],
-   mean[N], rstd[N]. With xhat = (x - mean) * rstd and g = weight * dout:
-   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)). */
-static void mc__cpu_layernorm_backward(float *dinp, float *dweight, float *dbias,
-                                       const float *dout, const float *inp, const float *weight,
-                                       const float *mean, const float *rstd, int N, int C) {
-    int n, c;
-    for (n = 0; n < N; n++) {
-        const float *dy = dout + (size_t)n * C, *x = inp + (size_t)n * C;
-        float *dx = dinp + (size_t)n * C;
-        const float m = mean[n], s = rstd[n];
-        float g_mean = 0.0f, g_xhat_mean = 0.0f;
-        for (c = 0; c < C; c++) {
-            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
-            g_mean += g;
-            g_xhat_mean += g * xhat;
-        }
-        g_mean /= (float)C;
-        g_xhat_mean /= (float)C;
-        for (c = 0; c < C; c++) {
-            const float xhat = (x[c] - m) * s, g = weight[c] * dy[c];
-            if (dbias) dbias[c] += dy[c];
-            if (dweight) dweight[c] += xhat * dy[c];
-            if (dinp) dx[c] += (g - g_mean - xhat * g_xhat_mean) * s;
-        }
-    }
-}
-
-#define MC__GELU_SCALE 0.7978845608028654f   /* sqrt(2 / pi) */
-#define MC__GELU_CUBIC 0.044715f
-
-static void mc__cpu_gelu_forward(float *out, const float *inp, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) {
-        const float x = inp[i];
-        out[i] = 0.5f * x * (1.0f + tanhf(MC__GELU_SCALE * (x + MC__GELU_CUBIC * x * x * x)));
-    }
-}
-
-/* dinp = dout * d/dx gelu(x); tanh' = 1 - tanh^2 (no cosh, which overflows for large x) */
-static void mc__cpu_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-    size_t i;
-    for (i = 0; i < n; i++) {
-        const float x = inp[i];
-        const float t = tanhf(MC__GELU_SCALE * (x + MC__GELU_CUBIC * x * x * x));
-        const float dt = (1.0f - t * t) * MC__GELU_SCALE * (1.0f + 3.0f * MC__GELU_CUBIC * x * x);
-        dinp[i] = dout[i] * (0.5f * (1.0f + t) + 0.5f * x * dt);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu dropout  (the keep rule of mc_rng_dropout_mask, element by element)
-
-/* Keeps the last Philox block, so a run of consecutive indices costs one block per four. */
-typedef struct mc__keep_cache {
-    uint64_t seed;
-    uint64_t block;
-    int valid;
-    uint32_t bits[4];
-} mc__keep_cache;
-
-static void mc__keep_cache_init(mc__keep_cache *kc, uint64_t seed) {
-    memset(kc, 0, sizeof *kc);
-    kc->seed = seed;
-}
-
-/* 1 iff element `index` of the stream is kept under drop probability p (> 0). */
-static int mc__keep(mc__keep_cache *kc, uint64_t index, float p) {
-    if (!kc->valid || index / 4 != kc->block) {
-        kc->block = index / 4;
-        kc->valid = 1;
-        mc__rng_block(kc->seed, kc->block, kc->bits);
-    }
-    return mc__rng_to_uniform(kc->bits[index % 4]) >= p;
-}
-
-/* 1 / (1 - p), or 0 when everything is dropped (p >= 1) */
-static float mc__dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
-
-/* out[i] = inp[i] * keep(offset + i) / (1 - p); also the backward (same mask, same scale) */
-static void mc__cpu_dropout_apply(float *out, const float *inp, size_t n, float p,
-                                  uint64_t seed, uint64_t offset) {
-    mc__keep_cache kc;
-    const float scale = mc__dropout_scale(p);
-    size_t i;
-    if (p <= 0.0f) {
-        mc__cpu_copy(out, inp, n);
-        return;
-    }
-    mc__keep_cache_init(&kc, seed);
-    for (i = 0; i < n; i++) out[i] = mc__keep(&kc, offset + i, p) ? inp[i] * scale : 0.0f;
-}
-
-static void mc__cpu_dropout_forward(float *out, const float *inp, size_t n, float p,
-                                    uint64_t seed, uint64_t offset) {
-    mc__cpu_dropout_apply(out, inp, n, p, seed, offset);
-}
-
-static void mc__cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p,
-                                     uint64_t seed, uint64_t offset) {
-    mc__cpu_dropout_apply(dinp, dout, n, p, seed, offset);
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu attention
-//
-// Row t of head h in sequence b: scores[t2] = q_t . k_t2 / sqrt(HD) for t2 <= t (causal),
-// P = softmax(scores), D = P * mask / (1 - p) (dropout), out_t = sum_t2 D[t2] v_t2.
-// Token (s, b) is row s*B + b of qkv [S*B, NH*3*HD]; head h's q, k, v start at columns
-// h*3*HD, h*3*HD + HD, h*3*HD + 2*HD.
-
-/* Weight of v_t2 in out_t: P, dropped and rescaled when p > 0. */
-static float mc__attn_weight(mc__keep_cache *kc, float prob, uint64_t index, float p,
-                             float keep_scale) {
-    if (p <= 0.0f) return prob;
-    return mc__keep(kc, index, p) ? prob * keep_scale : 0.0f;
-}
-
-static float mc__dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    int i;
-    for (i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
-/* out[S,B,NH*HD] (=), probs[B,NH,S,S] (=) <- qkv[S,B,NH*3*HD] */
-static void mc__cpu_attention_forward(float *out, float *probs, const float *qkv, int S, int B,
-                                      int NH, int HD, float dropout_p, uint64_t seed,
-                                      uint64_t offset) {
-    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
-    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
-    mc__keep_cache kc;
-    int b, h, t, t2, d;
-    mc__keep_cache_init(&kc, seed);
-    for (b = 0; b < B; b++)
-        for (h = 0; h < NH; h++)
-            for (t = 0; t < S; t++) {
-                const float *q = qkv + ((size_t)t * B + b) * C3 + (size_t)h * 3 * HD;
-                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
-                float *row = probs + row_index;
-                float *o = out + ((size_t)t * B + b) * C + (size_t)h * HD;
-                float max = -INFINITY, sum = 0.0f, inv;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + HD;
-                    row[t2] = mc__dot(q, k, HD) * scale;
-                    if (row[t2] > max) max = row[t2];
-                }
-                for (t2 = 0; t2 <= t; t2++) {
-                    row[t2] = expf(row[t2] - max);
-                    sum += row[t2];
-                }
-                inv = 1.0f / sum;
-                for (t2 = 0; t2 <= t; t2++) row[t2] *= inv;
-                for (t2 = t + 1; t2 < S; t2++) row[t2] = 0.0f;   /* masked (future) keys */
-                for (d = 0; d < HD; d++) o[d] = 0.0f;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + 2 * HD;
-                    const float w = mc__attn_weight(&kc, row[t2], offset + row_index + t2,
-                                                    dropout_p, keep_scale);
-                    for (d = 0; d < HD; d++) o[d] += w * v[d];
-                }
-            }
-}
-
-/* dqkv[S,B,NH*3*HD] (=) <- dout[S,B,NH*HD], qkv, probs[B,NH,S,S]. Per row t:
-     dv_t2 += D[t2] dout_t,  dP[t2] = (dout_t . v_t2) * mask / (1 - p),
-     dscore[t2] = P[t2] (dP[t2] - sum_u P[u] dP[u]),
-     dq_t += dscore[t2] k_t2 / sqrt(HD),  dk_t2 += dscore[t2] q_t / sqrt(HD).
-   dP is computed twice (once for the sum, once for dscore) instead of being stored. */
-static void mc__cpu_attention_backward(float *dqkv, const float *dout, const float *qkv,
-                                       const float *probs, int S, int B, int NH, int HD,
-                                       float dropout_p, uint64_t seed, uint64_t offset) {
-    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
-    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
-    mc__keep_cache kc;
-    int b, h, t, t2, d;
-    mc__keep_cache_init(&kc, seed);
-    mc__cpu_fill(dqkv, 0.0f, (size_t)S * B * C3);
-    for (b = 0; b < B; b++)
-        for (h = 0; h < NH; h++)
-            for (t = 0; t < S; t++) {
-                const size_t head = (size_t)h * 3 * HD;
-                const float *q = qkv + ((size_t)t * B + b) * C3 + head;
-                float *dq = dqkv + ((size_t)t * B + b) * C3 + head;
-                const float *dy = dout + ((size_t)t * B + b) * C + (size_t)h * HD;
-                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
-                const float *P = probs + row_index;
-                float p_dp = 0.0f;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
-                    const float *v = qkv + tok + 2 * HD;
-                    float *dv = dqkv + tok + 2 * HD;
-                    const float w = mc__attn_weight(&kc, P[t2], offset + row_index + t2,
-                                                    dropout_p, keep_scale);
-                    const float dP = mc__attn_weight(&kc, mc__dot(dy, v, HD),
-                                                     offset + row_index + t2, dropout_p,
-                                                     keep_scale);
-                    for (d = 0; d < HD; d++) dv[d] += w * dy[d];
-                    p_dp += P[t2] * dP;
-                }
-                for (t2 = 0; t2 <= t; t2++) {
-                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
-                    const float *k = qkv + tok + HD;
-                    float *dk = dqkv + tok + HD;
-                    const float dP = mc__attn_weight(&kc, mc__dot(dy, qkv + tok + 2 * HD, HD),
-                                                     offset + row_index + t2, dropout_p,
-                                                     keep_scale);
-                    const float ds = P[t2] * (dP - p_dp) * scale;
-                    for (d = 0; d < HD; d++) {
-                        dq[d] += ds * k[d];
-                        dk[d] += ds * q[d];
-                    }
-                }
-            }
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>ops_cpu embedding, cross-entropy pieces, adamw
-
-/* out[N,C] = table[ids[n] - vocab_start] for ids in [vocab_start, vocab_end), else 0 */
-static void mc__cpu_embedding_forward(float *out, const int *ids, const float *table, int N,
-                                      int C, int vocab_start, int vocab_end) {
-    int n;
-    for (n = 0; n < N; n++) {
-        const int id = ids[n];
-        float *o = out + (size_t)n * C;
-        if (id >= vocab_start && id < vocab_end)
-            memcpy(o, table + (size_t)(id - vocab_start) * C, (size_t)C * sizeof(float));
-        else
-            mc__cpu_fill(o, 0.0f, (size_t)C);
-    }
-}
-
-/* dtable[V_local, C] += dout[N,C] rows of the local ids (tokens in order) */
-static void mc__cpu_embedding_backward(float *dtable, const float *dout, const int *ids, int N,
-                                       int C, int vocab_start, int vocab_end) {
-    int n;
-    for (n = 0; n < N; n++) {
-        const int id = ids[n];
-        if (id >= vocab_start && id < vocab_end)
-            mc__cpu_axpy(dtable + (size_t)(id - vocab_start) * C, 1.0f, dout + (size_t)n * C,
-                         (size_t)C);
-    }
-}
-
-/* max[N] = max over the row of logits[N,V] (-inf for V = 0) */
-static void mc__cpu_row_max(float *max, const float *logits, int N, int V) {
-    int n, j;
-    for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        float m = -INFINITY;
-        for (j = 0; j < V; j++)
-            if (l[j] > m) m = l[j];
-        max[n] = m;
-    }
-}
-
-/* out[N] = logits[n, targets[n] - vocab_start] when the target is in this shard, else 0 */
-static void mc__cpu_target_logit(float *out, const float *logits, const int *targets, int N,
-                                 int V, int vocab_start) {
-    int n;
-    for (n = 0; n < N; n++) {
-        const int local = targets[n] - vocab_start;
-        out[n] = (targets[n] >= vocab_start && local < V) ? logits[(size_t)n * V + local] : 0.0f;
-    }
-}
-
-/* sum[N] = sum_j exp(logits[n,j] - max[n]) */
-static void mc__cpu_sum_exp(float *sum, const float *logits, const float *max, int N, int V) {
-    int n, j;
-    for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        double s = 0.0;
-        for (j = 0; j < V; j++) s += (double)expf(l[j] - max[n]);
-        sum[n] = (float)s;
-    }
-}
-
-/* sum[N] = sum_j logits[n,j] */
-static void mc__cpu_row_sum(float *sum, const float *logits, int N, int V) {
-    int n, j;
-    for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        double s = 0.0;
-        for (j = 0; j < V; j++) s += (double)l[j];
-        sum[n] = (float)s;
-    }
-}
-
-/* dlogits[N,V] (=) <- logits[N,V], max[N], sum[N] (global), targets[N], dloss[N] */
-static void mc__cpu_cross_entropy_backward(float *dlogits, const float *logits,
-                                           const float *max, const float *sum,
-                                           const int *targets, const float *dloss, int N, int V,
-                                           int vocab_start, float smoothing, int vocab_global) {
-    const float uniform = vocab_global > 0 ? smoothing / (float)vocab_global : 0.0f;
-    int n, j;
-    for (n = 0; n < N; n++) {
-        const float *l = logits + (size_t)n * V;
-        float *dl = dlogits + (size_t)n * V;
-        const float inv = 1.0f / sum[n], g = dloss[n];
-        const int local = targets[n] - vocab_start;
-        const int owned = targets[n] >= vocab_start && local < V;
-        for (j = 0; j < V; j++) {
-            float d = expf(l[j] - max[n]) * inv - uniform;
-            if (owned && j == local) d -= 1.0f - smoothing;
-            dl[j] = d * g;
-        }
-    }
-}
-
-/* param, m, v (fp32 state) updated in place from grad; bias corrections in double */
-static void mc__cpu_adamw(float *param, const float *grad, float *m, float *v, size_t n,
-                          float lr, float beta1, float beta2, float eps, float weight_decay,
-                          int step) {
-    const float bc1 = (float)(1.0 - pow((double)beta1, (double)step));
-    const float bc2 = (float)(1.0 - pow((double)beta2, (double)step));
-    size_t i;
-    for (i = 0; i < n; i++) {
-        const float g = grad[i];
-        const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-        const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-        const float m_hat = mi / bc1, v_hat = vi / bc2;
-        m[i] = mi;
-        v[i] = vi;
-        param[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * param[i]);
-    }
-}
-
-/* In mc_ops field order (positional: C++17 has no designated initializers). */
-static const mc_ops mc__cpu_ops = {
-    "cpu",
-    MC_DEVICE_CPU,
-    mc__cpu_alloc,
-    mc__cpu_free,
-    mc__cpu_fill,
-    mc__cpu_copy,
-    mc__cpu_axpy,
-    mc__cpu_scale,
-    mc__cpu_sum_squares,
-    MC__CPU_GEMM,
-    mc__cpu_add_bias,
-    mc__cpu_bias_backward,
-    mc__cpu_layernorm_forward,
-    mc__cpu_layernorm_backward,
-    mc__cpu_gelu_forward,
-    mc__cpu_gelu_backward,
-    mc__cpu_attention_forward,
-    mc__cpu_attention_backward,
-    mc__cpu_dropout_forward,
-    mc__cpu_dropout_backward,
-    mc__cpu_embedding_forward,
-    mc__cpu_embedding_backward,
-    mc__cpu_row_max,
-    mc__cpu_target_logit,
-    mc__cpu_sum_exp,
-    mc__cpu_row_sum,
-    mc__cpu_cross_entropy_backward,
-    mc__cpu_adamw,
-};
-
-MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
-
-/* @ops:implementation end */
-
-/* @config:implementation begin */
-// ---------------------------------------------------------------------------------------------
-// >>config  Defaults, validation (every violated rule, one line each) and the fingerprints.
-
-MC_API int mc_gpt_padded_vocab_size(int vocab, int divisible_by, int tp) {
-    long long multiple, padded;
-    if (vocab <= 0 || divisible_by <= 0 || tp <= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_gpt_padded_vocab_size: vocab (%d), make_vocab_size_divisible_by (%d) "
-                        "and tensor_model_parallel_size (%d) must be > 0",
-                        vocab, divisible_by, tp);
-    multiple = (long long)divisible_by * tp;
-    padded = ((long long)vocab + multiple - 1) / multiple * multiple;
-    if (padded > INT_MAX)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_gpt_padded_vocab_size: vocab (%d) padded to a multiple of %lld "
-                        "exceeds INT_MAX",
-                        vocab, multiple);
-    return (int)padded;
-}
-
-/* 0 selects the default; MC_DROPOUT_OFF means 0; in a resolved config 0 stays 0. */
-static float mc__resolve_dropout(float p, int resolved) {
-    if (p == MC_DROPOUT_OFF) return 0.0f;
-    if (p == 0.0f && !resolved) return 0.1f;
-    return p;
-}
-
-MC_API int mc_gpt_config_resolve(mc_gpt_config *out, const mc_gpt_config *in) {
-    mc_gpt_config c;
-    int resolved;
-    if (!out || !in)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_resolve: out (%p) and in (%p) must be set",
-                        (void *)out, (const void *)in);
-    c = *in;
-    resolved = in->padded_vocab_size != 0;
-    c.ffn_hidden_size = MC__DEF(c.ffn_hidden_size, 4 * c.hidden_size);
-    c.kv_channels = MC__DEF(c.kv_channels,
-                            c.num_attention_heads > 0 ? c.hidden_size / c.num_attention_heads : 0);
-    c.num_query_groups = MC__DEF(c.num_query_groups, c.num_attention_heads);
-    c.make_vocab_size_divisible_by = MC__DEF(c.make_vocab_size_divisible_by, 128);
-    c.max_position_embeddings = MC__DEF(c.max_position_embeddings, c.seq_length);
-    if (c.layernorm_epsilon == 0.0f) c.layernorm_epsilon = 1e-5f;
-    if (c.init_method_std == 0.0f) c.init_method_std = 0.02f;
-    c.hidden_dropout = mc__resolve_dropout(c.hidden_dropout, resolved);
-    c.attention_dropout = mc__resolve_dropout(c.attention_dropout, resolved);
-    c.tensor_model_parallel_size = MC__DEF(c.tensor_model_parallel_size, 1);
-    c.pipeline_model_parallel_size = MC__DEF(c.pipeline_model_parallel_size, 1);
-    if (c.virtual_pipeline_model_parallel_size == 1) c.virtual_pipeline_model_parallel_size = 0;
-    c.seed = MC__DEF(c.seed, 1234);
-    c.padded_vocab_size = 0;
-    if (c.vocab_size > 0 && c.make_vocab_size_divisible_by > 0 &&
-        c.tensor_model_parallel_size > 0) {
-        int padded = mc_gpt_padded_vocab_size(c.vocab_size, c.make_vocab_size_divisible_by,
-                                              c.tensor_model_parallel_size);
-        c.padded_vocab_size = padded > 0 ? padded : 0;
-    }
-    *out = c;
-    return MC_OK;
-}
-
-/* A growing report: one line per violation, counted even when the text no longer fits. */
-typedef struct mc__report {
-    char *buf;
-    size_t cap, len;
-    int count;
-} mc__report;
-
-static void mc__report_add(mc__report *r, const char *fmt, ...) MC__PRINTF(2, 3);
-static void mc__report_add(mc__report *r, const char *fmt, ...) {
-    va_list ap;
-    r->count++;
-    if (!r->buf || r->len + 1 >= r->cap) return;
-    va_start(ap, fmt);
-    vsnprintf(r->buf + r->len, r->cap - r->len, fmt, ap);
-    va_end(ap);
-    r->len += strlen(r->buf + r->len);
-    if (r->len + 1 < r->cap) {
-        r->buf[r->len++] = '\n';
-        r->buf[r->len] = '\0';
-    }
-}
-
-static const char *mc__recompute_granularity_name(int g) {
-    switch (g) {
-        case MC_RECOMPUTE_NONE: return "none";
-        case MC_RECOMPUTE_FULL: return "full";
-        case MC_RECOMPUTE_SELECTIVE: return "selective";
-        default: return "unknown";
-    }
-}
-
-static const char *mc__recompute_method_name(int m) {
-    switch (m) {
-        case MC_RECOMPUTE_METHOD_NONE: return "none";
-        case MC_RECOMPUTE_UNIFORM: return "uniform";
-        case MC_RECOMPUTE_BLOCK: return "block";
-        default: return "unknown";
-    }
-}
-
-static void mc__check_positive(mc__report *r, const char *field, int value, int required) {
-    if (value <= 0)
-        mc__report_add(r, "%s (%d) %smust be > 0", field, value,
-                       required ? "is required and " : "");
-}
-
-static void mc__check_dropout(mc__report *r, const char *field, float p) {
-    if (!(p >= 0.0f && p < 1.0f))
-        mc__report_add(r, "%s (%g) must be in [0, 1) (0 selects 0.1; MC_DROPOUT_OFF switches it "
-                       "off)", field, (double)p);
-}
-
-/* Sizes and divisibility of the model against TP and PP (§13.2 items 4-6 and 12). */
-static void mc__validate_shapes(mc__report *r, const mc_gpt_config *c) {
-    const int tp = c->tensor_model_parallel_size, pp = c->pipeline_model_parallel_size;
-    const int vpp = c->virtual_pipeline_model_parallel_size, heads = c->num_attention_heads;
-    if (tp > 0 && heads > 0 && heads % tp != 0)
-        mc__report_add(r, "num_attention_heads (%d) must be divisible by "
-                       "tensor_model_parallel_size (%d)", heads, tp);
-    if (tp > 0 && c->ffn_hidden_size > 0 && c->ffn_hidden_size % tp != 0)
-        mc__report_add(r, "ffn_hidden_size (%d) must be divisible by tensor_model_parallel_size "
-                       "(%d)", c->ffn_hidden_size, tp);
-    if (heads > 0 && c->kv_channels > 0 && c->hidden_size > 0 &&
-        (long long)c->kv_channels * heads != c->hidden_size)
-        mc__report_add(r, "kv_channels (%d) x num_attention_heads (%d) = %lld must equal "
-                       "hidden_size (%d): the attention projection of this build maps back to "
-                       "hidden_size (the default kv_channels is hidden_size / heads)",
-                       c->kv_channels, heads, (long long)c->kv_channels * heads, c->hidden_size);
-    if (heads > 0 && c->num_query_groups > 0 && c->num_query_groups != heads)
-        mc__report_add(r, "num_query_groups (%d) must equal num_attention_heads (%d): grouped-"
-                       "query attention is not implemented", c->num_query_groups, heads);
-    if (tp > 0 && c->num_query_groups > 0 && c->num_query_groups % tp != 0 &&
-        tp % c->num_query_groups != 0)
-        mc__report_add(r, "num_query_groups (%d) must be a multiple or a divisor of "
-                       "tensor_model_parallel_size (%d)", c->num_query_groups, tp);
-    if (pp > 0 && c->num_layers > 0 && c->num_layers % pp != 0)
-        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d)",
-                       c->num_layers, pp);
-    if (vpp > 0 && pp <= 1)
-        mc__report_add(r, "virtual_pipeline_model_parallel_size (%d) needs "
-                       "pipeline_model_parallel_size > 1 (it is %d)", vpp, pp);
-    if (vpp > 0 && pp > 0 && c->num_layers > 0 && c->num_layers % (pp * vpp) != 0)
-        mc__report_add(r, "num_layers (%d) must be divisible by pipeline_model_parallel_size (%d) "
-                       "x virtual_pipeline_model_parallel_size (%d) = %d (upstream once divided "
-                       "silently and built %d layers: NVIDIA/Megatron-LM #468)",
-                       c->num_layers, pp, vpp, pp * vpp, c->num_layers / (pp * vpp) * pp * vpp);
-    if (c->sequence_parallel && tp <= 1)
-        mc__report_add(r, "sequence_parallel (%d): Cannot use sequence parallelism without tensor "
-                       "parallelism (tensor_model_parallel_size is %d)", c->sequence_parallel, tp);
-    if (c->sequence_parallel && tp > 1 && c->seq_length > 0 && c->seq_length % tp != 0)
-        mc__report_add(r, "seq_length (%d) must be divisible by tensor_model_parallel_size (%d) "
-                       "with sequence_parallel (the sequence is split across TP ranks)",
-                       c->seq_length, tp);
-}
-
-/* §13.2 item 11, with Megatron's arguments.py rule that selective takes no method. */
-static void mc__validate_recompute(mc__report *r, const mc_gpt_config *c) {
-    const int g = (int)c->recompute_granularity, m = (int)c->recompute_method;
-    const int n = c->recompute_num_layers, pp = c->pipeline_model_parallel_size;
-    const int per_rank = pp > 0 ? c->num_layers / pp : 0;
-    if (g < MC_RECOMPUTE_NONE || g > MC_RECOMPUTE_SELECTIVE) {
-        mc__report_add(r, "recompute_granularity (%d) must be none, full or selective", g);
-        return;
-    }
-    if (m < MC_RECOMPUTE_METHOD_NONE || m > MC_RECOMPUTE_BLOCK) {
-        mc__report_add(r, "recompute_method (%d) must be none, uniform or block", m);
-        return;
-    }
-    if (g == MC_RECOMPUTE_FULL) {
-        if (m == MC_RECOMPUTE_METHOD_NONE)
-            mc__report_add(r, "recompute_method (none): recompute_granularity full needs "
-                           "recompute_method uniform or block");
-        if (n < 1 || (per_rank > 0 && n > per_rank))
-            mc__report_add(r, "recompute_num_layers (%d) must be between 1 and "
-                           "num_layers_per_pipeline_rank (%d) with recompute_granularity full",
-                           n, per_rank);
-    } else if (g == MC_RECOMPUTE_SELECTIVE) {
-        if (m != MC_RECOMPUTE_METHOD_NONE)
-            mc__report_add(r, "recompute_method (%s) is not supported with "
-                           "recompute_granularity selective", mc__recompute_method_name(m));
-        if (n != 0)
-            mc__report_add(r, "recompute_num_layers (%d) must be 0 (None) with "
-                           "recompute_granularity selective", n);
-    } else {
-        if (m != MC_RECOMPUTE_METHOD_NONE || n != 0)
-            mc__report_add(r, "recompute_method (%s) and recompute_num_layers (%d) need "
-                           "recompute_granularity full (granularity is %s)",
-                           mc__recompute_method_name(m), n, mc__recompute_granularity_name(g));
-    }
-}
-
-MC_API int mc_gpt_config_validate(const mc_gpt_config *cfg, char *report, size_t report_cap) {
-    mc_gpt_config c;
-    mc__report r;
-    r.buf = report_cap > 0 ? report : NULL;
-    r.cap = report_cap;
-    r.len = 0;
-    r.count = 0;
-    if (r.buf) r.buf[0] = '\0';
-    if (!cfg) {
-        mc__report_add(&r, "config (NULL) must be given");
-        return r.count;
-    }
-    mc_gpt_config_resolve(&c, cfg);
-    mc__check_positive(&r, "num_layers", c.num_layers, 1);
-    mc__check_positive(&r, "hidden_size", c.hidden_size, 1);
-    mc__check_positive(&r, "num_attention_heads", c.num_attention_heads, 1);
-    mc__check_positive(&r, "seq_length", c.seq_length, 1);
-    mc__check_positive(&r, "vocab_size", c.vocab_size, 1);
-    mc__check_positive(&r, "micro_batch_size", c.micro_batch_size, 1);
-    if (c.hidden_size > 0) mc__check_positive(&r, "ffn_hidden_size", c.ffn_hidden_size, 0);
-    if (c.hidden_size > 0 && c.num_attention_heads > 0)
-        mc__check_positive(&r, "kv_channels", c.kv_channels, 0);
-    if (c.num_attention_heads > 0)
-        mc__check_positive(&r, "num_query_groups", c.num_query_groups, 0);
-    mc__check_positive(&r, "make_vocab_size_divisible_by", c.make_vocab_size_divisible_by, 0);
-    if (c.seq_length > 0)
-        mc__check_positive(&r, "max_position_embeddings", c.max_position_embeddings, 0);
-    mc__check_positive(&r, "tensor_model_parallel_size", c.tensor_model_parallel_size, 0);
-    mc__check_positive(&r, "pipeline_model_parallel_size", c.pipeline_model_parallel_size, 0);
-    if (c.virtual_pipeline_model_parallel_size < 0 ||
-        c.virtual_pipeline_model_parallel_size > MC_MAX_VPP)
-        mc__report_add(&r, "virtual_pipeline_model_parallel_size (%d) must be in [0, %d]",
-                       c.virtual_pipeline_model_parallel_size, MC_MAX_VPP);
-    mc__validate_shapes(&r, &c);
-    mc__validate_recompute(&r, &c);
-    mc__check_dropout(&r, "hidden_dropout", c.hidden_dropout);
-    mc__check_dropout(&r, "attention_dropout", c.attention_dropout);
-    if (!(c.layernorm_epsilon > 0.0f))
-        mc__report_add(&r, "layernorm_epsilon (%g) must be > 0", (double)c.layernorm_epsilon);
-    if (!(c.init_method_std > 0.0f))
-        mc__report_add(&r, "init_method_std (%g) must be > 0", (double)c.init_method_std);
-    if (c.seed <= 0) mc__report_add(&r, "seed (%d) must be > 0", c.seed);
-    if (c.seq_length > 0 && c.max_position_embeddings > 0 &&
-        c.max_position_embeddings < c.seq_length)
-        mc__report_add(&r, "max_position_embeddings (%d) must be >= seq_length (%d)",
-                       c.max_position_embeddings, c.seq_length);
-    return r.count;
-}
-
-/* The fingerprinted fields, by name and offset, so that the hash and the diff list the same
-   fields. A flag is hashed as 0/1. */
-enum { MC__CFG_INT = 0, MC__CFG_FLOAT, MC__CFG_FLAG };
-typedef struct mc__cfg_field {
-    const char *name;
-    size_t offset;
-    int kind;
-} mc__cfg_field;
-
-#define MC__CFG_FIELD(name, kind) {#name, offsetof(mc_gpt_config, name), kind}
-static const mc__cfg_field mc__cfg_math_fields[] = {
-    MC__CFG_FIELD(num_layers, MC__CFG_INT),
-    MC__CFG_FIELD(hidden_size, MC__CFG_INT),
-    MC__CFG_FIELD(num_attention_heads, MC__CFG_INT),
-    MC__CFG_FIELD(ffn_hidden_size, MC__CFG_INT),
-    MC__CFG_FIELD(kv_channels, MC__CFG_INT),
-    MC__CFG_FIELD(num_query_groups, MC__CFG_INT),
-    MC__CFG_FIELD(vocab_size, MC__CFG_INT),
-    MC__CFG_FIELD(make_vocab_size_divisible_by, MC__CFG_INT),
-    MC__CFG_FIELD(max_position_embeddings, MC__CFG_INT),
-    MC__CFG_FIELD(layernorm_epsilon, MC__CFG_FLOAT),
-    MC__CFG_FIELD(untie_embeddings_and_output_weights, MC__CFG_FLAG),
-};
-static const mc__cfg_field mc__cfg_layout_fields[] = {
-    MC__CFG_FIELD(tensor_model_parallel_size, MC__CFG_INT),
-    MC__CFG_FIELD(pipeline_model_parallel_size, MC__CFG_INT),
-    MC__CFG_FIELD(virtual_pipeline_model_parallel_size, MC__CFG_INT),
-    MC__CFG_FIELD(sequence_parallel, MC__CFG_FLAG),
-};
-#undef MC__CFG_FIELD
-
-/* The field's value as 64 bits: ints sign-extended, floats by their bit pattern. */
-static uint64_t mc__cfg_bits(const mc_gpt_config *c, const mc__cfg_field *f) {
-    const char *base = (const char *)c + f->offset;
-    if (f->kind == MC__CFG_FLOAT) {
-        uint32_t bits;
-        memcpy(&bits, base, sizeof bits);
-        return bits;
-    } else {
-        int v;
-        memcpy(&v, base, sizeof v);
-        if (f->kind == MC__CFG_FLAG) v = v != 0;
-        return (uint64_t)(int64_t)v;
-    }
-}
-
-static uint64_t mc__cfg_hash(const mc_gpt_config *cfg, const char *tag,
-                             const mc__cfg_field *fields, size_t n) {
-    mc_gpt_config c;
-    uint64_t h = mc__fnv_bytes(MC__FNV_OFFSET, tag, strlen(tag));
-    size_t i;
-    if (!cfg) return 0;
-    mc_gpt_config_resolve(&c, cfg);
-    for (i = 0; i < n; i++) {
-        h = mc__fnv_bytes(h, fields[i].name, strlen(fields[i].name) + 1);
-        h = mc__fnv_int(h, mc__cfg_bits(&c, &fields[i]));
-    }
-    return h;
-}
-
-MC_API uint64_t mc_gpt_config_math_fingerprint(const mc_gpt_config *cfg) {
-    return mc__cfg_hash(cfg, "mc_gpt_config math v1", mc__cfg_math_fields,
-                        MC__COUNTOF(mc__cfg_math_fields));
-}
-
-MC_API uint64_t mc_gpt_config_layout_fingerprint(const mc_gpt_config *cfg) {
-    return mc__cfg_hash(cfg, "mc_gpt_config layout v1", mc__cfg_layout_fields,
-                        MC__COUNTOF(mc__cfg_layout_fields));
-}
-
-static void mc__cfg_format(char *out, size_t cap, const mc_gpt_config *c,
-                           const mc__cfg_field *f) {
-    const char *base = (const char *)c + f->offset;
-    if (f->kind == MC__CFG_FLOAT) {
-        float v;
-        memcpy(&v, base, sizeof v);
-        snprintf(out, cap, "%g", (double)v);
-    } else {
-        int v;
-        memcpy(&v, base, sizeof v);
-        snprintf(out, cap, "%d", f->kind == MC__CFG_FLAG ? v != 0 : v);
-    }
-}
-
-MC_API int mc_gpt_config_math_diff(const mc_gpt_config *a, const mc_gpt_config *b, char *out,
-                                   size_t cap) {
-    mc_gpt_config ra, rb;
-    size_t i, len = 0;
-    int count = 0;
-    if (out && cap > 0) out[0] = '\0';
-    if (!a || !b) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_config_math_diff: a (%p) and b (%p) "
-                                  "must be set", (const void *)a, (const void *)b);
-    mc_gpt_config_resolve(&ra, a);
-    mc_gpt_config_resolve(&rb, b);
-    for (i = 0; i < MC__COUNTOF(mc__cfg_math_fields); i++) {
-        const mc__cfg_field *f = &mc__cfg_math_fields[i];
-        char va[32], vb[32];
-        if (mc__cfg_bits(&ra, f) == mc__cfg_bits(&rb, f)) continue;
-        mc__cfg_format(va, sizeof va, &ra, f);
-        mc__cfg_format(vb, sizeof vb, &rb, f);
-        if (out && len + 1 < cap) {
-            snprintf(out + len, cap - len, "%s%s: %s vs %s", count ? "; " : "", f->name, va, vb);
-            len += strlen(out + len);
-        }
-        count++;
-    }
-    return count;
-}
-
-/* @config:implementation end */
-
-/* @params:implementation begin */
-
-// ---------------------------------------------------------------------------------------------
-// >>params
-//
-// The layout mirrors Megatron's _ParamAndGradBuffer, with every model chunk laid out after
-// the previous one in one flat buffer (Megatron keeps one buffer per chunk; offsets inside a
-// chunk are the same because each chunk starts on a padded bucket boundary).
-
-#define MC__PARAM_START_ALIGN 64   /* §11.3: 128-byte aligned param starts (64 values) */
-#define MC__PARAM_BUCKET_ALIGN 128 /* §11.3: bucket ends at a multiple of lcm(DP, 128) */
-
-static size_t mc__param_gcd(size_t a, size_t b) {
-    while (b != 0) {
-        size_t r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
-static size_t mc__param_round_up(size_t value, size_t multiple) {
-    return (value + multiple - 1) / multiple * multiple;
-}
-
-/* Drops a previous layout: adding a parameter changes every offset after it. */
-static void mc__param_layout_clear(mc_param_table *t) {
-    int i;
-    mc_free(t->order);
-    mc_free(t->buckets);
-    t->order = NULL;
-    t->buckets = NULL;
-    t->n_buckets = 0;
-    t->total = 0;
-    for (i = 0; i < t->count; i++) t->info[i].offset = 0;
-}
-
-static int mc__param_check_proto(const char *name, const mc_param_info *p) {
-    int d;
-    if (p->ndim != 1 && p->ndim != 2)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: ndim (%d) must be 1 or 2", name, p->ndim);
-    for (d = 0; d < p->ndim; d++) {
-        if (p->global_shape[d] <= 0 || p->local_shape[d] <= 0)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "param %s: global_shape[%d] (%d) and local_shape[%d] (%d) must be > 0",
-                            name, d, p->global_shape[d], d, p->local_shape[d]);
-        if (d != p->partition_dim && p->local_shape[d] != p->global_shape[d])
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "param %s: local_shape[%d] (%d) differs from global_shape[%d] (%d) "
-                            "but the tensor is not partitioned along dim %d (partition_dim %d)",
-                            name, d, p->local_shape[d], d, p->global_shape[d], d,
-                            p->partition_dim);
-    }
-    if (p->partition_dim < -1 || p->partition_dim >= p->ndim)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_dim (%d) must be -1 or in [0, %d)",
-                        name, p->partition_dim, p->ndim);
-    if ((p->partition_dim >= 0) != (p->tensor_model_parallel != 0))
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "param %s: tensor_model_parallel (%d) must be set exactly when "
-                        "partition_dim (%d) >= 0 (Megatron sets both together)",
-                        name, p->tensor_model_parallel, p->partition_dim);
-    if (p->partition_stride < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: partition_stride (%d) must be >= 0 "
-                        "(0 means 1)", name, p->partition_stride);
-    if (p->chunk < 0 || p->chunk >= MC_MAX_VPP)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: chunk (%d) must be in [0, MC_MAX_VPP = %d)",
-                        name, p->chunk, MC_MAX_VPP);
-    if (p->shared && !p->shared_embedding)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "param %s: shared (1) is the tied embedding copy and "
-                        "needs shared_embedding = 1", name);
-    return MC_OK;
-}
-
-static int mc__param_grow(mc_param_table *t) {
-    int cap = t->capacity > 0 ? 2 * t->capacity : 16;
-    mc_param_info *info = (mc_param_info *)mc_calloc((size_t)cap, sizeof *info);
-    if (!info) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_add: out of memory (%d params)",
-                               cap);
-    if (t->count > 0) memcpy(info, t->info, (size_t)t->count * sizeof *info);
-    mc_free(t->info);
-    t->info = info;
-    t->capacity = cap;
-    return MC_OK;
-}
-
-MC_API int mc_param_table_add(mc_param_table *t, const char *name, const mc_param_info *proto) {
-    mc_param_info *p;
-    size_t len;
-    int rc;
-    if (!t || !name || !proto)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_param_table_add: table, name and proto must be set");
-    len = strlen(name);
-    if (len == 0 || len >= MC_PARAM_NAME_MAX)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "mc_param_table_add: name \"%.40s\" has %zu characters, must be 1 .. %d",
-                        name, len, MC_PARAM_NAME_MAX - 1);
-    if ((rc = mc__param_check_proto(name, proto)) != MC_OK) return rc;
-    if (mc_param_table_find(t, name) >= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_add: param %s is already registered "
-                        "(names are unique keys)", name);
-    if (t->count == t->capacity && (rc = mc__param_grow(t)) != MC_OK) return rc;
-    mc__param_layout_clear(t);
-    p = &t->info[t->count];
-    *p = *proto;
-    memcpy(p->name, name, len + 1);
-    if (p->ndim == 1) {   /* keep the unused second dimension tidy: 1-D tensors are [n] */
-        p->global_shape[1] = 1;
-        p->local_shape[1] = 1;
-    }
-    p->partition_stride = MC__DEF(p->partition_stride, 1);
-    p->offset = 0;
-    p->numel = (size_t)p->local_shape[0] * (size_t)p->local_shape[1];
-    return t->count++;
-}
-
-MC_API int mc_param_table_find(const mc_param_table *t, const char *name) {
-    int i;
-    if (!t || !name) return -1;
-    for (i = 0; i < t->count; i++)
-        if (strcmp(t->info[i].name, name) == 0) return i;
-    return -1;
-}
-
-MC_API void mc_param_table_free(mc_param_table *t) {
-    if (!t) return;
-    mc__param_layout_clear(t);
-    mc_free(t->info);
-    memset(t, 0, sizeof *t);
-}
-
-/* The running state of one chunk's layout pass (Megatron's param_start_index etc.). */
-typedef struct mc__param_layouter {
-    mc_param_table *t;
-    size_t bucket_align;    /* lcm(DP, 128) under the distributed optimizer, else 1 */
-    size_t param_align;     /* 64 under the distributed optimizer, else 1 */
-    size_t bucket_start;
-    int bucket_first;       /* index into t->order of the open bucket's first param */
-    int n_placed;           /* params placed so far (all chunks) */
-    int chunk;
-} mc__param_layouter;
-
-/* Closes the open bucket at `param_end` (padded to the bucket alignment) and returns its end,
-   where the next bucket starts. */
-static size_t mc__param_close_bucket(mc__param_layouter *L, size_t param_end) {
-    mc_bucket *b = &L->t->buckets[L->t->n_buckets++];
-    int k;
-    b->start = L->bucket_start;
-    b->end = mc__param_round_up(param_end, L->bucket_align);
-    b->first_param = L->bucket_first;
-    b->n_params = L->n_placed - L->bucket_first;
-    b->chunk = L->chunk;
-    b->shared_embedding = 0;
-    for (k = 0; k < b->n_params; k++)
-        if (L->t->info[L->t->order[b->first_param + k]].shared_embedding) b->shared_embedding = 1;
-    L->bucket_start = b->end;
-    L->bucket_first = L->n_placed;
-    return b->end;
-}
-
-/* Lays out the params of `chunk` in reverse registration order, from L->bucket_start.
-   bucket_size 0: no size limit (one bucket, unless the shared embedding splits it). */
-static void mc__param_layout_chunk(mc__param_layouter *L, int chunk, size_t bucket_size,
-                                   int distributed_optimizer) {
-    mc_param_table *t = L->t;
-    size_t start = L->bucket_start, end = L->bucket_start;
-    int i;
-    L->chunk = chunk;
-    L->bucket_first = L->n_placed;
-    for (i = t->count - 1; i >= 0; i--) {
-        mc_param_info *p = &t->info[i];
-        /* Under the distributed optimizer the shared embedding gets a bucket of its own, so
-           that the first and the last stage shard it identically (see mc_finalize_model_grads). */
-        int own_bucket = distributed_optimizer && p->shared_embedding;
-        if (p->chunk != chunk) continue;
-        start = mc__param_round_up(start, L->param_align);
-        if (own_bucket && L->n_placed > L->bucket_first) start = mc__param_close_bucket(L, start);
-        p->offset = start;
-        end = start + p->numel;
-        t->order[L->n_placed++] = i;
-        if ((bucket_size > 0 && end - L->bucket_start >= bucket_size) || own_bucket)
-            start = mc__param_close_bucket(L, end);
-        else
-            start = end;
-    }
-    if (L->n_placed > L->bucket_first) mc__param_close_bucket(L, end);
-}
-
-MC_API int mc_param_table_layout(mc_param_table *t, const mc_param_layout_desc *desc) {
-    mc_param_layout_desc d;
-    mc__param_layouter L;
-    int chunk, b;
-    if (!t || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_param_table_layout: table and desc "
-                                     "must be set");
-    d = *desc;
-    d.dp_size = MC__DEF(d.dp_size, 1);
-    if (d.dp_size < 1)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.dp_size (%d) must be >= 1",
-                        d.dp_size);
-    if (d.pp_rank < 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_param_layout_desc.pp_rank (%d) must be >= 0",
-                        d.pp_rank);
-    mc__param_layout_clear(t);
-    t->order = (int *)mc_calloc((size_t)(t->count > 0 ? t->count : 1), sizeof *t->order);
-    t->buckets = (mc_bucket *)mc_calloc((size_t)(t->count > 0 ? t->count : 1),
-                                        sizeof *t->buckets);   /* a bucket holds >= 1 param */
-    if (!t->order || !t->buckets) {
-        mc__param_layout_clear(t);
-        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_param_table_layout: out of memory (%d params)",
-                        t->count);
-    }
-    memset(&L, 0, sizeof L);
-    L.t = t;
-    L.param_align = d.distributed_optimizer ? MC__PARAM_START_ALIGN : 1;
-    L.bucket_align = d.distributed_optimizer
-                         ? (size_t)d.dp_size / mc__param_gcd((size_t)d.dp_size,
-                                                             MC__PARAM_BUCKET_ALIGN) *
-                               MC__PARAM_BUCKET_ALIGN
-                         : 1;
-    for (chunk = 0; chunk < MC_MAX_VPP; chunk++) {
-        /* Megatron builds buckets only for the first chunk of the first stage; the others
-           get one bucket each (bucket_size None on pp_rank > 0 and disable_bucketing on
-           chunks after the first). */
-        size_t size = (d.pp_rank > 0 || chunk > 0) ? 0 : d.bucket_size;
-        mc__param_layout_chunk(&L, chunk, size, d.distributed_optimizer);
-    }
-    t->total = L.bucket_start;
-    t->layout = d;
-    for (b = 0; b < t->n_buckets; b++)   /* Megatron asserts it: equal reduce-scatter shards */
-        MC_ASSERT(!d.distributed_optimizer ||
-                  (t->buckets[b].end - t->buckets[b].start) % (size_t)d.dp_size == 0);
-    return MC_OK;
-}
-
-/* @params:implementation end */
-
-/* @tensor_parallel:implementation begin */
-// ---------------------------------------------------------------------------------------------
-// >>tensor_parallel
-
-#include <math.h>
-
-static int mc__tp_size(const mc_comm *tp) { return tp ? tp->size : 1; }
-static int mc__tp_rank(const mc_comm *tp) { return tp ? tp->rank : 0; }
-
-static int mc__tp_check_ops(const char *fn, const mc_ops *ops) {
-    if (!ops) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: ops is NULL (pass mc_ops_cpu())", fn);
-    return MC_OK;
-}
-
-/* Megatron's divide(): the last dimension must split evenly over the TP ranks. */
-static int mc__tp_divide(const char *fn, const char *what, long long n, int tp_size) {
-    if (n <= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: %s (%lld) must be > 0", fn, what, n);
-    if (n % tp_size != 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "%s: %s (%lld) is not divisible by tensor_model_parallel_size (%d) "
-                        "(Megatron's divide: %lld is not divisible by %d)",
-                        fn, what, n, tp_size, n, tp_size);
-    return MC_OK;
-}
-
-/* The sequence-parallel split: Megatron's assert on the first dimension. */
-static int mc__tp_first_dim(const char *fn, int S, int tp_size) {
-    if (S <= 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: first dimension (S = %d) must be > 0", fn, S);
-    if (S % tp_size != 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "%s: first dimension of the tensor (S = %d) should be divisible by "
-                        "tensor parallel size (%d)",
-                        fn, S, tp_size);
-    return MC_OK;
-}
-
-static int mc__tp_positive(const char *fn, const char *what, long long n) {
-    if (n <= 0) return MC__FAIL(MC_ERR_INVALID_ARG, "%s: %s (%lld) must be > 0", fn, what, n);
-    return MC_OK;
-}
-
-/* A caller's scratch, or one allocated through the op table for the duration of a call. */
-typedef struct mc__tp_scratch {
-    float *base;
-    int owned;
-} mc__tp_scratch;
-
-static int mc__tp_scratch_get(mc__tp_scratch *s, float *given, size_t n, const char *fn,
-                              const mc_ops *ops) {
-    s->base = given;
-    s->owned = 0;
-    if (given || n == 0) return MC_OK;
-    s->base = (float *)ops->alloc(n * sizeof(float));
-    if (!s->base)
-        return MC__FAIL(MC_ERR_NO_MEMORY, "%s: no memory for %zu floats of scratch", fn, n);
-    s->owned = 1;
-    return MC_OK;
-}
-
-static void mc__tp_scratch_put(mc__tp_scratch *s, const mc_ops *ops) {
-    if (s->owned) ops->free(s->base);
-    s->base = NULL;
-    s->owned = 0;
-}
-
-/* out = inp; nothing to do in place. */
-static void mc__tp_copy(float *out, const float *inp, size_t n, const mc_ops *ops) {
-    if (out != inp) ops->copy(out, inp, n);
-}
-
-// The primitives every mapping is made of. All take the communicator's TP size > 1 as given.
-
-/* out [n] = sum over TP of inp [n] (in place when out == inp). */
-static int mc__tp_all_reduce(float *out, const float *inp, size_t n, mc_comm *tp) {
-    return mc_all_reduce(tp, inp, out, n, MC_F32, MC_SUM);
-}
-
-/* out [N, D/TP] = columns r*D/TP .. of inp [N, D]. */
-static void mc__tp_split_last(float *out, const float *inp, int N, int D, int tp_size,
-                              int tp_rank, const mc_ops *ops) {
-    size_t Dl = (size_t)(D / tp_size), i;
-    for (i = 0; i < (size_t)N; i++) ops->copy(out + i * Dl, inp + i * (size_t)D + tp_rank * Dl, Dl);
-}
-
-/* stacked [TP, N, D/TP] holds the shards of TP ranks one after the other; out [N, D] puts them
-   side by side: out[i, t*D/TP + j] = stacked[t, i, j]. */
-static void mc__tp_rechunk_last(float *out, const float *stacked, int N, int D, int tp_size,
-                                const mc_ops *ops) {
-    size_t Dl = (size_t)(D / tp_size), i;
-    int t;
-    for (t = 0; t < tp_size; t++)
-        for (i = 0; i < (size_t)N; i++)
-            ops->copy(out + i * (size_t)D + t * Dl, stacked + ((size_t)t * N + i) * Dl, Dl);
-}
-
-/* out [N, D] = the [N, D/TP] shards of every rank side by side; scratch [TP, N, D/TP]. */
-static int mc__tp_gather_last(float *out, float *scratch, const float *inp, int N, int D,
-                              mc_comm *tp, const mc_ops *ops) {
-    size_t shard = (size_t)N * (size_t)(D / tp->size);
-    int rc = mc_all_gather(tp, inp, scratch, shard, MC_F32);
-    if (rc != MC_OK) return rc;
-    mc__tp_rechunk_last(out, scratch, N, D, tp->size, ops);
-    return MC_OK;
-}
-
-/* out [N, D/TP] = sum over TP of this rank's columns of inp [N, D]: the column slices are
-   stacked along a new first dim of scratch [TP, N, D/TP], which is then reduce-scattered. */
-static int mc__tp_reduce_scatter_last(float *out, float *scratch, const float *inp, int N, int D,
-                                      mc_comm *tp, const mc_ops *ops) {
-    size_t Dl = (size_t)(D / tp->size), i;
-    int t;
-    for (t = 0; t < tp->size; t++)
-        for (i = 0; i < (size_t)N; i++)
-            ops->copy(scratch + ((size_t)t * N + i) * Dl, inp + i * (size_t)D + t * Dl, Dl);
-    return mc_reduce_scatter(tp, scratch, out, (size_t)N * Dl, MC_F32, MC_SUM);
-}
-
-/* Along the first dim a shard [S/TP, R] is contiguous: split is one copy, gather and
-   reduce-scatter are one collective each. */
-static void mc__tp_split_first(float *out, const float *inp, int S, size_t R, int tp_size,
-                               int tp_rank, const mc_ops *ops) {
-    size_t shard = (size_t)(S / tp_size) * R;
-    ops->copy(out, inp + (size_t)tp_rank * shard, shard);
-}
-
-static int mc__tp_gather_first(float *out, const float *inp, int S, size_t R, mc_comm *tp) {
-    return mc_all_gather(tp, inp, out, (size_t)(S / tp->size) * R, MC_F32);
-}
-
-static int mc__tp_reduce_scatter_first(float *out, const float *inp, int S, size_t R,
-                                       mc_comm *tp) {
-    return mc_reduce_scatter(tp, inp, out, (size_t)(S / tp->size) * R, MC_F32, MC_SUM);
-}
-
-// The mappings (§2): checks, the identity at TP = 1, then one primitive.
-
-static int mc__tp_map_elems(const char *fn, float *out, const float *inp, size_t n, int reduce,
-                            mc_comm *tp, const mc_ops *ops) {
-    int rc = mc__tp_check_ops(fn, ops);
-    if (rc != MC_OK) return rc;
-    if (!reduce || mc__tp_size(tp) == 1) {
-        mc__tp_copy(out, inp, n, ops);
-        return MC_OK;
-    }
-    return mc__tp_all_reduce(out, inp, n, tp);
-}
-
-MC_API int mc_copy_to_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
-                                        const mc_ops *ops) {
-    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", out, inp, n, 0, tp, ops);
-}
-
-MC_API int mc_copy_to_tp_region_backward(float *dinp, const float *dout, size_t n, mc_comm *tp,
-                                         const mc_ops *ops) {
-    return mc__tp_map_elems("copy_to_tensor_model_parallel_region", dinp, dout, n, 1, tp, ops);
-}
-
-MC_API int mc_reduce_from_tp_region_forward(float *out, const float *inp, size_t n, mc_comm *tp,
-                                            const mc_ops *ops) {
-    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", out, inp, n, 1, tp, ops);
-}
-
-MC_API int mc_reduce_from_tp_region_backward(float *dinp, const float *dout, size_t n,
-                                             mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_elems("reduce_from_tensor_model_parallel_region", dinp, dout, n, 0, tp,
-                            ops);
-}
-
-/* Last-dim mappings. kind: 0 split, 1 gather, 2 reduce-scatter. */
-static int mc__tp_map_last(const char *fn, int kind, float *out, float *scratch,
-                           const float *inp, int N, int D, mc_comm *tp, const mc_ops *ops) {
-    int tp_size = mc__tp_size(tp), rc;
-    mc__tp_scratch s;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
-    if ((rc = mc__tp_positive(fn, "rows N", N)) != MC_OK) return rc;
-    if ((rc = mc__tp_divide(fn, "last dimension", D, tp_size)) != MC_OK) return rc;
-    if (tp_size == 1) {
-        mc__tp_copy(out, inp, (size_t)N * (size_t)D, ops);
-        return MC_OK;
-    }
-    if (kind == 0) {
-        mc__tp_split_last(out, inp, N, D, tp_size, tp->rank, ops);
-        return MC_OK;
-    }
-    if ((rc = mc__tp_scratch_get(&s, scratch, (size_t)N * (size_t)D, fn, ops)) != MC_OK)
-        return rc;
-    rc = kind == 1 ? mc__tp_gather_last(out, s.base, inp, N, D, tp, ops)
-                   : mc__tp_reduce_scatter_last(out, s.base, inp, N, D, tp, ops);
-    mc__tp_scratch_put(&s, ops);
-    return rc;
-}
-
-MC_API int mc_scatter_to_tp_region_forward(float *out, const float *inp, int N, int D,
-                                           mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_last("scatter_to_tensor_model_parallel_region", 0, out, NULL, inp, N, D,
-                           tp, ops);
-}
-
-MC_API int mc_scatter_to_tp_region_backward(float *dinp, float *scratch, const float *dout,
-                                            int N, int D, mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_last("scatter_to_tensor_model_parallel_region", 1, dinp, scratch, dout, N,
-                           D, tp, ops);
-}
-
-MC_API int mc_gather_from_tp_region_forward(float *out, float *scratch, const float *inp, int N,
-                                            int D, mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_last("gather_from_tensor_model_parallel_region", 1, out, scratch, inp, N,
-                           D, tp, ops);
-}
-
-MC_API int mc_gather_from_tp_region_backward(float *dinp, const float *dout, int N, int D,
-                                             mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_last("gather_from_tensor_model_parallel_region", 0, dinp, NULL, dout, N, D,
-                           tp, ops);
-}
-
-MC_API int mc_all_gather_last_dim_forward(float *out, float *scratch, const float *inp, int N,
-                                          int D, mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_last("all_gather_last_dim_from_tensor_parallel_region", 1, out, scratch,
-                           inp, N, D, tp, ops);
-}
-
-MC_API int mc_all_gather_last_dim_backward(float *dinp, float *scratch, const float *dout, int N,
-                                           int D, mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_last("all_gather_last_dim_from_tensor_parallel_region", 2, dinp, scratch,
-                           dout, N, D, tp, ops);
-}
-
-MC_API int mc_reduce_scatter_last_dim_forward(float *out, float *scratch, const float *inp,
-                                              int N, int D, mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_last("reduce_scatter_last_dim_to_tensor_parallel_region", 2, out, scratch,
-                           inp, N, D, tp, ops);
-}
-
-MC_API int mc_reduce_scatter_last_dim_backward(float *dinp, float *scratch, const float *dout,
-                                               int N, int D, mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_last("reduce_scatter_last_dim_to_tensor_parallel_region", 1, dinp, scratch,
-                           dout, N, D, tp, ops);
-}
-
-/* First-dim mappings. kind: 0 split, 1 gather, 2 reduce-scatter. */
-static int mc__tp_map_first(const char *fn, int kind, float *out, const float *inp, int S,
-                            size_t R, mc_comm *tp, const mc_ops *ops) {
-    int tp_size = mc__tp_size(tp), rc;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
-    if ((rc = mc__tp_first_dim(fn, S, tp_size)) != MC_OK) return rc;
-    if (tp_size == 1) {
-        mc__tp_copy(out, inp, (size_t)S * R, ops);
-        return MC_OK;
-    }
-    if (kind == 0) {
-        mc__tp_split_first(out, inp, S, R, tp_size, tp->rank, ops);
-        return MC_OK;
-    }
-    return kind == 1 ? mc__tp_gather_first(out, inp, S, R, tp)
-                     : mc__tp_reduce_scatter_first(out, inp, S, R, tp);
-}
-
-MC_API int mc_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                           mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("scatter_to_sequence_parallel_region", 0, out, inp, S, R, tp, ops);
-}
-
-MC_API int mc_scatter_to_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
-                                            mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("scatter_to_sequence_parallel_region", 1, dinp, dout, S, R, tp, ops);
-}
-
-MC_API int mc_gather_from_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                            mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("gather_from_sequence_parallel_region", 1, out, inp, S, R, tp, ops);
-}
-
-MC_API int mc_gather_from_sp_region_backward(float *dinp, const float *dout, int S, size_t R,
-                                             int tensor_parallel_output_grad, mc_comm *tp,
-                                             const mc_ops *ops) {
-    return mc__tp_map_first("gather_from_sequence_parallel_region",
-                            tensor_parallel_output_grad ? 2 : 0, dinp, dout, S, R, tp, ops);
-}
-
-MC_API int mc_reduce_scatter_to_sp_region_forward(float *out, const float *inp, int S, size_t R,
-                                                  mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 2, out, inp, S, R, tp,
-                            ops);
-}
-
-MC_API int mc_reduce_scatter_to_sp_region_backward(float *dinp, const float *dout, int S,
-                                                   size_t R, mc_comm *tp, const mc_ops *ops) {
-    return mc__tp_map_first("reduce_scatter_to_sequence_parallel_region", 1, dinp, dout, S, R, tp,
-                            ops);
-}
-
-// Column / Row parallel linear (§3).
-//
-// GEMM shapes, with N = S * B tokens (ops->gemm: C[M,N] = op(A) op(B)):
-//   Y  [N, OUT] = X [N, IN] W^T      W stored [OUT, IN]       gemm(Y, X, W, N, OUT, IN, 0, 1)
-//   dX [N, IN]  = dY [N, OUT] W                               gemm(dX, dY, W, N, IN, OUT, 0, 0)
-//   dW [OUT, IN] += dY^T X                                    gemm(dW, dY, X, OUT, IN, N, 1, 0)
-
-static void mc__tp_linear_fwd(float *y, const float *x, const float *w, int N, int IN, int OUT,
-                              const mc_ops *ops) {
-    ops->gemm(y, x, w, N, OUT, IN, 0, 1, 1.0f, 0.0f);
-}
-
-static void mc__tp_linear_dgrad(float *dx, const float *dy, const float *w, int N, int IN,
-                                int OUT, const mc_ops *ops) {
-    ops->gemm(dx, dy, w, N, IN, OUT, 0, 0, 1.0f, 0.0f);
-}
-
-static void mc__tp_linear_wgrad(float *dw, float *db, const float *dy, const float *x, int N,
-                                int IN, int OUT, const mc_ops *ops) {
-    ops->gemm(dw, dy, x, OUT, IN, N, 1, 0, 1.0f, 1.0f);
-    if (db) ops->bias_backward(db, dy, N, OUT);
-}
-
-/* Common checks of both linear layers; *sp receives whether SP is in effect (TP > 1). */
-static int mc__tp_linear_check(const char *fn, int is_row, int S, int B, int C, int OC,
-                               int flags, mc_comm *tp, const mc_ops *ops, int *sp) {
-    int tp_size = mc__tp_size(tp), rc;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
-    if ((rc = mc__tp_positive(fn, "S", S)) != MC_OK) return rc;
-    if ((rc = mc__tp_positive(fn, "B", B)) != MC_OK) return rc;
-    if (is_row) {
-        if ((rc = mc__tp_positive(fn, "output_size", OC)) != MC_OK) return rc;
-        if ((rc = mc__tp_divide(fn, "input_size", C, tp_size)) != MC_OK) return rc;
-        if ((flags & MC_TP_SEQUENCE_PARALLEL) && !(flags & MC_TP_INPUT_IS_PARALLEL))
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "%s: flags has MC_TP_SEQUENCE_PARALLEL without "
-                            "MC_TP_INPUT_IS_PARALLEL (Megatron: To enable `sequence_parallel`, "
-                            "`input_is_parallel` must be `True`)",
-                            fn);
-        if (flags & MC_TP_GATHER_OUTPUT)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "%s: MC_TP_GATHER_OUTPUT is a column-parallel option", fn);
-    } else {
-        if ((rc = mc__tp_positive(fn, "input_size", C)) != MC_OK) return rc;
-        if ((rc = mc__tp_divide(fn, "output_size", OC, tp_size)) != MC_OK) return rc;
-        if ((flags & MC_TP_SEQUENCE_PARALLEL) && (flags & MC_TP_GATHER_OUTPUT))
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "%s: MC_TP_GATHER_OUTPUT with MC_TP_SEQUENCE_PARALLEL (Megatron "
-                            "asserts not sequence_parallel when gather_output)",
-                            fn);
-        if (flags & MC_TP_INPUT_IS_PARALLEL)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "%s: MC_TP_INPUT_IS_PARALLEL is a row-parallel option", fn);
-    }
-    *sp = (flags & MC_TP_SEQUENCE_PARALLEL) && tp_size > 1;
-    if (*sp && (rc = mc__tp_first_dim(fn, S, tp_size)) != MC_OK) return rc;
-    return MC_OK;
-}
-
-/* Column scratch, forward:  [S, B, C] gathered input (SP) | [N, OC/TP] local output and
-   [TP, N, OC/TP] gather buffer (gather_output). Backward: [N, OC/TP] split dY
-   (gather_output) | [S, B, C] re-gathered input and [S, B, C] full dX (SP). */
-MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
-                                                int tp_size) {
-    size_t N = (size_t)S * (size_t)B, fwd = 0, bwd = 0;
-    int sp = (flags & MC_TP_SEQUENCE_PARALLEL) && tp_size > 1;
-    int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
-    if (S <= 0 || B <= 0 || C <= 0 || OC <= 0 || tp_size <= 0) return 0;
-    if (sp) {
-        fwd += N * (size_t)C;
-        bwd += 2 * N * (size_t)C;
-    }
-    if (gather) {
-        fwd += N * (size_t)(OC / tp_size) + N * (size_t)OC;
-        bwd += N * (size_t)(OC / tp_size);
-    }
-    return fwd > bwd ? fwd : bwd;
-}
-
-MC_API int mc_column_parallel_linear_forward(float *out, float *scratch, const float *inp,
-                                             const float *weight, const float *bias, int S, int B,
-                                             int C, int OC, int flags, mc_comm *tp,
-                                             const mc_ops *ops) {
-    static const char fn[] = "column_parallel_linear_forward";
-    int sp, rc, tp_size = mc__tp_size(tp);
-    int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
-    int N = S * B, OCl;
-    const float *x = inp;
-    float *y = out, *next;
-    mc__tp_scratch s;
-    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
-    OCl = OC / tp_size;
-    if ((rc = mc__tp_scratch_get(&s, scratch,
-                                 mc_column_parallel_linear_scratch(S, B, C, OC, flags, tp_size),
-                                 fn, ops)) != MC_OK)
-        return rc;
-    next = s.base;
-    if (sp) {   /* [S/TP, B, C] -> [S, B, C]: every rank multiplies the whole sequence */
-        if ((rc = mc__tp_gather_first(next, inp, S, (size_t)B * C, tp)) != MC_OK) goto done;
-        x = next;
-        next += (size_t)N * C;
-    }
-    if (gather) {   /* the local [N, OC/TP] first, then [TP, N, OC/TP] -> out [N, OC] */
-        y = next;
-        next += (size_t)N * OCl;
-    }
-    mc__tp_linear_fwd(y, x, weight, N, C, OCl, ops);
-    if (bias && !(flags & MC_TP_SKIP_BIAS_ADD)) ops->add_bias(y, bias, N, OCl);
-    if (gather) rc = mc__tp_gather_last(out, next, y, N, OC, tp, ops);
-done:
-    mc__tp_scratch_put(&s, ops);
-    return rc;
-}
-
-MC_API int mc_column_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
-                                              float *scratch, const float *dout,
-                                              const float *inp, const float *weight, int S, int B,
-                                              int C, int OC, int flags, mc_comm *tp,
-                                              const mc_ops *ops) {
-    static const char fn[] = "column_parallel_linear_backward";
-    int sp, rc, tp_size = mc__tp_size(tp);
-    int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
-    int N = S * B, OCl;
-    const float *dy = dout;
-    float *next, *db = (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : dbias;
-    mc_request *req = NULL;
-    mc__tp_scratch s;
-    if ((rc = mc__tp_linear_check(fn, 0, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
-    OCl = OC / tp_size;
-    if ((rc = mc__tp_scratch_get(&s, scratch,
-                                 mc_column_parallel_linear_scratch(S, B, C, OC, flags, tp_size),
-                                 fn, ops)) != MC_OK)
-        return rc;
-    next = s.base;
-    if (gather) {   /* the gather's backward: keep this rank's columns of dY [N, OC] */
-        mc__tp_split_last(next, dout, N, OC, tp_size, tp->rank, ops);
-        dy = next;
-        next += (size_t)N * OCl;
-    }
-    if (sp) {
-        /* The forward did not keep the gathered input: gather it again while dX = dY A runs,
-           then reduce-scatter dX along S while dA = dY^T X runs. */
-        float *x_full = next, *dx_full = next + (size_t)N * C;
-        rc = mc_all_gather_async(tp, inp, x_full, (size_t)(S / tp_size) * B * C, MC_F32, &req);
-        if (rc != MC_OK) goto done;
-        mc__tp_linear_dgrad(dx_full, dy, weight, N, C, OCl, ops);
-        if ((rc = mc_wait(req)) != MC_OK) goto done;
-        rc = mc_reduce_scatter_async(tp, dx_full, dinp, (size_t)(S / tp_size) * B * C, MC_F32,
-                                     MC_SUM, &req);
-        if (rc != MC_OK) goto done;
-        mc__tp_linear_wgrad(dweight, db, dy, x_full, N, C, OCl, ops);
-        rc = mc_wait(req);
-        goto done;
-    }
-    mc__tp_linear_dgrad(dinp, dy, weight, N, C, OCl, ops);
-    if (tp_size > 1) {
-        /* Every rank holds a partial dX (its OC/TP outputs' share): sum it over TP while the
-           weight gradient is computed, the overlap Megatron's allreduce_dgrad exists for. */
-        rc = mc_all_reduce_async(tp, dinp, dinp, (size_t)N * C, MC_F32, MC_SUM, &req);
-        if (rc != MC_OK) goto done;
-    }
-    mc__tp_linear_wgrad(dweight, db, dy, inp, N, C, OCl, ops);
-    if (req) rc = mc_wait(req);
-done:
-    mc__tp_scratch_put(&s, ops);
-    return rc;
-}
-
-/* Row scratch, forward: [N, C/TP] split input (input not parallel) | [S, B, OC] partial output
-   before the reduce-scatter (SP). Backward: [S, B, OC] gathered dY (SP) | [N, C/TP] split
-   input, [N, C/TP] local dX and [TP, N, C/TP] gather buffer (input not parallel). */
-MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
-                                             int tp_size) {
-    size_t N = (size_t)S * (size_t)B, fwd = 0, bwd = 0;
-    int sp = (flags & MC_TP_SEQUENCE_PARALLEL) && tp_size > 1;
-    int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
-    if (S <= 0 || B <= 0 || C <= 0 || OC <= 0 || tp_size <= 0) return 0;
-    if (split) {
-        fwd += N * (size_t)(C / tp_size);
-        bwd += 2 * N * (size_t)(C / tp_size) + N * (size_t)C;
-    }
-    if (sp) {
-        fwd += N * (size_t)OC;
-        bwd += N * (size_t)OC;
-    }
-    return fwd > bwd ? fwd : bwd;
-}
-
-MC_API int mc_row_parallel_linear_forward(float *out, float *scratch, const float *inp,
-                                          const float *weight, const float *bias, int S, int B,
-                                          int C, int OC, int flags, mc_comm *tp,
-                                          const mc_ops *ops) {
-    static const char fn[] = "row_parallel_linear_forward";
-    int sp, rc, tp_size = mc__tp_size(tp);
-    int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
-    int N = S * B, Cl, rows;
-    const float *x = inp;
-    float *next;
-    mc__tp_scratch s;
-    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
-    Cl = C / tp_size;
-    if ((rc = mc__tp_scratch_get(&s, scratch,
-                                 mc_row_parallel_linear_scratch(S, B, C, OC, flags, tp_size), fn,
-                                 ops)) != MC_OK)
-        return rc;
-    next = s.base;
-    if (split) {   /* scatter_to_tensor_model_parallel_region: keep this rank's C/TP columns */
-        mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, ops);
-        x = next;
-        next += (size_t)N * Cl;
-    }
-    if (sp) {   /* partial [S, B, OC] -> summed [S/TP, B, OC] */
-        mc__tp_linear_fwd(next, x, weight, N, Cl, OC, ops);
-        rc = mc__tp_reduce_scatter_first(out, next, S, (size_t)B * OC, tp);
-        rows = N / tp_size;
-    } else {   /* partial [S, B, OC] -> summed in place */
-        mc__tp_linear_fwd(out, x, weight, N, Cl, OC, ops);
-        rc = tp_size > 1 ? mc__tp_all_reduce(out, out, (size_t)N * OC, tp) : MC_OK;
-        rows = N;
-    }
-    /* After the reduction, so that the replicated bias is counted once, not TP times. */
-    if (rc == MC_OK && bias && !(flags & MC_TP_SKIP_BIAS_ADD)) ops->add_bias(out, bias, rows, OC);
-    mc__tp_scratch_put(&s, ops);
-    return rc;
-}
-
-MC_API int mc_row_parallel_linear_backward(float *dinp, float *dweight, float *dbias,
-                                           float *scratch, const float *dout, const float *inp,
-                                           const float *weight, int S, int B, int C, int OC,
-                                           int flags, mc_comm *tp, const mc_ops *ops) {
-    static const char fn[] = "row_parallel_linear_backward";
-    int sp, rc, tp_size = mc__tp_size(tp);
-    int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
-    int N = S * B, Cl;
-    const float *x = inp, *dy = dout;
-    float *next, *dx = dinp;
-    mc_request *req = NULL;
-    mc__tp_scratch s;
-    if ((rc = mc__tp_linear_check(fn, 1, S, B, C, OC, flags, tp, ops, &sp)) != MC_OK) return rc;
-    Cl = C / tp_size;
-    if ((rc = mc__tp_scratch_get(&s, scratch,
-                                 mc_row_parallel_linear_scratch(S, B, C, OC, flags, tp_size), fn,
-                                 ops)) != MC_OK)
-        return rc;
-    next = s.base;
-    /* The bias was added to this rank's rows of the output: its gradient is the sum of those
-       rows of dY (under SP a partial sum, completed by the TP all-reduce in finalize). */
-    if (dbias && !(flags & MC_TP_SKIP_BIAS_ADD))
-        ops->bias_backward(dbias, dout, sp ? N / tp_size : N, OC);
-    if (sp) {   /* the reduce-scatter's backward: all-gather dY along S */
-        if ((rc = mc__tp_gather_first(next, dout, S, (size_t)B * OC, tp)) != MC_OK) goto done;
-        dy = next;
-        next += (size_t)N * OC;
-    }
-    if (split) {   /* the forward's split input (recomputed) and a local dX to gather later */
-        mc__tp_split_last(next, inp, N, C, tp_size, tp->rank, ops);
-        x = next;
-        dx = next + (size_t)N * Cl;
-        next += 2 * (size_t)N * Cl;
-    }
-    mc__tp_linear_dgrad(dx, dy, weight, N, Cl, OC, ops);
-    if (split) {   /* the split's backward: all-gather dX [N, C/TP] while dA runs */
-        rc = mc_all_gather_async(tp, dx, next, (size_t)N * Cl, MC_F32, &req);
-        if (rc != MC_OK) goto done;
-    }
-    mc__tp_linear_wgrad(dweight, NULL, dy, x, N, Cl, OC, ops);
-    if (split) {
-        if ((rc = mc_wait(req)) != MC_OK) goto done;
-        mc__tp_rechunk_last(dinp, next, N, C, tp_size, ops);
-    }
-done:
-    mc__tp_scratch_put(&s, ops);
-    return rc;
-}
-
-// Vocab-parallel embedding and cross entropy (§4, §5).
-
-MC_API int mc_vocab_range(int V, int tp_rank, int tp_size, int *start, int *end) {
-    static const char fn[] = "vocab_range";
-    int rc;
-    if (tp_size <= 0 || tp_rank < 0 || tp_rank >= tp_size)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: tp_rank (%d) is not in [0, tp_size = %d)", fn,
-                        tp_rank, tp_size);
-    if ((rc = mc__tp_divide(fn, "vocabulary size", V, tp_size)) != MC_OK) return rc;
-    if (start) *start = tp_rank * (V / tp_size);
-    if (end) *end = (tp_rank + 1) * (V / tp_size);
-    return MC_OK;
-}
-
-/* ids / targets must index the vocabulary; checked where the host can read them. */
-static int mc__tp_check_ids(const char *fn, const char *what, const int *ids, int N, int V,
-                            const mc_ops *ops) {
-    int i;
-    if (ops->device != MC_DEVICE_CPU) return MC_OK;
-    for (i = 0; i < N; i++)
-        if (ids[i] < 0 || ids[i] >= V)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "%s: %s[%d] = %d is outside the vocabulary [0, %d)", fn, what, i,
-                            ids[i], V);
-    return MC_OK;
-}
-
-static int mc__tp_embedding_check(const char *fn, const int *ids, int N, int C, int V,
-                                  mc_comm *tp, const mc_ops *ops, int *start, int *end) {
-    int rc;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
-    if ((rc = mc__tp_positive(fn, "tokens N", N)) != MC_OK) return rc;
-    if ((rc = mc__tp_positive(fn, "embedding_dim C", C)) != MC_OK) return rc;
-    if ((rc = mc__tp_divide(fn, "num_embeddings (padded vocabulary)", V, mc__tp_size(tp))) !=
-        MC_OK)
-        return rc;
-    if ((rc = mc__tp_check_ids(fn, "ids", ids, N, V, ops)) != MC_OK) return rc;
-    return mc_vocab_range(V, mc__tp_rank(tp), mc__tp_size(tp), start, end);
-}
-
-MC_API int mc_vocab_parallel_embedding_forward(float *out, const int *ids, const float *table,
-                                               int N, int C, int V, mc_comm *tp,
-                                               const mc_ops *ops) {
-    static const char fn[] = "vocab_parallel_embedding_forward";
-    int start, end, rc;
-    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, tp, ops, &start, &end)) != MC_OK)
-        return rc;
-    /* Ids outside [start, end) give zero rows, so the sum over TP is the full lookup. */
-    ops->embedding_forward(out, ids, table, N, C, start, end);
-    if (mc__tp_size(tp) == 1) return MC_OK;
-    return mc__tp_all_reduce(out, out, (size_t)N * C, tp);
-}
-
-MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const float *dout, const int *ids,
-                                                int N, int C, int V, mc_comm *tp,
-                                                const mc_ops *ops) {
-    static const char fn[] = "vocab_parallel_embedding_backward";
-    int start, end, rc;
-    if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, tp, ops, &start, &end)) != MC_OK)
-        return rc;
-    ops->embedding_backward(dtable, dout, ids, N, C, start, end);
-    return MC_OK;
-}
-
-MC_API size_t mc_vocab_parallel_cross_entropy_scratch(int N, int V, float label_smoothing,
-                                                      int tp_size) {
-    if (N <= 0 || V <= 0 || tp_size <= 0) return 0;
-    /* target logits [N]; with smoothing also [sum_exp | sum of logits] [2N] */
-    return label_smoothing > 0.0f ? 3 * (size_t)N : (size_t)N;
-}
-
-static int mc__tp_ce_check(const char *fn, const int *targets, int N, int V,
-                           float label_smoothing, mc_comm *tp, const mc_ops *ops) {
-    int rc;
-    if ((rc = mc__tp_check_ops(fn, ops)) != MC_OK) return rc;
-    if ((rc = mc__tp_positive(fn, "tokens N", N)) != MC_OK) return rc;
-    if ((rc = mc__tp_divide(fn, "vocabulary size V", V, mc__tp_size(tp))) != MC_OK) return rc;
-    if (!(label_smoothing >= 0.0f && label_smoothing < 1.0f))
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: label_smoothing (%g) must be in [0, 1)", fn,
-                        (double)label_smoothing);
-    if (label_smoothing > 0.0f && V < 2)
-        return MC__FAIL(MC_ERR_INVALID_ARG,
-                        "%s: label smoothing needs a vocabulary of at least 2 (V = %d)", fn, V);
-    return mc__tp_check_ids(fn, "targets", targets, N, V, ops);
-}
-
-/* Megatron's label_smoothing a as the weight s of the uniform part: the target gets 1 - a and
-   each of the K - 1 others a / (K - 1), i.e. (1 - s) onehot + s / K with s = a K / (K - 1). */
-static float mc__tp_smoothing_s(float label_smoothing, int K) {
-    if (label_smoothing <= 0.0f) return 0.0f;
-    return (float)((double)label_smoothing * K / (K - 1.0));
-}
-
-/* The per-token loss from the reduced pieces (host arithmetic, in double):
-     nll  = log(sum_exp) + max - target_logit
-     loss = (1 - s) nll - s (logit_sum / K - max - log(sum_exp)),  s = a K / (K - 1).
-   logit_sum is NULL without smoothing. */
-static void mc__tp_ce_losses(float *losses, const float *max, const float *sum_exp,
-                             const float *target_logit, const float *logit_sum, int N, int K,
-                             float label_smoothing) {
-    double s = mc__tp_smoothing_s(label_smoothing, K);
-    int i;
-    for (i = 0; i < N; i++) {
-        double log_z = log((double)sum_exp[i]) + (double)max[i];   /* log sum_j exp(logit_j) */
-        double nll = log_z - (double)target_logit[i];
-        double loss = nll;
-        if (logit_sum) loss = (1.0 - s) * nll - s * ((double)logit_sum[i] / K - log_z);
-        losses[i] = (float)loss;
-    }
-}
-
-MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, float *max, float *sum_exp,
-                                                   float *scratch, const float *logits,
-                                                   const int *targets, int N, int V,
-                                                   float label_smoothing, mc_comm *tp,
-                                                   const mc_ops *ops) {
-    static const char fn[] = "vocab_parallel_cross_entropy_forward";
-    int tp_size = mc__tp_size(tp), rc, Vl, start;
-    int smoothing = label_smoothing > 0.0f;
-    float *target_logit, *packed = NULL;
-    mc__tp_scratch s;
-    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, tp, ops)) != MC_OK) return rc;
-    if (ops->device != MC_DEVICE_CPU)
-        return MC__FAIL(MC_ERR_UNSUPPORTED,
-                        "%s: the per-token loss is combined on the host; the '%s' op table has "
-                        "no loss-combination op yet",
-                        fn, ops->name ? ops->name : "?");
-    Vl = V / tp_size;
-    start = mc__tp_rank(tp) * Vl;
-    if ((rc = mc__tp_scratch_get(
-             &s, scratch, mc_vocab_parallel_cross_entropy_scratch(N, V, label_smoothing, tp_size),
-             fn, ops)) != MC_OK)
-        return rc;
-    target_logit = s.base;
-
-    /* 1. The global row maximum, so that no rank's exp overflows. */
-    ops->row_max(max, logits, N, Vl);
-    if (tp_size > 1 && (rc = mc_all_reduce(tp, max, max, (size_t)N, MC_F32, MC_MAX)) != MC_OK)
-        goto done;
-    /* 2. The target logit: only its owner contributes, the others add 0. */
-    ops->target_logit(target_logit, logits, targets, N, Vl, start);
-    if (tp_size > 1 && (rc = mc__tp_all_reduce(target_logit, target_logit, (size_t)N, tp)) != MC_OK)
-        goto done;
-    /* 3. The sum of exp(logit - max); with smoothing the row sums of the logits ride along
-          ([sum_exp | logit_sum], one all-reduce of 2N). */
-    if (smoothing) {
-        packed = target_logit + N;
-        ops->sum_exp(packed, logits, max, N, Vl);
-        ops->row_sum(packed + N, logits, N, Vl);
-        if (tp_size > 1 && (rc = mc__tp_all_reduce(packed, packed, 2 * (size_t)N, tp)) != MC_OK)
-            goto done;
-        ops->copy(sum_exp, packed, (size_t)N);
-    } else {
-        ops->sum_exp(sum_exp, logits, max, N, Vl);
-        if (tp_size > 1 && (rc = mc__tp_all_reduce(sum_exp, sum_exp, (size_t)N, tp)) != MC_OK)
-            goto done;
-    }
-    mc__tp_ce_losses(losses, max, sum_exp, target_logit, smoothing ? packed + N : NULL, N, V,
-                     label_smoothing);
-done:
-    mc__tp_scratch_put(&s, ops);
-    return rc;
-}
-
-MC_API int mc_vocab_parallel_cross_entropy_backward(float *dlogits, const float *dlosses,
-                                                    const float *logits, const float *max,
-                                                    const float *sum_exp, const int *targets,
-                                                    int N, int V, float label_smoothing,
-                                                    mc_comm *tp, const mc_ops *ops) {
-    static const char fn[] = "vocab_parallel_cross_entropy_backward";
-    int rc, Vl;
-    if ((rc = mc__tp_ce_check(fn, targets, N, V, label_smoothing, tp, ops)) != MC_OK) return rc;
-    Vl = V / mc__tp_size(tp);
-    ops->cross_entropy_backward(dlogits, logits, max, sum_exp, targets, dlosses, N, Vl,
-                                mc__tp_rank(tp) * Vl, mc__tp_smoothing_s(label_smoothing, V), V);
-    return MC_OK;
-}
-
-// CPU initialisation (§3.1): every element of the global master comes from its own index, so
-// any shard at any TP size is computed without the others.
-
-MC_API int mc_shard_global_index(int local_index, int global_dim, int stride, int tp_rank,
-                                 int tp_size) {
-    int per_rank, piece;
-    if (tp_size <= 0 || stride <= 0 || tp_rank < 0 || tp_rank >= tp_size || global_dim <= 0)
-        return -1;
-    if (global_dim % tp_size != 0 || (global_dim / tp_size) % stride != 0) return -1;
-    per_rank = global_dim / tp_size;
-    if (local_index < 0 || local_index >= per_rank) return -1;
-    piece = per_rank / stride;
-    /* my k-th piece is global piece k * TP + r */
-    return ((local_index / piece) * tp_size + tp_rank) * piece + local_index % piece;
-}
-
-/* The Philox key of a parameter: FNV-1a over the name's bytes, then over the seed's 8
-   little-endian bytes, so two parameters (or two seeds) get unrelated streams. */
-static uint64_t mc__init_key(const char *name, uint64_t seed) {
-    uint64_t h = mc__fnv_bytes(MC__FNV_OFFSET, name, strlen(name));
-    return mc__fnv_int(h, seed);
-}
-
-/* normal(0, 1) of global element g: Box-Muller on lanes 0 and 1 of the Philox block at
-   counter g (32-bit uniforms; u1 in (0, 1] keeps the log finite). Lanes 2 and 3 are unused, so
-   every element needs only its own index. */
-static double mc__init_normal_at(uint64_t key, uint64_t g) {
-    uint32_t block[4];
-    double u1, u2;
-    mc__rng_block(key, g, block);
-    u1 = ((double)block[0] + 1.0) * (1.0 / 4294967296.0);
-    u2 = (double)block[1] * (1.0 / 4294967296.0);
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-
-MC_API void mc_init_normal_shard(float *local, const char *name, int rows, int cols,
-                                 int partition_dim, int stride, int tp_rank, int tp_size,
-                                 float std, uint64_t seed) {
-    static const char fn[] = "init_normal_shard";
-    int split_rows, split_cols, lr, lc, i, j;
-    uint64_t key;
-    if (!local || !name || rows <= 0 || cols <= 0 || partition_dim < -1 || partition_dim > 1) {
-        MC__FAIL(MC_ERR_INVALID_ARG,
-                 "%s: invalid arguments (name %s, shape [%d, %d], partition_dim %d); nothing "
-                 "written",
-                 fn, name ? name : "NULL", rows, cols, partition_dim);
-        return;
-    }
-    /* A 1-D tensor (rows == 1) splits along its only dimension. */
-    split_rows = partition_dim == 0 && rows > 1;
-    split_cols = partition_dim == 1 || (partition_dim == 0 && rows == 1);
-    lr = split_rows ? rows / (tp_size > 0 ? tp_size : 1) : rows;
-    lc = split_cols ? cols / (tp_size > 0 ? tp_size : 1) : cols;
-    if (partition_dim >= 0 && mc_shard_global_index(0, split_rows ? rows : cols, stride, tp_rank,
-                                                    tp_size) < 0) {
-        MC__FAIL(MC_ERR_INVALID_ARG,
-                 "%s: %s [%d, %d]: partition dim size %d does not split into tp_size (%d) x "
-                 "stride (%d) pieces for tp_rank %d; nothing written",
-                 fn, name, rows, cols, split_rows ? rows : cols, tp_size, stride, tp_rank);
-        return;
-    }
-    key = mc__init_key(name, seed);
-    for (i = 0; i < lr; i++) {
-        int gi = split_rows ? mc_shard_global_index(i, rows, stride, tp_rank, tp_size) : i;
-        for (j = 0; j < lc; j++) {
-            int gj = split_cols ? mc_shard_global_index(j, cols, stride, tp_rank, tp_size) : j;
-            double z = mc__init_normal_at(key, (uint64_t)gi * (uint64_t)cols + (uint64_t)gj);
-            local[(size_t)i * lc + j] = (float)((double)std * z);
-        }
-    }
-}
-
-/* @tensor_parallel:implementation end */
-
-/* @model:implementation begin */
-
-// ---------------------------------------------------------------------------------------------
-// >>gpt  transformer layer, block, GPTModel (declarations and the shape legend at >>gpt above)
-
-#include <math.h>   /* defines: sqrt, log (init scale, loss) */
-
-/* (seed, offset, p) of one dropout: p == 0 means off (no draw was made). */
-typedef struct mc__gpt_draw {
-    uint64_t seed, offset;
-    float p;
-} mc__gpt_draw;
-
-struct mc__gpt_layer_cache {
-    float *ln1;                  /* (Ns, H) input_layernorm output */
-    float *ln1_mean, *ln1_rstd;  /* (Ns) */
-    float *qkv;                  /* (N, 3*Ql) per-head [q|k|v] */
-    float *atty;                 /* (N, Ql) core attention output */
-    float *probs;                /* (B, NHl, S, S) softmax; NULL under selective recompute */
-    float *res1;                 /* (Ns, H) x + dropout(attention) */
-    float *ln2;                  /* (Ns, H) pre_mlp_layernorm output */
-    float *ln2_mean, *ln2_rstd;  /* (Ns) */
-    float *fc1;                  /* (N, Fl) before GELU */
-    float *gelu;                 /* (N, Fl) */
-    mc__gpt_draw attn_drop, drop1, drop2;
-};
-
-/* The saved activations of one micro-batch slot of one chunk. */
-typedef struct mc__gpt_act {
-    int microbatch;              /* held micro-batch (-1: none); set by forward_step */
-    int forward_done;            /* forward ran and backward has not */
-    int has_labels;
-    float **res;                 /* (nl + 1) pointers to (Ns, H): res[l] is layer l's input,
-                                    res[nl] the block output; inside a recompute group they
-                                    point into the shared recompute scratch */
-    struct mc__gpt_layer_cache *layer;   /* (nl) caches of the layers that are not recomputed */
-    mc_rng_states *group_rng;    /* (n_groups) stream snapshots before each recompute group */
-    float *dinput;               /* (Ns, H) grad of res[0] (what backward hands back) */
-    /* pre_process */
-    int *tokens;                 /* (N) */
-    mc__gpt_draw emb_drop;
-    /* post_process */
-    int *labels;                 /* (N) */
-    float *lnf;                  /* (Ns, H) final_layernorm output */
-    float *lnf_mean, *lnf_rstd;  /* (Ns) */
-    float *logits;               /* (N, Vl) */
-    float *ce_max, *ce_sum;      /* (N) global row max and sum of exp(logit - max) */
-    float *losses;               /* (N) */
-} mc__gpt_act;
-
-struct mc__gpt_impl {
-    void **allocs[2];            /* what mc_gpt_free releases: [0] op-table memory, [1] host */
-    int n_allocs[2], cap_allocs[2];
-    /* parameter indices: -1 where absent on this rank */
-    int word[MC_GPT_MAX_CHUNKS], pos[MC_GPT_MAX_CHUNKS];
-    int lnf_w[MC_GPT_MAX_CHUNKS], lnf_b[MC_GPT_MAX_CHUNKS], out_w[MC_GPT_MAX_CHUNKS];
-    int *layer_params;           /* (n_chunks, nl, MC_GPT_LAYER_TENSORS) */
-    /* recompute groups of a chunk (the same for every chunk): group_of[l] = -1 when layer l
-       is not recomputed; group g covers [group_start[g], group_start[g] + group_len[g]) */
-    int *group_of, *group_start, *group_len;
-    int n_groups, max_group;
-    int selective;
-    mc__gpt_act *act;            /* (n_chunks, n_slots) */
-    /* shared scratch */
-    struct mc__gpt_layer_cache *rc_cache;   /* (max_group) caches for recomputed layers */
-    float **rc_res;              /* (max_group) interior residuals of a group */
-    float *probs_scratch;        /* (B, NHl, S, S) selective recompute */
-    float *atty_scratch;         /* (N, Ql) selective recompute output (discarded) */
-    float *full_a, *full_b;      /* (N, max(H, Ql, Fl)) gathered inputs / partial outputs */
-    float *tmp_a, *tmp_b;        /* (Ns, H) sub-module outputs before dropout */
-    float *d_a, *d_b, *d_c;      /* (Ns, H) backward residual-stream grads */
-    float *d_ln;                 /* (Ns, H) grad of a norm output */
-    float *d_qkv;                /* (N, 3*Ql) */
-    float *d_atty;               /* (N, Ql) */
-    float *d_fc_a, *d_fc_b;      /* (N, Fl) */
-    float *d_logits;             /* (N, Vl) */
-    float *d_loss;               /* (N) */
-    float *tp_scratch;           /* scratch of the tensor-parallel layers (their _scratch()) */
-    int *pos_ids;                /* (N) position of each token: s */
-};
-
-#define MC__GPT_LN_EPS(g) ((g)->config.layernorm_epsilon)
-
-/* Remembers a block for mc_gpt_free: list 0 holds op-table (device) memory, list 1 host
-   bookkeeping (pointer arrays, stream snapshots). */
-static int mc__gpt_track(mc_gpt *g, int host, void *p) {
-    struct mc__gpt_impl *im = g->impl;
-    if (im->n_allocs[host] == im->cap_allocs[host]) {
-        int cap = im->cap_allocs[host] ? 2 * im->cap_allocs[host] : 64;
-        void **grown = (void **)mc_malloc((size_t)cap * sizeof *grown);
-        if (!grown) return MC_ERR_NO_MEMORY;
-        if (im->n_allocs[host])
-            memcpy(grown, im->allocs[host], (size_t)im->n_allocs[host] * sizeof *grown);
-        mc_free(im->allocs[host]);
-        im->allocs[host] = grown;
-        im->cap_allocs[host] = cap;
-    }
-    im->allocs[host][im->n_allocs[host]++] = p;
-    return MC_OK;
-}
-
-/* zero-filled memory of the op table's device */
-static void *mc__gpt_alloc(mc_gpt *g, size_t bytes) {
-    void *p = g->ops->alloc(bytes ? bytes : 1);
-    if (p && mc__gpt_track(g, 0, p) != MC_OK) {
-        g->ops->free(p);
-        return NULL;
-    }
-    return p;
-}
-
-/* zero-filled host memory */
-static void *mc__gpt_host(mc_gpt *g, size_t bytes) {
-    void *p = mc_calloc(1, bytes ? bytes : 1);
-    if (p && mc__gpt_track(g, 1, p) != MC_OK) {
-        mc_free(p);
-        return NULL;
-    }
-    return p;
-}
-
-static float *mc__gpt_floats(mc_gpt *g, size_t n) {
-    return (float *)mc__gpt_alloc(g, n * sizeof(float));
-}
-
-static mc_comm *mc__gpt_group(const mc_gpt *g, mc_group_kind kind) {
-    return g->ps ? mc_parallel_group(g->ps, kind) : NULL;
-}
-
-static mc_comm *mc__gpt_tp_comm(const mc_gpt *g) {
-    mc_comm *c = mc__gpt_group(g, MC_GROUP_TP);
-    return c && c->size > 1 ? c : NULL;
-}
-
-// ---------------------------------------------------------------------------------------------
-// TP glue: the model's calls into the tensor-parallel layers (>>tensor_parallel), which hold
-// the communication; sizes here are the model's local ones.
-
-static int mc__gpt_tp_flags(const mc_gpt *g) {
-    return g->sequence_parallel ? MC_TP_SEQUENCE_PARALLEL : 0;
-}
-
-/* ColumnParallelLinear: out (N, O) = X W^T + b with W (O, K) this rank's rows; X (Ns, K) is
-   gathered along the sequence inside under SP. */
-static int mc__gpt_column_forward(mc_gpt *g, float *out, const float *in, const float *w,
-                                  const float *b, int O, int K) {
-    return mc_column_parallel_linear_forward(out, g->impl->tp_scratch, in, w, b, g->S, g->B, K,
-                                             O * g->tp, mc__gpt_tp_flags(g), mc__gpt_tp_comm(g),
-                                             g->ops);
-}
-
-/* din (Ns, K) (=), dW += dY^T X, db += column sums of dY */
-static int mc__gpt_column_backward(mc_gpt *g, float *din, float *dw, float *db,
-                                   const float *dout, const float *in, const float *w, int O,
-                                   int K) {
-    return mc_column_parallel_linear_backward(din, dw, db, g->impl->tp_scratch, dout, in, w,
-                                              g->S, g->B, K, O * g->tp, mc__gpt_tp_flags(g),
-                                              mc__gpt_tp_comm(g), g->ops);
-}
-
-/* RowParallelLinear with input_is_parallel: out (Ns, O) = sum over TP of X W^T, then the bias
-   once; X (N, K) is this rank's slice of the input features, W (O, K). */
-static int mc__gpt_row_forward(mc_gpt *g, float *out, const float *in, const float *w,
-                               const float *b, int O, int K) {
-    return mc_row_parallel_linear_forward(out, g->impl->tp_scratch, in, w, b, g->S, g->B,
-                                          K * g->tp, O,
-                                          mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL,
-                                          mc__gpt_tp_comm(g), g->ops);
-}
-
-/* din (N, K) (=), dW +=, db += column sums of the local dout (partial under SP: finalize sums
-   the sequence_parallel-tagged bias over TP) */
-static int mc__gpt_row_backward(mc_gpt *g, float *din, float *dw, float *db, const float *dout,
-                                const float *in, const float *w, int O, int K) {
-    return mc_row_parallel_linear_backward(din, dw, db, g->impl->tp_scratch, dout, in, w, g->S,
-                                           g->B, K * g->tp, O,
-                                           mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL,
-                                           mc__gpt_tp_comm(g), g->ops);
-}
-
-/* Floats of scratch the TP calls above need, the largest over the model's layers. */
-static size_t mc__gpt_tp_scratch_floats(const mc_gpt *g) {
-    int f = mc__gpt_tp_flags(g), fr = f | MC_TP_INPUT_IS_PARALLEL;
-    size_t need = 0, n;
-#define MC__GPT_NEED(x) n = (x); if (n > need) need = n
-    MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, 3 * g->Q, f, g->tp));
-    MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, g->F, f, g->tp));
-    MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, g->vocab_padded, f, g->tp));
-    MC__GPT_NEED(mc_row_parallel_linear_scratch(g->S, g->B, g->Q, g->H, fr, g->tp));
-    MC__GPT_NEED(mc_row_parallel_linear_scratch(g->S, g->B, g->F, g->H, fr, g->tp));
-    MC__GPT_NEED(mc_vocab_parallel_cross_entropy_scratch(g->N, g->vocab_padded, 0.0f, g->tp));
-#undef MC__GPT_NEED
-    return need;
-}
-
-// ---------------------------------------------------------------------------------------------
-// random streams
-
-/* Takes (seed, offset) for n elements from `stream` (MC_RNG_DEFAULT or a tracker stream) and
-   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw. */
-static int mc__gpt_draw_from(mc_gpt *g, const char *stream, size_t n, float p,
-                             mc__gpt_draw *d) {
-    int forked = strcmp(stream, MC_RNG_DEFAULT) != 0, rc;
-    mc_rng *r;
-    memset(d, 0, sizeof *d);
-    if (!g->training || !(p > 0.0f)) return MC_OK;
-    if (forked && (rc = mc_rng_tracker_fork(&g->rng, stream)) != MC_OK) return rc;
-    r = mc_rng_tracker_current(&g->rng);
-    d->seed = r->seed;
-    d->offset = r->offset;
-    d->p = p;
-    r->offset += ((uint64_t)n + 3u) & ~(uint64_t)3u;
-    return forked ? mc_rng_tracker_unfork(&g->rng, stream) : MC_OK;
-}
-
-/* Hidden and embedding dropout: the default generator where the activation is replicated over
-   TP, the model-parallel stream where it is split (SP), as Megatron forks the whole block. */
-static const char *mc__gpt_hidden_stream(const mc_gpt *g) {
-    return g->sequence_parallel ? MC_RNG_MODEL_PARALLEL : MC_RNG_DEFAULT;
-}
-
-static float mc__gpt_dropout_p(float p) { return p > 0.0f ? p : 0.0f; }
-
-/* out = dropout(inp) with the recorded draw (a copy when off) */
-static void mc__gpt_dropout_forward(mc_gpt *g, float *out, const float *inp, size_t n,
-                                    const mc__gpt_draw *d) {
-    if (d->p > 0.0f)
-        g->ops->dropout_forward(out, inp, n, d->p, d->seed, d->offset);
-    else
-        g->ops->copy(out, inp, n);
-}
-
-static void mc__gpt_dropout_backward(mc_gpt *g, float *dinp, const float *dout, size_t n,
-                                     const mc__gpt_draw *d) {
-    if (d->p > 0.0f)
-        g->ops->dropout_backward(dinp, dout, n, d->p, d->seed, d->offset);
-    else
-        g->ops->copy(dinp, dout, n);
-}
-
-// ---------------------------------------------------------------------------------------------
-// the local spec: LayerNorm, self-attention, MLP
-
-static int mc__gpt_local_norm_forward(const mc_layer_ctx *ctx, int which, float *out,
-                                      const float *inp) {
-    mc_gpt *g = ctx->gpt;
-    struct mc__gpt_layer_cache *c = ctx->cache;
-    int w = which ? MC_GPT_LN2_W : MC_GPT_LN1_W;
-    g->ops->layernorm_forward(out, which ? c->ln2_mean : c->ln1_mean,
-                              which ? c->ln2_rstd : c->ln1_rstd, inp, ctx->w[w], ctx->w[w + 1],
-                              g->Ns, g->H, MC__GPT_LN_EPS(g));
-    return MC_OK;
-}
-
-static int mc__gpt_local_norm_backward(const mc_layer_ctx *ctx, int which, float *dinp,
-                                       const float *dout, const float *inp) {
-    mc_gpt *g = ctx->gpt;
-    struct mc__gpt_layer_cache *c = ctx->cache;
-    int w = which ? MC_GPT_LN2_W : MC_GPT_LN1_W;
-    g->ops->layernorm_backward(dinp, ctx->g[w], ctx->g[w + 1], dout, inp, ctx->w[w],
-                               which ? c->ln2_mean : c->ln1_mean,
-                               which ? c->ln2_rstd : c->ln1_rstd, g->Ns, g->H);
-    return MC_OK;
-}
-
-/* QKV column-parallel -> causal attention on the local heads (probability dropout under the
-   model-parallel stream) -> projection row-parallel (+ bias). out (Ns, H). */
-static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, float *out,
-                                           const float *inp) {
-    mc_gpt *g = ctx->gpt;
-    struct mc__gpt_layer_cache *c = ctx->cache;
-    size_t n_probs = (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S;
-    float *probs = c->probs ? c->probs : g->impl->probs_scratch;
-    int rc;
-    if ((rc = mc__gpt_column_forward(g, c->qkv, inp, ctx->w[MC_GPT_QKV_W], ctx->w[MC_GPT_QKV_B],
-                                     3 * g->Ql, g->H)) != MC_OK)
-        return rc;
-    if ((rc = mc__gpt_draw_from(g, MC_RNG_MODEL_PARALLEL, n_probs,
-                                mc__gpt_dropout_p(g->config.attention_dropout),
-                                &c->attn_drop)) != MC_OK)
-        return rc;
-    g->ops->attention_forward(c->atty, probs, c->qkv, g->S, g->B, g->NHl, g->HD,
-                              c->attn_drop.p, c->attn_drop.seed, c->attn_drop.offset);
-    return mc__gpt_row_forward(g, out, c->atty, ctx->w[MC_GPT_PROJ_W], ctx->w[MC_GPT_PROJ_B],
-                               g->H, g->Ql);
-}
-
-static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, float *dinp,
-                                            const float *dout, const float *inp) {
-    mc_gpt *g = ctx->gpt;
-    struct mc__gpt_impl *im = g->impl;
-    struct mc__gpt_layer_cache *c = ctx->cache;
-    const float *probs = c->probs;
-    int rc;
-    if ((rc = mc__gpt_row_backward(g, im->d_atty, ctx->g[MC_GPT_PROJ_W], ctx->g[MC_GPT_PROJ_B],
-                                   dout, c->atty, ctx->w[MC_GPT_PROJ_W], g->H, g->Ql)) != MC_OK)
-        return rc;
-    if (!probs) {
-        /* selective recompute: the probabilities again, from the same inputs and draw */
-        g->ops->attention_forward(im->atty_scratch, im->probs_scratch, c->qkv, g->S, g->B,
-                                  g->NHl, g->HD, c->attn_drop.p, c->attn_drop.seed,
-                                  c->attn_drop.offset);
-        probs = im->probs_scratch;
-    }
-    g->ops->attention_backward(im->d_qkv, im->d_atty, c->qkv, probs, g->S, g->B, g->NHl, g->HD,
-                               c->attn_drop.p, c->attn_drop.seed, c->attn_drop.offset);
-    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_QKV_W], ctx->g[MC_GPT_QKV_B],
-                                   im->d_qkv, inp, ctx->w[MC_GPT_QKV_W], 3 * g->Ql, g->H);
-}
-
-/* fc1 column-parallel -> GELU -> fc2 row-parallel (+ bias). out (Ns, H). */
-static int mc__gpt_local_mlp_forward(const mc_layer_ctx *ctx, float *out, const float *inp) {
-    mc_gpt *g = ctx->gpt;
-    struct mc__gpt_layer_cache *c = ctx->cache;
-    int rc;
-    if ((rc = mc__gpt_column_forward(g, c->fc1, inp, ctx->w[MC_GPT_FC1_W], ctx->w[MC_GPT_FC1_B],
-                                     g->Fl, g->H)) != MC_OK)
-        return rc;
-    g->ops->gelu_forward(c->gelu, c->fc1, (size_t)g->N * (size_t)g->Fl);
-    return mc__gpt_row_forward(g, out, c->gelu, ctx->w[MC_GPT_FC2_W], ctx->w[MC_GPT_FC2_B],
-                               g->H, g->Fl);
-}
-
-static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, float *dinp, const float *dout,
-                                      const float *inp) {
-    mc_gpt *g = ctx->gpt;
-    struct mc__gpt_impl *im = g->impl;
-    struct mc__gpt_layer_cache *c = ctx->cache;
-    int rc;
-    if ((rc = mc__gpt_row_backward(g, im->d_fc_a, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B],
-                                   dout, c->gelu, ctx->w[MC_GPT_FC2_W], g->H, g->Fl)) != MC_OK)
-        return rc;
-    g->ops->gelu_backward(im->d_fc_b, c->fc1, im->d_fc_a, (size_t)g->N * (size_t)g->Fl);
-    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_FC1_W], ctx->g[MC_GPT_FC1_B],
-                                   im->d_fc_b, inp, ctx->w[MC_GPT_FC1_W], g->Fl, g->H);
-}
-
-MC_API const mc_transformer_spec *mc_transformer_spec_local(void) {
-    static const mc_transformer_spec spec = {
-        "local",
-        mc__gpt_local_norm_forward,      mc__gpt_local_norm_backward,
-        mc__gpt_local_attention_forward, mc__gpt_local_attention_backward,
-        mc__gpt_local_mlp_forward,       mc__gpt_local_mlp_backward,
-    };
-    return &spec;
-}
-
-// ---------------------------------------------------------------------------------------------
-// the transformer layer and the block
-
-static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_cache *cache,
-                              mc_layer_ctx *ctx) {
-    size_t at = ((size_t)chunk * (size_t)g->layers_per_chunk + (size_t)l) * MC_GPT_LAYER_TENSORS;
-    const int *idx = g->impl->layer_params + at;
-    int t;
-    ctx->gpt = g;
-    ctx->chunk = chunk;
-    ctx->layer = l;
-    ctx->global_layer = g->layer_offset[chunk] + l;
-    ctx->cache = cache;
-    for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
-        ctx->w[t] = g->params + g->table.info[idx[t]].offset;
-        ctx->g[t] = g->grads + g->table.info[idx[t]].offset;
-    }
-}
-
-/* The pre-LN layer (Megatron's TransformerLayer with the spec's submodules):
-     res1 = x + dropout(attention(input_layernorm(x)))
-     out  = res1 + dropout(mlp(pre_mlp_layernorm(res1)))         all (Ns, H) */
-static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, float *out, const float *x) {
-    mc_gpt *g = ctx->gpt;
-    const mc_transformer_spec *sp = g->spec;
-    struct mc__gpt_layer_cache *c = ctx->cache;
-    struct mc__gpt_impl *im = g->impl;
-    size_t n = (size_t)g->Ns * (size_t)g->H;
-    float p = mc__gpt_dropout_p(g->config.hidden_dropout);
-    int rc;
-    if ((rc = sp->norm_forward(ctx, 0, c->ln1, x)) != MC_OK) return rc;
-    if ((rc = sp->attention_forward(ctx, im->tmp_a, c->ln1)) != MC_OK) return rc;
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop1)) != MC_OK)
-        return rc;
-    mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop1);
-    g->ops->copy(c->res1, x, n);
-    g->ops->axpy(c->res1, 1.0f, im->tmp_b, n);
-    if ((rc = sp->norm_forward(ctx, 1, c->ln2, c->res1)) != MC_OK) return rc;
-    if ((rc = sp->mlp_forward(ctx, im->tmp_a, c->ln2)) != MC_OK) return rc;
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
-        return rc;
-    mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop2);
-    g->ops->copy(out, c->res1, n);
-    g->ops->axpy(out, 1.0f, im->tmp_b, n);
-    return MC_OK;
-}
-
-/* dx (Ns, H) = d layer / d x (overwrite); parameter grads accumulate. Uses d_b, d_c, d_ln, so
-   dx and dout must be other buffers (the block ping-pongs d_a / dinput). */
-static int mc__gpt_layer_backward(const mc_layer_ctx *ctx, float *dx, const float *dout,
-                                  const float *x) {
-    mc_gpt *g = ctx->gpt;
-    const mc_transformer_spec *sp = g->spec;
-    struct mc__gpt_layer_cache *c = ctx->cache;
-    struct mc__gpt_impl *im = g->impl;
-    size_t n = (size_t)g->Ns * (size_t)g->H;
-    float *d_res1 = im->d_b, *d_sub = im->d_c;
-    int rc;
-    /* out = res1 + dropout(mlp): the residual passes dout through */
-    mc__gpt_dropout_backward(g, d_sub, dout, n, &c->drop2);
-    if ((rc = sp->mlp_backward(ctx, im->d_ln, d_sub, c->ln2)) != MC_OK) return rc;
-    g->ops->copy(d_res1, dout, n);
-    if ((rc = sp->norm_backward(ctx, 1, d_res1, im->d_ln, c->res1)) != MC_OK) return rc;
-    /* res1 = x + dropout(attention) */
-    mc__gpt_dropout_backward(g, d_sub, d_res1, n, &c->drop1);
-    if ((rc = sp->attention_backward(ctx, im->d_ln, d_sub, c->ln1)) != MC_OK) return rc;
-    g->ops->copy(dx, d_res1, n);
-    return sp->norm_backward(ctx, 0, dx, im->d_ln, x);
-}
-
-static struct mc__gpt_layer_cache *mc__gpt_cache_of(mc_gpt *g, mc__gpt_act *a, int l) {
-    int grp = g->impl->group_of[l];
-    return grp < 0 ? &a->layer[l] : &g->impl->rc_cache[l - g->impl->group_start[grp]];
-}
-
-static int mc__gpt_run_layers(mc_gpt *g, int chunk, mc__gpt_act *a, int first, int count) {
-    mc_layer_ctx ctx;
-    int l, rc;
-    for (l = first; l < first + count; l++) {
-        mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
-        if ((rc = mc__gpt_layer_forward(&ctx, a->res[l + 1], a->res[l])) != MC_OK) return rc;
-    }
-    return MC_OK;
-}
-
-/* The block forward: res[0] -> res[nl]. A recompute group first records every stream, then
-   runs its layers into the shared scratch (only its output res[end] survives). */
-static int mc__gpt_block_forward(mc_gpt *g, int chunk, mc__gpt_act *a) {
-    struct mc__gpt_impl *im = g->impl;
-    int l = 0, rc;
-    while (l < g->layers_per_chunk) {
-        int grp = im->group_of[l];
-        int count = grp < 0 ? 1 : im->group_len[grp];
-        if (grp >= 0 && (rc = mc_rng_tracker_get_states(&g->rng, &a->group_rng[grp])) != MC_OK)
-            return rc;
-        if ((rc = mc__gpt_run_layers(g, chunk, a, l, count)) != MC_OK) return rc;
-        l += count;
-    }
-    return MC_OK;
-}
-
-static void mc__gpt_report_ready(mc_gpt *g, int chunk, int param) {
-    if (param >= 0 && g->grad_ready && g->grad_sync[chunk])
-        g->grad_ready(g->grad_ready_user, param);
-}
-
-/* The block backward: d (Ns, H) holds d res[nl] on entry and d res[0] on return (in
-   a->dinput). Before the last layer of a recompute group runs its backward, the group's
-   forward is replayed under its stream snapshot (§6.4). */
-static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const float *d_out) {
-    struct mc__gpt_impl *im = g->impl;
-    size_t n = (size_t)g->Ns * (size_t)g->H;
-    const float *dout = d_out;
-    float *bufs[2];
-    int l, t, rc, k = 0;
-    mc_layer_ctx ctx;
-    /* ping-pong between d_a and dinput so that the last write lands in dinput */
-    bufs[0] = (g->layers_per_chunk % 2) ? a->dinput : im->d_a;
-    bufs[1] = (g->layers_per_chunk % 2) ? im->d_a : a->dinput;
-    if (g->layers_per_chunk == 0) g->ops->copy(a->dinput, d_out, n);
-    for (l = g->layers_per_chunk - 1; l >= 0; l--) {
-        int grp = im->group_of[l];
-        const int *idx;
-        if (grp >= 0 && l == im->group_start[grp] + im->group_len[grp] - 1) {
-            mc_rng_states now;
-            if ((rc = mc_rng_tracker_get_states(&g->rng, &now)) != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK) return rc;
-            rc = mc__gpt_run_layers(g, chunk, a, im->group_start[grp], im->group_len[grp]);
-            if (rc != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK) return rc;
-        }
-        mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
-        if ((rc = mc__gpt_layer_backward(&ctx, bufs[k], dout, a->res[l])) != MC_OK) return rc;
-        dout = bufs[k];
-        k ^= 1;
-        idx = im->layer_params +
-              ((size_t)chunk * (size_t)g->layers_per_chunk + (size_t)l) * MC_GPT_LAYER_TENSORS;
-        for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) mc__gpt_report_ready(g, chunk, idx[t]);
-    }
-    return MC_OK;
-}
-
-// ---------------------------------------------------------------------------------------------
-// GPTModel: embedding, final norm, output layer, loss
-
-static float *mc__gpt_p(const mc_gpt *g, int idx) { return g->params + g->table.info[idx].offset; }
-static float *mc__gpt_g(const mc_gpt *g, int idx) { return g->grads + g->table.info[idx].offset; }
-
-/* word (vocab-parallel, all-reduced over TP) + learned position embedding -> (SP: scatter to
-   this rank's sequence piece) -> embedding dropout -> res[0] (Ns, H). Megatron reduce-scatters
-   the word lookup straight to SP only without learned positions; here they are added first. */
-static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
-    struct mc__gpt_impl *im = g->impl;
-    size_t n = (size_t)g->Ns * (size_t)g->H;
-    float *emb = im->full_b;    /* (N, H) */
-    int rc;
-    if ((rc = mc_vocab_parallel_embedding_forward(emb, a->tokens, mc__gpt_p(g, im->word[0]), g->N,
-                                                  g->H, g->vocab_padded, mc__gpt_tp_comm(g),
-                                                  g->ops)) != MC_OK)
-        return rc;
-    g->ops->embedding_forward(im->full_a, im->pos_ids, mc__gpt_p(g, im->pos[0]), g->N, g->H, 0,
-                              g->config.max_position_embeddings);
-    g->ops->axpy(emb, 1.0f, im->full_a, (size_t)g->N * (size_t)g->H);
-    if (g->sequence_parallel) {
-        if ((rc = mc_scatter_to_sp_region_forward(im->tmp_a, emb, g->S, (size_t)g->B * g->H,
-                                                  mc__gpt_tp_comm(g), g->ops)) != MC_OK)
-            return rc;
-        emb = im->tmp_a;
-    }
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n,
-                                mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) !=
-        MC_OK)
-        return rc;
-    mc__gpt_dropout_forward(g, a->res[0], emb, n, &a->emb_drop);
-    return MC_OK;
-}
-
-/* d res[0] (a->dinput) -> word and position embedding grads. Under SP the scatter's backward
-   all-gathers the sequence pieces; the word embedding's all-reduce has an identity backward,
-   so each rank adds the rows of its vocab range only. */
-static int mc__gpt_embedding_backward(mc_gpt *g, mc__gpt_act *a) {
-    struct mc__gpt_impl *im = g->impl;
-    size_t n = (size_t)g->Ns * (size_t)g->H;
-    float *d_emb = im->d_c;
-    int rc;
-    mc__gpt_dropout_backward(g, im->d_c, a->dinput, n, &a->emb_drop);
-    if (g->sequence_parallel) {
-        if ((rc = mc_scatter_to_sp_region_backward(im->full_b, im->d_c, g->S, (size_t)g->B * g->H,
-                                                   mc__gpt_tp_comm(g), g->ops)) != MC_OK)
-            return rc;
-        d_emb = im->full_b;
-    }
-    if ((rc = mc_vocab_parallel_embedding_backward(mc__gpt_g(g, im->word[0]), d_emb, a->tokens,
-                                                   g->N, g->H, g->vocab_padded,
-                                                   mc__gpt_tp_comm(g), g->ops)) != MC_OK)
-        return rc;
-    g->ops->embedding_backward(mc__gpt_g(g, im->pos[0]), d_emb, im->pos_ids, g->N, g->H, 0,
-                               g->config.max_position_embeddings);
-    mc__gpt_report_ready(g, 0, im->word[0]);
-    mc__gpt_report_ready(g, 0, im->pos[0]);
-    return MC_OK;
-}
-
-/* The weight the output layer multiplies with: its own, or the word embedding (tied, PP = 1) */
-static int mc__gpt_output_weight(const mc_gpt *g, int chunk) {
-    return g->impl->out_w[chunk] >= 0 ? g->impl->out_w[chunk] : g->impl->word[chunk];
-}
-
-/* final_layernorm -> output layer (column-parallel, no bias, logits (N, Vl)) -> loss */
-static int mc__gpt_head_forward(mc_gpt *g, int chunk, mc__gpt_act *a, const float *h,
-                                double *loss_sum) {
-    struct mc__gpt_impl *im = g->impl;
-    int rc, n;
-    g->ops->layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, h, mc__gpt_p(g, im->lnf_w[chunk]),
-                              mc__gpt_p(g, im->lnf_b[chunk]), g->Ns, g->H, MC__GPT_LN_EPS(g));
-    if ((rc = mc__gpt_column_forward(g, a->logits, a->lnf,
-                                     mc__gpt_p(g, mc__gpt_output_weight(g, chunk)), NULL,
-                                     g->vocab_local, g->H)) != MC_OK)
-        return rc;
-    if (!a->has_labels) return MC_OK;
-    /* vocab-parallel cross entropy: three TP all-reduces, never the full logits */
-    if ((rc = mc_vocab_parallel_cross_entropy_forward(a->losses, a->ce_max, a->ce_sum,
-                                                      im->tp_scratch, a->logits, a->labels, g->N,
-                                                      g->vocab_padded, 0.0f, mc__gpt_tp_comm(g),
-                                                      g->ops)) != MC_OK)
-        return rc;
-    if (loss_sum) {
-        double s = 0.0;
-        for (n = 0; n < g->N; n++) s += (double)a->losses[n];
-        *loss_sum = s;
-    }
-    return MC_OK;
-}
-
-/* loss -> logits -> output layer -> final norm: d res[nl] into d (Ns, H) */
-static int mc__gpt_head_backward(mc_gpt *g, int chunk, mc__gpt_act *a, float loss_scale,
-                                 float *d) {
-    struct mc__gpt_impl *im = g->impl;
-    int w = mc__gpt_output_weight(g, chunk), rc;
-    g->ops->fill(im->d_loss, loss_scale, (size_t)g->N);
-    if ((rc = mc_vocab_parallel_cross_entropy_backward(im->d_logits, im->d_loss, a->logits,
-                                                       a->ce_max, a->ce_sum, a->labels, g->N,
-                                                       g->vocab_padded, 0.0f, mc__gpt_tp_comm(g),
-                                                       g->ops)) != MC_OK)
-        return rc;
-    if ((rc = mc__gpt_column_backward(g, im->d_ln, mc__gpt_g(g, w), NULL, im->d_logits, a->lnf,
-                                      mc__gpt_p(g, w), g->vocab_local, g->H)) != MC_OK)
-        return rc;
-    g->ops->fill(d, 0.0f, (size_t)g->Ns * (size_t)g->H);
-    g->ops->layernorm_backward(d, mc__gpt_g(g, im->lnf_w[chunk]), mc__gpt_g(g, im->lnf_b[chunk]),
-                               im->d_ln, a->res[g->layers_per_chunk],
-                               mc__gpt_p(g, im->lnf_w[chunk]), a->lnf_mean, a->lnf_rstd, g->Ns,
-                               g->H);
-    mc__gpt_report_ready(g, chunk, im->out_w[chunk]);
-    mc__gpt_report_ready(g, chunk, im->lnf_w[chunk]);
-    mc__gpt_report_ready(g, chunk, im->lnf_b[chunk]);
-    return MC_OK;
-}
-
-static int mc__gpt_check_call(const mc_gpt *g, const char *fn, int chunk, int slot) {
-    if (!g || !g->impl) return MC__FAIL(MC_ERR_STATE, "%s: the model is not initialised", fn);
-    if (chunk < 0 || chunk >= g->n_chunks)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: chunk (%d) must be in [0, %d)", fn, chunk,
-                        g->n_chunks);
-    if (slot < 0 || slot >= g->n_slots)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: slot (%d) must be in [0, n_slots = %d)", fn,
-                        slot, g->n_slots);
-    return MC_OK;
-}
-
-MC_API int mc_gpt_is_pre_process(const mc_gpt *g, int chunk) {
-    return g && g->pp_rank == 0 && chunk == 0;
-}
-
-MC_API int mc_gpt_is_post_process(const mc_gpt *g, int chunk) {
-    return g && g->pp_rank == g->pp - 1 && chunk == g->n_chunks - 1;
-}
-
-MC_API int mc_gpt_forward(mc_gpt *g, int chunk, int slot, const int *tokens, const int *labels,
-                          const float *input, float **output, double *loss_sum) {
-    mc__gpt_act *a;
-    int rc, n;
-    if ((rc = mc__gpt_check_call(g, "mc_gpt_forward", chunk, slot)) != MC_OK) return rc;
-    a = &g->impl->act[chunk * g->n_slots + slot];
-    if (output) *output = NULL;
-    if (loss_sum) *loss_sum = 0.0;
-    a->forward_done = 0;
-    if (mc_gpt_is_pre_process(g, chunk)) {
-        if (!tokens)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "mc_gpt_forward: tokens must be given on the first stage (chunk %d)",
-                            chunk);
-        for (n = 0; n < g->N; n++)
-            if (tokens[n] < 0 || tokens[n] >= g->config.vocab_size)
-                return MC__FAIL(MC_ERR_INVALID_ARG,
-                                "mc_gpt_forward: tokens[%d] = %d is outside the vocabulary "
-                                "[0, %d)", n, tokens[n], g->config.vocab_size);
-        memcpy(a->tokens, tokens, (size_t)g->N * sizeof(int));
-        if ((rc = mc__gpt_embedding_forward(g, a)) != MC_OK) return rc;
-    } else {
-        if (!input)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "mc_gpt_forward: input must be given on virtual stage %d (chunk %d "
-                            "of pipeline rank %d)", chunk * g->pp + g->pp_rank, chunk,
-                            g->pp_rank);
-        g->ops->copy(a->res[0], input, g->p2p_elems);
-    }
-    if ((rc = mc__gpt_block_forward(g, chunk, a)) != MC_OK) return rc;
-    if (mc_gpt_is_post_process(g, chunk)) {
-        a->has_labels = labels != NULL;
-        if (labels) {
-            for (n = 0; n < g->N; n++)
-                if (labels[n] < 0 || labels[n] >= g->config.vocab_size)
-                    return MC__FAIL(MC_ERR_INVALID_ARG,
-                                    "mc_gpt_forward: labels[%d] = %d is outside the vocabulary "
-                                    "[0, %d)", n, labels[n], g->config.vocab_size);
-            memcpy(a->labels, labels, (size_t)g->N * sizeof(int));
-        }
-        if ((rc = mc__gpt_head_forward(g, chunk, a, a->res[g->layers_per_chunk], loss_sum))
-            != MC_OK)
-            return rc;
-    } else if (output) {
-        *output = a->res[g->layers_per_chunk];
-    }
-    a->forward_done = 1;
-    return MC_OK;
-}
-
-MC_API int mc_gpt_backward(mc_gpt *g, int chunk, int slot, const float *output_grad,
-                           float loss_scale, float **input_grad) {
-    struct mc__gpt_impl *im;
-    mc__gpt_act *a;
-    const float *d_out;
-    int rc;
-    if ((rc = mc__gpt_check_call(g, "mc_gpt_backward", chunk, slot)) != MC_OK) return rc;
-    im = g->impl;
-    a = &im->act[chunk * g->n_slots + slot];
-    if (input_grad) *input_grad = NULL;
-    if (!a->forward_done)
-        return MC__FAIL(MC_ERR_STATE,
-                        "mc_gpt_backward: slot %d of chunk %d holds no forward to go back "
-                        "through", slot, chunk);
-    if (mc_gpt_is_post_process(g, chunk)) {
-        if (output_grad)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "mc_gpt_backward: the last stage starts from the loss, so "
-                            "output_grad must be NULL");
-        if (!a->has_labels)
-            return MC__FAIL(MC_ERR_STATE,
-                            "mc_gpt_backward: the forward of slot %d had no labels, so there is "
-                            "no loss to go back from", slot);
-        /* the block's layer backwards alternate between d_a and dinput and end in dinput:
-           start from the one its first write does not go to */
-        d_out = (g->layers_per_chunk % 2) ? im->d_a : a->dinput;
-        if ((rc = mc__gpt_head_backward(g, chunk, a, loss_scale, (float *)d_out)) != MC_OK)
-            return rc;
-    } else {
-        if (!output_grad)
-            return MC__FAIL(MC_ERR_INVALID_ARG,
-                            "mc_gpt_backward: output_grad must be given below the last stage "
-                            "(chunk %d of pipeline rank %d)", chunk, g->pp_rank);
-        d_out = output_grad;
-    }
-    if ((rc = mc__gpt_block_backward(g, chunk, a, d_out)) != MC_OK) return rc;
-    a->forward_done = 0;
-    if (mc_gpt_is_pre_process(g, chunk)) return mc__gpt_embedding_backward(g, a);
-    if (input_grad) *input_grad = a->dinput;
-    return MC_OK;
-}
-
-MC_API int mc_gpt_forward_step(mc_gpt *g, int chunk, int microbatch, const int *tokens,
-                               const int *labels, const float *input, float **output,
-                               double *loss_sum, double *num_tokens) {
-    int slot, rc;
-    if ((rc = mc__gpt_check_call(g, "mc_gpt_forward_step", chunk, 0)) != MC_OK) return rc;
-    if (microbatch < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_forward_step: microbatch (%d) must be >= 0",
-                        microbatch);
-    slot = microbatch % g->n_slots;
-    g->impl->act[chunk * g->n_slots + slot].microbatch = microbatch;
-    if (num_tokens) *num_tokens = 0.0;
-    rc = mc_gpt_forward(g, chunk, slot, tokens, labels, input, output, loss_sum);
-    if (rc == MC_OK && num_tokens && mc_gpt_is_post_process(g, chunk) && labels)
-        *num_tokens = (double)g->N;
-    return rc;
-}
-
-MC_API int mc_gpt_backward_step(mc_gpt *g, int chunk, int microbatch, const float *output_grad,
-                                float loss_scale, float **input_grad) {
-    int slot, rc, held;
-    if ((rc = mc__gpt_check_call(g, "mc_gpt_backward_step", chunk, 0)) != MC_OK) return rc;
-    if (microbatch < 0)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_backward_step: microbatch (%d) must be >= 0",
-                        microbatch);
-    slot = microbatch % g->n_slots;
-    held = g->impl->act[chunk * g->n_slots + slot].microbatch;
-    if (held != microbatch)
-        return MC__FAIL(MC_ERR_STATE,
-                        "mc_gpt_backward_step: slot %d of chunk %d holds micro-batch %d, not %d: "
-                        "more micro-batches are in flight than n_slots (%d)",
-                        slot, chunk, held, microbatch, g->n_slots);
-    return mc_gpt_backward(g, chunk, slot, output_grad, loss_scale, input_grad);
-}
-
-MC_API void mc_gpt_zero_grad(mc_gpt *g) {
-    if (g && g->grads) g->ops->fill(g->grads, 0.0f, g->table.total);
-}
-
-MC_API void mc_gpt_set_grad_sync(mc_gpt *g, int chunk, int enable) {
-    if (g && chunk >= 0 && chunk < MC_GPT_MAX_CHUNKS) g->grad_sync[chunk] = enable ? 1 : 0;
-}
-
-MC_API float *mc_gpt_param(const mc_gpt *g, const char *name) {
-    int i = g && name ? mc_param_table_find(&g->table, name) : -1;
-    return i < 0 ? NULL : mc__gpt_p(g, i);
-}
-
-MC_API float *mc_gpt_grad(const mc_gpt *g, const char *name) {
-    int i = g && name ? mc_param_table_find(&g->table, name) : -1;
-    return i < 0 ? NULL : mc__gpt_g(g, i);
-}
-
-MC_API const float *mc_gpt_losses(const mc_gpt *g, int slot) {
-    int last;
-    if (!g || !g->impl || slot < 0 || slot >= g->n_slots) return NULL;
-    last = g->n_chunks - 1;
-    if (!mc_gpt_is_post_process(g, last)) return NULL;
-    return g->impl->act[last * g->n_slots + slot].losses;
-}
-
-MC_API int mc_gpt_logits(mc_gpt *g, int slot, float *out, int *n_vocab) {
-    int last, rc = MC_OK;
-    const float *local;
-    size_t n;
-    if ((rc = mc__gpt_check_call(g, "mc_gpt_logits", 0, slot)) != MC_OK) return rc;
-    last = g->n_chunks - 1;
-    if (!mc_gpt_is_post_process(g, last))
-        return MC__FAIL(MC_ERR_STATE, "mc_gpt_logits: pipeline rank %d is not the last stage",
-                        g->pp_rank);
-    local = g->impl->act[last * g->n_slots + slot].logits;
-    n = (size_t)g->N * (size_t)g->vocab_local;
-    if (n_vocab) *n_vocab = g->gather_logits ? g->vocab_padded : g->vocab_local;
-    if (!out) return MC_OK;
-    if (!g->gather_logits) {
-        g->ops->copy(out, local, n);
-        return MC_OK;
-    }
-    /* gather_from_tensor_model_parallel_region: [N, Vl] of every rank -> [N, Vp] */
-    return mc_gather_from_tp_region_forward(out, NULL, local, g->N, g->vocab_padded,
-                                            mc__gpt_tp_comm(g), g->ops);
-}
-
-// ---------------------------------------------------------------------------------------------
-// construction
-
-MC_API int mc_gpt_num_layers_to_build(const mc_gpt_config *cfg) {
-    int pp, v;
-    if (!cfg) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_num_layers_to_build: cfg is NULL");
-    pp = MC__DEF(cfg->pipeline_model_parallel_size, 1);
-    v = cfg->virtual_pipeline_model_parallel_size > 1 ? cfg->virtual_pipeline_model_parallel_size
-                                                      : 1;
-    if (cfg->num_layers <= 0 || pp <= 0 || cfg->num_layers % (pp * v) != 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "num_layers (%d) is not divisible by pipeline_model_parallel_size (%d) x "
-                        "virtual_pipeline_model_parallel_size (%d)",
-                        cfg->num_layers, pp, v);
-    return cfg->num_layers / (pp * v);
-}
-
-MC_API int mc_gpt_layer_offset(const mc_gpt_config *cfg, int pp_rank, int vp_stage) {
-    int per_chunk = mc_gpt_num_layers_to_build(cfg), v;
-    if (per_chunk < 0) return per_chunk;
-    v = cfg->virtual_pipeline_model_parallel_size > 1 ? cfg->virtual_pipeline_model_parallel_size
-                                                      : 1;
-    /* vp_stage * (L / VPP) + pp_rank * (L / (PP * VPP)) */
-    return vp_stage * (cfg->num_layers / v) + pp_rank * per_chunk;
-}
-
-/* Registers one parameter. cols == 0: a 1-D tensor of `rows` elements. pdim: -1 replicated,
-   0 or 1 the dimension split over TP. */
-static int mc__gpt_add_param(mc_gpt *g, const char *name, int rows, int cols, int pdim,
-                             int sequence_parallel, int no_wd, int shared, int shared_emb,
-                             int chunk, int layer) {
-    mc_param_info p;
-    memset(&p, 0, sizeof p);
-    p.ndim = cols > 0 ? 2 : 1;
-    p.global_shape[0] = p.local_shape[0] = rows;
-    p.global_shape[1] = p.local_shape[1] = cols > 0 ? cols : 1;
-    if (pdim >= 0) p.local_shape[pdim] /= g->tp;
-    p.partition_dim = pdim;
-    p.partition_stride = 1;
-    p.tensor_model_parallel = pdim >= 0;
-    p.sequence_parallel = sequence_parallel;
-    p.shared = shared;
-    p.shared_embedding = shared_emb;
-    p.no_weight_decay = no_wd;
-    p.chunk = chunk;
-    p.layer = layer;
-    p.numel = (size_t)p.local_shape[0] * (size_t)p.local_shape[1];
-    return mc_param_table_add(&g->table, name, &p);
-}
-
-static const char *const mc__gpt_layer_names[MC_GPT_LAYER_TENSORS] = {
-    "input_layernorm.weight",           "input_layernorm.bias",
-    "self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
-    "self_attention.linear_proj.weight", "self_attention.linear_proj.bias",
-    "pre_mlp_layernorm.weight",         "pre_mlp_layernorm.bias",
-    "mlp.linear_fc1.weight",            "mlp.linear_fc1.bias",
-    "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias",
-};
-
-/* Megatron's module order: embedding, decoder layers, final norm, output layer; chunk by
-   chunk. Records each parameter's index. */
-static int mc__gpt_register(mc_gpt *g) {
-    struct mc__gpt_impl *im = g->impl;
-    int sp = g->sequence_parallel, c, l, t, idx;
-    char name[MC_PARAM_NAME_MAX];
-    /* (rows, cols, partition dim, sequence_parallel, no_weight_decay) of each layer tensor */
-    const int H = g->H, Q = g->Q, F = g->F;
-    const int shape[MC_GPT_LAYER_TENSORS][5] = {
-        {H, 0, -1, sp, 1},     {H, 0, -1, sp, 1},  {3 * Q, H, 0, 0, 0}, {3 * Q, 0, 0, 0, 1},
-        {H, Q, 1, 0, 0},       {H, 0, -1, sp, 1},  {H, 0, -1, sp, 1},   {H, 0, -1, sp, 1},
-        {F, H, 0, 0, 0},       {F, 0, 0, 0, 1},    {H, F, 1, 0, 0},     {H, 0, -1, sp, 1},
-    };
-    for (c = 0; c < g->n_chunks; c++) {
-        im->word[c] = im->pos[c] = im->lnf_w[c] = im->lnf_b[c] = im->out_w[c] = -1;
-        if (mc_gpt_is_pre_process(g, c)) {
-            /* the first stage's word embedding is one of the tied pair when PP > 1 */
-            idx = mc__gpt_add_param(g, "embedding.word_embeddings.weight", g->vocab_padded, H, 0,
-                                    0, 0, 0, g->tied && g->pp > 1, c, -1);
-            if ((im->word[c] = idx) < 0) return idx;
-            idx = mc__gpt_add_param(g, "embedding.position_embeddings.weight",
-                                    g->config.max_position_embeddings, H, -1, 0, 0, 0, 0, c, -1);
-            if ((im->pos[c] = idx) < 0) return idx;
-        }
-        for (l = 0; l < g->layers_per_chunk; l++) {
-            int global = g->layer_offset[c] + l;
-            for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
-                snprintf(name, sizeof name, "decoder.layers.%d.%s", global, mc__gpt_layer_names[t]);
-                idx = mc__gpt_add_param(g, name, shape[t][0], shape[t][1], shape[t][2],
-                                        shape[t][3], shape[t][4], 0, 0, c, global);
-                if (idx < 0) return idx;
-                im->layer_params[((size_t)c * (size_t)g->layers_per_chunk + (size_t)l) *
-                                     MC_GPT_LAYER_TENSORS + (size_t)t] = idx;
-            }
-        }
-        if (mc_gpt_is_post_process(g, c)) {
-            idx = mc__gpt_add_param(g, "decoder.final_layernorm.weight", H, 0, -1, sp, 1, 0, 0, c,
-                                    -1);
-            if ((im->lnf_w[c] = idx) < 0) return idx;
-            idx = mc__gpt_add_param(g, "decoder.final_layernorm.bias", H, 0, -1, sp, 1, 0, 0, c,
-                                    -1);
-            if ((im->lnf_b[c] = idx) < 0) return idx;
-            if (!g->tied || !mc_gpt_is_pre_process(g, c)) {
-                /* untied: the output layer's own weight; tied with PP > 1: the last stage's
-                   copy of the word embedding (shared: counted once by the grad norm) */
-                int copy = g->tied;
-                idx = mc__gpt_add_param(g, "output_layer.weight", g->vocab_padded, H, 0, 0, 0,
-                                        copy, copy, c, -1);
-                if ((im->out_w[c] = idx) < 0) return idx;
-            }
-        }
-    }
-    return MC_OK;
-}
-
-/* The CPU initialisation (§3.1): every shard is the slice of the TP-invariant global tensor. */
-static int mc__gpt_init_params(mc_gpt *g) {
-    const mc_gpt_config *cfg = &g->config;
-    float std = cfg->init_method_std;
-    float out_std = (float)((double)std / sqrt(2.0 * (double)cfg->num_layers));
-    uint64_t seed = (uint64_t)cfg->seed;
-    int i;
-    g->ops->fill(g->params, 0.0f, g->table.total);
-    for (i = 0; i < g->table.count; i++) {
-        const mc_param_info *p = &g->table.info[i];
-        float *w = g->params + p->offset;
-        const char *dot = strrchr(p->name, '.');
-        int is_norm = strstr(p->name, "layernorm.") != NULL;
-        if (is_norm) {
-            if (strcmp(dot, ".weight") == 0) g->ops->fill(w, 1.0f, p->numel);
-            continue;   /* norm bias 0 */
-        }
-        if (p->ndim == 1) continue;   /* linear biases 0 */
-        if (p->shared) continue;      /* the tied copy: 0 here, the embedding after the tie */
-        {
-            int scaled = strstr(p->name, "linear_proj.weight") != NULL ||
-                         strstr(p->name, "linear_fc2.weight") != NULL;
-            mc_init_normal_shard(w, p->name, p->global_shape[0], p->global_shape[1],
-                                 p->partition_dim, p->partition_stride, g->tp_rank, g->tp,
-                                 scaled ? out_std : std, seed);
-        }
-    }
-    return MC_OK;
-}
-
-/* §7.3: the last stage's copy starts at 0; a SUM over the embedding group (first and last
-   stage) gives it the first stage's values. */
-static int mc__gpt_tie_embeddings(mc_gpt *g) {
-    struct mc__gpt_impl *im = g->impl;
-    mc_comm *emb = mc__gpt_group(g, MC_GROUP_EMBEDDING);
-    int idx = -1, rc;
-    if (!g->tied || g->pp == 1 || !emb || emb->size < 2) return MC_OK;
-    if (mc_gpt_is_pre_process(g, 0))
-        idx = im->word[0];
-    else if (mc_gpt_is_post_process(g, g->n_chunks - 1))
-        idx = im->out_w[g->n_chunks - 1];
-    if (idx < 0) return MC_OK;
-    rc = mc_all_reduce(emb, mc__gpt_p(g, idx), mc__gpt_p(g, idx), g->table.info[idx].numel,
-                       MC_F32, MC_SUM);
-    if (rc != MC_OK) return rc;
-    return MC_OK;
-}
-
-static int mc__gpt_alloc_cache(mc_gpt *g, struct mc__gpt_layer_cache *c, int keep_probs) {
-    size_t ns = (size_t)g->Ns, n = (size_t)g->N, h = (size_t)g->H;
-    memset(c, 0, sizeof *c);
-    c->ln1 = mc__gpt_floats(g, ns * h);
-    c->ln1_mean = mc__gpt_floats(g, ns);
-    c->ln1_rstd = mc__gpt_floats(g, ns);
-    c->qkv = mc__gpt_floats(g, n * 3u * (size_t)g->Ql);
-    c->atty = mc__gpt_floats(g, n * (size_t)g->Ql);
-    if (keep_probs) {
-        c->probs = mc__gpt_floats(g, (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S);
-        if (!c->probs) return MC_ERR_NO_MEMORY;
-    }
-    c->res1 = mc__gpt_floats(g, ns * h);
-    c->ln2 = mc__gpt_floats(g, ns * h);
-    c->ln2_mean = mc__gpt_floats(g, ns);
-    c->ln2_rstd = mc__gpt_floats(g, ns);
-    c->fc1 = mc__gpt_floats(g, n * (size_t)g->Fl);
-    c->gelu = mc__gpt_floats(g, n * (size_t)g->Fl);
-    if (!c->ln1 || !c->ln1_mean || !c->ln1_rstd || !c->qkv || !c->atty || !c->res1 || !c->ln2 ||
-        !c->ln2_mean || !c->ln2_rstd || !c->fc1 || !c->gelu)
-        return MC_ERR_NO_MEMORY;
-    return MC_OK;
-}
-
-/* Recompute groups of a chunk (§6.4), the same for every chunk. */
-static int mc__gpt_plan_recompute(mc_gpt *g) {
-    struct mc__gpt_impl *im = g->impl;
-    const mc_gpt_config *cfg = &g->config;
-    int nl = g->layers_per_chunk, l, k = cfg->recompute_num_layers;
-    im->group_of = (int *)mc__gpt_host(g, (size_t)(nl > 0 ? nl : 1) * sizeof(int));
-    im->group_start = (int *)mc__gpt_host(g, (size_t)(nl > 0 ? nl : 1) * sizeof(int));
-    im->group_len = (int *)mc__gpt_host(g, (size_t)(nl > 0 ? nl : 1) * sizeof(int));
-    if (!im->group_of || !im->group_start || !im->group_len) return MC_ERR_NO_MEMORY;
-    for (l = 0; l < nl; l++) im->group_of[l] = -1;
-    im->selective = cfg->recompute_granularity == MC_RECOMPUTE_SELECTIVE;
-    if (cfg->recompute_granularity != MC_RECOMPUTE_FULL) return MC_OK;
-    if (k < 1) k = 1;
-    if (cfg->recompute_method == MC_RECOMPUTE_BLOCK) {
-        /* each of the first k layers alone */
-        for (l = 0; l < nl && l < k; l++) {
-            im->group_of[l] = im->n_groups;
-            im->group_start[im->n_groups] = l;
-            im->group_len[im->n_groups++] = 1;
-        }
-    } else {
-        /* uniform: consecutive groups of k layers, the last one shorter */
-        for (l = 0; l < nl; l += k) {
-            int len = nl - l < k ? nl - l : k, j;
-            for (j = 0; j < len; j++) im->group_of[l + j] = im->n_groups;
-            im->group_start[im->n_groups] = l;
-            im->group_len[im->n_groups++] = len;
-        }
-    }
-    for (l = 0; l < im->n_groups; l++)
-        if (im->group_len[l] > im->max_group) im->max_group = im->group_len[l];
-    return MC_OK;
-}
-
-static int mc__gpt_alloc_activations(mc_gpt *g) {
-    struct mc__gpt_impl *im = g->impl;
-    size_t ns_h = (size_t)g->Ns * (size_t)g->H, n = (size_t)g->N;
-    int nl = g->layers_per_chunk, c, s, l, rc, any_post = 0;
-    /* shared scratch */
-    im->rc_cache = (struct mc__gpt_layer_cache *)mc__gpt_host(
-        g, (size_t)(im->max_group > 0 ? im->max_group : 1) * sizeof *im->rc_cache);
-    im->rc_res = (float **)mc__gpt_host(g, (size_t)(im->max_group + 1) * sizeof(float *));
-    if (!im->rc_cache || !im->rc_res) return MC_ERR_NO_MEMORY;
-    for (l = 0; l < im->max_group; l++) {
-        if ((rc = mc__gpt_alloc_cache(g, &im->rc_cache[l], 1)) != MC_OK) return rc;
-        if (l > 0 && !(im->rc_res[l] = mc__gpt_floats(g, ns_h))) return MC_ERR_NO_MEMORY;
-    }
-    if (im->selective) {
-        im->probs_scratch =
-            mc__gpt_floats(g, (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S);
-        im->atty_scratch = mc__gpt_floats(g, n * (size_t)g->Ql);
-        if (!im->probs_scratch || !im->atty_scratch) return MC_ERR_NO_MEMORY;
-    }
-    im->full_a = mc__gpt_floats(g, n * (size_t)g->H);
-    im->full_b = mc__gpt_floats(g, n * (size_t)g->H);
-    im->tmp_a = mc__gpt_floats(g, ns_h);
-    im->tmp_b = mc__gpt_floats(g, ns_h);
-    im->d_a = mc__gpt_floats(g, ns_h);
-    im->d_b = mc__gpt_floats(g, ns_h);
-    im->d_c = mc__gpt_floats(g, ns_h);
-    im->d_ln = mc__gpt_floats(g, ns_h);
-    im->d_qkv = mc__gpt_floats(g, n * 3u * (size_t)g->Ql);
-    im->d_atty = mc__gpt_floats(g, n * (size_t)g->Ql);
-    im->d_fc_a = mc__gpt_floats(g, n * (size_t)g->Fl);
-    im->d_fc_b = mc__gpt_floats(g, n * (size_t)g->Fl);
-    im->d_loss = mc__gpt_floats(g, n);
-    im->tp_scratch = mc__gpt_floats(g, mc__gpt_tp_scratch_floats(g));
-    im->pos_ids = (int *)mc__gpt_alloc(g, n * sizeof(int));
-    if (!im->full_a || !im->full_b || !im->tmp_a || !im->tmp_b || !im->d_a || !im->d_b ||
-        !im->d_c || !im->d_ln || !im->d_qkv || !im->d_atty || !im->d_fc_a || !im->d_fc_b ||
-        !im->d_loss || !im->tp_scratch || !im->pos_ids)
-        return MC_ERR_NO_MEMORY;
-    for (l = 0; l < (int)n; l++) im->pos_ids[l] = l / g->B;   /* token n = s * B + b */
-    /* per chunk and slot */
-    im->act = (mc__gpt_act *)mc__gpt_host(g, (size_t)g->n_chunks * (size_t)g->n_slots *
-                                                 sizeof *im->act);
-    if (!im->act) return MC_ERR_NO_MEMORY;
-    for (c = 0; c < g->n_chunks; c++) {
-        int pre = mc_gpt_is_pre_process(g, c), post = mc_gpt_is_post_process(g, c);
-        any_post |= post;
-        for (s = 0; s < g->n_slots; s++) {
-            mc__gpt_act *a = &im->act[c * g->n_slots + s];
-            a->microbatch = -1;
-            a->res = (float **)mc__gpt_host(g, (size_t)(nl + 1) * sizeof(float *));
-            a->layer = (struct mc__gpt_layer_cache *)mc__gpt_host(
-                g, (size_t)(nl > 0 ? nl : 1) * sizeof *a->layer);
-            a->group_rng = (mc_rng_states *)mc__gpt_host(
-                g, (size_t)(im->n_groups > 0 ? im->n_groups : 1) * sizeof *a->group_rng);
-            a->dinput = mc__gpt_floats(g, ns_h);
-            if (!a->res || !a->layer || !a->group_rng || !a->dinput) return MC_ERR_NO_MEMORY;
-            for (l = 0; l <= nl; l++) {
-                int grp = l < nl ? im->group_of[l] : -1;
-                if (grp >= 0 && l != im->group_start[grp]) {
-                    /* inside a recompute group: only replayed, never kept */
-                    a->res[l] = im->rc_res[l - im->group_start[grp]];
-                } else if (!(a->res[l] = mc__gpt_floats(g, ns_h))) {
-                    return MC_ERR_NO_MEMORY;
-                }
-            }
-            for (l = 0; l < nl; l++)
-                if (im->group_of[l] < 0 &&
-                    (rc = mc__gpt_alloc_cache(g, &a->layer[l], !im->selective)) != MC_OK)
-                    return rc;
-            if (pre && !(a->tokens = (int *)mc__gpt_alloc(g, n * sizeof(int))))
-                return MC_ERR_NO_MEMORY;
-            if (post) {
-                a->labels = (int *)mc__gpt_alloc(g, n * sizeof(int));
-                a->lnf = mc__gpt_floats(g, ns_h);
-                a->lnf_mean = mc__gpt_floats(g, (size_t)g->Ns);
-                a->lnf_rstd = mc__gpt_floats(g, (size_t)g->Ns);
-                a->logits = mc__gpt_floats(g, n * (size_t)g->vocab_local);
-                a->ce_max = mc__gpt_floats(g, n);
-                a->ce_sum = mc__gpt_floats(g, n);
-                a->losses = mc__gpt_floats(g, n);
-                if (!a->labels || !a->lnf || !a->lnf_mean || !a->lnf_rstd || !a->logits ||
-                    !a->ce_max || !a->ce_sum || !a->losses)
-                    return MC_ERR_NO_MEMORY;
-            }
-        }
-    }
-    if (any_post && !(im->d_logits = mc__gpt_floats(g, n * (size_t)g->vocab_local)))
-        return MC_ERR_NO_MEMORY;
-    return MC_OK;
-}
-
-/* Sizes from the config and the parallel state; checks they agree. */
-static int mc__gpt_setup_sizes(mc_gpt *g, const mc_gpt_desc *desc) {
-    const mc_gpt_config *cfg = &g->config;
-    int cfg_tp = MC__DEF(cfg->tensor_model_parallel_size, 1);
-    int cfg_pp = MC__DEF(cfg->pipeline_model_parallel_size, 1);
-    int cfg_v = cfg->virtual_pipeline_model_parallel_size > 1
-                    ? cfg->virtual_pipeline_model_parallel_size : 1;
-    int c;
-    g->tp = g->pp = g->dp = 1;
-    if (g->ps) {
-        int ps_v = g->ps->grid.desc.vpp > 1 ? g->ps->grid.desc.vpp : 1;
-        if (!g->ps->initialized)
-            return MC__FAIL(MC_ERR_STATE, "mc_gpt_init: the parallel state is not initialised");
-        g->tp = mc_parallel_size(g->ps, MC_GROUP_TP);
-        g->tp_rank = mc_parallel_rank(g->ps, MC_GROUP_TP);
-        g->pp = mc_parallel_size(g->ps, MC_GROUP_PP);
-        g->pp_rank = mc_parallel_rank(g->ps, MC_GROUP_PP);
-        g->dp = mc_parallel_size(g->ps, MC_GROUP_DP_CP);
-        g->dp_rank = mc_parallel_rank(g->ps, MC_GROUP_DP);
-        if (g->tp != cfg_tp || g->pp != cfg_pp || ps_v != cfg_v)
-            return MC__FAIL(MC_ERR_INVALID_DESC,
-                            "mc_gpt_init: the config's tensor_model_parallel_size (%d), "
-                            "pipeline_model_parallel_size (%d) and "
-                            "virtual_pipeline_model_parallel_size (%d) must equal the parallel "
-                            "state's tp (%d), pp (%d) and vpp (%d)",
-                            cfg_tp, cfg_pp, cfg_v, g->tp, g->pp, ps_v);
-    } else if (cfg_tp != 1 || cfg_pp != 1) {
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_gpt_init: without a parallel state tensor_model_parallel_size (%d) "
-                        "and pipeline_model_parallel_size (%d) must be 1", cfg_tp, cfg_pp);
-    }
-    g->n_chunks = cfg_v;
-    g->layers_per_chunk = mc_gpt_num_layers_to_build(cfg);
-    if (g->layers_per_chunk < 0) return g->layers_per_chunk;
-    for (c = 0; c < g->n_chunks; c++) g->layer_offset[c] = mc_gpt_layer_offset(cfg, g->pp_rank, c);
-    g->S = cfg->seq_length;
-    g->B = cfg->micro_batch_size;
-    g->N = g->S * g->B;
-    g->sequence_parallel = cfg->sequence_parallel && g->tp > 1;
-    g->Ns = g->sequence_parallel ? g->N / g->tp : g->N;
-    g->H = cfg->hidden_size;
-    g->NH = cfg->num_attention_heads;
-    g->HD = cfg->kv_channels;
-    g->Q = g->NH * g->HD;
-    g->F = cfg->ffn_hidden_size;
-    g->NHl = g->NH / g->tp;
-    g->Ql = g->Q / g->tp;
-    g->Fl = g->F / g->tp;
-    g->vocab_padded = cfg->padded_vocab_size;
-    g->vocab_local = g->vocab_padded / g->tp;
-    g->vocab_start = g->tp_rank * g->vocab_local;
-    g->tied = !cfg->untie_embeddings_and_output_weights;
-    g->p2p_elems = (size_t)g->Ns * (size_t)g->H;
-    if (g->vocab_padded % g->tp != 0 || g->vocab_padded < cfg->vocab_size)
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_gpt_init: padded_vocab_size (%d) must be >= vocab_size (%d) and "
-                        "divisible by tensor_model_parallel_size (%d)",
-                        g->vocab_padded, cfg->vocab_size, g->tp);
-    if (g->NH % g->tp || g->F % g->tp || (g->sequence_parallel && g->S % g->tp))
-        return MC__FAIL(MC_ERR_INVALID_DESC,
-                        "mc_gpt_init: num_attention_heads (%d), ffn_hidden_size (%d) (and "
-                        "seq_length (%d) under sequence parallelism) must be divisible by "
-                        "tensor_model_parallel_size (%d)", g->NH, g->F, g->S, g->tp);
-    (void)desc;
-    return MC_OK;
-}
-
-MC_API void mc_gpt_free(mc_gpt *g) {
-    struct mc__gpt_impl *im;
-    int i;
-    if (!g || !g->impl) return;
-    im = g->impl;
-    for (i = im->n_allocs[0] - 1; i >= 0; i--) g->ops->free(im->allocs[0][i]);
-    for (i = im->n_allocs[1] - 1; i >= 0; i--) mc_free(im->allocs[1][i]);
-    mc_free(im->allocs[0]);
-    mc_free(im->allocs[1]);
-    mc_param_table_free(&g->table);
-    mc_free(im);
-    memset(g, 0, sizeof *g);
-}
-
-MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
-    char report[2048];
-    int violations, rc, c;
-    if (!g || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_init: gpt and desc must be set");
-    memset(g, 0, sizeof *g);
-    g->config = desc->config;
-    if (g->config.padded_vocab_size == 0 &&
-        (rc = mc_gpt_config_resolve(&g->config, &desc->config)) != MC_OK)
-        return rc;
-    report[0] = '\0';
-    violations = mc_gpt_config_validate(&g->config, report, sizeof report);
-    if (violations < 0) return violations;
-    if (violations > 0)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_init: the config breaks %d rule(s):\n%s",
-                        violations, report);
-    g->ps = desc->ps;
-    g->ops = desc->ops ? desc->ops : mc_ops_cpu();
-    g->spec = desc->spec ? desc->spec : mc_transformer_spec_local();
-    g->n_slots = MC__DEF(desc->n_slots, 1);
-    g->gather_logits = desc->gather_logits;
-    g->training = 1;
-    if (g->n_slots < 1)
-        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_init: n_slots (%d) must be >= 1",
-                        g->n_slots);
-    if (g->ops->device != MC_DEVICE_CPU)
-        return MC__FAIL(MC_ERR_UNSUPPORTED,
-                        "mc_gpt_init: the %s op table is not supported yet (the initialisation "
-                        "writes host memory)", g->ops->name);
-    if ((rc = mc__gpt_setup_sizes(g, desc)) != MC_OK) return rc;
-    for (c = 0; c < MC_GPT_MAX_CHUNKS; c++) g->grad_sync[c] = 1;
-    g->impl = (struct mc__gpt_impl *)mc_calloc(1, sizeof *g->impl);
-    if (!g->impl) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_init: out of memory");
-    g->impl->layer_params = (int *)mc__gpt_host(
-        g, (size_t)g->n_chunks * (size_t)(g->layers_per_chunk + 1) * MC_GPT_LAYER_TENSORS *
-               sizeof(int));
-    if (!g->impl->layer_params) rc = MC_ERR_NO_MEMORY;
-    if (rc == MC_OK) rc = mc__gpt_register(g);
-    if (rc == MC_OK) {
-        mc_param_layout_desc lay;
-        memset(&lay, 0, sizeof lay);
-        lay.dp_size = g->dp;
-        lay.distributed_optimizer = desc->distributed_optimizer;
-        lay.bucket_size = desc->bucket_size;
-        lay.pp_rank = g->pp_rank;
-        rc = mc_param_table_layout(&g->table, &lay);
-    }
-    if (rc == MC_OK) {
-        g->params = mc__gpt_floats(g, g->table.total);
-        g->grads = mc__gpt_floats(g, g->table.total);
-        if (!g->params || !g->grads) rc = MC_ERR_NO_MEMORY;
-    }
-    if (rc == MC_OK) rc = mc__gpt_init_params(g);
-    if (rc == MC_OK) rc = mc__gpt_tie_embeddings(g);
-    if (rc == MC_OK) {
-        int ep = g->ps ? g->ps->coords.ep : 0, etp = g->ps ? g->ps->coords.etp : 0;
-        rc = mc_rng_tracker_seed_megatron(&g->rng, g->config.seed, g->tp_rank, g->pp_rank, ep,
-                                          etp, g->dp_rank, 0);
-    }
-    if (rc == MC_OK) rc = mc__gpt_plan_recompute(g);
-    if (rc == MC_OK) rc = mc__gpt_alloc_activations(g);
-    if (rc != MC_OK) {
-        if (rc == MC_ERR_NO_MEMORY) MC__FAIL(rc, "mc_gpt_init: out of memory");
-        mc_gpt_free(g);
-        return rc;
-    }
-    mc_gpt_zero_grad(g);
-    return MC_OK;
-}
-
-/* @model:implementation end */
-
 /* @schedules:implementation begin */
 
 // ---------------------------------------------------------------------------------------------
-// >>schedules
+// >>pipeline_parallel.schedules
 //
-// Megatron's forward_backward functions over the op order of >>schedule_table. The loops keep
-// Megatron's shape (warmup, steady 1F1B, cooldown) because the P2P calls hang off that shape;
+// Megatron's forward_backward functions over the op order of >>pipeline_parallel.schedule_table.
+// The loops keep Megatron's shape (warmup, steady 1F1B, cooldown) because the P2P calls hang off
+// that shape;
 // the tests check that the executed order equals mc_schedule_ops.
 
 /* One run of a schedule on this rank. Received tensors are indexed by (chunk, micro-batch):
@@ -8849,7 +8476,8 @@ static int mc__pipe_chunk(const mc__pipe *p, int k, int forward) {
 
 static float *mc__pipe_buffer(mc__pipe *p) {
     if (p->n_spare > 0) return p->spare[--p->n_spare];
-    return (float *)mc_comm_alloc(p->pp_comm, p->h->tensor_elems * sizeof(float));
+    size_t bytes = mc_dtype_bytes(p->h->tensor_dtype, p->h->tensor_elems);
+    return (float *)mc_comm_alloc(p->pp_comm, bytes);
 }
 
 /* Every buffer ever handed out is either in a slot or spare, so spare (2*V*M) never overflows. */
@@ -8898,7 +8526,7 @@ static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float
         ops[n].is_send = (send);                                                \
         ops[n].buf = (void *)(uintptr_t)(buffer);                               \
         ops[n].count = p->h->tensor_elems;                                      \
-        ops[n].dtype = MC_F32;                                                  \
+        ops[n].dtype = p->h->tensor_dtype;                                      \
         ops[n].peer = (peer_rank);                                              \
         ops[n].tag = (tag_value);                                               \
         n++;                                                                    \
@@ -9236,10 +8864,1422 @@ MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_s
 
 /* @schedules:implementation end */
 
+/* =============================================================================================
+   transformer and models.gpt (implementation) */
+
+/* @model:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>transformer and >>models.gpt: the local spec, the layer and the block, then GPTModel
+// (declarations and the shape legend at >>models.gpt above)
+
+#include <math.h>   /* defines: sqrt, log (init scale) */
+
+/* (seed, offset, p) of one dropout: p == 0 means off (no draw was made). */
+typedef struct mc__gpt_draw {
+    uint64_t seed, offset;
+    float p;
+} mc__gpt_draw;
+
+/* Activations are op memory of the model's dtype (void *), statistics fp32 (float *). */
+struct mc__gpt_layer_cache {
+    void *ln1;                   /* (Ns, H) input_layernorm output */
+    float *ln1_mean, *ln1_rstd;  /* (Ns) */
+    void *qkv;                   /* (N, 3*Ql) per-head [q|k|v] */
+    void *atty;                  /* (N, Ql) core attention output */
+    float *attn_stats;           /* ops->attention_stats() floats (the CPU: the probabilities
+                                    (B, NHl, S, S)); NULL under selective recompute when the
+                                    backend's stats are the probabilities */
+    void *res1;                  /* (Ns, H) x + dropout(attention) */
+    void *ln2;                   /* (Ns, H) pre_mlp_layernorm output */
+    float *ln2_mean, *ln2_rstd;  /* (Ns) */
+    void *fc1;                   /* (N, Fl) before GELU */
+    void *gelu;                  /* (N, Fl) */
+    mc__gpt_draw attn_drop, drop1, drop2;
+};
+
+/* The saved activations of one micro-batch slot of one chunk: one arena (op memory), its
+   tensors laid out once at init (llm.c's malloc_and_point_activations). */
+typedef struct mc__gpt_act {
+    int microbatch;              /* held micro-batch (-1: none); set by forward_step */
+    int forward_done;            /* forward ran and backward has not */
+    int has_labels;
+    void *arena;                 /* the one allocation behind every tensor below */
+    void **res;                  /* (nl + 1) pointers to (Ns, H): res[l] is layer l's input,
+                                    res[nl] the block output; inside a recompute group they
+                                    point into the shared recompute scratch */
+    struct mc__gpt_layer_cache *layer;   /* (nl) caches of the layers that are not recomputed */
+    mc_rng_states *group_rng;    /* (n_groups) stream snapshots before each recompute group */
+    void *dinput;                /* (Ns, H) grad of res[0] (what backward hands back) */
+    /* pre_process */
+    int *tokens;                 /* (N) uploaded from the caller's host array */
+    mc__gpt_draw emb_drop;
+    /* post_process */
+    int *labels;                 /* (N) */
+    void *lnf;                   /* (Ns, H) final_layernorm output */
+    float *lnf_mean, *lnf_rstd;  /* (Ns) */
+    void *logits;                /* (N, Vl) */
+    float *ce_max, *ce_sum;      /* (N) global row max and sum of exp(logit - max) */
+    float *losses;               /* (N) */
+    double *loss_sum;            /* (1) sum of the losses, read back only when asked */
+} mc__gpt_act;
+
+struct mc__gpt_impl {
+    void **host;                 /* host bookkeeping mc_gpt_destroy releases */
+    int n_host, cap_host;
+    /* parameter indices: -1 where absent on this rank */
+    int word[MC_GPT_MAX_CHUNKS], pos[MC_GPT_MAX_CHUNKS];
+    int lnf_w[MC_GPT_MAX_CHUNKS], lnf_b[MC_GPT_MAX_CHUNKS], out_w[MC_GPT_MAX_CHUNKS];
+    int *layer_params;           /* (n_chunks, nl, MC_GPT_LAYER_TENSORS) */
+    /* recompute groups of a chunk (the same for every chunk): group_of[l] = -1 when layer l
+       is not recomputed; group g covers [group_start[g], group_start[g] + group_len[g]) */
+    int *group_of, *group_start, *group_len;
+    int n_groups, max_group;
+    int selective;
+    int keep_stats;              /* layer caches hold attention stats (not selective, or stats
+                                    that are not the probabilities) */
+    mc__gpt_act *act;            /* (n_chunks, n_slots) */
+    /* shared scratch: one arena */
+    void *scratch_arena;
+    size_t arena_bytes;          /* all arenas together (reported by mc_gpt_memory) */
+    struct mc__gpt_layer_cache *rc_cache;   /* (max_group) caches for recomputed layers */
+    void **rc_res;               /* (max_group) interior residuals of a group */
+    float *stats_scratch;        /* attention stats for selective recompute */
+    void *atty_scratch;          /* (N, Ql) selective recompute output (discarded) */
+    void *full_a, *full_b;       /* (N, H) embedding sums / gathered inputs */
+    void *tmp_a, *tmp_b;         /* (Ns, H) sub-module outputs before dropout */
+    void *d_a, *d_b, *d_c;       /* (Ns, H) backward residual-stream grads */
+    void *d_ln;                  /* (Ns, H) grad of a norm output */
+    void *d_qkv;                 /* (N, 3*Ql) */
+    void *d_atty;                /* (N, Ql) */
+    void *d_fc_a, *d_fc_b;       /* (N, Fl) */
+    void *d_logits;              /* (N, Vl) */
+    float *d_loss;               /* (N) */
+    void *tp_scratch;            /* scratch of the tensor-parallel layers (their _scratch()) */
+    int *pos_ids;                /* (N) position of each token: s, uploaded at init */
+};
+
+#define MC__GPT_LN_EPS(g) ((g)->config.layernorm_epsilon)
+
+/* Remembers a host block for mc_gpt_destroy. */
+static int mc__gpt_track(mc_gpt *g, void *p) {
+    struct mc__gpt_impl *im = g->impl;
+    if (im->n_host == im->cap_host) {
+        int cap = im->cap_host ? 2 * im->cap_host : 64;
+        void **grown = (void **)mc_malloc((size_t)cap * sizeof *grown);
+        if (!grown) return MC_ERR_NO_MEMORY;
+        if (im->n_host) memcpy(grown, im->host, (size_t)im->n_host * sizeof *grown);
+        mc_free(im->host);
+        im->host = grown;
+        im->cap_host = cap;
+    }
+    im->host[im->n_host++] = p;
+    return MC_OK;
+}
+
+/* zero-filled host memory (pointer arrays, stream snapshots) */
+static void *mc__gpt_host(mc_gpt *g, size_t bytes) {
+    void *p = mc_calloc(1, bytes ? bytes : 1);
+    if (p && mc__gpt_track(g, p) != MC_OK) {
+        mc_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+/* A bump allocator over one block of op memory. The layout functions run twice: first with
+   base == NULL to add up the bytes (every take returns NULL), then over the allocated block
+   with the same calls, which hand out the same offsets. */
+typedef struct mc__arena {
+    char *base;
+    size_t used;
+} mc__arena;
+
+#define MC__ARENA_ALIGN 256   /* every tensor starts 256-byte aligned (vector loads, cuBLASLt) */
+
+static void *mc__arena_take(mc__arena *ar, size_t bytes) {
+    size_t at = (ar->used + (MC__ARENA_ALIGN - 1)) & ~(size_t)(MC__ARENA_ALIGN - 1);
+    ar->used = at + (bytes ? bytes : 1);
+    return ar->base ? ar->base + at : NULL;
+}
+
+/* n activation elements (the model's dtype) / fp32 / int32 */
+static void *mc__gpt_act_take(mc_gpt *g, mc__arena *ar, size_t n) {
+    return mc__arena_take(ar, mc_dtype_bytes(g->dtype, n));
+}
+static float *mc__gpt_f32_take(mc__arena *ar, size_t n) {
+    return (float *)mc__arena_take(ar, n * sizeof(float));
+}
+
+static mc_comm *mc__gpt_group(const mc_gpt *g, mc_group_kind kind) {
+    return g->ps ? mc_parallel_group(g->ps, kind) : NULL;
+}
+
+static mc_comm *mc__gpt_tp_comm(const mc_gpt *g) {
+    mc_comm *c = mc__gpt_group(g, MC_GROUP_TP);
+    return c && c->size > 1 ? c : NULL;
+}
+
+/* element i of an activation tensor */
+static void *mc__gpt_at(const mc_gpt *g, const void *p, size_t i) {
+    return (char *)(uintptr_t)p + mc_dtype_bytes(g->dtype, i);
+}
+
+// ---------------------------------------------------------------------------------------------
+// TP glue: the model's calls into the tensor-parallel layers (>>tensor_parallel), which hold
+// the communication; sizes here are the model's local ones.
+
+static int mc__gpt_tp_flags(const mc_gpt *g) {
+    return g->sequence_parallel ? MC_TP_SEQUENCE_PARALLEL : 0;
+}
+
+/* ColumnParallelLinear: out (N, O) = X W^T + b with W (O, K) this rank's rows; X (Ns, K) is
+   gathered along the sequence inside under SP. */
+static int mc__gpt_column_forward(mc_gpt *g, void *out, const void *in, const void *w,
+                                  const void *b, int O, int K) {
+    return mc_column_parallel_linear_forward(out, g->impl->tp_scratch, in, w, b, g->S, g->B, K,
+                                             O * g->tp, mc__gpt_tp_flags(g), g->dtype,
+                                             mc__gpt_tp_comm(g), g->ops);
+}
+
+/* din (Ns, K) (=), dW += dY^T X, db += column sums of dY */
+static int mc__gpt_column_backward(mc_gpt *g, void *din, float *dw, float *db, const void *dout,
+                                   const void *in, const void *w, int O, int K) {
+    return mc_column_parallel_linear_backward(din, dw, db, g->impl->tp_scratch, dout, in, w,
+                                              g->S, g->B, K, O * g->tp, mc__gpt_tp_flags(g),
+                                              g->dtype, mc__gpt_tp_comm(g), g->ops);
+}
+
+/* RowParallelLinear with input_is_parallel: out (Ns, O) = sum over TP of X W^T, then the bias
+   once; X (N, K) is this rank's slice of the input features, W (O, K). */
+static int mc__gpt_row_forward(mc_gpt *g, void *out, const void *in, const void *w,
+                               const void *b, int O, int K) {
+    return mc_row_parallel_linear_forward(out, g->impl->tp_scratch, in, w, b, g->S, g->B,
+                                          K * g->tp, O,
+                                          mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL,
+                                          g->dtype, mc__gpt_tp_comm(g), g->ops);
+}
+
+/* din (N, K) (=), dW +=, db += column sums of the local dout (partial under SP: finalize sums
+   the sequence_parallel-tagged bias over TP) */
+static int mc__gpt_row_backward(mc_gpt *g, void *din, float *dw, float *db, const void *dout,
+                                const void *in, const void *w, int O, int K) {
+    return mc_row_parallel_linear_backward(din, dw, db, g->impl->tp_scratch, dout, in, w, g->S,
+                                           g->B, K * g->tp, O,
+                                           mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL,
+                                           g->dtype, mc__gpt_tp_comm(g), g->ops);
+}
+
+/* Bytes of scratch the TP calls above need, the largest over the model's layers. */
+static size_t mc__gpt_tp_scratch_bytes(const mc_gpt *g) {
+    int f = mc__gpt_tp_flags(g), fr = f | MC_TP_INPUT_IS_PARALLEL;
+    size_t need = 0, n;
+#define MC__GPT_NEED(x) n = (x); if (n > need) need = n
+    MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, 3 * g->Q, f, g->tp));
+    MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, g->F, f, g->tp));
+    MC__GPT_NEED(mc_column_parallel_linear_scratch(g->S, g->B, g->H, g->vocab_padded, f, g->tp));
+    MC__GPT_NEED(mc_row_parallel_linear_scratch(g->S, g->B, g->Q, g->H, fr, g->tp));
+    MC__GPT_NEED(mc_row_parallel_linear_scratch(g->S, g->B, g->F, g->H, fr, g->tp));
+    need = mc_dtype_bytes(g->dtype, need);
+    MC__GPT_NEED(sizeof(float) *
+                 mc_vocab_parallel_cross_entropy_scratch(g->N, g->vocab_padded, 0.0f, g->tp));
+#undef MC__GPT_NEED
+    return need;
+}
+
+// ---------------------------------------------------------------------------------------------
+// random streams
+
+/* Takes (seed, offset) for n elements from `stream` (MC_RNG_DEFAULT or a tracker stream) and
+   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw. */
+static int mc__gpt_draw_from(mc_gpt *g, const char *stream, size_t n, float p,
+                             mc__gpt_draw *d) {
+    int forked = strcmp(stream, MC_RNG_DEFAULT) != 0, rc;
+    mc_rng *r;
+    memset(d, 0, sizeof *d);
+    if (!g->training || !(p > 0.0f)) return MC_OK;
+    if (forked && (rc = mc_rng_tracker_fork(&g->rng, stream)) != MC_OK) return rc;
+    r = mc_rng_tracker_current(&g->rng);
+    d->seed = r->seed;
+    d->offset = r->offset;
+    d->p = p;
+    r->offset += ((uint64_t)n + 3u) & ~(uint64_t)3u;
+    return forked ? mc_rng_tracker_unfork(&g->rng, stream) : MC_OK;
+}
+
+/* Hidden and embedding dropout: the default generator where the activation is replicated over
+   TP, the model-parallel stream where it is split (SP), as Megatron forks the whole block. */
+static const char *mc__gpt_hidden_stream(const mc_gpt *g) {
+    return g->sequence_parallel ? MC_RNG_MODEL_PARALLEL : MC_RNG_DEFAULT;
+}
+
+static float mc__gpt_dropout_p(float p) { return p > 0.0f ? p : 0.0f; }
+
+/* dropout(inp) with the recorded draw: written into buf and returned, or inp itself when the
+   dropout is off (no copy). */
+static const void *mc__gpt_dropout_forward(mc_gpt *g, void *buf, const void *inp, size_t n,
+                                           const mc__gpt_draw *d, int *rc) {
+    if (*rc != MC_OK || !(d->p > 0.0f)) return inp;
+    *rc = g->ops->dropout_forward(g->ops, buf, inp, n, d->p, d->seed, d->offset, g->dtype);
+    return buf;
+}
+
+static const void *mc__gpt_dropout_backward(mc_gpt *g, void *buf, const void *dout, size_t n,
+                                            const mc__gpt_draw *d, int *rc) {
+    if (*rc != MC_OK || !(d->p > 0.0f)) return dout;
+    *rc = g->ops->dropout_backward(g->ops, buf, dout, n, d->p, d->seed, d->offset, g->dtype);
+    return buf;
+}
+
+/* out = a + b (Ns*H activations): the residual connection */
+static int mc__gpt_residual(mc_gpt *g, void *out, const void *a, const void *b, size_t n) {
+    int rc = g->ops->copy(g->ops, out, a, n, g->dtype, g->dtype);
+    return rc == MC_OK ? g->ops->axpy(g->ops, out, 1.0f, b, n, g->dtype) : rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the local spec: LayerNorm, self-attention, MLP
+
+static int mc__gpt_local_norm_forward(const mc_layer_ctx *ctx, int which, void *out,
+                                      const void *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    int w = which ? MC_GPT_LN2_W : MC_GPT_LN1_W;
+    return g->ops->layernorm_forward(g->ops, out, which ? c->ln2_mean : c->ln1_mean,
+                                     which ? c->ln2_rstd : c->ln1_rstd, inp, ctx->w[w],
+                                     ctx->w[w + 1], g->Ns, g->H, MC__GPT_LN_EPS(g), g->dtype);
+}
+
+static int mc__gpt_local_norm_backward(const mc_layer_ctx *ctx, int which, void *dinp,
+                                       const void *dout, const void *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    int w = which ? MC_GPT_LN2_W : MC_GPT_LN1_W;
+    return g->ops->layernorm_backward(g->ops, dinp, ctx->g[w], ctx->g[w + 1], dout, inp,
+                                      ctx->w[w], which ? c->ln2_mean : c->ln1_mean,
+                                      which ? c->ln2_rstd : c->ln1_rstd, g->Ns, g->H, g->dtype);
+}
+
+/* QKV column-parallel -> causal attention on the local heads (probability dropout under the
+   model-parallel stream) -> projection row-parallel (+ bias). out (Ns, H). */
+static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    size_t n_probs = (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S;
+    float *stats = c->attn_stats ? c->attn_stats : g->impl->stats_scratch;
+    int rc;
+    if ((rc = mc__gpt_column_forward(g, c->qkv, inp, ctx->w[MC_GPT_QKV_W], ctx->w[MC_GPT_QKV_B],
+                                     3 * g->Ql, g->H)) != MC_OK)
+        return rc;
+    if ((rc = mc__gpt_draw_from(g, MC_RNG_MODEL_PARALLEL, n_probs,
+                                mc__gpt_dropout_p(g->config.attention_dropout),
+                                &c->attn_drop)) != MC_OK)
+        return rc;
+    if ((rc = g->ops->attention_forward(g->ops, c->atty, stats, c->qkv, g->S, g->B, g->NHl,
+                                        g->HD, c->attn_drop.p, c->attn_drop.seed,
+                                        c->attn_drop.offset, g->dtype)) != MC_OK)
+        return rc;
+    return mc__gpt_row_forward(g, out, c->atty, ctx->w[MC_GPT_PROJ_W], ctx->w[MC_GPT_PROJ_B],
+                               g->H, g->Ql);
+}
+
+static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, void *dinp,
+                                            const void *dout, const void *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_impl *im = g->impl;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    const float *stats = c->attn_stats;
+    const void *atty = c->atty;
+    int rc;
+    if ((rc = mc__gpt_row_backward(g, im->d_atty, ctx->g[MC_GPT_PROJ_W], ctx->g[MC_GPT_PROJ_B],
+                                   dout, c->atty, ctx->w[MC_GPT_PROJ_W], g->H, g->Ql)) != MC_OK)
+        return rc;
+    if (!stats) {
+        /* selective recompute: the probabilities again, from the same inputs and draw */
+        if ((rc = g->ops->attention_forward(g->ops, im->atty_scratch, im->stats_scratch, c->qkv,
+                                            g->S, g->B, g->NHl, g->HD, c->attn_drop.p,
+                                            c->attn_drop.seed, c->attn_drop.offset,
+                                            g->dtype)) != MC_OK)
+            return rc;
+        stats = im->stats_scratch;
+        atty = im->atty_scratch;
+    }
+    if ((rc = g->ops->attention_backward(g->ops, im->d_qkv, im->d_atty, c->qkv, atty, stats, g->S,
+                                         g->B, g->NHl, g->HD, c->attn_drop.p, c->attn_drop.seed,
+                                         c->attn_drop.offset, g->dtype)) != MC_OK)
+        return rc;
+    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_QKV_W], ctx->g[MC_GPT_QKV_B],
+                                   im->d_qkv, inp, ctx->w[MC_GPT_QKV_W], 3 * g->Ql, g->H);
+}
+
+/* fc1 column-parallel -> GELU -> fc2 row-parallel (+ bias). out (Ns, H). */
+static int mc__gpt_local_mlp_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    int rc;
+    if ((rc = mc__gpt_column_forward(g, c->fc1, inp, ctx->w[MC_GPT_FC1_W], ctx->w[MC_GPT_FC1_B],
+                                     g->Fl, g->H)) != MC_OK)
+        return rc;
+    if ((rc = g->ops->gelu_forward(g->ops, c->gelu, c->fc1, (size_t)g->N * (size_t)g->Fl,
+                                   g->dtype)) != MC_OK)
+        return rc;
+    return mc__gpt_row_forward(g, out, c->gelu, ctx->w[MC_GPT_FC2_W], ctx->w[MC_GPT_FC2_B],
+                               g->H, g->Fl);
+}
+
+static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, void *dinp, const void *dout,
+                                      const void *inp) {
+    mc_gpt *g = ctx->gpt;
+    struct mc__gpt_impl *im = g->impl;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    int rc;
+    if ((rc = mc__gpt_row_backward(g, im->d_fc_a, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B],
+                                   dout, c->gelu, ctx->w[MC_GPT_FC2_W], g->H, g->Fl)) != MC_OK)
+        return rc;
+    if ((rc = g->ops->gelu_backward(g->ops, im->d_fc_b, c->fc1, im->d_fc_a,
+                                    (size_t)g->N * (size_t)g->Fl, g->dtype)) != MC_OK)
+        return rc;
+    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_FC1_W], ctx->g[MC_GPT_FC1_B],
+                                   im->d_fc_b, inp, ctx->w[MC_GPT_FC1_W], g->Fl, g->H);
+}
+
+MC_API const mc_transformer_spec *mc_transformer_spec_local(void) {
+    static const mc_transformer_spec spec = {
+        "local",
+        mc__gpt_local_norm_forward,      mc__gpt_local_norm_backward,
+        mc__gpt_local_attention_forward, mc__gpt_local_attention_backward,
+        mc__gpt_local_mlp_forward,       mc__gpt_local_mlp_backward,
+    };
+    return &spec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the transformer layer and the block
+
+static void *mc__gpt_p(const mc_gpt *g, int idx) {
+    return mc__gpt_at(g, g->params, g->table.info[idx].offset);
+}
+static float *mc__gpt_g(const mc_gpt *g, int idx) { return g->grads + g->table.info[idx].offset; }
+
+static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_cache *cache,
+                              mc_layer_ctx *ctx) {
+    size_t at = ((size_t)chunk * (size_t)g->layers_per_chunk + (size_t)l) * MC_GPT_LAYER_TENSORS;
+    const int *idx = g->impl->layer_params + at;
+    int t;
+    ctx->gpt = g;
+    ctx->chunk = chunk;
+    ctx->layer = l;
+    ctx->global_layer = g->layer_offset[chunk] + l;
+    ctx->cache = cache;
+    for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
+        ctx->w[t] = mc__gpt_p(g, idx[t]);
+        ctx->g[t] = mc__gpt_g(g, idx[t]);
+    }
+}
+
+/* The pre-LN layer (Megatron's TransformerLayer with the spec's submodules):
+     res1 = x + dropout(attention(input_layernorm(x)))
+     out  = res1 + dropout(mlp(pre_mlp_layernorm(res1)))         all (Ns, H) */
+static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void *x) {
+    mc_gpt *g = ctx->gpt;
+    const mc_transformer_spec *sp = g->spec;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    struct mc__gpt_impl *im = g->impl;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    float p = mc__gpt_dropout_p(g->config.hidden_dropout);
+    const void *sub;
+    int rc;
+    if ((rc = sp->norm_forward(ctx, 0, c->ln1, x)) != MC_OK) return rc;
+    if ((rc = sp->attention_forward(ctx, im->tmp_a, c->ln1)) != MC_OK) return rc;
+    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop1)) != MC_OK)
+        return rc;
+    sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop1, &rc);
+    if (rc == MC_OK) rc = mc__gpt_residual(g, c->res1, x, sub, n);
+    if (rc != MC_OK) return rc;
+    if ((rc = sp->norm_forward(ctx, 1, c->ln2, c->res1)) != MC_OK) return rc;
+    if ((rc = sp->mlp_forward(ctx, im->tmp_a, c->ln2)) != MC_OK) return rc;
+    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
+        return rc;
+    sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop2, &rc);
+    return rc == MC_OK ? mc__gpt_residual(g, out, c->res1, sub, n) : rc;
+}
+
+/* dx (Ns, H) = d layer / d x (overwrite); parameter grads accumulate. Uses d_b, d_c, d_ln, so
+   dx and dout must be other buffers (the block ping-pongs d_a / dinput). */
+static int mc__gpt_layer_backward(const mc_layer_ctx *ctx, void *dx, const void *dout,
+                                  const void *x) {
+    mc_gpt *g = ctx->gpt;
+    const mc_transformer_spec *sp = g->spec;
+    struct mc__gpt_layer_cache *c = ctx->cache;
+    struct mc__gpt_impl *im = g->impl;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    void *d_res1 = im->d_b;
+    const void *d_sub;
+    int rc = MC_OK;
+    /* out = res1 + dropout(mlp): the residual passes dout through */
+    d_sub = mc__gpt_dropout_backward(g, im->d_c, dout, n, &c->drop2, &rc);
+    if (rc != MC_OK || (rc = sp->mlp_backward(ctx, im->d_ln, d_sub, c->ln2)) != MC_OK) return rc;
+    if ((rc = g->ops->copy(g->ops, d_res1, dout, n, g->dtype, g->dtype)) != MC_OK) return rc;
+    if ((rc = sp->norm_backward(ctx, 1, d_res1, im->d_ln, c->res1)) != MC_OK) return rc;
+    /* res1 = x + dropout(attention) */
+    d_sub = mc__gpt_dropout_backward(g, im->d_c, d_res1, n, &c->drop1, &rc);
+    if (rc != MC_OK || (rc = sp->attention_backward(ctx, im->d_ln, d_sub, c->ln1)) != MC_OK)
+        return rc;
+    if ((rc = g->ops->copy(g->ops, dx, d_res1, n, g->dtype, g->dtype)) != MC_OK) return rc;
+    return sp->norm_backward(ctx, 0, dx, im->d_ln, x);
+}
+
+static struct mc__gpt_layer_cache *mc__gpt_cache_of(mc_gpt *g, mc__gpt_act *a, int l) {
+    int grp = g->impl->group_of[l];
+    return grp < 0 ? &a->layer[l] : &g->impl->rc_cache[l - g->impl->group_start[grp]];
+}
+
+static int mc__gpt_run_layers(mc_gpt *g, int chunk, mc__gpt_act *a, int first, int count) {
+    mc_layer_ctx ctx;
+    int l, rc;
+    for (l = first; l < first + count; l++) {
+        mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
+        if ((rc = mc__gpt_layer_forward(&ctx, a->res[l + 1], a->res[l])) != MC_OK) return rc;
+    }
+    return MC_OK;
+}
+
+/* The block forward: res[0] -> res[nl]. A recompute group first records every stream, then
+   runs its layers into the shared scratch (only its output res[end] survives). */
+static int mc__gpt_block_forward(mc_gpt *g, int chunk, mc__gpt_act *a) {
+    struct mc__gpt_impl *im = g->impl;
+    int l = 0, rc;
+    while (l < g->layers_per_chunk) {
+        int grp = im->group_of[l];
+        int count = grp < 0 ? 1 : im->group_len[grp];
+        if (grp >= 0 && (rc = mc_rng_tracker_get_states(&g->rng, &a->group_rng[grp])) != MC_OK)
+            return rc;
+        if ((rc = mc__gpt_run_layers(g, chunk, a, l, count)) != MC_OK) return rc;
+        l += count;
+    }
+    return MC_OK;
+}
+
+static void mc__gpt_report_ready(mc_gpt *g, int chunk, int param) {
+    if (param >= 0 && g->grad_ready && g->grad_sync[chunk])
+        g->grad_ready(g->grad_ready_user, param);
+}
+
+/* The block backward: d (Ns, H) holds d res[nl] on entry and d res[0] on return (in
+   a->dinput). Before the last layer of a recompute group runs its backward, the group's
+   forward is replayed under its stream snapshot (§6.4). */
+static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const void *d_out) {
+    struct mc__gpt_impl *im = g->impl;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    const void *dout = d_out;
+    void *bufs[2];
+    int l, t, rc, k = 0;
+    mc_layer_ctx ctx;
+    /* ping-pong between d_a and dinput so that the last write lands in dinput */
+    bufs[0] = (g->layers_per_chunk % 2) ? a->dinput : im->d_a;
+    bufs[1] = (g->layers_per_chunk % 2) ? im->d_a : a->dinput;
+    if (g->layers_per_chunk == 0 &&
+        (rc = g->ops->copy(g->ops, a->dinput, d_out, n, g->dtype, g->dtype)) != MC_OK)
+        return rc;
+    for (l = g->layers_per_chunk - 1; l >= 0; l--) {
+        int grp = im->group_of[l];
+        const int *idx;
+        if (grp >= 0 && l == im->group_start[grp] + im->group_len[grp] - 1) {
+            mc_rng_states now;
+            if ((rc = mc_rng_tracker_get_states(&g->rng, &now)) != MC_OK) return rc;
+            if ((rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK) return rc;
+            rc = mc__gpt_run_layers(g, chunk, a, im->group_start[grp], im->group_len[grp]);
+            if (rc != MC_OK) return rc;
+            if ((rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK) return rc;
+        }
+        mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
+        if ((rc = mc__gpt_layer_backward(&ctx, bufs[k], dout, a->res[l])) != MC_OK) return rc;
+        dout = bufs[k];
+        k ^= 1;
+        idx = im->layer_params +
+              ((size_t)chunk * (size_t)g->layers_per_chunk + (size_t)l) * MC_GPT_LAYER_TENSORS;
+        for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) mc__gpt_report_ready(g, chunk, idx[t]);
+    }
+    return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// GPTModel: embedding, final norm, output layer, loss
+
+/* word (vocab-parallel, all-reduced over TP) + learned position embedding -> (SP: scatter to
+   this rank's sequence piece) -> embedding dropout -> res[0] (Ns, H). Megatron reduce-scatters
+   the word lookup straight to SP only without learned positions; here they are added first. */
+static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
+    struct mc__gpt_impl *im = g->impl;
+    const mc_ops *o = g->ops;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    void *emb = im->full_b;    /* (N, H) */
+    const void *dropped;
+    int rc;
+    if ((rc = mc_vocab_parallel_embedding_forward(emb, a->tokens, mc__gpt_p(g, im->word[0]), g->N,
+                                                  g->H, g->vocab_padded, g->dtype,
+                                                  mc__gpt_tp_comm(g), o)) != MC_OK)
+        return rc;
+    if ((rc = o->embedding_forward(o, im->full_a, im->pos_ids, mc__gpt_p(g, im->pos[0]), g->N,
+                                   g->H, 0, g->config.max_position_embeddings, g->dtype)) !=
+        MC_OK)
+        return rc;
+    if ((rc = o->axpy(o, emb, 1.0f, im->full_a, (size_t)g->N * (size_t)g->H, g->dtype)) != MC_OK)
+        return rc;
+    if (g->sequence_parallel) {
+        if ((rc = mc_scatter_to_sp_region_forward(im->tmp_a, emb, g->S, (size_t)g->B * g->H,
+                                                  g->dtype, mc__gpt_tp_comm(g), o)) != MC_OK)
+            return rc;
+        emb = im->tmp_a;
+    }
+    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n,
+                                mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) !=
+        MC_OK)
+        return rc;
+    dropped = mc__gpt_dropout_forward(g, a->res[0], emb, n, &a->emb_drop, &rc);
+    if (rc == MC_OK && dropped != a->res[0])
+        rc = o->copy(o, a->res[0], dropped, n, g->dtype, g->dtype);
+    return rc;
+}
+
+/* d res[0] (a->dinput) -> word and position embedding grads. Under SP the scatter's backward
+   all-gathers the sequence pieces; the word embedding's all-reduce has an identity backward,
+   so each rank adds the rows of its vocab range only. */
+static int mc__gpt_embedding_backward(mc_gpt *g, mc__gpt_act *a) {
+    struct mc__gpt_impl *im = g->impl;
+    const mc_ops *o = g->ops;
+    size_t n = (size_t)g->Ns * (size_t)g->H;
+    const void *d_emb;
+    int rc = MC_OK;
+    d_emb = mc__gpt_dropout_backward(g, im->d_c, a->dinput, n, &a->emb_drop, &rc);
+    if (rc != MC_OK) return rc;
+    if (g->sequence_parallel) {
+        if ((rc = mc_scatter_to_sp_region_backward(im->full_b, d_emb, g->S, (size_t)g->B * g->H,
+                                                   g->dtype, mc__gpt_tp_comm(g), o)) != MC_OK)
+            return rc;
+        d_emb = im->full_b;
+    }
+    if ((rc = mc_vocab_parallel_embedding_backward(mc__gpt_g(g, im->word[0]), d_emb, a->tokens,
+                                                   g->N, g->H, g->vocab_padded, g->dtype,
+                                                   mc__gpt_tp_comm(g), o)) != MC_OK)
+        return rc;
+    if ((rc = o->embedding_backward(o, mc__gpt_g(g, im->pos[0]), d_emb, im->pos_ids, g->N, g->H,
+                                    0, g->config.max_position_embeddings, g->dtype)) != MC_OK)
+        return rc;
+    mc__gpt_report_ready(g, 0, im->word[0]);
+    mc__gpt_report_ready(g, 0, im->pos[0]);
+    return MC_OK;
+}
+
+/* The weight the output layer multiplies with: its own, or the word embedding (tied, PP = 1) */
+static int mc__gpt_output_weight(const mc_gpt *g, int chunk) {
+    return g->impl->out_w[chunk] >= 0 ? g->impl->out_w[chunk] : g->impl->word[chunk];
+}
+
+/* final_layernorm -> output layer (column-parallel, no bias, logits (N, Vl)) -> loss */
+static int mc__gpt_head_forward(mc_gpt *g, int chunk, mc__gpt_act *a, const void *h,
+                                double *loss_sum) {
+    struct mc__gpt_impl *im = g->impl;
+    const mc_ops *o = g->ops;
+    int rc;
+    if ((rc = o->layernorm_forward(o, a->lnf, a->lnf_mean, a->lnf_rstd, h,
+                                   mc__gpt_p(g, im->lnf_w[chunk]), mc__gpt_p(g, im->lnf_b[chunk]),
+                                   g->Ns, g->H, MC__GPT_LN_EPS(g), g->dtype)) != MC_OK)
+        return rc;
+    if ((rc = mc__gpt_column_forward(g, a->logits, a->lnf,
+                                     mc__gpt_p(g, mc__gpt_output_weight(g, chunk)), NULL,
+                                     g->vocab_local, g->H)) != MC_OK)
+        return rc;
+    if (!a->has_labels) return MC_OK;
+    /* vocab-parallel cross entropy: three TP all-reduces, never the full logits; the loss sum
+       stays in op memory and is read back only when the caller asks for it */
+    if ((rc = mc_vocab_parallel_cross_entropy_forward(a->losses, a->loss_sum, a->ce_max,
+                                                      a->ce_sum, (float *)im->tp_scratch,
+                                                      a->logits, a->labels, g->N,
+                                                      g->vocab_padded, 0.0f, g->dtype,
+                                                      mc__gpt_tp_comm(g), o)) != MC_OK)
+        return rc;
+    if (loss_sum) return o->download(o, loss_sum, a->loss_sum, sizeof(double));
+    return MC_OK;
+}
+
+/* loss -> logits -> output layer -> final norm: d res[nl] into d (Ns, H) */
+static int mc__gpt_head_backward(mc_gpt *g, int chunk, mc__gpt_act *a, float loss_scale,
+                                 void *d) {
+    struct mc__gpt_impl *im = g->impl;
+    const mc_ops *o = g->ops;
+    int w = mc__gpt_output_weight(g, chunk), rc;
+    if ((rc = o->fill(o, im->d_loss, loss_scale, (size_t)g->N, MC_F32)) != MC_OK) return rc;
+    if ((rc = mc_vocab_parallel_cross_entropy_backward(im->d_logits, im->d_loss, a->logits,
+                                                       a->ce_max, a->ce_sum, a->labels, g->N,
+                                                       g->vocab_padded, 0.0f, g->dtype,
+                                                       mc__gpt_tp_comm(g), o)) != MC_OK)
+        return rc;
+    if ((rc = mc__gpt_column_backward(g, im->d_ln, mc__gpt_g(g, w), NULL, im->d_logits, a->lnf,
+                                      mc__gpt_p(g, w), g->vocab_local, g->H)) != MC_OK)
+        return rc;
+    if ((rc = o->fill(o, d, 0.0f, (size_t)g->Ns * (size_t)g->H, g->dtype)) != MC_OK) return rc;
+    if ((rc = o->layernorm_backward(o, d, mc__gpt_g(g, im->lnf_w[chunk]),
+                                    mc__gpt_g(g, im->lnf_b[chunk]), im->d_ln,
+                                    a->res[g->layers_per_chunk], mc__gpt_p(g, im->lnf_w[chunk]),
+                                    a->lnf_mean, a->lnf_rstd, g->Ns, g->H, g->dtype)) != MC_OK)
+        return rc;
+    mc__gpt_report_ready(g, chunk, im->out_w[chunk]);
+    mc__gpt_report_ready(g, chunk, im->lnf_w[chunk]);
+    mc__gpt_report_ready(g, chunk, im->lnf_b[chunk]);
+    return MC_OK;
+}
+
+static int mc__gpt_check_call(const mc_gpt *g, const char *fn, int chunk, int slot) {
+    if (!g || !g->impl) return MC__FAIL(MC_ERR_STATE, "%s: the model is not initialised", fn);
+    if (chunk < 0 || chunk >= g->n_chunks)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: chunk (%d) must be in [0, %d)", fn, chunk,
+                        g->n_chunks);
+    if (slot < 0 || slot >= g->n_slots)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: slot (%d) must be in [0, n_slots = %d)", fn,
+                        slot, g->n_slots);
+    return MC_OK;
+}
+
+MC_API int mc_gpt_is_pre_process(const mc_gpt *g, int chunk) {
+    return g && g->pp_rank == 0 && chunk == 0;
+}
+
+MC_API int mc_gpt_is_post_process(const mc_gpt *g, int chunk) {
+    return g && g->pp_rank == g->pp - 1 && chunk == g->n_chunks - 1;
+}
+
+/* The caller's host ids, checked against the vocabulary and uploaded into op memory. */
+static int mc__gpt_upload_ids(mc_gpt *g, int *dst, const int *ids, const char *what) {
+    int n;
+    for (n = 0; n < g->N; n++)
+        if (ids[n] < 0 || ids[n] >= g->config.vocab_size)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_forward: %s[%d] = %d is outside the vocabulary [0, %d)", what,
+                            n, ids[n], g->config.vocab_size);
+    return g->ops->upload(g->ops, dst, ids, (size_t)g->N * sizeof(int));
+}
+
+MC_API int mc_gpt_forward(mc_gpt *g, int chunk, int slot, const int *tokens, const int *labels,
+                          const float *input, float **output, double *loss_sum) {
+    mc__gpt_act *a;
+    int rc;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_forward", chunk, slot)) != MC_OK) return rc;
+    a = &g->impl->act[chunk * g->n_slots + slot];
+    if (output) *output = NULL;
+    if (loss_sum) *loss_sum = 0.0;
+    a->forward_done = 0;
+    if (mc_gpt_is_pre_process(g, chunk)) {
+        if (!tokens)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_forward: tokens must be given on the first stage (chunk %d)",
+                            chunk);
+        if ((rc = mc__gpt_upload_ids(g, a->tokens, tokens, "tokens")) != MC_OK) return rc;
+        if ((rc = mc__gpt_embedding_forward(g, a)) != MC_OK) return rc;
+    } else {
+        if (!input)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_forward: input must be given on virtual stage %d (chunk %d "
+                            "of pipeline rank %d)", chunk * g->pp + g->pp_rank, chunk,
+                            g->pp_rank);
+        if ((rc = g->ops->copy(g->ops, a->res[0], input, g->p2p_elems, g->dtype, g->dtype)) !=
+            MC_OK)
+            return rc;
+    }
+    if ((rc = mc__gpt_block_forward(g, chunk, a)) != MC_OK) return rc;
+    if (mc_gpt_is_post_process(g, chunk)) {
+        a->has_labels = labels != NULL;
+        if (labels && (rc = mc__gpt_upload_ids(g, a->labels, labels, "labels")) != MC_OK)
+            return rc;
+        if ((rc = mc__gpt_head_forward(g, chunk, a, a->res[g->layers_per_chunk], loss_sum))
+            != MC_OK)
+            return rc;
+    } else if (output) {
+        *output = (float *)a->res[g->layers_per_chunk];
+    }
+    a->forward_done = 1;
+    return MC_OK;
+}
+
+MC_API int mc_gpt_backward(mc_gpt *g, int chunk, int slot, const float *output_grad,
+                           float loss_scale, float **input_grad) {
+    struct mc__gpt_impl *im;
+    mc__gpt_act *a;
+    const void *d_out;
+    int rc;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_backward", chunk, slot)) != MC_OK) return rc;
+    im = g->impl;
+    a = &im->act[chunk * g->n_slots + slot];
+    if (input_grad) *input_grad = NULL;
+    if (!a->forward_done)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_gpt_backward: slot %d of chunk %d holds no forward to go back "
+                        "through", slot, chunk);
+    if (mc_gpt_is_post_process(g, chunk)) {
+        if (output_grad)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_backward: the last stage starts from the loss, so "
+                            "output_grad must be NULL");
+        if (!a->has_labels)
+            return MC__FAIL(MC_ERR_STATE,
+                            "mc_gpt_backward: the forward of slot %d had no labels, so there is "
+                            "no loss to go back from", slot);
+        /* the block's layer backwards alternate between d_a and dinput and end in dinput:
+           start from the one its first write does not go to */
+        d_out = (g->layers_per_chunk % 2) ? im->d_a : a->dinput;
+        if ((rc = mc__gpt_head_backward(g, chunk, a, loss_scale, (void *)(uintptr_t)d_out)) !=
+            MC_OK)
+            return rc;
+    } else {
+        if (!output_grad)
+            return MC__FAIL(MC_ERR_INVALID_ARG,
+                            "mc_gpt_backward: output_grad must be given below the last stage "
+                            "(chunk %d of pipeline rank %d)", chunk, g->pp_rank);
+        d_out = output_grad;
+    }
+    if ((rc = mc__gpt_block_backward(g, chunk, a, d_out)) != MC_OK) return rc;
+    a->forward_done = 0;
+    if (mc_gpt_is_pre_process(g, chunk)) return mc__gpt_embedding_backward(g, a);
+    if (input_grad) *input_grad = (float *)a->dinput;
+    return MC_OK;
+}
+
+MC_API int mc_gpt_forward_step(mc_gpt *g, int chunk, int microbatch, const int *tokens,
+                               const int *labels, const float *input, float **output,
+                               double *loss_sum, double *num_tokens) {
+    int slot, rc;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_forward_step", chunk, 0)) != MC_OK) return rc;
+    if (microbatch < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_forward_step: microbatch (%d) must be >= 0",
+                        microbatch);
+    slot = microbatch % g->n_slots;
+    g->impl->act[chunk * g->n_slots + slot].microbatch = microbatch;
+    if (num_tokens) *num_tokens = 0.0;
+    rc = mc_gpt_forward(g, chunk, slot, tokens, labels, input, output, loss_sum);
+    if (rc == MC_OK && num_tokens && mc_gpt_is_post_process(g, chunk) && labels)
+        *num_tokens = (double)g->N;
+    return rc;
+}
+
+MC_API int mc_gpt_backward_step(mc_gpt *g, int chunk, int microbatch, const float *output_grad,
+                                float loss_scale, float **input_grad) {
+    int slot, rc, held;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_backward_step", chunk, 0)) != MC_OK) return rc;
+    if (microbatch < 0)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_backward_step: microbatch (%d) must be >= 0",
+                        microbatch);
+    slot = microbatch % g->n_slots;
+    held = g->impl->act[chunk * g->n_slots + slot].microbatch;
+    if (held != microbatch)
+        return MC__FAIL(MC_ERR_STATE,
+                        "mc_gpt_backward_step: slot %d of chunk %d holds micro-batch %d, not %d: "
+                        "more micro-batches are in flight than n_slots (%d)",
+                        slot, chunk, held, microbatch, g->n_slots);
+    return mc_gpt_backward(g, chunk, slot, output_grad, loss_scale, input_grad);
+}
+
+MC_API int mc_gpt_zero_grad(mc_gpt *g) {
+    if (!g || !g->grads) return MC_OK;
+    return g->ops->fill(g->ops, g->grads, 0.0f, g->table.total, MC_F32);
+}
+
+MC_API void mc_gpt_set_grad_sync(mc_gpt *g, int chunk, int enable) {
+    if (g && chunk >= 0 && chunk < MC_GPT_MAX_CHUNKS) g->grad_sync[chunk] = enable ? 1 : 0;
+}
+
+MC_API void *mc_gpt_param(const mc_gpt *g, const char *name) {
+    int i = g && name ? mc_param_table_find(&g->table, name) : -1;
+    return i < 0 ? NULL : mc__gpt_p(g, i);
+}
+
+MC_API float *mc_gpt_grad(const mc_gpt *g, const char *name) {
+    int i = g && name ? mc_param_table_find(&g->table, name) : -1;
+    return i < 0 ? NULL : mc__gpt_g(g, i);
+}
+
+MC_API const float *mc_gpt_losses(const mc_gpt *g, int slot) {
+    int last;
+    if (!g || !g->impl || slot < 0 || slot >= g->n_slots) return NULL;
+    last = g->n_chunks - 1;
+    if (!mc_gpt_is_post_process(g, last)) return NULL;
+    return g->impl->act[last * g->n_slots + slot].losses;
+}
+
+MC_API int mc_gpt_logits(mc_gpt *g, int slot, float *out, int *n_vocab) {
+    const mc_ops *o;
+    int last, rc = MC_OK, rows_v;
+    const void *local;
+    void *tmp = NULL;
+    size_t n;
+    if ((rc = mc__gpt_check_call(g, "mc_gpt_logits", 0, slot)) != MC_OK) return rc;
+    o = g->ops;
+    last = g->n_chunks - 1;
+    if (!mc_gpt_is_post_process(g, last))
+        return MC__FAIL(MC_ERR_STATE, "mc_gpt_logits: pipeline rank %d is not the last stage",
+                        g->pp_rank);
+    local = g->impl->act[last * g->n_slots + slot].logits;
+    rows_v = g->gather_logits ? g->vocab_padded : g->vocab_local;
+    n = (size_t)g->N * (size_t)rows_v;
+    if (n_vocab) *n_vocab = rows_v;
+    if (!out) return MC_OK;
+    if (!g->gather_logits) return o->copy(o, out, local, n, MC_F32, g->dtype);
+    /* gather_from_tensor_model_parallel_region: [N, Vl] of every rank -> [N, Vp] (in the
+       model's dtype, then converted to fp32) */
+    if (g->dtype == MC_F32)
+        return mc_gather_from_tp_region_forward(out, NULL, local, g->N, g->vocab_padded, MC_F32,
+                                                mc__gpt_tp_comm(g), o);
+    if ((rc = o->alloc(o, &tmp, mc_dtype_bytes(g->dtype, n))) != MC_OK) return rc;
+    rc = mc_gather_from_tp_region_forward(tmp, NULL, local, g->N, g->vocab_padded, g->dtype,
+                                          mc__gpt_tp_comm(g), o);
+    if (rc == MC_OK) rc = o->copy(o, out, tmp, n, MC_F32, g->dtype);
+    o->free(o, tmp);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// construction
+
+MC_API int mc_gpt_num_layers_to_build(const mc_gpt_config *cfg) {
+    int pp, v;
+    if (!cfg) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_num_layers_to_build: cfg is NULL");
+    pp = MC__DEF(cfg->pipeline_model_parallel_size, 1);
+    v = cfg->virtual_pipeline_model_parallel_size > 1 ? cfg->virtual_pipeline_model_parallel_size
+                                                      : 1;
+    if (cfg->num_layers <= 0 || pp <= 0 || cfg->num_layers % (pp * v) != 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "num_layers (%d) is not divisible by pipeline_model_parallel_size (%d) x "
+                        "virtual_pipeline_model_parallel_size (%d)",
+                        cfg->num_layers, pp, v);
+    return cfg->num_layers / (pp * v);
+}
+
+MC_API int mc_gpt_layer_offset(const mc_gpt_config *cfg, int pp_rank, int vp_stage) {
+    int per_chunk = mc_gpt_num_layers_to_build(cfg), v;
+    if (per_chunk < 0) return per_chunk;
+    v = cfg->virtual_pipeline_model_parallel_size > 1 ? cfg->virtual_pipeline_model_parallel_size
+                                                      : 1;
+    /* vp_stage * (L / VPP) + pp_rank * (L / (PP * VPP)) */
+    return vp_stage * (cfg->num_layers / v) + pp_rank * per_chunk;
+}
+
+/* Registers one parameter. cols == 0: a 1-D tensor of `rows` elements. pdim: -1 replicated,
+   0 or 1 the dimension split over TP. */
+static int mc__gpt_add_param(mc_gpt *g, const char *name, int rows, int cols, int pdim,
+                             int sequence_parallel, int no_wd, int shared, int shared_emb,
+                             int chunk, int layer) {
+    mc_param_info p;
+    memset(&p, 0, sizeof p);
+    p.ndim = cols > 0 ? 2 : 1;
+    p.global_shape[0] = p.local_shape[0] = rows;
+    p.global_shape[1] = p.local_shape[1] = cols > 0 ? cols : 1;
+    if (pdim >= 0) p.local_shape[pdim] /= g->tp;
+    p.partition_dim = pdim;
+    p.partition_stride = 1;
+    p.tensor_model_parallel = pdim >= 0;
+    p.sequence_parallel = sequence_parallel;
+    p.shared = shared;
+    p.shared_embedding = shared_emb;
+    p.no_weight_decay = no_wd;
+    p.chunk = chunk;
+    p.layer = layer;
+    p.numel = (size_t)p.local_shape[0] * (size_t)p.local_shape[1];
+    return mc_param_table_add(&g->table, name, &p);
+}
+
+static const char *const mc__gpt_layer_names[MC_GPT_LAYER_TENSORS] = {
+    "input_layernorm.weight",           "input_layernorm.bias",
+    "self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
+    "self_attention.linear_proj.weight", "self_attention.linear_proj.bias",
+    "pre_mlp_layernorm.weight",         "pre_mlp_layernorm.bias",
+    "mlp.linear_fc1.weight",            "mlp.linear_fc1.bias",
+    "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias",
+};
+
+/* Megatron's module order: embedding, decoder layers, final norm, output layer; chunk by
+   chunk. Records each parameter's index. */
+static int mc__gpt_register(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    int sp = g->sequence_parallel, c, l, t, idx;
+    char name[MC_PARAM_NAME_MAX];
+    /* (rows, cols, partition dim, sequence_parallel, no_weight_decay) of each layer tensor */
+    const int H = g->H, Q = g->Q, F = g->F;
+    const int shape[MC_GPT_LAYER_TENSORS][5] = {
+        {H, 0, -1, sp, 1},     {H, 0, -1, sp, 1},  {3 * Q, H, 0, 0, 0}, {3 * Q, 0, 0, 0, 1},
+        {H, Q, 1, 0, 0},       {H, 0, -1, sp, 1},  {H, 0, -1, sp, 1},   {H, 0, -1, sp, 1},
+        {F, H, 0, 0, 0},       {F, 0, 0, 0, 1},    {H, F, 1, 0, 0},     {H, 0, -1, sp, 1},
+    };
+    for (c = 0; c < g->n_chunks; c++) {
+        im->word[c] = im->pos[c] = im->lnf_w[c] = im->lnf_b[c] = im->out_w[c] = -1;
+        if (mc_gpt_is_pre_process(g, c)) {
+            /* the first stage's word embedding is one of the tied pair when PP > 1 */
+            idx = mc__gpt_add_param(g, "embedding.word_embeddings.weight", g->vocab_padded, H, 0,
+                                    0, 0, 0, g->tied && g->pp > 1, c, -1);
+            if ((im->word[c] = idx) < 0) return idx;
+            idx = mc__gpt_add_param(g, "embedding.position_embeddings.weight",
+                                    g->config.max_position_embeddings, H, -1, 0, 0, 0, 0, c, -1);
+            if ((im->pos[c] = idx) < 0) return idx;
+        }
+        for (l = 0; l < g->layers_per_chunk; l++) {
+            int global = g->layer_offset[c] + l;
+            for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
+                snprintf(name, sizeof name, "decoder.layers.%d.%s", global, mc__gpt_layer_names[t]);
+                idx = mc__gpt_add_param(g, name, shape[t][0], shape[t][1], shape[t][2],
+                                        shape[t][3], shape[t][4], 0, 0, c, global);
+                if (idx < 0) return idx;
+                im->layer_params[((size_t)c * (size_t)g->layers_per_chunk + (size_t)l) *
+                                     MC_GPT_LAYER_TENSORS + (size_t)t] = idx;
+            }
+        }
+        if (mc_gpt_is_post_process(g, c)) {
+            idx = mc__gpt_add_param(g, "decoder.final_layernorm.weight", H, 0, -1, sp, 1, 0, 0, c,
+                                    -1);
+            if ((im->lnf_w[c] = idx) < 0) return idx;
+            idx = mc__gpt_add_param(g, "decoder.final_layernorm.bias", H, 0, -1, sp, 1, 0, 0, c,
+                                    -1);
+            if ((im->lnf_b[c] = idx) < 0) return idx;
+            if (!g->tied || !mc_gpt_is_pre_process(g, c)) {
+                /* untied: the output layer's own weight; tied with PP > 1: the last stage's
+                   copy of the word embedding (shared: counted once by the grad norm) */
+                int copy = g->tied;
+                idx = mc__gpt_add_param(g, "output_layer.weight", g->vocab_padded, H, 0, 0, 0,
+                                        copy, copy, c, -1);
+                if ((im->out_w[c] = idx) < 0) return idx;
+            }
+        }
+    }
+    return MC_OK;
+}
+
+/* The CPU initialisation (§3.1): every shard is the slice of the TP-invariant global tensor.
+   Computed on the host in fp32 (the whole flat buffer, padding 0), then converted to the
+   model's dtype and uploaded once, as llm.c initialises on the host and copies to the GPU. */
+static int mc__gpt_init_params(mc_gpt *g) {
+    const mc_gpt_config *cfg = &g->config;
+    float std = cfg->init_method_std;
+    float out_std = (float)((double)std / sqrt(2.0 * (double)cfg->num_layers));
+    uint64_t seed = (uint64_t)cfg->seed;
+    size_t total = g->table.total, k;
+    float *host = (float *)mc_calloc(total > 0 ? total : 1, sizeof(float));   /* [total] */
+    void *staged = host;
+    int i, rc;
+    if (!host) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_init: no host memory for %zu "
+                               "parameters", total);
+    for (i = 0; i < g->table.count; i++) {
+        const mc_param_info *p = &g->table.info[i];
+        float *w = host + p->offset;
+        const char *dot = strrchr(p->name, '.');
+        int is_norm = strstr(p->name, "layernorm.") != NULL;
+        if (is_norm) {
+            if (strcmp(dot, ".weight") == 0)
+                for (k = 0; k < p->numel; k++) w[k] = 1.0f;
+            continue;   /* norm bias 0 */
+        }
+        if (p->ndim == 1) continue;   /* linear biases 0 */
+        if (p->shared) continue;      /* the tied copy: 0 here, the embedding after the tie */
+        {
+            int scaled = strstr(p->name, "linear_proj.weight") != NULL ||
+                         strstr(p->name, "linear_fc2.weight") != NULL;
+            mc_init_normal_shard(w, p->name, p->global_shape[0], p->global_shape[1],
+                                 p->partition_dim, p->partition_stride, g->tp_rank, g->tp,
+                                 scaled ? out_std : std, seed);
+        }
+    }
+    if (g->dtype == MC_BF16) {   /* Megatron's params_dtype: the fp32 init cast to bf16 */
+        mc_bf16 *b = (mc_bf16 *)host;   /* in place: element k is read before 2k is written */
+        for (k = 0; k < total; k++) b[k] = mc_bf16_from_float(host[k]);
+    }
+    rc = g->ops->upload(g->ops, g->params, staged, mc_dtype_bytes(g->dtype, total));
+    mc_free(host);
+    return rc;
+}
+
+/* §7.3: the last stage's copy starts at 0 and gets the first stage's values over the
+   embedding group (Megatron all-reduces the zero copy with the original; a broadcast from the
+   first stage gives the same values and works for bf16 on every backend). */
+static int mc__gpt_tie_embeddings(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    mc_comm *emb = mc__gpt_group(g, MC_GROUP_EMBEDDING);
+    int idx = -1, rc, mine, root = -1;
+    if (!g->tied || g->pp == 1 || !emb || emb->size < 2) return MC_OK;
+    if (mc_gpt_is_pre_process(g, 0))
+        idx = im->word[0];
+    else if (mc_gpt_is_post_process(g, g->n_chunks - 1))
+        idx = im->out_w[g->n_chunks - 1];
+    if (idx < 0) return MC_OK;
+    mine = mc_gpt_is_pre_process(g, 0) ? emb->rank : -1;
+    rc = mc_host_collective(emb, MC_COLL_ALL_REDUCE, &mine, &root, 1, MC_I32, MC_MAX, 0);
+    if (rc != MC_OK) return rc;
+    return mc_broadcast(emb, mc__gpt_p(g, idx), g->table.info[idx].numel, g->dtype, root);
+}
+
+/* Points one layer cache into the arena (NULL pointers on the sizing pass). */
+static void mc__gpt_point_cache(mc_gpt *g, mc__arena *ar, struct mc__gpt_layer_cache *c,
+                                int keep_stats) {
+    size_t ns = (size_t)g->Ns, n = (size_t)g->N, h = (size_t)g->H;
+    memset(c, 0, sizeof *c);
+    c->ln1 = mc__gpt_act_take(g, ar, ns * h);
+    c->ln1_mean = mc__gpt_f32_take(ar, ns);
+    c->ln1_rstd = mc__gpt_f32_take(ar, ns);
+    c->qkv = mc__gpt_act_take(g, ar, n * 3u * (size_t)g->Ql);
+    c->atty = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
+    if (keep_stats)
+        c->attn_stats =
+            mc__gpt_f32_take(ar, g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD));
+    c->res1 = mc__gpt_act_take(g, ar, ns * h);
+    c->ln2 = mc__gpt_act_take(g, ar, ns * h);
+    c->ln2_mean = mc__gpt_f32_take(ar, ns);
+    c->ln2_rstd = mc__gpt_f32_take(ar, ns);
+    c->fc1 = mc__gpt_act_take(g, ar, n * (size_t)g->Fl);
+    c->gelu = mc__gpt_act_take(g, ar, n * (size_t)g->Fl);
+}
+
+/* Recompute groups of a chunk (§6.4), the same for every chunk. */
+static int mc__gpt_plan_recompute(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    const mc_gpt_config *cfg = &g->config;
+    int nl = g->layers_per_chunk, l, k = cfg->recompute_num_layers;
+    im->group_of = (int *)mc__gpt_host(g, (size_t)(nl > 0 ? nl : 1) * sizeof(int));
+    im->group_start = (int *)mc__gpt_host(g, (size_t)(nl > 0 ? nl : 1) * sizeof(int));
+    im->group_len = (int *)mc__gpt_host(g, (size_t)(nl > 0 ? nl : 1) * sizeof(int));
+    if (!im->group_of || !im->group_start || !im->group_len) return MC_ERR_NO_MEMORY;
+    for (l = 0; l < nl; l++) im->group_of[l] = -1;
+    im->selective = cfg->recompute_granularity == MC_RECOMPUTE_SELECTIVE;
+    if (cfg->recompute_granularity != MC_RECOMPUTE_FULL) return MC_OK;
+    if (k < 1) k = 1;
+    if (cfg->recompute_method == MC_RECOMPUTE_BLOCK) {
+        /* each of the first k layers alone */
+        for (l = 0; l < nl && l < k; l++) {
+            im->group_of[l] = im->n_groups;
+            im->group_start[im->n_groups] = l;
+            im->group_len[im->n_groups++] = 1;
+        }
+    } else {
+        /* uniform: consecutive groups of k layers, the last one shorter */
+        for (l = 0; l < nl; l += k) {
+            int len = nl - l < k ? nl - l : k, j;
+            for (j = 0; j < len; j++) im->group_of[l + j] = im->n_groups;
+            im->group_start[im->n_groups] = l;
+            im->group_len[im->n_groups++] = len;
+        }
+    }
+    for (l = 0; l < im->n_groups; l++)
+        if (im->group_len[l] > im->max_group) im->max_group = im->group_len[l];
+    return MC_OK;
+}
+
+/* The shared scratch: recompute caches, backward buffers, the TP scratch, position ids. */
+static void mc__gpt_point_scratch(mc_gpt *g, mc__arena *ar, int any_post) {
+    struct mc__gpt_impl *im = g->impl;
+    size_t ns_h = (size_t)g->Ns * (size_t)g->H, n = (size_t)g->N;
+    size_t stats = g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD);
+    int l;
+    for (l = 0; l < im->max_group; l++) {
+        mc__gpt_point_cache(g, ar, &im->rc_cache[l], 1);
+        im->rc_res[l] = l > 0 ? mc__gpt_act_take(g, ar, ns_h) : NULL;
+    }
+    if (im->selective) {
+        im->stats_scratch = mc__gpt_f32_take(ar, stats);
+        im->atty_scratch = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
+    }
+    im->full_a = mc__gpt_act_take(g, ar, n * (size_t)g->H);
+    im->full_b = mc__gpt_act_take(g, ar, n * (size_t)g->H);
+    im->tmp_a = mc__gpt_act_take(g, ar, ns_h);
+    im->tmp_b = mc__gpt_act_take(g, ar, ns_h);
+    im->d_a = mc__gpt_act_take(g, ar, ns_h);
+    im->d_b = mc__gpt_act_take(g, ar, ns_h);
+    im->d_c = mc__gpt_act_take(g, ar, ns_h);
+    im->d_ln = mc__gpt_act_take(g, ar, ns_h);
+    im->d_qkv = mc__gpt_act_take(g, ar, n * 3u * (size_t)g->Ql);
+    im->d_atty = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
+    im->d_fc_a = mc__gpt_act_take(g, ar, n * (size_t)g->Fl);
+    im->d_fc_b = mc__gpt_act_take(g, ar, n * (size_t)g->Fl);
+    im->d_loss = mc__gpt_f32_take(ar, n);
+    im->tp_scratch = mc__arena_take(ar, mc__gpt_tp_scratch_bytes(g));
+    im->pos_ids = (int *)mc__arena_take(ar, n * sizeof(int));
+    im->d_logits = any_post ? mc__gpt_act_take(g, ar, n * (size_t)g->vocab_local) : NULL;
+}
+
+/* One micro-batch slot of one chunk. a->res and a->layer are host arrays set up before. */
+static void mc__gpt_point_act(mc_gpt *g, mc__arena *ar, mc__gpt_act *a, int pre, int post) {
+    struct mc__gpt_impl *im = g->impl;
+    size_t ns_h = (size_t)g->Ns * (size_t)g->H, n = (size_t)g->N;
+    int nl = g->layers_per_chunk, l;
+    a->dinput = mc__gpt_act_take(g, ar, ns_h);
+    for (l = 0; l <= nl; l++) {
+        int grp = l < nl ? im->group_of[l] : -1;
+        if (grp >= 0 && l != im->group_start[grp])
+            a->res[l] = im->rc_res[l - im->group_start[grp]];   /* inside a group: replayed */
+        else
+            a->res[l] = mc__gpt_act_take(g, ar, ns_h);
+    }
+    for (l = 0; l < nl; l++)
+        if (im->group_of[l] < 0) mc__gpt_point_cache(g, ar, &a->layer[l], im->keep_stats);
+    a->tokens = pre ? (int *)mc__arena_take(ar, n * sizeof(int)) : NULL;
+    if (post) {
+        a->labels = (int *)mc__arena_take(ar, n * sizeof(int));
+        a->lnf = mc__gpt_act_take(g, ar, ns_h);
+        a->lnf_mean = mc__gpt_f32_take(ar, (size_t)g->Ns);
+        a->lnf_rstd = mc__gpt_f32_take(ar, (size_t)g->Ns);
+        a->logits = mc__gpt_act_take(g, ar, n * (size_t)g->vocab_local);
+        a->ce_max = mc__gpt_f32_take(ar, n);
+        a->ce_sum = mc__gpt_f32_take(ar, n);
+        a->losses = mc__gpt_f32_take(ar, n);
+        a->loss_sum = (double *)mc__arena_take(ar, sizeof(double));
+    }
+}
+
+/* Sizes an arena with `point` (base NULL), allocates it, points into it. */
+#define MC__GPT_ARENA(g, out_base, call)                                                   \
+    do {                                                                                   \
+        mc__arena ar_ = {NULL, 0};                                                         \
+        mc__arena *ar = &ar_;                                                              \
+        call;                                                                              \
+        if ((g)->ops->alloc((g)->ops, &(out_base), ar_.used) != MC_OK) return MC_ERR_NO_MEMORY; \
+        (g)->impl->arena_bytes += ar_.used;                                                \
+        ar_.base = (char *)(out_base);                                                     \
+        ar_.used = 0;                                                                      \
+        call;                                                                              \
+    } while (0)
+
+static int mc__gpt_alloc_activations(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    int nl = g->layers_per_chunk, c, s, l, rc, any_post = 0;
+    int *pos;
+    /* the CPU's attention stats are the probabilities, which selective recompute drops */
+    size_t stats = g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD);
+    im->keep_stats = !im->selective ||
+                     stats < (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S;
+    im->rc_cache = (struct mc__gpt_layer_cache *)mc__gpt_host(
+        g, (size_t)(im->max_group > 0 ? im->max_group : 1) * sizeof *im->rc_cache);
+    im->rc_res = (void **)mc__gpt_host(g, (size_t)(im->max_group + 1) * sizeof(void *));
+    im->act = (mc__gpt_act *)mc__gpt_host(g, (size_t)g->n_chunks * (size_t)g->n_slots *
+                                                 sizeof *im->act);
+    if (!im->rc_cache || !im->rc_res || !im->act) return MC_ERR_NO_MEMORY;
+    for (c = 0; c < g->n_chunks; c++) any_post |= mc_gpt_is_post_process(g, c);
+    MC__GPT_ARENA(g, im->scratch_arena, mc__gpt_point_scratch(g, ar, any_post));
+    /* token n = s * B + b has position s: computed here, uploaded once */
+    pos = (int *)mc_malloc((size_t)g->N * sizeof(int));
+    if (!pos) return MC_ERR_NO_MEMORY;
+    for (l = 0; l < g->N; l++) pos[l] = l / g->B;
+    rc = g->ops->upload(g->ops, im->pos_ids, pos, (size_t)g->N * sizeof(int));
+    mc_free(pos);
+    if (rc != MC_OK) return rc;
+    for (c = 0; c < g->n_chunks; c++) {
+        int pre = mc_gpt_is_pre_process(g, c), post = mc_gpt_is_post_process(g, c);
+        for (s = 0; s < g->n_slots; s++) {
+            mc__gpt_act *a = &im->act[c * g->n_slots + s];
+            a->microbatch = -1;
+            a->res = (void **)mc__gpt_host(g, (size_t)(nl + 1) * sizeof(void *));
+            a->layer = (struct mc__gpt_layer_cache *)mc__gpt_host(
+                g, (size_t)(nl > 0 ? nl : 1) * sizeof *a->layer);
+            a->group_rng = (mc_rng_states *)mc__gpt_host(
+                g, (size_t)(im->n_groups > 0 ? im->n_groups : 1) * sizeof *a->group_rng);
+            if (!a->res || !a->layer || !a->group_rng) return MC_ERR_NO_MEMORY;
+            MC__GPT_ARENA(g, a->arena, mc__gpt_point_act(g, ar, a, pre, post));
+        }
+    }
+    return MC_OK;
+}
+/* Sizes from the config and the parallel state; checks they agree. */
+static int mc__gpt_setup_sizes(mc_gpt *g, const mc_gpt_desc *desc) {
+    const mc_gpt_config *cfg = &g->config;
+    int cfg_tp = MC__DEF(cfg->tensor_model_parallel_size, 1);
+    int cfg_pp = MC__DEF(cfg->pipeline_model_parallel_size, 1);
+    int cfg_v = cfg->virtual_pipeline_model_parallel_size > 1
+                    ? cfg->virtual_pipeline_model_parallel_size : 1;
+    int c;
+    g->tp = g->pp = g->dp = 1;
+    if (g->ps) {
+        int ps_v = g->ps->grid.desc.vpp > 1 ? g->ps->grid.desc.vpp : 1;
+        if (!g->ps->initialized)
+            return MC__FAIL(MC_ERR_STATE, "mc_gpt_init: the parallel state is not initialised");
+        g->tp = mc_parallel_size(g->ps, MC_GROUP_TP);
+        g->tp_rank = mc_parallel_rank(g->ps, MC_GROUP_TP);
+        g->pp = mc_parallel_size(g->ps, MC_GROUP_PP);
+        g->pp_rank = mc_parallel_rank(g->ps, MC_GROUP_PP);
+        g->dp = mc_parallel_size(g->ps, MC_GROUP_DP_CP);
+        g->dp_rank = mc_parallel_rank(g->ps, MC_GROUP_DP);
+        if (g->tp != cfg_tp || g->pp != cfg_pp || ps_v != cfg_v)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_gpt_init: the config's tensor_model_parallel_size (%d), "
+                            "pipeline_model_parallel_size (%d) and "
+                            "virtual_pipeline_model_parallel_size (%d) must equal the parallel "
+                            "state's tp (%d), pp (%d) and vpp (%d)",
+                            cfg_tp, cfg_pp, cfg_v, g->tp, g->pp, ps_v);
+    } else if (cfg_tp != 1 || cfg_pp != 1) {
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_gpt_init: without a parallel state tensor_model_parallel_size (%d) "
+                        "and pipeline_model_parallel_size (%d) must be 1", cfg_tp, cfg_pp);
+    }
+    g->n_chunks = cfg_v;
+    g->layers_per_chunk = mc_gpt_num_layers_to_build(cfg);
+    if (g->layers_per_chunk < 0) return g->layers_per_chunk;
+    for (c = 0; c < g->n_chunks; c++) g->layer_offset[c] = mc_gpt_layer_offset(cfg, g->pp_rank, c);
+    g->S = cfg->seq_length;
+    g->B = cfg->micro_batch_size;
+    g->N = g->S * g->B;
+    g->sequence_parallel = cfg->sequence_parallel && g->tp > 1;
+    g->Ns = g->sequence_parallel ? g->N / g->tp : g->N;
+    g->H = cfg->hidden_size;
+    g->NH = cfg->num_attention_heads;
+    g->HD = cfg->kv_channels;
+    g->Q = g->NH * g->HD;
+    g->F = cfg->ffn_hidden_size;
+    g->NHl = g->NH / g->tp;
+    g->Ql = g->Q / g->tp;
+    g->Fl = g->F / g->tp;
+    g->vocab_padded = cfg->padded_vocab_size;
+    g->vocab_local = g->vocab_padded / g->tp;
+    g->vocab_start = g->tp_rank * g->vocab_local;
+    g->tied = !cfg->untie_embeddings_and_output_weights;
+    g->p2p_elems = (size_t)g->Ns * (size_t)g->H;
+    if (g->vocab_padded % g->tp != 0 || g->vocab_padded < cfg->vocab_size)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_gpt_init: padded_vocab_size (%d) must be >= vocab_size (%d) and "
+                        "divisible by tensor_model_parallel_size (%d)",
+                        g->vocab_padded, cfg->vocab_size, g->tp);
+    if (g->NH % g->tp || g->F % g->tp || (g->sequence_parallel && g->S % g->tp))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_gpt_init: num_attention_heads (%d), ffn_hidden_size (%d) (and "
+                        "seq_length (%d) under sequence parallelism) must be divisible by "
+                        "tensor_model_parallel_size (%d)", g->NH, g->F, g->S, g->tp);
+    (void)desc;
+    return MC_OK;
+}
+
+MC_API void mc_gpt_destroy(mc_gpt *g) {
+    struct mc__gpt_impl *im;
+    int i;
+    if (!g || !g->impl) return;
+    im = g->impl;
+    if (im->act)
+        for (i = 0; i < g->n_chunks * g->n_slots; i++) mc__ops_free(g->ops, im->act[i].arena);
+    mc__ops_free(g->ops, im->scratch_arena);
+    mc__ops_free(g->ops, g->params);
+    mc__ops_free(g->ops, g->grads);
+    for (i = im->n_host - 1; i >= 0; i--) mc_free(im->host[i]);
+    mc_free(im->host);
+    mc_param_table_destroy(&g->table);
+    mc_free(im);
+    memset(g, 0, sizeof *g);
+}
+
+MC_API size_t mc_gpt_memory(const mc_gpt *g, size_t *activation_bytes) {
+    size_t params = 0;
+    if (activation_bytes) *activation_bytes = 0;
+    if (!g || !g->impl) return 0;
+    params = mc_dtype_bytes(g->dtype, g->table.total) + sizeof(float) * g->table.total;
+    if (activation_bytes) *activation_bytes = g->impl->arena_bytes;
+    return params + g->impl->arena_bytes;
+}
+
+/* Every slot of the table is a function (a backend may leave ops it lacks NULL). */
+static int mc__ops_check_complete(const mc_ops *o, const char *fn) {
+    const void *const *slot = (const void *const *)(const void *)&o->alloc;
+    size_t n = (sizeof(mc_ops) - offsetof(mc_ops, alloc)) / sizeof(void *), i;
+    for (i = 0; i < n; i++)
+        if (!slot[i])
+            return MC__FAIL(MC_ERR_UNSUPPORTED, "%s: the '%s' op table lacks op #%zu (of %zu "
+                            "after alloc): this build of the backend cannot train a model", fn,
+                            o->name ? o->name : "?", i, n);
+    return MC_OK;
+}
+
+/* Every communicator the model uses must work on the model's memory (one memory owner). */
+static int mc__gpt_check_memory(const mc_gpt *g) {
+    const mc_ops *mem;
+    if (!g->ps || !g->ps->world) return MC_OK;
+    mem = mc_comm_memory(g->ps->world);
+    if (mc_ops_same_memory(mem, g->ops)) return MC_OK;
+    return MC__FAIL(MC_ERR_INVALID_DESC,
+                    "mc_gpt_init: the op table '%s' and the communicators' memory ('%s', "
+                    "mc_comm_memory of the world) are not the same memory; create the world "
+                    "with mc_comm_desc.memory = the model's table, or give the model "
+                    "mc_comm_memory(world)",
+                    g->ops->name ? g->ops->name : "?", mem && mem->name ? mem->name : "?");
+}
+
+MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
+    char report[2048];
+    int violations, rc, c;
+    if (!g || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_gpt_init: gpt and desc must be set");
+    memset(g, 0, sizeof *g);
+    g->config = desc->config;
+    if (g->config.padded_vocab_size == 0 &&
+        (rc = mc_gpt_config_resolve(&g->config, &desc->config)) != MC_OK)
+        return rc;
+    report[0] = '\0';
+    violations = mc_gpt_config_validate(&g->config, report, sizeof report);
+    if (violations < 0) return violations;
+    if (violations > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_init: the config breaks %d rule(s):\n%s",
+                        violations, report);
+    g->ps = desc->ps;
+    g->ops = desc->ops ? desc->ops : mc_ops_cpu();
+    g->spec = desc->spec ? desc->spec : mc_transformer_spec_local();
+    g->n_slots = MC__DEF(desc->n_slots, 1);
+    g->gather_logits = desc->gather_logits;
+    g->dtype = desc->dtype;
+    g->training = 1;
+    if (g->n_slots < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_init: n_slots (%d) must be >= 1",
+                        g->n_slots);
+    if (g->dtype != MC_F32 && g->dtype != MC_BF16)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_desc.dtype (%d) must be MC_F32 or MC_BF16 "
+                        "(Megatron's --bf16)", (int)g->dtype);
+    if ((rc = mc__ops_check_complete(g->ops, "mc_gpt_init")) != MC_OK) return rc;
+    if ((rc = mc__gpt_check_memory(g)) != MC_OK) return rc;
+    if ((rc = mc__gpt_setup_sizes(g, desc)) != MC_OK) return rc;
+    for (c = 0; c < MC_GPT_MAX_CHUNKS; c++) g->grad_sync[c] = 1;
+    g->impl = (struct mc__gpt_impl *)mc_calloc(1, sizeof *g->impl);
+    if (!g->impl) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_init: out of memory");
+    g->impl->layer_params = (int *)mc__gpt_host(
+        g, (size_t)g->n_chunks * (size_t)(g->layers_per_chunk + 1) * MC_GPT_LAYER_TENSORS *
+               sizeof(int));
+    if (!g->impl->layer_params) rc = MC_ERR_NO_MEMORY;
+    if (rc == MC_OK) rc = mc__gpt_register(g);
+    if (rc == MC_OK) {
+        mc_param_layout_desc lay;
+        memset(&lay, 0, sizeof lay);
+        lay.dp_size = g->dp;
+        lay.distributed_optimizer = desc->distributed_optimizer;
+        lay.bucket_size = desc->bucket_size;
+        lay.pp_rank = g->pp_rank;
+        rc = mc_param_table_layout(&g->table, &lay);
+    }
+    if (rc == MC_OK) {
+        g->params = mc__ops_alloc(g->ops, mc_dtype_bytes(g->dtype, g->table.total));
+        g->grads = (float *)mc__ops_alloc(g->ops, sizeof(float) * g->table.total);
+        if (!g->params || !g->grads) rc = MC_ERR_NO_MEMORY;
+    }
+    if (rc == MC_OK) rc = mc__gpt_init_params(g);
+    if (rc == MC_OK) rc = mc__gpt_tie_embeddings(g);
+    if (rc == MC_OK) {
+        int ep = g->ps ? g->ps->coords.ep : 0, etp = g->ps ? g->ps->coords.etp : 0;
+        rc = mc_rng_tracker_seed_megatron(&g->rng, g->config.seed, g->tp_rank, g->pp_rank, ep,
+                                          etp, g->dp_rank, 0);
+    }
+    if (rc == MC_OK) rc = mc__gpt_plan_recompute(g);
+    if (rc == MC_OK) rc = mc__gpt_alloc_activations(g);
+    if (rc == MC_OK) rc = mc_gpt_zero_grad(g);
+    if (rc != MC_OK) {
+        if (rc == MC_ERR_NO_MEMORY) MC__FAIL(rc, "mc_gpt_init: out of memory (%s)",
+                                             mc_last_error());
+        mc_gpt_destroy(g);
+        return rc;
+    }
+    return MC_OK;
+}
+
+/* @model:implementation end */
+
+/* =============================================================================================
+   distributed, optimizer, dist_checkpointing (implementation) */
+
 /* @ddp:implementation begin */
 
 // ---------------------------------------------------------------------------------------------
-// >>ddp
+// >>distributed
 
 enum { MC__DDP_IDLE = 0, MC__DDP_IN_FLIGHT, MC__DDP_DONE };
 
@@ -9270,6 +10310,12 @@ static int mc__ddp_validate(const mc_ddp_desc *d) {
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.grads is required (%zu elements)",
                         t->total);
     if (!d->ops) return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.ops: no op table");
+    if (d->dp && !mc_ops_same_memory(mc_comm_memory(d->dp), d->ops))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_ddp_desc.ops ('%s') and the dp communicator's memory ('%s') are not "
+                        "the same memory: the grads must be buffers the communicator reduces "
+                        "(one memory owner)", d->ops->name ? d->ops->name : "?",
+                        mc_comm_memory(d->dp)->name ? mc_comm_memory(d->dp)->name : "?");
     if (d->distributed_optimizer != t->layout.distributed_optimizer)
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.distributed_optimizer (%d) differs from "
                         "the table's layout (%d): the padding would not fit the shards",
@@ -9288,7 +10334,7 @@ MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc) {
     if (!ddp || !desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ddp_init: ddp and desc must be set");
     memset(ddp, 0, sizeof *ddp);
     ddp->desc = *desc;
-    if (!ddp->desc.ops) ddp->desc.ops = mc_ops_cpu();
+    if (!ddp->desc.ops) ddp->desc.ops = ddp->desc.dp ? mc_comm_memory(ddp->desc.dp) : mc_ops_cpu();
     if ((rc = mc__ddp_validate(&ddp->desc)) != MC_OK) {
         memset(ddp, 0, sizeof *ddp);
         return rc;
@@ -9341,7 +10387,10 @@ MC_API int mc_ddp_zero_grad(mc_ddp *ddp) {
         return MC__FAIL(MC_ERR_BUSY, "mc_ddp_zero_grad: bucket %d's collective is still in flight "
                         "and writes into the grads (call mc_ddp_finish_grad_sync first)", b);
     t = ddp->desc.table;
-    if (t->total > 0) ddp->desc.ops->fill(ddp->desc.grads, 0.0f, t->total);
+    if (t->total > 0 &&
+        (rc = ddp->desc.ops->fill(ddp->desc.ops, ddp->desc.grads, 0.0f, t->total, MC_F32)) !=
+            MC_OK)
+        return rc;
     memset(ddp->ready, 0, (size_t)(t->count > 0 ? t->count : 1));
     for (b = 0; b < t->n_buckets; b++) {
         ddp->bucket_ready[b] = 0;
@@ -9400,7 +10449,9 @@ static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
     size_t n = bk->end - bk->start, shard_start, shard_end;
     mc_request **req = async ? &ddp->requests[b] : NULL;
     int rc = MC_OK;
-    if (ddp->scale != 1.0f) ddp->desc.ops->scale(data, ddp->scale, n);
+    if (ddp->scale != 1.0f &&
+        (rc = ddp->desc.ops->scale(ddp->desc.ops, data, ddp->scale, n, MC_F32)) != MC_OK)
+        return rc;
     if (ddp->desc.dp && ddp->desc.distributed_optimizer) {
         mc_ddp_shard(ddp, b, &shard_start, &shard_end);
         rc = async ? mc_reduce_scatter_async(ddp->desc.dp, data, ddp->desc.grads + shard_start,
@@ -9479,21 +10530,23 @@ static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
     for (i = 0; i < t->count; i++)
         if (t->info[i].sequence_parallel) n += t->info[i].numel;
     if (n == 0) return MC_OK;
-    packed = (float *)ops->alloc(n * sizeof *packed);   /* [n]: the flagged grads back to back */
+    packed = (float *)mc__ops_alloc(ops, n * sizeof *packed);   /* [n]: the flagged grads */
     if (!packed) return MC__FAIL(MC_ERR_NO_MEMORY, "finalize_model_grads: out of memory packing "
                                  "%zu sequence-parallel grads", n);
-    for (i = 0; i < t->count; i++)
+    for (i = 0, rc = MC_OK; rc == MC_OK && i < t->count; i++)
         if (t->info[i].sequence_parallel) {
-            ops->copy(packed + at, grads + t->info[i].offset, t->info[i].numel);
+            rc = ops->copy(ops, packed + at, grads + t->info[i].offset, t->info[i].numel, MC_F32,
+                           MC_F32);
             at += t->info[i].numel;
         }
-    rc = mc_all_reduce(tp, packed, packed, n, MC_F32, MC_SUM);
+    if (rc == MC_OK) rc = mc_all_reduce(tp, packed, packed, n, MC_F32, MC_SUM);
     for (i = 0, at = 0; rc == MC_OK && i < t->count; i++)
         if (t->info[i].sequence_parallel) {
-            ops->copy(grads + t->info[i].offset, packed + at, t->info[i].numel);
+            rc = ops->copy(ops, grads + t->info[i].offset, packed + at, t->info[i].numel, MC_F32,
+                           MC_F32);
             at += t->info[i].numel;
         }
-    ops->free(packed);
+    mc__ops_free(ops, packed);
     return rc;
 }
 
@@ -9525,11 +10578,16 @@ static int mc__finalize_per_token(const mc_parallel_state *ps, mc_comm *dp, cons
                                   const mc_param_table *t, float *grads, double *num_tokens) {
     mc_comm *pp = ps ? mc_parallel_group(ps, MC_GROUP_PP) : NULL;
     int rc;
-    if (pp && (rc = mc_broadcast(pp, num_tokens, 1, MC_F64, pp->size - 1)) != MC_OK) return rc;
-    if (dp && (rc = mc_all_reduce(dp, num_tokens, num_tokens, 1, MC_F64, MC_SUM)) != MC_OK)
+    /* host values: staged through the communicators' memory (device scalars on nccl) */
+    if (pp && (rc = mc_host_collective(pp, MC_COLL_BROADCAST, num_tokens, num_tokens, 1, MC_F64,
+                                       MC_SUM, pp->size - 1)) != MC_OK)
+        return rc;
+    if (dp && (rc = mc_host_collective(dp, MC_COLL_ALL_REDUCE, num_tokens, num_tokens, 1, MC_F64,
+                                       MC_SUM, 0)) != MC_OK)
         return rc;
     if (t->total > 0)
-        ops->scale(grads, (float)(1.0 / (*num_tokens > 1.0 ? *num_tokens : 1.0)), t->total);
+        return ops->scale(ops, grads, (float)(1.0 / (*num_tokens > 1.0 ? *num_tokens : 1.0)),
+                          t->total, MC_F32);
     return MC_OK;
 }
 
@@ -9641,50 +10699,15 @@ static int mc__opt_validate(const mc_optimizer_desc *d) {
                         (double)d->eps);
     if (!d->ops || !d->ops->adamw)
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ops: no op table with adamw");
+    if (!mc_ops_same_memory(d->ops, d->ddp->desc.ops))
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.ops ('%s') is not the memory of "
+                        "the ddp's table ('%s'): the optimizer steps the ddp's grads (one memory "
+                        "owner)", d->ops->name ? d->ops->name : "?",
+                        d->ddp->desc.ops->name ? d->ddp->desc.ops->name : "?");
+    if (d->params_dtype != MC_F32 && d->params_dtype != MC_BF16)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_desc.params_dtype (%d) must be MC_F32 "
+                        "or MC_BF16", (int)d->params_dtype);
     return MC_OK;
-}
-
-MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc) {
-    const mc_ddp *ddp;
-    int rc;
-    if (!opt || !desc)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_init: opt and desc must be set");
-    memset(opt, 0, sizeof *opt);
-    opt->desc = *desc;
-    mc__opt_defaults(&opt->desc);
-    if ((rc = mc__opt_validate(&opt->desc)) != MC_OK) {
-        memset(opt, 0, sizeof *opt);
-        return rc;
-    }
-    ddp = opt->desc.ddp;
-    opt->state_numel = ddp->desc.table->total /
-                       (size_t)(ddp->desc.distributed_optimizer ? ddp->dp_size : 1);
-    opt->m = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));   /* zeroed */
-    opt->v = (float *)opt->desc.ops->alloc(opt->state_numel * sizeof(float));
-    if (!opt->m || !opt->v) {
-        mc_optimizer_destroy(opt);
-        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (2 x %zu floats)",
-                        opt->state_numel);
-    }
-    opt->tp_rank = opt->desc.ps ? mc_parallel_rank(opt->desc.ps, MC_GROUP_TP) : 0;
-    if (opt->tp_rank < 0) opt->tp_rank = 0;
-    /* §12: grads are equal over DP without the distributed optimizer (reduce over TP x PP);
-       with it each DP rank holds a disjoint shard (reduce over everyone). */
-    if (ddp->desc.distributed_optimizer)
-        opt->stats = opt->desc.ps ? opt->desc.ps->world : ddp->desc.dp;
-    else
-        opt->stats = opt->desc.ps ? mc_parallel_group(opt->desc.ps, MC_GROUP_MP) : NULL;
-    opt->last_clip_coeff = 1.0f;
-    return MC_OK;
-}
-
-MC_API void mc_optimizer_destroy(mc_optimizer *opt) {
-    if (!opt) return;
-    if (opt->desc.ops) {
-        if (opt->m) opt->desc.ops->free(opt->m);
-        if (opt->v) opt->desc.ops->free(opt->v);
-    }
-    memset(opt, 0, sizeof *opt);
 }
 
 /* The flat range [*lo, *hi) of param p whose grads this rank reduces and whose state it owns,
@@ -9707,51 +10730,172 @@ static void mc__opt_param_span(const mc_optimizer *opt, int p, size_t *lo, size_
     *state_at = ddp->desc.table->buckets[b].start / (size_t)ddp->dp_size + (*lo - s0);
 }
 
-MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm) {
-    const mc_param_table *t;
-    const float *grads;
-    double sum = 0.0;
+/* The span tables, made once on the host and uploaded: the grad-norm spans (§12: not the tied
+   copy, replicas counted on TP rank 0 only; registration order, neighbours merged) and the
+   AdamW spans (every owned range, its weight decay). */
+static int mc__opt_build_spans(mc_optimizer *opt) {
+    const mc_param_table *t = opt->desc.ddp->desc.table;
+    const mc_ops *o = opt->desc.ops;
+    float weight_decay = opt->desc.weight_decay > 0.0f ? opt->desc.weight_decay : 0.0f;
+    size_t *norm = (size_t *)mc_calloc(2 * (size_t)(t->count + 1), sizeof(size_t));
+    mc_adamw_span *adam = (mc_adamw_span *)mc_calloc((size_t)(t->count + 1), sizeof *adam);
     size_t lo, hi, at;
-    int i, rc;
+    int i, nn = 0, na = 0, rc = MC_OK;
+    if (!norm || !adam) rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory");
+    for (i = 0; rc == MC_OK && i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (hi == lo) continue;
+        adam[na].grad_at = lo;
+        adam[na].state_at = at;
+        adam[na].main_at = opt->main ? at : lo;
+        adam[na].n = hi - lo;
+        adam[na].weight_decay = p->no_weight_decay ? 0.0f : weight_decay;
+        na++;
+        if (p->shared) continue;                                        /* the tied copy */
+        if (!p->tensor_model_parallel && opt->tp_rank != 0) continue;   /* a TP replica */
+        if (nn > 0 && norm[2 * nn - 1] == lo) {
+            norm[2 * nn - 1] = hi;
+        } else {
+            norm[2 * nn] = lo;
+            norm[2 * nn + 1] = hi;
+            nn++;
+        }
+    }
+    if (rc == MC_OK) {
+        opt->norm_spans = (size_t *)mc__ops_alloc(o, 2 * (size_t)(nn + 1) * sizeof(size_t));
+        opt->adamw_spans = (mc_adamw_span *)mc__ops_alloc(o, (size_t)(na + 1) * sizeof *adam);
+        opt->norm_sum = (double *)mc__ops_alloc(o, sizeof(double));
+        if (!opt->norm_spans || !opt->adamw_spans || !opt->norm_sum)
+            rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (%s)",
+                          mc_last_error());
+    }
+    if (rc == MC_OK) rc = o->upload(o, opt->norm_spans, norm, 2 * (size_t)nn * sizeof(size_t));
+    if (rc == MC_OK) rc = o->upload(o, opt->adamw_spans, adam, (size_t)na * sizeof *adam);
+    opt->n_norm_spans = nn;
+    opt->n_adamw_spans = na;
+    mc_free(norm);
+    mc_free(adam);
+    return rc;
+}
+
+MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc) {
+    mc_optimizer o;
+    const mc_ddp *ddp;
+    const mc_ops *ops;
+    int rc, i;
+    if (!opt || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_init: opt and desc must be set");
+    memset(&o, 0, sizeof o);
+    o.desc = *desc;
+    mc__opt_defaults(&o.desc);
+    if ((rc = mc__opt_validate(&o.desc)) != MC_OK) return rc;
+    ddp = o.desc.ddp;
+    ops = o.desc.ops;
+    o.state_numel = ddp->desc.table->total /
+                    (size_t)(ddp->desc.distributed_optimizer ? ddp->dp_size : 1);
+    o.m = (float *)mc__ops_alloc(ops, o.state_numel * sizeof(float));   /* zeroed */
+    o.v = (float *)mc__ops_alloc(ops, o.state_numel * sizeof(float));
+    if (o.desc.params_dtype == MC_BF16)
+        o.main = (float *)mc__ops_alloc(ops, o.state_numel * sizeof(float));
+    if (!o.m || !o.v || (o.desc.params_dtype == MC_BF16 && !o.main)) {
+        mc_optimizer_destroy(&o);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (%d x %zu floats)",
+                        o.desc.params_dtype == MC_BF16 ? 3 : 2, o.state_numel);
+    }
+    o.tp_rank = o.desc.ps ? mc_parallel_rank(o.desc.ps, MC_GROUP_TP) : 0;
+    if (o.tp_rank < 0) o.tp_rank = 0;
+    /* §12: grads are equal over DP without the distributed optimizer (reduce over TP x PP);
+       with it each DP rank holds a disjoint shard (reduce over everyone). */
+    if (ddp->desc.distributed_optimizer)
+        o.stats = o.desc.ps ? o.desc.ps->world : ddp->desc.dp;
+    else
+        o.stats = o.desc.ps ? mc_parallel_group(o.desc.ps, MC_GROUP_MP) : NULL;
+    o.last_clip_coeff = 1.0f;
+    if (o.stats && !mc_ops_same_memory(mc_comm_memory(o.stats), ops)) {
+        mc_optimizer_destroy(&o);
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_optimizer_init: the grad-norm communicator '%s' "
+                        "works on other memory than the op table '%s' (one memory owner)",
+                        o.stats->name, ops->name ? ops->name : "?");
+    }
+    rc = mc__opt_build_spans(&o);
+    /* the fp32 main parameters start as the model's (bf16) values, range by range */
+    for (i = 0; rc == MC_OK && o.main && i < ddp->desc.table->count; i++) {
+        size_t lo, hi, at;
+        mc__opt_param_span(&o, i, &lo, &hi, &at);
+        if (hi > lo)
+            rc = ops->copy(ops, o.main + at, (const char *)o.desc.params +
+                                                 mc_dtype_bytes(MC_BF16, lo),
+                           hi - lo, MC_F32, MC_BF16);
+    }
+    if (rc != MC_OK) {
+        mc_optimizer_destroy(&o);
+        return rc;
+    }
+    *opt = o;
+    return MC_OK;
+}
+
+MC_API void mc_optimizer_destroy(mc_optimizer *opt) {
+    const mc_ops *o;
+    if (!opt) return;
+    o = opt->desc.ops;
+    if (o) {
+        mc__ops_free(o, opt->m);
+        mc__ops_free(o, opt->v);
+        mc__ops_free(o, opt->main);
+        mc__ops_free(o, opt->norm_spans);
+        mc__ops_free(o, opt->adamw_spans);
+        mc__ops_free(o, opt->norm_sum);
+    }
+    memset(opt, 0, sizeof *opt);
+}
+
+MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm) {
+    const mc_ops *o;
+    double sum = 0.0;
+    int rc;
     if (!opt || !opt->m || !norm)
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_grad_norm: opt (initialised) and norm "
                         "must be set");
-    t = opt->desc.ddp->desc.table;
-    grads = opt->desc.ddp->desc.grads;
-    for (i = 0; i < t->count; i++) {
-        const mc_param_info *p = &t->info[i];
-        if (p->shared) continue;                                  /* the tied copy */
-        if (!p->tensor_model_parallel && opt->tp_rank != 0) continue;   /* a TP replica */
-        mc__opt_param_span(opt, i, &lo, &hi, &at);
-        if (hi > lo) sum += opt->desc.ops->sum_squares(grads + lo, hi - lo);
-    }
-    if (opt->stats && (rc = mc_all_reduce(opt->stats, &sum, &sum, 1, MC_F64, MC_SUM)) != MC_OK)
+    o = opt->desc.ops;
+    if ((rc = o->sum_squares(o, opt->norm_sum, opt->desc.ddp->desc.grads, opt->norm_spans,
+                             opt->n_norm_spans)) != MC_OK)
         return rc;
+    if (opt->stats &&
+        (rc = mc_all_reduce(opt->stats, opt->norm_sum, opt->norm_sum, 1, MC_F64, MC_SUM)) != MC_OK)
+        return rc;
+    if ((rc = o->download(o, &sum, opt->norm_sum, sizeof sum)) != MC_OK) return rc;
     *norm = sqrt(sum);
     return MC_OK;
 }
 
 /* Scales every grad this rank steps (its shards under the distributed optimizer). */
-static void mc__opt_scale_grads(mc_optimizer *opt, float coeff) {
+static int mc__opt_scale_grads(mc_optimizer *opt, float coeff) {
     const mc_ddp *ddp = opt->desc.ddp;
+    const mc_ops *o = opt->desc.ops;
     size_t s0, s1;
-    int b;
-    for (b = 0; b < ddp->desc.table->n_buckets; b++) {
+    int b, rc = MC_OK;
+    for (b = 0; rc == MC_OK && b < ddp->desc.table->n_buckets; b++) {
         mc_ddp_shard(ddp, b, &s0, &s1);
-        if (s1 > s0) opt->desc.ops->scale(ddp->desc.grads + s0, coeff, s1 - s0);
+        if (s1 > s0) rc = o->scale(o, ddp->desc.grads + s0, coeff, s1 - s0, MC_F32);
     }
+    return rc;
 }
 
 /* Distributed optimizer: every DP rank gets every rank's freshly stepped shard. */
 static int mc__opt_gather_params(mc_optimizer *opt) {
     const mc_ddp *ddp = opt->desc.ddp;
+    mc_dtype dt = opt->desc.params_dtype;
     size_t s0, s1;
     int b, rc;
     if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) return MC_OK;
     for (b = 0; b < ddp->desc.table->n_buckets; b++) {
         mc_ddp_shard(ddp, b, &s0, &s1);
-        rc = mc_all_gather(ddp->desc.dp, opt->desc.params + s0,
-                           opt->desc.params + ddp->desc.table->buckets[b].start, s1 - s0, MC_F32);
+        rc = mc_all_gather(ddp->desc.dp, (char *)opt->desc.params + mc_dtype_bytes(dt, s0),
+                           (char *)opt->desc.params +
+                               mc_dtype_bytes(dt, ddp->desc.table->buckets[b].start),
+                           s1 - s0, dt);
         if (rc != MC_OK) return rc;
     }
     return MC_OK;
@@ -9759,37 +10903,37 @@ static int mc__opt_gather_params(mc_optimizer *opt) {
 
 MC_API int mc_optimizer_step(mc_optimizer *opt) {
     const mc_optimizer_desc *d;
-    const mc_param_table *t;
-    float *grads, lr, weight_decay, coeff = 1.0f;
+    const mc_ops *o;
+    mc_adamw_step h;
+    float lr, coeff = 1.0f;
     double norm = 0.0;
-    size_t lo, hi, at;
-    int i, rc;
+    int rc;
     if (!opt || !opt->m)
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_step: opt is NULL or not initialised");
     d = &opt->desc;
-    t = d->ddp->desc.table;
-    grads = d->ddp->desc.grads;
+    o = d->ops;
     lr = (float)mc_optimizer_lr_at(d, opt->lr_steps);
-    weight_decay = d->weight_decay > 0.0f ? d->weight_decay : 0.0f;
     if (d->clip_grad > 0.0f) {
         if ((rc = mc_optimizer_grad_norm(opt, &norm)) != MC_OK) return rc;
         if (!isfinite(norm))
             return MC__FAIL(MC_ERR_STATE, "mc_optimizer_step: grad norm is %g at iteration %lld; "
                             "the step is skipped", norm, opt->iteration + 1);
         coeff = (float)(d->clip_grad / (norm + MC__OPT_CLIP_EPS));
-        if (coeff < 1.0f)
-            mc__opt_scale_grads(opt, coeff);
-        else
+        if (coeff < 1.0f) {
+            if ((rc = mc__opt_scale_grads(opt, coeff)) != MC_OK) return rc;
+        } else {
             coeff = 1.0f;
+        }
     }
-    for (i = 0; i < t->count; i++) {
-        const mc_param_info *p = &t->info[i];
-        mc__opt_param_span(opt, i, &lo, &hi, &at);
-        if (hi == lo) continue;
-        d->ops->adamw(d->params + lo, grads + lo, opt->m + at, opt->v + at, hi - lo, lr,
-                      d->beta1, d->beta2, d->eps, p->no_weight_decay ? 0.0f : weight_decay,
-                      (int)(opt->iteration + 1));
-    }
+    h.lr = lr;
+    h.beta1 = d->beta1;
+    h.beta2 = d->beta2;
+    h.eps = d->eps;
+    h.step = (int)(opt->iteration + 1);
+    rc = o->adamw(o, opt->main ? opt->main : (float *)d->params, d->ddp->desc.grads, opt->m,
+                  opt->v, opt->main ? d->params : NULL, opt->adamw_spans, opt->n_adamw_spans, &h,
+                  d->params_dtype);
+    if (rc != MC_OK) return rc;
     if ((rc = mc__opt_gather_params(opt)) != MC_OK) return rc;
     opt->iteration++;
     opt->lr_steps++;
@@ -9825,33 +10969,39 @@ static float *mc__opt_state(mc_optimizer *opt, mc_optimizer_state_kind which) {
 MC_API int mc_optimizer_get_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
                                   float *out) {
     const mc_ddp *ddp;
+    const mc_ops *o;
     size_t lo, hi, at, numel, first;
     int rc;
     if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_get_state")) != MC_OK) return rc;
     ddp = opt->desc.ddp;
+    o = opt->desc.ops;
     numel = ddp->desc.table->info[param].numel;
     mc__opt_param_span(opt, param, &lo, &hi, &at);
     first = lo - ddp->desc.table->info[param].offset;
-    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) {
-        opt->desc.ops->copy(out, mc__opt_state(opt, which) + at, numel);
-        return MC_OK;
-    }
+    if (!ddp->desc.distributed_optimizer || !ddp->desc.dp)
+        return o->copy(o, out, mc__opt_state(opt, which) + at, numel, MC_F32, MC_F32);
     /* The owners' pieces are disjoint and cover the param: summing zero-filled copies over
        DP assembles it exactly (x + 0 = x). */
-    opt->desc.ops->fill(out, 0.0f, numel);
-    if (hi > lo) opt->desc.ops->copy(out + first, mc__opt_state(opt, which) + at, hi - lo);
+    if ((rc = o->fill(o, out, 0.0f, numel, MC_F32)) != MC_OK) return rc;
+    if (hi > lo &&
+        (rc = o->copy(o, out + first, mc__opt_state(opt, which) + at, hi - lo, MC_F32, MC_F32)) !=
+            MC_OK)
+        return rc;
     return mc_all_reduce(ddp->desc.dp, out, out, numel, MC_F32, MC_SUM);
 }
 
 MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_state_kind which,
                                   const float *in) {
+    const mc_ops *o;
     size_t lo, hi, at;
     int rc;
     if ((rc = mc__opt_check_param(opt, param, "mc_optimizer_set_state")) != MC_OK) return rc;
+    o = opt->desc.ops;
     mc__opt_param_span(opt, param, &lo, &hi, &at);
     if (hi > lo)
-        opt->desc.ops->copy(mc__opt_state(opt, which) + at,
-                            in + (lo - opt->desc.ddp->desc.table->info[param].offset), hi - lo);
+        return o->copy(o, mc__opt_state(opt, which) + at,
+                       in + (lo - opt->desc.ddp->desc.table->info[param].offset), hi - lo, MC_F32,
+                       MC_F32);
     return MC_OK;
 }
 
@@ -9860,7 +11010,7 @@ MC_API int mc_optimizer_set_state(mc_optimizer *opt, int param, mc_optimizer_sta
 /* @checkpoint:implementation begin */
 
 // ---------------------------------------------------------------------------------------------
-// >>checkpoint  (see the declarations for the format)
+// >>dist_checkpointing  (see the declarations for the format)
 
 #include <errno.h>
 #include <stddef.h>   /* offsetof */
@@ -10144,7 +11294,7 @@ static int mc__ckpt_rng_cmp(const void *a, const void *b) {
     return x->tp < y->tp ? -1 : x->tp > y->tp;
 }
 
-MC_API void mc_checkpoint_meta_free(mc_checkpoint_meta *meta) {
+MC_API void mc_checkpoint_meta_destroy(mc_checkpoint_meta *meta) {
     if (!meta) return;
     mc_free(meta->tensors);
     mc_free(meta->rng);
@@ -10705,7 +11855,7 @@ static int mc__ckpt_remove_dir(const char *path) {
     return rc;
 }
 
-/* The 64-byte tensor file header (see >>checkpoint). */
+/* The 64-byte tensor file header (see >>dist_checkpointing). */
 static void mc__ckpt_header(unsigned char *h, int ndim, long long d0, long long d1) {
     uint32_t u;
     uint64_t s;
@@ -10773,7 +11923,7 @@ static int mc__ckpt_agree(mc_comm *world, int status) {
     int32_t key = status == MC_OK ? world->size : world->rank, first = 0, st = status;
     unsigned char msg[4 + MC__ERROR_LEN];
     char text[MC__ERROR_LEN];
-    int rc = mc_all_reduce(world, &key, &first, 1, MC_I32, MC_MIN);
+    int rc = mc_host_collective(world, MC_COLL_ALL_REDUCE, &key, &first, 1, MC_I32, MC_MIN, 0);
     if (rc != MC_OK) return rc;
     if (first == world->size) return MC_OK;
     memset(msg, 0, sizeof msg);
@@ -10781,7 +11931,7 @@ static int mc__ckpt_agree(mc_comm *world, int status) {
         memcpy(msg, &st, 4);
         memcpy(msg + 4, mc__last_error_text, strlen(mc__last_error_text));
     }
-    rc = mc_broadcast(world, msg, sizeof msg, MC_U8, first);
+    rc = mc_host_collective(world, MC_COLL_BROADCAST, msg, msg, sizeof msg, MC_U8, MC_SUM, first);
     if (rc != MC_OK) return rc;
     memcpy(&st, msg, 4);
     msg[sizeof msg - 1] = '\0';
@@ -10964,8 +12114,9 @@ static int mc__ckpt_check_same(const mc__ckpt_ctx *cx) {
     memcpy(&v[4], &fp, 8);
     v[5] = cx->optim;
     v[6] = d->rng != NULL;
-    rc = mc_all_reduce(cx->world, v, lo, 7, MC_I64, MC_MIN);
-    if (rc == MC_OK) rc = mc_all_reduce(cx->world, v, hi, 7, MC_I64, MC_MAX);
+    rc = mc_host_collective(cx->world, MC_COLL_ALL_REDUCE, v, lo, 7, MC_I64, MC_MIN, 0);
+    if (rc == MC_OK) rc = mc_host_collective(cx->world, MC_COLL_ALL_REDUCE, v, hi, 7, MC_I64,
+                                             MC_MAX, 0);
     if (rc != MC_OK) return rc;
     for (i = 0; i < 7; i++)
         if (lo[i] != hi[i])
@@ -11086,7 +12237,8 @@ static int mc__ckpt_allgather_text(const mc__ckpt_ctx *cx, const mc__ckpt_sb *mi
                                    size_t *slot) {
     int64_t len = (int64_t)mine->len + 1, max_len = 0;
     char *send;
-    int rc = mc_all_reduce(cx->world, &len, &max_len, 1, MC_I64, MC_MAX);
+    int rc = mc_host_collective(cx->world, MC_COLL_ALL_REDUCE, &len, &max_len, 1, MC_I64, MC_MAX,
+                                0);
     *all = NULL;
     if (rc != MC_OK) return rc;
     send = (char *)mc_calloc((size_t)max_len, 1);
@@ -11095,7 +12247,8 @@ static int mc__ckpt_allgather_text(const mc__ckpt_ctx *cx, const mc__ckpt_sb *mi
     rc = mc__ckpt_agree(cx->world, rc);
     if (rc == MC_OK) {
         if (mine->len) memcpy(send, mine->p, mine->len);
-        rc = mc_all_gather(cx->world, send, *all, (size_t)max_len, MC_U8);
+        rc = mc_host_collective(cx->world, MC_COLL_ALL_GATHER, send, *all, (size_t)max_len, MC_U8,
+                                MC_SUM, 0);
     }
     mc_free(send);
     if (rc != MC_OK) {
@@ -11296,7 +12449,10 @@ static int mc__ckpt_checksums(const mc__ckpt_ctx *cx, const char *dir, mc_checkp
                           (unsigned long)*crc);
     }
     rc = mc__ckpt_agree(cx->world, rc);
-    if (rc == MC_OK && !verify) rc = mc_all_reduce(cx->world, mine, sum, (size_t)(2 * n + 1), MC_I64, MC_SUM);
+    if (rc == MC_OK && !verify)
+        rc = mc_host_collective(cx->world, MC_COLL_ALL_REDUCE, mine, sum, (size_t)(2 * n + 1),
+                                MC_I64,
+                                MC_SUM, 0);
     for (i = 0; i < n && rc == MC_OK && !verify; i++) {
         const char *name;
         long long *bytes;
@@ -11346,7 +12502,7 @@ static int mc__ckpt_finish(const mc__ckpt_ctx *cx, const mc_checkpoint_meta *m, 
     return rc;
 }
 
-MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+static int mc__ckpt_save_host(const mc_checkpoint_desc *desc) {
     mc__ckpt_ctx cx;
     mc_checkpoint_meta meta;
     mc__ckpt_sb report;
@@ -11413,7 +12569,7 @@ done:
     }
     mc_free(all);
     mc__ckpt_sb_free(&report);
-    mc_checkpoint_meta_free(&meta);
+    mc_checkpoint_meta_destroy(&meta);
     return rc;
 }
 
@@ -11644,7 +12800,7 @@ static int mc__ckpt_restore_rng(const mc__ckpt_ctx *cx, const mc_checkpoint_meta
     return rc;
 }
 
-MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+static int mc__ckpt_load_host(const mc_checkpoint_desc *desc, unsigned flags,
                               mc_checkpoint_result *result) {
     mc__ckpt_ctx cx;
     mc_checkpoint_meta meta;
@@ -11673,7 +12829,7 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
     MC__CKPT_AGREE(&cx, rc);
     head[0] = it;
     head[1] = (int64_t)len;
-    rc = mc_broadcast(cx.world, head, 2, MC_I64, 0);
+    rc = mc_host_collective(cx.world, MC_COLL_BROADCAST, head, head, 2, MC_I64, MC_SUM, 0);
     if (rc != MC_OK) goto done;
     it = head[0];
     len = (size_t)head[1];
@@ -11683,7 +12839,8 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
                   : MC__FAIL(MC_ERR_NO_MEMORY, "mc_checkpoint_load: out of memory");
     }
     MC__CKPT_AGREE(&cx, rc);
-    if (len > 0) rc = mc_broadcast(cx.world, text, len, MC_U8, 0);
+    if (len > 0) rc = mc_host_collective(cx.world, MC_COLL_BROADCAST, text, text, len, MC_U8,
+                                         MC_SUM, 0);
     if (rc != MC_OK) goto done;
     rc = mc__ckpt_join(meta_path, iter_dir, MC_CKPT_METADATA_FILE);
     if (rc == MC_OK) rc = mc_checkpoint_parse_metadata(&meta, text, len, meta_path, desc->config);
@@ -11726,18 +12883,18 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
 done:
     mc_free(text);
     mc_free((void *)src);
-    mc_checkpoint_meta_free(&meta);
+    mc_checkpoint_meta_destroy(&meta);
     return rc;
 }
 
 #else /* _WIN32 */
 
-MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+static int mc__ckpt_save_host(const mc_checkpoint_desc *desc) {
     (void)desc;
     return MC__FAIL(MC_ERR_UNSUPPORTED, "mc_checkpoint_save needs POSIX file functions");
 }
 
-MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+static int mc__ckpt_load_host(const mc_checkpoint_desc *desc, unsigned flags,
                               mc_checkpoint_result *result) {
     (void)desc;
     (void)flags;
@@ -11746,6 +12903,80 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
 }
 
 #endif /* _WIN32 */
+
+/* Device buffers (desc->ops not the CPU's) are staged through host copies: every rank
+   downloads its three flat buffers, the host code saves or loads them, and a successful load
+   uploads them again. The staging outcome is agreed over the world before any file work. */
+static int mc__ckpt_stage(const mc_checkpoint_desc *desc, mc_checkpoint_desc *host,
+                          float *mirror[3]) {
+    const mc_ops *o = desc->ops;
+    float *dev[3];
+    size_t n = desc->params ? desc->params->total : 0;
+    int k, rc = MC_OK, worst = MC_OK;
+    *host = *desc;
+    host->ops = NULL;
+    dev[0] = desc->param_data;
+    dev[1] = desc->exp_avg;
+    dev[2] = desc->exp_avg_sq;
+    for (k = 0; k < 3; k++) {
+        mirror[k] = NULL;
+        if (!dev[k] || rc != MC_OK) continue;
+        mirror[k] = (float *)mc_calloc(n > 0 ? n : 1, sizeof(float));
+        rc = mirror[k] ? o->download(o, mirror[k], dev[k], n * sizeof(float))
+                       : MC__FAIL(MC_ERR_NO_MEMORY, "checkpoint: no host memory for %zu values",
+                                  n);
+    }
+    host->param_data = mirror[0];
+    host->exp_avg = mirror[1];
+    host->exp_avg_sq = mirror[2];
+    if (desc->ps && desc->ps->world &&
+        mc_host_collective(desc->ps->world, MC_COLL_ALL_REDUCE, &rc, &worst, 1, MC_I32, MC_MIN,
+                           0) == MC_OK &&
+        rc == MC_OK && worst != MC_OK)
+        rc = MC__FAIL(worst, "checkpoint: another rank could not stage its buffers (%s)",
+                      mc_err_name(worst));
+    return rc;
+}
+
+static int mc__ckpt_unstage(const mc_checkpoint_desc *desc, float *mirror[3], int upload) {
+    float *dev[3];
+    size_t n = desc->params ? desc->params->total : 0;
+    int k, rc = MC_OK;
+    dev[0] = desc->param_data;
+    dev[1] = desc->exp_avg;
+    dev[2] = desc->exp_avg_sq;
+    for (k = 0; k < 3; k++) {
+        if (upload && mirror[k] && rc == MC_OK)
+            rc = desc->ops->upload(desc->ops, dev[k], mirror[k], n * sizeof(float));
+        mc_free(mirror[k]);
+    }
+    return rc;
+}
+
+MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+    mc_checkpoint_desc host;
+    float *mirror[3];
+    int rc;
+    if (!desc || !desc->ops || desc->ops->device == MC_DEVICE_CPU)
+        return mc__ckpt_save_host(desc);
+    rc = mc__ckpt_stage(desc, &host, mirror);
+    if (rc == MC_OK) rc = mc__ckpt_save_host(&host);
+    mc__ckpt_unstage(desc, mirror, 0);
+    return rc;
+}
+
+MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+                              mc_checkpoint_result *result) {
+    mc_checkpoint_desc host;
+    float *mirror[3];
+    int rc, up;
+    if (!desc || !desc->ops || desc->ops->device == MC_DEVICE_CPU)
+        return mc__ckpt_load_host(desc, flags, result);
+    rc = mc__ckpt_stage(desc, &host, mirror);
+    if (rc == MC_OK) rc = mc__ckpt_load_host(&host, flags, result);
+    up = mc__ckpt_unstage(desc, mirror, rc == MC_OK);
+    return rc != MC_OK ? rc : up;
+}
 
 /* @checkpoint:implementation end */
 

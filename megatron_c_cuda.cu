@@ -48,6 +48,7 @@
 #include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -58,9 +59,345 @@
 #endif
 
 // ---------------------------------------------------------------------------------------------
-// CUDA kernels
+// >>cuda core: errors, the context, memory
 //
-// None yet: every operation of the communicator is an NCCL call or a memory copy.
+// Every CUDA, cuBLASLt and cuDNN call goes through one of the check macros below, which turn a
+// failure into MC_ERR_CUDA with a message naming the call, the op and its shapes, recorded in
+// mc_last_error() (the library never exits). With the context's sync_check (or the environment
+// MC_CUDA_SYNC_CHECK=1) every op is followed by a stream synchronisation and an error check,
+// so an asynchronous fault is reported by the op that caused it.
+
+struct mc__cuda_alloc {
+    void *ptr;
+    size_t bytes;
+};
+
+/* The context of one CUDA op table: what mc_ops.ctx points at. */
+typedef struct mc__cuda_ctx {
+    int device;
+    cudaStream_t stream;          // every op runs here, in call order
+    int sync_check;               // synchronise and check after every op
+    int attention;                // 0 auto, 1 own kernel, 2 cuDNN
+    int tf32;                     // fp32 GEMMs may use TF32
+    void *workspace;              // cuBLASLt / cuDNN workspace
+    size_t workspace_bytes;
+    struct mc__cuda_alloc *allocs;   // live allocations (for the peak; a small linear table)
+    int n_allocs, cap_allocs;
+    size_t live_bytes, peak_bytes;
+    char describe[256];
+    void *compute;                // the compute half's handles (mc__cuda_compute), or NULL
+} mc__cuda_ctx;
+
+static mc__cuda_ctx *mc__cuda_get(const mc_ops *o) { return (mc__cuda_ctx *)o->ctx; }
+
+/* Records "<op>: <call> failed: <text> (<name>) [<detail>]" and returns MC_ERR_CUDA. */
+static int mc__cuda_fail(cudaError_t err, const char *op, const char *call, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int mc__cuda_fail(cudaError_t err, const char *op, const char *call, const char *fmt, ...) {
+    char detail[384] = "";
+    va_list args;
+    if (fmt != NULL) {
+        va_start(args, fmt);
+        vsnprintf(detail, sizeof detail, fmt, args);
+        va_end(args);
+    }
+    (void)cudaGetLastError();   // the next check must not see this error again
+    return mc__set_error(MC_ERR_CUDA, "cuda %s: %s failed: %s (%s)%s%s%s", op, call,
+                         cudaGetErrorString(err), cudaGetErrorName(err), detail[0] ? " [" : "",
+                         detail, detail[0] ? "]" : "");
+}
+
+// Check one runtime call; `...` is the printf-style detail (shapes), which may be empty ("").
+#define MC__CU(op, call, ...)                                                                  \
+    do {                                                                                       \
+        cudaError_t mc__e = (call);                                                            \
+        if (mc__e != cudaSuccess) return mc__cuda_fail(mc__e, (op), #call, __VA_ARGS__);       \
+    } while (0)
+
+/* After a launch: the launch error, and with sync_check the kernel's own error. */
+static int mc__cuda_after(const mc_ops *o, const char *op, const char *shapes) {
+    mc__cuda_ctx *cx = mc__cuda_get(o);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return mc__cuda_fail(err, op, "kernel launch", "%s", shapes);
+    if (cx->sync_check) {
+        err = cudaStreamSynchronize(cx->stream);
+        if (err != cudaSuccess)
+            return mc__cuda_fail(err, op, "cudaStreamSynchronize (MC_CUDA_SYNC_CHECK)", "%s",
+                                 shapes);
+    }
+    return MC_OK;
+}
+
+static int mc__cuda_use(const mc_ops *o, const char *op) {
+    if (o == NULL || o->ctx == NULL)
+        return mc__set_error(MC_ERR_INVALID_ARG, "cuda %s: the op table has no context (call "
+                             "mc_ops_cuda_init)", op);
+    MC__CU(op, cudaSetDevice(mc__cuda_get(o)->device), "device %d", mc__cuda_get(o)->device);
+    return MC_OK;
+}
+
+// --- memory -----------------------------------------------------------------------------------
+
+static int mc__cuda_track(mc__cuda_ctx *cx, void *ptr, size_t bytes) {
+    if (cx->n_allocs == cx->cap_allocs) {
+        int cap = cx->cap_allocs ? 2 * cx->cap_allocs : 256;
+        struct mc__cuda_alloc *grown =
+            (struct mc__cuda_alloc *)mc_malloc((size_t)cap * sizeof *grown);
+        if (grown == NULL) return MC_ERR_NO_MEMORY;
+        if (cx->n_allocs) memcpy(grown, cx->allocs, (size_t)cx->n_allocs * sizeof *grown);
+        mc_free(cx->allocs);
+        cx->allocs = grown;
+        cx->cap_allocs = cap;
+    }
+    cx->allocs[cx->n_allocs].ptr = ptr;
+    cx->allocs[cx->n_allocs].bytes = bytes;
+    cx->n_allocs++;
+    cx->live_bytes += bytes;
+    if (cx->live_bytes > cx->peak_bytes) cx->peak_bytes = cx->live_bytes;
+    return MC_OK;
+}
+
+static void mc__cuda_untrack(mc__cuda_ctx *cx, void *ptr) {
+    for (int i = cx->n_allocs - 1; i >= 0; i--)
+        if (cx->allocs[i].ptr == ptr) {
+            cx->live_bytes -= cx->allocs[i].bytes;
+            cx->allocs[i] = cx->allocs[--cx->n_allocs];
+            return;
+        }
+}
+
+/* Zero-filled like the CPU table's: the memset runs on the stream, so every later op sees it. */
+static int mc__cuda_alloc_op(const mc_ops *o, void **ptr, size_t bytes) {
+    int rc = mc__cuda_use(o, "alloc");
+    if (rc != MC_OK) return rc;
+    if (ptr == NULL) return mc__set_error(MC_ERR_INVALID_ARG, "cuda alloc: ptr is NULL");
+    *ptr = NULL;
+    mc__cuda_ctx *cx = mc__cuda_get(o);
+    void *p = NULL;
+    cudaError_t err = cudaMalloc(&p, bytes > 0 ? bytes : 1);
+    if (err != cudaSuccess) {
+        size_t free_b = 0, total_b = 0;
+        (void)cudaGetLastError();
+        cudaMemGetInfo(&free_b, &total_b);
+        (void)cudaGetLastError();
+        return mc__cuda_fail(err, "alloc", "cudaMalloc", "%zu bytes on device %d; %zu of %zu "
+                             "bytes free; %zu allocated through this table", bytes, cx->device,
+                             free_b, total_b, cx->live_bytes);
+    }
+    err = cudaMemsetAsync(p, 0, bytes, cx->stream);
+    if (err != cudaSuccess) {
+        cudaFree(p);
+        return mc__cuda_fail(err, "alloc", "cudaMemsetAsync", "%zu bytes", bytes);
+    }
+    if (mc__cuda_track(cx, p, bytes > 0 ? bytes : 1) != MC_OK) {
+        cudaFree(p);
+        return mc__set_error(MC_ERR_NO_MEMORY, "cuda alloc: no host memory for the allocation "
+                             "table");
+    }
+    *ptr = p;
+    return MC_OK;
+}
+
+/* cudaFree waits for the device, so no op still queued can touch freed memory. */
+static int mc__cuda_free_op(const mc_ops *o, void *ptr) {
+    if (ptr == NULL) return MC_OK;
+    int rc = mc__cuda_use(o, "free");
+    if (rc != MC_OK) return rc;
+    mc__cuda_untrack(mc__cuda_get(o), ptr);
+    MC__CU("free", cudaFree(ptr), "%p", ptr);
+    return MC_OK;
+}
+
+static int mc__cuda_upload_op(const mc_ops *o, void *dst, const void *host_src, size_t bytes) {
+    int rc = mc__cuda_use(o, "upload");
+    if (rc != MC_OK || bytes == 0) return rc;
+    // A pageable host buffer may be reused by the caller as soon as this returns: copy
+    // synchronously with respect to the host (cudaMemcpyAsync from pageable memory stages
+    // through a pinned buffer before it returns), ordered on the stream.
+    MC__CU("upload", cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice,
+                                     mc__cuda_get(o)->stream),
+           "%zu bytes to %p", bytes, dst);
+    return mc__cuda_after(o, "upload", "");
+}
+
+static int mc__cuda_download_op(const mc_ops *o, void *host_dst, const void *src, size_t bytes) {
+    int rc = mc__cuda_use(o, "download");
+    if (rc != MC_OK || bytes == 0) return rc;
+    mc__cuda_ctx *cx = mc__cuda_get(o);
+    MC__CU("download", cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, cx->stream),
+           "%zu bytes from %p", bytes, src);
+    MC__CU("download", cudaStreamSynchronize(cx->stream), "%zu bytes from %p", bytes, src);
+    return MC_OK;
+}
+
+static int mc__cuda_copy_2d_op(const mc_ops *o, void *dst, size_t dst_pitch, const void *src,
+                               size_t src_pitch, size_t width, size_t rows) {
+    int rc = mc__cuda_use(o, "copy_2d");
+    if (rc != MC_OK || width == 0 || rows == 0 || dst == src) return rc;
+    mc__cuda_ctx *cx = mc__cuda_get(o);
+    if (rows == 1 || (dst_pitch == width && src_pitch == width))
+        MC__CU("copy_2d", cudaMemcpyAsync(dst, src, width * rows, cudaMemcpyDeviceToDevice,
+                                          cx->stream),
+               "%zu bytes", width * rows);
+    else
+        MC__CU("copy_2d", cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width, rows,
+                                            cudaMemcpyDeviceToDevice, cx->stream),
+               "%zu rows of %zu bytes, pitches %zu / %zu", rows, width, dst_pitch, src_pitch);
+    return mc__cuda_after(o, "copy_2d", "");
+}
+
+static int mc__cuda_synchronize_op(const mc_ops *o) {
+    int rc = mc__cuda_use(o, "synchronize");
+    if (rc != MC_OK) return rc;
+    MC__CU("synchronize", cudaStreamSynchronize(mc__cuda_get(o)->stream), "");
+    return MC_OK;
+}
+
+/* The stream other components order themselves after (the NCCL backend waits on it before
+   every collective, so a collective reads what the ops before it wrote). */
+static cudaStream_t mc__cuda_stream_of(const mc_ops *o) {
+    return o && o->device == MC_DEVICE_CUDA && o->ctx ? mc__cuda_get(o)->stream : NULL;
+}
+
+static int mc__cuda_device_of(const mc_ops *o) {
+    return o && o->device == MC_DEVICE_CUDA && o->ctx ? mc__cuda_get(o)->device : -1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>cuda compute (the kernels and library calls behind the numeric ops)
+
+static int mc__cuda_compute_init(mc__cuda_ctx *cx) {
+    (void)cx;
+    return MC_OK;
+}
+
+static void mc__cuda_compute_destroy(mc__cuda_ctx *cx) { (void)cx; }
+
+static const char *mc__cuda_compute_describe(mc__cuda_ctx *cx) {
+    (void)cx;
+    return "memory only";
+}
+
+/* The numeric ops: not in this build yet (the slots stay NULL, which mc_gpt_init refuses). */
+static void mc__cuda_fill_compute(mc_ops *t) { (void)t; }
+
+// ---------------------------------------------------------------------------------------------
+// >>cuda table: mc_ops_cuda_init / mc_ops_cuda_destroy
+
+static void mc__cuda_fill_table(mc_ops *t) {
+    memset(t, 0, sizeof *t);
+    t->name = "cuda";
+    t->device = MC_DEVICE_CUDA;
+    t->alloc = mc__cuda_alloc_op;
+    t->free = mc__cuda_free_op;
+    t->upload = mc__cuda_upload_op;
+    t->download = mc__cuda_download_op;
+    t->copy_2d = mc__cuda_copy_2d_op;
+    t->synchronize = mc__cuda_synchronize_op;
+    mc__cuda_fill_compute(t);
+}
+
+static int mc__cuda_env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+static void mc__cuda_release(mc__cuda_ctx *cx) {
+    if (cx == NULL) return;
+    cudaSetDevice(cx->device);
+    mc__cuda_compute_destroy(cx);
+    if (cx->workspace != NULL) cudaFree(cx->workspace);
+    if (cx->stream != NULL) cudaStreamDestroy(cx->stream);
+    for (int i = 0; i < cx->n_allocs; i++) cudaFree(cx->allocs[i].ptr);   // leaked by the user
+    mc_free(cx->allocs);
+    (void)cudaGetLastError();
+    mc_free(cx);
+}
+
+static int mc__cuda_open(mc__cuda_ctx *cx, const mc_cuda_desc *d) {
+    int count = 0;
+    MC__CU("init", cudaGetDeviceCount(&count), "");
+    if (d->device == -1) MC__CU("init", cudaGetDevice(&cx->device), "");
+    else cx->device = d->device;
+    if (cx->device < 0 || cx->device >= count)
+        return mc__set_error(MC_ERR_INVALID_DESC, "mc_cuda_desc.device (%d) must be in [0, %d) "
+                             "(the visible CUDA devices) or -1 (the current one)", cx->device,
+                             count);
+    MC__CU("init", cudaSetDevice(cx->device), "device %d", cx->device);
+    MC__CU("init", cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking), "");
+    cx->workspace_bytes = d->workspace_bytes ? d->workspace_bytes : (size_t)32 << 20;
+    MC__CU("init", cudaMalloc(&cx->workspace, cx->workspace_bytes), "workspace %zu bytes",
+           cx->workspace_bytes);
+    cx->sync_check = d->sync_check || mc__cuda_env_flag("MC_CUDA_SYNC_CHECK");
+    cx->tf32 = d->tf32;
+    cx->attention = d->attention;
+    const char *att = getenv("MC_CUDA_ATTENTION");
+    if (att != NULL && strcmp(att, "own") == 0) cx->attention = 1;
+    if (att != NULL && strcmp(att, "cudnn") == 0) cx->attention = 2;
+    if (cx->attention < 0 || cx->attention > 2)
+        return mc__set_error(MC_ERR_INVALID_DESC, "mc_cuda_desc.attention (%d) must be 0 (auto), "
+                             "1 (own kernel) or 2 (cuDNN)", cx->attention);
+    return mc__cuda_compute_init(cx);
+}
+
+extern "C" int mc_ops_cuda_init(mc_ops *ops, const mc_cuda_desc *desc) {
+    mc_cuda_desc d;
+    memset(&d, 0, sizeof d);
+    if (desc != NULL) d = *desc;
+    if (ops == NULL) return mc__set_error(MC_ERR_INVALID_ARG, "mc_ops_cuda_init: ops is NULL");
+    mc__cuda_ctx *cx = (mc__cuda_ctx *)mc_calloc(1, sizeof *cx);
+    if (cx == NULL) return mc__set_error(MC_ERR_NO_MEMORY, "mc_ops_cuda_init: out of memory");
+    int rc = mc__cuda_open(cx, &d);
+    if (rc != MC_OK) {
+        mc__cuda_release(cx);
+        return rc;
+    }
+    mc_ops table;
+    mc__cuda_fill_table(&table);
+    table.ctx = cx;
+    *ops = table;   // written only on success
+    return MC_OK;
+}
+
+extern "C" void mc_ops_cuda_destroy(mc_ops *ops) {
+    if (ops == NULL || ops->device != MC_DEVICE_CUDA || ops->ctx == NULL) return;
+    mc__cuda_release(mc__cuda_get(ops));
+    ops->ctx = NULL;
+}
+
+extern "C" int mc_cuda_device_count(void) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return count;
+}
+
+extern "C" size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset) {
+    if (ops == NULL || ops->device != MC_DEVICE_CUDA || ops->ctx == NULL) return 0;
+    mc__cuda_ctx *cx = mc__cuda_get(ops);
+    size_t peak = cx->peak_bytes;
+    if (reset) cx->peak_bytes = cx->live_bytes;
+    return peak;
+}
+
+extern "C" const char *mc_ops_cuda_describe(const mc_ops *ops) {
+    if (ops == NULL || ops->device != MC_DEVICE_CUDA || ops->ctx == NULL) return "";
+    mc__cuda_ctx *cx = mc__cuda_get(ops);
+    cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (cudaGetDeviceProperties(&prop, cx->device) != cudaSuccess) (void)cudaGetLastError();
+    int rt = 0;
+    cudaRuntimeGetVersion(&rt);
+    snprintf(cx->describe, sizeof cx->describe, "%s, sm_%d%d, %.1f GiB, CUDA runtime %d.%d, %s, "
+             "attention %s%s", prop.name, prop.major, prop.minor,
+             (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), rt / 1000,
+             (rt % 1000) / 10, mc__cuda_compute_describe(cx),
+             cx->attention == 0 ? "auto" : cx->attention == 1 ? "own kernel" : "cuDNN",
+             cx->sync_check ? ", sync check on" : "");
+    return cx->describe;
+}
 
 // ---------------------------------------------------------------------------------------------
 // NCCL backend
@@ -139,6 +476,7 @@ typedef struct mc__nccl_state {
     int aborted;              // 1 after a timeout or an NCCL error: only destroy is allowed
     double op_deadline;       // deadline of the operation being started (0: none)
     float *barrier_scratch;   // one device float that barrier() all-reduces
+    cudaEvent_t follow;       // recorded on the memory owner's stream before every operation
     /* The MPI backend this communicator was built on: destroy hands the communicator back to
        it, and children get their MPI side from its create_child. */
     const mc_comm_ops *mpi_ops;
@@ -160,6 +498,20 @@ static int mc__nccl_use_device(mc_comm *c) {
     return err == cudaSuccess ? MC_OK : mc__nccl_fail_cuda(err, "cudaSetDevice", c->name);
 }
 
+/* The collectives run on the communicator's stream, the ops that produce their buffers on the
+   memory owner's: the communicator's stream waits for everything queued there so far (an
+   event, no host wait). The other direction needs nothing: blocking calls and mc_wait return
+   only once the collective is done, and the next op is queued after that. */
+static int mc__nccl_follow_memory(mc_comm *c, const char *what) {
+    mc__nccl_state *st = mc__nccl_get(c);
+    cudaStream_t mem = mc__cuda_stream_of(c->mem);
+    if (mem == NULL || st->follow == NULL) return MC_OK;
+    cudaError_t err = cudaEventRecord(st->follow, mem);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(st->stream, st->follow, 0);
+    if (err != cudaSuccess) return mc__nccl_fail_cuda(err, what, c->name);
+    return MC_OK;
+}
+
 /* Entry check of every operation: a live nccl communicator with its device selected. It also
    starts the operation's clock: one deadline covers queuing (which may wait for peers to set
    up connections) and, for blocking calls, completion. */
@@ -172,7 +524,8 @@ static int mc__nccl_ready(mc_comm *c, const char *what) {
                              "earlier timeout or NCCL error; destroy it and create a new one",
                              what, c->name);
     mc__nccl_get(c)->op_deadline = mc__nccl_deadline(c->timeout_s);
-    return mc__nccl_use_device(c);
+    int status = mc__nccl_use_device(c);
+    return status == MC_OK ? mc__nccl_follow_memory(c, what) : status;
 }
 
 /* Tears the NCCL communicator down at once, also when peers are gone or kernels are stuck
@@ -540,51 +893,6 @@ static int mc__nccl_batch_send_recv(mc_comm *c, const mc_p2p_op *ops, int n_ops,
     return mc__nccl_issued(c, res, "batch_send_recv", req);
 }
 
-/* --- buffers -------------------------------------------------------------------------------
-   Copies run on the communicator's stream and are waited for with the timeout: an upload is
-   then ordered before the collectives that follow it, and a download after the async
-   collectives issued before it, with no device-wide synchronisation. */
-
-static void *mc__nccl_alloc(mc_comm *c, size_t bytes) {
-    if (mc__nccl_ready(c, "alloc") != MC_OK) return NULL;
-    void *ptr = NULL;
-    cudaError_t err = cudaMalloc(&ptr, bytes > 0 ? bytes : 1);
-    if (err != cudaSuccess) {
-        mc__nccl_fail(MC_ERR_CUDA, "alloc: cudaMalloc of %zu bytes failed on communicator "
-                      "'%s' (device %d): %s", bytes, c->name, mc__nccl_get(c)->device,
-                      cudaGetErrorString(err));
-        (void)cudaGetLastError();
-        return NULL;
-    }
-    return ptr;
-}
-
-static void mc__nccl_free(mc_comm *c, void *ptr) {
-    if (ptr == NULL || c == NULL || c->impl == NULL) return;
-    if (mc__nccl_use_device(c) == MC_OK) cudaFree(ptr);
-}
-
-static int mc__nccl_copy(mc_comm *c, void *dst, const void *src, size_t bytes,
-                         cudaMemcpyKind kind, const char *what) {
-    int status = mc__nccl_ready(c, what);
-    if (status != MC_OK) return status;
-    if (bytes == 0) return MC_OK;
-    if (dst == NULL || src == NULL)
-        return mc__nccl_fail(MC_ERR_INVALID_ARG, "%s: dst (%p) and src (%p) must not be NULL "
-                             "for %zu bytes", what, dst, src, bytes);
-    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, kind, mc__nccl_get(c)->stream);
-    if (err != cudaSuccess) return mc__nccl_fail_cuda(err, "cudaMemcpyAsync", c->name);
-    return mc__nccl_finish(c, what, NULL);
-}
-
-static int mc__nccl_upload(mc_comm *c, void *dst, const void *host_src, size_t bytes) {
-    return mc__nccl_copy(c, dst, host_src, bytes, cudaMemcpyHostToDevice, "upload");
-}
-
-static int mc__nccl_download(mc_comm *c, void *host_dst, const void *src, size_t bytes) {
-    return mc__nccl_copy(c, host_dst, src, bytes, cudaMemcpyDeviceToHost, "download");
-}
-
 /* --- creating the NCCL side of a communicator ---------------------------------------------- */
 
 /* Rank 0 of c draws the unique id and MPI carries it to the others. Every rank first learns
@@ -638,6 +946,8 @@ static int mc__nccl_open(mc_comm *c, mc__nccl_state *st, const ncclUniqueId *id)
     if (err != cudaSuccess) return mc__nccl_fail_cuda(err, "cudaStreamCreateWithFlags", c->name);
     err = cudaMalloc((void **)&st->barrier_scratch, sizeof(float));
     if (err != cudaSuccess) return mc__nccl_fail_cuda(err, "cudaMalloc (barrier)", c->name);
+    err = cudaEventCreateWithFlags(&st->follow, cudaEventDisableTiming);
+    if (err != cudaSuccess) return mc__nccl_fail_cuda(err, "cudaEventCreateWithFlags", c->name);
     return MC_OK;
 }
 
@@ -658,8 +968,10 @@ static void mc__nccl_close(mc_comm *c, mc__nccl_state *st) {
     if (st->nccl != NULL) mc__nccl_abort(st);
     if (st->stream != NULL) cudaStreamDestroy(st->stream);
     if (st->barrier_scratch != NULL) cudaFree(st->barrier_scratch);
+    if (st->follow != NULL) cudaEventDestroy(st->follow);
     st->stream = NULL;
     st->barrier_scratch = NULL;
+    st->follow = NULL;
     (void)cudaGetLastError();
 }
 
@@ -731,6 +1043,13 @@ static void mc__nccl_destroy(mc_comm *c) {
     if (c == NULL || c->impl == NULL) return;
     mc__nccl_state *st = mc__nccl_get(c);
     mc__nccl_close(c, st);
+    if (c->owns_mem) {   // the world's own CUDA table (mc__nccl_init_world)
+        mc_ops *mem = (mc_ops *)(uintptr_t)c->mem;
+        mc_ops_cuda_destroy(mem);
+        mc_free(mem);
+        c->mem = mc_ops_cpu();
+        c->owns_mem = 0;
+    }
     c->ops = st->mpi_ops;
     c->impl = st->mpi_impl;
     c->backend = MC_BACKEND_MPI;
@@ -753,10 +1072,6 @@ static const mc_comm_ops mc__nccl_table = {
     /* wait            */ mc__nccl_op_wait,
     /* test            */ mc__nccl_op_test,
     /* create_child    */ mc__nccl_create_child,
-    /* alloc           */ mc__nccl_alloc,
-    /* free            */ mc__nccl_free,
-    /* upload          */ mc__nccl_upload,
-    /* download        */ mc__nccl_download,
     /* destroy         */ mc__nccl_destroy,
 };
 
@@ -790,7 +1105,33 @@ static int mc__nccl_local_rank(mc_comm *c, int *local_rank, int *local_size) {
 
 /* `world` is an MPI communicator (its ops are still the MPI backend's; the generic layer may
    already have set backend to MC_BACKEND_NCCL). On failure it is left an MPI communicator. */
-extern "C" int mc__nccl_init_world(mc_comm *world) {
+/* The world's memory owner: the caller's CUDA table (on this rank's GPU), or a new one. */
+static int mc__nccl_take_memory(mc_comm *world, const mc_ops *memory, int device) {
+    if (memory != NULL) {
+        if (memory->device != MC_DEVICE_CUDA || mc__cuda_device_of(memory) != device)
+            return mc__nccl_fail(MC_ERR_INVALID_DESC, "mc_comm_desc.memory: the nccl world "
+                                 "needs a CUDA table on this rank's GPU %d, got '%s' (device %d)",
+                                 device, memory->name ? memory->name : "?",
+                                 mc__cuda_device_of(memory));
+        world->mem = memory;
+        return MC_OK;
+    }
+    mc_ops *own = (mc_ops *)mc_calloc(1, sizeof *own);
+    if (own == NULL) return mc__nccl_fail(MC_ERR_NO_MEMORY, "nccl world: out of memory");
+    mc_cuda_desc d;
+    memset(&d, 0, sizeof d);
+    d.device = device;
+    int status = mc_ops_cuda_init(own, &d);
+    if (status != MC_OK) {
+        mc_free(own);
+        return status;
+    }
+    world->mem = own;
+    world->owns_mem = 1;
+    return MC_OK;
+}
+
+extern "C" int mc__nccl_init_world(mc_comm *world, const mc_ops *memory) {
     if (world == NULL || world->mpi == NULL || world->ops == NULL ||
         world->ops == mc__nccl_ops())
         return mc__nccl_fail(MC_ERR_INVALID_ARG, "mc__nccl_init_world: needs a world "
@@ -809,6 +1150,44 @@ extern "C" int mc__nccl_init_world(mc_comm *world) {
                                "%d of %d on its node, which has %d CUDA device(s)",
                                world->rank, local_rank, local_size, count);
     }
-    status = mc__nccl_agree(world, status, "selecting the GPUs");
-    return status != MC_OK ? status : mc__nccl_attach(world, local_rank);
+    if (status == MC_OK) status = mc__nccl_take_memory(world, memory, local_rank);
+    status = mc__nccl_agree(world, status, "selecting the GPUs and their op tables");
+    if (status == MC_OK) status = mc__nccl_attach(world, local_rank);
+    if (status != MC_OK && world->owns_mem) {   // left an MPI world with host memory
+        mc_ops *mem = (mc_ops *)(uintptr_t)world->mem;
+        mc_ops_cuda_destroy(mem);
+        mc_free(mem);
+        world->mem = mc_ops_cpu();
+        world->owns_mem = 0;
+    } else if (status != MC_OK) {
+        world->mem = mc_ops_cpu();
+    }
+    return status;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backend facts for mc_backend_query: the CUDA fields. Nothing here creates a context; a
+// machine without a GPU (or without a driver) reports gpu_count 0 and empty versions.
+
+static void mc__cuda_version_text(int v, char *out, size_t cap) {
+    if (v > 0) snprintf(out, cap, "%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+extern "C" void mc__cuda_backend_info(mc_backend_info *out) {
+    int count = 0, device = 0, runtime = 0, driver = 0, nccl = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    out->gpu_count = count;
+    if (count > 0 && cudaGetDevice(&device) == cudaSuccess) {
+        cudaDeviceProp prop;
+        if (cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+            snprintf(out->gpu_name, sizeof out->gpu_name, "%s", prop.name);
+    }
+    if (cudaRuntimeGetVersion(&runtime) == cudaSuccess)
+        mc__cuda_version_text(runtime, out->cuda_runtime, sizeof out->cuda_runtime);
+    if (cudaDriverGetVersion(&driver) == cudaSuccess)
+        mc__cuda_version_text(driver, out->cuda_driver, sizeof out->cuda_driver);
+    if (ncclGetVersion(&nccl) == ncclSuccess && nccl > 0)
+        snprintf(out->nccl_version, sizeof out->nccl_version, "%d.%d.%d", nccl / 10000,
+                 (nccl % 10000) / 100, nccl % 100);
+    (void)cudaGetLastError();   // a failed query must not leave an error for the next check
 }

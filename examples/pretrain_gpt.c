@@ -433,7 +433,7 @@ static int global_loss(trainer *t, const mc_schedule_result *r, double *loss) {
     double mine[2] = {0.0, 0.0}, all[2];
     int last = mc_parallel_is_last_stage(&t->ps, 1);
     if (last && t->ps.coords.tp == 0) mine[0] = r->loss_sum, mine[1] = r->num_tokens;
-    CHECK(mc_all_reduce(t->ps.world, mine, all, 2, MC_F64, MC_SUM));
+    CHECK(mc_host_collective(t->ps.world, MC_COLL_ALL_REDUCE, mine, all, 2, MC_F64, MC_SUM, 0));
     *loss = all[1] > 0 ? all[0] / all[1] : 0.0;
     return MC_OK;
 }

@@ -2,11 +2,13 @@
 
        make lab03 && mpirun --oversubscribe -np 8 ./lab03      (as root add --allow-run-as-root)
 
-   A run does, in order (rank 0 prints, every rank takes part):
-     0. reads the answer sheet's header (nonce -> probe rank, follow-up variant) and records a
-        hash of the predictions with the time, before anything is measured;
+   The experiments, in order (rank 0 prints, every rank takes part; the driver, lab_driver.h,
+   does the answer sheet, the results envelope and the grading around them):
      A. builds every group kind with mc_parallel_init and checks each membership with
-        collectives (sum and gather of world ranks), then assembles the layout on rank 0;
+        collectives (sum and gather of world ranks), assembles the layout on rank 0 and
+        records what the getters return on the probe rank;
+     M. builds a tiny GPT with mc_gpt_init on top of the same parallel state: the model, not
+        the parallel state, decides which layers and which parameter shards a rank holds;
      B. walks the same creation plan on a private copy of the world, but lets only the members
         of each embedding group call the (position-paired) creation: the bug of PR #7546;
      C. the same walk with member-local creation for the embedding groups (the analogue of
@@ -15,32 +17,20 @@
         that into an immediate MC_ERR_PLAN_MISMATCH on every rank;
      follow-up: the variant drawn by the nonce, from the rank grid and, when it fits this
         world, on real communicators;
+     D. (the follow-up's experiment) the probe rank swaps two of its creation calls: paired by
+        position the groups come out crossed and all-reduces return wrong sums without any
+        error; with the group-plan check the same swap is an immediate error naming both lists;
      timing (optional): all-reduce in the TP, DP and PP groups, median of 5;
-   then writes results/lab03.json and grades answers/lab03.md against it.
+     destroy: mc_parallel_destroy, watched: which groups are released, in which order.
 
    Nothing in B may hang the lab: it runs on its own communicator with a short timeout, a
    rank stops walking at its first timeout, and all ranks meet again on the world. */
-#include "lab_common.h"
+#include "lab_driver.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
-#include "grader.h"
-
-#if defined(MC_ENABLE_CUDA)
-#include <cuda_runtime.h>
-#include <nccl.h>
-#endif
-
-#define LAB03_NAME "lab03"
-#define LAB03_QUESTION "M003"
-#define LAB03_RUBRIC_VERSION "lab03-v1"
-#define LAB03_DEFAULT_WORLD 8
-#define LAB03_DEFAULT_TP 2
-#define LAB03_DEFAULT_PP 2
 #define LAB03_N_VARIANTS 3
-#define LAB03_B_TIMEOUT_S 5.0
 #define LAB03_TIMING_REPEATS 5
 #define LAB03_LOCAL_TAG_BASE 3000   /* tags of the member-local embedding creations in C */
 
@@ -48,12 +38,14 @@
    Outcomes of experiments B and C. The numeric order is the precedence used to combine ranks:
    a hang stops the whole job without a message, wrong membership silently corrupts what the
    groups compute, an error is reported and stops cleanly. The highest value over all ranks
-   is the experiment's outcome. */
+   is the experiment's outcome. Experiment D adds silent_wrong_result: every call succeeded,
+   yet a collective returned a wrong value (it ranks with wrong membership). */
 typedef enum lab03_outcome {
     LAB03_OK = 0,
     LAB03_ERROR = 1,
     LAB03_WRONG_MEMBERSHIP = 2,
-    LAB03_HANG = 3
+    LAB03_HANG = 3,
+    LAB03_SILENT_WRONG = 4
 } lab03_outcome;
 
 static const char *lab03_outcome_name(int outcome) {
@@ -62,6 +54,7 @@ static const char *lab03_outcome_name(int outcome) {
     case LAB03_ERROR: return "error";
     case LAB03_WRONG_MEMBERSHIP: return "wrong_membership";
     case LAB03_HANG: return "hang";
+    case LAB03_SILENT_WRONG: return "silent_wrong_result";
     default: return "error";
     }
 }
@@ -69,213 +62,8 @@ static const char *lab03_outcome_name(int outcome) {
 /* ---------------------------------------------------------------------------------------------
    Small helpers */
 
-/* "[0,1,4,5]"; long lists are cut with "...". */
-static void lab03_format_list(char *out, size_t cap, const int *v, int n) {
-    size_t len = 0;
-    if (cap == 0) return;
-    len += (size_t)snprintf(out, cap, "[");
-    for (int i = 0; i < n && len < cap; i++) {
-        if (len + 16 >= cap) {
-            snprintf(out + len, cap - len, "...");
-            len = strlen(out);
-            break;
-        }
-        len += (size_t)snprintf(out + len, cap - len, "%s%d", i ? "," : "", v[i]);
-    }
-    if (len < cap) snprintf(out + len, cap - len, "]");
-}
-
-static int lab03_contains(const int *v, int n, int x) {
-    for (int i = 0; i < n; i++)
-        if (v[i] == x) return 1;
-    return 0;
-}
-
-static int lab03_same_set(const int *a, int na, const int *b, int nb) {
-    if (na != nb) return 0;
-    for (int i = 0; i < na; i++)
-        if (!lab03_contains(b, nb, a[i])) return 0;
-    return 1;
-}
-
-static int lab03_same_list(const int *a, int na, const int *b, int nb) {
-    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
-}
-
 static void lab03_group_label(char *out, size_t cap, int kind, int index) {
     snprintf(out, cap, "%s[%d]", mc_group_kind_name((mc_group_kind)kind), index);
-}
-
-static void *lab03_xcalloc(size_t n, size_t size) {
-    void *p = calloc(n ? n : 1, size ? size : 1);
-    if (p == NULL) {
-        fprintf(stderr, "[rank %d] lab03: out of memory\n", lab_rank());
-        lab_abort(LAB_EXIT_FAILED);
-    }
-    return p;
-}
-
-/* Times go into the results rounded (seconds to 0.1 ms, milliseconds to 1 us): the digits
-   beyond that are noise and only make the file harder to read. */
-static double lab03_round_s(double seconds) {
-    return (double)(long long)(seconds * 1e4 + 0.5) / 1e4;
-}
-static double lab03_round_ms(double ms) { return (double)(long long)(ms * 1e3 + 0.5) / 1e3; }
-
-/* The library's log lines: the backend choice is kept for the results (it says why), the
-   rest is shown only with LAB_VERBOSE=1 (experiment B produces expected timeouts). */
-static char lab03_backend_log[256];
-
-static void lab03_logger(const char *tag, uint32_t level, int item, const char *message,
-                         uint32_t line, const char *file, void *user_data) {
-    (void)item;
-    (void)user_data;
-    if (message != NULL && level >= 3 && strstr(message, "backend") != NULL &&
-        lab03_backend_log[0] == '\0')
-        snprintf(lab03_backend_log, sizeof lab03_backend_log, "%s", message);
-    const char *verbose = getenv("LAB_VERBOSE");
-    if (verbose != NULL && verbose[0] == '1')
-        fprintf(stderr, "[rank %d] %s L%u %s:%u %s\n", lab_rank(), tag ? tag : "mc", level,
-                file ? file : "?", line, message ? message : "");
-}
-
-/* ---------------------------------------------------------------------------------------------
-   The run's shared context */
-
-typedef struct lab03_ctx {
-    const lab_args *args;
-    mc_comm *world;
-    int me, world_size;
-    mc_grid grid;
-    /* answer sheet (read on rank 0, nonce and derived values broadcast) */
-    char nonce[LAB_NONCE_LEN + 1];
-    int probe_base;          /* probe rank for the default world; the run's is probe_base % W */
-    int probe;
-    int variant;             /* 1..3 */
-    int pred_present, pred_blocks;
-    char pred_hash[17];
-    char pred_time[32];
-    int answers_written;     /* the sheet was missing and a template was written */
-    /* environment */
-    char backend_reason[256];
-    char mpi_library[256];
-    char nccl_version[32];
-    int gpus;
-    double started;
-    char started_iso[32];
-} lab03_ctx;
-
-/* ---------------------------------------------------------------------------------------------
-   Step 0: the answer sheet */
-
-typedef struct lab03_sheet_msg {   /* broadcast from rank 0 */
-    char nonce[LAB_NONCE_LEN + 1];
-    int probe_base;
-    int variant;
-} lab03_sheet_msg;
-
-static void lab03_read_sheet_rank0(lab03_ctx *cx) {
-    const lab_args *args = cx->args;
-    char nonce[17] = "", variant_text[8] = "";
-    int header_probe = -1;
-    int rc = mc_grade_read_header(args->answers_path, nonce, &header_probe, variant_text);
-    if (rc < 0 && access(args->answers_path, F_OK) != 0) {
-        printf("%s does not exist: writing the template (as ./lab03 --init does)\n",
-               args->answers_path);
-        if (lab_init_answers(args, LAB03_DEFAULT_WORLD, LAB03_N_VARIANTS, 0) == LAB_EXIT_OK) {
-            cx->answers_written = 1;
-            rc = mc_grade_read_header(args->answers_path, nonce, &header_probe, variant_text);
-        }
-    }
-    if (rc < 0 || !lab_nonce_valid(nonce)) {
-        if (lab_nonce_new(nonce) != 0) snprintf(nonce, sizeof nonce, "000000");
-        printf("warning: %s has no usable header; this run uses the one-off nonce %s "
-               "(./lab03 --init writes a sheet with its own nonce)\n",
-               args->answers_path, nonce);
-    }
-    snprintf(cx->nonce, sizeof cx->nonce, "%.6s", nonce);
-    cx->probe_base = lab_nonce_probe_rank(cx->nonce, LAB03_DEFAULT_WORLD);
-    cx->variant = lab_nonce_variant(cx->nonce, LAB03_N_VARIANTS);
-    char derived[8];
-    snprintf(derived, sizeof derived, "F%d", cx->variant);
-    if (rc >= 0 && (header_probe != cx->probe_base || strcmp(variant_text, derived) != 0))
-        printf("warning: the header of %s says probe %d / %s but nonce %s gives probe %d / %s;"
-               " the nonce wins (the header is not meant to be edited)\n",
-               args->answers_path, header_probe, variant_text, cx->nonce, cx->probe_base,
-               derived);
-
-    /* Recorded before any measurement: what the predictions looked like at run time. */
-    lab_iso8601_utc(cx->pred_time, sizeof cx->pred_time);
-    int filled = 0;
-    if (mc_grade_prediction_hash(args->answers_path, cx->pred_hash, &filled) == 0) {
-        cx->pred_blocks = filled;
-        cx->pred_present = filled > 0;
-    } else {
-        cx->pred_hash[0] = '\0';
-    }
-}
-
-static void lab03_step0_sheet(lab03_ctx *cx) {
-    lab03_sheet_msg msg;
-    memset(&msg, 0, sizeof msg);
-    if (cx->me == 0) {
-        lab03_read_sheet_rank0(cx);
-        memcpy(msg.nonce, cx->nonce, sizeof msg.nonce);
-        msg.probe_base = cx->probe_base;
-        msg.variant = cx->variant;
-    }
-    MC_CHECK(lab_broadcast_bytes(cx->world, &msg, sizeof msg, 0));
-    memcpy(cx->nonce, msg.nonce, sizeof cx->nonce);
-    cx->nonce[LAB_NONCE_LEN] = '\0';
-    cx->probe_base = msg.probe_base;
-    cx->variant = msg.variant;
-    cx->probe = lab_probe_in_world(cx->probe_base, cx->world_size);
-}
-
-/* ---------------------------------------------------------------------------------------------
-   Environment facts: backend and why, MPI/NCCL versions, GPU count */
-
-static void lab03_describe_backend(lab03_ctx *cx) {
-    cx->gpus = 0;
-    cx->nccl_version[0] = '\0';
-#if defined(MC_ENABLE_CUDA)
-    int n = 0;
-    if (cudaGetDeviceCount(&n) == cudaSuccess) cx->gpus = n;
-    if (cx->world->backend == MC_BACKEND_NCCL) {
-        int v = 0;
-        if (ncclGetVersion(&v) == ncclSuccess)
-            snprintf(cx->nccl_version, sizeof cx->nccl_version, "%d.%d.%d", v / 10000,
-                     (v % 10000) / 100, v % 100);
-    }
-#endif
-    lab_mpi_library_version(cx->mpi_library, sizeof cx->mpi_library);
-    if (lab03_backend_log[0] != '\0') {
-        /* "world: 8 rank(s), backend mpi (<why>)": keep <why> */
-        const char *open = strstr(lab03_backend_log, "backend");
-        open = open != NULL ? strchr(open, '(') : NULL;
-        const char *close = strrchr(lab03_backend_log, ')');
-        if (open != NULL && close != NULL && close > open + 1)
-            snprintf(cx->backend_reason, sizeof cx->backend_reason, "%.*s",
-                     (int)(close - open - 1), open + 1);
-        else
-            snprintf(cx->backend_reason, sizeof cx->backend_reason, "%s", lab03_backend_log);
-        return;
-    }
-    const char *why;
-    switch (cx->world->backend) {
-    case MC_BACKEND_NCCL: why = "every rank has its own GPU"; break;
-    case MC_BACKEND_SELF: why = "a single rank: no communication needed"; break;
-    default:
-#if defined(MC_ENABLE_CUDA)
-        why = "not every rank has a GPU of its own, so host buffers over MPI";
-#else
-        why = "built without CUDA (make cuda builds the NCCL backend), so host buffers over MPI";
-#endif
-        break;
-    }
-    if (cx->args->backend != NULL && lab_backend_from_name(cx->args->backend) != MC_BACKEND_AUTO)
-        why = "asked for with --backend";
-    snprintf(cx->backend_reason, sizeof cx->backend_reason, "%s", why);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -307,8 +95,8 @@ static void lab03_check_membership(mc_comm *comm, int me, const int *planned, in
     int planned_sum = 0;
     for (int i = 0; i < n_planned; i++) planned_sum += planned[i];
     out->sum_ok = out->sum == planned_sum;
-    out->list_ok = lab03_same_list(observed_buf, out->n_observed, planned, n_planned);
-    out->set_ok = lab03_same_set(observed_buf, out->n_observed, planned, n_planned);
+    out->list_ok = lab_ints_same_list(observed_buf, out->n_observed, planned, n_planned);
+    out->set_ok = lab_ints_same_set(observed_buf, out->n_observed, planned, n_planned);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -342,14 +130,17 @@ typedef struct lab03_exp_a {
     int sequence_identical;
     int world_calls_min, world_calls_max;   /* creation calls each rank made over the world */
     char problem[512];              /* first thing that did not hold (rank 0) */
+    long long heap_bytes;           /* what mc_parallel_init left allocated on this rank */
+    cJSON *getters;                 /* what the getters return on the probe rank (all ranks) */
+    int destroyed;                  /* mc_parallel_destroy ran (experiment "destroy") */
 } lab03_exp_a;
 
 static int lab03_rec_stride(int world) { return 2 + world; }
 
-static void lab03_collect_local(lab03_ctx *cx, lab03_exp_a *a, int *rec, int *info) {
+static void lab03_collect_local(lab_ctx *cx, lab03_exp_a *a, int *rec, int *info) {
     const mc_parallel_state *ps = &a->ps;
     int W = cx->world_size, stride = lab03_rec_stride(W);
-    int *planned = lab03_xcalloc((size_t)W, sizeof *planned);
+    int *planned = lab_xcalloc((size_t)W, sizeof *planned);
     int local_ok = 1;
     for (int k = 0; k < MC_GROUP_COUNT; k++) {
         int *r = rec + k * stride;
@@ -386,16 +177,16 @@ static void lab03_collect_local(lab03_ctx *cx, lab03_exp_a *a, int *rec, int *in
 }
 
 /* Rank 0: rebuild every group from the ranks' records and compare with the plan. */
-static void lab03_assemble_layout(lab03_ctx *cx, lab03_exp_a *a) {
+static void lab03_assemble_layout(lab_ctx *cx, lab03_exp_a *a) {
     int W = cx->world_size, stride = lab03_rec_stride(W);
-    int *planned = lab03_xcalloc((size_t)W, sizeof *planned);
+    int *planned = lab_xcalloc((size_t)W, sizeof *planned);
     a->verified = 1;
     for (int k = 0; k < MC_GROUP_COUNT; k++) {
         int ng = mc_grid_num_groups(&cx->grid, (mc_group_kind)k);
         if (ng < 0) ng = 0;
         a->layout.n_groups[k] = ng;
-        a->layout.members[k] = lab03_xcalloc((size_t)ng * (size_t)W, sizeof(int));
-        a->layout.sizes[k] = lab03_xcalloc((size_t)ng, sizeof(int));
+        a->layout.members[k] = lab_xcalloc((size_t)ng * (size_t)W, sizeof(int));
+        a->layout.sizes[k] = lab_xcalloc((size_t)ng, sizeof(int));
         for (int r = 0; r < W; r++) {
             const int *rec = a->records + ((size_t)r * MC_GROUP_COUNT + (size_t)k) * stride;
             int gi = rec[0], n = rec[1];
@@ -408,7 +199,7 @@ static void lab03_assemble_layout(lab03_ctx *cx, lab03_exp_a *a) {
             if (a->layout.sizes[k][gi] == 0) {
                 memcpy(row, rec + 2, (size_t)n * sizeof(int));
                 a->layout.sizes[k][gi] = n;
-            } else if (!lab03_same_list(row, a->layout.sizes[k][gi], rec + 2, n)) {
+            } else if (!lab_ints_same_list(row, a->layout.sizes[k][gi], rec + 2, n)) {
                 a->verified = 0;
                 if (!a->problem[0])
                     snprintf(a->problem, sizeof a->problem,
@@ -419,12 +210,12 @@ static void lab03_assemble_layout(lab03_ctx *cx, lab03_exp_a *a) {
         for (int g = 0; g < ng; g++) {
             int n = mc_grid_group_members(&cx->grid, (mc_group_kind)k, g, planned, W);
             int got = a->layout.sizes[k][g];
-            if (!lab03_same_list(a->layout.members[k] + (size_t)g * W, got, planned, n)) {
+            if (!lab_ints_same_list(a->layout.members[k] + (size_t)g * W, got, planned, n)) {
                 a->verified = 0;
                 if (!a->problem[0]) {
                     char want[128], have[128], label[48];
-                    lab03_format_list(want, sizeof want, planned, n);
-                    lab03_format_list(have, sizeof have, a->layout.members[k] + (size_t)g * W,
+                    lab_format_ints(want, sizeof want, planned, n);
+                    lab_format_ints(have, sizeof have, a->layout.members[k] + (size_t)g * W,
                                       got);
                     lab03_group_label(label, sizeof label, k, g);
                     snprintf(a->problem, sizeof a->problem, "%s planned %s, observed %s", label,
@@ -447,7 +238,7 @@ static void lab03_assemble_layout(lab03_ctx *cx, lab03_exp_a *a) {
 
 /* Each rank's creation sequence: the (kind, index) pairs it walked, gathered and compared
    with rank 0's, together with the number of collective creations its state reports. */
-static void lab03_check_sequences(lab03_ctx *cx, lab03_exp_a *a) {
+static void lab03_check_sequences(lab_ctx *cx, lab03_exp_a *a) {
     int W = cx->world_size;
     int same_len = 1;
     a->world_calls_min = a->world_calls_max = a->info[INFO_SEQ_DELTA];
@@ -458,10 +249,10 @@ static void lab03_check_sequences(lab03_ctx *cx, lab03_exp_a *a) {
         if (info[INFO_SEQ_DELTA] < a->world_calls_min) a->world_calls_min = info[INFO_SEQ_DELTA];
         if (info[INFO_SEQ_DELTA] > a->world_calls_max) a->world_calls_max = info[INFO_SEQ_DELTA];
     }
-    int *mine = lab03_xcalloc((size_t)a->plan_len, sizeof *mine);
+    int *mine = lab_xcalloc((size_t)a->plan_len, sizeof *mine);
     for (int i = 0; i < a->plan_len; i++)
         mine[i] = (int)a->plan[i].kind * 65536 + a->plan[i].index;
-    int *all = lab03_xcalloc((size_t)a->plan_len * (size_t)W, sizeof *all);
+    int *all = lab_xcalloc((size_t)a->plan_len * (size_t)W, sizeof *all);
     a->sequence_identical = 0;
     if (same_len && a->plan_len > 0) {
         MC_CHECK(lab_all_gather_i32(cx->world, mine, all, (size_t)a->plan_len));
@@ -474,7 +265,7 @@ static void lab03_check_sequences(lab03_ctx *cx, lab03_exp_a *a) {
     free(all);
 }
 
-static void lab03_print_layout(lab03_ctx *cx, const lab03_exp_a *a) {
+static void lab03_print_layout(lab_ctx *cx, const lab03_exp_a *a) {
     static const int show_order[] = {
         MC_GROUP_TP, MC_GROUP_DP, MC_GROUP_PP, MC_GROUP_CP, MC_GROUP_DP_CP, MC_GROUP_MP,
         MC_GROUP_EMBEDDING, MC_GROUP_POSITION_EMBEDDING, MC_GROUP_TP_DP, MC_GROUP_TP_DP_CP,
@@ -491,7 +282,7 @@ static void lab03_print_layout(lab03_ctx *cx, const lab03_exp_a *a) {
         int shown = ng < 16 ? ng : 16;
         for (int g = 0; g < shown && len < sizeof line - 64; g++) {
             char item[256];
-            lab03_format_list(item, sizeof item, a->layout.members[k] + (size_t)g * W,
+            lab_format_ints(item, sizeof item, a->layout.members[k] + (size_t)g * W,
                               a->layout.sizes[k][g]);
             len += (size_t)snprintf(line + len, sizeof line - len, " %s", item);
         }
@@ -501,7 +292,7 @@ static void lab03_print_layout(lab03_ctx *cx, const lab03_exp_a *a) {
 }
 
 /* The probe rank's groups, as its own records reported them. */
-static const int *lab03_probe_group(const lab03_ctx *cx, const lab03_exp_a *a, int kind,
+static const int *lab03_probe_group(const lab_ctx *cx, const lab03_exp_a *a, int kind,
                                     int *n) {
     int stride = lab03_rec_stride(cx->world_size);
     const int *rec = a->records + ((size_t)cx->probe * MC_GROUP_COUNT + (size_t)kind) * stride;
@@ -509,7 +300,7 @@ static const int *lab03_probe_group(const lab03_ctx *cx, const lab03_exp_a *a, i
     return rec + 2;
 }
 
-static void lab03_print_probe(lab03_ctx *cx, const lab03_exp_a *a) {
+static void lab03_print_probe(lab_ctx *cx, const lab03_exp_a *a) {
     const int *info = a->info + (size_t)cx->probe * INFO_COUNT;
     lab_printf0("probe rank %d: tp_rank %d, cp_rank %d, dp_rank %d, pp_rank %d | first stage %s,"
                 " last stage %s, in embedding group %s\n",
@@ -527,39 +318,86 @@ static void lab03_print_probe(lab03_ctx *cx, const lab03_exp_a *a) {
         if (n < 0)
             snprintf(item, sizeof item, "none");
         else
-            lab03_format_list(item, sizeof item, m, n);
+            lab_format_ints(item, sizeof item, m, n);
         len += (size_t)snprintf(line + len, sizeof line - len, " %s %s",
                                 mc_group_kind_name((mc_group_kind)kinds[i]), item);
     }
     lab_printf0("%s\n", line);
 }
 
-static void lab03_experiment_a(lab03_ctx *cx, lab03_exp_a *a) {
+/* {"tp": f(tp), ...} over every kind; null where this rank has no group of the kind. */
+static cJSON *lab03_per_kind(const mc_parallel_state *ps,
+                             int (*f)(const mc_parallel_state *, mc_group_kind)) {
+    cJSON *o = cJSON_CreateObject();
+    for (int k = 0; k < MC_GROUP_COUNT; k++) {
+        const char *name = mc_group_kind_name((mc_group_kind)k);
+        if (mc_parallel_group(ps, (mc_group_kind)k) != NULL)
+            cJSON_AddNumberToObject(o, name, f(ps, (mc_group_kind)k));
+        else
+            cJSON_AddNullToObject(o, name);
+    }
+    return o;
+}
+
+/* What the library's getters return on this rank (Megatron's get_*_rank / _world_size /
+   _src_rank, the stage predicates and three special groups' members). */
+static cJSON *lab03_getters_json(const lab_ctx *cx, const mc_parallel_state *ps) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "rank", cx->me);
+    cJSON_AddItemToObject(o, "group_rank", lab03_per_kind(ps, mc_parallel_rank));
+    cJSON_AddItemToObject(o, "group_size", lab03_per_kind(ps, mc_parallel_size));
+    cJSON_AddItemToObject(o, "src_rank", lab03_per_kind(ps, mc_parallel_src_rank));
+    static const char *const preds[] = {"is_first_stage", "is_last_stage", "in_embedding_group"};
+    int (*const fn[])(const mc_parallel_state *, int) = {
+        mc_parallel_is_first_stage, mc_parallel_is_last_stage, mc_parallel_in_embedding_group};
+    char key[64];
+    for (int i = 0; i < 3; i++) {
+        cJSON_AddBoolToObject(o, preds[i], fn[i](ps, 0));
+        snprintf(key, sizeof key, "%s_ignore_virtual", preds[i]);
+        cJSON_AddBoolToObject(o, key, fn[i](ps, 1));
+    }
+    static const int lists[] = {MC_GROUP_EMBEDDING, MC_GROUP_POSITION_EMBEDDING, MC_GROUP_MP};
+    for (int i = 0; i < 3; i++) {
+        mc_comm *c = mc_parallel_group(ps, (mc_group_kind)lists[i]);
+        snprintf(key, sizeof key, "%s_group", mc_group_kind_name((mc_group_kind)lists[i]));
+        cJSON_AddItemToObject(o, key, c != NULL ? lab_json_int_array(c->world_ranks, c->size)
+                                                : cJSON_CreateNull());
+    }
+    return o;
+}
+
+static int lab03_experiment_a(lab_ctx *cx, lab03_exp_a *a) {
     int W = cx->world_size;
-    memset(a, 0, sizeof *a);
-    lab_printf0("\n== A. initialize_model_parallel on real communicators ==\n");
-    lab_printf0("backend: %s (%s)\n", mc_backend_name(cx->world->backend), cx->backend_reason);
+    memset(a, 0, sizeof *a);   /* the parallel state starts zeroed (init never reads it) */
+    lab_heading(cx, "A. initialize_model_parallel on real communicators");
+    lab_printf0("backend: %s (%s)\n", cx->backend.backend, cx->backend.backend_reason);
 
     a->plan_len = mc_grid_creation_plan(&cx->grid, NULL, 0);
     MC_CHECK(a->plan_len < 0 ? a->plan_len : MC_OK);
-    a->plan = lab03_xcalloc((size_t)a->plan_len, sizeof *a->plan);
+    a->plan = lab_xcalloc((size_t)a->plan_len, sizeof *a->plan);
     mc_grid_creation_plan(&cx->grid, a->plan, a->plan_len);
 
     int seq_before = cx->world->create_seq;
+    lab_heap_stats heap0, heap1;
+    lab_heap_stats_get(&heap0);
     double t0 = lab_now();
     mc_parallel_desc pd = {.world = cx->world, .grid = cx->grid.desc};
     MC_CHECK(mc_parallel_init(&a->ps, &pd));
     a->init_seconds = lab_now() - t0;
+    lab_heap_stats_get(&heap1);
+    a->heap_bytes = heap1.live_bytes - heap0.live_bytes;
+    a->getters = lab_json_from_rank(
+        cx, cx->me == cx->probe ? lab03_getters_json(cx, &a->ps) : NULL, cx->probe);
 
     int stride = lab03_rec_stride(W);
-    int *rec = lab03_xcalloc((size_t)MC_GROUP_COUNT * stride, sizeof *rec);
+    int *rec = lab_xcalloc((size_t)MC_GROUP_COUNT * stride, sizeof *rec);
     int info[INFO_COUNT];
     memset(info, 0, sizeof info);
     lab03_collect_local(cx, a, rec, info);
     info[INFO_SEQ_DELTA] = cx->world->create_seq - seq_before;
 
-    a->records = lab03_xcalloc((size_t)W * MC_GROUP_COUNT * stride, sizeof *a->records);
-    a->info = lab03_xcalloc((size_t)W * INFO_COUNT, sizeof *a->info);
+    a->records = lab_xcalloc((size_t)W * MC_GROUP_COUNT * stride, sizeof *a->records);
+    a->info = lab_xcalloc((size_t)W * INFO_COUNT, sizeof *a->info);
     MC_CHECK(lab_all_gather_i32(cx->world, rec, a->records, (size_t)MC_GROUP_COUNT * stride));
     MC_CHECK(lab_all_gather_i32(cx->world, info, a->info, INFO_COUNT));
     free(rec);
@@ -588,6 +426,9 @@ static void lab03_experiment_a(lab03_ctx *cx, lab03_exp_a *a) {
         lab03_print_layout(cx, a);
         lab03_print_probe(cx, a);
     }
+    lab_check(cx, a->verified, "every group's members match the plan");
+    lab_check(cx, a->sequence_identical, "the creation sequence is the same on every rank");
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -636,13 +477,13 @@ static void lab03_walk_event(lab03_walk *w, int outcome, int call, const mc_plan
 }
 
 /* One creation (or a skip) plus its membership check. Returns 0 to go on, 1 to stop. */
-static int lab03_walk_step(lab03_ctx *cx, mc_comm *parent, lab03_walk_mode mode,
+static int lab03_walk_step(lab_ctx *cx, mc_comm *parent, lab03_walk_mode mode,
                            const mc_plan_entry *e, int *call, double walk_start,
                            lab03_walk *w, int *planned, int *observed) {
     int W = cx->world_size;
     int n = mc_grid_group_members(&cx->grid, e->kind, e->index, planned, W);
     MC_CHECK(n < 0 ? n : MC_OK);
-    int member = lab03_contains(planned, n, cx->me);
+    int member = lab_ints_contain(planned, n, cx->me);
     int embedding = e->kind == MC_GROUP_EMBEDDING;
     mc_comm *child = NULL;
     int rc;
@@ -686,11 +527,11 @@ static int lab03_walk_step(lab03_ctx *cx, mc_comm *parent, lab03_walk_mode mode,
     return 0;
 }
 
-static void lab03_walk_plan(lab03_ctx *cx, const lab03_exp_a *a, mc_comm *parent,
+static void lab03_walk_plan(lab_ctx *cx, const lab03_exp_a *a, mc_comm *parent,
                             lab03_walk_mode mode, lab03_walk *w) {
     int W = cx->world_size;
-    int *planned = lab03_xcalloc((size_t)W, sizeof *planned);
-    int *observed = lab03_xcalloc((size_t)W, sizeof *observed);
+    int *planned = lab_xcalloc((size_t)W, sizeof *planned);
+    int *observed = lab_xcalloc((size_t)W, sizeof *observed);
     int call = 0;
     double start = lab_now();
     for (int i = 0; i < a->plan_len; i++)
@@ -728,17 +569,17 @@ static const int *lab03_walk_rec(const int *all, int rank, int W) {
 /* "1,3,5" */
 static void lab03_format_ranks(char *out, size_t cap, const int *ranks, int n) {
     char list[512];
-    lab03_format_list(list, sizeof list, ranks, n);
+    lab_format_ints(list, sizeof list, ranks, n);
     size_t len = strlen(list);
     if (len >= 2) list[len - 1] = '\0';
     snprintf(out, cap, "%s", list + 1);
 }
 
-static void lab03_describe_hang(const lab03_ctx *cx, const int *all, lab03_walk_summary *s) {
+static void lab03_describe_hang(const lab_ctx *cx, const int *all, lab03_walk_summary *s) {
     int W = cx->world_size;
     const int *r = lab03_walk_rec(all, s->rank, W);
-    int *waiting = lab03_xcalloc((size_t)W, sizeof(int));
-    int *absent = lab03_xcalloc((size_t)W, sizeof(int));
+    int *waiting = lab_xcalloc((size_t)W, sizeof(int));
+    int *absent = lab_xcalloc((size_t)W, sizeof(int));
     int n_wait = 0, n_absent = 0, absent_calls = -1, absent_skipped = 0;
     for (int q = 0; q < W; q++) {
         const int *rq = lab03_walk_rec(all, q, W);
@@ -751,9 +592,9 @@ static void lab03_describe_hang(const lab03_ctx *cx, const int *all, lab03_walk_
         }
     }
     char wl[512], al[512], planned_txt[128];
-    int *planned = lab03_xcalloc((size_t)W, sizeof(int));
+    int *planned = lab_xcalloc((size_t)W, sizeof(int));
     int n = mc_grid_group_members(&cx->grid, (mc_group_kind)r[W_KIND], r[W_GROUP], planned, W);
-    lab03_format_list(planned_txt, sizeof planned_txt, planned, n < 0 ? 0 : n);
+    lab_format_ints(planned_txt, sizeof planned_txt, planned, n < 0 ? 0 : n);
     lab03_format_ranks(wl, sizeof wl, waiting, n_wait);
     lab03_format_ranks(al, sizeof al, absent, n_absent);
     int used = snprintf(s->detail, sizeof s->detail,
@@ -772,7 +613,7 @@ static void lab03_describe_hang(const lab03_ctx *cx, const int *all, lab03_walk_
     free(absent);
 }
 
-static void lab03_summarize_walk(const lab03_ctx *cx, const int *all, const double *alld,
+static void lab03_summarize_walk(const lab_ctx *cx, const int *all, const double *alld,
                                  lab03_walk_summary *s) {
     int W = cx->world_size;
     s->outcome = LAB03_OK;
@@ -818,12 +659,12 @@ static void lab03_summarize_walk(const lab03_ctx *cx, const int *all, const doub
     if (s->outcome == LAB03_HANG) {
         lab03_describe_hang(cx, all, s);
     } else if (s->outcome == LAB03_WRONG_MEMBERSHIP) {
-        int *planned = lab03_xcalloc((size_t)W, sizeof(int));
+        int *planned = lab_xcalloc((size_t)W, sizeof(int));
         int n = mc_grid_group_members(&cx->grid, (mc_group_kind)r[W_KIND], r[W_GROUP],
                                       planned, W);
         char have[256], want[256];
-        lab03_format_list(have, sizeof have, r + W_OBS, r[W_N_OBS]);
-        lab03_format_list(want, sizeof want, planned, n < 0 ? 0 : n);
+        lab_format_ints(have, sizeof have, r + W_OBS, r[W_N_OBS]);
+        lab_format_ints(want, sizeof want, planned, n < 0 ? 0 : n);
         snprintf(s->detail, sizeof s->detail,
                  "rank %d joined a communicator of %d ranks %s for a group planned as %s "
                  "(%s, creation call #%d)",
@@ -838,9 +679,9 @@ static void lab03_summarize_walk(const lab03_ctx *cx, const int *all, const doub
 
 /* A private copy of the world: the creation calls of B and C stay off the world's own
    sequence, and B's leftovers (unmatched operations) can never reach the world. */
-static mc_comm *lab03_copy_world(lab03_ctx *cx, double timeout_s) {
+static mc_comm *lab03_copy_world(lab_ctx *cx, double timeout_s) {
     int W = cx->world_size;
-    int *all = lab03_xcalloc((size_t)W, sizeof *all);
+    int *all = lab_xcalloc((size_t)W, sizeof *all);
     for (int i = 0; i < W; i++) all[i] = i;
     mc_comm *copy = NULL;
     MC_CHECK(mc_comm_create_group(cx->world, all, W, &copy));
@@ -849,26 +690,26 @@ static mc_comm *lab03_copy_world(lab03_ctx *cx, double timeout_s) {
     return copy;
 }
 
-static void lab03_run_walk(lab03_ctx *cx, const lab03_exp_a *a, lab03_walk_mode mode,
+static void lab03_run_walk(lab_ctx *cx, const lab03_exp_a *a, lab03_walk_mode mode,
                            double timeout_s, lab03_walk_summary *s) {
     int W = cx->world_size;
     memset(s, 0, sizeof *s);
     s->timeout_s = timeout_s;
-    s->rank_outcomes = lab03_xcalloc((size_t)W, sizeof(int));
-    s->rank_calls = lab03_xcalloc((size_t)W, sizeof(int));
-    s->rank_skipped = lab03_xcalloc((size_t)W, sizeof(int));
+    s->rank_outcomes = lab_xcalloc((size_t)W, sizeof(int));
+    s->rank_calls = lab_xcalloc((size_t)W, sizeof(int));
+    s->rank_skipped = lab_xcalloc((size_t)W, sizeof(int));
 
     mc_comm *copy = lab03_copy_world(cx, timeout_s);
     lab03_walk w;
-    w.rec = lab03_xcalloc((size_t)(W_OBS + W), sizeof(int));
+    w.rec = lab_xcalloc((size_t)(W_OBS + W), sizeof(int));
     memset(w.d, 0, sizeof w.d);
     lab03_walk_plan(cx, a, copy, mode, &w);
     /* The copy is deliberately never destroyed: after a timeout it may hold an operation
        that will never complete, and freeing it under that operation is not allowed. */
 
     /* Meet again on the world (its own, longer timeout) and share the records. */
-    int *all = lab03_xcalloc((size_t)W * (size_t)(W_OBS + W), sizeof(int));
-    double *alld = lab03_xcalloc((size_t)W * WD_COUNT, sizeof(double));
+    int *all = lab_xcalloc((size_t)W * (size_t)(W_OBS + W), sizeof(int));
+    double *alld = lab_xcalloc((size_t)W * WD_COUNT, sizeof(double));
     MC_CHECK(lab_all_gather_i32(cx->world, w.rec, all, (size_t)(W_OBS + W)));
     MC_CHECK(lab_all_gather_f64(cx->world, w.d, alld, WD_COUNT));
     lab03_summarize_walk(cx, all, alld, s);
@@ -877,7 +718,7 @@ static void lab03_run_walk(lab03_ctx *cx, const lab03_exp_a *a, lab03_walk_mode 
     free(w.rec);
 }
 
-static void lab03_print_walk(const lab03_ctx *cx, const lab03_walk_summary *s) {
+static void lab03_print_walk(const lab_ctx *cx, const lab03_walk_summary *s) {
     lab_printf0("outcome: %s", lab03_outcome_name(s->outcome));
     if (s->outcome != LAB03_OK)
         lab_printf0(" at creation call #%d (%s) after %.2f s", s->call_index, s->group,
@@ -896,19 +737,20 @@ static void lab03_print_walk(const lab03_ctx *cx, const lab03_walk_summary *s) {
     lab_printf0("%s\n", line);
 }
 
-static void lab03_experiment_b(lab03_ctx *cx, const lab03_exp_a *a, double timeout_s,
+static int lab03_experiment_b(lab_ctx *cx, const lab03_exp_a *a, double timeout_s,
                                lab03_walk_summary *s) {
-    lab_printf0("\n== B. only the members create each embedding group (the bug) ==\n");
+    lab_heading(cx, "B. only the members create each embedding group (the bug)");
     lab_printf0("same %d-call plan on a copy of the world; embedding groups paired by call "
                 "position (verify=0) and called by members only; timeout %.1f s per call\n",
                 a->plan_len, timeout_s);
     lab03_run_walk(cx, a, LAB03_WALK_BUG, timeout_s, s);
     lab03_print_walk(cx, s);
+    return LAB_RAN;
 }
 
-static void lab03_experiment_c(lab03_ctx *cx, const lab03_exp_a *a, double timeout_s,
+static int lab03_experiment_c(lab_ctx *cx, const lab03_exp_a *a, double timeout_s,
                                lab03_walk_summary *s) {
-    lab_printf0("\n== C. the same groups created member-locally ==\n");
+    lab_heading(cx, "C. the same groups created member-locally");
     lab_printf0("embedding groups made with mc_comm_create_group_local by their members only "
                 "(one tag per group); the other kinds collectively\n");
     lab03_run_walk(cx, a, LAB03_WALK_LOCAL, timeout_s, s);
@@ -919,6 +761,8 @@ static void lab03_experiment_c(lab03_ctx *cx, const lab03_exp_a *a, double timeo
         strncat(s->detail, more, sizeof s->detail - strlen(s->detail) - 1);
     }
     lab03_print_walk(cx, s);
+    lab_check(cx, s->outcome == LAB03_OK, "member-local creation of the embedding groups works");
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -947,10 +791,10 @@ static void lab03_swap_dp_pp(const char *order, char *out, size_t cap) {
     }
 }
 
-static void lab03_plan_check_run(lab03_ctx *cx, lab03_plan_check *pc) {
+static int lab03_plan_check_run(lab_ctx *cx, lab03_plan_check *pc) {
     memset(pc, 0, sizeof *pc);
     int W = cx->world_size;
-    lab_printf0("\n== Plan check: one rank disagrees about the plan ==\n");
+    lab_heading(cx, "Plan check: one rank disagrees about the plan");
     lab03_swap_dp_pp(cx->grid.order, pc->odd_order, sizeof pc->odd_order);
     mc_grid odd;
     mc_grid_desc od = cx->grid.desc;
@@ -975,7 +819,7 @@ static void lab03_plan_check_run(lab03_ctx *cx, lab03_plan_check *pc) {
     double secs = lab_now() - t0;
     snprintf(pc->message, sizeof pc->message, "%s", rc == MC_OK ? "" : mc_last_error());
 
-    int *codes = lab03_xcalloc((size_t)W, sizeof(int));
+    int *codes = lab_xcalloc((size_t)W, sizeof(int));
     MC_CHECK(lab_all_gather_i32(cx->world, &rc, codes, 1));
     double slowest = 0.0;
     MC_CHECK(lab_all_reduce_f64(cx->world, &secs, &slowest, 1, MC_MAX));
@@ -993,6 +837,9 @@ static void lab03_plan_check_run(lab03_ctx *cx, lab03_plan_check *pc) {
     lab_printf0("outcome: %s in %.3f s; %s on %s\n", lab03_outcome_name(pc->outcome), pc->seconds,
                 mc_err_name(pc->status0), pc->all_mismatch ? "every rank" : "some ranks");
     if (pc->message[0]) lab_printf0("  rank 0: %s\n", pc->message);
+    lab_check(cx, pc->outcome == LAB03_ERROR,
+              "the plan check refuses a rank that plans other groups");
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1032,13 +879,14 @@ static int lab03_ends_with_pp(const char *order) {
 }
 
 /* Builds the variant's groups with mc_parallel_init on this world and checks each one. */
-static int lab03_followup_on_comms(lab03_ctx *cx, lab03_followup *f) {
+static int lab03_followup_on_comms(lab_ctx *cx, lab03_followup *f) {
     mc_parallel_state fps;
+    memset(&fps, 0, sizeof fps);   /* the struct init writes (it never reads it) */
     mc_parallel_desc pd = {.world = cx->world, .grid = f->grid.desc};
     MC_CHECK(mc_parallel_init(&fps, &pd));
     int W = cx->world_size;
-    int *planned = lab03_xcalloc((size_t)W, sizeof(int));
-    int *observed = lab03_xcalloc((size_t)W, sizeof(int));
+    int *planned = lab_xcalloc((size_t)W, sizeof(int));
+    int *observed = lab_xcalloc((size_t)W, sizeof(int));
     int ok = 1;
     for (int i = 0; i < LAB03_N_FOLLOWUP_KINDS; i++) {
         int k = lab03_followup_kinds[i];
@@ -1061,17 +909,17 @@ static int lab03_followup_on_comms(lab03_ctx *cx, lab03_followup *f) {
     return all_ok;
 }
 
-static void lab03_followup_run(lab03_ctx *cx, lab03_followup *f) {
+static int lab03_followup_run(lab_ctx *cx, lab03_followup *f) {
     memset(f, 0, sizeof *f);
     f->spec = &lab03_variants[cx->variant - 1];
-    lab_printf0("\n== Follow-up M003-F%d: %s ==\n", cx->variant, f->spec->what);
+    lab_heading(cx, "Follow-up M003-F%d: %s", cx->variant, f->spec->what);
     mc_grid_desc d = {.world = f->spec->world, .tp = f->spec->tp, .cp = f->spec->cp,
                       .pp = f->spec->pp, .order = f->spec->order};
     f->grid_status = mc_grid_init(&f->grid, &d);
     if (f->grid_status != MC_OK) {
         snprintf(f->grid_error, sizeof f->grid_error, "%s", mc_last_error());
         lab_printf0("the rank grid refused the variant: %s\n", f->grid_error);
-        return;
+        return LAB_RAN;
     }
     f->probe = lab_probe_in_world(cx->probe_base, f->spec->world);
     const char *order = f->spec->order != NULL ? f->spec->order : f->grid.order;
@@ -1086,13 +934,15 @@ static void lab03_followup_run(lab03_ctx *cx, lab03_followup *f) {
     }
     lab_printf0("dp_size %d, order %s (resolved %s): %s\n", f->grid.dp, order, f->grid.order,
                 f->order_accepted ? "accepted" : "Megatron's order assert would fire");
-    if (f->built)
+    if (f->built) {
         lab_printf0("built on this run's %d ranks with mc_parallel_init: membership %s\n",
                     cx->world_size, f->verified ? "verified" : "MISMATCH");
-    else
+        lab_check(cx, f->verified, "the follow-up variant's groups match its plan");
+    } else
         lab_printf0("world %d differs from this run's %d ranks: groups from the rank grid only"
                     " (mpirun -np %d to build them)\n",
                     f->spec->world, cx->world_size, f->spec->world);
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1107,7 +957,7 @@ typedef struct lab03_timing {
 
 static const int lab03_timing_kinds[3] = {MC_GROUP_TP, MC_GROUP_DP, MC_GROUP_PP};
 
-static double lab03_time_one(lab03_ctx *cx, mc_comm *g, void *send, void *recv, size_t count) {
+static double lab03_time_one(lab_ctx *cx, mc_comm *g, void *send, void *recv, size_t count) {
     double times[LAB03_TIMING_REPEATS];
     MC_CHECK(mc_all_reduce(g, send, recv, count, MC_F32, MC_SUM));   /* warm-up */
     for (int i = 0; i < LAB03_TIMING_REPEATS; i++) {
@@ -1121,13 +971,13 @@ static double lab03_time_one(lab03_ctx *cx, mc_comm *g, void *send, void *recv, 
     return lab_median(times, LAB03_TIMING_REPEATS) * 1000.0;
 }
 
-static void lab03_timing_run(lab03_ctx *cx, lab03_exp_a *a, lab03_timing *t) {
+static int lab03_timing_run(lab_ctx *cx, lab03_exp_a *a, lab03_timing *t) {
     memset(t, 0, sizeof *t);
-    lab_printf0("\n== Timing: all-reduce in the TP, DP and PP groups ==\n");
+    lab_heading(cx, "Timing: all-reduce in the TP, DP and PP groups");
     /* 64 MiB as in the lab text on GPUs; 4 MiB keeps 8 CPU ranks on 2 cores quick. */
     t->bytes = cx->world->backend == MC_BACKEND_NCCL ? (size_t)64 << 20 : (size_t)4 << 20;
     size_t count = t->bytes / sizeof(float);
-    float *host = lab03_xcalloc(count, sizeof(float));
+    float *host = lab_xcalloc(count, sizeof(float));
     for (size_t i = 0; i < count; i++) host[i] = (float)(i % 7);
     for (int i = 0; i < 3; i++) {
         mc_comm *g = mc_parallel_group(&a->ps, (mc_group_kind)lab03_timing_kinds[i]);
@@ -1145,12 +995,13 @@ static void lab03_timing_run(lab03_ctx *cx, lab03_exp_a *a, lab03_timing *t) {
                 "pp %.2f ms (size %d)\n",
                 t->bytes, LAB03_TIMING_REPEATS, t->ms[0], t->size[0], t->ms[1], t->size[1],
                 t->ms[2], t->size[2]);
+    return LAB_RAN;
 }
 
 /* ---------------------------------------------------------------------------------------------
    results/lab03.json (the contract the grader reads) */
 
-static cJSON *lab03_layout_json(const lab03_ctx *cx, const lab03_layout *l, int kind) {
+static cJSON *lab03_layout_json(const lab_ctx *cx, const lab03_layout *l, int kind) {
     cJSON *arr = cJSON_CreateArray();
     for (int g = 0; g < l->n_groups[kind]; g++)
         cJSON_AddItemToArray(arr, lab_json_int_array(l->members[kind] + (size_t)g * cx->world_size,
@@ -1158,68 +1009,7 @@ static cJSON *lab03_layout_json(const lab03_ctx *cx, const lab03_layout *l, int 
     return arr;
 }
 
-static cJSON *lab03_grid_groups_json(const mc_grid *grid, int kind) {
-    cJSON *arr = cJSON_CreateArray();
-    int ng = mc_grid_num_groups(grid, (mc_group_kind)kind);
-    int *m = lab03_xcalloc((size_t)grid->desc.world, sizeof(int));
-    for (int g = 0; g < ng; g++) {
-        int n = mc_grid_group_members(grid, (mc_group_kind)kind, g, m, grid->desc.world);
-        cJSON_AddItemToArray(arr, lab_json_int_array(m, n < 0 ? 0 : n));
-    }
-    free(m);
-    return arr;
-}
-
-/* The members of `rank`'s group of `kind` in the grid, or null when it has none. */
-static cJSON *lab03_grid_group_of_json(const mc_grid *grid, int kind, int rank) {
-    int gi = -1;
-    if (mc_grid_group_of(grid, (mc_group_kind)kind, rank, &gi, NULL) != MC_OK || gi < 0)
-        return cJSON_CreateNull();
-    int *m = lab03_xcalloc((size_t)grid->desc.world, sizeof(int));
-    int n = mc_grid_group_members(grid, (mc_group_kind)kind, gi, m, grid->desc.world);
-    cJSON *arr = lab_json_int_array(m, n < 0 ? 0 : n);
-    free(m);
-    return arr;
-}
-
-static cJSON *lab03_config_json(const lab03_ctx *cx) {
-    const mc_grid_desc *d = &cx->grid.desc;
-    cJSON *c = cJSON_CreateObject();
-    cJSON_AddNumberToObject(c, "world", cx->world_size);
-    cJSON_AddNumberToObject(c, "tp", d->tp);
-    cJSON_AddNumberToObject(c, "pp", d->pp);
-    cJSON_AddNumberToObject(c, "cp", d->cp);
-    cJSON_AddNumberToObject(c, "ep", d->ep);
-    cJSON_AddNumberToObject(c, "etp", d->etp);
-    cJSON_AddNumberToObject(c, "vpp", d->vpp);
-    cJSON_AddStringToObject(c, "order", cx->grid.order);
-    cJSON_AddStringToObject(c, "backend", mc_backend_name(cx->world->backend));
-    cJSON_AddStringToObject(c, "backend_reason", cx->backend_reason);
-    cJSON_AddStringToObject(c, "mpi_library", cx->mpi_library);
-    if (cx->nccl_version[0])
-        cJSON_AddStringToObject(c, "nccl_version", cx->nccl_version);
-    else
-        cJSON_AddNullToObject(c, "nccl_version");
-    cJSON_AddNumberToObject(c, "gpus", cx->gpus);
-    cJSON_AddNumberToObject(c, "timeout_seconds", cx->world->timeout_s);
-    return c;
-}
-
-static cJSON *lab03_predictions_json(const lab03_ctx *cx) {
-    cJSON *p = cJSON_CreateObject();
-    cJSON_AddBoolToObject(p, "present_at_run", cx->pred_present);
-    if (cx->pred_hash[0])
-        cJSON_AddStringToObject(p, "hash", cx->pred_hash);
-    else
-        cJSON_AddNullToObject(p, "hash");
-    cJSON_AddStringToObject(p, "time", cx->pred_time);
-    cJSON_AddNumberToObject(p, "filled_blocks", cx->pred_blocks);
-    cJSON_AddStringToObject(p, "answers_path", cx->args->answers_path);
-    cJSON_AddBoolToObject(p, "template_written_by_run", cx->answers_written);
-    return p;
-}
-
-static cJSON *lab03_probe_json(const lab03_ctx *cx, const lab03_exp_a *a) {
+static cJSON *lab03_probe_json(const lab_ctx *cx, const lab03_exp_a *a) {
     const int *info = a->info + (size_t)cx->probe * INFO_COUNT;
     cJSON *p = cJSON_CreateObject();
     cJSON_AddNumberToObject(p, "rank", cx->probe);
@@ -1253,7 +1043,7 @@ static cJSON *lab03_sequence_json(const lab03_exp_a *a) {
     return arr;
 }
 
-static cJSON *lab03_walk_json(const lab03_ctx *cx, const lab03_walk_summary *s) {
+static cJSON *lab03_walk_json(const lab_ctx *cx, const lab03_walk_summary *s) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "outcome", lab03_outcome_name(s->outcome));
     if (s->outcome == LAB03_OK) {
@@ -1264,9 +1054,9 @@ static cJSON *lab03_walk_json(const lab03_ctx *cx, const lab03_walk_summary *s) 
         cJSON_AddStringToObject(o, "group", s->group);
         cJSON_AddNumberToObject(o, "rank", s->rank);
     }
-    cJSON_AddNumberToObject(o, "seconds", lab03_round_s(s->seconds));
+    cJSON_AddNumberToObject(o, "seconds", lab_round_s(s->seconds));
     cJSON_AddNumberToObject(o, "timeout_seconds", s->timeout_s);
-    cJSON_AddNumberToObject(o, "walk_seconds", lab03_round_s(s->walk_seconds));
+    cJSON_AddNumberToObject(o, "walk_seconds", lab_round_s(s->walk_seconds));
     cJSON_AddStringToObject(o, "detail", s->detail);
     if (s->first_rank >= 0) {
         cJSON *f = cJSON_AddObjectToObject(o, "first_failure");
@@ -1287,7 +1077,7 @@ static cJSON *lab03_walk_json(const lab03_ctx *cx, const lab03_walk_summary *s) 
 static cJSON *lab03_plan_check_json(const lab03_plan_check *pc) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "outcome", lab03_outcome_name(pc->outcome));
-    cJSON_AddNumberToObject(o, "seconds", lab03_round_s(pc->seconds));
+    cJSON_AddNumberToObject(o, "seconds", lab_round_s(pc->seconds));
     cJSON_AddStringToObject(o, "message", pc->message);
     cJSON_AddStringToObject(o, "status", mc_err_name(pc->status0));
     cJSON_AddBoolToObject(o, "every_rank_refused", pc->all_mismatch);
@@ -1298,7 +1088,7 @@ static cJSON *lab03_plan_check_json(const lab03_plan_check *pc) {
     return o;
 }
 
-static cJSON *lab03_followup_json(const lab03_ctx *cx, const lab03_followup *f) {
+static cJSON *lab03_followup_json(const lab_ctx *cx, const lab03_followup *f) {
     cJSON *o = cJSON_CreateObject();
     char variant[8];
     snprintf(variant, sizeof variant, "F%d", cx->variant);
@@ -1322,7 +1112,7 @@ static cJSON *lab03_followup_json(const lab03_ctx *cx, const lab03_followup *f) 
     for (int i = 0; i < LAB03_N_FOLLOWUP_KINDS; i++) {
         int k = lab03_followup_kinds[i];
         cJSON_AddItemToObject(groups, mc_group_kind_name((mc_group_kind)k),
-                              lab03_grid_groups_json(g, k));
+                              lab_json_grid_groups(g, (mc_group_kind)k));
     }
     mc_rank_coords rc;
     memset(&rc, 0, sizeof rc);
@@ -1341,7 +1131,8 @@ static cJSON *lab03_followup_json(const lab03_ctx *cx, const lab03_followup *f) 
         {MC_GROUP_CP, "cp_group"}, {MC_GROUP_DP_CP, "dp_cp_group"}, {MC_GROUP_MP, "mp_group"},
         {MC_GROUP_EMBEDDING, "embedding_group"}};
     for (size_t i = 0; i < sizeof pg / sizeof pg[0]; i++)
-        cJSON_AddItemToObject(p, pg[i].key, lab03_grid_group_of_json(g, pg[i].kind, f->probe));
+        cJSON_AddItemToObject(p, pg[i].key,
+                              lab_json_grid_group_of(g, (mc_group_kind)pg[i].kind, f->probe));
     cJSON_AddBoolToObject(o, "order_accepted", f->order_accepted);
     cJSON_AddBoolToObject(o, "order_assert_would_fire", f->order_assert_would_fire);
     cJSON_AddBoolToObject(o, "built_on_communicators", f->built);
@@ -1353,9 +1144,9 @@ static cJSON *lab03_timing_json(const lab03_timing *t) {
     if (!t->done) return cJSON_CreateNull();
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "allreduce_bytes", (double)t->bytes);
-    cJSON_AddNumberToObject(o, "tp_ms", lab03_round_ms(t->ms[0]));
-    cJSON_AddNumberToObject(o, "dp_ms", lab03_round_ms(t->ms[1]));
-    cJSON_AddNumberToObject(o, "pp_ms", lab03_round_ms(t->ms[2]));
+    cJSON_AddNumberToObject(o, "tp_ms", lab_round_ms(t->ms[0]));
+    cJSON_AddNumberToObject(o, "dp_ms", lab_round_ms(t->ms[1]));
+    cJSON_AddNumberToObject(o, "pp_ms", lab_round_ms(t->ms[2]));
     cJSON_AddNumberToObject(o, "tp_size", t->size[0]);
     cJSON_AddNumberToObject(o, "dp_size", t->size[1]);
     cJSON_AddNumberToObject(o, "pp_size", t->size[2]);
@@ -1364,16 +1155,616 @@ static cJSON *lab03_timing_json(const lab03_timing *t) {
     return o;
 }
 
-typedef struct lab03_results {
+
+/* ---------------------------------------------------------------------------------------------
+   Experiment M: a tiny GPT built with mc_gpt_init on the parallel state of A. The parallel
+   state only holds communicators; the model's sizes, the layer split over the pipeline and
+   the tensor-parallel shards are decided when the model is built. */
+
+typedef struct lab03_model {
+    mc_gpt_config config;
+    int status;                    /* mc_gpt_init's (the same on every rank) */
+    cJSON *probe;                  /* the probe rank's shard (all ranks) */
+    int *holders;                  /* per layer: how many ranks hold it */
+    int covered;                   /* every layer is held by world / pp ranks */
+} lab03_model;
+
+/* Layers divisible by PP (x VPP), heads by TP; the rest small enough for 2 cores. */
+static mc_gpt_config lab03_model_config(const lab_ctx *cx) {
+    const mc_grid_desc *d = &cx->grid.desc;
+    int stages = d->pp * (d->vpp > 0 ? d->vpp : 1);
+    int heads = 4 % d->tp == 0 ? 4 : d->tp;
+    return (mc_gpt_config){
+        .num_layers = stages >= 2 ? stages : 2, .hidden_size = 16 * heads,
+        .num_attention_heads = heads, .vocab_size = 64, .seq_length = 8, .micro_batch_size = 1,
+        .tensor_model_parallel_size = d->tp, .pipeline_model_parallel_size = d->pp,
+        .virtual_pipeline_model_parallel_size = d->vpp, .seed = 1234};
+}
+
+/* This rank's shard: the layers it holds (flags[l] set), its tensors, and the shapes of the
+   first layer's weights and of the embedding / output it holds (local vs global). */
+static cJSON *lab03_shard_json(const lab_ctx *cx, const mc_gpt *g, int *flags) {
+    cJSON *o = cJSON_CreateObject(), *layers = cJSON_CreateArray();
+    cJSON *params = cJSON_CreateArray();
+    long long elems = 0;
+    int first = -1;
+    for (int i = 0; i < g->table.count; i++) {
+        const mc_param_info *p = &g->table.info[i];
+        elems += (long long)p->numel;
+        if (p->layer >= 0 && !flags[p->layer]) {
+            flags[p->layer] = 1;
+            cJSON_AddItemToArray(layers, cJSON_CreateNumber(p->layer));
+            if (first < 0) first = p->layer;
+        }
+        if ((p->layer != first && p->layer != -1) || p->ndim != 2) continue;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", p->name);
+        cJSON_AddItemToObject(e, "global_shape", lab_json_int_array(p->global_shape, 2));
+        cJSON_AddItemToObject(e, "local_shape", lab_json_int_array(p->local_shape, 2));
+        cJSON_AddItemToObject(e, "partition_dim", p->partition_dim >= 0
+                                                      ? cJSON_CreateNumber(p->partition_dim)
+                                                      : cJSON_CreateNull());
+        cJSON_AddItemToArray(params, e);
+    }
+    cJSON_AddNumberToObject(o, "rank", cx->me);
+    cJSON_AddNumberToObject(o, "pp_rank", g->pp_rank);
+    cJSON_AddNumberToObject(o, "tp_rank", g->tp_rank);
+    cJSON_AddItemToObject(o, "layers", layers);
+    cJSON_AddBoolToObject(o, "pre_process", mc_gpt_is_pre_process(g, 0));
+    cJSON_AddBoolToObject(o, "post_process", mc_gpt_is_post_process(g, g->n_chunks - 1));
+    cJSON_AddNumberToObject(o, "param_tensors", g->table.count);
+    cJSON_AddNumberToObject(o, "param_elements", (double)elems);
+    cJSON_AddNumberToObject(o, "param_bytes", (double)elems * (double)sizeof(float));
+    cJSON_AddItemToObject(o, "params", params);
+    return o;
+}
+
+/* Every layer must sit on world / pp ranks (the TP x DP x CP replicas of its stage). */
+static void lab03_count_holders(lab_ctx *cx, lab03_model *md, const int *flags) {
+    int L = md->config.num_layers, W = cx->world_size;
+    int *all = lab_xcalloc((size_t)L * (size_t)W, sizeof *all);
+    MC_CHECK(lab_all_gather_i32(cx->world, flags, all, (size_t)L));
+    md->holders = lab_xcalloc((size_t)L, sizeof *md->holders);
+    md->covered = 1;
+    for (int l = 0; l < L; l++) {
+        for (int r = 0; r < W; r++) md->holders[l] += all[(size_t)r * L + l];
+        if (md->holders[l] != W / cx->grid.desc.pp) md->covered = 0;
+    }
+    free(all);
+}
+
+static double lab03_num(const cJSON *o, const char *key) {
+    return cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(o, key));
+}
+
+static void lab03_print_model(const lab_ctx *cx, const lab03_model *md) {
+    const cJSON *p = md->probe;
+    char *layers = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(p, "layers"));
+    lab_printf0("GPT: %d layers, hidden %d, %d heads; probe rank %d (pp_rank %.0f, tp_rank %.0f)"
+                " holds layers %s%s%s: %.0f tensors, %.0f bytes of parameters\n",
+                md->config.num_layers, md->config.hidden_size, md->config.num_attention_heads,
+                cx->probe, lab03_num(p, "pp_rank"), lab03_num(p, "tp_rank"), layers,
+                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "pre_process")) ? " + embedding"
+                                                                                 : "",
+                cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "post_process")) ? " + output"
+                                                                                  : "",
+                lab03_num(p, "param_tensors"), lab03_num(p, "param_bytes"));
+    free(layers);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(p, "params")) {
+        char *g = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(e, "global_shape"));
+        char *l = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(e, "local_shape"));
+        lab_printf0("  %-52s global %-9s local %s\n",
+                    cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(e, "name")), g, l);
+        free(g);
+        free(l);
+    }
+    lab_printf0("heap the probe rank's calls left allocated: mc_parallel_init %.0f bytes, "
+                "mc_gpt_init %.0f bytes; every layer on %d ranks (world / pp): %s\n",
+                lab03_num(p, "parallel_state_heap_bytes"), lab03_num(p, "model_heap_bytes"),
+                cx->world_size / cx->grid.desc.pp, md->covered ? "yes" : "NO");
+}
+
+static int lab03_experiment_model(lab_ctx *cx, const lab03_exp_a *a, lab03_model *md) {
+    lab_heading(cx, "M. The model on top of the same parallel state");
+    md->config = lab03_model_config(cx);
+    int *flags = lab_xcalloc((size_t)md->config.num_layers, sizeof *flags);
+    mc_gpt g;
+    lab_heap_stats before, after;
+    lab_heap_stats_get(&before);
+    md->status = mc_gpt_init(&g, &(mc_gpt_desc){.config = md->config,
+                                                 .ps = (mc_parallel_state *)&a->ps});
+    lab_heap_stats_get(&after);
+    cJSON *mine = NULL;
+    if (md->status == MC_OK) {
+        md->config = g.config;   /* resolved: padded vocabulary, ffn size */
+        mine = lab03_shard_json(cx, &g, flags);
+        cJSON_AddNumberToObject(mine, "parallel_state_heap_bytes", (double)a->heap_bytes);
+        cJSON_AddNumberToObject(mine, "model_heap_bytes",
+                                (double)(after.live_bytes - before.live_bytes));
+        mc_gpt_free(&g);
+    } else {   /* the config is the same on every rank: so is the verdict */
+        lab_printf0("mc_gpt_init refused this layout (%s): %s\n", mc_err_name(md->status),
+                    mc_last_error());
+    }
+    md->probe = lab_json_from_rank(cx, cx->me == cx->probe ? mine : (cJSON_Delete(mine), NULL),
+                                   cx->probe);
+    if (md->status == MC_OK) {
+        lab03_count_holders(cx, md, flags);
+        lab03_print_model(cx, md);
+        lab_check(cx, md->covered, "every layer of the model is on world / pp ranks");
+    }
+    free(flags);
+    return LAB_RAN;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   Experiment D (the follow-up): rank s (the probe) swaps the creation calls of its groups of
+   two kinds. Run unverified, creation pairs callers by position (verify = 0, as
+   torch.distributed.new_group): s ends up holding each of the two groups under the other's
+   name, every call succeeds, and the all-reduces that follow (started on every group a rank
+   holds, in plan order, then waited for, so no rank waits on another's order) return wrong
+   sums. Run verified, the member-list check stops the first swapped call on every rank with
+   MC_ERR_PLAN_MISMATCH naming both lists. */
+
+static const int lab03_d_kinds[LAB03_N_VARIANTS][2] = {
+    {MC_GROUP_TP, MC_GROUP_DP}, {MC_GROUP_DP, MC_GROUP_PP}, {MC_GROUP_TP, MC_GROUP_PP}};
+
+enum { LAB03_D_MAX_WRONG = 64 };
+
+typedef struct lab03_wrong {
+    int rank, kind, got, expected;
+} lab03_wrong;
+
+typedef struct lab03_d_run {
+    int outcome;
+    int n_wrong;
+    lab03_wrong wrong[LAB03_D_MAX_WRONG];
+    int error_ranks, timeout_ranks, size_mismatches;
+    int call_index;          /* first failing creation call, -1 if none */
+    int status;              /* its status (rank 0's) */
+    double seconds;          /* slowest rank: from the walk's start to its failure or end */
+    char message[768];       /* rank 0's error message */
+    char detail[768];
+} lab03_d_run;
+
+typedef struct lab03_exp_d {
+    int swap_rank;
+    int kinds[2], groups[2];           /* s's group of each kind */
+    int calls[2];                      /* their plan positions */
+    char lists[2][128];                /* their members */
+    lab03_d_run unverified, verified;
+} lab03_exp_d;
+
+/* a rank's record, all-gathered: status, failing call, timeout, size mismatches, wrong sums */
+enum { DR_STATUS, DR_CALL, DR_TIMEOUT, DR_SIZE_BAD, DR_N_WRONG, DR_WRONG };
+#define LAB03_DR_LEN (DR_WRONG + 3 * MC_GROUP_COUNT)
+
+static int lab03_planned_sum(const lab_ctx *cx, int kind, int *n_out) {
+    int gi = -1, sum = 0;
+    int *m = lab_xcalloc((size_t)cx->world_size, sizeof *m);
+    mc_grid_group_of(&cx->grid, (mc_group_kind)kind, cx->me, &gi, NULL);
+    int n = gi >= 0 ? mc_grid_group_members(&cx->grid, (mc_group_kind)kind, gi, m,
+                                            cx->world_size)
+                    : 0;
+    for (int i = 0; i < n; i++) sum += m[i];
+    free(m);
+    *n_out = n;
+    return sum;
+}
+
+/* Starts an all-reduce of this rank's world rank on every group it holds (plan order), then
+   waits for each: the values each group really sums, whatever name the rank gave it. */
+static void lab03_d_sums(lab_ctx *cx, const lab03_exp_a *a, mc_comm **held, int *rec) {
+    int order[MC_GROUP_COUNT], n_order = 0, seen[MC_GROUP_COUNT] = {0};
+    for (int i = 0; i < a->plan_len; i++)
+        if (!seen[a->plan[i].kind]) {
+            seen[a->plan[i].kind] = 1;
+            order[n_order++] = (int)a->plan[i].kind;
+        }
+    mc_request *req[MC_GROUP_COUNT] = {0};
+    void *buf[MC_GROUP_COUNT][2] = {{0}};
+    for (int i = 0; i < n_order; i++) {
+        mc_comm *c = held[order[i]];
+        if (c == NULL) continue;
+        buf[i][0] = mc_comm_alloc(c, sizeof(int));
+        buf[i][1] = mc_comm_alloc(c, sizeof(int));
+        if (buf[i][0] == NULL || buf[i][1] == NULL) MC_CHECK(MC_ERR_NO_MEMORY);
+        MC_CHECK(mc_comm_upload(c, buf[i][0], &cx->me, sizeof(int)));
+        MC_CHECK(mc_all_reduce_async(c, buf[i][0], buf[i][1], 1, MC_I32, MC_SUM, &req[i]));
+    }
+    for (int i = 0; i < n_order; i++) {
+        mc_comm *c = held[order[i]];
+        if (c == NULL) continue;
+        int rc = mc_wait(req[i]), got = 0, n_planned = 0;
+        if (rc != MC_OK) {   /* a timed-out operation may still write its buffers: keep them */
+            rec[DR_STATUS] = rec[DR_STATUS] != MC_OK ? rec[DR_STATUS] : rc;
+            rec[DR_TIMEOUT] |= rc == MC_ERR_TIMEOUT;
+            continue;
+        }
+        MC_CHECK(mc_comm_download(c, &got, buf[i][1], sizeof got));
+        mc_comm_free(c, buf[i][0]);
+        mc_comm_free(c, buf[i][1]);
+        int expected = lab03_planned_sum(cx, order[i], &n_planned);
+        if (c->size != n_planned) rec[DR_SIZE_BAD]++;
+        if (got != expected) {
+            int *w = rec + DR_WRONG + 3 * rec[DR_N_WRONG]++;
+            w[0] = order[i];
+            w[1] = got;
+            w[2] = expected;
+        }
+    }
+}
+
+static void lab03_d_summarize(const lab_ctx *cx, const int *all, lab03_d_run *out) {
+    int W = cx->world_size;
+    out->call_index = -1;
+    for (int r = 0; r < W; r++) {
+        const int *rec = all + (size_t)r * LAB03_DR_LEN;
+        if (rec[DR_TIMEOUT]) out->timeout_ranks++;
+        else if (rec[DR_STATUS] != MC_OK) out->error_ranks++;
+        out->size_mismatches += rec[DR_SIZE_BAD];
+        if (rec[DR_CALL] >= 0 && (out->call_index < 0 || rec[DR_CALL] < out->call_index))
+            out->call_index = rec[DR_CALL];
+        for (int k = 0; k < rec[DR_N_WRONG] && out->n_wrong < LAB03_D_MAX_WRONG; k++) {
+            const int *w = rec + DR_WRONG + 3 * k;
+            out->wrong[out->n_wrong++] = (lab03_wrong){r, w[0], w[1], w[2]};
+        }
+    }
+    out->status = all[DR_STATUS];
+    out->outcome = out->timeout_ranks      ? LAB03_HANG
+                   : out->error_ranks      ? LAB03_ERROR
+                   : out->size_mismatches  ? LAB03_WRONG_MEMBERSHIP
+                   : out->n_wrong          ? LAB03_SILENT_WRONG
+                                           : LAB03_OK;
+    int failed = out->error_ranks + out->timeout_ranks;
+    size_t len = 0;
+    if (failed)
+        len = (size_t)snprintf(out->detail, sizeof out->detail, "%d rank%s failed (%d timed out)",
+                               failed, failed == 1 ? "" : "s", out->timeout_ranks);
+    else
+        len = (size_t)snprintf(out->detail, sizeof out->detail,
+                               "every creation call and every all-reduce returned MC_OK");
+    if (out->size_mismatches)
+        len += (size_t)snprintf(out->detail + len, sizeof out->detail - len,
+                                "; %d group handle%s of the wrong size", out->size_mismatches,
+                                out->size_mismatches == 1 ? "" : "s");
+    len += (size_t)snprintf(out->detail + len, sizeof out->detail - len,
+                            "; %d all-reduce%s returned a wrong sum", out->n_wrong,
+                            out->n_wrong == 1 ? "" : "s");
+    for (int i = 0; i < out->n_wrong && len + 80 < sizeof out->detail; i++)
+        len += (size_t)snprintf(out->detail + len, sizeof out->detail - len,
+                                "%s rank %d %s got %d (expected %d)", i ? ";" : ":",
+                                out->wrong[i].rank,
+                                mc_group_kind_name((mc_group_kind)out->wrong[i].kind),
+                                out->wrong[i].got, out->wrong[i].expected);
+}
+
+/* One run of D on a fresh copy of the world. */
+static void lab03_d_walk(lab_ctx *cx, const lab03_exp_a *a, const lab03_exp_d *d, int verify,
+                         lab03_d_run *out) {
+    int W = cx->world_size, me = cx->me;
+    memset(out, 0, sizeof *out);
+    mc_comm *copy = lab03_copy_world(cx, cx->call_timeout_s);
+    snprintf(copy->name, sizeof copy->name, "%s", verify ? "copy_d_verified" : "copy_d");
+    mc_comm *held[MC_GROUP_COUNT] = {0};
+    int *planned = lab_xcalloc((size_t)W, sizeof *planned);
+    int rec[LAB03_DR_LEN] = {0};
+    rec[DR_CALL] = -1;
+    double t0 = lab_now();
+    for (int idx = 0; idx < a->plan_len; idx++) {
+        int kind = (int)a->plan[idx].kind, index = a->plan[idx].index;
+        if (me == d->swap_rank && (idx == d->calls[0] || idx == d->calls[1])) {
+            int other = idx == d->calls[0] ? 1 : 0;   /* the call of the other kind */
+            kind = d->kinds[other];
+            index = d->groups[other];
+        }
+        int n = mc_grid_group_members(&cx->grid, (mc_group_kind)kind, index, planned, W);
+        mc_comm *child = NULL;
+        int rc = mc_comm_create_group_ex(copy, planned, n, verify, &child);
+        if (rc != MC_OK) {
+            rec[DR_STATUS] = rc;
+            rec[DR_CALL] = idx;
+            rec[DR_TIMEOUT] = rc == MC_ERR_TIMEOUT;
+            if (me == 0) snprintf(out->message, sizeof out->message, "%s", mc_last_error());
+            break;
+        }
+        if (child != NULL) held[kind] = child;   /* kept as the group this rank asked for */
+    }
+    if (rec[DR_STATUS] == MC_OK) lab03_d_sums(cx, a, held, rec);
+    double mine = lab_now() - t0;
+    int *all = lab_xcalloc((size_t)W * LAB03_DR_LEN, sizeof *all);
+    MC_CHECK(lab_all_gather_i32(cx->world, rec, all, LAB03_DR_LEN));
+    MC_CHECK(lab_all_reduce_f64(cx->world, &mine, &out->seconds, 1, MC_MAX));
+    lab03_d_summarize(cx, all, out);
+    /* Nothing is pending unless a call timed out: then the communicators are left alone. */
+    if (out->timeout_ranks == 0) {
+        for (int k = 0; k < MC_GROUP_COUNT; k++) mc_comm_destroy(held[k]);
+        mc_comm_destroy(copy);
+    }
+    free(all);
+    free(planned);
+}
+
+/* The probe's groups of the variant's two kinds, and where the plan creates them. */
+static void lab03_d_plan(lab_ctx *cx, const lab03_exp_a *a, lab03_exp_d *d) {
+    int W = cx->world_size;
+    int *m = lab_xcalloc((size_t)W, sizeof *m);
+    d->swap_rank = cx->probe;
+    for (int i = 0; i < 2; i++) {
+        d->kinds[i] = lab03_d_kinds[cx->variant - 1][i];
+        MC_CHECK(mc_grid_group_of(&cx->grid, (mc_group_kind)d->kinds[i], d->swap_rank,
+                                  &d->groups[i], NULL));
+        int n = mc_grid_group_members(&cx->grid, (mc_group_kind)d->kinds[i], d->groups[i], m, W);
+        lab_format_ints(d->lists[i], sizeof d->lists[i], m, n);
+        d->calls[i] = -1;
+        for (int p = 0; p < a->plan_len; p++)
+            if ((int)a->plan[p].kind == d->kinds[i] && a->plan[p].index == d->groups[i])
+                d->calls[i] = p;
+    }
+    free(m);
+}
+
+static int lab03_experiment_d(lab_ctx *cx, const lab03_exp_a *a, lab03_exp_d *d) {
+    memset(d, 0, sizeof *d);
+    lab03_d_plan(cx, a, d);
+    const char *ka = mc_group_kind_name((mc_group_kind)d->kinds[0]);
+    const char *kb = mc_group_kind_name((mc_group_kind)d->kinds[1]);
+    lab_heading(cx, "D. rank %d swaps the creation calls of its %s and %s groups (follow-up "
+                    "M003-F%d)", d->swap_rank, ka, kb, cx->variant);
+    lab_printf0("plan: call #%d creates %s[%d] = %s, call #%d creates %s[%d] = %s; rank %d "
+                "makes each of the two calls with the other's members, every other rank "
+                "follows the %d-call plan; then every rank all-reduces its world rank in each "
+                "group it holds\n",
+                d->calls[0], ka, d->groups[0], d->lists[0], d->calls[1], kb, d->groups[1],
+                d->lists[1], d->swap_rank, a->plan_len);
+    lab03_d_walk(cx, a, d, 0, &d->unverified);
+    lab_printf0("unverified (paired by call position, verify=0): %s\n  %s\n",
+                lab03_outcome_name(d->unverified.outcome), d->unverified.detail);
+    lab03_d_walk(cx, a, d, 1, &d->verified);
+    lab_printf0("verified (member lists compared, verify=1): %s",
+                lab03_outcome_name(d->verified.outcome));
+    if (d->verified.call_index >= 0)
+        lab_printf0(" at call #%d after %.3f s (%s)", d->verified.call_index, d->verified.seconds,
+                    mc_err_name(d->verified.status));
+    lab_printf0("\n");
+    if (d->verified.message[0]) lab_printf0("  rank 0: %s\n", d->verified.message);
+    if (strcmp(d->lists[0], d->lists[1]) == 0) {   /* e.g. TP = DP = 1: nothing to swap */
+        lab_printf0("  (both groups are %s in this layout: the swap changes no call)\n",
+                    d->lists[0]);
+        return LAB_RAN;
+    }
+    lab_check(cx, d->unverified.outcome != LAB03_OK,
+              "the swapped creation calls show up when paired by position");
+    lab_check(cx, d->verified.outcome == LAB03_ERROR && d->verified.status == MC_ERR_PLAN_MISMATCH,
+              "the member-list check refuses the swapped calls");
+    return LAB_RAN;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   Destroy: mc_parallel_destroy, watched through the driver's allocator: the handles (the
+   mc_comm structs) of the groups as they are freed, and the heap given back. */
+
+typedef struct lab03_destroy {
+    int reverse, released;         /* on every rank: reverse creation order; all given back */
+    cJSON *probe;                  /* the probe rank's record (all ranks) */
+} lab03_destroy;
+
+typedef struct lab03_watch {
+    mc_comm *handles[MC_GROUP_COUNT];
+    int order[MC_GROUP_COUNT], n;  /* kinds, in the order their handles were freed */
+} lab03_watch;
+
+static void lab03_on_free(void *ptr, void *user) {
+    lab03_watch *w = user;
+    for (int k = 0; k < MC_GROUP_COUNT; k++)
+        if (ptr != NULL && ptr == w->handles[k]) {
+            w->order[w->n++] = k;
+            w->handles[k] = NULL;
+        }
+}
+
+static int lab03_experiment_destroy(lab_ctx *cx, lab03_exp_a *a, lab03_destroy *ds) {
+    lab_heading(cx, "Destroy: mc_parallel_destroy");
+    lab03_watch w;
+    memset(&w, 0, sizeof w);
+    int expected[MC_GROUP_COUNT], held = 0, seen[MC_GROUP_COUNT] = {0};
+    for (int i = a->plan_len - 1; i >= 0; i--) {   /* kinds in reverse creation order */
+        int k = (int)a->plan[i].kind;
+        if (seen[k]++) continue;
+        w.handles[k] = mc_parallel_group(&a->ps, (mc_group_kind)k);
+        if (w.handles[k] != NULL) expected[held++] = k;
+    }
+    lab_heap_stats before, after;
+    lab_heap_stats_get(&before);
+    lab_heap_watch_frees(lab03_on_free, &w);
+    MC_CHECK(mc_parallel_destroy(&a->ps));
+    lab_heap_watch_frees(NULL, NULL);
+    lab_heap_stats_get(&after);
+    a->destroyed = 1;
+    int nulls = 1;
+    for (int k = 0; k < MC_GROUP_COUNT; k++)
+        nulls &= mc_parallel_group(&a->ps, (mc_group_kind)k) == NULL;
+    long long freed = before.live_bytes - after.live_bytes;
+    int ok[2] = {w.n == held && memcmp(w.order, expected, sizeof(int) * (size_t)held) == 0,
+                 w.n == held && nulls && freed == a->heap_bytes};
+    int all[2] = {0, 0};
+    MC_CHECK(lab_all_reduce_i32(cx->world, ok, all, 2, MC_MIN));
+    ds->reverse = all[0];
+    ds->released = all[1];
+    cJSON *mine = NULL;
+    if (cx->me == cx->probe) {
+        mine = cJSON_CreateObject();
+        cJSON_AddNumberToObject(mine, "rank", cx->me);
+        cJSON_AddNumberToObject(mine, "groups_held", held);
+        cJSON_AddNumberToObject(mine, "groups_destroyed", w.n);
+        cJSON *order = cJSON_AddArrayToObject(mine, "order");
+        for (int i = 0; i < w.n; i++)
+            cJSON_AddItemToArray(order, cJSON_CreateString(mc_group_kind_name(w.order[i])));
+        cJSON_AddNumberToObject(mine, "heap_bytes_released", (double)freed);
+    }
+    ds->probe = lab_json_from_rank(cx, mine, cx->probe);
+    char *order = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(ds->probe, "order"));
+    lab_printf0("probe rank %d released %.0f of its %.0f group handles, in the order %s\n",
+                cx->probe, lab03_num(ds->probe, "groups_destroyed"),
+                lab03_num(ds->probe, "groups_held"), order);
+    lab_printf0("reverse of the creation order on every rank: %s; every getter returns NULL "
+                "and the heap mc_parallel_init took is back on every rank: %s\n",
+                ds->reverse ? "yes" : "NO", ds->released ? "yes" : "NO");
+    free(order);
+    lab_check(cx, ds->reverse, "groups are destroyed in reverse creation order");
+    lab_check(cx, ds->released, "mc_parallel_destroy releases every handle");
+    return LAB_RAN;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   results/lab03.json "facts": the parts of M, D and destroy */
+
+static cJSON *lab03_model_json(const lab03_model *md) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *c = cJSON_AddObjectToObject(o, "config");
+    cJSON_AddNumberToObject(c, "num_layers", md->config.num_layers);
+    cJSON_AddNumberToObject(c, "hidden_size", md->config.hidden_size);
+    cJSON_AddNumberToObject(c, "num_attention_heads", md->config.num_attention_heads);
+    cJSON_AddNumberToObject(c, "ffn_hidden_size", md->config.ffn_hidden_size);
+    cJSON_AddNumberToObject(c, "vocab_size", md->config.vocab_size);
+    cJSON_AddBoolToObject(o, "built", md->status == MC_OK);
+    if (md->status != MC_OK || md->probe == NULL) return o;
+    cJSON_AddItemToObject(o, "probe", cJSON_Duplicate(md->probe, 1));
+    cJSON_AddItemToObject(o, "layer_holders",
+                          lab_json_int_array(md->holders, md->config.num_layers));
+    cJSON_AddBoolToObject(o, "every_layer_on_world_over_pp_ranks", md->covered);
+    /* measured on the probe rank: what each call left on the library's heap */
+    double ps_bytes = lab03_num(md->probe, "parallel_state_heap_bytes");
+    double params = lab03_num(md->probe, "param_bytes");
+    cJSON_AddNumberToObject(o, "parallel_state_heap_bytes", ps_bytes);
+    cJSON_AddNumberToObject(o, "param_bytes_before_model_init", 0);
+    cJSON_AddNumberToObject(o, "param_bytes_after_model_init", params);
+    cJSON_AddNumberToObject(o, "model_init_heap_bytes", lab03_num(md->probe, "model_heap_bytes"));
+    cJSON_AddBoolToObject(o, "parallel_state_allocates_params", ps_bytes >= params);
+    return o;
+}
+
+static cJSON *lab03_d_run_json(const lab03_d_run *r, int verified) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "outcome", lab03_outcome_name(r->outcome));
+    if (verified) {
+        cJSON_AddItemToObject(o, "call_index", r->call_index >= 0
+                                                   ? cJSON_CreateNumber(r->call_index)
+                                                   : cJSON_CreateNull());
+        cJSON_AddStringToObject(o, "status", r->call_index >= 0 ? mc_err_name(r->status) : "");
+        cJSON_AddNumberToObject(o, "seconds", lab_round_s(r->seconds));
+        cJSON_AddStringToObject(o, "message", r->message);
+        return o;
+    }
+    cJSON *w = cJSON_AddArrayToObject(o, "wrong");
+    for (int i = 0; i < r->n_wrong; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", r->wrong[i].rank);
+        cJSON_AddStringToObject(e, "kind", mc_group_kind_name((mc_group_kind)r->wrong[i].kind));
+        cJSON_AddNumberToObject(e, "got", r->wrong[i].got);
+        cJSON_AddNumberToObject(e, "expected", r->wrong[i].expected);
+        cJSON_AddItemToArray(w, e);
+    }
+    cJSON_AddBoolToObject(o, "any_call_failed", r->error_ranks + r->timeout_ranks > 0);
+    cJSON_AddBoolToObject(o, "any_call_timed_out", r->timeout_ranks > 0);
+    cJSON_AddNumberToObject(o, "size_mismatches", r->size_mismatches);
+    cJSON_AddStringToObject(o, "detail", r->detail);
+    return o;
+}
+
+static cJSON *lab03_d_json(const lab_ctx *cx, const lab03_exp_d *d) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "variant", cx->variant_name);
+    cJSON_AddNumberToObject(o, "swap_rank", d->swap_rank);
+    cJSON *kinds = cJSON_AddArrayToObject(o, "kinds");
+    cJSON *groups = cJSON_AddArrayToObject(o, "groups");
+    for (int i = 0; i < 2; i++) {
+        cJSON_AddItemToArray(kinds, cJSON_CreateString(mc_group_kind_name(d->kinds[i])));
+        cJSON *list = cJSON_Parse(d->lists[i]);
+        cJSON_AddItemToArray(groups, list != NULL ? list : cJSON_CreateNull());
+    }
+    cJSON_AddItemToObject(o, "swapped_calls", lab_json_int_array(d->calls, 2));
+    cJSON_AddBoolToObject(o, "swap_changes_members", strcmp(d->lists[0], d->lists[1]) != 0);
+    cJSON_AddItemToObject(o, "unverified", lab03_d_run_json(&d->unverified, 0));
+    cJSON_AddItemToObject(o, "verified", lab03_d_run_json(&d->verified, 1));
+    return o;
+}
+
+static cJSON *lab03_destroy_json(const lab03_destroy *ds) {
+    cJSON *o = ds->probe != NULL ? cJSON_Duplicate(ds->probe, 1) : cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "reverse_of_creation", ds->reverse);
+    cJSON_AddBoolToObject(o, "all_handles_released", ds->released);
+    cJSON_AddStringToObject(o, "measured", "the library's frees of each group handle and its "
+                                           "heap, through the lab's allocator, on every rank");
+    return o;
+}
+
+static void lab03_walk_summary_free(lab03_walk_summary *s) {
+    free(s->rank_outcomes);
+    free(s->rank_calls);
+    free(s->rank_skipped);
+}
+
+static const char lab03_summary[] =
+    "lab03 (M003): builds every group of Megatron's initialize_model_parallel on real\n"
+    "communicators, builds a tiny GPT on them, injects the \"only members create the group\"\n"
+    "bug, repeats it with member-local creation, shows the plan fingerprint check, swaps two\n"
+    "creation calls on one rank (with and without the check), destroys the groups, then\n"
+    "grades answers/lab03.md. Defaults: TP=2, PP=2 on 8 ranks (DP derived).";
+
+static const char lab03_specific[] =
+    "\nlab03: --timeout sets the per-call watchdog of experiments B, C and D (default 5 s);\n"
+    "       timing is on by default up to 8 ranks (--quick turns it off); LAB_VERBOSE=1\n"
+    "       shows the library's log.\n";
+
+/* ---------------------------------------------------------------------------------------------
+   The lab: its state, the experiments as the driver calls them, the facts */
+
+typedef struct lab03_state {
     lab03_exp_a a;
+    lab03_model model;
     lab03_walk_summary b, c;
     lab03_plan_check plan;
     lab03_followup followup;
+    lab03_exp_d d;
     lab03_timing timing;
-} lab03_results;
+    lab03_destroy destroy;
+} lab03_state;
 
-static cJSON *lab03_facts_json(const lab03_ctx *cx, const lab03_results *r) {
-    const lab03_exp_a *a = &r->a;
+/* The experiments as the driver calls them (each records its own checks). */
+#define LAB03_ST(cx) ((lab03_state *)(cx)->state)
+static int lab03_run_a(lab_ctx *cx) { return lab03_experiment_a(cx, &LAB03_ST(cx)->a); }
+static int lab03_run_model(lab_ctx *cx) {
+    return lab03_experiment_model(cx, &LAB03_ST(cx)->a, &LAB03_ST(cx)->model);
+}
+static int lab03_run_b(lab_ctx *cx) {
+    return lab03_experiment_b(cx, &LAB03_ST(cx)->a, cx->call_timeout_s, &LAB03_ST(cx)->b);
+}
+static int lab03_run_c(lab_ctx *cx) {
+    return lab03_experiment_c(cx, &LAB03_ST(cx)->a, cx->call_timeout_s, &LAB03_ST(cx)->c);
+}
+static int lab03_run_plan_check(lab_ctx *cx) {
+    return lab03_plan_check_run(cx, &LAB03_ST(cx)->plan);
+}
+static int lab03_run_followup(lab_ctx *cx) {
+    return lab03_followup_run(cx, &LAB03_ST(cx)->followup);
+}
+static int lab03_run_d(lab_ctx *cx) {
+    return lab03_experiment_d(cx, &LAB03_ST(cx)->a, &LAB03_ST(cx)->d);
+}
+static int lab03_run_destroy(lab_ctx *cx) {
+    return lab03_experiment_destroy(cx, &LAB03_ST(cx)->a, &LAB03_ST(cx)->destroy);
+}
+/* on by default up to 8 ranks (2 cores share them), off with --quick or --no-timing */
+static int lab03_run_timing(lab_ctx *cx) {
+    int wanted = cx->args->timing >= 0 ? cx->args->timing : cx->world_size <= 8 && !cx->args->quick;
+    return wanted ? lab03_timing_run(cx, &LAB03_ST(cx)->a, &LAB03_ST(cx)->timing) : LAB_SKIPPED;
+}
+
+static cJSON *lab03_facts(lab_ctx *cx) {
+    const lab03_state *st = cx->state;
+    const lab03_exp_a *a = &st->a;
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "dp_size", cx->grid.dp);
     cJSON_AddNumberToObject(f, "world", cx->world_size);
@@ -1389,233 +1780,99 @@ static cJSON *lab03_facts_json(const lab03_ctx *cx, const lab03_results *r) {
     for (size_t i = 0; i < sizeof flat / sizeof flat[0]; i++)
         cJSON_AddItemToObject(f, flat[i].key, lab03_layout_json(cx, &a->layout, flat[i].kind));
     cJSON_AddItemToObject(f, "probe", lab03_probe_json(cx, a));
+    cJSON_AddItemToObject(f, "getters", a->getters != NULL ? cJSON_Duplicate(a->getters, 1)
+                                                            : cJSON_CreateNull());
     cJSON_AddBoolToObject(f, "membership_verified", a->verified);
     cJSON_AddNumberToObject(f, "groups_created", a->plan_len);
-    cJSON_AddNumberToObject(f, "init_seconds", lab03_round_s(a->init_seconds));
+    cJSON_AddNumberToObject(f, "init_seconds", lab_round_s(a->init_seconds));
     cJSON_AddItemToObject(f, "creation_sequence", lab03_sequence_json(a));
     cJSON_AddBoolToObject(f, "creation_sequence_identical", a->sequence_identical);
     /* measured on the world communicator's own creation counter, every rank */
     cJSON *calls = cJSON_AddObjectToObject(f, "world_creation_calls");
     cJSON_AddNumberToObject(calls, "min", a->world_calls_min);
     cJSON_AddNumberToObject(calls, "max", a->world_calls_max);
-    cJSON_AddItemToObject(f, "exp_b", lab03_walk_json(cx, &r->b));
-    cJSON_AddItemToObject(f, "exp_c", lab03_walk_json(cx, &r->c));
-    cJSON_AddItemToObject(f, "plan_check", lab03_plan_check_json(&r->plan));
-    cJSON_AddItemToObject(f, "followup", lab03_followup_json(cx, &r->followup));
-    cJSON_AddItemToObject(f, "timing", lab03_timing_json(&r->timing));
+    cJSON_AddItemToObject(f, "model_shards", lab03_model_json(&st->model));
+    cJSON_AddItemToObject(f, "exp_b", lab03_walk_json(cx, &st->b));
+    cJSON_AddItemToObject(f, "exp_c", lab03_walk_json(cx, &st->c));
+    cJSON_AddItemToObject(f, "plan_check", lab03_plan_check_json(&st->plan));
+    cJSON_AddItemToObject(f, "followup", lab03_followup_json(cx, &st->followup));
+    cJSON_AddItemToObject(f, "exp_d", lab03_d_json(cx, &st->d));
+    cJSON_AddItemToObject(f, "timing", lab03_timing_json(&st->timing));
+    cJSON_AddItemToObject(f, "destroy", lab03_destroy_json(&st->destroy));
     return f;
 }
 
-static cJSON *lab03_results_json(const lab03_ctx *cx, const lab03_results *r) {
-    cJSON *doc = lab_results_new(LAB03_NAME, LAB03_QUESTION, LAB03_RUBRIC_VERSION);
-    cJSON_AddItemToObject(doc, "config", lab03_config_json(cx));
-    cJSON_AddStringToObject(doc, "nonce", cx->nonce);
-    cJSON_AddNumberToObject(doc, "probe_rank", cx->probe);
-    char variant[8];
-    snprintf(variant, sizeof variant, "F%d", cx->variant);
-    cJSON_AddStringToObject(doc, "followup_variant", variant);
-    cJSON_AddItemToObject(doc, "predictions", lab03_predictions_json(cx));
-    cJSON *run = cJSON_AddObjectToObject(doc, "run");
-    cJSON_AddStringToObject(run, "started", cx->started_iso);
-    cJSON_AddNumberToObject(run, "seconds", lab03_round_s(lab_now() - cx->started));
-    cJSON_AddItemToObject(doc, "facts", lab03_facts_json(cx, r));
-    return doc;
-}
-
-/* ---------------------------------------------------------------------------------------------
-   Summary of what was measured (rank 0), printed before the score table. */
-
-static void lab03_print_summary(const lab03_ctx *cx, const lab03_results *r) {
-    const lab03_exp_a *a = &r->a;
+/* What was measured, printed before the score table. */
+static void lab03_report(lab_ctx *cx) {
+    const lab03_state *st = cx->state;
+    const lab03_exp_a *a = &st->a;
     lab_printf0("\n== Measured ==\n");
     lab_printf0("dp_size %d; membership verified %s; %d groups created, sequence identical %s\n",
                 cx->grid.dp, a->verified ? "yes" : "no", a->plan_len,
                 a->sequence_identical ? "yes" : "no");
     lab_printf0("exp B %s, exp C %s, plan check %s; follow-up F%d dp_size %d%s\n",
-                lab03_outcome_name(r->b.outcome), lab03_outcome_name(r->c.outcome),
-                lab03_outcome_name(r->plan.outcome), cx->variant,
-                r->followup.grid_status == MC_OK ? r->followup.grid.dp : -1,
-                r->followup.built ? (r->followup.verified ? " (verified on communicators)"
-                                                           : " (communicators MISMATCH)")
-                                  : "");
+                lab03_outcome_name(st->b.outcome), lab03_outcome_name(st->c.outcome),
+                lab03_outcome_name(st->plan.outcome), cx->variant,
+                st->followup.grid_status == MC_OK ? st->followup.grid.dp : -1,
+                st->followup.built ? (st->followup.verified ? " (verified on communicators)"
+                                                             : " (communicators MISMATCH)")
+                                   : "");
+    lab_printf0("exp D (rank %d swaps %s/%s): unverified %s, verified %s; groups destroyed in "
+                "reverse order %s\n",
+                st->d.swap_rank, mc_group_kind_name((mc_group_kind)st->d.kinds[0]),
+                mc_group_kind_name((mc_group_kind)st->d.kinds[1]),
+                lab03_outcome_name(st->d.unverified.outcome),
+                lab03_outcome_name(st->d.verified.outcome),
+                st->destroy.reverse ? "yes" : "no");
 }
 
-/* ---------------------------------------------------------------------------------------------
-   The run */
-
-static const char lab03_summary[] =
-    "lab03 (M003): builds every group of Megatron's initialize_model_parallel on real\n"
-    "communicators, injects the \"only members create the group\" bug, repeats it with\n"
-    "member-local creation, shows the plan fingerprint check, then grades answers/lab03.md.\n"
-    "Defaults: TP=2, PP=2 on 8 ranks (DP derived).";
-
-static const char lab03_specific[] =
-    "\nlab03: --timeout sets the per-call watchdog of experiments B and C (default 5 s);\n"
-    "       timing is on by default up to 8 ranks; LAB_VERBOSE=1 shows the library's log.\n";
-
-/* Validates the sizes against this world; on failure every rank prints nothing but rank 0,
-   and all of them leave with LAB_EXIT_USAGE. */
-static int lab03_make_grid(lab03_ctx *cx) {
-    const lab_args *args = cx->args;
-    mc_grid_desc d = {
-        .world = cx->world_size,
-        .tp = args->tp ? args->tp : LAB03_DEFAULT_TP,
-        .pp = args->pp ? args->pp : LAB03_DEFAULT_PP,
-        .cp = args->cp,
-        .ep = args->ep,
-        .etp = args->etp,
-        .vpp = args->vpp,
-        .order = args->order,
-    };
-    int rc = mc_grid_init(&cx->grid, &d);
-    if (rc == MC_OK) return 0;
-    int cp = d.cp ? d.cp : 1;
-    int model = d.tp * d.pp * cp;
-    int suggest = ((cx->world_size + model - 1) / model) * model;
-    if (suggest < LAB03_DEFAULT_WORLD && LAB03_DEFAULT_WORLD % model == 0)
-        suggest = LAB03_DEFAULT_WORLD;
-    char cp_text[24] = "";
-    if (cp > 1) snprintf(cp_text, sizeof cp_text, " cp=%d", cp);
-    if (cx->world_size % model != 0)
-        lab_printf0("lab03 needs world %% (tp*pp*cp) == 0: got %d rank%s for tp=%d pp=%d%s; "
-                    "try mpirun -np %d\n",
-                    cx->world_size, cx->world_size == 1 ? "" : "s", d.tp, d.pp, cp_text,
-                    suggest);
-    else
-        lab_printf0("lab03 cannot lay out %d ranks with tp=%d pp=%d cp=%d ep=%d etp=%d "
-                    "order=%s:\n  %s: %s\n",
-                    cx->world_size, d.tp, d.pp, cp, d.ep ? d.ep : 1, d.etp ? d.etp : d.tp,
-                    d.order ? d.order : "tp-cp-ep-dp-pp", mc_err_name(rc), mc_last_error());
-    return LAB_EXIT_USAGE;
-}
-
-static void lab03_print_header(const lab03_ctx *cx) {
-    lab_printf0("lab03 / M003 initialize_model_parallel: world %d, tp %d, pp %d, cp %d, dp %d, "
-                "order %s\n",
-                cx->world_size, cx->grid.desc.tp, cx->grid.desc.pp, cx->grid.desc.cp, cx->grid.dp,
-                cx->grid.order);
-    lab_printf0("answers %s: nonce %s -> probe rank %d, follow-up F%d\n", cx->args->answers_path,
-                cx->nonce, cx->probe, cx->variant);
-    if (cx->me == 0)
-        lab_printf0("predictions at run time: %s (%d block%s filled, hash %s, %s)\n",
-                    cx->pred_present ? "present" : "not filled in", cx->pred_blocks,
-                    cx->pred_blocks == 1 ? "" : "s", cx->pred_hash[0] ? cx->pred_hash : "-",
-                    cx->pred_time);
-}
-
-static void lab03_walk_summary_free(lab03_walk_summary *s) {
-    free(s->rank_outcomes);
-    free(s->rank_calls);
-    free(s->rank_skipped);
-}
-
-/* Host memory only: the communicators of A are destroyed by mc_parallel_destroy. */
-static void lab03_results_free(lab03_results *r) {
-    free(r->a.plan);
-    free(r->a.info);
-    free(r->a.records);
+static void lab03_cleanup(lab_ctx *cx) {
+    lab03_state *st = cx->state;
+    lab03_exp_a *a = &st->a;
+    if (!a->destroyed && a->ps.initialized) MC_CHECK(mc_parallel_destroy(&a->ps));
+    free(a->plan);
+    free(a->info);
+    free(a->records);
     for (int k = 0; k < MC_GROUP_COUNT; k++) {
-        free(r->a.layout.members[k]);
-        free(r->a.layout.sizes[k]);
+        free(a->layout.members[k]);
+        free(a->layout.sizes[k]);
     }
-    lab03_walk_summary_free(&r->b);
-    lab03_walk_summary_free(&r->c);
-    free(r);
+    lab03_walk_summary_free(&st->b);
+    lab03_walk_summary_free(&st->c);
+    free(st->model.holders);
+    cJSON_Delete(st->model.probe);
+    cJSON_Delete(st->destroy.probe);
+    cJSON_Delete(a->getters);
 }
 
-static int lab03_exit_code(const lab03_results *r) {
-    int ok = r->a.verified && r->a.sequence_identical && r->c.outcome == LAB03_OK &&
-             r->plan.outcome == LAB03_ERROR &&
-             (!r->followup.built || r->followup.verified);
-    return ok ? LAB_EXIT_OK : LAB_EXIT_FAILED;
-}
+static const lab_experiment lab03_experiments[] = {
+    {"A", lab03_run_a},
+    {"M", lab03_run_model},
+    {"B", lab03_run_b},
+    {"C", lab03_run_c},
+    {"plan_check", lab03_run_plan_check},
+    {"followup", lab03_run_followup},
+    {"D", lab03_run_d},
+    {"timing", lab03_run_timing},
+    {"destroy", lab03_run_destroy},
+};
 
-static int lab03_run(const lab_args *args, int *argc, char ***argv) {
-    lab03_ctx cx;
-    memset(&cx, 0, sizeof cx);
-    cx.args = args;
-    cx.started = lab_now();
-    lab_iso8601_utc(cx.started_iso, sizeof cx.started_iso);
-    mc_setup(&(mc_desc){.logger = {.func = lab03_logger}});
+static const lab_spec lab03_spec = {
+    .name = "lab03",
+    .question = "M003",
+    .title = "initialize_model_parallel",
+    .summary = lab03_summary,
+    .usage = lab03_specific,
+    .default_world = 8,
+    .sizes = {.tp = 2, .pp = 2},
+    .call_timeout_s = 5.0,
+    .n_variants = LAB03_N_VARIANTS,
+    .experiments = lab03_experiments,
+    .n_experiments = (int)(sizeof lab03_experiments / sizeof lab03_experiments[0]),
+    .state_size = sizeof(lab03_state),
+    .facts = lab03_facts,
+    .report = lab03_report,
+    .cleanup = lab03_cleanup,
+};
 
-    /* The world must outwait B's watchdog: ranks that finished B wait on the world for the
-       ones still stuck in a call over the copy. */
-    double walk_timeout = args->timeout_s > 0 ? args->timeout_s : LAB03_B_TIMEOUT_S;
-    double world_timeout = 3.0 * walk_timeout > 30.0 ? 3.0 * walk_timeout : 0.0;
-    mc_comm_desc cd = {.backend = (mc_comm_backend)lab_backend_from_name(args->backend),
-                       .timeout_s = world_timeout, .argc = argc, .argv = argv};
-    MC_CHECK(mc_comm_init_world(&cx.world, &cd));
-    cx.me = cx.world->rank;
-    cx.world_size = cx.world->size;
-    lab_set_rank(cx.me);
-
-    if (lab03_make_grid(&cx) != 0) {
-        mc_comm_destroy(cx.world);
-        return LAB_EXIT_USAGE;
-    }
-    lab03_describe_backend(&cx);
-    lab03_step0_sheet(&cx);
-    lab03_print_header(&cx);
-
-    lab03_results *r = lab03_xcalloc(1, sizeof *r);
-    lab03_experiment_a(&cx, &r->a);
-    lab03_experiment_b(&cx, &r->a, walk_timeout, &r->b);
-    lab03_experiment_c(&cx, &r->a, walk_timeout, &r->c);
-    lab03_plan_check_run(&cx, &r->plan);
-    lab03_followup_run(&cx, &r->followup);
-    int timing = args->timing >= 0 ? args->timing : cx.world_size <= 8;
-    if (timing) lab03_timing_run(&cx, &r->a, &r->timing);
-
-    int write_rc = MC_OK;
-    if (cx.me == 0) {
-        cJSON *doc = lab03_results_json(&cx, r);
-        write_rc = lab_json_write_atomic(doc, args->results_path);
-        lab03_print_summary(&cx, r);
-        if (write_rc == MC_OK) lab_printf0("wrote %s\n", args->results_path);
-        if (args->json) {
-            char *text = cJSON_Print(doc);
-            if (text != NULL) lab_printf0("%s\n", text);
-            free(text);
-        }
-        cJSON_Delete(doc);
-    }
-    int exit_code = lab03_exit_code(r);
-    MC_CHECK(mc_parallel_destroy(&r->a.ps));
-    lab03_results_free(r);
-    MC_CHECK(mc_barrier(cx.world));
-    if (cx.me == 0 && write_rc == MC_OK) {
-        lab_printf0("\n== Grading %s ==\n", args->answers_path);
-        if (lab_grade(args, 1) < 0) exit_code = LAB_EXIT_FAILED;
-    } else if (write_rc != MC_OK) {
-        exit_code = LAB_EXIT_FAILED;
-    }
-    mc_comm_destroy(cx.world);
-    return exit_code;
-}
-
-int main(int argc, char **argv) {
-    lab_args args;
-    char err[256];
-    if (lab_parse_args(argc, argv, LAB03_NAME, &args, err, sizeof err) != 0) {
-        if (lab_launcher_rank() == 0) {
-            fprintf(stderr, "lab03: %s\n\n", err);
-            lab_print_usage(stderr, LAB03_NAME, NULL, lab03_specific);
-        }
-        return LAB_EXIT_USAGE;
-    }
-    if (args.help) {
-        if (lab_launcher_rank() == 0)
-            lab_print_usage(stdout, LAB03_NAME, lab03_summary, lab03_specific);
-        return LAB_EXIT_OK;
-    }
-    /* --init and --grade-only need no MPI: under mpirun only the first rank acts. */
-    if (args.init)
-        return lab_launcher_rank() == 0
-                   ? lab_init_answers(&args, LAB03_DEFAULT_WORLD, LAB03_N_VARIANTS, args.force)
-                   : LAB_EXIT_OK;
-    if (args.grade_only) {
-        if (lab_launcher_rank() != 0) return LAB_EXIT_OK;
-        return lab_grade(&args, 1) < 0 ? LAB_EXIT_FAILED : LAB_EXIT_OK;
-    }
-    return lab03_run(&args, &argc, &argv);
-}
+int main(int argc, char **argv) { return lab_main(argc, argv, &lab03_spec); }

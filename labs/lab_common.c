@@ -13,8 +13,6 @@
 
 #include <mpi.h>
 
-#include "grader.h"
-
 #if defined(MC_ENABLE_CUDA)
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -154,16 +152,23 @@ void lab_print_usage(FILE *f, const char *lab, const char *summary, const char *
             "  --order S          rank order, fastest axis first (default tp-cp-ep-dp-pp)\n"
             "  --backend NAME     auto (default), mpi, nccl or self\n"
             "  --timeout S        seconds before a call that never matches counts as a hang\n"
+            "  --distributed-timeout-minutes M   timeout of every collective on the world and\n"
+            "                     its groups (default: 30 s, or 3x --timeout when longer)\n"
             "  --timing / --no-timing   measure all-reduce times (default: lab decides)\n"
+            "  --quick            the lab's shortest meaningful run\n"
             "  --answers FILE     answer sheet (default answers/%s.md)\n"
             "  --results FILE     results document (default results/%s.json)\n"
             "  --rubric FILE      rubric (default labs/rubric/%s.json)\n"
+            "  --template FILE    answer-sheet template (default labs/templates/%s.md)\n"
+            "  --nonce HEX        use this 6-hex-digit nonce instead of the sheet's (tests)\n"
             "  --init             write the answer-sheet template with a fresh nonce, then exit\n"
             "  --force            let --init overwrite a sheet that already has answers\n"
             "  --grade-only       grade the sheet against the last results; no experiment\n"
             "  --json             also print the results document\n"
-            "  --help             this text\n",
-            lab, lab, lab);
+            "  --help             this text\n"
+            "exit status: 0 every check held, 1 a check failed, 2 bad flags or a world the lab\n"
+            "cannot use\n",
+            lab, lab, lab, lab);
     if (lab_specific != NULL) fprintf(f, "%s", lab_specific);
 }
 
@@ -180,20 +185,24 @@ static int lab__parse_positive(const char *flag, const char *text, int *out, cha
     return 0;
 }
 
-static int lab__parse_seconds(const char *flag, const char *text, double *out, char *err,
-                              size_t cap) {
+/* A duration in (0, max]: "--timeout" in seconds (max one day), the Megatron-style
+   "--distributed-timeout-minutes" in minutes (max one week). */
+static int lab__parse_duration(const char *flag, const char *text, const char *unit, double max,
+                               double *out, char *err, size_t cap) {
     char *end = NULL;
     errno = 0;
     double v = strtod(text, &end);
-    if (errno != 0 || end == text || *end != '\0' || !(v > 0.0) || v > 86400.0) {
-        snprintf(err, cap, "%s needs seconds > 0, got '%s'", flag, text);
+    if (errno != 0 || end == text || *end != '\0' || !(v > 0.0) || v > max) {
+        snprintf(err, cap, "%s needs %s > 0 (at most %g), got '%s'", flag, unit, max, text);
         return LAB_EXIT_USAGE;
     }
     *out = v;
     return 0;
 }
 
-typedef enum lab__opt_kind { LAB__SWITCH, LAB__SIZE, LAB__TEXT, LAB__SECONDS } lab__opt_kind;
+typedef enum lab__opt_kind {
+    LAB__SWITCH, LAB__SIZE, LAB__TEXT, LAB__SECONDS, LAB__MINUTES
+} lab__opt_kind;
 
 typedef struct lab__opt {
     const char *name;
@@ -215,7 +224,11 @@ static const lab__opt lab__opts[] = {
     {"--answers", LAB__TEXT, LAB__FIELD(answers_path), 0},
     {"--results", LAB__TEXT, LAB__FIELD(results_path), 0},
     {"--rubric", LAB__TEXT, LAB__FIELD(rubric_path), 0},
+    {"--template", LAB__TEXT, LAB__FIELD(template_path), 0},
+    {"--nonce", LAB__TEXT, LAB__FIELD(nonce), 0},
     {"--timeout", LAB__SECONDS, LAB__FIELD(timeout_s), 0},
+    {"--distributed-timeout-minutes", LAB__MINUTES, LAB__FIELD(world_timeout_min), 0},
+    {"--quick", LAB__SWITCH, LAB__FIELD(quick), 1},
     {"--init", LAB__SWITCH, LAB__FIELD(init), 1},
     {"--force", LAB__SWITCH, LAB__FIELD(force), 1},
     {"--grade-only", LAB__SWITCH, LAB__FIELD(grade_only), 1},
@@ -232,14 +245,89 @@ static const lab__opt *lab__find_opt(const char *name) {
     return NULL;
 }
 
-int lab_parse_args(int argc, char **argv, const char *lab, lab_args *out, char *err,
-                   size_t err_cap) {
+/* One flag of argv, resolved: where its value goes and which name set that place first (a
+   place set twice, like --tp 2 --tp 4 or --timing --no-timing, is refused). */
+typedef struct lab__target {
+    const char *name;
+    lab__opt_kind kind;
+    void *field;
+    int switch_value;
+    int lab_flag;        /* 1: one of the lab's own flags (a const char * slot) */
+} lab__target;
+
+static int lab__resolve(const char *name, const lab_flag *flags, int n_flags, lab_args *out,
+                        lab__target *t) {
+    const lab__opt *opt = lab__find_opt(name);
+    if (opt != NULL) {
+        *t = (lab__target){opt->name, opt->kind, (char *)out + opt->offset, opt->switch_value, 0};
+        return 1;
+    }
+    for (int k = 0; k < n_flags; k++) {
+        if (strcmp(flags[k].name, name) != 0) continue;
+        *t = (lab__target){flags[k].name, flags[k].takes_value ? LAB__TEXT : LAB__SWITCH,
+                           &out->flag_values[k], 0, 1};
+        return 1;
+    }
+    return 0;
+}
+
+static int lab__store(const lab__target *t, const char *value, char *err, size_t cap) {
+    switch (t->kind) {
+    case LAB__SIZE:
+        return lab__parse_positive(t->name, value, (int *)t->field, err, cap);
+    case LAB__SECONDS:
+        return lab__parse_duration(t->name, value, "seconds", 86400.0, (double *)t->field, err,
+                                   cap);
+    case LAB__MINUTES:
+        return lab__parse_duration(t->name, value, "minutes", 10080.0, (double *)t->field, err,
+                                   cap);
+    case LAB__TEXT:
+        if (value[0] == '\0') {
+            snprintf(err, cap, "%s needs a non-empty value", t->name);
+            return LAB_EXIT_USAGE;
+        }
+        *(const char **)t->field = value;
+        return 0;
+    case LAB__SWITCH:
+        break;
+    }
+    return 0;
+}
+
+static int lab__check_combined(const lab_args *out, char *err, size_t cap) {
+    if (out->backend != NULL && lab_backend_from_name(out->backend) < 0) {
+        snprintf(err, cap, "--backend must be auto, mpi, nccl or self, got '%s'", out->backend);
+        return LAB_EXIT_USAGE;
+    }
+    if (out->nonce != NULL && !lab_nonce_valid(out->nonce)) {
+        snprintf(err, cap, "--nonce needs 6 hex digits, got '%s'", out->nonce);
+        return LAB_EXIT_USAGE;
+    }
+    if (out->init && out->grade_only) {
+        snprintf(err, cap, "--init and --grade-only cannot be combined");
+        return LAB_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int lab_parse_args_ex(int argc, char **argv, const char *lab, const lab_flag *flags,
+                      int n_flags, lab_args *out, char *err, size_t err_cap) {
+    enum { MAX_SET = 64 };
+    const void *set_field[MAX_SET];
+    const char *set_by[MAX_SET];
+    int n_set = 0;
     memset(out, 0, sizeof *out);
     out->timing = -1;
     snprintf(out->answers_default, sizeof out->answers_default, "answers/%s.md", lab);
     snprintf(out->results_default, sizeof out->results_default, "results/%s.json", lab);
     snprintf(out->rubric_default, sizeof out->rubric_default, "labs/rubric/%s.json", lab);
+    snprintf(out->template_default, sizeof out->template_default, "labs/templates/%s.md", lab);
     if (err_cap > 0) err[0] = '\0';
+    if (n_flags < 0 || n_flags > LAB_MAX_FLAGS) {
+        snprintf(err, err_cap, "%s declares %d flags of its own, at most %d", lab, n_flags,
+                 LAB_MAX_FLAGS);
+        return LAB_EXIT_USAGE;
+    }
 
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
@@ -254,142 +342,131 @@ int lab_parse_args(int argc, char **argv, const char *lab, lab_args *out, char *
         } else {
             snprintf(name, sizeof name, "%s", arg);
         }
-        const lab__opt *opt = lab__find_opt(name);
-        if (opt == NULL) {
+        lab__target t;
+        if (!lab__resolve(name, flags, n_flags, out, &t)) {
             snprintf(err, err_cap, "unknown %s '%s'", arg[0] == '-' ? "flag" : "argument", arg);
             return LAB_EXIT_USAGE;
         }
-        char *field = (char *)out + opt->offset;
-        if (opt->kind == LAB__SWITCH) {
+        for (int k = 0; k < n_set; k++) {
+            if (set_field[k] != t.field) continue;
+            if (strcmp(set_by[k], t.name) == 0)
+                snprintf(err, err_cap, "%s given twice", t.name);
+            else
+                snprintf(err, err_cap, "%s and %s cannot be combined", set_by[k], t.name);
+            return LAB_EXIT_USAGE;
+        }
+        if (n_set < MAX_SET) {
+            set_field[n_set] = t.field;
+            set_by[n_set++] = t.name;
+        }
+        if (t.kind == LAB__SWITCH) {
             if (value != NULL) {
-                snprintf(err, err_cap, "%s takes no value", opt->name);
+                snprintf(err, err_cap, "%s takes no value", t.name);
                 return LAB_EXIT_USAGE;
             }
-            *(int *)field = opt->switch_value;
+            if (t.lab_flag)
+                *(const char **)t.field = "1";
+            else
+                *(int *)t.field = t.switch_value;
             continue;
         }
         if (value == NULL) {
             if (i + 1 >= argc) {
-                snprintf(err, err_cap, "%s needs a value", opt->name);
+                snprintf(err, err_cap, "%s needs a value", t.name);
                 return LAB_EXIT_USAGE;
             }
             value = argv[++i];
         }
-        int rc = 0;
-        switch (opt->kind) {
-        case LAB__SIZE:
-            rc = lab__parse_positive(opt->name, value, (int *)field, err, err_cap);
-            break;
-        case LAB__SECONDS:
-            rc = lab__parse_seconds(opt->name, value, (double *)field, err, err_cap);
-            break;
-        case LAB__TEXT:
-            if (value[0] == '\0') {
-                snprintf(err, err_cap, "%s needs a non-empty value", opt->name);
-                return LAB_EXIT_USAGE;
-            }
-            *(const char **)field = value;
-            break;
-        case LAB__SWITCH:
-            break;
-        }
+        int rc = lab__store(&t, value, err, err_cap);
         if (rc != 0) return rc;
     }
-    if (out->backend != NULL && lab_backend_from_name(out->backend) < 0) {
-        snprintf(err, err_cap, "--backend must be auto, mpi, nccl or self, got '%s'",
-                 out->backend);
-        return LAB_EXIT_USAGE;
-    }
-    if (out->init && out->grade_only) {
-        snprintf(err, err_cap, "--init and --grade-only cannot be combined");
-        return LAB_EXIT_USAGE;
-    }
+    int rc = lab__check_combined(out, err, err_cap);
+    if (rc != 0) return rc;
     if (out->answers_path == NULL) out->answers_path = out->answers_default;
     if (out->results_path == NULL) out->results_path = out->results_default;
     if (out->rubric_path == NULL) out->rubric_path = out->rubric_default;
+    if (out->template_path == NULL) out->template_path = out->template_default;
     return 0;
 }
 
+int lab_parse_args(int argc, char **argv, const char *lab, lab_args *out, char *err,
+                   size_t err_cap) {
+    return lab_parse_args_ex(argc, argv, lab, NULL, 0, out, err, err_cap);
+}
+
 /* ---------------------------------------------------------------------------------------------
-   >>collectives  Every helper stages through backend memory. A timed-out operation may still
-   be pending inside the backend, so its buffers are leaked on purpose rather than freed under
-   it; any other outcome frees them. */
+   >>collectives  Host values through mc_host_collective, which stages them through the
+   communicator's memory (device buffers on nccl). */
 
-static int lab__staged(mc_comm *c, const void *send, size_t send_bytes, void *recv,
-                       size_t recv_bytes, int (*op)(mc_comm *, const void *, void *, void *),
-                       void *op_arg) {
-    void *dsend = mc_comm_alloc(c, send_bytes);
-    void *drecv = mc_comm_alloc(c, recv_bytes);
-    int rc = MC_ERR_NO_MEMORY;
-    if (dsend != NULL && drecv != NULL) {
-        rc = mc_comm_upload(c, dsend, send, send_bytes);
-        if (rc == MC_OK) rc = op(c, dsend, drecv, op_arg);
-        if (rc == MC_OK) rc = mc_comm_download(c, recv, drecv, recv_bytes);
-    }
-    if (rc == MC_ERR_TIMEOUT) return rc;   /* buffers may still be in use: leak them */
-    if (dsend != NULL) mc_comm_free(c, dsend);
-    if (drecv != NULL) mc_comm_free(c, drecv);
-    return rc;
-}
-
-typedef struct lab__reduce_arg {
-    size_t count;
-    mc_dtype dtype;
-    mc_reduce_op op;
-} lab__reduce_arg;
-
-static int lab__do_all_reduce(mc_comm *c, const void *s, void *r, void *arg) {
-    const lab__reduce_arg *a = (const lab__reduce_arg *)arg;
-    return mc_all_reduce(c, s, r, a->count, a->dtype, a->op);
-}
-
-static int lab__do_all_gather(mc_comm *c, const void *s, void *r, void *arg) {
-    const lab__reduce_arg *a = (const lab__reduce_arg *)arg;
-    return mc_all_gather(c, s, r, a->count, a->dtype);
-}
-
-static int lab__all_reduce(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
-                           mc_reduce_op op) {
+static int lab__host(mc_comm *c, mc_collective kind, const void *send, void *recv, size_t count,
+                     mc_dtype dt, mc_reduce_op op, int root) {
     if (c == NULL || count == 0) return MC_ERR_INVALID_ARG;
-    lab__reduce_arg a = {count, dt, op};
-    size_t bytes = count * mc_dtype_size(dt);
-    return lab__staged(c, send, bytes, recv, bytes, lab__do_all_reduce, &a);
-}
-
-static int lab__all_gather(mc_comm *c, const void *send, void *recv, size_t count,
-                           mc_dtype dt) {
-    if (c == NULL || count == 0) return MC_ERR_INVALID_ARG;
-    lab__reduce_arg a = {count, dt, MC_SUM};
-    size_t bytes = count * mc_dtype_size(dt);
-    return lab__staged(c, send, bytes, recv, bytes * (size_t)c->size, lab__do_all_gather, &a);
+    return mc_host_collective(c, kind, send, recv, count, dt, op, root);
 }
 
 int lab_all_reduce_i32(mc_comm *c, const int *send, int *recv, size_t count, mc_reduce_op op) {
-    return lab__all_reduce(c, send, recv, count, MC_I32, op);
+    return lab__host(c, MC_COLL_ALL_REDUCE, send, recv, count, MC_I32, op, 0);
 }
 
 int lab_all_reduce_f64(mc_comm *c, const double *send, double *recv, size_t count,
                        mc_reduce_op op) {
-    return lab__all_reduce(c, send, recv, count, MC_F64, op);
+    return lab__host(c, MC_COLL_ALL_REDUCE, send, recv, count, MC_F64, op, 0);
 }
 
 int lab_all_gather_i32(mc_comm *c, const int *send, int *recv, size_t count) {
-    return lab__all_gather(c, send, recv, count, MC_I32);
+    return lab__host(c, MC_COLL_ALL_GATHER, send, recv, count, MC_I32, MC_SUM, 0);
 }
 
 int lab_all_gather_f64(mc_comm *c, const double *send, double *recv, size_t count) {
-    return lab__all_gather(c, send, recv, count, MC_F64);
+    return lab__host(c, MC_COLL_ALL_GATHER, send, recv, count, MC_F64, MC_SUM, 0);
 }
 
 int lab_broadcast_bytes(mc_comm *c, void *buf, size_t bytes, int root) {
-    if (c == NULL || bytes == 0) return MC_ERR_INVALID_ARG;
-    void *d = mc_comm_alloc(c, bytes);
-    if (d == NULL) return MC_ERR_NO_MEMORY;
-    int rc = mc_comm_upload(c, d, buf, bytes);
-    if (rc == MC_OK) rc = mc_broadcast(c, d, bytes, MC_U8, root);
-    if (rc == MC_OK) rc = mc_comm_download(c, buf, d, bytes);
-    if (rc != MC_ERR_TIMEOUT) mc_comm_free(c, d);
-    return rc;
+    return lab__host(c, MC_COLL_BROADCAST, buf, buf, bytes, MC_U8, MC_SUM, root);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   >>lists */
+
+void lab_format_ints(char *out, size_t cap, const int *v, int n) {
+    size_t len = 0;
+    if (cap == 0) return;
+    len += (size_t)snprintf(out, cap, "[");
+    for (int i = 0; i < n && len < cap; i++) {
+        if (len + 16 >= cap) {
+            snprintf(out + len, cap - len, "...");
+            len = strlen(out);
+            break;
+        }
+        len += (size_t)snprintf(out + len, cap - len, "%s%d", i ? "," : "", v[i]);
+    }
+    if (len < cap) snprintf(out + len, cap - len, "]");
+}
+
+int lab_ints_contain(const int *v, int n, int x) {
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return 1;
+    return 0;
+}
+
+int lab_ints_same_set(const int *a, int na, const int *b, int nb) {
+    if (na != nb) return 0;
+    for (int i = 0; i < na; i++)
+        if (!lab_ints_contain(b, nb, a[i])) return 0;
+    return 1;
+}
+
+int lab_ints_same_list(const int *a, int na, const int *b, int nb) {
+    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
+}
+
+void *lab_xcalloc(size_t n, size_t size) {
+    void *p = calloc(n ? n : 1, size ? size : 1);
+    if (p == NULL) {
+        fprintf(stderr, "[rank %d] out of memory (%zu x %zu bytes)\n", lab_rank(), n, size);
+        lab_abort(LAB_EXIT_FAILED);
+    }
+    return p;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -489,6 +566,29 @@ cJSON *lab_json_groups(const int *members, const int *offsets, const int *sizes,
     return arr;
 }
 
+cJSON *lab_json_grid_groups(const mc_grid *grid, mc_group_kind kind) {
+    cJSON *arr = cJSON_CreateArray();
+    int ng = mc_grid_num_groups(grid, kind);
+    int *m = lab_xcalloc((size_t)grid->desc.world, sizeof(int));
+    for (int g = 0; g < ng; g++) {
+        int n = mc_grid_group_members(grid, kind, g, m, grid->desc.world);
+        cJSON_AddItemToArray(arr, lab_json_int_array(m, n < 0 ? 0 : n));
+    }
+    free(m);
+    return arr;
+}
+
+cJSON *lab_json_grid_group_of(const mc_grid *grid, mc_group_kind kind, int rank) {
+    int gi = -1;
+    if (mc_grid_group_of(grid, kind, rank, &gi, NULL) != MC_OK || gi < 0)
+        return cJSON_CreateNull();
+    int *m = lab_xcalloc((size_t)grid->desc.world, sizeof(int));
+    int n = mc_grid_group_members(grid, kind, gi, m, grid->desc.world);
+    cJSON *arr = lab_json_int_array(m, n < 0 ? 0 : n);
+    free(m);
+    return arr;
+}
+
 int lab_make_parent_dirs(const char *path) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
@@ -505,99 +605,79 @@ int lab_make_parent_dirs(const char *path) {
     return 0;
 }
 
-int lab_json_write_atomic(const cJSON *doc, const char *path) {
-    char *text = cJSON_Print(doc);
-    if (text == NULL) return MC_ERR_NO_MEMORY;
+int lab_write_text_atomic(const char *text, const char *path) {
     if (lab_make_parent_dirs(path) != 0) {
         fprintf(stderr, "cannot create the directory for %s: %s\n", path, strerror(errno));
-        free(text);
         return MC_ERR_IO;
     }
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "w");
     int ok = f != NULL;
-    if (ok) ok = fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+    if (ok) ok = fputs(text, f) >= 0;
     if (f != NULL && fclose(f) != 0) ok = 0;
     if (ok && rename(tmp, path) != 0) ok = 0;
     if (!ok) {
         fprintf(stderr, "cannot write %s: %s\n", path, strerror(errno));
         remove(tmp);
     }
-    free(text);
     return ok ? MC_OK : MC_ERR_IO;
 }
 
-void lab_grade_path_from_results(const char *results_path, char *out, size_t cap) {
-    size_t n = strlen(results_path);
-    if (n > 5 && strcmp(results_path + n - 5, ".json") == 0)
-        snprintf(out, cap, "%.*s.grade.json", (int)(n - 5), results_path);
-    else
-        snprintf(out, cap, "%s.grade.json", results_path);
-}
-
-void lab_mpi_library_version(char *out, size_t cap) {
-    if (cap == 0) return;
-    out[0] = '\0';
-    char text[MPI_MAX_LIBRARY_VERSION_STRING];
-    int len = 0;
-    if (MPI_Get_library_version(text, &len) != MPI_SUCCESS) return;
-    text[len < (int)sizeof text ? len : (int)sizeof text - 1] = '\0';
-    size_t line = strcspn(text, "\r\n");
-    while (line > 0 && isspace((unsigned char)text[line - 1])) line--;
-    snprintf(out, cap, "%.*s", (int)line, text);
-}
-
-/* ---------------------------------------------------------------------------------------------
-   >>grading */
-
-int lab_grade(const lab_args *args, int print) {
-    if (lab_rank() != 0) return 0;   /* one grader, one score table, one grade file */
-    char grade_path[4200];
-    lab_grade_path_from_results(args->results_path, grade_path, sizeof grade_path);
-    gr_grade_desc desc = {
-        .rubric_path = args->rubric_path,
-        .answers_path = args->answers_path,
-        .results_path = args->results_path,
-        .grade_out_path = grade_path,
-        .out = stdout,
-        .quiet = print ? 0 : 1,
-    };
-    fflush(stdout);
-    int rc = gr_grade(&desc, NULL);
-    fflush(stdout);
+int lab_json_write_atomic(const cJSON *doc, const char *path) {
+    char *text = cJSON_Print(doc);
+    if (text == NULL) return MC_ERR_NO_MEMORY;
+    size_t n = strlen(text);
+    char *line = realloc(text, n + 2);   /* the document ends with a newline */
+    if (line == NULL) {
+        free(text);
+        return MC_ERR_NO_MEMORY;
+    }
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    int rc = lab_write_text_atomic(line, path);
+    free(line);
     return rc;
 }
 
-int lab_init_answers(const lab_args *args, int default_world, int n_variants, int force) {
-    char nonce[LAB_NONCE_LEN + 1];
-    if (lab_nonce_new(nonce) != 0) {
-        fprintf(stderr, "cannot read /dev/urandom to draw a nonce\n");
-        return LAB_EXIT_FAILED;
+char *lab_read_text(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf != NULL) {
+        n += fread(buf + n, 1, cap - n - 1, f);
+        if (n < cap - 1) break;
+        char *bigger = realloc(buf, cap * 2);
+        if (bigger == NULL) {
+            free(buf);
+            buf = NULL;
+            errno = ENOMEM;
+            break;
+        }
+        buf = bigger;
+        cap *= 2;
     }
-    int probe = lab_nonce_probe_rank(nonce, default_world);
-    char variant[8];
-    snprintf(variant, sizeof variant, "F%d", lab_nonce_variant(nonce, n_variants));
-    if (lab_make_parent_dirs(args->answers_path) != 0) {
-        fprintf(stderr, "cannot create the directory for %s: %s\n", args->answers_path,
-                strerror(errno));
-        return LAB_EXIT_FAILED;
+    int failed = ferror(f);
+    fclose(f);
+    if (buf == NULL) return NULL;
+    if (failed) {
+        free(buf);
+        errno = EIO;
+        return NULL;
     }
-    int rc = gr_write_template(args->rubric_path, args->answers_path, nonce, probe,
-                                     variant, force);
-    if (rc == 1) {
-        fprintf(stderr,
-                "%s already holds answers; not overwritten.\n"
-                "Pass --force to replace it with a fresh template (your answers will be lost).\n",
-                args->answers_path);
-        return LAB_EXIT_FAILED;
-    }
-    if (rc != 0) {
-        fprintf(stderr, "could not write the template %s from the rubric %s (status %d)\n",
-                args->answers_path, args->rubric_path, rc);
-        return LAB_EXIT_FAILED;
-    }
-    printf("wrote %s: nonce %s, probe rank %d, follow-up %s\n", args->answers_path, nonce,
-           probe, variant);
-    return LAB_EXIT_OK;
+    buf[n] = '\0';
+    if (len != NULL) *len = n;
+    return buf;
+}
+
+void lab_path_beside_results(const char *results_path, const char *what, const char *ext,
+                             char *out, size_t cap) {
+    size_t n = strlen(results_path);
+    int stem = n > 5 && strcmp(results_path + n - 5, ".json") == 0 ? (int)(n - 5) : (int)n;
+    snprintf(out, cap, "%.*s.%s.%s", stem, results_path, what, ext);
+}
+
+void lab_grade_path_from_results(const char *results_path, char *out, size_t cap) {
+    lab_path_beside_results(results_path, "grade", "json", out, cap);
 }

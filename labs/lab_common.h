@@ -8,7 +8,9 @@
        works the same on MPI host buffers and NCCL device buffers;
      - the per-learner nonce: generation and the documented derivation of the probe rank and
        the follow-up variant;
-     - the results writer (cJSON, written atomically) and the grading step.
+     - the results writer (cJSON, written atomically).
+   The run itself (world, answer sheet, experiments, results envelope, grading, exit status)
+   is the driver's: see lab_driver.h.
 
    The check macros exit the process: that is the executable's decision to make. The library
    itself only returns statuses (see megatron_c.h, "megatron_c DOES NOT"). */
@@ -54,7 +56,15 @@ void lab_nccl_check(int nccl_status, const char *expr, const char *file, int lin
 void lab_abort(int code);
 
 /* ---------------------------------------------------------------------------------------------
-   >>args  Flags every lab understands. Zero / NULL means "the lab's default". */
+   >>args  Flags every lab understands. Zero / NULL means "the lab's default". A lab adds its
+   own flags as a table of lab_flag; their values land in lab_args.flag_values. */
+
+#define LAB_MAX_FLAGS 16
+
+typedef struct lab_flag {
+    const char *name;           /* "--probe" */
+    int takes_value;            /* 0: a switch (its value reads "1"), 1: "--probe MODULE" */
+} lab_flag;
 
 typedef struct lab_args {
     /* sizes (--tp --pp --cp --ep --etp --vpp) and the rank order (--order) */
@@ -64,6 +74,8 @@ typedef struct lab_args {
     const char *answers_path;   /* --answers FILE   (default answers/<lab>.md) */
     const char *results_path;   /* --results FILE   (default results/<lab>.json) */
     const char *rubric_path;    /* --rubric FILE    (default labs/rubric/<lab>.json) */
+    const char *template_path;  /* --template FILE  (default labs/templates/<lab>.md) */
+    const char *nonce;          /* --nonce HEX: use this nonce instead of the sheet's (tests) */
     /* modes */
     int init;                   /* --init: write the answer-sheet template and exit */
     int force;                  /* --force: --init may overwrite a filled sheet */
@@ -71,19 +83,28 @@ typedef struct lab_args {
     int json;                   /* --json: also print the results document */
     int help;                   /* --help */
     int timing;                 /* --timing 1, --no-timing 0, unset -1 (lab decides) */
-    double timeout_s;           /* --timeout S (0 = lab default) */
+    int quick;                  /* --quick: the lab's shortest meaningful run */
+    double timeout_s;           /* --timeout S: watchdog of the lab's own calls (0 = default) */
+    double world_timeout_min;   /* --distributed-timeout-minutes M: every collective on the
+                                   world and its groups (Megatron's flag; 0 = the driver's) */
     const char *backend;        /* --backend auto|mpi|nccl|self (NULL = auto) */
+    /* the lab's own flags, in the order of its lab_flag table; NULL = not given */
+    const char *flag_values[LAB_MAX_FLAGS];
     /* filled by lab_parse_args from the lab name */
     char answers_default[256];
     char results_default[256];
     char rubric_default[256];
+    char template_default[256];
 } lab_args;
 
 /* Parses argv into *out (zeroed first, defaults for the paths filled from `lab`, e.g.
    "lab03"). Returns 0, or LAB_EXIT_USAGE with a one-line reason in err (e.g.
-   "unknown flag --tpp" or "--tp needs a positive integer, got 'x'"). */
+   "unknown flag --tpp", "--tp needs a positive integer, got 'x'", "--tp given twice").
+   lab_parse_args_ex also accepts the lab's own flags (at most LAB_MAX_FLAGS). */
 int lab_parse_args(int argc, char **argv, const char *lab, lab_args *out, char *err,
                    size_t err_cap);
+int lab_parse_args_ex(int argc, char **argv, const char *lab, const lab_flag *flags,
+                      int n_flags, lab_args *out, char *err, size_t err_cap);
 /* The usage text; `lab_specific` (may be NULL) is appended verbatim. */
 void lab_print_usage(FILE *f, const char *lab, const char *summary, const char *lab_specific);
 /* MC_BACKEND_* for --backend, or -1 if the name is unknown. */
@@ -118,6 +139,18 @@ int lab_all_reduce_f64(mc_comm *c, const double *send, double *recv, size_t coun
 int lab_all_gather_i32(mc_comm *c, const int *send, int *recv, size_t count);
 int lab_all_gather_f64(mc_comm *c, const double *send, double *recv, size_t count);
 int lab_broadcast_bytes(mc_comm *c, void *buf, size_t bytes, int root);
+
+/* ---------------------------------------------------------------------------------------------
+   >>lists  Rank lists: printing and comparing (small n; order matters only for same_list). */
+
+/* "[0,1,4,5]"; a list too long for cap ends in "...". */
+void lab_format_ints(char *out, size_t cap, const int *v, int n);
+int lab_ints_contain(const int *v, int n, int x);
+int lab_ints_same_set(const int *a, int na, const int *b, int nb);
+int lab_ints_same_list(const int *a, int na, const int *b, int nb);
+
+/* calloc that stops the program with a message on failure (n or size 0 allocate 1 byte). */
+void *lab_xcalloc(size_t n, size_t size);
 
 /* ---------------------------------------------------------------------------------------------
    >>nonce  Per-learner nonce: 6 lower-case hex digits from /dev/urandom, written into the
@@ -156,26 +189,21 @@ cJSON *lab_results_new(const char *lab, const char *question, const char *rubric
 cJSON *lab_json_int_array(const int *values, int n);
 /* [[...], [...]]: n_groups lists, group g holds sizes[g] ints starting at members[offsets[g]]. */
 cJSON *lab_json_groups(const int *members, const int *offsets, const int *sizes, int n_groups);
+/* Every group of `kind` in the grid, [[...], ...]; the members of `rank`'s group, or null. */
+cJSON *lab_json_grid_groups(const mc_grid *grid, mc_group_kind kind);
+cJSON *lab_json_grid_group_of(const mc_grid *grid, mc_group_kind kind, int rank);
 int lab_json_write_atomic(const cJSON *doc, const char *path);   /* 0 or MC_ERR_IO */
+/* The same for text (answer sheets, SVG figures). */
+int lab_write_text_atomic(const char *text, const char *path);   /* 0 or MC_ERR_IO */
+/* Whole file as a NUL-terminated string (caller frees), or NULL with errno set. */
+char *lab_read_text(const char *path, size_t *len);
 /* mkdir -p of the directory part of `path`. */
 int lab_make_parent_dirs(const char *path);
-/* "results/lab03.json" -> "results/lab03.grade.json" */
+/* "results/lab03.json" -> "results/lab03.grade.json" (what = "grade"), "results/lab03.ledger.json"
+   (what = "ledger"), "results/lab03.timeline.svg" (what = "timeline", ext = "svg"). */
 void lab_grade_path_from_results(const char *results_path, char *out, size_t cap);
-
-/* Version of the MPI library in one line ("Open MPI v4.1.4, ..."); "" without MPI. */
-void lab_mpi_library_version(char *out, size_t cap);
-
-/* ---------------------------------------------------------------------------------------------
-   >>grading  Runs the grader over this lab's rubric, answers and results, writing
-   <results>.grade.json next to the results. Prints the score table (its last line is
-   "Total <score>/15") when print is non-zero. Only world rank 0 grades; the other ranks
-   return 0 at once. Returns the grader's status. */
-int lab_grade(const lab_args *args, int print);
-
-/* Writes the answer-sheet template with a fresh nonce (--init). Prints what it did.
-   Returns LAB_EXIT_OK, or LAB_EXIT_FAILED when the sheet has answers and force is 0 or the
-   template could not be written. */
-int lab_init_answers(const lab_args *args, int default_world, int n_variants, int force);
+void lab_path_beside_results(const char *results_path, const char *what, const char *ext,
+                             char *out, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -254,7 +254,7 @@ static inline int ckpt_model_init(ckpt_model *m, const ckpt_layout *l, float fil
 
 static inline void ckpt_model_free(ckpt_model *m) {
     for (int k = 0; k < 3; k++) free(m->data[k]);
-    if (m->library_table) mc_param_table_free(&m->table);
+    if (m->library_table) mc_param_table_destroy(&m->table);
     else free(m->table.info);
     memset(m, 0, sizeof *m);
 }

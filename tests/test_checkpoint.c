@@ -87,7 +87,7 @@ static void expect_parse_error(const char *body, const char *needle) {
     cr_expect_eq(rc, MC_ERR_IO, "parse of\n%s\nreturned %s, want MC_ERR_IO", t, mc_err_name(rc));
     cr_expect(strstr(mc_last_error(), needle) != NULL, "message \"%s\" lacks \"%s\" (text:\n%s)",
               mc_last_error(), needle, t);
-    mc_checkpoint_meta_free(&m);
+    mc_checkpoint_meta_destroy(&m);
     free(t);
 }
 
@@ -191,7 +191,7 @@ Test(checkpoint, metadata_parses) {
     cr_expect_eq(m.tensors[0].shape[1], 1, "1-D tensors have shape[1] = 1");
     cr_assert_eq(m.n_rng, 2);
     cr_expect(m.rng[0].tp == 0 && m.rng[1].tp == 1 && m.rng[0].crc32 == 0x87654321u);
-    mc_checkpoint_meta_free(&m);
+    mc_checkpoint_meta_destroy(&m);
     free(t);
 }
 
@@ -202,13 +202,13 @@ Test(checkpoint, metadata_envelope_errors) {
                  MC_ERR_IO);
     cr_expect(strstr(mc_last_error(), "not a megatron_c checkpoint metadata file") != NULL, "%s",
               mc_last_error());
-    mc_checkpoint_meta_free(&m);
+    mc_checkpoint_meta_destroy(&m);
 
     const char *v2 = "megatron_c-checkpoint 2\nend 00000000\n";
     cr_expect_eq(mc_checkpoint_parse_metadata(&m, v2, strlen(v2), "meta.txt", NULL), MC_ERR_IO);
     cr_expect(strstr(mc_last_error(), "format version 2, this build reads version 1") != NULL,
               "%s", mc_last_error());
-    mc_checkpoint_meta_free(&m);
+    mc_checkpoint_meta_destroy(&m);
 
     char *t = meta_text(GOOD_HEAD);
     size_t len = strlen(t);
@@ -218,7 +218,7 @@ Test(checkpoint, metadata_envelope_errors) {
         cr_expect_eq(mc_checkpoint_parse_metadata(&m, t, cuts[i], "meta.txt", NULL), MC_ERR_IO);
         cr_expect(strstr(mc_last_error(), "meta.txt is truncated") != NULL, "cut at %zu: %s",
                   cuts[i], mc_last_error());
-        mc_checkpoint_meta_free(&m);
+        mc_checkpoint_meta_destroy(&m);
     }
     /* one changed character anywhere before the end line */
     for (size_t at = 0; at < len - 13; at += 7) {
@@ -231,12 +231,12 @@ Test(checkpoint, metadata_envelope_errors) {
         cr_expect_eq(mc_checkpoint_parse_metadata(&m, bad, len, "meta.txt", NULL), MC_ERR_IO);
         cr_expect(strstr(mc_last_error(), "meta.txt is corrupted") != NULL, "byte %zu: %s", at,
                   mc_last_error());
-        mc_checkpoint_meta_free(&m);
+        mc_checkpoint_meta_destroy(&m);
         free(bad);
     }
     cr_expect_eq(mc_checkpoint_parse_metadata(&m, t, len, "meta.txt", NULL), MC_OK, "%s",
                  mc_last_error());
-    mc_checkpoint_meta_free(&m);
+    mc_checkpoint_meta_destroy(&m);
     free(t);
 }
 

@@ -261,3 +261,45 @@ Test(comm, mpi_singleton_owns_init_and_finalize) {
     MPI_Finalized(&finalized);
     cr_expect_eq(finalized, 1, "mc_comm_destroy(world) did not finalise MPI");
 }
+
+/* ---------------------------------------------------------------------------------------------
+   mc_backend_query: what the process runs on */
+
+Test(comm, backend_query_names_backend_reason_and_mpi) {
+    mc_comm *w = NULL;
+    int rc = mc_comm_init_world(&w, &(mc_comm_desc){.backend = MC_BACKEND_AUTO});
+    cr_assert_eq(rc, MC_OK, "%s: %s", mc_err_name(rc), mc_last_error());
+    mc_backend_info info;
+    memset(&info, 0x5a, sizeof info);   /* output only: garbage in, full answer out */
+    cr_assert_eq(mc_backend_query(w, &info), MC_OK, "%s", mc_last_error());
+    cr_expect_str_eq(info.backend, mc_backend_name(w->backend));
+    cr_expect_str_eq(info.backend_reason, w->backend_reason);
+    cr_expect(strlen(info.backend_reason) > 10, "no reason: '%s'", info.backend_reason);
+    cr_expect_eq(info.world_size, 1);
+    cr_expect_str_eq(info.device_kind, "cpu");
+    cr_expect(mc_test_contains(info.mpi_library, "MPI"), "mpi_library '%s'", info.mpi_library);
+    cr_expect(strchr(info.mpi_version, '.') != NULL, "mpi_version '%s'", info.mpi_version);
+    cr_expect(info.cpu_count >= 1, "cpu_count %d", info.cpu_count);
+    cr_expect_eq(info.device_count, info.cpu_count, "a cpu world counts cpus");
+#if !defined(MC_ENABLE_CUDA)
+    cr_expect_eq(info.cuda_built, 0);
+    cr_expect_eq(info.gpu_count, 0);
+    cr_expect_str_empty(info.nccl_version);
+    cr_expect_str_empty(info.cuda_runtime);
+#endif
+    mc_comm_destroy(w);
+}
+
+Test(comm, backend_query_without_a_world_and_with_a_self_world) {
+    mc_backend_info info;
+    cr_expect_eq(mc_backend_query(NULL, NULL), MC_ERR_INVALID_ARG);
+    cr_expect(mc_test_contains(mc_last_error(), "out"), "%s", mc_last_error());
+    cr_assert_eq(mc_backend_query(NULL, &info), MC_OK);
+    cr_expect_str_empty(info.backend);
+    cr_expect_eq(info.world_size, 0);
+    mc_comm *w = self_world();
+    cr_assert_eq(mc_backend_query(w, &info), MC_OK);
+    cr_expect_str_eq(info.backend, "self");
+    cr_expect_str_eq(info.backend_reason, "requested by mc_comm_desc.backend");
+    mc_comm_destroy(w);
+}

@@ -124,7 +124,7 @@ Test(ddp, init_rejects_mismatched_descs) {
                                                   .distributed_optimizer = 1}),
                  MC_ERR_INVALID_DESC);
     cr_expect(mc_test_contains(mc_last_error(), "dp_size 2"), "%s", mc_last_error());
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 
     mc_param_table bare = {0};
     mc_param_info p = {0};
@@ -135,7 +135,7 @@ Test(ddp, init_rejects_mismatched_descs) {
     cr_expect_eq(mc_ddp_init(&ddp, &(mc_ddp_desc){.table = &bare, .grads = grads}),
                  MC_ERR_INVALID_DESC, "no layout yet");
     cr_expect(mc_test_contains(mc_last_error(), "mc_param_table_layout"), "%s", mc_last_error());
-    mc_param_table_free(&bare);
+    mc_param_table_destroy(&bare);
 }
 
 /* DP 1 without a communicator: grads are left as they are (the mean over one rank), the
@@ -168,5 +168,5 @@ Test(ddp, single_rank_without_communicator) {
     cr_assert_eq(mc_finalize_model_grads(NULL, &ddp, NULL, NULL, 0, &tokens), MC_OK);
     for (int i = 0; i < 20; i++) cr_expect_float_eq(grads[i], (float)i / 4.0f, 1e-7);
     cr_expect_eq(mc_ddp_destroy(&ddp), MC_OK);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }

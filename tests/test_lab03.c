@@ -4,7 +4,8 @@
    the atomic JSON writer). lab03 itself runs as a program: --init and --grade-only as a single
    process, the experiment under mpirun through mc_test_mpirun (never under Criterion's own
    process). The expected groups are Megatron's world-8 TP=2 PP=2 layout from
-   reference/grading_design.md D.1. */
+   reference/grading_design.md D.1: rank = tp + 2 dp + 4 pp. The driver itself (envelope, exit
+   codes, refusals) is tested in test_lab_driver.c. */
 #include <criterion/criterion.h>
 
 #include <limits.h>
@@ -318,6 +319,155 @@ Test(lab03, grade_only_without_results_says_what_to_run, .timeout = 30) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+   the facts of the getters, the model, destroy and Experiment D (world 8, TP=2, PP=2) */
+
+static int member_sum(const cJSON *list) {
+    int sum = 0;
+    const cJSON *m;
+    cJSON_ArrayForEach(m, list) sum += m->valueint;
+    return sum;
+}
+
+/* The probe's group of kind "tp", "dp" or "pp" as "[a,b]" (rank = tp + 2 dp + 4 pp). */
+static void group_of(const char *kind, int p, char *out, size_t cap) {
+    int a = strcmp(kind, "tp") == 0 ? p - p % 2 : strcmp(kind, "dp") == 0 ? p % 2 + 4 * (p / 4)
+                                                                           : p % 4;
+    int stride = strcmp(kind, "tp") == 0 ? 1 : strcmp(kind, "dp") == 0 ? 2 : 4;
+    snprintf(out, cap, "[%d,%d]", a, a + stride);
+}
+
+static void expect_list(const cJSON *doc, const char *key, const char *want) {
+    char *have = cJSON_PrintUnformatted(get(doc, key));
+    cr_expect_str_eq(have, want, "%s: %s, expected %s", key, have, want);
+    free(have);
+}
+
+static void check_getters(const cJSON *doc, int p) {
+    char want[32];
+    cr_expect_eq(get(doc, "facts.getters.rank")->valueint, p);
+    cr_expect_eq(get(doc, "facts.getters.group_rank.tp")->valueint, p % 2);
+    cr_expect_eq(get(doc, "facts.getters.group_rank.dp")->valueint, (p / 2) % 2);
+    cr_expect_eq(get(doc, "facts.getters.group_rank.pp")->valueint, p / 4);
+    cr_expect_eq(get(doc, "facts.getters.group_size.mp")->valueint, 4);
+    cr_expect_eq(get(doc, "facts.getters.src_rank.tp")->valueint, p - p % 2);
+    cr_expect_eq(get(doc, "facts.getters.src_rank.pp")->valueint, p % 4);
+    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.getters.is_last_stage")), p >= 4);
+    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.getters.is_first_stage")), p < 4);
+    cr_expect(cJSON_IsTrue(get(doc, "facts.getters.in_embedding_group")));
+    group_of("pp", p, want, sizeof want);
+    expect_list(doc, "facts.getters.embedding_group", want);
+    snprintf(want, sizeof want, "[%d,%d,%d,%d]", (p / 2 % 2) * 2, (p / 2 % 2) * 2 + 1,
+             (p / 2 % 2) * 2 + 4, (p / 2 % 2) * 2 + 5);
+    expect_list(doc, "facts.getters.mp_group", want);
+    /* the position embedding lives on the first stage only */
+    cJSON *pos = get(doc, "facts.getters.position_embedding_group");
+    cr_expect_eq(cJSON_IsNull(pos), p >= 4, "position_embedding_group of rank %d", p);
+}
+
+static void check_model_shards(const cJSON *doc, int p) {
+    cr_assert(cJSON_IsTrue(get(doc, "facts.model_shards.built")));
+    cr_expect_eq(get(doc, "facts.model_shards.config.num_layers")->valueint, 2);
+    char want[16];
+    snprintf(want, sizeof want, "[%d]", p / 4);   /* one layer per pipeline stage */
+    expect_list(doc, "facts.model_shards.probe.layers", want);
+    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.model_shards.probe.pre_process")), p < 4);
+    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.model_shards.probe.post_process")), p >= 4);
+    expect_list(doc, "facts.model_shards.layer_holders", "[4,4]");
+    cJSON *params = get(doc, "facts.model_shards.probe.params");
+    cr_expect(cJSON_GetArraySize(params) >= 4, "too few shapes");
+    const cJSON *e;
+    int split = 0;
+    cJSON_ArrayForEach(e, params) {
+        const cJSON *dim = get(e, "partition_dim");
+        const cJSON *g = get(e, "global_shape"), *l = get(e, "local_shape");
+        for (int d = 0; d < 2; d++) {
+            int gd = cJSON_GetArrayItem(g, d)->valueint, ld = cJSON_GetArrayItem(l, d)->valueint;
+            int is_split = cJSON_IsNumber(dim) && dim->valueint == d;
+            cr_expect_eq(ld * (is_split ? 2 : 1), gd, "%s dim %d: local %d global %d",
+                         get(e, "name")->valuestring, d, ld, gd);
+            split += is_split;
+        }
+    }
+    cr_expect(split >= 3, "the layer's weights are split over TP");
+    cr_expect(cJSON_IsFalse(get(doc, "facts.model_shards.parallel_state_allocates_params")));
+    double ps = get(doc, "facts.model_shards.parallel_state_heap_bytes")->valuedouble;
+    double params_bytes = get(doc, "facts.model_shards.param_bytes_after_model_init")->valuedouble;
+    cr_expect(ps > 0 && ps < params_bytes, "parallel state %g bytes, parameters %g", ps,
+              params_bytes);
+    cr_expect_eq(get(doc, "facts.model_shards.param_bytes_before_model_init")->valueint, 0);
+}
+
+static void check_destroy(const cJSON *doc, int p) {
+    cr_expect_eq(get(doc, "facts.destroy.rank")->valueint, p);
+    int held = get(doc, "facts.destroy.groups_held")->valueint;
+    cr_expect_eq(get(doc, "facts.destroy.groups_destroyed")->valueint, held);
+    cr_expect_eq(held, p < 4 ? 16 : 15, "rank %d: position_embedding only on the first stage", p);
+    cJSON *order = get(doc, "facts.destroy.order");
+    cr_assert_eq(cJSON_GetArraySize(order), held);
+    cr_expect_str_eq(cJSON_GetArrayItem(order, 0)->valuestring, "expert_dp");
+    cr_expect_str_eq(cJSON_GetArrayItem(order, held - 1)->valuestring, "dp_cp");
+    cr_expect(cJSON_IsTrue(get(doc, "facts.destroy.reverse_of_creation")));
+    cr_expect(cJSON_IsTrue(get(doc, "facts.destroy.all_handles_released")));
+    cr_expect(get(doc, "facts.destroy.heap_bytes_released")->valuedouble ==
+              get(doc, "facts.model_shards.parallel_state_heap_bytes")->valuedouble);
+}
+
+/* Experiment D for one variant: the kinds it swaps on the probe rank, and the outcomes. */
+static void check_exp_d(const cJSON *doc, const char *variant, int p) {
+    static const char *const kinds[3][2] = {{"tp", "dp"}, {"dp", "pp"}, {"tp", "pp"}};
+    const char *const *k = kinds[variant[1] - '1'];
+    cr_expect_str_eq(get(doc, "facts.exp_d.variant")->valuestring, variant);
+    cr_expect_eq(get(doc, "facts.exp_d.swap_rank")->valueint, p);
+    cJSON *ks = get(doc, "facts.exp_d.kinds");
+    cr_expect_str_eq(cJSON_GetArrayItem(ks, 0)->valuestring, k[0]);
+    cr_expect_str_eq(cJSON_GetArrayItem(ks, 1)->valuestring, k[1]);
+    char lists[2][32];
+    for (int i = 0; i < 2; i++) {
+        group_of(k[i], p, lists[i], sizeof lists[i]);
+        char key[64];
+        snprintf(key, sizeof key, "facts.exp_d.groups.%d", i);
+        char *have = cJSON_PrintUnformatted(cJSON_GetArrayItem(get(doc, "facts.exp_d.groups"), i));
+        cr_expect_str_eq(have, lists[i], "%s", key);
+        free(have);
+    }
+    cJSON *calls = get(doc, "facts.exp_d.swapped_calls");
+    int c0 = cJSON_GetArrayItem(calls, 0)->valueint, c1 = cJSON_GetArrayItem(calls, 1)->valueint;
+    cr_expect(c0 >= 0 && c1 >= 0 && c0 != c1, "swapped calls %d %d", c0, c1);
+
+    /* paired by position: every call succeeds and the probe's two sums are swapped */
+    cr_expect_str_eq(get(doc, "facts.exp_d.unverified.outcome")->valuestring,
+                     "silent_wrong_result");
+    cr_expect(cJSON_IsFalse(get(doc, "facts.exp_d.unverified.any_call_failed")));
+    cJSON *wrong = get(doc, "facts.exp_d.unverified.wrong");
+    cr_assert_eq(cJSON_GetArraySize(wrong), 2, "%s",
+                 get(doc, "facts.exp_d.unverified.detail")->valuestring);
+    cJSON *groups = get(doc, "facts.exp_d.groups");
+    int sums[2] = {member_sum(cJSON_GetArrayItem(groups, 0)),
+                   member_sum(cJSON_GetArrayItem(groups, 1))};
+    const cJSON *w;
+    int seen = 0;
+    cJSON_ArrayForEach(w, wrong) {
+        cr_expect_eq(get(w, "rank")->valueint, p, "only the swapping rank sums wrong");
+        int which = strcmp(get(w, "kind")->valuestring, k[0]) == 0 ? 0 : 1;
+        cr_expect_str_eq(get(w, "kind")->valuestring, k[which]);
+        cr_expect_eq(get(w, "expected")->valueint, sums[which]);
+        cr_expect_eq(get(w, "got")->valueint, sums[1 - which], "%s got the other group's sum",
+                     k[which]);
+        seen |= 1 << which;
+    }
+    cr_expect_eq(seen, 3, "both kinds are listed");
+
+    /* with the member-list check: an error at the first swapped call, naming both lists */
+    cr_expect_str_eq(get(doc, "facts.exp_d.verified.outcome")->valuestring, "error");
+    cr_expect_str_eq(get(doc, "facts.exp_d.verified.status")->valuestring, "MC_ERR_PLAN_MISMATCH");
+    cr_expect_eq(get(doc, "facts.exp_d.verified.call_index")->valueint, c0 < c1 ? c0 : c1);
+    const char *msg = get(doc, "facts.exp_d.verified.message")->valuestring;
+    cr_expect(mc_test_contains(msg, lists[0]) && mc_test_contains(msg, lists[1]),
+              "the message names %s and %s: %s", lists[0], lists[1], msg);
+    cr_expect(get(doc, "facts.exp_d.verified.seconds")->valuedouble < 5.0);
+}
+
+/* ---------------------------------------------------------------------------------------------
    ./lab03 under mpirun */
 
 Test(lab03, world8_default_run_records_the_contract, .timeout = 150) {
@@ -332,8 +482,8 @@ Test(lab03, world8_default_run_records_the_contract, .timeout = 150) {
     cr_log_info("lab03 -np 8 took %.1f s", secs);
 
     /* printed: the sections, the group table, the probe and the score table at the end */
-    const char *sections[] = {"== A.", "== B.", "== C.", "== Plan check", "== Follow-up",
-                              "== Grading"};
+    const char *sections[] = {"== A.", "== M.", "== B.", "== C.", "== Plan check",
+                              "== Follow-up", "== D.", "== Destroy", "== Grading"};
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
         cr_expect(mc_test_contains(out, sections[i]), "no section %s in:\n%s", sections[i], out);
     cr_expect(mc_test_contains(out, "[0,1] [2,3] [4,5] [6,7]"), "TP groups not printed:\n%s", out);
@@ -344,9 +494,13 @@ Test(lab03, world8_default_run_records_the_contract, .timeout = 150) {
     cr_expect_str_eq(line, "Total 0.00/15", "the last line is the grader's total:\n%s", out);
 
     cJSON *doc = load_json(res);
+    cJSON *rubric = load_json("labs/rubric/lab03.json");
+    cr_expect_eq(get(doc, "format")->valueint, 2);
     cr_expect_str_eq(get(doc, "lab")->valuestring, "lab03");
     cr_expect_str_eq(get(doc, "question")->valuestring, "M003");
-    cr_expect_str_eq(get(doc, "rubric_version")->valuestring, "lab03-v1");
+    cr_expect_str_eq(get(doc, "rubric_version")->valuestring,
+                     get(rubric, "rubric_version")->valuestring);
+    cJSON_Delete(rubric);
     cr_expect_eq(get(doc, "config.world")->valueint, 8);
     cr_expect_eq(get(doc, "config.tp")->valueint, 2);
     cr_expect_eq(get(doc, "config.pp")->valueint, 2);
@@ -426,9 +580,14 @@ Test(lab03, world8_default_run_records_the_contract, .timeout = 150) {
     cr_expect(cJSON_IsBool(get(doc, "facts.followup.order_accepted")));
     cr_expect(cJSON_IsArray(get(doc, "facts.followup.groups.dp_cp")));
     cr_expect(cJSON_IsNumber(get(doc, "facts.followup.probe.pp_rank")));
+    check_exp_d(doc, variant, header_probe);
 
     cr_expect_eq(get(doc, "facts.timing.allreduce_bytes")->valueint, 4 << 20);
     cr_expect(get(doc, "facts.timing.tp_ms")->valuedouble > 0.0);
+    check_getters(doc, probe);
+    check_model_shards(doc, probe);
+    check_destroy(doc, probe);
+    cr_expect(cJSON_IsTrue(get(doc, "run.all_checks_held")));
     cJSON_Delete(doc);
 
     /* --grade-only grades the same results again without mpirun */
@@ -504,5 +663,53 @@ Test(lab03, world8_pp4_hang_is_caught_by_the_watchdog, .timeout = 120) {
                      "rank %d", r);
     cr_expect_str_eq(get(doc, "facts.exp_c.outcome")->valuestring, "ok");
     cr_expect(cJSON_IsNull(get(doc, "facts.timing")), "--no-timing still timed");
+    cJSON_Delete(doc);
+}
+
+/* Experiment D for each follow-up variant, with a fixed nonce (abc123 -> F1 probe 5,
+   c0ffee -> F2 probe 0, d00d01 -> F3 probe 2). */
+static void run_variant(const char *nonce, const char *variant) {
+    char res[256], cmd[1024];
+    tmp_path(res, sizeof res, "d.json");
+    snprintf(cmd, sizeof cmd, "./lab03 --nonce %s --no-timing --answers '%s/a.md' --results '%s'",
+             nonce, tmp_dir, res);
+    int rc = mc_test_mpirun(8, cmd, 100, out, OUT_CAP);
+    cr_assert_eq(rc, 0, "lab03 --nonce %s exited %d:\n%s", nonce, rc, out);
+    cJSON *doc = load_json(res);
+    cr_expect_str_eq(get(doc, "nonce")->valuestring, nonce);
+    cr_expect_str_eq(get(doc, "followup_variant")->valuestring, variant);
+    int probe = get(doc, "probe_rank")->valueint;
+    cr_expect_eq(probe, lab_nonce_probe_rank(nonce, 8));
+    check_exp_d(doc, variant, probe);
+    check_getters(doc, probe);
+    check_model_shards(doc, probe);
+    check_destroy(doc, probe);
+    cr_expect(cJSON_IsNull(get(doc, "facts.timing")));
+    cJSON_Delete(doc);
+}
+
+Test(lab03, exp_d_variant_f1_swaps_tp_and_dp, .timeout = 120) { run_variant("abc123", "F1"); }
+Test(lab03, exp_d_variant_f2_swaps_dp_and_pp, .timeout = 120) { run_variant("c0ffee", "F2"); }
+Test(lab03, exp_d_variant_f3_swaps_tp_and_pp, .timeout = 120) { run_variant("d00d01", "F3"); }
+
+/* 16 ranks with the F1 variant (world 16: the follow-up's groups are built on this run's
+   communicators with a second mc_parallel_state). That path passed an uninitialised state
+   to mc_parallel_init and aborted; it must finish, every check holding. */
+Test(lab03, world16_builds_the_world16_variant_on_its_communicators, .timeout = 150) {
+    char res[256], cmd[1024];
+    tmp_path(res, sizeof res, "w16.json");
+    snprintf(cmd, sizeof cmd, "./lab03 --nonce 7f3a91 --no-timing --answers '%s/a.md' "
+             "--results '%s'", tmp_dir, res);
+    int rc = mc_test_mpirun(16, cmd, 120, out, OUT_CAP);
+    cr_assert_eq(rc, 0, "lab03 -np 16 exited %d:\n%s", rc, out);
+    cr_expect(!mc_test_contains(out, "already initialized"), "%s", out);
+    cJSON *doc = load_json(res);
+    cr_expect_eq(get(doc, "facts.followup.world")->valueint, 16);
+    cr_expect(cJSON_IsTrue(get(doc, "facts.followup.verified_on_communicators")));
+    cr_expect_eq(get(doc, "facts.dp_size")->valueint, 4);
+    /* DP groups of 4: the swap is visible without a collective (wrong sizes) */
+    cr_expect_str_eq(get(doc, "facts.exp_d.unverified.outcome")->valuestring, "wrong_membership");
+    cr_expect_str_eq(get(doc, "facts.exp_d.verified.outcome")->valuestring, "error");
+    cr_expect(cJSON_IsTrue(get(doc, "run.all_checks_held")));
     cJSON_Delete(doc);
 }

@@ -136,7 +136,7 @@ Test(model, parameter_names_order_shapes_and_flags) {
     cr_expect_eq(total, (size_t)(640 + 128 + 2 * (64 + 768 + 48 + 256 + 16 + 512 + 32 + 512 + 16) + 32),
                  "numel total %zu", total);
     cr_expect_geq(g.table.total, total);
-    mc_gpt_free(&g);
+    mc_gpt_destroy(&g);
 }
 
 Test(model, untied_output_layer_is_registered_last) {
@@ -151,7 +151,7 @@ Test(model, untied_output_layer_is_registered_last) {
     cr_expect_eq(p->partition_dim, 0);
     cr_expect_eq(p->shared, 0);
     cr_expect_eq(p->shared_embedding, 0);
-    mc_gpt_free(&g);
+    mc_gpt_destroy(&g);
 }
 
 Test(model, init_matches_the_cpu_initialisation) {
@@ -162,7 +162,7 @@ Test(model, init_matches_the_cpu_initialisation) {
     float out_std = 0.2f / sqrtf(4.0f);   /* std / sqrt(2 L) */
     for (int i = 0; i < g.table.count; i++) {
         const mc_param_info *p = &g.table.info[i];
-        const float *got = g.params + p->offset;
+        const float *got = (const float *)g.params + p->offset;
         int scaled = strstr(p->name, "linear_proj.weight") || strstr(p->name, "linear_fc2.weight");
         if (strstr(p->name, "layernorm.weight")) {
             for (size_t k = 0; k < p->numel; k++) cr_expect_eq(got[k], 1.0f, "%s[%zu]", p->name, k);
@@ -181,7 +181,7 @@ Test(model, init_matches_the_cpu_initialisation) {
         }
     }
     free(want);
-    mc_gpt_free(&g);
+    mc_gpt_destroy(&g);
 }
 
 Test(model, layers_per_stage_follow_megatron) {
@@ -256,7 +256,7 @@ Test(model, call_errors_name_the_problem) {
     cr_expect_eq(mc_gpt_backward_step(&g, 0, 0, NULL, 1.0f, &dinp), MC_ERR_STATE);
     cr_expect(mc_test_contains(mc_last_error(), "holds micro-batch 2"), "%s", mc_last_error());
     cr_expect_eq(mc_gpt_backward_step(&g, 0, 2, NULL, 1.0f, &dinp), MC_OK);
-    mc_gpt_free(&g);
+    mc_gpt_destroy(&g);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -275,7 +275,7 @@ static double *copy_param(const mc_gpt *g, const char *name) {
     cr_assert_geq(k, 0, "%s missing", name);
     const mc_param_info *p = &g->table.info[k];
     double *d = malloc(p->numel * sizeof(double));
-    for (size_t i = 0; i < p->numel; i++) d[i] = g->params[p->offset + i];
+    for (size_t i = 0; i < p->numel; i++) d[i] = ((const float *)g->params)[p->offset + i];
     return d;
 }
 
@@ -462,7 +462,7 @@ static void check_gradients(int untied) {
     }
     cr_expect(checked > 100, "only %d elements checked", checked);
     cr_expect_eq(bad, 0, "%d of %d gradient elements off (worst |diff| %g)", bad, checked, worst);
-    mc_gpt_free(&g);
+    mc_gpt_destroy(&g);
 }
 
 Test(model, gradients_match_fp64_finite_differences_tied) { check_gradients(0); }
@@ -500,7 +500,7 @@ static void run_three(const mc_gpt_config *cfg, double *losses, float **grads, s
     *n_grads = g.table.total;
     *grads = malloc(g.table.total * sizeof(float));
     memcpy(*grads, g.grads, g.table.total * sizeof(float));
-    mc_gpt_free(&g);
+    mc_gpt_destroy(&g);
 }
 
 Test(model, dropout_masks_are_reproducible_and_matter) {
@@ -540,8 +540,8 @@ Test(model, eval_mode_switches_dropout_off) {
     cr_assert_eq(mc_gpt_forward(&a, 0, 0, tokens, labels, NULL, &out, &la), MC_OK);
     cr_assert_eq(mc_gpt_forward(&b, 0, 0, tokens, labels, NULL, &out, &lb), MC_OK);
     cr_expect_eq(la, lb, "eval loss %.9g vs no-dropout loss %.9g", la, lb);
-    mc_gpt_free(&a);
-    mc_gpt_free(&b);
+    mc_gpt_destroy(&a);
+    mc_gpt_destroy(&b);
 }
 
 static void expect_same_run(const char *what, const mc_gpt_config *cfg) {
@@ -620,7 +620,7 @@ Test(model, recompute_replays_the_forward_streams) {
             cr_expect(memcmp(ref, g.grads, g.table.total * sizeof(float)) == 0,
                       "recompute drew other masks than the forward");
         }
-        mc_gpt_free(&g);
+        mc_gpt_destroy(&g);
     }
     free(ref);
 }
@@ -656,7 +656,7 @@ Test(model, grad_ready_reports_every_parameter_once_in_backward_order) {
     ready_n = 0;
     run_step(&g, 0, tokens, labels);
     cr_expect_eq(ready_n, 0);
-    mc_gpt_free(&g);
+    mc_gpt_destroy(&g);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -101,29 +101,40 @@ Test(ops, table_is_complete) {
 Test(ops, alloc_fill_copy_axpy_scale_sum_squares) {
     const mc_ops *ops = mc_ops_cpu();
     size_t n = 1001;
-    float *x = (float *)ops->alloc(n * sizeof(float));
+    float *x = NULL;
+    cr_assert_eq(ops->alloc(ops, (void **)&x, n * sizeof(float)), MC_OK);
     float *y = falloc(n);
     cr_assert_not_null(x);
     for (size_t i = 0; i < n; i++) cr_expect_eq(x[i], 0.0f, "alloc is not zero-filled at %zu", i);
-    ops->fill(x, 2.5f, n);
+    cr_expect_eq(ops->fill(ops, x, 2.5f, n, MC_F32), MC_OK);
     for (size_t i = 0; i < n; i++) cr_expect_eq(x[i], 2.5f);
     seed_inputs(1);
     fill_rand(y, n, -1, 1);
-    ops->copy(x, y, n);
+    cr_expect_eq(ops->copy(ops, x, y, n, MC_F32, MC_F32), MC_OK);
     cr_expect(memcmp(x, y, n * sizeof(float)) == 0, "copy");
     double *want = dalloc(n);
     for (size_t i = 0; i < n; i++) want[i] = (double)x[i] + (double)-0.75f * y[i];
-    ops->axpy(x, -0.75f, y, n);
+    ops->axpy(ops, x, -0.75f, y, n, MC_F32);
     expect_close("axpy", x, want, n, 1e-7, 1e-6);
     for (size_t i = 0; i < n; i++) want[i] = (double)x[i] * 3.0;
-    ops->scale(x, 3.0f, n);
+    ops->scale(ops, x, 3.0f, n, MC_F32);
     expect_close("scale", x, want, n, 1e-7, 1e-6);
     double ss = 0.0;
     for (size_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    cr_expect(fabs(ops->sum_squares(x, n) - ss) <= 1e-12 * ss, "sum_squares %.17g vs %.17g",
-              ops->sum_squares(x, n), ss);
-    cr_expect_eq(ops->sum_squares(x, 0), 0.0);
-    ops->free(x);
+    /* spans [0, 400) and [400, n) as one sum, then an empty list */
+    size_t spans[4] = {0, 400, 400, n};
+    double got = -1.0;
+    cr_expect_eq(ops->sum_squares(ops, &got, x, spans, 2), MC_OK);
+    cr_expect(fabs(got - ss) <= 1e-12 * ss, "sum_squares %.17g vs %.17g", got, ss);
+    cr_expect_eq(ops->sum_squares(ops, &got, x, spans, 0), MC_OK);
+    cr_expect_eq(got, 0.0);
+    /* only the second span */
+    double tail = 0.0;
+    for (size_t i = 400; i < n; i++) tail += (double)x[i] * x[i];
+    cr_expect_eq(ops->sum_squares(ops, &got, x, spans + 2, 1), MC_OK);
+    cr_expect(fabs(got - tail) <= 1e-12 * tail, "sum_squares of one span %.17g vs %.17g", got,
+              tail);
+    ops->free(ops, x);
     free(y);
     free(want);
 }
@@ -144,13 +155,14 @@ Test(ops, bias_forward_and_backward) {
         want_db[c] = dbias[c];
         for (int n = 0; n < N; n++) want_db[c] += dout[n * C + c];
     }
-    ops->add_bias(out, bias, N, C);
-    expect_close("add_bias", out, want, N * C, 1e-7, 1e-6);
+    /* the bias alone: a GEMM with K = 0 is beta * C + bias */
+    ops->gemm(ops, out, NULL, NULL, bias, N, C, 0, 0, 0, 1.0f, 1.0f, MC_F32, MC_F32);
+    expect_close("gemm K=0 + bias", out, want, N * C, 1e-7, 1e-6);
     double *before = to_double(out, N * C);
-    ops->add_bias(out, NULL, N, C);   /* no bias: unchanged */
-    expect_close("add_bias NULL", out, before, N * C, 0, 0);
+    ops->gemm(ops, out, NULL, NULL, NULL, N, C, 0, 0, 0, 1.0f, 1.0f, MC_F32, MC_F32);
+    expect_close("gemm K=0 without bias", out, before, N * C, 0, 0);
     free(before);
-    ops->bias_backward(dbias, dout, N, C);
+    ops->bias_backward(ops, dbias, dout, N, C, MC_F32);
     expect_close("bias_backward accumulates", dbias, want_db, C, 1e-6, 1e-6);
     free(out), free(bias), free(dbias), free(dout), free(want), free(want_db);
 }
@@ -172,9 +184,18 @@ static void ref_gemm(double *C, const float *A, const float *B, int M, int N, in
         }
 }
 
-static void check_gemm(void (*gemm)(float *, const float *, const float *, int, int, int, int,
-                                    int, float, float),
-                       const char *name, int M, int N, int K) {
+typedef void (*gemm_fn)(float *, const float *, const float *, int, int, int, int, int, float,
+                        float);
+
+/* the table's gemm in the blocked gemm's shape */
+static void table_gemm(float *C, const float *A, const float *B, int M, int N, int K, int ta,
+                       int tb, float alpha, float beta) {
+    const mc_ops *ops = mc_ops_cpu();
+    cr_expect_eq(ops->gemm(ops, C, A, B, NULL, M, N, K, ta, tb, alpha, beta, MC_F32, MC_F32),
+                 MC_OK);
+}
+
+static void check_gemm(gemm_fn gemm, const char *name, int M, int N, int K) {
     float *A = falloc((size_t)M * K), *B = falloc((size_t)K * N), *C = falloc((size_t)M * N);
     double *want = dalloc((size_t)M * N);
     static const float alphas[] = {1.0f, -0.5f};
@@ -201,11 +222,10 @@ static void check_gemm(void (*gemm)(float *, const float *, const float *, int, 
 }
 
 Test(ops, gemm_all_transposes_and_betas) {
-    const mc_ops *ops = mc_ops_cpu();
     /* one block; the k-unroll remainder; every block edge crossed (32 x 128 x 128 blocks) */
-    check_gemm(ops->gemm, "table gemm", 3, 5, 7);
-    check_gemm(ops->gemm, "table gemm", 1, 1, 1);
-    check_gemm(ops->gemm, "table gemm", 37, 133, 259);
+    check_gemm(table_gemm, "table gemm", 3, 5, 7);
+    check_gemm(table_gemm, "table gemm", 1, 1, 1);
+    check_gemm(table_gemm, "table gemm", 37, 133, 259);
     check_gemm(mc_cpu_gemm_blocked, "blocked gemm", 65, 129, 130);
     check_gemm(mc_cpu_gemm_blocked, "blocked gemm", 33, 4, 3);
 }
@@ -296,11 +316,11 @@ static void check_layernorm(int N, int C) {
                   to_double(dout, nc), (double)eps};
     double *want = dalloc(nc);
     ref_layernorm(want, ctx.x, ctx.w, ctx.b, N, C, ctx.eps);
-    ops->layernorm_forward(out, mean, rstd, x, w, b, N, C, eps);
+    ops->layernorm_forward(ops, out, mean, rstd, x, w, b, N, C, eps, MC_F32);
     snprintf(what, sizeof what, "layernorm forward N%d C%d", N, C);
     expect_close(what, out, want, nc, 1e-5, 1e-5);
 
-    ops->layernorm_backward(dx, dw, db, dout, x, w, mean, rstd, N, C);
+    ops->layernorm_backward(ops, dx, dw, db, dout, x, w, mean, rstd, N, C, MC_F32);
     double *fd = dalloc(nc);
     finite_diff(fd, ctx.x, nc, ln_loss, &ctx, FD_H);
     for (size_t i = 0; i < nc; i++) fd[i] += dx0[i];
@@ -355,15 +375,15 @@ Test(ops, gelu_forward_backward_vs_fp64) {
     fill_rand(dout, n, -1, 1);
     double *want = dalloc(n), *xd = to_double(x, n), *fd = dalloc(n);
     for (size_t i = 0; i < n; i++) want[i] = ref_gelu1(xd[i]);
-    ops->gelu_forward(out, x, n);
+    ops->gelu_forward(ops, out, x, n, MC_F32);
     expect_close("gelu forward", out, want, n, 1e-6, 1e-5);
     fill_rand(dx, n, 100, 200);   /* overwritten, not accumulated */
-    ops->gelu_backward(dx, x, dout, n);
+    ops->gelu_backward(ops, dx, x, dout, n, MC_F32);
     vec_ctx ctx = {n, to_double(dout, n)};
     finite_diff(fd, xd, n, gelu_loss, &ctx, FD_H);
     expect_close("gelu backward", dx, fd, n, FD_ATOL, FD_RTOL);
     /* in place */
-    ops->gelu_forward(x, x, n);
+    ops->gelu_forward(ops, x, x, n, MC_F32);
     expect_close("gelu forward in place", x, want, n, 1e-6, 1e-5);
     free(x), free(out), free(dout), free(dx), free(want), free(xd), free(fd), free(ctx.dout);
 }
@@ -380,7 +400,7 @@ Test(ops, dropout_mask_is_philox_and_keeps_one_minus_p) {
     uint8_t *mask = (uint8_t *)malloc(n);
     seed_inputs(8);
     fill_rand(x, n, 0.5, 1.5);   /* never 0, so a 0 output means dropped */
-    ops->dropout_forward(out, x, n, p, seed, offset);
+    ops->dropout_forward(ops, out, x, n, p, seed, offset, MC_F32);
     mc_rng rng = {seed, offset};
     cr_assert_eq(mc_rng_dropout_mask(&rng, mask, n, p), MC_OK);
     size_t kept = 0, mismatch = 0;
@@ -394,14 +414,14 @@ Test(ops, dropout_mask_is_philox_and_keeps_one_minus_p) {
     double frac = (double)kept / (double)n;   /* sd = sqrt(p(1-p)/n) ~ 0.001 */
     cr_expect(fabs(frac - (1.0 - p)) < 0.006, "kept fraction %.4f, want ~%.2f", frac, 1.0 - p);
     /* reproducible; a different offset or seed gives a different mask */
-    ops->dropout_forward(again, x, n, p, seed, offset);
+    ops->dropout_forward(ops, again, x, n, p, seed, offset, MC_F32);
     cr_expect(memcmp(out, again, n * sizeof(float)) == 0, "same (seed, offset), other mask");
-    ops->dropout_forward(again, x, n, p, seed, offset + 4);
+    ops->dropout_forward(ops, again, x, n, p, seed, offset + 4, MC_F32);
     cr_expect(memcmp(out, again, n * sizeof(float)) != 0, "offset ignored");
-    ops->dropout_forward(again, x, n, p, seed + 1, offset);
+    ops->dropout_forward(ops, again, x, n, p, seed + 1, offset, MC_F32);
     cr_expect(memcmp(out, again, n * sizeof(float)) != 0, "seed ignored");
     /* any offset (not a multiple of 4): element i follows mc_rng_uniform_at(seed, offset + i) */
-    ops->dropout_forward(again, x, 1000, p, seed, 7);
+    ops->dropout_forward(ops, again, x, 1000, p, seed, 7, MC_F32);
     for (size_t i = 0; i < 1000; i++)
         cr_expect_eq(again[i] != 0.0f, mc_rng_uniform_at(seed, 7 + i) >= p, "offset 7, %zu", i);
     free(x), free(out), free(again), free(mask);
@@ -414,18 +434,19 @@ Test(ops, dropout_backward_uses_the_same_mask_and_edge_probabilities) {
     seed_inputs(9);
     fill_rand(x, n, 0.5, 1.5);
     fill_rand(dout, n, 0.5, 1.5);
-    ops->dropout_forward(out, x, n, 0.5f, 99, 13);
-    ops->dropout_backward(dx, dout, n, 0.5f, 99, 13);
+    ops->dropout_forward(ops, out, x, n, 0.5f, 99, 13, MC_F32);
+    ops->dropout_backward(ops, dx, dout, n, 0.5f, 99, 13, MC_F32);
     for (size_t i = 0; i < n; i++) {
         cr_expect_eq(out[i] != 0.0f, dx[i] != 0.0f, "mask differs at %zu", i);
         if (dx[i] != 0.0f) cr_expect_eq(dx[i], dout[i] * 2.0f);
     }
-    ops->dropout_forward(out, x, n, 0.0f, 99, 13);   /* p = 0: identity */
+    ops->dropout_forward(ops, out, x, n, 0.0f, 99, 13, MC_F32);   /* p = 0: identity */
     cr_expect(memcmp(out, x, n * sizeof(float)) == 0, "p = 0 is not the identity");
-    ops->dropout_forward(out, x, n, 1.0f, 99, 13);   /* p = 1: all dropped, no inf/NaN */
+    ops->dropout_forward(ops, out, x, n, 1.0f, 99, 13,
+                         MC_F32);   /* p = 1: all dropped, no inf/NaN */
     for (size_t i = 0; i < n; i++) cr_expect_eq(out[i], 0.0f, "p = 1 at %zu: %g", i, out[i]);
-    ops->dropout_forward(x, x, n, 0.5f, 99, 13);     /* in place */
-    ops->dropout_forward(out, dout, n, 0.5f, 99, 13);
+    ops->dropout_forward(ops, x, x, n, 0.5f, 99, 13, MC_F32);     /* in place */
+    ops->dropout_forward(ops, out, dout, n, 0.5f, 99, 13, MC_F32);
     for (size_t i = 0; i < n; i++) cr_expect_eq(x[i] != 0.0f, out[i] != 0.0f);
     free(x), free(out), free(dout), free(dx);
 }
@@ -504,14 +525,15 @@ static void check_attention(int S, int B, int NH, int HD, float p) {
     ctx.dout = to_double(dout, nout);
     double *qd = to_double(qkv, nqkv), *want = dalloc(nout), *want_p = dalloc(nprobs);
     ref_attention(want, want_p, qd, &ctx);
-    ops->attention_forward(out, probs, qkv, S, B, NH, HD, p, ctx.seed, ctx.offset);
+    ops->attention_forward(ops, out, probs, qkv, S, B, NH, HD, p, ctx.seed, ctx.offset, MC_F32);
     snprintf(what, sizeof what, "attention forward S%d B%d NH%d HD%d p%g", S, B, NH, HD, (double)p);
     expect_close(what, out, want, nout, 1e-5, 1e-5);
     snprintf(what, sizeof what, "attention probs S%d B%d NH%d HD%d", S, B, NH, HD);
     expect_close(what, probs, want_p, nprobs, 1e-6, 1e-5);
 
     fill_rand(dqkv, nqkv, 7, 8);      /* overwritten */
-    ops->attention_backward(dqkv, dout, qkv, probs, S, B, NH, HD, p, ctx.seed, ctx.offset);
+    ops->attention_backward(ops, dqkv, dout, qkv, out, probs, S, B, NH, HD, p, ctx.seed, ctx.offset,
+                            MC_F32);
     double *fd = dalloc(nqkv);
     finite_diff(fd, qd, nqkv, attn_loss, &ctx, FD_H);
     snprintf(what, sizeof what, "attention dqkv S%d B%d NH%d HD%d p%g", S, B, NH, HD, (double)p);
@@ -542,10 +564,10 @@ Test(ops, attention_dropout_mask_follows_probs_index) {
     float *qkv1 = falloc(nqkv / 2), *out1 = falloc(nout / 2), *probs1 = falloc((size_t)S * S);
     seed_inputs(77);
     fill_rand(qkv, nqkv, -1, 1);
-    ops->attention_forward(out, probs, qkv, S, B, NH, HD, 0.4f, 5, 0);
+    ops->attention_forward(ops, out, probs, qkv, S, B, NH, HD, 0.4f, 5, 0, MC_F32);
     /* head 1 alone (NH = 1) with offset S*S reproduces head 1 of the two-head call */
     for (int s = 0; s < S; s++) memcpy(qkv1 + s * 3 * HD, qkv + s * 6 * HD + 3 * HD, 3 * HD * 4);
-    ops->attention_forward(out1, probs1, qkv1, S, B, 1, HD, 0.4f, 5, (uint64_t)S * S);
+    ops->attention_forward(ops, out1, probs1, qkv1, S, B, 1, HD, 0.4f, 5, (uint64_t)S * S, MC_F32);
     for (int s = 0; s < S; s++)
         for (int d = 0; d < HD; d++)
             cr_expect_eq(out1[s * HD + d], out[s * 2 * HD + HD + d], "s %d d %d", s, d);
@@ -573,9 +595,9 @@ Test(ops, embedding_forward_backward_with_vocab_range) {
             want[n * C + c] = local ? table[(ids[n] - start) * C + c] : 0.0;
             if (local) want_dt[(ids[n] - start) * C + c] += dout[n * C + c];
         }
-    ops->embedding_forward(out, ids, table, N, C, start, end);
+    ops->embedding_forward(ops, out, ids, table, N, C, start, end, MC_F32);
     expect_close("embedding forward", out, want, N * C, 0, 0);
-    ops->embedding_backward(dtable, dout, ids, N, C, start, end);
+    ops->embedding_backward(ops, dtable, dout, ids, N, C, start, end, MC_F32);
     expect_close("embedding backward accumulates", dtable, want_dt, Vl * C, 1e-6, 1e-6);
     free(table), free(out), free(dout), free(dtable), free(want), free(want_dt);
 }
@@ -622,12 +644,12 @@ static void check_cross_entropy(float smoothing) {
         for (int n = 0; n < N; n++)
             memcpy(sh[r] + n * widths[r], logits + n * V + starts[r], sizeof(float) * widths[r]);
     /* forward pieces on each shard, combined as the three TP all-reduces would */
-    for (int r = 0; r < 2; r++) ops->row_max(mx[r], sh[r], N, widths[r]);
+    for (int r = 0; r < 2; r++) ops->row_max(ops, mx[r], sh[r], N, widths[r], MC_F32);
     for (int n = 0; n < N; n++) gmax[n] = mx[0][n] > mx[1][n] ? mx[0][n] : mx[1][n];
     for (int r = 0; r < 2; r++) {
-        ops->target_logit(xt[r], sh[r], targets, N, widths[r], starts[r]);
-        ops->sum_exp(z[r], sh[r], gmax, N, widths[r]);
-        ops->row_sum(rs[r], sh[r], N, widths[r]);
+        ops->target_logit(ops, xt[r], sh[r], targets, N, widths[r], starts[r], MC_F32);
+        ops->sum_exp(ops, z[r], sh[r], gmax, N, widths[r], MC_F32);
+        ops->row_sum(ops, rs[r], sh[r], N, widths[r], MC_F32);
     }
     ce_ctx ctx = {N, V, targets, (double)smoothing, to_double(dloss, N)};
     double *ld = to_double(logits, N * V), want_loss[N];
@@ -644,10 +666,25 @@ static void check_cross_entropy(float smoothing) {
     }
     snprintf(what, sizeof what, "cross entropy loss from pieces, s %g", (double)smoothing);
     expect_close(what, loss, want_loss, N, 1e-5, 1e-5);
+    /* the combine op: the same losses from the reduced pieces, and their sum */
+    float xt_all[N], rs_all[N], op_loss[N];
+    double op_sum = -1.0, want_sum = 0.0;
+    for (int n = 0; n < N; n++) {
+        xt_all[n] = xt[0][n] + xt[1][n];
+        rs_all[n] = rs[0][n] + rs[1][n];
+        want_sum += want_loss[n];
+    }
+    cr_expect_eq(ops->cross_entropy_loss(ops, op_loss, &op_sum, gmax, gz, xt_all,
+                                         smoothing > 0.0f ? rs_all : NULL, N, V, smoothing),
+                 MC_OK);
+    snprintf(what, sizeof what, "cross_entropy_loss op, s %g", (double)smoothing);
+    expect_close(what, op_loss, want_loss, N, 1e-5, 1e-5);
+    cr_expect(fabs(op_sum - want_sum) <= 1e-5 * fabs(want_sum), "loss sum %.9g, want %.9g",
+              op_sum, want_sum);
 
     for (int r = 0; r < 2; r++)
-        ops->cross_entropy_backward(dsh[r], sh[r], gmax, gz, targets, dloss, N, widths[r],
-                                    starts[r], smoothing, V);
+        ops->cross_entropy_backward(ops, dsh[r], sh[r], gmax, gz, targets, dloss, N, widths[r],
+                                    starts[r], smoothing, V, MC_F32);
     for (int r = 0; r < 2; r++)
         for (int n = 0; n < N; n++)
             memcpy(dl + n * V + starts[r], dsh[r] + n * widths[r], sizeof(float) * widths[r]);
@@ -657,7 +694,8 @@ static void check_cross_entropy(float smoothing) {
     expect_close(what, dl, fd, N * V, 1e-5, 1e-4);
     /* one shard holding the whole vocabulary gives the same gradient */
     float dfull[N * V];
-    ops->cross_entropy_backward(dfull, logits, gmax, gz, targets, dloss, N, V, 0, smoothing, V);
+    ops->cross_entropy_backward(ops, dfull, logits, gmax, gz, targets, dloss, N, V, 0, smoothing, V,
+                                MC_F32);
     expect_close("cross entropy backward unsharded", dfull, fd, N * V, 1e-5, 1e-4);
     free(ctx.dloss), free(ld);
 }
@@ -671,12 +709,12 @@ Test(ops, cross_entropy_ignores_targets_outside_the_shard) {
     const mc_ops *ops = mc_ops_cpu();
     float logits[2 * 3] = {1, 2, 3, 0, 0, 0}, mx[2], xt[2], z[2], d[6], dloss[2] = {1, 0};
     int targets[2] = {7, -100};   /* not in [4, 7); an ignore id */
-    ops->row_max(mx, logits, 2, 3);
-    ops->target_logit(xt, logits, targets, 2, 3, 4);
+    ops->row_max(ops, mx, logits, 2, 3, MC_F32);
+    ops->target_logit(ops, xt, logits, targets, 2, 3, 4, MC_F32);
     cr_expect_eq(xt[0], 0.0f);
     cr_expect_eq(xt[1], 0.0f);
-    ops->sum_exp(z, logits, mx, 2, 3);
-    ops->cross_entropy_backward(d, logits, mx, z, targets, dloss, 2, 3, 4, 0.0f, 3);
+    ops->sum_exp(ops, z, logits, mx, 2, 3, MC_F32);
+    ops->cross_entropy_backward(ops, d, logits, mx, z, targets, dloss, 2, 3, 4, 0.0f, 3, MC_F32);
     double s = 0.0;
     for (int j = 0; j < 3; j++) s += d[j];
     cr_expect(fabs(s - 1.0) < 1e-6, "no one-hot: the row sums to 1 (softmax), got %g", s);
@@ -705,7 +743,9 @@ Test(ops, adamw_one_and_several_steps_vs_fp64) {
             double mh = md[i] / (1 - pow(b1, step)), vh = vd[i] / (1 - pow(b2, step));
             pd[i] = pd[i] - lr * wd * pd[i] - lr * mh / (sqrt(vh) + eps);
         }
-        ops->adamw(p, g, m, v, n, (float)lr, (float)b1, (float)b2, (float)eps, (float)wd, step);
+        mc_adamw_step h = {(float)lr, (float)b1, (float)b2, (float)eps, step};
+        mc_adamw_span span = {0, 0, 0, n, (float)wd};
+        ops->adamw(ops, p, g, m, v, NULL, &span, 1, &h, MC_F32);
         snprintf(what, sizeof what, "adamw param after step %d", step);
         expect_close(what, p, pd, n, 1e-6, 1e-5);
         snprintf(what, sizeof what, "adamw m after step %d", step);
@@ -719,7 +759,133 @@ Test(ops, adamw_one_and_several_steps_vs_fp64) {
 Test(ops, adamw_first_step_is_sign_times_lr) {
     const mc_ops *ops = mc_ops_cpu();
     float p[4] = {1, -1, 2, 0}, g[4] = {0.3f, -0.2f, -5.0f, 1e-3f}, m[4] = {0}, v[4] = {0};
-    ops->adamw(p, g, m, v, 4, 0.01f, 0.9f, 0.999f, 1e-12f, 0.0f, 1);
+    mc_adamw_step h = {0.01f, 0.9f, 0.999f, 1e-12f, 1};
+    mc_adamw_span span = {0, 0, 0, 4, 0.0f};
+    ops->adamw(ops, p, g, m, v, NULL, &span, 1, &h, MC_F32);
     double want[4] = {0.99, -0.99, 2.01, -0.01};
     expect_close("adamw step 1", p, want, 4, 1e-6, 1e-5);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   bf16 storage: round to nearest even, and the bf16 path of the ops is the fp32 math on the
+   rounded values, rounded once at the end */
+
+Test(ops, bf16_rounds_to_nearest_even) {
+    cr_expect_eq(mc_bf16_from_float(1.0f), 0x3F80);
+    cr_expect_eq(mc_bf16_from_float(1.0f + 1.0f / 256.0f), 0x3F80, "halfway: ties to even (down)");
+    cr_expect_eq(mc_bf16_from_float(1.0f + 3.0f / 256.0f), 0x3F82, "halfway: ties to even (up)");
+    cr_expect_eq(mc_bf16_from_float(1.0f + 1.5f / 256.0f), 0x3F81, "above halfway rounds up");
+    cr_expect_eq(mc_bf16_from_float(-2.0f), 0xC000);
+    cr_expect_eq(mc_bf16_from_float(INFINITY), 0x7F80);
+    cr_expect_eq(mc_bf16_from_float(3.4e38f), 0x7F80, "overflow rounds to inf");
+    mc_bf16 nan = mc_bf16_from_float(NAN);
+    cr_expect((nan & 0x7F80) == 0x7F80 && (nan & 0x007F) != 0, "NaN stays NaN (0x%04x)", nan);
+    for (int i = -300; i <= 300; i++) {   /* bf16 values convert back exactly */
+        float x = (float)i * 0.37f;
+        float r = mc_bf16_to_float(mc_bf16_from_float(x));
+        cr_expect(fabsf(r - x) <= fabsf(x) / 256.0f, "%g -> %g", (double)x, (double)r);
+        cr_expect_eq(mc_bf16_to_float(mc_bf16_from_float(r)), r);
+    }
+}
+
+static void to_bf16(mc_bf16 *dst, float *src, size_t n) {   /* src becomes the rounded values */
+    for (size_t i = 0; i < n; i++) {
+        dst[i] = mc_bf16_from_float(src[i]);
+        src[i] = mc_bf16_to_float(dst[i]);
+    }
+}
+
+/* got (bf16) must be the fp32 result rounded once: within half a bf16 ulp */
+static void expect_bf16_of(const char *what, const mc_bf16 *got, const float *want, size_t n) {
+    size_t bad = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != mc_bf16_from_float(want[i])) {
+            if (!bad) worst = i;
+            bad++;
+        }
+    cr_expect(bad == 0, "%s: %zu of %zu values are not the rounded fp32 result; first [%zu] "
+              "got %g want %g", what, bad, n, worst, n ? (double)mc_bf16_to_float(got[worst]) : 0.0,
+              n ? (double)want[worst] : 0.0);
+}
+
+Test(ops, bf16_path_is_fp32_math_rounded_once) {
+    const mc_ops *ops = mc_ops_cpu();
+    enum { M = 9, K = 37, N = 13, S = 5, B = 2, NH = 2, HD = 4 };
+    float a[M * K], b[N * K], bias[N], c[M * N];
+    mc_bf16 ab[M * K], bb[N * K], biasb[N], cb[M * N];
+    seed_inputs(31);
+    fill_rand(a, M * K, -1, 1);
+    fill_rand(b, N * K, -1, 1);
+    fill_rand(bias, N, -1, 1);
+    to_bf16(ab, a, M * K);
+    to_bf16(bb, b, N * K);
+    to_bf16(biasb, bias, N);
+    cr_assert_eq(ops->gemm(ops, c, a, b, bias, M, N, K, 0, 1, 1.0f, 0.0f, MC_F32, MC_F32), MC_OK);
+    cr_assert_eq(ops->gemm(ops, cb, ab, bb, biasb, M, N, K, 0, 1, 1.0f, 0.0f, MC_BF16, MC_BF16),
+                 MC_OK);
+    expect_bf16_of("gemm bf16", cb, c, M * N);
+    /* bf16 inputs into an fp32 accumulator (the weight gradient): exactly the fp32 product */
+    float cf[M * N];
+    memset(cf, 0, sizeof cf);
+    cr_assert_eq(ops->gemm(ops, cf, ab, bb, NULL, M, N, K, 0, 1, 1.0f, 1.0f, MC_F32, MC_BF16),
+                 MC_OK);
+    cr_assert_eq(ops->gemm(ops, c, a, b, NULL, M, N, K, 0, 1, 1.0f, 0.0f, MC_F32, MC_F32), MC_OK);
+    expect_close("gemm bf16 -> fp32", cf, to_double(c, M * N), M * N, 0, 0);
+
+    /* layernorm, gelu and attention: the same contract */
+    float x[S * B * NH * 3 * HD], w[K], y[S * B * NH * 3 * HD], mean[S * B], rstd[S * B];
+    mc_bf16 xb[S * B * NH * 3 * HD], wb[K], yb[S * B * NH * 3 * HD];
+    float mb[S * B], rb[S * B];
+    fill_rand(x, sizeof x / sizeof x[0], -2, 2);
+    fill_rand(w, K, 0.5, 1.5);
+    to_bf16(xb, x, sizeof x / sizeof x[0]);
+    to_bf16(wb, w, K);
+    ops->layernorm_forward(ops, y, mean, rstd, x, w, NULL, 2, K, 1e-5f, MC_F32);
+    ops->layernorm_forward(ops, yb, mb, rb, xb, wb, NULL, 2, K, 1e-5f, MC_BF16);
+    expect_bf16_of("layernorm bf16", yb, y, 2 * K);
+    cr_expect(mean[0] == mb[0] && rstd[1] == rb[1], "the statistics stay fp32");
+    ops->gelu_forward(ops, y, x, 40, MC_F32);
+    ops->gelu_forward(ops, yb, xb, 40, MC_BF16);
+    expect_bf16_of("gelu bf16", yb, y, 40);
+    size_t ns = ops->attention_stats(ops, S, B, NH, HD);
+    float *pf = falloc(ns), *pb = falloc(ns);
+    float att[S * B * NH * HD];
+    mc_bf16 attb[S * B * NH * HD];
+    ops->attention_forward(ops, att, pf, x, S, B, NH, HD, 0.25f, 77, 4, MC_F32);
+    ops->attention_forward(ops, attb, pb, xb, S, B, NH, HD, 0.25f, 77, 4, MC_BF16);
+    expect_bf16_of("attention bf16", attb, att, S * B * NH * HD);
+    free(pf), free(pb);
+    /* dtypes other than f32 / bf16 are refused with a message */
+    cr_expect_eq(ops->gelu_forward(ops, y, x, 4, MC_I32), MC_ERR_INVALID_ARG);
+    cr_expect(strstr(mc_last_error(), "MC_F32 or MC_BF16") != NULL, "%s", mc_last_error());
+}
+
+Test(ops, memory_upload_download_and_strided_copy) {
+    const mc_ops *ops = mc_ops_cpu();
+    float host[12], back[12];
+    float *dev = NULL, *dst = NULL;
+    for (int i = 0; i < 12; i++) host[i] = (float)i;
+    cr_assert_eq(ops->alloc(ops, (void **)&dev, sizeof host), MC_OK);
+    cr_assert_eq(ops->alloc(ops, (void **)&dst, sizeof host), MC_OK);
+    cr_expect_eq(ops->upload(ops, dev, host, sizeof host), MC_OK);
+    /* columns 1..2 of the [4, 3] matrix into a [4, 2] one: 4 rows of 8 bytes */
+    cr_expect_eq(ops->copy_2d(ops, dst, 2 * sizeof(float), dev + 1, 3 * sizeof(float),
+                              2 * sizeof(float), 4), MC_OK);
+    cr_expect_eq(ops->download(ops, back, dst, 8 * sizeof(float)), MC_OK);
+    for (int r = 0; r < 4; r++)
+        for (int j = 0; j < 2; j++)
+            cr_expect_eq(back[r * 2 + j], host[r * 3 + 1 + j], "row %d col %d", r, j);
+    cr_expect_eq(ops->synchronize(ops), MC_OK);
+    cr_expect(mc_ops_same_memory(ops, mc_ops_cpu()), "one CPU memory");
+    ops->free(ops, dev);
+    ops->free(ops, dst);
+}
+
+Test(ops, check_ids_names_the_bad_id) {
+    const mc_ops *ops = mc_ops_cpu();
+    int ids[4] = {0, 3, 8, 1};
+    cr_expect_eq(ops->check_ids(ops, ids, 4, 8, "embedding", "ids"), MC_ERR_INVALID_ARG);
+    cr_expect(strstr(mc_last_error(), "embedding: ids[2] = 8 is outside the vocabulary [0, 8)"),
+              "%s", mc_last_error());
+    cr_expect_eq(ops->check_ids(ops, ids, 2, 8, "embedding", "ids"), MC_OK);
 }

@@ -68,7 +68,7 @@ static void rig_build(rig *r, int with_shared, mc_optimizer_desc od) {
 static void rig_free(rig *r) {
     mc_optimizer_destroy(&r->opt);
     cr_expect_eq(mc_ddp_destroy(&r->ddp), MC_OK);
-    mc_param_table_free(&r->table);
+    mc_param_table_destroy(&r->table);
     free(r->params);
     free(r->grads);
 }

@@ -168,17 +168,34 @@ Test(parallel_state, self_every_group_is_this_rank, .init = open_self_world,
     cr_expect(!ps.initialized);
 }
 
-Test(parallel_state, self_init_twice_is_a_state_error, .init = open_self_world,
+/* mc_parallel_init never reads its output struct: a state full of garbage (0xff, so that
+   `initialized` reads as set) initialises as well as a zeroed one. */
+Test(parallel_state, self_init_over_garbage_never_reads_the_struct, .init = open_self_world,
      .fini = close_self_world) {
     mc_parallel_state ps;
-    memset(&ps, 0, sizeof ps);
+    memset(&ps, 0xff, sizeof ps);
     mc_parallel_desc desc = {.world = world};
-    cr_assert_eq(mc_parallel_init(&ps, &desc), MC_OK, "%s", mc_last_error());
-    cr_expect_eq(mc_parallel_init(&ps, &desc), MC_ERR_STATE, "%s", mc_last_error());
-    cr_expect(ps.initialized, "the refused init undid the first one");
+    cr_assert_eq(mc_parallel_init(&ps, &desc), MC_OK, "init over 0xff: %s", mc_last_error());
+    cr_expect_eq(ps.initialized, 1);
+    cr_expect_eq(ps.vp_stage, 0, "a field kept the garbage");
+    cr_expect_eq(ps.n_created, mc_grid_creation_plan(&ps.grid, NULL, 0));
+    cr_expect_not_null(mc_parallel_group(&ps, MC_GROUP_TP));
     cr_expect_eq(mc_parallel_destroy(&ps), MC_OK);
     cr_expect_eq(mc_parallel_init(&ps, &desc), MC_OK, "init after destroy: %s", mc_last_error());
     cr_expect_eq(mc_parallel_destroy(&ps), MC_OK);
+}
+
+/* A failed init leaves a zeroed state behind, whatever the struct held: destroy refuses it
+   and no getter returns a stale pointer. */
+Test(parallel_state, self_failed_init_leaves_a_zeroed_state, .init = open_self_world,
+     .fini = close_self_world) {
+    mc_parallel_state ps;
+    memset(&ps, 0xff, sizeof ps);
+    int rc = mc_parallel_init(&ps, &(mc_parallel_desc){.world = world, .grid = {.tp = 2}});
+    cr_expect_eq(rc, MC_ERR_INVALID_DESC, "tp 2 on 1 rank: %s", mc_err_name(rc));
+    cr_expect_eq(ps.initialized, 0);
+    cr_expect_null(mc_parallel_group(&ps, MC_GROUP_TP));
+    cr_expect_eq(mc_parallel_destroy(&ps), MC_ERR_STATE);
 }
 
 Test(parallel_state, self_rejects_sizes_that_do_not_fit, .init = open_self_world,

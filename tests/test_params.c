@@ -82,7 +82,7 @@ Test(params, add_find_and_numel) {
     cr_expect_eq(t.info[1].local_shape[1], 1, "a 1-D param is [n] x 1");
     cr_expect_eq(t.info[0].partition_stride, 1, "stride 0 means 1");
     cr_expect_str_eq(t.info[0].name, "embedding.word_embeddings.weight");
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
     cr_expect_eq(t.count, 0);
     cr_expect_null(t.info);
 }
@@ -96,7 +96,7 @@ Test(params, grows_past_the_first_capacity) {
     }
     cr_expect_eq(mc_param_table_find(&t, "p77"), 77);
     cr_expect_eq(t.info[99].numel, (size_t)100);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 Test(params, rejects_bad_params) {
@@ -125,7 +125,7 @@ Test(params, rejects_bad_params) {
     cr_expect_eq(mc_param_table_add(&t, "x", &p), MC_ERR_INVALID_ARG, "shared without embedding");
     cr_expect_eq(mc_param_table_add(&t, "", &p), MC_ERR_INVALID_ARG, "empty name");
     cr_expect_eq(t.count, 1, "no failed add registered anything");
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* Registration a(10) b(20) c(30): layout c b a, no padding without the distributed optimizer. */
@@ -145,7 +145,7 @@ Test(params, reverse_registration_order_without_padding) {
     cr_assert_eq(t.n_buckets, 1);
     expect_bucket(&t, 0, 0, 60, 3);
     cr_expect_eq(t.buckets[0].first_param, 0);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* Distributed optimizer, DP 2, a(10) b(100) c(30):
@@ -174,7 +174,7 @@ Test(params, distributed_optimizer_padding) {
     layout(&t, 3, 0, 0, 0);   /* a later layout replaces the earlier one */
     cr_expect_eq(info(&t, "a")->offset, 130, "no padding without the distributed optimizer");
     cr_expect_eq(t.total, 140);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* First stage, distributed optimizer, DP 2: registration emb(1000, shared_embedding),
@@ -205,7 +205,7 @@ Test(params, shared_embedding_gets_its_own_bucket_first_stage) {
     expect_bucket(&t, 0, 0, 1110, 3);
     cr_expect_eq(info(&t, "embedding.word_embeddings.weight")->offset, 110);
     cr_expect_eq(t.buckets[0].shared_embedding, 1);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* Last stage: w(100), bias(10), output copy (1000, shared + shared_embedding) registered last,
@@ -228,7 +228,7 @@ Test(params, shared_embedding_gets_its_own_bucket_last_stage) {
     cr_expect_eq(info(&t, "bias")->offset, 1024);
     cr_expect_eq(info(&t, "w")->offset, 1088);
     cr_expect_eq(t.buckets[0].shared_embedding, 1);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* bucket_size 50, no distributed optimizer, a(10) b(20) c(30) d(40): d [0, 40) stays open
@@ -263,7 +263,7 @@ Test(params, bucket_size_splits_buckets) {
     expect_bucket(&t, 0, 0, 128, 2);
     expect_bucket(&t, 1, 128, 256, 2);
     cr_expect_eq(info(&t, "a")->offset, 192);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* pp_rank > 0: Megatron sets bucket_size to None, so everything is one bucket. */
@@ -276,7 +276,7 @@ Test(params, later_pipeline_stages_do_not_bucket) {
     layout(&t, 2, 0, 50, 1);
     cr_assert_eq(t.n_buckets, 1);
     expect_bucket(&t, 0, 0, 100, 4);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* Two chunks (VPP): chunk 0 is laid out first, then chunk 1, each in reverse registration
@@ -309,7 +309,7 @@ Test(params, virtual_pipeline_chunks) {
     expect_bucket(&t, 0, 0, 256, 3);
     expect_bucket(&t, 1, 256, 512, 3);
     cr_expect_eq(info(&t, "c1.a")->offset, 384);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* Adding a param after a layout drops the layout (every later offset would move). */
@@ -324,7 +324,7 @@ Test(params, add_after_layout_drops_the_layout) {
     cr_expect_eq(t.total, 0);
     layout(&t, 1, 0, 0, 0);
     cr_expect_eq(t.total, 20);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 Test(params, layout_rejects_bad_desc) {
@@ -335,7 +335,7 @@ Test(params, layout_rejects_bad_desc) {
     cr_expect(mc_test_contains(mc_last_error(), "dp_size (-2)"), "%s", mc_last_error());
     cr_expect_eq(mc_param_table_layout(&t, &(mc_param_layout_desc){.pp_rank = -1}),
                  MC_ERR_INVALID_DESC);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* Properties over many shapes and DP sizes: params never overlap, keep their layout order,
@@ -383,6 +383,6 @@ Test(params, layout_invariants) {
                     cr_assert_leq(a->offset + a->numel, b->offset, "no overlap");
                 }
                 if (!dist) cr_assert_eq(t.total, sum, "no padding without the dist. optimizer");
-                mc_param_table_free(&t);
+                mc_param_table_destroy(&t);
             }
 }

@@ -254,17 +254,20 @@ static void check_linear_tp1(int row) {
     int flags = row ? MC_TP_INPUT_IS_PARALLEL : 0;
     if (row) {
         cr_assert_eq(
-            mc_row_parallel_linear_forward(Y, NULL, X, W, b, S, B, C, OC, flags, NULL, ops()),
+            mc_row_parallel_linear_forward(Y, NULL, X, W, b, S, B, C, OC, flags, MC_F32, NULL,
+                                           ops()),
             MC_OK, "%s", mc_last_error());
-        cr_assert_eq(mc_row_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC, flags,
+        cr_assert_eq(mc_row_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC,
+                                                     flags, MC_F32,
                                                      NULL, ops()),
                      MC_OK, "%s", mc_last_error());
     } else {
         cr_assert_eq(
-            mc_column_parallel_linear_forward(Y, NULL, X, W, b, S, B, C, OC, flags, NULL, ops()),
+            mc_column_parallel_linear_forward(Y, NULL, X, W, b, S, B, C, OC, flags, MC_F32, NULL,
+                                              ops()),
             MC_OK, "%s", mc_last_error());
         cr_assert_eq(mc_column_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC,
-                                                        flags, NULL, ops()),
+                                                        flags, MC_F32, NULL, ops()),
                      MC_OK, "%s", mc_last_error());
     }
     lin_ctx c = {to_f64(X, N * C), to_f64(W, OC * C), to_f64(b, OC), to_f64(dY, N * OC), N, C, OC};
@@ -283,10 +286,12 @@ static void check_linear_tp1(int row) {
     memcpy(dW1, dW, sizeof dW);
     memcpy(db1, db, sizeof db);
     if (row)
-        mc_row_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC, flags, NULL,
+        mc_row_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC, flags, MC_F32,
+                                        NULL,
                                         ops());
     else
-        mc_column_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC, flags, NULL,
+        mc_column_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC, flags, MC_F32,
+                                           NULL,
                                            ops());
     for (int i = 0; i < 20; i++)
         cr_expect(fabsf(dW[i] - 2 * dW1[i]) < 1e-5f, "dW[%d] not accumulated", i);
@@ -339,11 +344,12 @@ static void check_cross_entropy_tp1(float a) {
     const int targets[4] = {0, 6, 3, 3};
     float *logits = init_full("ce", N, V, 2.0f), *w = init_full("ce.w", 1, N, 1.0f);
     float loss[4], max[4], sum[4], dlogits[28];
-    cr_assert_eq(mc_vocab_parallel_cross_entropy_forward(loss, max, sum, NULL, logits, targets, N,
-                                                         V, a, NULL, ops()),
+    cr_assert_eq(mc_vocab_parallel_cross_entropy_forward(loss, NULL, max, sum, NULL, logits,
+                                                         targets, N,
+                                                         V, a, MC_F32, NULL, ops()),
                  MC_OK, "%s", mc_last_error());
     cr_assert_eq(mc_vocab_parallel_cross_entropy_backward(dlogits, w, logits, max, sum, targets, N,
-                                                          V, a, NULL, ops()),
+                                                          V, a, MC_F32, NULL, ops()),
                  MC_OK, "%s", mc_last_error());
     ce_ctx c = {to_f64(logits, N * V), to_f64(w, N), targets, N, V, a};
     for (int i = 0; i < N; i++) { /* one token at a time: weight 1 on token i */
@@ -371,8 +377,10 @@ Test(tensor_parallel, embedding_tp1_lookup_and_accumulating_backward) {
     float *T = init_full("emb", V, C, 1.0f), *dY = init_full("emb.dy", N, C, 1.0f);
     float out[12], dT[15];
     memset(dT, 0, sizeof dT);
-    cr_assert_eq(mc_vocab_parallel_embedding_forward(out, ids, T, N, C, V, NULL, ops()), MC_OK);
-    cr_assert_eq(mc_vocab_parallel_embedding_backward(dT, dY, ids, N, C, V, NULL, ops()), MC_OK);
+    cr_assert_eq(mc_vocab_parallel_embedding_forward(out, ids, T, N, C, V, MC_F32, NULL, ops()),
+                 MC_OK);
+    cr_assert_eq(mc_vocab_parallel_embedding_backward(dT, dY, ids, N, C, V, MC_F32, NULL, ops()),
+                 MC_OK);
     for (int i = 0; i < N; i++)
         for (int j = 0; j < C; j++) cr_expect_eq(out[i * C + j], T[ids[i] * C + j]);
     for (int v = 0; v < V; v++)
@@ -400,25 +408,25 @@ Test(tensor_parallel, mappings_are_identity_on_a_group_of_one) {
         cr_expect_eq((call), MC_OK, "%s: %s", #call, mc_last_error());               \
         cr_expect(memcmp(out, x, sizeof out) == 0, "%s is not the identity", #call); \
     } while (0)
-        SAME(mc_copy_to_tp_region_forward(out, x, 24, tp, ops()));
-        SAME(mc_copy_to_tp_region_backward(out, x, 24, tp, ops()));
-        SAME(mc_reduce_from_tp_region_forward(out, x, 24, tp, ops()));
-        SAME(mc_reduce_from_tp_region_backward(out, x, 24, tp, ops()));
-        SAME(mc_scatter_to_tp_region_forward(out, x, 4, 6, tp, ops()));
-        SAME(mc_scatter_to_tp_region_backward(out, NULL, x, 4, 6, tp, ops()));
-        SAME(mc_gather_from_tp_region_forward(out, NULL, x, 4, 6, tp, ops()));
-        SAME(mc_gather_from_tp_region_backward(out, x, 4, 6, tp, ops()));
-        SAME(mc_scatter_to_sp_region_forward(out, x, 4, 6, tp, ops()));
-        SAME(mc_scatter_to_sp_region_backward(out, x, 4, 6, tp, ops()));
-        SAME(mc_gather_from_sp_region_forward(out, x, 4, 6, tp, ops()));
-        SAME(mc_gather_from_sp_region_backward(out, x, 4, 6, 1, tp, ops()));
-        SAME(mc_gather_from_sp_region_backward(out, x, 4, 6, 0, tp, ops()));
-        SAME(mc_reduce_scatter_to_sp_region_forward(out, x, 4, 6, tp, ops()));
-        SAME(mc_reduce_scatter_to_sp_region_backward(out, x, 4, 6, tp, ops()));
-        SAME(mc_all_gather_last_dim_forward(out, NULL, x, 4, 6, tp, ops()));
-        SAME(mc_all_gather_last_dim_backward(out, NULL, x, 4, 6, tp, ops()));
-        SAME(mc_reduce_scatter_last_dim_forward(out, NULL, x, 4, 6, tp, ops()));
-        SAME(mc_reduce_scatter_last_dim_backward(out, NULL, x, 4, 6, tp, ops()));
+        SAME(mc_copy_to_tp_region_forward(out, x, 24, MC_F32, tp, ops()));
+        SAME(mc_copy_to_tp_region_backward(out, x, 24, MC_F32, tp, ops()));
+        SAME(mc_reduce_from_tp_region_forward(out, x, 24, MC_F32, tp, ops()));
+        SAME(mc_reduce_from_tp_region_backward(out, x, 24, MC_F32, tp, ops()));
+        SAME(mc_scatter_to_tp_region_forward(out, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_scatter_to_tp_region_backward(out, NULL, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_gather_from_tp_region_forward(out, NULL, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_gather_from_tp_region_backward(out, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_scatter_to_sp_region_forward(out, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_scatter_to_sp_region_backward(out, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_gather_from_sp_region_forward(out, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_gather_from_sp_region_backward(out, x, 4, 6, 1, MC_F32, tp, ops()));
+        SAME(mc_gather_from_sp_region_backward(out, x, 4, 6, 0, MC_F32, tp, ops()));
+        SAME(mc_reduce_scatter_to_sp_region_forward(out, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_reduce_scatter_to_sp_region_backward(out, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_all_gather_last_dim_forward(out, NULL, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_all_gather_last_dim_backward(out, NULL, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_reduce_scatter_last_dim_forward(out, NULL, x, 4, 6, MC_F32, tp, ops()));
+        SAME(mc_reduce_scatter_last_dim_backward(out, NULL, x, 4, 6, MC_F32, tp, ops()));
 #undef SAME
     }
     /* SP on a group of one is ignored, as Megatron's layers do: no scratch, same result */
@@ -443,28 +451,30 @@ Test(tensor_parallel, error_messages_name_the_rule) {
     float buf[64] = {0};
     int ids[2] = {0, 9};
     expect_error(mc_row_parallel_linear_forward(buf, NULL, buf, buf, NULL, 2, 1, 4, 2,
-                                                MC_TP_SEQUENCE_PARALLEL, NULL, ops()),
+                                                MC_TP_SEQUENCE_PARALLEL, MC_F32, NULL, ops()),
                  "`input_is_parallel` must be `True`");
     expect_error(mc_column_parallel_linear_forward(buf, NULL, buf, buf, NULL, 2, 1, 4, 2,
-                                                   MC_TP_SEQUENCE_PARALLEL | MC_TP_GATHER_OUTPUT,
+                                                   MC_TP_SEQUENCE_PARALLEL | MC_TP_GATHER_OUTPUT, MC_F32,
                                                    NULL, ops()),
                  "not sequence_parallel when gather_output");
     expect_error(mc_column_parallel_linear_forward(buf, NULL, buf, buf, NULL, 2, 1, 4, 2,
-                                                   MC_TP_INPUT_IS_PARALLEL, NULL, ops()),
+                                                   MC_TP_INPUT_IS_PARALLEL, MC_F32, NULL, ops()),
                  "row-parallel option");
     expect_error(mc_vocab_range(10, 1, 4, NULL, NULL),
                  "vocabulary size (10) is not divisible by tensor_model_parallel_size (4)");
     expect_error(mc_vocab_range(8, 4, 4, NULL, NULL), "tp_rank (4) is not in [0, tp_size = 4)");
-    expect_error(mc_vocab_parallel_embedding_forward(buf, ids, buf, 2, 2, 8, NULL, ops()),
+    expect_error(mc_vocab_parallel_embedding_forward(buf, ids, buf, 2, 2, 8, MC_F32, NULL, ops()),
                  "ids[1] = 9 is outside the vocabulary [0, 8)");
-    expect_error(mc_vocab_parallel_cross_entropy_forward(buf, buf, buf, NULL, buf, ids, 2, 8, 0.0f,
+    expect_error(mc_vocab_parallel_cross_entropy_forward(buf, NULL, buf, buf, NULL, buf, ids, 2, 8,
+                                                         0.0f, MC_F32,
                                                          NULL, ops()),
                  "targets[1] = 9 is outside the vocabulary [0, 8)");
     ids[1] = 1;
-    expect_error(mc_vocab_parallel_cross_entropy_forward(buf, buf, buf, NULL, buf, ids, 2, 8, 1.0f,
+    expect_error(mc_vocab_parallel_cross_entropy_forward(buf, NULL, buf, buf, NULL, buf, ids, 2, 8,
+                                                         1.0f, MC_F32,
                                                          NULL, ops()),
                  "label_smoothing (1) must be in [0, 1)");
-    expect_error(mc_copy_to_tp_region_forward(buf, buf, 4, NULL, NULL), "ops is NULL");
+    expect_error(mc_copy_to_tp_region_forward(buf, buf, 4, MC_F32, NULL, NULL), "ops is NULL");
     int start = -1, end = -1;
     cr_expect_eq(mc_vocab_range(16, 2, 4, &start, &end), MC_OK);
     cr_expect(start == 8 && end == 12, "rank 2 of 4 owns [%d, %d), want [8, 12)", start, end);

@@ -147,8 +147,8 @@ static double compare_checkpoints(const char *ref_dir, const char *dir, char *wo
         free(vb);
     }
     cr_assert_gt(compared, 10, "only %d model tensors compared", compared);
-    mc_checkpoint_meta_free(&a);
-    mc_checkpoint_meta_free(&b);
+    mc_checkpoint_meta_destroy(&a);
+    mc_checkpoint_meta_destroy(&b);
     return max_diff;
 }
 

@@ -433,24 +433,12 @@ static inline const char *mc_case_format_ranks(char *buf, size_t cap, const int 
 /* Checks that `c` holds exactly `world_members` (world ranks, in member order): local fields
    first, then through the wire, by all-reducing the members' world ranks and all-gathering
    them. Only members call it; all of a group's members must call it together. */
-/* A collective on host values through the communicator's own buffers (device memory on nccl),
-   so the case programs run unchanged on every backend. */
+/* A collective on host values (mc_host_collective stages them through the communicator's
+   memory, device memory on nccl), so the case programs run unchanged on every backend. */
 static inline int mc_case_collective_host(mc_comm *c, int gather, const void *send, void *recv,
                                           size_t count, mc_dtype dt) {
-    size_t in_bytes = count * mc_dtype_size(dt), out_bytes = gather ? in_bytes * (size_t)c->size
-                                                                     : in_bytes;
-    void *dsend = mc_comm_alloc(c, in_bytes), *drecv = mc_comm_alloc(c, out_bytes);
-    int rc = dsend && drecv ? mc_comm_upload(c, dsend, send, in_bytes) : MC_ERR_NO_MEMORY;
-    if (rc == MC_OK)
-        rc = gather ? mc_all_gather(c, dsend, drecv, count, dt)
-                    : mc_all_reduce(c, dsend, drecv, count, dt, MC_SUM);
-    if (rc == MC_OK) rc = mc_comm_download(c, recv, drecv, out_bytes);
-    /* after a failed collective the backend may still write the buffers: keep them */
-    if (rc == MC_OK || !dsend || !drecv) {
-        if (dsend) mc_comm_free(c, dsend);
-        if (drecv) mc_comm_free(c, drecv);
-    }
-    return rc;
+    return mc_host_collective(c, gather ? MC_COLL_ALL_GATHER : MC_COLL_ALL_REDUCE, send, recv,
+                              count, dt, MC_SUM, 0);
 }
 
 static inline void mc_case_check_group(mc_comm *c, const int *world_members, int n,

@@ -233,7 +233,7 @@ static void case_save(void) {
             MC_CASE_CHECK(t && t->ndim == 2 && t->shape[0] == CKPT_FFN && t->shape[1] == CKPT_H,
                           "fc1 weight listed with its global shape");
         }
-        mc_checkpoint_meta_free(&meta);
+        mc_checkpoint_meta_destroy(&meta);
         free(text);
     }
     ckpt_model_free(&m);

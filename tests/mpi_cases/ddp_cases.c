@@ -140,7 +140,7 @@ static void case_allreduce(void) {
                       "the message should say to zero the grads: %s", mc_last_error());
         MC_CASE_CHECK_STATUS(mc_ddp_destroy(&ddp), MC_OK, "mc_ddp_destroy");
         free(grads);
-        mc_param_table_free(&t);
+        mc_param_table_destroy(&t);
     }
 }
 
@@ -188,7 +188,7 @@ static void case_reduce_scatter(void) {
     }
     mc_ddp_destroy(&ddp);
     free(grads);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -277,7 +277,7 @@ static void overlap_run(int dist) {
     }
     MC_CASE_CHECK_STATUS(mc_ddp_destroy(&ddp), MC_OK, "mc_ddp_destroy");
     free(grads);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 /* A param of chunk 1 is ignored while only chunk 0 syncs. */
@@ -301,7 +301,7 @@ static void overlap_chunks(void) {
     mc_ddp_finish_grad_sync(&ddp);
     mc_ddp_destroy(&ddp);
     free(grads);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
 }
 
 static void case_overlap(void) {
@@ -349,7 +349,7 @@ static int opt_rig_build(opt_rig *r, int dist, mc_optimizer_desc od) {
 static void opt_rig_free(opt_rig *r) {
     mc_optimizer_destroy(&r->opt);
     mc_ddp_destroy(&r->ddp);
-    mc_param_table_free(&r->t);
+    mc_param_table_destroy(&r->t);
     free(r->params);
     free(r->grads);
 }
@@ -556,7 +556,7 @@ static double expected_norm(void) {
             double g = global_grad(t.info[k].name, e);
             sum += g * g;
         }
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
     return sqrt(sum);
 }
 
@@ -604,7 +604,7 @@ static void case_grad_norm(void) {
                       "want clip_grad %.9g", dist, norm, want / 4);
         mc_optimizer_destroy(&opt);
         mc_ddp_destroy(&ddp);
-        mc_param_table_free(&t);
+        mc_param_table_destroy(&t);
         free(grads);
         free(params);
     }
@@ -674,7 +674,7 @@ static void case_finalize(void) {
     }
     MC_CASE_CHECK(bad == 0, "%d finalized grads are wrong", bad);
     mc_ddp_destroy(&ddp);
-    mc_param_table_free(&t);
+    mc_param_table_destroy(&t);
     free(grads);
     mc_parallel_destroy(&ps);
 }

@@ -247,7 +247,7 @@ static void reference_slice(const mc_gpt *ref, const char *ref_name, const mc_pa
                             int tp_rank, int from_grads, float *out) {
     int k = mc_param_table_find(&ref->table, ref_name);
     const mc_param_info *q = &ref->table.info[k];
-    const float *src = (from_grads ? ref->grads : ref->params) + q->offset;
+    const float *src = (from_grads ? ref->grads : (const float *)ref->params) + q->offset;
     int rows = p->local_shape[0], cols = p->ndim == 2 ? p->local_shape[1] : 1;
     int gcols = p->ndim == 2 ? p->global_shape[1] : 1;
     for (int i = 0; i < rows; i++)
@@ -311,7 +311,8 @@ static int case_equiv(const options *o, int use_schedule) {
     for (int i = 0; i < g.table.count; i++) {
         const mc_param_info *p = &g.table.info[i];
         reference_slice(&ref, reference_name(&g, p), p, tp_rank, 0, want);
-        MC_CASE_CHECK(memcmp(g.params + p->offset, want, p->numel * sizeof(float)) == 0,
+        MC_CASE_CHECK(memcmp((const float *)g.params + p->offset, want,
+                             p->numel * sizeof(float)) == 0,
                       "init: %s%s differs from the single-rank model's slice", p->name,
                       p->shared ? " (the tied copy: the embedding-group all-reduce)" : "");
     }
@@ -348,8 +349,8 @@ static int case_equiv(const options *o, int use_schedule) {
         compare_tensor("grad", p->name, g.grads + p->offset, want, p->numel, 1e-4);
     }
     free(want);
-    mc_gpt_free(&g);
-    mc_gpt_free(&ref);
+    mc_gpt_destroy(&g);
+    mc_gpt_destroy(&ref);
     mc_parallel_destroy(&ps);
     return 0;
 }
@@ -396,8 +397,8 @@ static int case_recompute(const options *o) {
             bad += memcmp(&a.grads[p->offset + k], &b.grads[p->offset + k], sizeof(float)) != 0;
         MC_CASE_CHECK(bad == 0, "%s: %zu of %zu grad elements differ with recompute", p->name, bad, p->numel);
     }
-    mc_gpt_free(&a);
-    mc_gpt_free(&b);
+    mc_gpt_destroy(&a);
+    mc_gpt_destroy(&b);
     mc_parallel_destroy(&ps);
     return 0;
 }

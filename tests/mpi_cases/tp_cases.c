@@ -181,63 +181,63 @@ static void case_mappings(void) {
     size_t n = (size_t)N * D;
 
     /* copy_to: identity forward (also in place), all-reduce backward */
-    OK(mc_copy_to_tp_region_forward(out, x, n, tp, ops));
+    OK(mc_copy_to_tp_region_forward(out, x, n, MC_F32, tp, ops));
     CLOSE("copy_to forward", out, x, n);
     memcpy(out, x, n * sizeof(float));
-    OK(mc_copy_to_tp_region_forward(out, out, n, tp, ops));
+    OK(mc_copy_to_tp_region_forward(out, out, n, MC_F32, tp, ops));
     CLOSE("copy_to forward in place", out, x, n);
-    OK(mc_copy_to_tp_region_backward(out, mine, n, tp, ops));
+    OK(mc_copy_to_tp_region_backward(out, mine, n, MC_F32, tp, ops));
     CLOSE("copy_to backward = all-reduce", out, sum, n);
     /* reduce_from: all-reduce forward (in place), identity backward */
     memcpy(out, mine, n * sizeof(float));
-    OK(mc_reduce_from_tp_region_forward(out, out, n, tp, ops));
+    OK(mc_reduce_from_tp_region_forward(out, out, n, MC_F32, tp, ops));
     CLOSE("reduce_from forward = all-reduce", out, sum, n);
-    OK(mc_reduce_from_tp_region_backward(out, mine, n, tp, ops));
+    OK(mc_reduce_from_tp_region_backward(out, mine, n, MC_F32, tp, ops));
     CLOSE("reduce_from backward = identity", out, mine, n);
     /* scatter_to_tp: split last / all-gather last */
-    OK(mc_scatter_to_tp_region_forward(out, x, N, D, tp, ops));
+    OK(mc_scatter_to_tp_region_forward(out, x, N, D, MC_F32, tp, ops));
     CLOSE("scatter_to_tp forward = my columns", out, x_cols, (size_t)N * Dl);
-    OK(mc_scatter_to_tp_region_backward(out, scratch, x_cols, N, D, tp, ops));
+    OK(mc_scatter_to_tp_region_backward(out, scratch, x_cols, N, D, MC_F32, tp, ops));
     CLOSE("scatter_to_tp backward = all-gather last dim", out, x, n);
     /* gather_from_tp: all-gather last (scratch allocated inside) / split last */
-    OK(mc_gather_from_tp_region_forward(out, NULL, x_cols, N, D, tp, ops));
+    OK(mc_gather_from_tp_region_forward(out, NULL, x_cols, N, D, MC_F32, tp, ops));
     CLOSE("gather_from_tp forward = all-gather last dim", out, x, n);
-    OK(mc_gather_from_tp_region_backward(out, x, N, D, tp, ops));
+    OK(mc_gather_from_tp_region_backward(out, x, N, D, MC_F32, tp, ops));
     CLOSE("gather_from_tp backward = my columns", out, x_cols, (size_t)N * Dl);
     /* all_gather_last_dim: all-gather / reduce-scatter last dim */
-    OK(mc_all_gather_last_dim_forward(out, scratch, x_cols, N, D, tp, ops));
+    OK(mc_all_gather_last_dim_forward(out, scratch, x_cols, N, D, MC_F32, tp, ops));
     CLOSE("all_gather_last_dim forward", out, x, n);
-    OK(mc_all_gather_last_dim_backward(out, NULL, mine, N, D, tp, ops));
+    OK(mc_all_gather_last_dim_backward(out, NULL, mine, N, D, MC_F32, tp, ops));
     CLOSE("all_gather_last_dim backward = reduce-scatter last dim", out, sum_cols, (size_t)N * Dl);
     /* reduce_scatter_last_dim: reduce-scatter / all-gather last dim */
-    OK(mc_reduce_scatter_last_dim_forward(out, scratch, mine, N, D, tp, ops));
+    OK(mc_reduce_scatter_last_dim_forward(out, scratch, mine, N, D, MC_F32, tp, ops));
     CLOSE("reduce_scatter_last_dim forward", out, sum_cols, (size_t)N * Dl);
-    OK(mc_reduce_scatter_last_dim_backward(out, NULL, x_cols, N, D, tp, ops));
+    OK(mc_reduce_scatter_last_dim_backward(out, NULL, x_cols, N, D, MC_F32, tp, ops));
     CLOSE("reduce_scatter_last_dim backward = all-gather last dim", out, x, n);
 
     /* sequence-parallel mappings along the first dim */
     size_t ns = (size_t)S * R;
-    OK(mc_scatter_to_sp_region_forward(out, xs, S, R, tp, ops));
+    OK(mc_scatter_to_sp_region_forward(out, xs, S, R, MC_F32, tp, ops));
     CLOSE("scatter_to_sp forward = my rows", out, xs_rows, Sl * R);
-    OK(mc_scatter_to_sp_region_backward(out, xs_rows, S, R, tp, ops));
+    OK(mc_scatter_to_sp_region_backward(out, xs_rows, S, R, MC_F32, tp, ops));
     CLOSE("scatter_to_sp backward = all-gather first dim", out, xs, ns);
-    OK(mc_gather_from_sp_region_forward(out, xs_rows, S, R, tp, ops));
+    OK(mc_gather_from_sp_region_forward(out, xs_rows, S, R, MC_F32, tp, ops));
     CLOSE("gather_from_sp forward = all-gather first dim", out, xs, ns);
-    OK(mc_gather_from_sp_region_backward(out, mine_s, S, R, 1, tp, ops));
+    OK(mc_gather_from_sp_region_backward(out, mine_s, S, R, 1, MC_F32, tp, ops));
     CLOSE("gather_from_sp backward (tensor_parallel_output_grad) = reduce-scatter", out, sum_rows,
           Sl * R);
-    OK(mc_gather_from_sp_region_backward(out, xs, S, R, 0, tp, ops));
+    OK(mc_gather_from_sp_region_backward(out, xs, S, R, 0, MC_F32, tp, ops));
     CLOSE("gather_from_sp backward (no tensor_parallel_output_grad) = my rows", out, xs_rows,
           Sl * R);
-    OK(mc_reduce_scatter_to_sp_region_forward(out, mine_s, S, R, tp, ops));
+    OK(mc_reduce_scatter_to_sp_region_forward(out, mine_s, S, R, MC_F32, tp, ops));
     CLOSE("reduce_scatter_to_sp forward", out, sum_rows, Sl * R);
-    OK(mc_reduce_scatter_to_sp_region_backward(out, xs_rows, S, R, tp, ops));
+    OK(mc_reduce_scatter_to_sp_region_backward(out, xs_rows, S, R, MC_F32, tp, ops));
     CLOSE("reduce_scatter_to_sp backward = all-gather first dim", out, xs, ns);
 
     /* Megatron's divisibility errors, with the sizes in the message */
     if (np > 1) {
         char want[160];
-        int rc = mc_scatter_to_tp_region_forward(out, x, N, D + 1, tp, ops);
+        int rc = mc_scatter_to_tp_region_forward(out, x, N, D + 1, MC_F32, tp, ops);
         snprintf(want, sizeof want,
                  "last dimension (%d) is not divisible by "
                  "tensor_model_parallel_size (%d)",
@@ -245,7 +245,7 @@ static void case_mappings(void) {
         MC_CASE_CHECK(rc == MC_ERR_INVALID_ARG && mc_test_contains(mc_last_error(), want),
                       "split of D = %d over TP %d: %s, '%s'", D + 1, np, mc_err_name(rc),
                       mc_last_error());
-        rc = mc_gather_from_sp_region_forward(out, xs_rows, S + 1, R, tp, ops);
+        rc = mc_gather_from_sp_region_forward(out, xs_rows, S + 1, R, MC_F32, tp, ops);
         snprintf(want, sizeof want,
                  "first dimension of the tensor (S = %d) should be divisible "
                  "by tensor parallel size (%d)",
@@ -287,9 +287,11 @@ static void case_column(void) {
     /* TP = 1 reference: the same library calls without a TP group */
     float *Y = fzalloc((size_t)N * OC), *Y_nob = fzalloc((size_t)N * OC);
     float *dX = fzalloc((size_t)N * C), *dW = fzalloc((size_t)OC * C), *db = fzalloc(OC);
-    OK(mc_column_parallel_linear_forward(Y, NULL, X, W, bias, S, B, C, OC, 0, NULL, ops));
-    OK(mc_column_parallel_linear_forward(Y_nob, NULL, X, W, NULL, S, B, C, OC, 0, NULL, ops));
-    OK(mc_column_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC, 0, NULL, ops));
+    OK(mc_column_parallel_linear_forward(Y, NULL, X, W, bias, S, B, C, OC, 0, MC_F32, NULL, ops));
+    OK(mc_column_parallel_linear_forward(Y_nob, NULL, X, W, NULL, S, B, C, OC, 0, MC_F32, NULL,
+                                         ops));
+    OK(mc_column_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC, 0, MC_F32, NULL,
+                                          ops));
     plus_prefill(dW, (size_t)OC * C);
     plus_prefill(db, OC);
 
@@ -326,12 +328,13 @@ static void case_column(void) {
         prefill(dbv, OCl);
 
         snprintf(label, sizeof label, "column forward [%s]", flag_text(flags));
-        OK(mc_column_parallel_linear_forward(out, scratch, inp, w, b, S, B, C, OC, flags, tp, ops));
+        OK(mc_column_parallel_linear_forward(out, scratch, inp, w, b, S, B, C, OC, flags, MC_F32,
+                                             tp, ops));
         CLOSE(label, out, gather ? (skip ? Y_nob : Y) : (skip ? Ynob_cols : Y_cols), out_n);
 
         counting_begin();
         int rc = mc_column_parallel_linear_backward(dinp, dw, dbv, scratch, gather ? dY : dY_cols,
-                                                    inp, w, S, B, C, OC, flags, tp, ops);
+                                                    inp, w, S, B, C, OC, flags, MC_F32, tp, ops);
         counting_end();
         OK(rc);
         snprintf(label, sizeof label, "column dX [%s]", flag_text(flags));
@@ -365,11 +368,12 @@ static void case_column(void) {
     /* gather_output with SP is refused (Megatron asserts) */
     float *tmp = fzalloc((size_t)N * OC);
     int rc = mc_column_parallel_linear_forward(
-        tmp, NULL, X, w, b, S, B, C, OC, MC_TP_SEQUENCE_PARALLEL | MC_TP_GATHER_OUTPUT, tp, ops);
+        tmp, NULL, X, w, b, S, B, C, OC, MC_TP_SEQUENCE_PARALLEL | MC_TP_GATHER_OUTPUT, MC_F32, tp, ops);
     MC_CASE_CHECK(rc == MC_ERR_INVALID_ARG && mc_test_contains(mc_last_error(), "gather_output"),
                   "SP + gather_output: %s '%s'", mc_err_name(rc), mc_last_error());
     if (np > 1) {
-        rc = mc_column_parallel_linear_forward(tmp, NULL, X, w, b, S, B, C, OC + 1, 0, tp, ops);
+        rc = mc_column_parallel_linear_forward(tmp, NULL, X, w, b, S, B, C, OC + 1, 0, MC_F32, tp,
+                                               ops);
         MC_CASE_CHECK(
             rc == MC_ERR_INVALID_ARG && mc_test_contains(mc_last_error(), "is not divisible by"),
             "OC = %d over TP %d: %s '%s'", OC + 1, np, mc_err_name(rc), mc_last_error());
@@ -389,9 +393,10 @@ static void case_row(void) {
     float *bias = full_tensor("row.b", 1, OC, 0.1f), *dY = full_tensor("row.dy", N, OC, 1.0f);
     float *Y = fzalloc((size_t)N * OC), *Y_nob = fzalloc((size_t)N * OC);
     float *dX = fzalloc((size_t)N * C), *dW = fzalloc((size_t)OC * C), *db = fzalloc(OC);
-    OK(mc_row_parallel_linear_forward(Y, NULL, X, W, bias, S, B, C, OC, 0, NULL, ops));
-    OK(mc_row_parallel_linear_forward(Y_nob, NULL, X, W, NULL, S, B, C, OC, 0, NULL, ops));
-    OK(mc_row_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC, 0, NULL, ops));
+    OK(mc_row_parallel_linear_forward(Y, NULL, X, W, bias, S, B, C, OC, 0, MC_F32, NULL, ops));
+    OK(mc_row_parallel_linear_forward(Y_nob, NULL, X, W, NULL, S, B, C, OC, 0, MC_F32, NULL, ops));
+    OK(mc_row_parallel_linear_backward(dX, dW, db, NULL, dY, X, W, S, B, C, OC, 0, MC_F32, NULL,
+                                       ops));
     plus_prefill(dW, (size_t)OC * C);
 
     float *w = fzalloc((size_t)OC * Cl);
@@ -426,12 +431,13 @@ static void case_row(void) {
         prefill(dw, (size_t)OC * Cl);
 
         snprintf(label, sizeof label, "row forward [%s]", flag_text(flags));
-        OK(mc_row_parallel_linear_forward(out, scratch, inp, w, bias, S, B, C, OC, flags, tp, ops));
+        OK(mc_row_parallel_linear_forward(out, scratch, inp, w, bias, S, B, C, OC, flags, MC_F32,
+                                          tp, ops));
         const float *want = sp ? (skip ? Ynob_rows : Y_rows) : (skip ? Y_nob : Y);
         CLOSE(label, out, want, out_n);
 
         OK(mc_row_parallel_linear_backward(dinp, dw, dbv, scratch, sp ? dY_rows : dY, inp, w, S, B,
-                                           C, OC, flags, tp, ops));
+                                           C, OC, flags, MC_F32, tp, ops));
         snprintf(label, sizeof label, "row dX [%s]", flag_text(flags));
         CLOSE(label, dinp, iip ? dX_cols : dX, in_n);
         snprintf(label, sizeof label, "row dW (+=) [%s]", flag_text(flags));
@@ -454,7 +460,7 @@ static void case_row(void) {
     /* SP requires input_is_parallel (Megatron: RuntimeError) */
     float *tmp = fzalloc((size_t)N * OC);
     int rc = mc_row_parallel_linear_forward(tmp, NULL, X, w, bias, S, B, C, OC,
-                                            MC_TP_SEQUENCE_PARALLEL, tp, ops);
+                                            MC_TP_SEQUENCE_PARALLEL, MC_F32, tp, ops);
     MC_CASE_CHECK(
         rc == MC_ERR_INVALID_ARG && mc_test_contains(mc_last_error(), "input_is_parallel"),
         "SP without input_is_parallel: %s '%s'", mc_err_name(rc), mc_last_error());
@@ -475,8 +481,8 @@ static void case_embedding(void) {
     ids[7] = ids[2];
     float *T = full_tensor("emb.w", V, C, 1.0f), *dY = full_tensor("emb.dy", N, C, 1.0f);
     float *Y = fzalloc((size_t)N * C), *dT = fzalloc((size_t)V * C);
-    OK(mc_vocab_parallel_embedding_forward(Y, ids, T, N, C, V, NULL, ops));
-    OK(mc_vocab_parallel_embedding_backward(dT, dY, ids, N, C, V, NULL, ops));
+    OK(mc_vocab_parallel_embedding_forward(Y, ids, T, N, C, V, MC_F32, NULL, ops));
+    OK(mc_vocab_parallel_embedding_backward(dT, dY, ids, N, C, V, MC_F32, NULL, ops));
     plus_prefill(dT, (size_t)V * C);
 
     float *t = fzalloc((size_t)Vl * C), *out = fzalloc((size_t)N * C),
@@ -485,14 +491,14 @@ static void case_embedding(void) {
     float *t_want = rows_of(T, C, me * Vl, Vl), *dT_rows = rows_of(dT, C, me * Vl, Vl);
     CLOSE("embedding shard = vocab rows of the TP=1 master", t, t_want, (size_t)Vl * C);
     MC_CASE_CHECK(V == 32, "padded vocabulary of 29 (divisible by 4, TP %d) = %d, want 32", np, V);
-    OK(mc_vocab_parallel_embedding_forward(out, ids, t, N, C, V, tp, ops));
+    OK(mc_vocab_parallel_embedding_forward(out, ids, t, N, C, V, MC_F32, tp, ops));
     CLOSE("embedding forward", out, Y, (size_t)N * C);
     prefill(dt, (size_t)Vl * C);
-    OK(mc_vocab_parallel_embedding_backward(dt, dY, ids, N, C, V, tp, ops));
+    OK(mc_vocab_parallel_embedding_backward(dt, dY, ids, N, C, V, MC_F32, tp, ops));
     CLOSE("embedding backward (+=)", dt, dT_rows, (size_t)Vl * C);
 
     int bad_ids[2] = {3, V};
-    int rc = mc_vocab_parallel_embedding_forward(out, bad_ids, t, 2, C, V, tp, ops);
+    int rc = mc_vocab_parallel_embedding_forward(out, bad_ids, t, 2, C, V, MC_F32, tp, ops);
     MC_CASE_CHECK(rc == MC_ERR_INVALID_ARG && mc_test_contains(mc_last_error(), "ids[1] = 32"),
                   "id outside the vocabulary: %s '%s'", mc_err_name(rc), mc_last_error());
 
@@ -503,7 +509,7 @@ static void case_embedding(void) {
         float *ET = full_tensor("emb.example", EV, EC, 1.0f);
         float *et = rows_of(ET, EC, me * 4, 4), *eo = fzalloc(4 * EC);
         counting_begin();
-        rc = mc_vocab_parallel_embedding_forward(eo, ex_ids, et, 4, EC, EV, tp, ops);
+        rc = mc_vocab_parallel_embedding_forward(eo, ex_ids, et, 4, EC, EV, MC_F32, tp, ops);
         counting_end();
         OK(rc);
         MC_CASE_CHECK(cnt.all_reduce == 1 && cnt.first_reduce_count == 4 * EC,
@@ -555,16 +561,18 @@ static void case_cross_entropy(void) {
         char label[128];
         float *ref_loss = fzalloc(N), *ref_max = fzalloc(N), *ref_sum = fzalloc(N);
         float *ref_dl = fzalloc((size_t)N * V);
-        OK(mc_vocab_parallel_cross_entropy_forward(ref_loss, ref_max, ref_sum, NULL, L, targets, N,
-                                                   V, a, NULL, ops));
+        OK(mc_vocab_parallel_cross_entropy_forward(ref_loss, NULL, ref_max, ref_sum, NULL, L,
+                                                   targets, N,
+                                                   V, a, MC_F32, NULL, ops));
         OK(mc_vocab_parallel_cross_entropy_backward(ref_dl, dL, L, ref_max, ref_sum, targets, N, V,
-                                                    a, NULL, ops));
+                                                    a, MC_F32, NULL, ops));
         float *loss = fzalloc(N), *max = fzalloc(N), *sum = fzalloc(N);
         float *dl = fzalloc((size_t)N * Vl);
         float *scratch = k ? fzalloc(mc_vocab_parallel_cross_entropy_scratch(N, V, a, np)) : NULL;
         counting_begin();
-        int rc = mc_vocab_parallel_cross_entropy_forward(loss, max, sum, scratch, logits, targets,
-                                                         N, V, a, tp, ops);
+        int rc = mc_vocab_parallel_cross_entropy_forward(loss, NULL, max, sum, scratch, logits,
+                                                         targets,
+                                                         N, V, a, MC_F32, tp, ops);
         counting_end();
         OK(rc);
         snprintf(label, sizeof label, "cross entropy losses (smoothing %g)", (double)a);
@@ -590,6 +598,7 @@ static void case_cross_entropy(void) {
         }
         counting_begin();
         rc = mc_vocab_parallel_cross_entropy_backward(dl, dL, logits, max, sum, targets, N, V, a,
+                                                      MC_F32,
                                                       tp, ops);
         counting_end();
         OK(rc);
