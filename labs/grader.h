@@ -182,10 +182,6 @@ int gr_read_header(const char *answers_path, char nonce_out[17], int *probe_rank
 int gr_write_template(const char *rubric_path, const char *answers_path,
                             const char *nonce, int probe_rank, const char *variant, int force);
 
-/* The names of this interface before it had its own prefix, for labs not yet moved over. */
-#define mc_grade_read_header gr_read_header
-#define mc_grade_prediction_hash gr_prediction_hash
-
 #ifdef __cplusplus
 }
 #endif

@@ -29,7 +29,7 @@
 static const char *repo_root(void) { return mc_test_repo_root(); }
 
 static void path_of(const char *rel, char *out, size_t cap) {
-    snprintf(out, cap, "%s/%s", repo_root(), rel);
+    snprintf(out, cap, "%.3000s/%.1000s", repo_root(), rel);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -1,5 +1,4 @@
-/* tests/calibration/calibrate.h - grading a lab's labelled calibration corpus (grading_design.md
-   Part A0.7), shared by `make calibrate` (tests/calibration/calibrate.c) and the Criterion suite
+/* tests/calibration/calibrate.h - grading a lab's labelled calibration corpus, shared by `make calibrate` (tests/calibration/calibrate.c) and the Criterion suite
    tests/test_lab03_calibration.c.
 
    A corpus is tests/calibration/<lab>/sheets/<id>.md with tests/calibration/<lab>/labels.tsv:
@@ -11,8 +10,7 @@
    nonce, made at calibrate time (one run per nonce, cached for the corpus), and a ledger that
    replays how the sheet stood at its first run: as_written locks the sheet's predictions as
    they are; empty_at_first_run locks the sheet with every prediction blanked (the learner
-   filled them in after seeing the run). A lab that does not measure a fact the rubric needs
-   yet may have it supplied by tests/calibration/<lab>/interim_facts.json; the table says so.
+   filled them in after seeing the run).
 
    The bar, on the test half: |grader - label| <= 2 on at least 90% of the sheets, every sheet
    labelled >= 13 grades >= 13, every sheet labelled <= 3 grades <= 4. */
@@ -56,8 +54,6 @@ typedef struct cal_corpus {
     char dir[PATH_MAX];
     int n;
     cal_sheet sheet[CAL_MAX_SHEETS];
-    int interim; /* interim facts were added to the results */
-    char interim_keys[256];
 } cal_corpus;
 
 typedef struct cal_bar {
@@ -233,39 +229,6 @@ static inline int cal_world(const char *rubric_path) {
     return np > 0 ? np : 8;
 }
 
-/* Adds <dir>/interim_facts.json's "facts" entries that the results lack (and records which). */
-static inline int cal_add_interim(cal_corpus *cp, const char *results_path) {
-    char ipath[PATH_MAX + 32];
-    snprintf(ipath, sizeof ipath, "%s/interim_facts.json", cp->dir);
-    char *itext = cal_slurp(ipath, NULL);
-    if (itext == NULL) return 0;
-    char *rtext = cal_slurp(results_path, NULL);
-    cJSON *inter = cJSON_Parse(itext), *res = rtext != NULL ? cJSON_Parse(rtext) : NULL;
-    free(itext);
-    free(rtext);
-    int rc = 0;
-    cJSON *facts = cJSON_GetObjectItemCaseSensitive(res, "facts");
-    const cJSON *e;
-    if (cJSON_IsObject(facts)) {
-        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(inter, "facts")) {
-            if (cJSON_GetObjectItemCaseSensitive(facts, e->string) != NULL) continue;
-            cJSON_AddItemToObject(facts, e->string, cJSON_Duplicate(e, 1));
-            cp->interim = 1;
-            if (strstr(cp->interim_keys, e->string) == NULL) {
-                size_t l = strlen(cp->interim_keys);
-                snprintf(cp->interim_keys + l, sizeof cp->interim_keys - l, "%s%s", l ? ", " : "",
-                         e->string);
-            }
-        }
-        char *out = cJSON_Print(res);
-        rc = out != NULL && cal_spit(results_path, out) == 0 ? 0 : -1;
-        free(out);
-    }
-    cJSON_Delete(inter);
-    cJSON_Delete(res);
-    return rc;
-}
-
 /* Reads "nonce: X" from the sheet's header comment. */
 static inline int cal_nonce(const char *sheet_path, char nonce[17]) {
     char variant[8];
@@ -315,10 +278,6 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
             int rc = mc_test_mpirun(np, cmd, 120, out, sizeof out);
             if (rc != 0 || access(cache, R_OK) != 0) {
                 snprintf(err, cap, "the run for nonce %s failed (exit %d): %.300s", nonce, rc, out);
-                return -1;
-            }
-            if (cal_add_interim(cp, cache) != 0) {
-                snprintf(err, cap, "cannot add the interim facts to %.700s", cache);
                 return -1;
             }
         }
@@ -406,9 +365,6 @@ static inline cal_bar cal_check(const cal_corpus *cp, const char *split) {
 /* The table: each sheet's grader score beside its label, per split, then the bar. */
 static inline void cal_print(const cal_corpus *cp, FILE *f) {
     fprintf(f, "%s calibration: %d sheets (%s)\n", cp->lab, cp->n, cp->dir);
-    if (cp->interim)
-        fprintf(f, "INTERIM: the runs lack facts the rubric reads; added from interim_facts.json: "
-                   "%s\n", cp->interim_keys);
     static const char *const splits[] = {"dev", "test"};
     for (int sp = 0; sp < 2; sp++) {
         int any = 0;
