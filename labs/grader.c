@@ -4119,7 +4119,7 @@ static double gr__score_prediction(gr__ctx *c, const gr__pitem *p, const gr__pv 
     gr__sb why = {0};
     if (val != NULL && !val->placeholder && !gr__prediction_locked(c, c->lock, val, &why)) {
         c->n_unlocked++;
-        it->detail = gr__strdup(c, "0: not locked");
+        it->detail = gr__strdup(c, "not locked, earns 0");
         gr__more(c, it, "%s", gr__sb_str(&why));
         return 0;
     }
