@@ -81,9 +81,25 @@ $(BUILD)/.deps-ok:
 # ---------------------------------------------------------------------------------------------
 # labs:  make lab03  ->  ./lab03
 
+# A lab may add sources (LAB_SRCS_labNN), defines (LAB_DEFS_labNN) and link another build of
+# the library (LAB_IMPL_labNN) in place of $(BUILD)/mc_impl.o.
+lab_objs = $(subst $(BUILD)/mc_impl.o,$(or $(LAB_IMPL_$(1)),$(BUILD)/mc_impl.o),$(LAB_COMMON))
+
 lab%: labs/lab%.c $(LAB_COMMON) $(wildcard labs/*.h) | $(BUILD)/.deps-ok ## build ./labNN (e.g. make lab03)
-	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $< $(LAB_COMMON) \
-	  -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $(LAB_DEFS_$@) \
+	  $< $(LAB_SRCS_$@) $(call lab_objs,$@) -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
+
+# lab11: the learner edits labs/lab11_task.c (its forward_step and loss_func), and the lab
+# injects a library fault, so it links the library built with MC_FAULT_HOOKS (ordinary builds
+# compile the hooks out).
+LAB_SRCS_lab11 := labs/lab11_task.c
+LAB_DEFS_lab11 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab11 := $(BUILD)/mc_impl_faults.o
+lab11: $(LAB_SRCS_lab11) $(LAB_IMPL_lab11)
+
+$(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
 
 labs: $(LABS) ## build every lab (each labs/labNN.c)
 
@@ -169,7 +185,7 @@ check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two 
 
 cuda: ## rebuild the labs and the tests with the NCCL backend (CUDA=1)
 	@command -v $(NVCC) >/dev/null || { echo "cuda: nvcc not found (install the CUDA toolkit)"; exit 1; }
-	rm -f $(LABS) $(LAB_COMMON)
+	rm -f $(LABS) $(LAB_COMMON) $(BUILD)/mc_impl_faults.o
 	$(MAKE) CUDA=1 labs $(MPI_CASES)
 
 clean: ## remove build outputs

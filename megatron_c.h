@@ -1552,7 +1552,10 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
    is the loss: forward_step sets *loss_sum (sum of per-token losses) and *num_tokens, and the
    schedule scales the backward seed like Megatron's loss_func 3-tuple path (not per-token):
        loss_scale = 1 / (max(num_tokens, 1) * num_microbatches)
-   and passes it to that micro-batch's backward_step.
+   and passes it to that micro-batch's backward_step. With hooks->loss_func set (Megatron's
+   forward_step_func returning (output_tensor, loss_func)), forward_step only returns its
+   *output on the last virtual stage too, and the schedule calls loss_func(output) there, and
+   nowhere else, for *loss_sum and *num_tokens.
 
    P2P (pp communicator, Megatron's cyclic next / prev ranks): one mc_batch_send_recv per
    exchange with the ops in Megatron's order send_prev, recv_prev, send_next, recv_next.
@@ -1594,8 +1597,9 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
 typedef struct mc_schedule_hooks {
     void *app;
     /* input: tensor received from the previous virtual stage (NULL on the first one).
-       *output: the tensor to send (owned by the app, see above), NULL on the last virtual
-       stage, where *loss_sum and *num_tokens are set instead (both are 0 on entry). */
+       *output: the tensor to send (owned by the app, see above). On the last virtual stage
+       nothing is sent: *loss_sum and *num_tokens are set instead (both are 0 on entry), or,
+       with loss_func, *output is what loss_func reads (valid until it returns). */
     int (*forward_step)(void *app, int chunk, int microbatch, const float *input,
                         float **output, double *loss_sum, double *num_tokens);
     /* output_grad: gradient received from the next virtual stage, NULL on the last one, where
@@ -1609,6 +1613,12 @@ typedef struct mc_schedule_hooks {
     /* finalize_model_grads (section 10); called once after the last backward, not when
        forward_only. May be NULL. A status != MC_OK is returned by the schedule. */
     int (*finalize)(void *app);
+    /* Megatron's loss_func (may be NULL: forward_step then sets the loss itself). Called on
+       the last virtual stage only, right after forward_step of the micro-batch, with that
+       forward_step's *output (what the model returns there, e.g. per-token losses); sets
+       *loss_sum and *num_tokens (both 0 on entry). The backward seed uses its num_tokens. */
+    int (*loss_func)(void *app, int microbatch, const float *output, double *loss_sum,
+                     double *num_tokens);
     size_t tensor_elems;            /* elements of every P2P tensor: S/CP (/TP under SP) * B * H;
                                        required (> 0) when PP > 1 */
     mc_dtype tensor_dtype;          /* of the P2P tensors: the model's dtype (default MC_F32) */
@@ -1647,6 +1657,17 @@ MC_API int mc_forward_backward_pipelining_without_interleaving(
 MC_API int mc_forward_backward_pipelining_with_interleaving(
     const mc_parallel_state *ps, const mc_schedule_hooks *hooks, int num_microbatches,
     int forward_only, mc_schedule_result *result);
+
+#if defined(MC_FAULT_HOOKS)
+/* Fault injection, compiled only with MC_FAULT_HOOKS (lab11 and tests; ordinary builds have
+   none of it). Process-wide, for every schedule run (not interleaved) while it is set: every
+   stage skips micro-batch `microbatch`. The executor runs M - 1 of the M micro-batches it was
+   asked for, calls forward_step / backward_step with the remaining ids (the result's trace
+   shows them), keeps the backward seed's 1 / M and is consistent with itself, so no stage
+   waits or fails: a silently dropped micro-batch. -1 turns it off; so does M == 1 or an id
+   outside 0 .. M-1. */
+MC_API void mc_fault_schedule_drop_microbatch(int microbatch);
+#endif
 
 /* @schedules:declarations end */
 
@@ -1969,13 +1990,16 @@ typedef struct mc_ddp_desc {
     int overlap_grad_reduce;        /* launch buckets from register_grad_ready */
     int calculate_per_token_loss;   /* 1: bucket factor 1 instead of 1/DP (finalize divides by
                                        the global token count, §11.4) */
+    float gradient_scaling_factor;  /* bucket factor before the SUM; 0 = 1/size(dp). Megatron's
+                                       expert buffers reduce over expert-DP but are scaled by
+                                       1/(DP x CP), the dense data-parallel size: pass that */
     const mc_ops *ops;              /* default mc_ops_cpu() */
 } mc_ddp_desc;
 
 typedef struct mc_ddp {
     mc_ddp_desc desc;               /* resolved */
     int dp_size, dp_rank;
-    float scale;                    /* applied to a bucket before its SUM: 1/DP or 1 */
+    float scale;                    /* applied to a bucket before its SUM: 1/DP, 1 or the factor */
     int grad_sync[MC_MAX_VPP];      /* per chunk: 1 while its last micro-batch runs */
     int params_ready;               /* registrations since zero_grad */
     int n_events;
@@ -8459,7 +8483,20 @@ typedef struct mc__pipe {
     double *tokens;              /* (M) num_tokens per micro-batch, last virtual stage */
     float **spare;               /* free receive buffers, reused before allocating */
     int n_spare;
+    int dropped;                 /* fault hook: the caller's micro-batch skipped, or -1 */
 } mc__pipe;
+
+#if defined(MC_FAULT_HOOKS)
+static int mc__fault_drop = -1;
+MC_API void mc_fault_schedule_drop_microbatch(int microbatch) { mc__fault_drop = microbatch; }
+#endif
+
+/* The caller's id of the executor's micro-batch mb (they differ only under the fault hook). */
+static int mc__pipe_app_mb(const mc__pipe *p, int mb) {
+    return p->dropped >= 0 && mb >= p->dropped ? mb + 1 : mb;
+}
+/* The caller's M: the backward seed divides by it. */
+static int mc__pipe_caller_m(const mc__pipe *p) { return p->m + (p->dropped >= 0); }
 
 static int mc__pipe_slot(const mc__pipe *p, int chunk, int mb) { return chunk * p->m + mb; }
 static int mc__pipe_first_virtual(const mc__pipe *p, int chunk) {
@@ -8553,7 +8590,7 @@ static void mc__pipe_trace(mc__pipe *p, char kind, int mb, int chunk) {
     if (p->res->n_ops < MC_SCHEDULE_TRACE_MAX) {
         mc_sched_op *op = &p->res->ops[p->res->n_ops];
         op->kind = kind;
-        op->microbatch = mb;
+        op->microbatch = mc__pipe_app_mb(p, mb);
         op->chunk = chunk;
     }
     p->res->n_ops++;
@@ -8570,8 +8607,12 @@ static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
         return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no input for the forward of "
                         "micro-batch %d on chunk %d", p->rank, mb, chunk);
     mc__pipe_trace(p, 'F', mb, chunk);
-    rc = p->h->forward_step(p->h->app, chunk, mb, first ? NULL : p->input[slot], &out, &loss,
-                            &tokens);
+    rc = p->h->forward_step(p->h->app, chunk, mc__pipe_app_mb(p, mb),
+                            first ? NULL : p->input[slot], &out, &loss, &tokens);
+    if (rc == MC_OK && last && p->h->loss_func) {   /* only the last stage interprets output */
+        loss = tokens = 0.0;
+        rc = p->h->loss_func(p->h->app, mc__pipe_app_mb(p, mb), out, &loss, &tokens);
+    }
     if (rc != MC_OK) return rc;
     if (last) {
         p->res->loss_sum += loss;
@@ -8602,11 +8643,12 @@ static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
     if (last) {
         /* Megatron's loss_func 3-tuple: loss / max(num_tokens, 1) / num_microbatches. */
         double tokens = p->tokens[mb] > 1.0 ? p->tokens[mb] : 1.0;
-        scale = (float)(1.0 / (tokens * (double)p->m));
+        scale = (float)(1.0 / (tokens * (double)mc__pipe_caller_m(p)));
     }
     if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 1);
     mc__pipe_trace(p, 'B', mb, chunk);
-    rc = p->h->backward_step(p->h->app, chunk, mb, last ? NULL : p->out_grad[slot], scale, &grad);
+    rc = p->h->backward_step(p->h->app, chunk, mc__pipe_app_mb(p, mb),
+                             last ? NULL : p->out_grad[slot], scale, &grad);
     if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 0);
     if (rc != MC_OK) return rc;
     mc__pipe_release(p, &p->input[slot]);
@@ -8640,6 +8682,13 @@ static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_sche
     memset(res, 0, sizeof *res);
     p->h = h;
     p->res = res;
+    p->dropped = -1;
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_drop >= 0 && mc__fault_drop < m && m > 1 && vpp <= 1) {
+        p->dropped = mc__fault_drop;
+        m--;   /* from here on the executor believes it was asked for M - 1 */
+    }
+#endif
     p->pp_comm = mc_parallel_group(ps, MC_GROUP_PP);
     p->pp = p->pp_comm ? p->pp_comm->size : 1;
     p->rank = p->pp_comm ? p->pp_comm->rank : 0;
@@ -10320,6 +10369,14 @@ static int mc__ddp_validate(const mc_ddp_desc *d) {
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.distributed_optimizer (%d) differs from "
                         "the table's layout (%d): the padding would not fit the shards",
                         d->distributed_optimizer, t->layout.distributed_optimizer);
+    if (!(d->gradient_scaling_factor >= 0.0f) || d->gradient_scaling_factor > 1e30f)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.gradient_scaling_factor (%g) must be a "
+                        "finite value >= 0 (0 selects 1/size(dp))",
+                        (double)d->gradient_scaling_factor);
+    if (d->gradient_scaling_factor > 0.0f && d->calculate_per_token_loss)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.gradient_scaling_factor (%g) cannot be "
+                        "combined with calculate_per_token_loss (the factor is 1 then: finalize "
+                        "divides by the token count)", (double)d->gradient_scaling_factor);
     if (d->distributed_optimizer && dp != t->layout.dp_size)
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_ddp_desc.dp: size %d, but the table was laid out "
                         "for dp_size %d (the buckets must split into equal shards)", dp,
@@ -10342,7 +10399,9 @@ MC_API int mc_ddp_init(mc_ddp *ddp, const mc_ddp_desc *desc) {
     t = ddp->desc.table;
     ddp->dp_size = ddp->desc.dp ? ddp->desc.dp->size : 1;
     ddp->dp_rank = ddp->desc.dp ? ddp->desc.dp->rank : 0;
-    ddp->scale = ddp->desc.calculate_per_token_loss ? 1.0f : 1.0f / (float)ddp->dp_size;
+    ddp->scale = ddp->desc.calculate_per_token_loss    ? 1.0f
+                 : ddp->desc.gradient_scaling_factor > 0 ? ddp->desc.gradient_scaling_factor
+                                                         : 1.0f / (float)ddp->dp_size;
     nb = (size_t)(t->n_buckets > 0 ? t->n_buckets : 1);
     np = (size_t)(t->count > 0 ? t->count : 1);
     ddp->events = (mc_ddp_event *)mc_calloc(2 * nb, sizeof *ddp->events);
@@ -10442,7 +10501,8 @@ static void mc__ddp_log(mc_ddp *ddp, mc_ddp_event_kind kind, int bucket) {
     ddp->n_events++;
 }
 
-/* Scales bucket b by 1/DP and starts (async) or runs (blocking) its SUM collective. */
+/* Scales bucket b (by 1/DP or the desc's factor) and starts (async) or runs (blocking) its SUM
+   collective. */
 static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
     const mc_bucket *bk = &ddp->desc.table->buckets[b];
     float *data = ddp->desc.grads + bk->start;                 /* [end - start] */

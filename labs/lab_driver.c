@@ -269,7 +269,7 @@ static const char *lab__json_str(const cJSON *obj, const char *key, const char *
 
 /* ---------------------------------------------------------------------------------------------
    >>template  labs/templates/<lab>.md with {nonce} {probe_rank} {variant} {variant_question}
-   (and {variant_title}) filled in. */
+   (and {variant_title}, {followup_probe_rank}) filled in. */
 
 typedef struct lab__subst {
     const char *name;      /* without braces */
@@ -322,8 +322,10 @@ static char *lab__render_template(const lab_spec *spec, const lab_args *args,
                 strerror(errno));
         return NULL;
     }
-    char probe[16], variant[8];
+    char probe[16], followup_probe[16], variant[8];
     snprintf(probe, sizeof probe, "%d", lab_nonce_probe_rank(nonce, spec->default_world));
+    snprintf(followup_probe, sizeof followup_probe, "%d",
+             spec->followup_world > 0 ? lab_nonce_probe_rank(nonce, spec->followup_world) : -1);
     lab__variant_name(lab_nonce_variant(nonce, spec->n_variants), variant, sizeof variant);
     cJSON *rubric = lab__rubric_load(args->rubric_path);
     const cJSON *var = cJSON_GetObjectItemCaseSensitive(
@@ -336,6 +338,7 @@ static char *lab__render_template(const lab_spec *spec, const lab_args *args,
     }
     lab__subst subs[] = {{"nonce", nonce},
                          {"probe_rank", probe},
+                         {"followup_probe_rank", followup_probe},
                          {"variant", variant},
                          {"variant_question", question},
                          {"variant_title", lab__json_str(var, "title", "")}};
@@ -481,6 +484,9 @@ static void lab__sheet_step(lab_ctx *cx) {
     memcpy(cx->nonce, nonce, sizeof cx->nonce);
     cx->probe_base = lab_nonce_probe_rank(cx->nonce, cx->spec->default_world);
     cx->probe = lab_probe_in_world(cx->probe_base, cx->world_size);
+    cx->followup_probe = cx->spec->followup_world > 0
+                             ? lab_nonce_probe_rank(cx->nonce, cx->spec->followup_world)
+                             : -1;
     cx->variant = lab_nonce_variant(cx->nonce, cx->spec->n_variants);
     lab__variant_name(cx->variant, cx->variant_name, sizeof cx->variant_name);
 }
@@ -667,6 +673,8 @@ static cJSON *lab__results_json(lab_ctx *cx, cJSON *facts, int all_checks_held) 
     cJSON_AddItemToObject(doc, "backend", lab__backend_json(&cx->backend));
     cJSON_AddStringToObject(doc, "nonce", cx->nonce);
     cJSON_AddNumberToObject(doc, "probe_rank", cx->probe);
+    if (spec->followup_world > 0)
+        cJSON_AddNumberToObject(doc, "followup_probe_rank", cx->followup_probe);
     cJSON_AddStringToObject(doc, "followup_variant", cx->variant_name);
     cJSON_AddItemToObject(doc, "predictions", lab__predictions_json(cx));
     cJSON *ledger = cx->run->ledger.json;

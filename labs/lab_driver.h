@@ -6,7 +6,8 @@
        labs/rubric/labNN.json        the rubric: items, concepts, predictions, and "variants"
                                      ({"F1": {"title": ..., "question": ...}, ...})
        labs/templates/labNN.md       the answer sheet, with the placeholders {nonce},
-                                     {probe_rank}, {variant} and {variant_question}
+                                     {probe_rank}, {variant} and {variant_question} (and
+                                     {followup_probe_rank}, see lab_spec.followup_world)
        answers/reference/labNN.md    reference answers (and labNN.zh.md)
    `make labs` builds every labs/labNN.c; `make labNN && mpirun -np N ./labNN` runs one.
 
@@ -113,6 +114,9 @@ typedef struct lab_spec {
     int (*check_world)(const lab_ctx *cx, char *why, size_t why_cap);
     double call_timeout_s;        /* default of --timeout, the experiments' own watchdog */
     int n_variants;               /* follow-up variants F1..Fn drawn from the nonce */
+    int followup_world;           /* a follow-up about a world of this size (0 = none): the
+                                     nonce also draws a probe rank in it, shown by the
+                                     template's {followup_probe_rank} (cx->followup_probe) */
     /* the run */
     const lab_experiment *experiments;
     int n_experiments;
@@ -134,6 +138,9 @@ struct lab_ctx {
     char nonce[LAB_NONCE_LEN + 1];
     int probe_base;               /* probe rank in the default world (the sheet's header) */
     int probe;                    /* probe rank in this world: probe_base % world_size */
+    int followup_probe;           /* probe rank in spec->followup_world (-1 without one);
+                                     the same as probe_base modulo default_world whenever
+                                     default_world divides followup_world */
     int variant;                  /* follow-up variant, 1 .. n_variants */
     char variant_name[8];         /* "F2" */
     /* environment */

@@ -170,3 +170,34 @@ Test(ddp, single_rank_without_communicator) {
     cr_expect_eq(mc_ddp_destroy(&ddp), MC_OK);
     mc_param_table_destroy(&t);
 }
+
+/* gradient_scaling_factor replaces 1/size(dp) (Megatron's expert buffers: 1/(DP x CP) over
+   expert-DP); a negative or NaN factor, or one combined with per-token loss, is refused. */
+Test(ddp, gradient_scaling_factor) {
+    mc_param_table t;
+    mc_ddp ddp;
+    small_table(&t, 0, 1);
+    float grads[20];
+    cr_assert_eq(mc_ddp_init(&ddp, &(mc_ddp_desc){.table = &t, .grads = grads,
+                                                  .gradient_scaling_factor = 0.25f}),
+                 MC_OK, "%s", mc_last_error());
+    cr_expect_float_eq(ddp.scale, 0.25f, 1e-9);
+    cr_assert_eq(mc_ddp_zero_grad(&ddp), MC_OK);
+    for (int i = 0; i < 20; i++) grads[i] = (float)i;
+    cr_assert_eq(mc_ddp_finish_grad_sync(&ddp), MC_OK, "%s", mc_last_error());
+    for (int i = 0; i < 20; i++) cr_expect_float_eq(grads[i], 0.25f * (float)i, 1e-7);
+    cr_expect_eq(mc_ddp_destroy(&ddp), MC_OK);
+
+    cr_expect_eq(mc_ddp_init(&ddp, &(mc_ddp_desc){.table = &t, .grads = grads,
+                                                  .gradient_scaling_factor = -1.0f}),
+                 MC_ERR_INVALID_DESC);
+    cr_expect(mc_test_contains(mc_last_error(), "gradient_scaling_factor (-1)"), "%s",
+              mc_last_error());
+    cr_expect_eq(mc_ddp_init(&ddp, &(mc_ddp_desc){.table = &t, .grads = grads,
+                                                  .gradient_scaling_factor = 0.5f,
+                                                  .calculate_per_token_loss = 1}),
+                 MC_ERR_INVALID_DESC);
+    cr_expect(mc_test_contains(mc_last_error(), "calculate_per_token_loss"), "%s",
+              mc_last_error());
+    mc_param_table_free(&t);
+}

@@ -243,6 +243,63 @@ Test(schedules, loss_scale_is_one_over_tokens_times_microbatches, .init = self_s
     cr_expect_float_eq(result.num_tokens, 10.5, 1e-12);
 }
 
+/* Megatron's forward_step_func returns (output, loss_func): the schedule calls loss_func on
+   the last stage with that output, and the seed uses loss_func's num_tokens. */
+typedef struct loss_probe {
+    float out[4][2];
+    int forwards, losses;
+    const float *given[4];
+    float seen[4];
+} loss_probe;
+
+static int lp_forward(void *app, int chunk, int mb, const float *input, float **output,
+                      double *loss_sum, double *num_tokens) {
+    loss_probe *p = (loss_probe *)app;
+    p->forwards++;
+    p->out[mb][0] = (float)mb;
+    *output = p->out[mb];
+    return MC_OK;
+}
+
+static int lp_loss(void *app, int mb, const float *output, double *loss_sum,
+                   double *num_tokens) {
+    loss_probe *p = (loss_probe *)app;
+    p->losses++;
+    p->given[mb] = output;
+    *loss_sum = output[0];
+    *num_tokens = 2.0 * (mb + 1);
+    return MC_OK;
+}
+
+static int lp_backward(void *app, int chunk, int mb, const float *output_grad, float loss_scale,
+                       float **input_grad) {
+    ((loss_probe *)app)->seen[mb] = loss_scale;
+    *input_grad = NULL;
+    return MC_OK;
+}
+
+Test(schedules, loss_func_reads_the_forward_output_and_sets_the_seed, .init = self_setup,
+     .fini = self_teardown) {
+    static loss_probe p;
+    memset(&p, 0, sizeof p);
+    mc_schedule_hooks hooks;
+    memset(&hooks, 0, sizeof hooks);
+    hooks.app = &p;
+    hooks.forward_step = lp_forward;
+    hooks.loss_func = lp_loss;
+    hooks.backward_step = lp_backward;
+    cr_assert_eq(mc_forward_backward_no_pipelining(&ps, &hooks, 4, 0, &result), MC_OK, "%s",
+                 mc_last_error());
+    cr_expect_eq(p.forwards, 4);
+    cr_expect_eq(p.losses, 4);
+    for (int mb = 0; mb < 4; mb++) {
+        cr_expect(p.given[mb] == p.out[mb], "micro-batch %d: loss_func got another tensor", mb);
+        cr_expect_float_eq(p.seen[mb], 1.0f / (2.0f * (float)(mb + 1) * 4.0f), 1e-9f);
+    }
+    cr_expect_float_eq(result.loss_sum, 0.0 + 1.0 + 2.0 + 3.0, 1e-12);
+    cr_expect_float_eq(result.num_tokens, 2.0 + 4.0 + 6.0 + 8.0, 1e-12);
+}
+
 /* ---------------------------------------------------------------------------------------------
    pipelines over MPI ranks (build/tests/sched_cases) */
 

@@ -6,7 +6,9 @@
        mc_test_summary, mc_test_contains, mc_test_now;
      - mc_test_allclose: include <criterion/criterion.h> first (it reports through cr_expect);
      - mc_case_*: include "megatron_c.h" first; the check-and-count helpers of the
-       tests/mpi_cases programs, which end with "N passed, N failed" on rank 0.
+       tests/mpi_cases programs, which end with "N passed, N failed" on rank 0;
+     - mc_test_json_at: include <cjson/cJSON.h> first; a value of a results file by its
+       dotted path ("facts.probe.rank").
 
        char out[1 << 16];
        int rc = mc_test_mpirun(4, "build/tests/comm_cases allreduce", 60, out, sizeof out);
@@ -550,5 +552,21 @@ static inline int mc_case_run(mc_comm *world, const char *name, void (*run)(void
 }
 
 #endif /* MEGATRON_C_H_INCLUDED */
+
+/* ---------------------------------------------------------------------------------------------
+   mc_test_json_at: the value at a dotted path of keys ("facts.probe.rank"), or NULL from the
+   first key that is missing. Needs <cjson/cJSON.h> included before this file. */
+#if defined(cJSON__h)
+static inline cJSON *mc_test_json_at(const cJSON *obj, const char *dotted) {
+    char path[512];
+    snprintf(path, sizeof path, "%s", dotted);
+    const cJSON *cur = obj;
+    char *save = NULL;
+    for (char *key = strtok_r(path, ".", &save); key != NULL && cur != NULL;
+         key = strtok_r(NULL, ".", &save))
+        cur = cJSON_GetObjectItemCaseSensitive(cur, key);
+    return (cJSON *)cur;
+}
+#endif /* cJSON__h */
 
 #endif /* MC_TEST_UTIL_H_INCLUDED */
