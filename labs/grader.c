@@ -470,7 +470,7 @@ typedef struct gr__claim { /* one idea of an item, stated in the text */
     const char *need;
 } gr__claim;
 
-enum { GR__BIND_GROUPS, GR__BIND_NUMBER, GR__BIND_ENUM };
+enum { GR__BIND_GROUPS, GR__BIND_NUMBER, GR__BIND_ENUM, GR__BIND_MEASURED };
 
 typedef struct gr__bind { /* a measured value quoted in the text, bound to its quantity */
     char id[64];
@@ -484,6 +484,9 @@ typedef struct gr__bind { /* a measured value quoted in the text, bound to its q
     const char *path;   /* facts it is checked against */
     const char *rank_path; /* groups: when set, a rank named with the list must be this rank */
     cJSON *values;      /* enum: {"measured value": "CONCEPT|CONCEPT", ...} */
+    double per_value;   /* measured: points per distinct verified value */
+    cJSON *ignore_paths;   /* measured: parts of the subtree that do not count ("config") */
+    cJSON *ignore_numbers; /* measured: numbers too common to verify anything (0, 1) */
     cJSON *variants;    /* NULL = every variant */
     const char *need;
 } gr__bind;
@@ -1132,16 +1135,32 @@ static void gr__load_bindings(gr__ctx *c, const cJSON *list, int item) {
         b->type = !strcmp(type, "groups") ? GR__BIND_GROUPS
                   : !strcmp(type, "enum") ? GR__BIND_ENUM
                   : !strcmp(type, "number") ? GR__BIND_NUMBER
+                  : !strcmp(type, "measured") ? GR__BIND_MEASURED
                                             : -1;
         if (b->type < 0)
             gr__fail(c, MC_ERR_INVALID_DESC,
-                     "rubric: evidence %s: \"type\" must be groups, number or enum (got %s)",
-                     b->id, type);
+                     "rubric: evidence %s: \"type\" must be groups, number, enum or measured "
+                     "(got %s)", b->id, type);
         const char *q = gr__jstr(x, "quantity", NULL);
-        if (q == NULL && b->type != GR__BIND_ENUM)
+        if (q == NULL && b->type != GR__BIND_ENUM && b->type != GR__BIND_MEASURED)
             gr__fail(c, MC_ERR_INVALID_DESC, "rubric: evidence %s needs a \"quantity\" slot",
                      b->id);
-        if (q != NULL) gr__parse_slot(c, q, &b->quantity, GR__HYP_NO, b->id);
+        if (q != NULL) {
+            gr__parse_slot(c, q, &b->quantity, GR__HYP_NO, b->id);
+        } else if (b->type == GR__BIND_MEASURED) {
+            /* no quantity named: any term of the lexicon beside the value says what it is */
+            memset(&b->quantity, 0, sizeof b->quantity);
+            b->quantity.pol = GR__POL_ANY;
+            b->quantity.hyp = GR__HYP_NO;
+            b->quantity.spec = "a term of the lexicon";
+            int qcap = 0;
+            for (int k = 0; k < c->R.nconcepts; k++)
+                if (c->R.concepts[k].lexical)
+                    *GR__PUSH(c, b->quantity.concepts, b->quantity.n, qcap) = k;
+        }
+        b->per_value = gr__jnum(x, "per_value", b->points);
+        b->ignore_paths = cJSON_GetObjectItemCaseSensitive(x, "ignore_paths");
+        b->ignore_numbers = cJSON_GetObjectItemCaseSensitive(x, "ignore_numbers");
         const char *ctxs = gr__jstr(x, "context", NULL);
         if (ctxs != NULL) {
             gr__parse_slot(c, ctxs, &b->context, GR__HYP_ANY, b->id);
@@ -1389,14 +1408,267 @@ static void gr__apply_includes(gr__ctx *c, cJSON *root, const char *path) {
     }
 }
 
+/* Rubrics of schema 1 (top-level "concepts", "sections", "seed_items", "predictions",
+   "points", "evidence") are read through a translation into schema 2, so that they are graded
+   by the same rules: concepts -> lexicon, sections -> boxes, seed_items -> items holding their
+   predictions, their points as claims (patterns -> relations; "negation": false -> every slot
+   of either polarity) and their evidence as "measured" bindings; misconceptions keep their
+   patterns as relations, "pairs_with" -> "voids", "sections" -> "not_in_boxes". The shared
+   language rules are included; of the old rules only penalty_cap and max_sentence_tokens
+   carry over. */
+static int gr__s1_item_of(const cJSON *items, const char *id) {
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, items) {
+        const char *x = gr__jstr(it, "id", "");
+        size_t n = strlen(x);
+        if (id != NULL && strncmp(id, x, n) == 0 && (id[n] == '\0' || id[n] == '.')) return i;
+        i++;
+    }
+    return -1;
+}
+
+static cJSON *gr__s1_relations(const cJSON *patterns, int either) {
+    cJSON *rels = cJSON_CreateArray();
+    const cJSON *p;
+    cJSON_ArrayForEach(p, patterns) {
+        cJSON *r = cJSON_Duplicate(p, 1);
+        if (either) {
+            cJSON *all = cJSON_GetObjectItemCaseSensitive(r, "all");
+            cJSON *na = cJSON_CreateArray();
+            const cJSON *sl;
+            cJSON_ArrayForEach(sl, all) {
+                if (!cJSON_IsString(sl)) continue;
+                char buf[512];
+                snprintf(buf, sizeof buf, "~%s", sl->valuestring);
+                cJSON_AddItemToArray(na, cJSON_CreateString(buf));
+            }
+            cJSON_ReplaceItemInObjectCaseSensitive(r, "all", na);
+        }
+        cJSON_AddItemToArray(rels, r);
+    }
+    return rels;
+}
+
+static int gr__json_has_string(const cJSON *list, const char *s);
+
+/* Schema-1 rubrics whose "seed_items" is only a text per section: the items are the sections,
+   each worth what its predictions, points and evidence add up to. */
+static cJSON *gr__s1_items_from_sections(const cJSON *root) {
+    cJSON *items = cJSON_CreateArray();
+    const cJSON *sec, *x, *p;
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed_items");
+    cJSON_ArrayForEach(sec, cJSON_GetObjectItemCaseSensitive(root, "sections")) {
+        const char *id = gr__jstr(sec, "id", "");
+        double pts = 0;
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "predictions"))
+            if (strcmp(gr__jstr(x, "id", ""), id) == 0)
+                cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(x, "items"))
+                    pts += gr__jnum(p, "points", 0);
+        static const char *const lists[] = {"points", "evidence"};
+        for (int l = 0; l < 2; l++)
+            cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, lists[l])) {
+                const char *xid = gr__jstr(x, "id", ""), *xs = gr__jstr(x, "section", NULL);
+                size_t n = strlen(id);
+                if ((xs != NULL && strcmp(xs, id) == 0) ||
+                    (xs == NULL && strncmp(xid, id, n) == 0 && xid[n] == '.'))
+                    pts += gr__jnum(x, "points", 0);
+            }
+        if (pts <= 0) continue;
+        cJSON *it = cJSON_CreateObject();
+        cJSON_AddStringToObject(it, "id", id);
+        cJSON_AddStringToObject(it, "part", gr__jstr(sec, "part", "main"));
+        cJSON_AddNumberToObject(it, "points", pts);
+        cJSON_AddStringToObject(it, "title", gr__jstr(sec, "title", ""));
+        cJSON_AddStringToObject(it, "seed", gr__jstr(seed, id, ""));
+        cJSON_AddItemToArray(items, it);
+    }
+    return items;
+}
+
+static void gr__from_schema1(gr__ctx *c, cJSON *root, const char *path) {
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed_items");
+    cJSON *derived = NULL;
+    if (!cJSON_IsArray(seed)) seed = derived = gr__keep_json(c, gr__s1_items_from_sections(root));
+    if (cJSON_GetArraySize(seed) == 0)
+        gr__fail(c, MC_ERR_INVALID_DESC,
+                 "rubric %s: no \"schema\": 2, and no schema-1 \"seed_items\" or \"sections\" "
+                 "either (see labs/rubric/SCHEMA.md)", path);
+    if (cJSON_GetObjectItemCaseSensitive(root, "include") == NULL) {
+        cJSON *inc = cJSON_AddArrayToObject(root, "include");
+        cJSON_AddItemToArray(inc, cJSON_CreateString("common/language.json"));
+    }
+    const cJSON *concepts = cJSON_GetObjectItemCaseSensitive(root, "concepts");
+    if (concepts != NULL && cJSON_GetObjectItemCaseSensitive(root, "lexicon") == NULL)
+        cJSON_AddItemToObject(root, "lexicon", cJSON_Duplicate(concepts, 1));
+    /* boxes */
+    cJSON *boxes = cJSON_CreateArray();
+    const cJSON *x;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "sections")) {
+        cJSON *b = cJSON_CreateObject();
+        static const char *const keep[] = {"id", "part", "title", "prompt", "graded", "match"};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, keep[k]);
+            if (v != NULL) cJSON_AddItemToObject(b, keep[k], cJSON_Duplicate(v, 1));
+        }
+        cJSON_AddItemToArray(boxes, b);
+    }
+    /* items */
+    cJSON *items = cJSON_CreateArray();
+    cJSON_ArrayForEach(x, seed) {
+        cJSON *it = cJSON_CreateObject();
+        static const char *const keep[] = {"id", "part", "points", "title", "seed"};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, keep[k]);
+            if (v != NULL) cJSON_AddItemToObject(it, keep[k], cJSON_Duplicate(v, 1));
+        }
+        cJSON *ib = cJSON_AddArrayToObject(it, "boxes");
+        cJSON_AddItemToArray(ib, cJSON_CreateString(gr__jstr(x, "id", "")));
+        cJSON_AddArrayToObject(it, "predictions");
+        cJSON_AddArrayToObject(it, "claims");
+        cJSON_AddArrayToObject(it, "evidence");
+        cJSON_AddItemToArray(items, it);
+    }
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "predictions")) {
+        int i = gr__s1_item_of(items, gr__jstr(x, "id", NULL));
+        if (i < 0) continue;
+        cJSON *dst = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(items, i), "predictions");
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(x, "items")) {
+            cJSON *q = cJSON_Duplicate(p, 1);
+            const char *part = gr__jstr(x, "part", NULL);
+            if (part != NULL && cJSON_GetObjectItemCaseSensitive(q, "block") == NULL)
+                cJSON_AddStringToObject(q, "block", part);
+            cJSON_AddItemToArray(dst, q);
+        }
+    }
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "points")) {
+        const char *id = gr__jstr(x, "id", "");
+        int i = gr__s1_item_of(items, id);
+        if (i < 0) i = gr__s1_item_of(items, gr__jstr(x, "section", NULL));
+        if (i < 0) continue;
+        cJSON *item = cJSON_GetArrayItem(items, i);
+        const char *dot = strchr(id, '.');
+        char cid[48];
+        snprintf(cid, sizeof cid, "%s", dot != NULL ? dot + 1 : id);
+        for (char *q = cid; *q; q++)
+            if (*q == '.') *q = '_';
+        cJSON *cl = cJSON_CreateObject();
+        cJSON_AddStringToObject(cl, "id", cid);
+        cJSON_AddNumberToObject(cl, "points", gr__jnum(x, "points", 0));
+        int either = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(x, "negation"));
+        cJSON_AddItemToObject(cl, "relations",
+                              gr__s1_relations(cJSON_GetObjectItemCaseSensitive(x, "patterns"),
+                                               either));
+        cJSON_AddStringToObject(cl, "need", gr__jstr(x, "need", ""));
+        const cJSON *var = cJSON_GetObjectItemCaseSensitive(x, "variants");
+        if (var != NULL) cJSON_AddItemToObject(cl, "variants", cJSON_Duplicate(var, 1));
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(item, "claims"), cl);
+    }
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "evidence")) {
+        const char *id = gr__jstr(x, "id", "");
+        int i = gr__s1_item_of(items, id);
+        if (i < 0) i = gr__s1_item_of(items, gr__jstr(x, "section", NULL));
+        if (i < 0) continue;
+        const char *dot = strchr(id, '.');
+        cJSON *ev = cJSON_CreateObject();
+        cJSON_AddStringToObject(ev, "id", dot != NULL ? dot + 1 : id);
+        cJSON_AddStringToObject(ev, "type", "measured");
+        cJSON_AddStringToObject(ev, "path", gr__jstr(x, "facts", "facts"));
+        cJSON_AddNumberToObject(ev, "points", gr__jnum(x, "points", 0));
+        cJSON_AddNumberToObject(ev, "per_value", gr__jnum(x, "per_value", gr__jnum(x, "points", 0)));
+        static const char *const keep[] = {"ignore_paths", "ignore_numbers", "need", "quantity"};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, keep[k]);
+            if (v != NULL) cJSON_AddItemToObject(ev, keep[k], cJSON_Duplicate(v, 1));
+        }
+        cJSON_AddItemToArray(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(items, i), "evidence"), ev);
+    }
+    /* misconceptions */
+    cJSON *miscs = cJSON_CreateArray();
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "misconceptions")) {
+        cJSON *m = cJSON_CreateObject();
+        static const char *const keep[] = {"id", "title", "penalty", "refute", "feedback",
+                                           "citation", "claims_unless", "group_claims"};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, keep[k]);
+            if (v != NULL) cJSON_AddItemToObject(m, keep[k], cJSON_Duplicate(v, 1));
+        }
+        cJSON_AddItemToObject(m, "relations",
+                              gr__s1_relations(cJSON_GetObjectItemCaseSensitive(x, "patterns"), 0));
+        const cJSON *pairs = cJSON_GetObjectItemCaseSensitive(x, "pairs_with");
+        const cJSON *secs = cJSON_GetObjectItemCaseSensitive(x, "sections");
+        int item = -1;
+        const cJSON *v;
+        cJSON_ArrayForEach(v, pairs) if (item < 0 && cJSON_IsString(v)) item =
+            gr__s1_item_of(items, v->valuestring);
+        cJSON_ArrayForEach(v, secs) if (item < 0 && cJSON_IsString(v)) item =
+            gr__s1_item_of(items, v->valuestring);
+        if (item < 0) item = 0;
+        cJSON_AddStringToObject(m, "item", gr__jstr(cJSON_GetArrayItem(items, item), "id", ""));
+        /* the claims it voids: those of pairs_with that exist as claims */
+        cJSON *voids = cJSON_AddArrayToObject(m, "voids");
+        cJSON_ArrayForEach(v, pairs) {
+            if (!cJSON_IsString(v) || strchr(v->valuestring, '.') == NULL) continue;
+            int i = gr__s1_item_of(items, v->valuestring);
+            if (i < 0) continue;
+            const cJSON *cl;
+            char want[64];
+            snprintf(want, sizeof want, "%s", strchr(v->valuestring, '.') + 1);
+            for (char *q = want; *q; q++)
+                if (*q == '.') *q = '_';
+            cJSON_ArrayForEach(cl, cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(items, i),
+                                                                    "claims"))
+                if (strcmp(gr__jstr(cl, "id", ""), want) == 0) {
+                    char full[128];
+                    snprintf(full, sizeof full, "%s.%s",
+                             gr__jstr(cJSON_GetArrayItem(items, i), "id", ""), want);
+                    cJSON_AddItemToArray(voids, cJSON_CreateString(full));
+                }
+        }
+        if (cJSON_IsArray(secs)) {
+            cJSON *nib = cJSON_AddArrayToObject(m, "not_in_boxes");
+            const cJSON *b;
+            cJSON_ArrayForEach(b, boxes) {
+                const char *bid = gr__jstr(b, "id", "");
+                if (!gr__json_has_string(secs, bid))
+                    cJSON_AddItemToArray(nib, cJSON_CreateString(bid));
+            }
+        }
+        cJSON_AddItemToArray(miscs, m);
+    }
+    /* rules: only those whose meaning did not change */
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(root, "rules");
+    cJSON *rules = cJSON_CreateObject();
+    static const char *const carry[] = {"penalty_cap", "max_sentence_tokens"};
+    for (size_t k = 0; k < sizeof carry / sizeof carry[0]; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(old, carry[k]);
+        if (cJSON_IsNumber(v)) cJSON_AddNumberToObject(rules, carry[k], v->valuedouble);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "rules");
+    cJSON_AddItemToObject(root, "rules", rules);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "boxes");
+    cJSON_AddItemToObject(root, "boxes", boxes);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "items");
+    cJSON_AddItemToObject(root, "items", items);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "misconceptions");
+    cJSON_AddItemToObject(root, "misconceptions", miscs);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "schema");
+    cJSON_AddNumberToObject(root, "schema", 2);
+}
+
 static void gr__load_rubric(gr__ctx *c, const char *path) {
     cJSON *root = gr__load_json_file(c, path, "rubric");
     gr__rubric *R = &c->R;
     R->root = root;
     R->path = gr__strdup(c, path);
-    if ((int)gr__jnum(root, "schema", 0) != 2)
+    int schema = (int)gr__jnum(root, "schema", 1);
+    if (schema == 1) gr__from_schema1(c, root, path);
+    else if (schema != 2)
         gr__fail(c, MC_ERR_INVALID_DESC,
-                 "rubric %s: \"schema\" must be 2 (see labs/rubric/SCHEMA.md)", path);
+                 "rubric %s: \"schema\" must be 2 (or 1, read through a translation; see "
+                 "labs/rubric/SCHEMA.md)", path);
     gr__apply_includes(c, root, path);
     R->lab = gr__jstr(root, "lab", "lab");
     R->question = gr__jstr(root, "question", "");
@@ -3980,6 +4252,9 @@ typedef struct gr__estate {
     char *value;
     const gr__sent *wrong_sent;
     char *wrong;
+    int count;        /* measured: distinct values verified */
+    gr__sb seen;      /* measured: "\x1f"-separated values already counted */
+    int done;         /* nothing more to find */
 } gr__estate;
 
 /* The context ("Experiment B") named in s, in the sentence before it (same box) or earlier in
@@ -4010,10 +4285,138 @@ static int gr__slot_stated(const gr__sent *s, const gr__slot *sl, int *neg_out) 
     return 0;
 }
 
+/* measured bindings: where in the results a quoted value may stand */
+static int gr__path_ignored(const gr__bind *b, const char *rel) {
+    const cJSON *p;
+    cJSON_ArrayForEach(p, b->ignore_paths) {
+        if (!cJSON_IsString(p)) continue;
+        size_t n = strlen(p->valuestring);
+        if (strncmp(rel, p->valuestring, n) == 0 && (rel[n] == '\0' || rel[n] == '.')) return 1;
+    }
+    return 0;
+}
+
+static int gr__number_ignored(const gr__bind *b, double v) {
+    const cJSON *p;
+    cJSON_ArrayForEach(p, b->ignore_numbers) if (cJSON_IsNumber(p) && fabs(p->valuedouble - v) < 1e-12)
+        return 1;
+    return 0;
+}
+
+/* A list of rank ids (a group, members): its elements do not verify a bare number. */
+static int gr__is_rank_list(const cJSON *arr, const char *key, int in_array) {
+    if (in_array) return 1;
+    if (key == NULL) return 0;
+    return strstr(key, "group") != NULL || strstr(key, "rank") != NULL ||
+           strstr(key, "member") != NULL;
+}
+
+/* 1 when node (at rel, below the binding's path) holds the list canon, or the number v. */
+static int gr__tree_has(gr__ctx *c, const gr__bind *b, const cJSON *node, char *rel, size_t cap,
+                        const char *key, int in_array, const char *canon, double v, int dec) {
+    if (rel[0] != '\0' && gr__path_ignored(b, rel)) return 0;
+    if (canon != NULL && cJSON_IsArray(node)) {
+        char *mine = gr__json_canon(c, node);
+        if (mine != NULL && strcmp(mine, canon) == 0) return 1;
+    }
+    if (canon == NULL && cJSON_IsNumber(node)) return gr__num_matches(v, dec, node->valuedouble);
+    if (canon == NULL && cJSON_IsString(node) && node->valuestring != NULL) {
+        for (const char *q = node->valuestring; *q != '\0'; q++) {
+            if (!isdigit((unsigned char)*q) || (q > node->valuestring && (isalnum((unsigned char)q[-1]) || q[-1] == '.')))
+                continue;
+            char *end;
+            double x = strtod(q, &end);
+            if (gr__num_matches(v, dec, x)) return 1;
+            q = end - 1;
+        }
+        return 0;
+    }
+    if (!cJSON_IsArray(node) && !cJSON_IsObject(node)) return 0;
+    if (canon == NULL && cJSON_IsArray(node) && gr__is_rank_list(node, key, in_array)) {
+        /* a list of rank ids: only lists nested deeper may hold measured numbers */
+        const cJSON *k;
+        int all_int = 1;
+        cJSON_ArrayForEach(k, node) all_int &= cJSON_IsNumber(k) && k->valuedouble == floor(k->valuedouble);
+        if (all_int) return 0;
+    }
+    size_t base = strlen(rel);
+    int idx = 0;
+    const cJSON *k;
+    cJSON_ArrayForEach(k, node) {
+        if (cJSON_IsObject(node))
+            snprintf(rel + base, cap - base, "%s%s", base ? "." : "", k->string);
+        else
+            snprintf(rel + base, cap - base, "%s%d", base ? "." : "", idx);
+        idx++;
+        int hit = gr__tree_has(c, b, k, rel, cap, cJSON_IsObject(node) ? k->string : key,
+                               cJSON_IsArray(node), canon, v, dec);
+        rel[base] = '\0';
+        if (hit) return 1;
+    }
+    return 0;
+}
+
+static int gr__seen_add(gr__ctx *c, gr__sb *seen, const char *v) {
+    const char *p = gr__sb_str(seen);
+    size_t n = strlen(v);
+    while (*p != '\0') {
+        const char *e = strchr(p, '\x1f');
+        size_t l = e != NULL ? (size_t)(e - p) : strlen(p);
+        if (l == n && strncmp(p, v, n) == 0) return 0;
+        p += l + (e != NULL);
+    }
+    gr__sb_add(c, seen, v);
+    gr__sb_add(c, seen, "\x1f");
+    return 1;
+}
+
+static void gr__measured_found(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e,
+                               const char *v) {
+    if (!gr__seen_add(c, &e->seen, v)) return;
+    e->count++;
+    if (e->sent < 0) e->sent = gr__sent_index(c, s);
+    gr__sb w = {0};
+    gr__sb_printf(c, &w, "%s%s%s (line %d)", e->value != NULL ? e->value : "",
+                  e->value != NULL ? ", " : "", v, s->line);
+    e->value = w.s;
+    if (e->count * b->per_value >= b->points - 1e-9) e->done = 1;
+}
+
+static void gr__check_measured(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e,
+                               const cJSON *meas) {
+    gr__blist *lists = NULL;
+    gr__num *nums = NULL;
+    int nl = 0, lc = 0, nn = 0, nc = 0;
+    gr__extract_values(c, s->norm, &lists, &nl, &lc, &nums, &nn, &nc);
+    char rel[512];
+    for (int li = 0; li < nl && !e->done; li++) {
+        int t = gr__tok_at(s, lists[li].start);
+        if (gr__is_index(s->norm, lists[li].start)) continue;
+        if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
+        rel[0] = '\0';
+        if (gr__tree_has(c, b, meas, rel, sizeof rel, NULL, 0, lists[li].canon, 0, 0))
+            gr__measured_found(c, b, s, e, lists[li].canon);
+    }
+    for (int ni = 0; ni < nn && !e->done; ni++) {
+        int t = gr__tok_at(s, nums[ni].start);
+        if (gr__number_ignored(b, nums[ni].v)) continue;
+        if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
+        rel[0] = '\0';
+        if (gr__tree_has(c, b, meas, rel, sizeof rel, NULL, 0, NULL, nums[ni].v, nums[ni].decimals))
+            gr__measured_found(c, b, s, e, nums[ni].text);
+    }
+}
+
 static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e) {
     if (s->ignored || !gr__has_context(c, b, s)) return;
     const cJSON *meas = gr__path(c->results, b->path);
     if (meas == NULL || cJSON_IsNull(meas)) return;
+    if (b->type == GR__BIND_MEASURED) {
+        gr__check_measured(c, b, s, e, meas);
+        return;
+    }
     if (b->type == GR__BIND_ENUM) {
         if (!cJSON_IsString(meas)) return;
         const cJSON *v;
@@ -4177,6 +4580,17 @@ static void gr__bind_item(gr__ctx *c, int bi, const gr__estate *e) {
     const gr__bind *b = &c->R.bind[bi];
     gr__item *it = gr__new_item(c, b->id, b->item, "evid", "EVID", c->R.item[b->item].part,
                                 b->points);
+    if (e->sent >= 0 && b->type == GR__BIND_MEASURED) {
+        const gr__sent *s = &c->S.sent[e->sent];
+        it->score = fmin(b->points, e->count * b->per_value);
+        it->line = s->line;
+        gr__sb d = {0};
+        gr__sb_printf(c, &d, "line %d %s", s->line, gr__excerpt(c, s->raw));
+        it->detail = d.s;
+        gr__more(c, it, "verified in %s: %s", b->path, e->value);
+        if (it->score < b->points - 1e-9) gr__more(c, it, "need: %s", b->need);
+        return;
+    }
     if (e->sent >= 0) {
         const gr__sent *s = &c->S.sent[e->sent];
         it->score = b->points;
@@ -4258,7 +4672,8 @@ static void gr__score_items(gr__ctx *c, gr__totals *t) {
     gr__estate *es = (gr__estate *)gr__alloc(c, sizeof(gr__estate) * (size_t)(R->nbind + 1));
     for (int b = 0; b < R->nbind; b++) {
         es[b].sent = -1;
-        for (int i = 0; i < c->S.nsent && es[b].sent < 0; i++)
+        int all = R->bind[b].type == GR__BIND_MEASURED; /* several values may count */
+        for (int i = 0; i < c->S.nsent && (all ? !es[b].done : es[b].sent < 0); i++)
             gr__check_binding(c, &R->bind[b], &c->S.sent[i], &es[b]);
     }
     double part_sum[2] = {0, 0};
@@ -4390,7 +4805,7 @@ static void gr__print_part(gr__ctx *c, gr__sb *out, int part) {
         fired++;
         gr__print_item(c, out, it);
     }
-    if (fired == 0) gr__sb_add(c, out, "  [MISC] no misconception stated\n");
+    if (fired == 0) gr__sb_add(c, out, "  [MISC] no misconception fired\n");
 }
 
 static char *gr__config_line(gr__ctx *c) {
@@ -4412,10 +4827,12 @@ static void gr__print_report(gr__ctx *c, FILE *out, const gr__totals *t) {
     if (out == NULL) return;
     gr__sb b = {0};
     const gr__rubric *R = &c->R;
-    gr__sb_printf(c, &b, "%s / %s %s  nonce=%s probe=%s followup=%s\n", R->lab, R->question,
-                  gr__config_line(c), gr__jstr(c->results, "nonce", "?"),
+    int locked = t->filled > 0 && t->unlocked == 0 && c->lock->mode != GR__LOCK_NONE;
+    gr__sb_printf(c, &b, "%s / %s %s  nonce=%s probe=%s followup=%s  locked=%s\n", R->lab,
+                  R->question, gr__config_line(c), gr__jstr(c->results, "nonce", "?"),
                   gr__json_short(c, cJSON_GetObjectItemCaseSensitive(c->results, "probe_rank"), 8),
-                  c->variant[0] ? c->variant : "?");
+                  c->variant[0] ? c->variant : "?",
+                  locked ? "yes" : t->filled == 0 ? "no (no predictions)" : "no");
     if (t->unlocked > 0 || (t->filled > 0 && c->lock->mode == GR__LOCK_NONE))
         gr__sb_printf(c, &b,
                       "PREDICTIONS NOT LOCKED: %d prediction%s earn 0 (absent at the first "

@@ -964,7 +964,7 @@ static void expect_rubric_error(const char *edit_from, const char *edit_to, cons
 }
 
 Test(grader, a_bad_rubric_is_an_error_naming_the_field) {
-    expect_rubric_error("\"schema\":2", "\"schema\":1", "\"schema\" must be 2");
+    expect_rubric_error("\"schema\":2", "\"schema\":3", "\"schema\" must be 2");
     expect_rubric_error("\"ADJ\"],\"window\":8", "\"NOPE\"],\"window\":8",
                         "names unknown concept \"NOPE\"");
     expect_rubric_error("\"EVERY + CREATE\"", "\"EVERY + CREATE + ?\"", "empty concept slot");
@@ -1175,4 +1175,58 @@ Test(grader, the_lab03_template_round_trips_through_the_grader) {
         cr_expect(mc_test_contains(t, boxes[i]), "the template lacks \"%s\"", boxes[i]);
     cr_expect_not(mc_test_contains(t, "{probe_rank}"), "placeholders left in the template");
     free(t);
+}
+
+/* A rubric of schema 1 (no "schema" key: concepts, sections, points, evidence) is read
+   through the translation and graded by the same rules: a claim earns where it is stated,
+   not where it is denied; a measured value counts when the clause says what it is; a
+   misconception voids the claim it pairs with. */
+Test(grader, a_schema1_rubric_is_graded_by_the_same_rules) {
+    static const char rubric[] =
+        "{\"lab\": \"labT\", \"question\": \"MT\", \"rubric_version\": \"t1\","
+        " \"max\": {\"main\": 2, \"followup\": 0},"
+        " \"seed_items\": {\"S1\": \"layout 1.5\", \"S2\": \"evidence 0.5\"},"
+        " \"sections\": [{\"id\": \"S1\", \"part\": \"main\", \"title\": \"Layout\"},"
+        "               {\"id\": \"S2\", \"part\": \"main\", \"title\": \"Evidence\"}],"
+        " \"concepts\": {\"TP\": {\"en\": [\"tp\", \"tensor parallel*\"]},"
+        "               \"ADJ\": {\"en\": [\"adjacent\", \"neighbouring\"]},"
+        "               \"NAME\": {\"en\": [\"by name\", \"tensor name*\"]},"
+        "               \"MATCH\": {\"en\": [\"match*\", \"pair*\"]},"
+        "               \"GROUP\": {\"en\": [\"group*\"]}},"
+        " \"predictions\": [],"
+        " \"points\": [{\"id\": \"S1.adjacent\", \"section\": \"S1\", \"points\": 1.5,"
+        "               \"patterns\": [{\"all\": [\"TP\", \"ADJ\"], \"window\": 10}]}],"
+        " \"evidence\": [{\"id\": \"S2.evidence\", \"section\": \"S2\", \"points\": 0.5,"
+        "                 \"per_value\": 0.5, \"facts\": \"facts\", \"ignore_numbers\": [0, 1]}],"
+        " \"misconceptions\": [{\"id\": \"MC_NAME\", \"title\": \"matched by name\","
+        "   \"penalty\": 0.5, \"sections\": [\"S1\", \"S2\"], \"pairs_with\": [\"S1.adjacent\"],"
+        "   \"patterns\": [{\"all\": [\"MATCH\", \"NAME\"], \"window\": 8}]}]}";
+    spit(in_dir("rubric.json"), rubric, sizeof rubric - 1);
+    make_results_v2(NULL);
+    const char *head = "# labT\n<!-- nonce: abc123 ; probe_rank: 3 ; followup: F2 -->\n";
+    char text[2048];
+
+    snprintf(text, sizeof text, "%s### S1 Layout\nTP ranks are adjacent in the default order.\n"
+             "### S2 Evidence\nThe TP group of rank 3 was [2,3] in this run.\n", head);
+    graded g = grade_text(text);
+    cr_assert_eq(g.rc, 0, "%s", g.out);
+    cr_expect_float_eq(score(&g, "S1.adjacent"), 1.5, 1e-9, "%s", g.out);
+    cr_expect_float_eq(score(&g, "S2.evidence"), 0.5, 1e-9, "%s", g.out);
+    release(&g);
+
+    snprintf(text, sizeof text, "%s### S1 Layout\nIt is not true that TP ranks are adjacent.\n"
+             "### S2 Evidence\n[2,3] [0,1] 7 6\n", head);
+    g = grade_text(text);
+    cr_assert_eq(g.rc, 0, "%s", g.out);
+    cr_expect_float_eq(score(&g, "S1.adjacent"), 0.0, 1e-9, "a denied claim: %s", g.out);
+    cr_expect_float_eq(score(&g, "S2.evidence"), 0.0, 1e-9, "a dump of values: %s", g.out);
+    release(&g);
+
+    snprintf(text, sizeof text, "%s### S1 Layout\nTP ranks are adjacent. Calls are matched by "
+             "the tensor name, not by their order.\n", head);
+    g = grade_text(text);
+    cr_assert_eq(g.rc, 0, "%s", g.out);
+    cr_expect(item(&g, "MC_NAME")->fired, "%s", g.out);
+    cr_expect_float_eq(score(&g, "S1.adjacent"), 0.0, 1e-9, "voided by MC_NAME: %s", g.out);
+    release(&g);
 }
