@@ -122,7 +122,7 @@ megatron_c: tools/megatron_c.c megatron_c.h | $(BUILD)/.deps-ok ## build ./megat
 UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 MPI_CASES  := $(patsubst tests/mpi_cases/%.c,$(BUILD)/tests/%,$(wildcard tests/mpi_cases/*.c))
 
-$(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
+$(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) $(wildcard tests/*.h) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
 	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)

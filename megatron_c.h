@@ -1545,7 +1545,9 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
    call to finalize_model_grads.
 
    Op order: exactly mc_schedule_ops() of this stage (no pipelining, 1F1B, interleaved); the
-   executed compute ops are traced into mc_schedule_result.ops, so a caller can compare.
+   executed compute ops are traced into mc_schedule_result.ops, so a caller can compare. With
+   hooks.clock set, each traced op also gets its start and end time (op_start / op_end): the
+   stage's real timeline, e.g. for measuring the pipeline bubble against (p - 1) / (m + p - 1).
 
    The forward_step contract: for every micro-batch on every stage the schedule calls
    forward_step once per chunk; on the last virtual stage (pp rank P-1, chunk V-1) the output
@@ -1624,6 +1626,14 @@ typedef struct mc_schedule_hooks {
     mc_dtype tensor_dtype;          /* of the P2P tensors: the model's dtype (default MC_F32) */
     int group_size;                 /* interleaved only: microbatch_group_size_per_vp_stage N;
                                        0 = PP (Megatron's default) */
+    /* Optional clock for the trace, in seconds (e.g. CLOCK_MONOTONIC; a GPU app returns the
+       time after synchronising its stream, so an op's end is its completion). When set, every
+       traced compute op gets clock(app) right before its forward_step / backward_step call
+       and right after the call returns (after loss_func too, on the last virtual stage)
+       (mc_schedule_result.op_start / op_end): a timeline of
+       this stage from which idle time (pipeline bubble, waits in P2P) can be measured. NULL:
+       both stay 0. */
+    double (*clock)(void *app);
 } mc_schedule_hooks;
 
 typedef struct mc_schedule_result {
@@ -1633,6 +1643,8 @@ typedef struct mc_schedule_result {
     int n_ops;                      /* compute ops executed */
     mc_sched_op ops[MC_SCHEDULE_TRACE_MAX];   /* the first MC_SCHEDULE_TRACE_MAX of them, in
                                                  execution order */
+    double op_start[MC_SCHEDULE_TRACE_MAX];   /* hooks->clock when ops[i]'s hook was called */
+    double op_end[MC_SCHEDULE_TRACE_MAX];     /* ... and when it returned (0 without a clock) */
 } mc_schedule_result;
 
 /* All three share this signature. The result is reset at entry. num_microbatches is M (per
@@ -8592,8 +8604,16 @@ static void mc__pipe_trace(mc__pipe *p, char kind, int mb, int chunk) {
         op->kind = kind;
         op->microbatch = mc__pipe_app_mb(p, mb);
         op->chunk = chunk;
+        if (p->h->clock) p->res->op_start[p->res->n_ops] = p->h->clock(p->h->app);
     }
     p->res->n_ops++;
+}
+
+/* The end time of the op traced last (its hook has just returned). */
+static void mc__pipe_trace_end(mc__pipe *p) {
+    int i = p->res->n_ops - 1;
+    if (p->h->clock && i >= 0 && i < MC_SCHEDULE_TRACE_MAX)
+        p->res->op_end[i] = p->h->clock(p->h->app);
 }
 
 /* Forward of virtual micro-batch k. *output: what to send next (NULL on the last virtual
@@ -8613,6 +8633,7 @@ static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
         loss = tokens = 0.0;
         rc = p->h->loss_func(p->h->app, mc__pipe_app_mb(p, mb), out, &loss, &tokens);
     }
+    mc__pipe_trace_end(p);   /* the forward op ends with its loss */
     if (rc != MC_OK) return rc;
     if (last) {
         p->res->loss_sum += loss;
@@ -8649,6 +8670,7 @@ static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
     mc__pipe_trace(p, 'B', mb, chunk);
     rc = p->h->backward_step(p->h->app, chunk, mc__pipe_app_mb(p, mb),
                              last ? NULL : p->out_grad[slot], scale, &grad);
+    mc__pipe_trace_end(p);
     if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 0);
     if (rc != MC_OK) return rc;
     mc__pipe_release(p, &p->input[slot]);

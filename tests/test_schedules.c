@@ -131,6 +131,41 @@ Test(schedules, no_pipelining_forward_only_skips_backward_sync_finalize, .init =
     toy_free(&t);
 }
 
+/* hooks.clock: each traced op is stamped right before its hook is called and right after it
+   returns. With a clock that counts its calls, op i starts at 2i and ends at 2i + 1 and nothing
+   else reads the clock; without a clock both times stay 0. */
+static double clock_calls;
+static double counting_clock(void *app) {
+    (void)app;
+    return clock_calls++;
+}
+
+Test(schedules, trace_clock_stamps_every_op_around_its_hook, .init = self_setup,
+     .fini = self_teardown) {
+    toy t;
+    cr_assert_eq(toy_init(&t, 1, 0, 1, 3), 0);
+    mc_schedule_hooks hooks = toy_hooks(&t, 0);
+    hooks.clock = counting_clock;
+    clock_calls = 0;
+    int rc = mc_forward_backward_no_pipelining(&ps, &hooks, 3, 0, &result);
+    cr_assert_eq(rc, MC_OK, "%s", mc_last_error());
+    cr_assert_eq(result.n_ops, 6);
+    for (int i = 0; i < result.n_ops; i++) {
+        cr_expect_eq(result.op_start[i], 2.0 * i, "op %d (%c%d) started at %g", i,
+                     result.ops[i].kind, result.ops[i].microbatch, result.op_start[i]);
+        cr_expect_eq(result.op_end[i], 2.0 * i + 1.0, "op %d ended at %g", i, result.op_end[i]);
+    }
+    cr_expect_eq(clock_calls, 12.0, "two stamps per op and no others (%g)", clock_calls);
+    toy_free(&t);
+
+    cr_assert_eq(toy_init(&t, 1, 0, 1, 3), 0);
+    hooks = toy_hooks(&t, 0);
+    cr_assert_eq(mc_forward_backward_no_pipelining(&ps, &hooks, 3, 0, &result), MC_OK);
+    for (int i = 0; i < result.n_ops; i++)
+        cr_expect(result.op_start[i] == 0.0 && result.op_end[i] == 0.0, "no clock: op %d", i);
+    toy_free(&t);
+}
+
 /* Megatron's 1F1B function also runs PP = 1 (warmup 0): the same order as no pipelining. */
 Test(schedules, one_f_one_b_on_a_single_stage_equals_no_pipelining, .init = self_setup,
      .fini = self_teardown) {

@@ -8,7 +8,8 @@
      - mc_case_*: include "megatron_c.h" first; the check-and-count helpers of the
        tests/mpi_cases programs, which end with "N passed, N failed" on rank 0;
      - mc_test_json_at: include <cjson/cJSON.h> first; a value of a results file by its
-       dotted path ("facts.probe.rank").
+       dotted path ("facts.probe.rank"); mc_test_json_load: a JSON file, parsed;
+     - mc_test_make_tmpdir / mc_test_remove_dir: a scratch directory under /tmp per test.
 
        char out[1 << 16];
        int rc = mc_test_mpirun(4, "build/tests/comm_cases allreduce", 60, out, sizeof out);
@@ -298,6 +299,19 @@ static inline const char *mc_test_repo_root(void) {
     return root;
 }
 
+/* A fresh directory /tmp/mc_test_<name>_XXXXXX, its path in dir; 0, or -1 when it cannot be
+   made (cap too small, mkdtemp failed). mc_test_remove_dir deletes it with everything in it. */
+static inline int mc_test_make_tmpdir(char *dir, size_t cap, const char *name) {
+    int n = snprintf(dir, cap, "/tmp/mc_test_%s_XXXXXX", name);
+    return n > 0 && (size_t)n < cap && mkdtemp(dir) != NULL ? 0 : -1;
+}
+
+static inline void mc_test_remove_dir(const char *dir) {
+    char cmd[4096 + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+}
+
 static inline const char *mc_test_sibling(const char *name, char *buf, size_t cap) {
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -566,6 +580,21 @@ static inline cJSON *mc_test_json_at(const cJSON *obj, const char *dotted) {
          key = strtok_r(NULL, ".", &save))
         cur = cJSON_GetObjectItemCaseSensitive(cur, key);
     return (cJSON *)cur;
+}
+
+/* The parsed JSON file (the caller deletes it), or NULL when it cannot be read or parsed. */
+static inline cJSON *mc_test_json_load(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = n >= 0 ? (char *)calloc(1, (size_t)n + 1) : NULL;
+    size_t got = text != NULL ? fread(text, 1, (size_t)n, f) : 0;
+    fclose(f);
+    cJSON *doc = text != NULL && got == (size_t)n ? cJSON_Parse(text) : NULL;
+    free(text);
+    return doc;
 }
 #endif /* cJSON__h */
 
