@@ -570,6 +570,8 @@ typedef struct gr__match {
     int framed; /* 1: inside a denial or report frame ("a common myth is that ...") */
     int hyp;    /* 1: inside a conditional antecedent or a question */
     int clause; /* clause of its first token */
+    int prop;   /* proposition: its clause, or for a conditional antecedent ("if no assert
+                   fires,") the clause it conditions ("the config is consistent") */
 } gr__match;
 
 enum {
@@ -1428,23 +1430,23 @@ static int gr__s1_item_of(const cJSON *items, const char *id) {
     return -1;
 }
 
+/* Schema 1 knew no conditionals: a pattern may stand in an "if ..." part ("If no assert
+   fires, the config is consistent" states its implication). */
 static cJSON *gr__s1_relations(const cJSON *patterns, int either) {
     cJSON *rels = cJSON_CreateArray();
     const cJSON *p;
     cJSON_ArrayForEach(p, patterns) {
         cJSON *r = cJSON_Duplicate(p, 1);
-        if (either) {
-            cJSON *all = cJSON_GetObjectItemCaseSensitive(r, "all");
-            cJSON *na = cJSON_CreateArray();
-            const cJSON *sl;
-            cJSON_ArrayForEach(sl, all) {
-                if (!cJSON_IsString(sl)) continue;
-                char buf[512];
-                snprintf(buf, sizeof buf, "~%s", sl->valuestring);
-                cJSON_AddItemToArray(na, cJSON_CreateString(buf));
-            }
-            cJSON_ReplaceItemInObjectCaseSensitive(r, "all", na);
+        cJSON *all = cJSON_GetObjectItemCaseSensitive(r, "all");
+        cJSON *na = cJSON_CreateArray();
+        const cJSON *sl;
+        cJSON_ArrayForEach(sl, all) {
+            if (!cJSON_IsString(sl)) continue;
+            char buf[512];
+            snprintf(buf, sizeof buf, "*%s%s", either ? "~" : "", sl->valuestring);
+            cJSON_AddItemToArray(na, cJSON_CreateString(buf));
         }
+        cJSON_ReplaceItemInObjectCaseSensitive(r, "all", na);
         cJSON_AddItemToArray(rels, r);
     }
     return rels;
@@ -1461,10 +1463,13 @@ static cJSON *gr__s1_items_from_sections(const cJSON *root) {
     cJSON_ArrayForEach(sec, cJSON_GetObjectItemCaseSensitive(root, "sections")) {
         const char *id = gr__jstr(sec, "id", "");
         double pts = 0;
-        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "predictions"))
-            if (strcmp(gr__jstr(x, "id", ""), id) == 0)
+        size_t idn = strlen(id);
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "predictions")) {
+            const char *pid = gr__jstr(x, "id", "");
+            if (strncmp(pid, id, idn) == 0 && (pid[idn] == '\0' || pid[idn] == '.'))
                 cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(x, "items"))
                     pts += gr__jnum(p, "points", 0);
+        }
         static const char *const lists[] = {"points", "evidence"};
         for (int l = 0; l < 2; l++)
             cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, lists[l])) {
@@ -3345,6 +3350,20 @@ static int gr__inside_negated_phrase(const gr__ctx *c, const gr__sent *s, int k,
 }
 
 static void gr__match_attributes(gr__ctx *c, gr__sent *s) {
+    int *prop = (int *)gr__alloc(c, sizeof(int) * (size_t)(s->nclause + 1));
+    uint8_t *all_hyp = (uint8_t *)gr__alloc(c, (size_t)s->nclause + 1);
+    for (int k = 0; k < s->nclause; k++)
+        all_hyp[k] = 1;
+    uint8_t *marker = (uint8_t *)gr__alloc(c, (size_t)s->ntok + 1);
+    const int conds[] = {c->R.L.cond, c->R.L.cond_neg};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < s->ncm[conds[k]]; i++)
+            for (int t = s->cm[conds[k]][i].start; t < s->cm[conds[k]][i].end; t++)
+                marker[t] = 1;
+    for (int t = 0; t < s->ntok; t++) /* the marker ("if") itself is not in its antecedent */
+        if (!s->hyp[t] && !marker[t]) all_hyp[s->clause[t]] = 0;
+    for (int k = s->nclause - 1; k >= 0; k--) /* a chain of antecedents joins its consequent */
+        prop[k] = all_hyp[k] && k + 1 < s->nclause ? prop[k + 1] : k;
     for (int k = 0; k < c->R.nconcepts; k++)
         for (int i = 0; i < s->ncm[k]; i++) {
             gr__match *m = &s->cm[k][i];
@@ -3354,6 +3373,7 @@ static void gr__match_attributes(gr__ctx *c, gr__sent *s) {
             m->framed = s->frame[t];
             m->hyp = s->hyp[t];
             m->clause = s->clause[t];
+            m->prop = prop[m->clause];
         }
 }
 
@@ -3723,7 +3743,7 @@ static int gr__dfs(gr__search *q, int slot) {
         for (int j = 0; j < slot && !bad; j++) {
             const gr__cand *y = &q->chosen[j];
             if (y->part == x->part && gr__overlaps(y->m, x->m)) bad = 1;
-            if (r->clause && (y->part != x->part || y->m->clause != x->m->clause)) bad = 1;
+            if (r->clause && (y->part != x->part || y->m->prop != x->m->prop)) bad = 1;
         }
         if (!bad && r->ordered && slot > 0) {
             const gr__cand *p = &q->chosen[slot - 1];
@@ -4288,10 +4308,14 @@ static int gr__slot_stated(const gr__sent *s, const gr__slot *sl, int *neg_out) 
 /* measured bindings: where in the results a quoted value may stand */
 static int gr__path_ignored(const gr__bind *b, const char *rel) {
     const cJSON *p;
+    char abs[768];
+    snprintf(abs, sizeof abs, "%s.%s", b->path, rel);
     cJSON_ArrayForEach(p, b->ignore_paths) {
         if (!cJSON_IsString(p)) continue;
         size_t n = strlen(p->valuestring);
+        /* relative to the binding's path ("config"), or from the results' root ("facts.x") */
         if (strncmp(rel, p->valuestring, n) == 0 && (rel[n] == '\0' || rel[n] == '.')) return 1;
+        if (strncmp(abs, p->valuestring, n) == 0 && (abs[n] == '\0' || abs[n] == '.')) return 1;
     }
     return 0;
 }
