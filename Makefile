@@ -293,7 +293,7 @@ fuzz: $(FUZZ_BINS) ## run every libFuzzer target for FUZZ_SECONDS (default 60) f
 # error there (an uninitialised read, an invalid access) fails the target, even in a
 # Criterion worker whose test had already passed. Open MPI's own reports are suppressed
 # with the file it ships.
-VALGRIND_SUITES := config grader lab03_calibration microbatches ops optimizer params rank_grid \
+VALGRIND_SUITES := config grader microbatches ops optimizer params rank_grid \
                    rng schedule
 VALGRIND_LOGS := $(BUILD)/valgrind
 VALGRIND     := valgrind --error-exitcode=99 --quiet --track-origins=yes \

@@ -1365,12 +1365,15 @@ static cJSON *gr__load_json_file(gr__ctx *c, const char *path, const char *what)
         gr__fail(c, MC_ERR_IO, "%s %s cannot be read (run from the repository root)", what,
                  path != NULL ? path : "(null)");
     cJSON *root = gr__keep_json(c, cJSON_Parse(text));
-    free(text);
     if (root == NULL) {
-        const char *at = cJSON_GetErrorPtr();
-        gr__fail(c, MC_ERR_INVALID_DESC, "%s %s is not valid JSON (near \"%.30s\")", what, path,
-                 at != NULL ? at : "?");
+        const char *at = cJSON_GetErrorPtr(); /* points into text: copy before freeing it */
+        char near[32];
+        snprintf(near, sizeof near, "%.30s", at != NULL ? at : "?");
+        free(text);
+        gr__fail(c, MC_ERR_INVALID_DESC, "%s %s is not valid JSON (near \"%s\")", what, path,
+                 near);
     }
+    free(text);
     return root;
 }
 
@@ -1446,7 +1449,8 @@ static cJSON *gr__s1_relations(const cJSON *patterns, int either) {
             snprintf(buf, sizeof buf, "*%s%s", either ? "~" : "", sl->valuestring);
             cJSON_AddItemToArray(na, cJSON_CreateString(buf));
         }
-        cJSON_ReplaceItemInObjectCaseSensitive(r, "all", na);
+        if (all == NULL || !cJSON_ReplaceItemInObjectCaseSensitive(r, "all", na))
+            cJSON_Delete(na); /* not a pattern: the loader says so */
         cJSON_AddItemToArray(rels, r);
     }
     return rels;

@@ -324,8 +324,10 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
                                             .quiet = quiet},
                            &rep);
         if (grc != 0) {
+            char lab[sizeof cp->lab];
+            memcpy(lab, cp->lab, sizeof lab);
             snprintf(s->error, sizeof s->error, "grader status %d (run ./%s --grade-only --answers "
-                                                "%s for the message)", grc, cp->lab, src);
+                                                "%.900s for the message)", grc, lab, src);
             continue;
         }
         s->graded = 1;
