@@ -10,6 +10,9 @@
    the schedules, the gradient reduction and the optimizer; this file owns what Megatron's
    pretrain_gpt.py and training.py own: parsing, the data, the loop and the log line.
 
+   Before it allocates the model, every rank estimates what it will allocate (mc_memory_estimate)
+   and the job stops when the ranks of a host would need more than its memory.
+
    Data: synthetic by default (a deterministic, learnable token stream drawn from --seed), or
    --data-path FILE: the bytes of a text file as tokens (vocabulary 256), read as consecutive
    windows of seq_length + 1 bytes. */
@@ -19,186 +22,60 @@
 #include "megatron_c.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------------------------------------
-   arguments (Megatron-LM names) */
+   arguments (Megatron-LM names): the parser, shared with `megatron_c memory` */
 
-typedef struct args {
-    int tp, pp, vpp, sp;
-    int num_layers, hidden_size, num_heads, ffn_hidden_size, seq_length, max_positions;
-    int micro_batch_size, global_batch_size;
-    int rampup[3];
-    int train_iters;
-    float lr, min_lr, weight_decay, clip_grad;
-    int lr_warmup_iters, lr_decay_iters;
-    int seed, vocab_size;
-    float hidden_dropout, attention_dropout;
-    int recompute_granularity, recompute_method, recompute_num_layers;
-    int use_distributed_optimizer;
-    const char *save, *load;
-    int save_interval, log_interval;
-    const char *data_path;
-    int untie;
-    int override_math;
-    int vocab_divisible_by;
-    int overlap_grad_reduce;
-    int bucket_size;
-} args;
+#include "pretrain_gpt_args.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: mpirun -np N ./pretrain_gpt [flags]\n"
-        "  parallelism: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
-        "               --virtual-pipeline-model-parallel-size V --sequence-parallel\n"
-        "               --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size N\n"
-        "  model:       --num-layers L --hidden-size H --num-attention-heads A\n"
-        "               --ffn-hidden-size F --seq-length S --max-position-embeddings M\n"
-        "               --vocab-size V --make-vocab-size-divisible-by D\n"
-        "               --hidden-dropout p --attention-dropout p\n"
-        "               --untie-embeddings-and-output-weights\n"
-        "  batch:       --micro-batch-size B --global-batch-size G\n"
-        "               --rampup-batch-size START INCR SAMPLES\n"
-        "  training:    --train-iters N --lr X --min-lr X --lr-warmup-iters N\n"
-        "               --lr-decay-iters N --weight-decay X --clip-grad X --seed N\n"
-        "  recompute:   --recompute-granularity full|selective --recompute-method uniform|block\n"
-        "               --recompute-num-layers N\n"
-        "  checkpoints: --save DIR --load DIR --save-interval N --override-math-fingerprint\n"
-        "  data/log:    --data-path FILE --log-interval N\n");
+/* The watchdog's limit: --distributed-timeout-seconds when given, else the minutes. */
+static double timeout_s_from_args(const args *a) {
+    return a->timeout_seconds > 0.0f ? (double)a->timeout_seconds
+                                     : 60.0 * (double)a->timeout_minutes;
 }
 
-static int parse_int(const char *flag, const char *v, int *out) {
-    char *end;
-    long x;
-    errno = 0;
-    x = strtol(v, &end, 10);
-    if (errno || *end || end == v || x < -2147483647L || x > 2147483647L) {
-        fprintf(stderr, "pretrain_gpt: %s expects an integer, got \"%s\"\n", flag, v);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
-static int parse_float(const char *flag, const char *v, float *out) {
-    char *end;
-    double x;
-    errno = 0;
-    x = strtod(v, &end);
-    if (errno || *end || end == v) {
-        fprintf(stderr, "pretrain_gpt: %s expects a number, got \"%s\"\n", flag, v);
-        return -1;
-    }
-    *out = (float)x;
-    return 0;
-}
-
-/* One row per flag: name, how many values, and where they go. */
-typedef enum { A_INT, A_FLOAT, A_FLAG, A_STR, A_INT3, A_RECOMPUTE_G, A_RECOMPUTE_M } arg_kind;
-typedef struct arg_spec { const char *name; arg_kind kind; size_t offset; } arg_spec;
-#define A(name, kind, field) {name, kind, offsetof(args, field)}
-static const arg_spec arg_specs[] = {
-    A("--tensor-model-parallel-size", A_INT, tp),
-    A("--pipeline-model-parallel-size", A_INT, pp),
-    A("--virtual-pipeline-model-parallel-size", A_INT, vpp),
-    A("--sequence-parallel", A_FLAG, sp),
-    A("--num-layers", A_INT, num_layers),
-    A("--hidden-size", A_INT, hidden_size),
-    A("--num-attention-heads", A_INT, num_heads),
-    A("--ffn-hidden-size", A_INT, ffn_hidden_size),
-    A("--seq-length", A_INT, seq_length),
-    A("--max-position-embeddings", A_INT, max_positions),
-    A("--micro-batch-size", A_INT, micro_batch_size),
-    A("--global-batch-size", A_INT, global_batch_size),
-    A("--rampup-batch-size", A_INT3, rampup),
-    A("--train-iters", A_INT, train_iters),
-    A("--lr", A_FLOAT, lr),
-    A("--min-lr", A_FLOAT, min_lr),
-    A("--lr-warmup-iters", A_INT, lr_warmup_iters),
-    A("--lr-decay-iters", A_INT, lr_decay_iters),
-    A("--weight-decay", A_FLOAT, weight_decay),
-    A("--clip-grad", A_FLOAT, clip_grad),
-    A("--seed", A_INT, seed),
-    A("--vocab-size", A_INT, vocab_size),
-    A("--hidden-dropout", A_FLOAT, hidden_dropout),
-    A("--attention-dropout", A_FLOAT, attention_dropout),
-    A("--recompute-granularity", A_RECOMPUTE_G, recompute_granularity),
-    A("--recompute-method", A_RECOMPUTE_M, recompute_method),
-    A("--recompute-num-layers", A_INT, recompute_num_layers),
-    A("--use-distributed-optimizer", A_FLAG, use_distributed_optimizer),
-    A("--untie-embeddings-and-output-weights", A_FLAG, untie),
-    A("--save", A_STR, save),
-    A("--load", A_STR, load),
-    A("--save-interval", A_INT, save_interval),
-    A("--log-interval", A_INT, log_interval),
-    A("--data-path", A_STR, data_path),
-    A("--override-math-fingerprint", A_FLAG, override_math),
-    A("--make-vocab-size-divisible-by", A_INT, vocab_divisible_by),
-    A("--overlap-grad-reduce", A_FLAG, overlap_grad_reduce),
-    A("--ddp-bucket-size", A_INT, bucket_size),
-};
-#undef A
-
-static int parse_args(int argc, char **argv, args *a) {
-    memset(a, 0, sizeof *a);
-    a->tp = a->pp = 1;
-    a->num_layers = 2, a->hidden_size = 64, a->num_heads = 4, a->seq_length = 32;
-    a->micro_batch_size = 2, a->global_batch_size = 8, a->train_iters = 10;
-    a->lr = 1e-3f, a->seed = 1234, a->vocab_size = 256, a->log_interval = 1;
-    a->clip_grad = 1.0f, a->weight_decay = 0.01f;
-    a->hidden_dropout = a->attention_dropout = 0.1f;   /* Megatron's defaults */
-    for (int i = 1; i < argc; i++) {
-        const arg_spec *s = NULL;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); exit(0); }
-        for (size_t k = 0; k < sizeof arg_specs / sizeof arg_specs[0]; k++)
-            if (!strcmp(argv[i], arg_specs[k].name)) s = &arg_specs[k];
-        if (!s) {
-            fprintf(stderr, "pretrain_gpt: unknown flag \"%s\"\n", argv[i]);
-            usage(stderr);
-            return -1;
-        }
-        char *field = (char *)a + s->offset;
-        int need = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
-        if (i + need >= argc + (need == 0)) {
-            fprintf(stderr, "pretrain_gpt: %s needs %d value(s)\n", s->name, need);
-            return -1;
-        }
-        switch (s->kind) {
-        case A_FLAG: *(int *)field = 1; break;
-        case A_STR: *(const char **)field = argv[++i]; break;
-        case A_INT: if (parse_int(s->name, argv[++i], (int *)field)) return -1; break;
-        case A_FLOAT: if (parse_float(s->name, argv[++i], (float *)field)) return -1; break;
-        case A_INT3:
-            for (int k = 0; k < 3; k++)
-                if (parse_int(s->name, argv[++i], (int *)field + k)) return -1;
-            break;
-        case A_RECOMPUTE_G: {
-            const char *v = argv[++i];
-            if (!strcmp(v, "full")) *(int *)field = MC_RECOMPUTE_FULL;
-            else if (!strcmp(v, "selective")) *(int *)field = MC_RECOMPUTE_SELECTIVE;
-            else { fprintf(stderr, "pretrain_gpt: %s must be full or selective, got \"%s\"\n",
-                           s->name, v); return -1; }
+/* Every flag's resolved value as text, in arg_specs order: what the ranks must agree on
+   (mc_comm_agree names the first one that differs). `text` holds N_ARG_SPECS rows of
+   ARG_TEXT_LEN bytes. */
+#define ARG_TEXT_LEN 96
+static void args_to_text(const args *a, char (*text)[ARG_TEXT_LEN]) {
+    for (int k = 0; k < N_ARG_SPECS; k++) {
+        const char *field = (const char *)a + arg_specs[k].offset;
+        char *t = text[k];
+        switch (arg_specs[k].kind) {
+        case A_FLAG: case A_INT: case A_RECOMPUTE_G: case A_RECOMPUTE_M:
+            snprintf(t, ARG_TEXT_LEN, "%d", *(const int *)field); break;
+        case A_FLOAT: {   /* the shortest text that reads back as the same float */
+            float v = *(const float *)field;
+            for (int digits = 6; digits <= 9; digits++) {
+                snprintf(t, ARG_TEXT_LEN, "%.*g", digits, (double)v);
+                if (strtof(t, NULL) == v) break;
+            }
             break;
         }
-        case A_RECOMPUTE_M: {
-            const char *v = argv[++i];
-            if (!strcmp(v, "uniform")) *(int *)field = MC_RECOMPUTE_UNIFORM;
-            else if (!strcmp(v, "block")) *(int *)field = MC_RECOMPUTE_BLOCK;
-            else { fprintf(stderr, "pretrain_gpt: %s must be uniform or block, got \"%s\"\n",
-                           s->name, v); return -1; }
+        case A_STR: {
+            const char *v = *(const char *const *)field;
+            snprintf(t, ARG_TEXT_LEN, "%s", v ? v : "(none)");
+            break;
+        }
+        case A_INT3: {
+            const int *v = (const int *)field;
+            snprintf(t, ARG_TEXT_LEN, "%d %d %d", v[0], v[1], v[2]);
             break;
         }
         }
     }
-    if (a->max_positions == 0) a->max_positions = a->seq_length;
-    /* Megatron's --hidden-dropout 0 switches dropout off; in mc_gpt_config 0 means default. */
-    if (a->hidden_dropout == 0.0f) a->hidden_dropout = MC_DROPOUT_OFF;
-    if (a->attention_dropout == 0.0f) a->attention_dropout = MC_DROPOUT_OFF;
-    if (a->data_path) a->vocab_size = 256;   /* byte-level tokens */
-    return 0;
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -211,28 +88,68 @@ typedef struct dataset {
     uint64_t seed;
 } dataset;
 
-static int dataset_open(dataset *d, const args *a) {
+/* Reads --data-path whole. On failure returns -1 with the reason in `why` (the caller prints
+   it once the ranks agree that they all see the same thing). A file must be a regular file
+   read to its last byte: a directory, a short read or a failed allocation never falls back
+   to synthetic data. */
+static int dataset_open(dataset *d, const args *a, char *why, size_t why_cap) {
     memset(d, 0, sizeof *d);
     d->vocab = a->vocab_size, d->seq_length = a->seq_length, d->seed = (uint64_t)a->seed;
     if (!a->data_path) return 0;
-    FILE *f = fopen(a->data_path, "rb");
-    if (!f) {
-        fprintf(stderr, "pretrain_gpt: --data-path %s: %s\n", a->data_path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below) */
+    int fd = open(a->data_path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    FILE *f = NULL;
+    if (fd < 0 || fstat(fd, &st) != 0 || !(f = fdopen(fd, "rb"))) {
+        snprintf(why, why_cap, "--data-path %s: %s", a->data_path, strerror(errno));
+        if (fd >= 0) close(fd);
         return -1;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < (long)a->seq_length + 2) {
-        fprintf(stderr, "pretrain_gpt: --data-path %s has %ld bytes; it needs at least "
-                "seq_length + 2 = %d\n", a->data_path, n, a->seq_length + 2);
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, why_cap, "--data-path %s is not a regular file (%s)", a->data_path,
+                 S_ISDIR(st.st_mode) ? "a directory" : "a device, pipe or socket");
         fclose(f);
         return -1;
     }
-    d->bytes = malloc((size_t)n);
+    long long n = (long long)st.st_size;
+    if (n < (long long)a->seq_length + 2) {
+        snprintf(why, why_cap, "--data-path %s has %lld bytes; it needs at least "
+                 "seq_length + 2 = %d", a->data_path, n, a->seq_length + 2);
+        fclose(f);
+        return -1;
+    }
+    if ((unsigned long long)n > (size_t)-1 / 2 || !(d->bytes = malloc((size_t)n))) {
+        snprintf(why, why_cap, "--data-path %s: cannot allocate %lld bytes to read it",
+                 a->data_path, n);
+        fclose(f);
+        return -1;
+    }
     d->n_bytes = fread(d->bytes, 1, (size_t)n, f);
+    int read_error = ferror(f);
     fclose(f);
+    if (d->n_bytes != (size_t)n) {
+        snprintf(why, why_cap, "--data-path %s: read %zu of its %lld bytes (%s)", a->data_path,
+                 d->n_bytes, n, read_error ? strerror(errno) : "the file shrank while read");
+        free(d->bytes);
+        d->bytes = NULL, d->n_bytes = 0;
+        return -1;
+    }
     return 0;
+}
+
+/* What the ranks compare about the data: the file's size and an FNV-1a hash of its bytes
+   (ranks on different machines may see different files under one path). */
+static void dataset_describe(const dataset *d, int open_rc, const char *why, char *out,
+                             size_t cap) {
+    if (open_rc != 0) {
+        snprintf(out, cap, "unreadable: %s", why);
+    } else if (!d->bytes) {
+        snprintf(out, cap, "synthetic");
+    } else {
+        uint64_t h = 1469598103934665603ull;
+        for (size_t i = 0; i < d->n_bytes; i++) h = (h ^ d->bytes[i]) * 1099511628211ull;
+        snprintf(out, cap, "%zu bytes, fnv1a %016llx", d->n_bytes, (unsigned long long)h);
+    }
 }
 
 /* Synthetic text: a noisy affine chain t' = (a*t + b) mod V with a random restart every few
@@ -270,6 +187,9 @@ typedef struct trainer {
     long long batch_start;     /* first sample of this iteration's global batch */
     int *tokens, *labels;      /* [S, B] of the micro-batch being fed */
     int *sample;               /* [S + 1] scratch */
+    mc_ops ops;                /* the CPU table, counting its memory in `account` */
+    mc_memory_account account;
+    mc_memory_stage estimate;  /* this rank's stage, from check_memory */
 } trainer;
 
 /* Micro-batch m of this DP rank holds samples batch_start + (m * DP + dp_rank) * B + j, j < B
@@ -330,24 +250,6 @@ static int hook_finalize(void *app) {
             return rc_;                                                                       \
         }                                                                                     \
     } while (0)
-
-static mc_gpt_config config_from_args(const args *a) {
-    mc_gpt_config c;
-    memset(&c, 0, sizeof c);
-    c.num_layers = a->num_layers, c.hidden_size = a->hidden_size;
-    c.num_attention_heads = a->num_heads, c.ffn_hidden_size = a->ffn_hidden_size;
-    c.vocab_size = a->vocab_size, c.make_vocab_size_divisible_by = a->vocab_divisible_by;
-    c.seq_length = a->seq_length, c.max_position_embeddings = a->max_positions;
-    c.untie_embeddings_and_output_weights = a->untie;
-    c.hidden_dropout = a->hidden_dropout, c.attention_dropout = a->attention_dropout;
-    c.tensor_model_parallel_size = a->tp, c.pipeline_model_parallel_size = a->pp;
-    c.virtual_pipeline_model_parallel_size = a->vpp, c.sequence_parallel = a->sp;
-    c.recompute_granularity = (mc_recompute_granularity)a->recompute_granularity;
-    c.recompute_method = (mc_recompute_method)a->recompute_method;
-    c.recompute_num_layers = a->recompute_num_layers;
-    c.micro_batch_size = a->micro_batch_size, c.seed = a->seed;
-    return c;
-}
 
 /* Full local m / v in the parameter layout (what checkpoints store); a collective over DP under
    the distributed optimizer. */
@@ -439,7 +341,7 @@ static int global_loss(trainer *t, const mc_schedule_result *r, double *loss) {
 }
 
 static void log_iteration(const trainer *t, long long it, long long consumed, double ms,
-                          int gbs, double loss, int skipped) {
+                          int gbs, double loss, int skipped, int nan_iters) {
     time_t wall = time(NULL);
     char stamp[32];
     double tokens_per_s = ms > 0 ? (double)gbs * t->a.seq_length / (ms / 1000.0) : 0.0;
@@ -450,8 +352,125 @@ static void log_iteration(const trainer *t, long long it, long long consumed, do
            "%3d | number of nan iterations: %3d |\n",
            stamp, it, t->a.train_iters, consumed, ms, tokens_per_s,
            mc_optimizer_lr_at(&t->opt.desc, t->opt.lr_steps), gbs, loss,
-           t->opt.last_grad_norm, skipped, 0);
+           t->opt.last_grad_norm, skipped, nan_iters);
     fflush(stdout);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   the up-front memory check: what every rank is about to allocate (mc_memory_estimate, this
+   library's model), summed over the ranks of each host, against that host's memory. A job that
+   cannot fit stops here, on every rank, before mc_gpt_init allocates anything large. */
+
+/* Physical memory, or a container's (cgroup v2 / v1) limit when that is smaller. On a CUDA
+   table the limit is the device's memory and the ranks that share it (a hook for the GPU
+   recipe: it compares each GPU's ranks with that GPU's total instead). */
+static double host_memory_bytes(void) {
+    static const char *const limits[] = {"/sys/fs/cgroup/memory.max",
+                                         "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    double bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        FILE *f = fopen(limits[i], "r");
+        double limit;
+        if (!f) continue;
+        if (fscanf(f, "%lf", &limit) == 1 && limit > 0 && limit < bytes) bytes = limit;
+        fclose(f);
+    }
+    return bytes;
+}
+
+static int64_t host_id(void) {
+    char name[256] = "";
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a of the host name */
+    gethostname(name, sizeof name - 1);
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    return (int64_t)(h >> 1);
+}
+
+static int check_memory(trainer *t) {
+    mc_memory_stage *est = &t->estimate;
+    mc_comm *world = t->ps.world;
+    mc_memory_desc d = args_memory_desc(&t->a, t->dp_size);
+    d.ops = &t->ops, d.tp_rank = t->ps.coords.tp, d.dp_rank = t->ps.coords.dp;
+    int rc = mc_memory_estimate(&d, t->ps.coords.pp, est);
+    if (rc != MC_OK) {
+        if (world->rank == 0) fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
+        return MC_ERR_INVALID_DESC;
+    }
+    double mine = est->total[MC_MEMORY_IMPLEMENTATION], limit = host_memory_bytes();
+    int64_t me[2] = {host_id(), mine < 4e18 ? (int64_t)mine : (int64_t)4e18};
+    int64_t *all = malloc(sizeof *all * 2 * (size_t)world->size);
+    if (!all) return MC_ERR_NO_MEMORY;
+    rc = mc_host_collective(world, MC_COLL_ALL_GATHER, me, all, 2, MC_I64, MC_SUM, 0);
+    double host_total = 0.0;
+    int host_ranks = 0, first_on_host = world->rank;
+    for (int r = 0; rc == MC_OK && r < world->size; r++)
+        if (all[2 * r] == me[0]) {
+            host_total += (double)all[2 * r + 1], host_ranks++;
+            if (r < first_on_host) first_on_host = r;
+        }
+    free(all);
+    if (rc != MC_OK) return rc;
+    int over = host_total > limit, any_over = 0;
+    CHECK(mc_host_collective(world, MC_COLL_ALL_REDUCE, &over, &any_over, 1, MC_I32, MC_MAX, 0));
+    char total_s[32], limit_s[32], mine_s[32], cat_s[MC_MEMORY_CATEGORY_COUNT][32];
+    for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
+        mc_memory_format_bytes(cat_s[c], sizeof cat_s[c], est->bytes[MC_MEMORY_IMPLEMENTATION][c]);
+    mc_memory_format_bytes(total_s, sizeof total_s, host_total);
+    mc_memory_format_bytes(limit_s, sizeof limit_s, limit);
+    mc_memory_format_bytes(mine_s, sizeof mine_s, mine);
+    if (over && world->rank == first_on_host)
+        fprintf(stderr, "pretrain_gpt: not enough memory: the %d rank(s) on this host would "
+                "allocate an estimated %s, more than its %s (rank %d, pipeline stage %d: %s = "
+                "parameters %s + gradients %s + optimizer %s + activations %s + communication "
+                "%s); nothing large was allocated. `./megatron_c memory` with the same flags "
+                "shows every term.\n", host_ranks, total_s, limit_s, world->rank,
+                t->ps.coords.pp, mine_s, cat_s[0], cat_s[1], cat_s[2], cat_s[3], cat_s[4]);
+    else if (world->rank == 0 && !any_over)
+        printf("pretrain_gpt: memory estimate: rank 0 (pipeline stage 0) %s = parameters %s + "
+               "gradients %s + optimizer %s + activations %s + communication %s; %d rank(s) on "
+               "this host, %s of %s\n", mine_s, cat_s[0], cat_s[1], cat_s[2], cat_s[3],
+               cat_s[4], host_ranks, total_s, limit_s);
+    return any_over ? MC_ERR_NO_MEMORY : MC_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   the measured side: at the end, every rank's peak per category (the op table's accounting,
+   from mc_gpt_init on) beside the estimate of its stage. CUDA: the device's own peak too. */
+
+static int report_memory(trainer *t) {
+    enum { PER_RANK = 2 + 2 * MC_MEMORY_CATEGORY_COUNT + 2 };
+    mc_comm *world = t->ps.world;
+    double mine[PER_RANK], *all = malloc(sizeof *all * PER_RANK * (size_t)world->size);
+    int k = 0;
+    if (!all) return MC_ERR_NO_MEMORY;
+    mine[k++] = world->rank, mine[k++] = t->ps.coords.pp;
+    for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++) {
+        mine[k++] = t->account.peak[c];
+        mine[k++] = t->estimate.bytes[MC_MEMORY_IMPLEMENTATION][c];
+    }
+    mine[k++] = t->account.peak_total, mine[k++] = t->estimate.total[MC_MEMORY_IMPLEMENTATION];
+    int rc = mc_host_collective(world, MC_COLL_ALL_GATHER, mine, all, PER_RANK, MC_F64, MC_SUM, 0);
+    if (rc == MC_OK && world->rank == 0) {
+        printf("memory peak per rank in bytes, measured (the op table's accounting since "
+               "mc_gpt_init) / estimated (mc_memory_estimate):\n  rank stage");
+        for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
+            printf(" %23s", mc_memory_category_name(c));
+        printf(" %23s\n", "all at once / sum");
+        for (int r = 0; r < world->size; r++) {
+            const double *v = all + (size_t)r * PER_RANK;
+            printf("  %4.0f %5.0f", v[0], v[1]);
+            for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
+                printf(" %11.0f/%-11.0f", v[2 + 2 * c], v[3 + 2 * c]);
+            printf(" %11.0f/%-11.0f\n", v[PER_RANK - 2], v[PER_RANK - 1]);
+        }
+    }
+#if defined(MC_ENABLE_CUDA)
+    if (rc == MC_OK && t->ops.device == MC_DEVICE_CUDA)
+        printf("[rank %d] device peak (CUDA allocator): %zu bytes\n", world->rank,
+               mc_ops_cuda_peak_bytes(&t->ops, 0));
+#endif
+    free(all);
+    return rc;
 }
 
 static int train(trainer *t) {
@@ -460,31 +479,36 @@ static int train(trainer *t) {
     int me = world->rank;
 
     /* config: every violated rule at once */
-    mc_gpt_config cfg = config_from_args(a);
-    char report[4096];
-    if (mc_gpt_config_validate(&cfg, report, sizeof report) > 0) {
-        if (me == 0) fprintf(stderr, "pretrain_gpt: invalid configuration:\n%s", report);
+    if (args_check_config(a, me == 0 ? stderr : NULL) > 0) return MC_ERR_INVALID_DESC;
+    if (a->bf16 && a->tp > 1 && world->backend != MC_BACKEND_NCCL) {
+        if (me == 0)
+            fprintf(stderr, "pretrain_gpt: --bf16 with --tensor-model-parallel-size %d needs the "
+                    "nccl backend: tensor parallelism reduces bf16 activations, and the %s "
+                    "backend has no bf16 reductions (MPI has no bf16 type)\n", a->tp,
+                    mc_backend_name(world->backend));
         return MC_ERR_INVALID_DESC;
     }
+    mc_gpt_config cfg = config_from_args(a);
     t->dp_size = t->ps.grid.dp, t->dp_rank = t->ps.coords.dp;
 
     mc_microbatch_calc mb;
-    mc_microbatch_desc mbd = {0};
-    mbd.global_batch_size = a->global_batch_size, mbd.micro_batch_size = a->micro_batch_size;
-    mbd.data_parallel_size = t->dp_size;
-    mbd.rampup.start = a->rampup[0], mbd.rampup.increment = a->rampup[1];
-    mbd.rampup.samples = a->rampup[2];
-    CHECK(mc_microbatch_init(&mb, &mbd));
-    int max_microbatches = a->global_batch_size / (a->micro_batch_size * t->dp_size);
+    if (args_microbatches(a, t->dp_size, &mb, me == 0 ? stderr : NULL) != MC_OK)
+        return MC_ERR_INVALID_DESC;
+    /* before anything large is allocated: would this run fit? */
+    int fits = check_memory(t);
+    if (fits != MC_OK) return fits;
 
+    mc_memory_account_reset_peaks(&t->account);   /* from here: what training needs */
     mc_gpt_desc gd = {0};
-    gd.config = cfg, gd.ps = &t->ps, gd.n_slots = max_microbatches > 0 ? max_microbatches : 1;
+    gd.ops = &t->ops;
+    gd.dtype = a->bf16 ? MC_BF16 : MC_F32;   /* Megatron's --bf16: bf16 params and activations */
+    gd.config = cfg, gd.ps = &t->ps, gd.n_slots = args_n_slots(a, t->dp_size, t->ps.coords.pp);
     gd.distributed_optimizer = a->use_distributed_optimizer;
     gd.bucket_size = (size_t)(a->bucket_size > 0 ? a->bucket_size : 0);
     CHECK(mc_gpt_init(&t->gpt, &gd));
 
     mc_ddp_desc dd = {0};
-    dd.table = &t->gpt.table, dd.grads = t->gpt.grads;
+    dd.table = &t->gpt.table, dd.grads = t->gpt.grads, dd.ops = &t->ops;
     dd.dp = mc_parallel_group(&t->ps, MC_GROUP_DP_CP);
     dd.distributed_optimizer = a->use_distributed_optimizer;
     dd.overlap_grad_reduce = a->overlap_grad_reduce;
@@ -492,7 +516,8 @@ static int train(trainer *t) {
     if (a->overlap_grad_reduce) t->gpt.grad_ready = grad_ready, t->gpt.grad_ready_user = &t->ddp;
 
     mc_optimizer_desc od = {0};
-    od.ddp = &t->ddp, od.params = t->gpt.params, od.ps = &t->ps;
+    od.ddp = &t->ddp, od.params = t->gpt.params, od.ps = &t->ps, od.ops = &t->ops;
+    od.params_dtype = gd.dtype;   /* bf16: fp32 main params in the optimizer */
     od.lr = a->lr, od.min_lr = a->min_lr;
     od.lr_warmup_iters = a->lr_warmup_iters;
     od.lr_decay_iters = a->lr_decay_iters > 0 ? a->lr_decay_iters : a->train_iters;
@@ -501,7 +526,6 @@ static int train(trainer *t) {
     od.clip_grad = a->clip_grad > 0 ? a->clip_grad : MC_CLIP_GRAD_OFF;
     CHECK(mc_optimizer_init(&t->opt, &od));
 
-    if (dataset_open(&t->data, a) != 0) return MC_ERR_IO;
     t->tokens = calloc((size_t)a->seq_length * (size_t)a->micro_batch_size, sizeof(int));
     t->labels = calloc((size_t)a->seq_length * (size_t)a->micro_batch_size, sizeof(int));
     t->sample = calloc((size_t)a->seq_length + 1, sizeof(int));
@@ -521,8 +545,10 @@ static int train(trainer *t) {
     hooks.app = t, hooks.forward_step = hook_forward, hooks.backward_step = hook_backward;
     hooks.grad_sync = hook_grad_sync, hooks.finalize = hook_finalize;
     hooks.tensor_elems = t->gpt.p2p_elems;
+    hooks.tensor_dtype = t->gpt.dtype;
     static mc_schedule_result result;   /* large trace: keep it off the stack */
 
+    int skipped_iters = 0, nan_iters = 0;
     while (iteration < a->train_iters) {
         CHECK(mc_microbatch_update(&mb, consumed, 1));
         int gbs = mb.current_running_global_batch_size;
@@ -536,41 +562,102 @@ static int train(trainer *t) {
         if (step_rc != MC_OK && !skipped) CHECK(step_rc);
         double loss;
         CHECK(global_loss(t, &result, &loss));
+        /* Counted over the log interval, as Megatron's log line does. */
+        skipped_iters += skipped;
+        nan_iters += skipped || !isfinite(loss);
+        if (!isfinite(loss)) {   /* Megatron's check_for_nan_in_loss_and_grad: stop */
+            if (me == 0)
+                fprintf(stderr, "pretrain_gpt: iteration %lld: lm loss is %g; stopping instead "
+                        "of training on it (lower --lr, or check the data)\n", iteration + 1,
+                        loss);
+            return MC_ERR_STATE;
+        }
         iteration++;
         consumed += gbs;
         double ms = (now_s() - t0) * 1000.0;
-        if (me == 0 && (iteration % a->log_interval == 0 || iteration == a->train_iters))
-            log_iteration(t, iteration, consumed, ms, gbs, loss, skipped);
+        if (me == 0 && (iteration % a->log_interval == 0 || iteration == a->train_iters)) {
+            log_iteration(t, iteration, consumed, ms, gbs, loss, skipped_iters, nan_iters);
+            skipped_iters = nan_iters = 0;
+        }
         if (a->save && a->save_interval > 0 && iteration % a->save_interval == 0)
             CHECK(save_checkpoint(t, iteration, consumed));
     }
     if (a->save && (a->save_interval <= 0 || iteration % a->save_interval != 0))
         CHECK(save_checkpoint(t, iteration, consumed));
+    CHECK(report_memory(t));
     return MC_OK;
 }
 
+/* Every rank's flags and data must agree; this is the job's first collective (see
+   mc_comm_agree), so ranks started with different flags stop before any collective whose
+   count or size depends on them. */
+static int agree_on_config(mc_comm *world, const args *a, const char *data_text) {
+    static char text[N_ARG_SPECS][ARG_TEXT_LEN];
+    mc_agree_item items[N_ARG_SPECS + 1];
+    args_to_text(a, text);
+    for (int k = 0; k < N_ARG_SPECS; k++) items[k].name = arg_specs[k].name, items[k].value = text[k];
+    items[N_ARG_SPECS].name = "the contents of --data-path";
+    items[N_ARG_SPECS].value = data_text;
+    return mc_comm_agree(world, items, N_ARG_SPECS + 1);
+}
+
+static int exit_code_of(int rc) {
+    return rc == MC_OK ? 0 : rc == MC_ERR_INVALID_DESC ? 2 : 1;
+}
+
+/* PRETRAIN_GPT_NO_MAIN: tests/fuzz includes this file to reach the parser and the reader. */
+#ifndef PRETRAIN_GPT_NO_MAIN
 int main(int argc, char **argv) {
     static trainer t;
-    if (parse_args(argc, argv, &t.a) != 0) return 2;
+    int parsed = parse_args(argc, argv, &t.a);
+    if (parsed == ARGS_HELP) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed == ARGS_UNKNOWN) usage(stderr);
+    if (parsed != ARGS_OK) return 2;
     mc_comm *world = NULL;
     mc_comm_desc cd = {0};
-    cd.argc = &argc, cd.argv = &argv, cd.timeout_s = 120.0;
+    cd.argc = &argc, cd.argv = &argv;
+    cd.timeout_s = cd.watchdog_s = timeout_s_from_args(&t.a);
+    t.ops = *mc_ops_cpu();
+    t.ops.account = &t.account;   /* every buffer of the run is counted by category */
+    cd.memory = &t.ops;
     int rc = mc_comm_init_world(&world, &cd);
     if (rc != MC_OK) {
         fprintf(stderr, "pretrain_gpt: %s: %s\n", mc_err_name(rc), mc_last_error());
         return 1;
     }
-    mc_parallel_desc pd = {0};
-    pd.world = world;
-    pd.grid.tp = t.a.tp, pd.grid.pp = t.a.pp, pd.grid.vpp = t.a.vpp > 1 ? t.a.vpp : 0;
-    rc = mc_parallel_init(&t.ps, &pd);
+    char why[512] = "", data_text[512];
+    int data_rc = dataset_open(&t.data, &t.a, why, sizeof why);
+    dataset_describe(&t.data, data_rc, why, data_text, sizeof data_text);
+    rc = agree_on_config(world, &t.a, data_text);
     if (rc != MC_OK) {
-        if (world->rank == 0)
-            fprintf(stderr, "pretrain_gpt: %s: %s\n", mc_err_name(rc), mc_last_error());
+        if (world->rank == 0) fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
+    } else if (data_rc != 0) {
+        if (world->rank == 0) fprintf(stderr, "pretrain_gpt: %s\n", why);
+        rc = MC_ERR_IO;
     } else {
-        rc = train(&t);
+        mc_parallel_desc pd = {0};
+        pd.world = world;
+        pd.grid.tp = t.a.tp, pd.grid.pp = t.a.pp, pd.grid.vpp = t.a.vpp > 1 ? t.a.vpp : 0;
+        rc = mc_parallel_init(&t.ps, &pd);
+        if (rc != MC_OK) {
+            if (world->rank == 0)
+                fprintf(stderr, "pretrain_gpt: %s: %s\n", mc_err_name(rc), mc_last_error());
+        } else {
+            rc = train(&t);
+        }
     }
+    /* After a watchdog verdict (printed with the failed call above) the job cannot go on:
+       the ranks exit non-zero without MPI_Finalize and mpirun ends the stuck rank. */
+    if (mc_comm_watchdog_verdict(world))
+        fprintf(stderr, "pretrain_gpt: rank %d exits: the watchdog stopped the job\n",
+                world->rank);
     if (t.ps.initialized) mc_parallel_destroy(&t.ps);
     mc_comm_destroy(world);
-    return rc == MC_OK ? 0 : rc == MC_ERR_INVALID_DESC ? 2 : 1;
+    free(t.data.bytes);
+    mc_memory_account_destroy(&t.account);
+    return exit_code_of(rc);
 }
+#endif

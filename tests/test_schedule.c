@@ -375,6 +375,22 @@ Test(schedule, simulated_1f1b_bubble_is_p_minus_1_over_m) {
     cr_expect_float_eq(simulate(sched(4, 0, 8, 0, 0), 1.0, 1.0).bubble_ratio, 3.0 / 8, 1e-9);
 }
 
+/* The simulation is linear in pp: a million stages with one micro-batch (what
+   `megatron_c schedule --pp 1048576 --microbatches 1` asks) and 4096 stages with 8 take well
+   under the suite's timeout; sweeping the stages in one direction only took pp^2 steps
+   (minutes). The makespans are 1F1B's closed form. */
+Test(schedule, simulation_is_linear_in_pp, .timeout = 20) {
+    static const int cases[][2] = {{1 << 20, 1}, {4096, 8}, {65536, 3}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        int p = cases[i][0], m = cases[i][1];
+        mc_schedule_timing t = simulate(sched(p, 0, m, 0, 0), 1.0, 2.0);
+        cr_expect_float_eq(t.makespan, 3.0 * ((double)m + p - 1), 1e-6,
+                           "pp %d M %d: makespan %g", p, m, t.makespan);
+    }
+    mc_schedule_timing t = simulate(sched(512, 0, 1024, 2, 0), 1.0, 2.0);
+    cr_expect_gt(t.makespan, 0.0);
+}
+
 Test(schedule, simulated_interleaving_divides_the_bubble_by_v) {
     static const int cases[][3] = {{2, 4, 2}, {4, 8, 2}, {4, 16, 4}, {4, 12, 3}, {8, 16, 2}};
     size_t i;
@@ -432,4 +448,59 @@ Test(schedule, simulated_forward_only) {
     t = simulate(d, 0, 0);
     cr_expect_float_eq(t.makespan, 8 + 4 - 1, 1e-9, "M + P - 1 forward slots: %g", t.makespan);
     cr_expect_float_eq(t.busy, 8, 1e-9);
+}
+
+/* The most micro-batches a chunk holds at once, against a replay of mc_schedule_ops' own list
+   (a forward adds to its chunk, a backward takes from its chunk). */
+static int held_by_replay(mc_schedule_desc d, int *per_chunk) {
+    static mc_sched_op ops[4096];
+    int held[MC_MAX_VPP] = {0}, best = 0, n = mc_schedule_ops(&d, ops, 4096, NULL);
+    cr_assert_gt(n, 0, "%s", mc_last_error());
+    memset(per_chunk, 0, sizeof(int) * MC_MAX_VPP);
+    for (int i = 0; i < n; i++) {
+        int c = ops[i].chunk;
+        if (ops[i].kind == 'B') {
+            held[c]--;
+            continue;
+        }
+        if (++held[c] > per_chunk[c]) per_chunk[c] = held[c];
+        if (per_chunk[c] > best) best = per_chunk[c];
+        if (d.forward_only) held[c]--;
+    }
+    return best;
+}
+
+Test(schedule, max_in_flight) {
+    int got[MC_MAX_VPP], want[MC_MAX_VPP];
+    for (int r = 0; r < 4; r++) {
+        cr_expect_eq(mc_schedule_max_in_flight(&(mc_schedule_desc){.pp = 4, .pp_rank = r,
+                                                                   .num_microbatches = 8}, NULL),
+                     4 - r, "1F1B stage %d: min(pp - r, M)", r);
+        cr_expect_eq(mc_schedule_max_in_flight(&(mc_schedule_desc){.pp = 4, .pp_rank = r,
+                                                                   .num_microbatches = 2}, NULL),
+                     4 - r < 2 ? 4 - r : 2);
+    }
+    cr_expect_eq(mc_schedule_max_in_flight(&(mc_schedule_desc){.num_microbatches = 8}, NULL), 1);
+    cr_expect_eq(mc_schedule_max_in_flight(
+                     &(mc_schedule_desc){.pp = 4, .num_microbatches = 8, .forward_only = 1}, NULL),
+                 1);
+    static const int cases[][4] = {{2, 2, 4, 0}, {2, 2, 8, 0}, {4, 2, 8, 0}, {4, 4, 8, 0},
+                                   {2, 4, 6, 3}, {4, 2, 8, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int r = 0; r < cases[i][0]; r++) {
+            mc_schedule_desc d = {.pp = cases[i][0], .pp_rank = r, .vpp = cases[i][1],
+                                  .num_microbatches = cases[i][2], .group_size = cases[i][3]};
+            int best = mc_schedule_max_in_flight(&d, got), expect = held_by_replay(d, want);
+            cr_expect_eq(best, expect, "pp %d vpp %d M %d stage %d", d.pp, d.vpp,
+                         d.num_microbatches, r);
+            for (int c = 0; c < d.vpp; c++)
+                cr_expect_eq(got[c], want[c], "pp %d vpp %d M %d stage %d chunk %d", d.pp, d.vpp,
+                             d.num_microbatches, r, c);
+        }
+    /* stage 0 of pp 2, vpp 2, M 4: chunk 0 holds all four micro-batches at one point (the
+       first backward frees a chunk-1 set), so its slots cannot be fewer than 4 */
+    mc_schedule_desc d = {.pp = 2, .vpp = 2, .num_microbatches = 4};
+    cr_expect_eq(mc_schedule_max_in_flight(&d, got), 4);
+    d.num_microbatches = 3;
+    cr_expect_eq(mc_schedule_max_in_flight(&d, got), MC_ERR_INVALID_DESC, "Megatron's M rule");
 }
