@@ -1937,7 +1937,9 @@ typedef struct mc_layer_ctx {
      attention-probability dropout draws from the model-parallel stream (MC_RNG_MODEL_PARALLEL
        of gpt->rng), and only while gpt->training and config.attention_dropout > 0;
      everything the backward needs lives in ctx->attention_cache (per micro-batch slot:
-       pipeline schedules keep several micro-batches in flight) or is recomputed;
+       pipeline schedules keep several micro-batches in flight) or is recomputed (selective
+       recompute drops only the local attention's probabilities: the module decides what it
+       keeps; full recompute replays its forward into the replay's cache block);
      backward accumulates (+=) into ctx->g and overwrites dinp.
    The optional fields (zero = none) describe the module to the model:
      attention_accepts(gpt, why, cap)  called once by mc_gpt_init with the model's sizes: 0

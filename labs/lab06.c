@@ -252,8 +252,9 @@ static void l06_canonical(const mc_transformer_spec *spec, const mc_param_info *
     int n = snprintf(prefix, sizeof prefix, "decoder.layers.%d.", p->layer);
     if (strncmp(p->name, prefix, (size_t)n) != 0) return;
     for (int t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
-        const char *mine = spec->tensor_names && spec->tensor_names[t] ? spec->tensor_names[t]
-                                                                       : mc_gpt_layer_tensor_name(t);
+        const char *mine = spec->tensor_names && spec->tensor_names[t]
+                               ? spec->tensor_names[t]
+                               : mc_gpt_layer_tensor_name(t);
         if (strcmp(p->name + n, mine) == 0) {
             snprintf(out, cap, "%s%s", prefix, mc_gpt_layer_tensor_name(t));
             return;
@@ -432,7 +433,8 @@ static int l06_stream_bits(const mc_rng_tracker *t, const mc_rng_states *before)
 static void l06_streams_text(int bits, char *out, size_t cap) {
     snprintf(out, cap, "%.4s%.19s%.12s%.5s", bits == 0 ? "none" : "",
              bits & L06_STREAM_MODEL_PARALLEL ? "model-parallel-rng " : "",
-             bits & L06_STREAM_DEFAULT ? "default-rng " : "", bits & L06_STREAM_OTHER ? "other" : "");
+             bits & L06_STREAM_DEFAULT ? "default-rng " : "",
+             bits & L06_STREAM_OTHER ? "other" : "");
     size_t n = strlen(out);
     if (n > 0 && out[n - 1] == ' ') out[n - 1] = '\0';
 }
@@ -471,7 +473,8 @@ static void l06_cell_rng(l06_state *st, l06_row *row, int r) {
     row->calls_recompute = l06_calls;
     float *g1 = l06_download(&rc, rc.grads);
     size_t differ = 0;
-    for (size_t k = 0; k < rc.table.total; k++) differ += memcmp(&g0[k], &g1[k], sizeof(float)) != 0;
+    for (size_t k = 0; k < rc.table.total; k++)
+        differ += memcmp(&g0[k], &g1[k], sizeof(float)) != 0;
     int same = l0 == l1 && differ == 0, both;
     MC_CHECK(lab_all_reduce_i32(st->tp2_ps.world, &same, &both, 1, MC_MIN));
     row->streams_recompute_identical = both;

@@ -374,9 +374,10 @@ Test(lab06, misconceptions_fire_and_cost_points, .timeout = 30) {
 }
 
 Test(lab06, negated_truths_keywords_and_prompt_copies_earn_little, .timeout = 30) {
-    const char *sheets[] = {"tests/fixtures/lab06/negated.md", "tests/fixtures/lab06/negated.zh.md",
-                            "tests/fixtures/lab06/keywords.md", "tests/fixtures/lab06/keywords.zh.md",
-                            "tests/fixtures/lab06/prompt_copy.md"};
+    const char *sheets[] = {
+        "tests/fixtures/lab06/negated.md",  "tests/fixtures/lab06/negated.zh.md",
+        "tests/fixtures/lab06/keywords.md", "tests/fixtures/lab06/keywords.zh.md",
+        "tests/fixtures/lab06/prompt_copy.md"};
     for (int i = 0; i < 5; i++) {
         gr_report rep;
         grade(sheets[i], &rep);
