@@ -264,7 +264,7 @@ Test(lab06, worlds_it_cannot_use_exit_2, .timeout = 120) {
         int rc = mc_test_mpirun(worlds[i], cmd, 60, out, OUT_CAP);
         cr_expect_eq(rc, LAB_EXIT_USAGE, "np %d: exit %d:\n%s", worlds[i], rc, out);
         char says[96];
-        snprintf(says, sizeof says, "lab06 needs 2 to 2 ranks: got %d; try mpirun -np 2",
+        snprintf(says, sizeof says, "lab06 needs exactly 2 ranks: got %d; try mpirun -np 2",
                  worlds[i]);
         cr_expect(mc_test_contains(out, says), "np %d: want \"%s\" in:\n%s", worlds[i], says, out);
     }
