@@ -103,6 +103,12 @@ LAB_DEFS_lab11 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab11 := $(BUILD)/mc_impl_faults.o
 lab11: $(LAB_SRCS_lab11) $(LAB_IMPL_lab11)
 
+# lab08: the broken mode steps the optimizer before finish_grad_sync through the library's fault
+# hook, so it links the same build.
+LAB_DEFS_lab08 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab08 := $(BUILD)/mc_impl_faults.o
+lab08: $(LAB_IMPL_lab08)
+
 $(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
