@@ -4290,6 +4290,14 @@ static void mc__tl_close(long long id, int status, const mc_ops *ops, mc_comm *c
     e->status = status;
     for (k = tl->depth - 1; k >= 0; k--)
         if (tl->open[k] == id) {
+            /* spans opened inside it and left open end with it */
+            while (tl->depth > k + 1) {
+                mc_timeline_event *inner = mc__tl_find(tl, tl->open[--tl->depth]);
+                if (inner && inner->t_return == 0.0) {
+                    inner->t_return = e->t_return;
+                    if (!inner->mark) inner->t_complete = e->t_return;
+                }
+            }
             tl->depth = k;
             break;
         }
