@@ -140,6 +140,8 @@
 #else
 #define MC_API extern
 #endif
+/* What megatron_c_cuda.cu defines: external under MC_STATIC too (one definition, in the .cu). */
+#define MC_CUDA_API extern
 
 #ifdef __cplusplus
 extern "C" {
@@ -491,10 +493,13 @@ MC_API void mc_memory_account_destroy(mc_memory_account *a);
 typedef struct mc_cuda_desc {
     int device;                 /* CUDA ordinal; default 0 (-1: the current device) */
     size_t workspace_bytes;     /* cuBLASLt / cuDNN workspace; default 32 MiB */
-    int attention;              /* 0 auto (cuDNN fused SDPA when it can, else the own kernel),
-                                   1 always the own kernel, 2 always cuDNN (an error where it
-                                   cannot); the environment MC_CUDA_ATTENTION=own|cudnn
-                                   overrides auto */
+    int attention;              /* 0 auto: bf16 without dropout runs cuDNN's fused SDPA, or the
+                                   own flash kernel (head dim 32 or 64) where cuDNN cannot
+                                   build the graph; everything else the reference kernel.
+                                   1 own kernels only (flash where it applies), 2 cuDNN only
+                                   (an error where it cannot), 3 the reference kernel only
+                                   (fp32 math, any dtype and dropout). The environment
+                                   MC_CUDA_ATTENTION=auto|own|cudnn|ref overrides it */
     int sync_check;             /* 1: synchronise after every op and check it (slow; also
                                    MC_CUDA_SYNC_CHECK=1 in the environment) */
     int tf32;                   /* 1: allow TF32 in fp32 GEMMs (default off: fp32 GEMMs match
@@ -503,15 +508,30 @@ typedef struct mc_cuda_desc {
 /* Fills *ops (written only on success) with the CUDA table and a new context on desc->device
    (stream, cuBLASLt and cuDNN handles, workspace). MC_ERR_CUDA naming the call when the device
    or a library cannot start. */
-MC_API int mc_ops_cuda_init(mc_ops *ops, const mc_cuda_desc *desc);
-MC_API void mc_ops_cuda_destroy(mc_ops *ops);
+MC_CUDA_API int mc_ops_cuda_init(mc_ops *ops, const mc_cuda_desc *desc);
+MC_CUDA_API void mc_ops_cuda_destroy(mc_ops *ops);
 /* Visible CUDA devices (0 without a driver or a device; never an error). */
-MC_API int mc_cuda_device_count(void);
+MC_CUDA_API int mc_cuda_device_count(void);
 /* One line about the table's device and libraries ("NVIDIA H200, sm_90, 139.8 GiB, cuBLASLt
    13.0, cuDNN 9.14, attention auto"); "" for a table that is not CUDA. */
-MC_API const char *mc_ops_cuda_describe(const mc_ops *ops);
+MC_CUDA_API const char *mc_ops_cuda_describe(const mc_ops *ops);
 /* Peak bytes of device memory allocated through the table since init (or the last reset). */
-MC_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+MC_CUDA_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+/* The kernels the last attention forward and backward ran ("forward cudnn, backward cudnn";
+   each one of cudnn, flash, reference, or none yet), and after "; " why cuDNN was refused
+   where it was ("" for a table that is not CUDA). */
+MC_CUDA_API const char *mc_ops_cuda_attention_kernels(const mc_ops *ops);
+/* Per-op timing with CUDA events, summed per category (opt-in: it adds two events per op).
+   enable 1 starts a fresh window; read waits for the device, writes the milliseconds of each
+   category since the window opened and opens a new one. Communication is the NCCL operations
+   of communicators whose memory is this table (they overlap compute: the categories need not
+   add up to the step time). */
+typedef enum mc_profile_category {
+    MC_PROF_GEMM = 0, MC_PROF_ATTENTION, MC_PROF_NORM, MC_PROF_LOSS, MC_PROF_OPTIMIZER,
+    MC_PROF_OTHER, MC_PROF_COMM, MC_PROF_COUNT
+} mc_profile_category;
+MC_CUDA_API int mc_ops_cuda_profile(const mc_ops *ops, int enable);
+MC_CUDA_API int mc_ops_cuda_profile_read(const mc_ops *ops, double ms[MC_PROF_COUNT]);
 #endif
 
 /* @ops:declarations end */
@@ -1302,12 +1322,12 @@ MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, 
 
 #if defined(MC_ENABLE_CUDA)
 /* Implemented in megatron_c_cuda.cu. */
-MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
+MC_CUDA_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
 /* Turns an MPI world into NCCL; memory: the CUDA table for its buffers, or NULL to make one on
    the rank's GPU (owned by the world). */
-MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
-MC_API void mc__cuda_backend_info(mc_backend_info *out);        /* the CUDA fields of the query */
-MC_API const mc_comm_ops *mc__nccl_ops(void);
+MC_CUDA_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
+MC_CUDA_API void mc__cuda_backend_info(mc_backend_info *out);        /* the CUDA fields of the query */
+MC_CUDA_API const mc_comm_ops *mc__nccl_ops(void);
 /* Implemented by the header: lets the companion file report through mc_last_error() and the
    logger (level 1). Returns `status`. */
 MC_API int mc__set_error(int status, const char *fmt, ...);
@@ -2056,6 +2076,28 @@ typedef struct mc_gpt mc_gpt;
 struct mc__gpt_layer_cache;   /* saved activations of one layer (private) */
 struct mc__gpt_impl;          /* buffers and bookkeeping (private) */
 
+/* Where a dropout sits (mc_gpt.dropout_drawn reports each draw). */
+typedef enum mc_gpt_dropout_site {
+    MC_GPT_DROPOUT_EMBEDDING = 0,      /* embedding output, [Ns, H] */
+    MC_GPT_DROPOUT_ATTENTION_PROBS,    /* attention probabilities, [B, NHl, S, S] */
+    MC_GPT_DROPOUT_ATTENTION_OUT,      /* hidden dropout after linear_proj, [Ns, H] */
+    MC_GPT_DROPOUT_MLP_OUT,            /* hidden dropout after linear_fc2, [Ns, H] */
+    MC_GPT_DROPOUT_SITES
+} mc_gpt_dropout_site;
+
+/* One dropout draw. Its mask is a pure function of the draw: element i of the tensor is kept
+   iff mc_rng_uniform_at(seed, offset + i) >= p (mc_rng_dropout_mask on {seed, offset}). */
+typedef struct mc_gpt_dropout_draw {
+    mc_gpt_dropout_site site;
+    int chunk;                      /* model chunk on this stage */
+    int layer;                      /* GLOBAL layer index; -1 for the embedding */
+    int replay;                     /* 1: drawn by a full-recompute replay in backward */
+    const char *stream;             /* MC_RNG_DEFAULT or the tracker stream it came from */
+    uint64_t seed, offset;          /* where in that stream the mask starts */
+    size_t n;                       /* elements */
+    float p;
+} mc_gpt_dropout_draw;
+
 /* What a submodule of one transformer layer works on: the layer's weights and grads (rank-
    local shards, pointers into the flat buffers, indexed by mc_gpt_layer_tensor) and the cache
    its forward fills and its backward reads. */
@@ -2067,6 +2109,12 @@ typedef struct mc_layer_ctx {
     void *w[MC_GPT_LAYER_TENSORS];          /* the model's dtype */
     float *g[MC_GPT_LAYER_TENSORS];         /* fp32 */
     struct mc__gpt_layer_cache *cache;
+    /* A spec's own attention (see attention_cache_bytes below): op memory for what its
+       forward saves for its backward, one block per layer and micro-batch slot (a recomputed
+       layer gets the replay's block), and one scratch block shared by every layer; NULL when
+       the spec asks for none, or while the local attention runs. */
+    void *attention_cache;
+    void *attention_scratch;
 } mc_layer_ctx;
 
 /* Megatron's layer spec: the submodules of a pre-LN transformer layer as function pointers.
@@ -2077,7 +2125,36 @@ typedef struct mc_layer_ctx {
    In/outputs are [Ns, H] activations (op memory, the model's dtype).
    mc_transformer_spec_local() is Megatron's "local" spec: LayerNorm,
    ColumnParallel QKV + core attention on local heads + RowParallel projection, and a GELU
-   MLP with ColumnParallel fc1 and RowParallel fc2. */
+   MLP with ColumnParallel fc1 and RowParallel fc2.
+
+   A spec that brings its own attention (Megatron's ModuleSpec with another self_attention
+   module) copies the local spec and replaces the two attention functions. The model stays
+   the same code: it registers the same parameters, owns the norms, residuals and hidden
+   dropouts, and calls the module with the layer's weights. The module's contract:
+     inp (Ns, H) -> out (Ns, H) with the weights of MC_GPT_QKV_W .. MC_GPT_PROJ_B (their
+       shapes are fixed by the model: a dim-0 shard of whole heads, per-head [q|k|v] rows);
+       the tensor-parallel communication is the module's (the mc_*_parallel_linear_* calls);
+     attention-probability dropout draws from the model-parallel stream (MC_RNG_MODEL_PARALLEL
+       of gpt->rng), and only while gpt->training and config.attention_dropout > 0;
+     everything the backward needs lives in ctx->attention_cache (per micro-batch slot:
+       pipeline schedules keep several micro-batches in flight) or is recomputed (selective
+       recompute drops only the local attention's probabilities: the module decides what it
+       keeps; full recompute replays its forward into the replay's cache block);
+     backward accumulates (+=) into ctx->g and overwrites dinp.
+   The optional fields (zero = none) describe the module to the model:
+     attention_accepts(gpt, why, cap)  called once by mc_gpt_init with the model's sizes: 0
+         accepts; non-zero refuses this shape and writes the reason. The model then runs the
+         local attention in every layer instead, sets gpt->attention_fallback and the reason,
+         and logs a warning (a feature gate with a fallback, like a fused kernel's);
+     attention_cache_bytes(gpt)  bytes of ctx->attention_cache (while the spec's attention
+         runs, the model keeps none of the local attention's tensors: mc_gpt_memory counts
+         the module's bytes instead);
+     attention_scratch_bytes(gpt)  bytes of ctx->attention_scratch;
+     tensor_names  MC_GPT_LAYER_TENSORS names below "decoder.layers.{L}." (NULL, or a NULL
+         entry: Megatron's name above). Names are the checkpoint keys: a spec that renames a
+         tensor cannot load a checkpoint saved under the old name (and draws another initial
+         value, which is keyed by name); the role (norm, scaled output projection) stays the
+         tensor's. */
 typedef struct mc_transformer_spec {
     const char *name;
     /* which: 0 input_layernorm, 1 pre_mlp_layernorm */
@@ -2090,9 +2167,17 @@ typedef struct mc_transformer_spec {
     int (*mlp_forward)(const mc_layer_ctx *ctx, void *out, const void *inp);
     int (*mlp_backward)(const mc_layer_ctx *ctx, void *dinp, const void *dout,
                         const void *inp);
+    /* optional (see above) */
+    int (*attention_accepts)(const mc_gpt *gpt, char *why, size_t why_cap);
+    size_t (*attention_cache_bytes)(const mc_gpt *gpt);
+    size_t (*attention_scratch_bytes)(const mc_gpt *gpt);
+    const char *const *tensor_names;
 } mc_transformer_spec;
 
 MC_API const mc_transformer_spec *mc_transformer_spec_local(void);
+/* Megatron's key of layer tensor t below "decoder.layers.{L}." ("self_attention.linear_qkv.
+   weight"), whatever a spec calls it; NULL outside 0 .. MC_GPT_LAYER_TENSORS - 1. */
+MC_API const char *mc_gpt_layer_tensor_name(int t);
 
 /* ---------------------------------------------------------------------------------------------
    >>models.gpt  GPTModel (the shapes, stages and initialisation are described above). */
@@ -2121,7 +2206,10 @@ struct mc_gpt {
     mc_parallel_state *ps;          /* may be NULL */
     const mc_ops *ops;
     mc_dtype dtype;                 /* of params and activations */
-    const mc_transformer_spec *spec;
+    const mc_transformer_spec *spec;/* as given (the default: the local spec) */
+    int attention_fallback;         /* 1: the spec's attention refused this model's shape
+                                       (attention_accepts) and every layer runs the local one */
+    char attention_fallback_why[256];
     int n_slots;
     int gather_logits;
     /* sizes */
@@ -2149,6 +2237,11 @@ struct mc_gpt {
     void (*grad_ready)(void *user, int param_index);
     void *grad_ready_user;
     int grad_sync[MC_GPT_MAX_CHUNKS];
+    /* Debug tap, NULL (off) after init: called with every dropout draw of a forward, and of a
+       recompute's replay, after its stream has advanced (one pointer test per draw when
+       off). For reading masks, e.g. comparing them across TP ranks. */
+    void (*dropout_drawn)(void *user, const mc_gpt_dropout_draw *draw);
+    void *dropout_drawn_user;
     struct mc__gpt_impl *impl;      /* private */
 };
 
@@ -2209,6 +2302,24 @@ MC_API const float *mc_gpt_losses(const mc_gpt *gpt, int slot);
    memory): [N, Vl] (parallel_output), or, with gather_logits, all-gathered over TP into
    out [N, Vp] (a TP collective). *n_vocab receives the row length. */
 MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
+
+#if defined(MC_FAULT_HOOKS)
+/* Fault injection for the RNG rules, compiled only with MC_FAULT_HOOKS (labs and tests;
+   ordinary builds have none of it). Process-wide, for every model while set.
+   mc_fault_dropout_stream: every dropout draws from `stream` instead of the one Megatron's
+   rules pick: MC_RNG_DEFAULT is "one global seed" (the default generator, seeded alike on
+   every TP rank), MC_RNG_MODEL_PARALLEL "a seed per rank" (seed' + 2718 + tp_rank for every
+   mask). NULL (or a name the tracker lacks: the draw then fails) restores the rules. */
+MC_API void mc_fault_dropout_stream(const char *stream);
+/* mc_fault_recompute_rng: full recompute's RNG handling without one or both of its steps.
+   MC_FAULT_RECOMPUTE_NO_SNAPSHOT: the replay runs on the streams as they are at backward time
+   instead of the snapshot taken before the group's forward; MC_FAULT_RECOMPUTE_NO_OUTER: after
+   the replay the streams stay where it left them instead of returning to the outer progress.
+   0 restores both. */
+#define MC_FAULT_RECOMPUTE_NO_SNAPSHOT 1u
+#define MC_FAULT_RECOMPUTE_NO_OUTER 2u
+MC_API void mc_fault_recompute_rng(unsigned flags);
+#endif
 
 /* @model:declarations end */
 
@@ -10408,6 +10519,8 @@ struct mc__gpt_layer_cache {
     float *ln2_mean, *ln2_rstd;  /* (Ns) */
     void *fc1;                   /* (N, Fl) before GELU */
     void *gelu;                  /* (N, Fl) */
+    void *attention;             /* a spec's own attention: its attention_cache_bytes (then
+                                    qkv, atty and attn_stats are not allocated) */
     mc__gpt_draw attn_drop, drop1, drop2;
 };
 
@@ -10440,6 +10553,12 @@ typedef struct mc__gpt_act {
 struct mc__gpt_impl {
     void **host;                 /* host bookkeeping mc_gpt_destroy releases */
     int n_host, cap_host;
+    /* the submodules every layer runs: the given spec, with the local attention in place of
+       a spec's own when that refused the shape (gpt->attention_fallback) */
+    mc_transformer_spec spec;
+    int own_attention;           /* the spec's own attention runs */
+    size_t attention_cache_bytes, attention_scratch_bytes;
+    void *attention_scratch;     /* (attention_scratch_bytes) in the scratch arena */
     /* parameter indices: -1 where absent on this rank */
     int word[MC_GPT_MAX_CHUNKS], pos[MC_GPT_MAX_CHUNKS];
     int lnf_w[MC_GPT_MAX_CHUNKS], lnf_b[MC_GPT_MAX_CHUNKS], out_w[MC_GPT_MAX_CHUNKS];
@@ -10470,6 +10589,7 @@ struct mc__gpt_impl {
     float *d_loss;               /* (N) */
     void *tp_scratch;            /* scratch of the tensor-parallel layers (their _scratch()) */
     int *pos_ids;                /* (N) position of each token: s, uploaded at init */
+    int replaying;               /* 1 while a full-recompute group re-runs its forward */
 };
 
 #define MC__GPT_LN_EPS(g) ((g)->config.layernorm_epsilon)
@@ -10603,21 +10723,52 @@ static size_t mc__gpt_tp_scratch_bytes(const mc_gpt *g) {
 // ---------------------------------------------------------------------------------------------
 // random streams
 
+#if defined(MC_FAULT_HOOKS)
+static char mc__fault_stream[MC_RNG_NAME_MAX];   /* "" = Megatron's rules */
+static unsigned mc__fault_recompute;
+MC_API void mc_fault_dropout_stream(const char *stream) {
+    snprintf(mc__fault_stream, sizeof mc__fault_stream, "%s", stream ? stream : "");
+}
+MC_API void mc_fault_recompute_rng(unsigned flags) { mc__fault_recompute = flags; }
+#define MC__FAULT_RECOMPUTE(flag) ((mc__fault_recompute & (flag)) != 0)
+#else
+#define MC__FAULT_RECOMPUTE(flag) 0
+#endif
+
 /* Takes (seed, offset) for n elements from `stream` (MC_RNG_DEFAULT or a tracker stream) and
-   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw. */
-static int mc__gpt_draw_from(mc_gpt *g, const char *stream, size_t n, float p,
-                             mc__gpt_draw *d) {
-    int forked = strcmp(stream, MC_RNG_DEFAULT) != 0, rc;
+   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw.
+   site, chunk and layer only label the draw for the dropout_drawn tap. */
+static int mc__gpt_draw_from(mc_gpt *g, mc_gpt_dropout_site site, int chunk, int layer,
+                             const char *stream, size_t n, float p, mc__gpt_draw *d) {
+    int forked, rc;
     mc_rng *r;
     memset(d, 0, sizeof *d);
     if (!g->training || !(p > 0.0f)) return MC_OK;
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_stream[0] != '\0') stream = mc__fault_stream;
+#endif
+    forked = strcmp(stream, MC_RNG_DEFAULT) != 0;
     if (forked && (rc = mc_rng_tracker_fork(&g->rng, stream)) != MC_OK) return rc;
     r = mc_rng_tracker_current(&g->rng);
     d->seed = r->seed;
     d->offset = r->offset;
     d->p = p;
     r->offset += ((uint64_t)n + 3u) & ~(uint64_t)3u;
-    return forked ? mc_rng_tracker_unfork(&g->rng, stream) : MC_OK;
+    if (forked && (rc = mc_rng_tracker_unfork(&g->rng, stream)) != MC_OK) return rc;
+    if (g->dropout_drawn) {
+        mc_gpt_dropout_draw t;
+        t.site = site;
+        t.chunk = chunk;
+        t.layer = layer;
+        t.replay = g->impl->replaying;
+        t.stream = forked ? stream : MC_RNG_DEFAULT;
+        t.seed = d->seed;
+        t.offset = d->offset;
+        t.n = n;
+        t.p = p;
+        g->dropout_drawn(g->dropout_drawn_user, &t);
+    }
+    return MC_OK;
 }
 
 /* Hidden and embedding dropout: the default generator where the activation is replicated over
@@ -10684,7 +10835,8 @@ static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, void *out, c
     if ((rc = mc__gpt_column_forward(g, c->qkv, inp, ctx->w[MC_GPT_QKV_W], ctx->w[MC_GPT_QKV_B],
                                      3 * g->Ql, g->H)) != MC_OK)
         return rc;
-    if ((rc = mc__gpt_draw_from(g, MC_RNG_MODEL_PARALLEL, n_probs,
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_PROBS, ctx->chunk,
+                                ctx->global_layer, MC_RNG_MODEL_PARALLEL, n_probs,
                                 mc__gpt_dropout_p(g->config.attention_dropout),
                                 &c->attn_drop)) != MC_OK)
         return rc;
@@ -10762,6 +10914,7 @@ MC_API const mc_transformer_spec *mc_transformer_spec_local(void) {
         mc__gpt_local_norm_forward,      mc__gpt_local_norm_backward,
         mc__gpt_local_attention_forward, mc__gpt_local_attention_backward,
         mc__gpt_local_mlp_forward,       mc__gpt_local_mlp_backward,
+        NULL, NULL, NULL, NULL,          /* accepts every shape, no own cache, Megatron's names */
     };
     return &spec;
 }
@@ -10784,6 +10937,8 @@ static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_
     ctx->layer = l;
     ctx->global_layer = g->layer_offset[chunk] + l;
     ctx->cache = cache;
+    ctx->attention_cache = cache->attention;
+    ctx->attention_scratch = g->impl->attention_scratch;
     for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
         ctx->w[t] = mc__gpt_p(g, idx[t]);
         ctx->g[t] = mc__gpt_g(g, idx[t]);
@@ -10795,7 +10950,7 @@ static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_
      out  = res1 + dropout(mlp(pre_mlp_layernorm(res1)))         all (Ns, H) */
 static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void *x) {
     mc_gpt *g = ctx->gpt;
-    const mc_transformer_spec *sp = g->spec;
+    const mc_transformer_spec *sp = &g->impl->spec;
     struct mc__gpt_layer_cache *c = ctx->cache;
     struct mc__gpt_impl *im = g->impl;
     size_t n = (size_t)g->Ns * (size_t)g->H;
@@ -10804,14 +10959,17 @@ static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void 
     int rc;
     if ((rc = sp->norm_forward(ctx, 0, c->ln1, x)) != MC_OK) return rc;
     if ((rc = sp->attention_forward(ctx, im->tmp_a, c->ln1)) != MC_OK) return rc;
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop1)) != MC_OK)
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_OUT, ctx->chunk,
+                                ctx->global_layer, mc__gpt_hidden_stream(g), n, p,
+                                &c->drop1)) != MC_OK)
         return rc;
     sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop1, &rc);
     if (rc == MC_OK) rc = mc__gpt_residual(g, c->res1, x, sub, n);
     if (rc != MC_OK) return rc;
     if ((rc = sp->norm_forward(ctx, 1, c->ln2, c->res1)) != MC_OK) return rc;
     if ((rc = sp->mlp_forward(ctx, im->tmp_a, c->ln2)) != MC_OK) return rc;
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_MLP_OUT, ctx->chunk, ctx->global_layer,
+                                mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
         return rc;
     sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop2, &rc);
     return rc == MC_OK ? mc__gpt_residual(g, out, c->res1, sub, n) : rc;
@@ -10822,7 +10980,7 @@ static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void 
 static int mc__gpt_layer_backward(const mc_layer_ctx *ctx, void *dx, const void *dout,
                                   const void *x) {
     mc_gpt *g = ctx->gpt;
-    const mc_transformer_spec *sp = g->spec;
+    const mc_transformer_spec *sp = &g->impl->spec;
     struct mc__gpt_layer_cache *c = ctx->cache;
     struct mc__gpt_impl *im = g->impl;
     size_t n = (size_t)g->Ns * (size_t)g->H;
@@ -10900,10 +11058,16 @@ static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const vo
         if (grp >= 0 && l == im->group_start[grp] + im->group_len[grp] - 1) {
             mc_rng_states now;
             if ((rc = mc_rng_tracker_get_states(&g->rng, &now)) != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK) return rc;
+            if (!MC__FAULT_RECOMPUTE(MC_FAULT_RECOMPUTE_NO_SNAPSHOT) &&
+                (rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK)
+                return rc;
+            im->replaying = 1;
             rc = mc__gpt_run_layers(g, chunk, a, im->group_start[grp], im->group_len[grp]);
+            im->replaying = 0;
             if (rc != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK) return rc;
+            if (!MC__FAULT_RECOMPUTE(MC_FAULT_RECOMPUTE_NO_OUTER) &&
+                (rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK)
+                return rc;
         }
         mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
         if ((rc = mc__gpt_layer_backward(&ctx, bufs[k], dout, a->res[l])) != MC_OK) return rc;
@@ -10945,7 +11109,7 @@ static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
             return rc;
         emb = im->tmp_a;
     }
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n,
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_EMBEDDING, 0, -1, mc__gpt_hidden_stream(g), n,
                                 mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) !=
         MC_OK)
         return rc;
@@ -11309,6 +11473,34 @@ static const char *const mc__gpt_layer_names[MC_GPT_LAYER_TENSORS] = {
     "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias",
 };
 
+MC_API const char *mc_gpt_layer_tensor_name(int t) {
+    return t >= 0 && t < MC_GPT_LAYER_TENSORS ? mc__gpt_layer_names[t] : NULL;
+}
+
+/* The key of layer tensor t below "decoder.layers.{L}.": the spec's, or Megatron's. */
+static const char *mc__gpt_tensor_name(const mc_gpt *g, int t) {
+    const char *const *names = g->spec->tensor_names;
+    return names && names[t] ? names[t] : mc__gpt_layer_names[t];
+}
+
+/* The spec's names must make keys: non-empty, printable without spaces (metadata.txt and
+   file names carry them), short enough for MC_PARAM_NAME_MAX with the layer prefix. */
+static int mc__gpt_check_tensor_names(const mc_gpt *g) {
+    int t;
+    for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
+        const char *n = mc__gpt_tensor_name(g, t), *c;
+        int ok = n[0] != '\0' && strlen(n) + 24 < MC_PARAM_NAME_MAX;
+        for (c = n; ok && *c; c++) ok = *c > ' ' && *c < 127 && *c != '/';
+        if (!ok)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_gpt_init: spec '%s' tensor_names[%d] (\"%s\") must be a "
+                            "non-empty key of printable characters without spaces or '/', "
+                            "shorter than %d with its \"decoder.layers.N.\" prefix",
+                            g->spec->name ? g->spec->name : "?", t, n, MC_PARAM_NAME_MAX - 24);
+    }
+    return MC_OK;
+}
+
 /* Megatron's module order: embedding, decoder layers, final norm, output layer; chunk by
    chunk. Records each parameter's index. */
 static int mc__gpt_register(mc_gpt *g) {
@@ -11336,7 +11528,8 @@ static int mc__gpt_register(mc_gpt *g) {
         for (l = 0; l < g->layers_per_chunk; l++) {
             int global = g->layer_offset[c] + l;
             for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
-                snprintf(name, sizeof name, "decoder.layers.%d.%s", global, mc__gpt_layer_names[t]);
+                snprintf(name, sizeof name, "decoder.layers.%d.%s", global,
+                         mc__gpt_tensor_name(g, t));
                 idx = mc__gpt_add_param(g, name, shape[t][0], shape[t][1], shape[t][2],
                                         shape[t][3], shape[t][4], 0, 0, c, global);
                 if (idx < 0) return idx;
@@ -11375,14 +11568,28 @@ static int mc__gpt_init_params(mc_gpt *g) {
     size_t total = g->table.total, k;
     float *host = (float *)mc_calloc(total > 0 ? total : 1, sizeof(float));   /* [total] */
     void *staged = host;
-    int i, rc;
-    if (!host) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_init: no host memory for %zu "
-                               "parameters", total);
+    /* role[i]: the Megatron name of parameter i (a spec may rename the layer tensors' keys,
+       not what they are) */
+    const char **role = (const char **)mc_calloc((size_t)g->table.count + 1, sizeof *role);
+    int i, c, l, t, rc;
+    if (!host || !role) {
+        mc_free(host);
+        mc_free(role);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_init: no host memory for %zu parameters",
+                        total);
+    }
+    for (i = 0; i < g->table.count; i++) role[i] = g->table.info[i].name;
+    for (c = 0; c < g->n_chunks; c++)
+        for (l = 0; l < g->layers_per_chunk; l++)
+            for (t = 0; t < MC_GPT_LAYER_TENSORS; t++)
+                role[g->impl->layer_params[((size_t)c * (size_t)g->layers_per_chunk +
+                                            (size_t)l) * MC_GPT_LAYER_TENSORS + (size_t)t]] =
+                    mc__gpt_layer_names[t];
     for (i = 0; i < g->table.count; i++) {
         const mc_param_info *p = &g->table.info[i];
         float *w = host + p->offset;
-        const char *dot = strrchr(p->name, '.');
-        int is_norm = strstr(p->name, "layernorm.") != NULL;
+        const char *dot = strrchr(role[i], '.');
+        int is_norm = strstr(role[i], "layernorm.") != NULL;
         if (is_norm) {
             if (strcmp(dot, ".weight") == 0)
                 for (k = 0; k < p->numel; k++) w[k] = 1.0f;
@@ -11391,8 +11598,8 @@ static int mc__gpt_init_params(mc_gpt *g) {
         if (p->ndim == 1) continue;   /* linear biases 0 */
         if (p->shared) continue;      /* the tied copy: 0 here, the embedding after the tie */
         {
-            int scaled = strstr(p->name, "linear_proj.weight") != NULL ||
-                         strstr(p->name, "linear_fc2.weight") != NULL;
+            int scaled = strstr(role[i], "linear_proj.weight") != NULL ||
+                         strstr(role[i], "linear_fc2.weight") != NULL;
             mc_init_normal_shard(w, p->name, p->global_shape[0], p->global_shape[1],
                                  p->partition_dim, p->partition_stride, g->tp_rank, g->tp,
                                  scaled ? out_std : std, seed);
@@ -11403,6 +11610,7 @@ static int mc__gpt_init_params(mc_gpt *g) {
         for (k = 0; k < total; k++) b[k] = mc_bf16_from_float(host[k]);
     }
     rc = g->ops->upload(g->ops, g->params, staged, mc_dtype_bytes(g->dtype, total));
+    mc_free(role);
     mc_free(host);
     return rc;
 }
@@ -11434,11 +11642,16 @@ static void mc__gpt_point_cache(mc_gpt *g, mc__arena *ar, struct mc__gpt_layer_c
     c->ln1 = mc__gpt_act_take(g, ar, ns * h);
     c->ln1_mean = mc__gpt_f32_take(ar, ns);
     c->ln1_rstd = mc__gpt_f32_take(ar, ns);
-    c->qkv = mc__gpt_act_take(g, ar, n * 3u * (size_t)g->Ql);
-    c->atty = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
-    if (keep_stats)
-        c->attn_stats =
-            mc__gpt_f32_take(ar, g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD));
+    if (g->impl->own_attention) {
+        if (g->impl->attention_cache_bytes)
+            c->attention = mc__arena_take(ar, g->impl->attention_cache_bytes);
+    } else {
+        c->qkv = mc__gpt_act_take(g, ar, n * 3u * (size_t)g->Ql);
+        c->atty = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
+        if (keep_stats)
+            c->attn_stats = mc__gpt_f32_take(
+                ar, g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD));
+    }
     c->res1 = mc__gpt_act_take(g, ar, ns * h);
     c->ln2 = mc__gpt_act_take(g, ar, ns * h);
     c->ln2_mean = mc__gpt_f32_take(ar, ns);
@@ -11511,6 +11724,9 @@ static void mc__gpt_point_scratch(mc_gpt *g, mc__arena *ar, int any_post) {
     im->tp_scratch = mc__arena_take(ar, mc__gpt_tp_scratch_bytes(g));
     im->pos_ids = (int *)mc__arena_take(ar, n * sizeof(int));
     im->d_logits = any_post ? mc__gpt_act_take(g, ar, n * (size_t)g->vocab_local) : NULL;
+    im->attention_scratch = im->own_attention && im->attention_scratch_bytes
+                                ? mc__arena_take(ar, im->attention_scratch_bytes)
+                                : NULL;
 }
 
 /* One micro-batch slot of one chunk. a->res and a->layer are host arrays set up before. */
@@ -11715,6 +11931,45 @@ static int mc__gpt_check_memory(const mc_gpt *g) {
                     g->ops->name ? g->ops->name : "?", mem && mem->name ? mem->name : "?");
 }
 
+/* The submodules the layers run (impl->spec): the given spec, checked; its own attention
+   unless attention_accepts refuses this model's shape, in which case the local attention
+   runs in every layer and the model says why (gpt->attention_fallback, a warning). */
+static int mc__gpt_resolve_spec(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    const mc_transformer_spec *sp = g->spec, *local = mc_transformer_spec_local();
+    const char *name = sp->name ? sp->name : "(unnamed)";
+    int rc;
+    if (!sp->norm_forward || !sp->norm_backward || !sp->attention_forward ||
+        !sp->attention_backward || !sp->mlp_forward || !sp->mlp_backward)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_gpt_init: spec '%s' must set all six submodule functions (norm, "
+                        "attention and mlp, forward and backward); copy "
+                        "mc_transformer_spec_local() and replace the ones you bring", name);
+    if ((rc = mc__gpt_check_tensor_names(g)) != MC_OK) return rc;
+    im->spec = *sp;
+    im->own_attention = sp->attention_forward != local->attention_forward;
+    if (im->own_attention && sp->attention_accepts) {
+        char why[sizeof g->attention_fallback_why];
+        why[0] = '\0';
+        if (sp->attention_accepts(g, why, sizeof why) != 0) {
+            g->attention_fallback = 1;
+            snprintf(g->attention_fallback_why, sizeof g->attention_fallback_why, "%s",
+                     why[0] ? why : "(no reason given)");
+            im->spec.attention_forward = local->attention_forward;
+            im->spec.attention_backward = local->attention_backward;
+            im->own_attention = 0;
+            MC__WARN("mc_gpt_init: spec '%s' refuses this model's attention (%s): every "
+                     "layer runs the local attention instead", name, g->attention_fallback_why);
+        }
+    }
+    if (im->own_attention) {
+        im->attention_cache_bytes = sp->attention_cache_bytes ? sp->attention_cache_bytes(g) : 0;
+        im->attention_scratch_bytes =
+            sp->attention_scratch_bytes ? sp->attention_scratch_bytes(g) : 0;
+    }
+    return MC_OK;
+}
+
 MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
     char report[2048];
     int violations, rc, c;
@@ -11753,6 +12008,7 @@ MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
         g, (size_t)g->n_chunks * (size_t)(g->layers_per_chunk + 1) * MC_GPT_LAYER_TENSORS *
                sizeof(int));
     if (!g->impl->layer_params) rc = MC_ERR_NO_MEMORY;
+    if (rc == MC_OK) rc = mc__gpt_resolve_spec(g);
     if (rc == MC_OK) rc = mc__gpt_register(g);
     if (rc == MC_OK) {
         mc_param_layout_desc lay;

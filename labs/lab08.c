@@ -599,8 +599,9 @@ static void l8_summarise(lab_ctx *cx, const mc_timeline *tl, long long from, dou
     for (long long id = from; id < tl->n_events; id++) {
         const mc_timeline_event *e = mc_timeline_event_at(tl, id);
         if (!e) continue;
+        /* a device marker's time may sit a few microseconds off the host clock */
         if (e->t_return > 0 && e->t_return + 1e-9 < e->t_call) s->times_consistent = 0;
-        if (e->t_complete > 0 && e->t_return > 0 && e->t_complete + 1e-9 < e->t_call)
+        if (e->t_complete > 0 && e->t_return > 0 && e->t_complete + 1e-4 < e->t_call)
             s->times_consistent = 0;
         if (e->kind == MC_TIMELINE_COMPUTE) {
             int is_f = strcmp(e->name, "forward") == 0;
