@@ -53,7 +53,8 @@
    SECTIONS (grep ">>name"; declarations first, then the implementation in the same order),
    named and ordered after Megatron-Core's packages:
        core                errors, setup, ops (the op table: memory and numerics; the CPU
-                           table), config, num_microbatches, params (the flat buffer's table)
+                           table), timeline (what ran when: call, return and completion times),
+                           config, num_microbatches, params (the flat buffer's table)
        parallel_state      rank_grid, comm (self and mpi here, nccl in megatron_c_cuda.cu),
                            the groups of initialize_model_parallel
        tensor_parallel     mappings, Column/Row parallel linear, vocab-parallel embedding and
@@ -70,7 +71,7 @@
          negative on error) and the details go to the logger callback and to
          mc_last_error() (a per-thread string naming the field, the value and the rule).
        - keep hidden global state, apart from the optional process-wide logger and
-         allocator set with mc_setup().
+         allocator set with mc_setup() and the timeline started with mc_timeline_start().
 
    STEP BY STEP
        1. mc_comm_init_world(&world, &(mc_comm_desc){0})       // MPI_Init if needed
@@ -624,8 +625,8 @@ typedef struct mc_timeline_event {
     int depth;                      /* spans and schedule ops open around it */
     long long parent;               /* the innermost of them; -1 at top level */
     long long ref;                  /* WAIT: the ASYNC event it finished; -1 */
-    size_t bytes;                   /* a communication call's elements, in bytes (a batch:
-                                       every op of it) */
+    size_t bytes;                   /* the data a communication call hands over on this rank
+                                       (reduce_scatter: its whole input; a batch: every op) */
     int status;                     /* what the call returned (MC_OK or the error) */
     double t_call, t_return, t_complete;
     /* Private: a completion marker not resolved yet, and whose it is. */
