@@ -123,6 +123,12 @@ LAB_DEFS_lab11 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab11 := $(BUILD)/mc_impl_faults.o
 lab11: $(LAB_SRCS_lab11) $(LAB_IMPL_lab11)
 
+# lab07: the tied-embedding experiment skips the embedding-group all-reduce in one of its runs
+# (mc_fault_finalize_skip_embedding_sync), so it links the same MC_FAULT_HOOKS build.
+LAB_DEFS_lab07 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab07 := $(BUILD)/mc_impl_faults.o
+lab07: $(LAB_IMPL_lab07)
+
 # lab08: the broken mode steps the optimizer before finish_grad_sync through the library's fault
 # hook, so it links the same build.
 LAB_DEFS_lab08 := -DMC_FAULT_HOOKS

@@ -2444,8 +2444,8 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
                                    int sequence_parallel, double *num_tokens);
 
 #if defined(MC_FAULT_HOOKS)
-/* Fault injection, compiled only with MC_FAULT_HOOKS (lab08 and tests; ordinary builds have
-   none of it). Process-wide while on: mc_finalize_model_grads skips step 1 (the DP
+/* Fault injection, compiled only with MC_FAULT_HOOKS (labs 07 and 08 and tests; ordinary
+   builds have none of it). Process-wide while on: mc_finalize_model_grads skips step 1 (the DP
    finish_grad_sync) and runs the others, as a training loop that steps the optimizer before
    finish_grad_sync does: the optimizer then reads grads that are not reduced over DP (with
    overlap off nothing was launched yet, so each DP replica steps on its own gradient; with
@@ -2453,6 +2453,12 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
    collectives with mc_ddp_finish_grad_sync after the step, too late to matter, so that the
    next zero_grad finds nothing in flight. 0 turns it off. */
 MC_API void mc_fault_finalize_skip_grad_sync(int on);
+/* Process-wide while skip != 0: mc_finalize_model_grads leaves out step 4, the
+   all-reduce of the tied word embedding's grads over the embedding group. The first stage's
+   word embedding then steps with its embedding-lookup gradient only and the last stage's
+   output-layer copy with its logits gradient only, so the two replicas drift apart (the
+   untying of Megatron-LM #656). 0 turns it off. */
+MC_API void mc_fault_finalize_skip_embedding_sync(int skip);
 #endif
 
 /* @ddp:declarations end */
@@ -12402,6 +12408,13 @@ static int mc__finalize_per_token(const mc_parallel_state *ps, mc_comm *dp, cons
     return MC_OK;
 }
 
+#if defined(MC_FAULT_HOOKS)
+static int mc__fault_skip_embedding_sync = 0;
+MC_API void mc_fault_finalize_skip_embedding_sync(int skip) {
+    mc__fault_skip_embedding_sync = skip != 0;
+}
+#endif
+
 MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
                                    const mc_param_table *table, float *grads,
                                    int sequence_parallel, double *num_tokens) {
@@ -12431,6 +12444,9 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
         rc = mc__finalize_sequence_parallel(ops, tp, table, grads);
         if (step >= 0) mc__tl_close(step, rc, ops, NULL);
     }
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_skip_embedding_sync) embd = NULL;   /* the fault: step 4 left out */
+#endif
     if (rc == MC_OK && embd && embd->size > 1) {                                    /* 4 */
         step = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "embedding_grad_all_reduce", -1, -1, NULL,
                                        0, 1)
