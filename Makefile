@@ -3,7 +3,8 @@
 #   make lab03 && mpirun --oversubscribe -np 8 ./lab03      run a lab (add --allow-run-as-root as root)
 #   make test                                               build and run every test suite
 #
-# Switches: CUDA=1 (NCCL backend, needs nvcc), NVCC_ARCH=sm_90, NO_DEPS=1 (never call apt-get).
+# Switches: CUDA=1 (NCCL backend, needs nvcc), NVCC_ARCH=sm_90, NO_DEPS=1 (never call apt-get),
+#           WITH_CBLAS=0 (no OpenBLAS: mc_ops_cpu_cblas() is then NULL; `make clean` first).
 
 SHELL       := /bin/bash
 CC          ?= cc
@@ -16,7 +17,8 @@ CFLAGS      ?= -O2 -g
 WARN        := -Wall -Wextra -Wno-unused-parameter -Wpointer-arith
 CPPFLAGS    += -I. -D_GNU_SOURCE
 BUILD       := build
-DEB_PACKAGES := libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config
+DEB_PACKAGES := libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config \
+                libopenblas-dev
 
 # Libraries the grader and the tests use (each one is justified in README.md). The Criterion
 # flags are expanded late, after $(BUILD)/.deps-ok may have installed the package.
@@ -27,6 +29,17 @@ CRIT_LIBS    = $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriteri
 # The MPI runner used by tests and examples (root needs the allow flags).
 MPIRUN      ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root,)
 export MC_MPIRUN := $(MPIRUN)
+
+# The CBLAS-backed CPU op table beside the reference one (mc_ops_cpu_cblas, MC_WITH_CBLAS):
+# OpenBLAS from Debian. Every program that links the library gets it.
+WITH_CBLAS  ?= 1
+ifeq ($(WITH_CBLAS),1)
+  CBLAS_CPPFLAGS := -DMC_WITH_CBLAS
+  CBLAS_LIBS     := -lopenblas
+else
+  CBLAS_CPPFLAGS :=
+  CBLAS_LIBS     :=
+endif
 
 ifeq ($(CUDA),1)
   CUDA_HOME  ?= /usr/local/cuda
@@ -65,7 +78,7 @@ deps: ## install the Debian packages the build needs (apt-get, as root or with s
 
 $(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
-	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI -c $< -o $@
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(CBLAS_CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI -c $< -o $@
 
 $(BUILD)/megatron_c_cuda.o: megatron_c_cuda.cu megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
@@ -83,7 +96,7 @@ $(BUILD)/.deps-ok:
 
 lab%: labs/lab%.c $(LAB_COMMON) $(wildcard labs/*.h) | $(BUILD)/.deps-ok ## build ./labNN (e.g. make lab03)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $< $(LAB_COMMON) \
-	  -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
+	  -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CBLAS_LIBS) $(CUDA_LIBS)
 
 labs: $(LABS) ## build every lab (each labs/labNN.c)
 
@@ -92,7 +105,7 @@ labs: $(LABS) ## build every lab (each labs/labNN.c)
 
 pretrain_gpt: examples/pretrain_gpt.c $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok ## build ./pretrain_gpt (train a GPT, Megatron's flags)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
-	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
+	  -o $@ $(LDFLAGS) -lm $(CBLAS_LIBS) $(CUDA_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # the command-line calculator (no MPI)
@@ -108,20 +121,20 @@ MPI_CASES  := $(patsubst tests/mpi_cases/%.c,$(BUILD)/tests/%,$(wildcard tests/m
 
 $(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
-	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
-	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(CBLAS_CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
+	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CBLAS_LIBS) $(CUDA_LIBS)
 
 $(BUILD)/tests/%: tests/mpi_cases/%.c $(LAB_COMMON) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $< $(LAB_COMMON) \
-	  -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
+	  -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CBLAS_LIBS) $(CUDA_LIBS)
 
 # nccl_cases needs only the library, so that it builds on GPU machines that lack the grader's
 # libraries: make CUDA=1 build/tests/nccl_cases && mpirun -np 2 build/tests/nccl_cases
 $(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUDA_OBJ)
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
-	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
+	  -o $@ $(LDFLAGS) -lm $(CBLAS_LIBS) $(CUDA_LIBS)
 
 test: $(UNIT_TESTS) $(MPI_CASES) labs megatron_c pretrain_gpt check-header ## build and run every test suite
 	@./tests/run_all.sh $(UNIT_TESTS)
@@ -136,11 +149,12 @@ grade: $(BUILD)/tests/grade ## self-grade answers/ with Criterion, one test per 
 $(BUILD)/tests/grade: tests/grade/grade.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
-	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
+	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CBLAS_LIBS) $(CUDA_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # header compile checks: C99, C11, C++, -Wall -Wextra -pedantic, two TUs with one implementation
 
+comma := ,
 HDR_FLAGS := -Wall -Wextra -pedantic -Wpointer-arith -Werror -I.
 check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two TUs
 	@mkdir -p $(BUILD)/compile
@@ -150,8 +164,9 @@ check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two 
 	$(CXX) -std=c++17 $(HDR_FLAGS) -x c++ tests/compile/impl.c -o $(BUILD)/compile/cxx -lm
 	$(MPICC) -std=c99 $(HDR_FLAGS) -DMC_COMM_MPI tests/compile/impl.c -o $(BUILD)/compile/c99_mpi -lm
 	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/two_a.c tests/compile/two_b.c -o $(BUILD)/compile/two_tu -lm
-	@for b in c99 c11 c11_static cxx two_tu; do ./$(BUILD)/compile/$$b >/dev/null || exit 1; done
-	@echo "check-header: 6 builds clean (C99, C11, MC_STATIC, C++17, MPI, two TUs)"
+	$(if $(CBLAS_LIBS),$(CXX) -std=c++17 $(HDR_FLAGS) $(CBLAS_CPPFLAGS) -x c++ tests/compile/impl.c -o $(BUILD)/compile/cxx_cblas -lm $(CBLAS_LIBS),@true)
+	@for b in c99 c11 c11_static cxx two_tu $(if $(CBLAS_LIBS),cxx_cblas,); do ./$(BUILD)/compile/$$b >/dev/null || exit 1; done
+	@echo "check-header: $(if $(CBLAS_LIBS),7,6) builds clean (C99, C11, MC_STATIC, C++17, MPI, two TUs$(if $(CBLAS_LIBS),$(comma) C++17 with MC_WITH_CBLAS,))"
 
 # ---------------------------------------------------------------------------------------------
 # CUDA / NCCL (needs nvcc; the GPU machine has CUDA 13 and NCCL 2.28)
