@@ -202,3 +202,6 @@ bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (CBLAS=1: with cbla
 $(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(BENCH_CPPFLAGS) $< -o $@ -lm $(BENCH_LIBS)
+
+# lab01 compiles examples/pretrain_gpt.c into itself (the recipe path).
+lab01: examples/pretrain_gpt.c
