@@ -1231,13 +1231,14 @@ static const char *lab01_relation(const double *a, const double *b, int n, doubl
 }
 
 /* GEMMs per micro-batch the structure implies on a rank: 4 linears per layer forward (QKV,
-   projection, fc1, fc2) and 2 backward each (input and weight gradients), and on the last
+   projection, fc1, fc2) and 2 backward each (input and weight gradients); with TP > 1 the two
+   row-parallel linears add their bias after the TP all-reduce (a GEMM with K = 0); on the last
    stage the output layer (logits forward, 2 backward). */
 static long long lab01_gemms_expected(const lab_ctx *cx, const lab01_model *m, int rank) {
     mc_rank_coords c;
     MC_CHECK(mc_grid_coords(&cx->grid, rank, &c));
-    int layers_here = m->layers / m->pp, last = c.pp == m->pp - 1;
-    return (long long)m->iters * m->microbatches * (12LL * layers_here + 3LL * last);
+    int layers_here = m->layers / m->pp, last = c.pp == m->pp - 1, row_bias = m->tp > 1 ? 2 : 0;
+    return (long long)m->iters * m->microbatches * ((12LL + row_bias) * layers_here + 3LL * last);
 }
 
 /* The compute ops (the memory ops differ by design: the recipe never frees its model). */
@@ -1303,7 +1304,8 @@ static int lab01_run_compare(lab_ctx *cx) {
     lab_check(cx, all[0] == 0, "every rank issued the same compute ops in all three paths (%d "
               "ranks differ)", all[0]);
     lab_check(cx, all[2] == 0, "every rank's GEMM count equals iterations x micro-batches x "
-              "(12 x its layers + 3 on the last stage): rank %d %lld (%d ranks differ)",
+              "((12 + 2 with TP) x its layers + 3 on the last stage): rank %d %lld (%d ranks "
+              "differ)",
               cx->probe, lab01_gemms_expected(cx, &st->m, cx->probe), all[2]);
     for (int p = 0; p < LAB01_N_PATHS; p++) {
         const lab01_path *q = &st->path[p];
