@@ -524,7 +524,7 @@ static int lab01_tr_finalize(void *app) {
 }
 
 /* Names of the hooks the lab knows (the recipe's and the script's, below). */
-static const char *lab01_hook_name(const mc_schedule_hooks *h, int which);
+static void lab01_hook_names(const mc_schedule_hooks *h, const char **names);
 
 static int lab01_traced_schedule(const mc_parallel_state *ps, const mc_schedule_hooks *hooks,
                                  int num_microbatches, int forward_only,
@@ -541,7 +541,7 @@ static int lab01_traced_schedule(const mc_parallel_state *ps, const mc_schedule_
     lab01_hookbox box = {hooks, {NULL, NULL, NULL, NULL}};
     mc_schedule_hooks h = *hooks;
     h.app = &box;
-    for (int k = 0; k < 4; k++) box.names[k] = lab01_hook_name(hooks, k);
+    lab01_hook_names(hooks, box.names);
     if (hooks->forward_step) h.forward_step = lab01_tr_forward;
     if (hooks->backward_step) h.backward_step = lab01_tr_backward;
     if (hooks->grad_sync) h.grad_sync = lab01_tr_grad_sync;
@@ -683,20 +683,20 @@ static int lab01_script_finalize(void *app) {
     return mc_finalize_model_grads(&s->ps, &s->ddp, NULL, NULL, 0, NULL);
 }
 
-static const char *lab01_hook_name(const mc_schedule_hooks *h, int which) {
-    if (which == 0) return h->forward_step == hook_forward ? "pretrain_gpt.c:hook_forward"
-                           : h->forward_step == lab01_script_forward ? "lab01.c:lab01_script_forward"
-                                                                     : "hook forward_step";
-    if (which == 1) return h->backward_step == hook_backward ? "pretrain_gpt.c:hook_backward"
-                           : h->backward_step == lab01_script_backward
-                               ? "lab01.c:lab01_script_backward"
-                               : "hook backward_step";
-    if (which == 2) return h->grad_sync == hook_grad_sync ? "pretrain_gpt.c:hook_grad_sync"
-                           : h->grad_sync == lab01_script_grad_sync ? "lab01.c:lab01_script_grad_sync"
-                                                                    : "hook grad_sync";
-    return h->finalize == hook_finalize ? "pretrain_gpt.c:hook_finalize"
-           : h->finalize == lab01_script_finalize ? "lab01.c:lab01_script_finalize"
-                                                  : "hook finalize";
+/* The names of the hooks the schedule calls: the recipe's (pretrain_gpt.c) or the script's. */
+static void lab01_hook_names(const mc_schedule_hooks *h, const char **names) {
+    static const char *const recipe[4] = {
+        "pretrain_gpt.c:hook_forward", "pretrain_gpt.c:hook_backward",
+        "pretrain_gpt.c:hook_grad_sync", "pretrain_gpt.c:hook_finalize"};
+    static const char *const script[4] = {
+        "lab01.c:lab01_script_forward", "lab01.c:lab01_script_backward",
+        "lab01.c:lab01_script_grad_sync", "lab01.c:lab01_script_finalize"};
+    static const char *const other[4] = {"forward_step hook", "backward_step hook",
+                                         "grad_sync hook", "finalize hook"};
+    const char *const *n = h->forward_step == hook_forward           ? recipe
+                           : h->forward_step == lab01_script_forward ? script
+                                                                     : other;
+    memcpy(names, n, 4 * sizeof *names);
 }
 
 /* The core-API path: this script's own loop on `world` with `ops`. iter_ms[it] (may be NULL)
@@ -760,6 +760,7 @@ typedef struct lab01_backend {
     char why[256];                   /* why this one */
     int accelerated_ops;             /* compute slots that differ from the reference table */
     char accelerated_list[256];      /* their names */
+    mc_comm *world;                  /* the NCCL world of a CUDA table (NULL otherwise) */
 #if defined(MC_ENABLE_CUDA)
     mc_ops cuda;
     int have_cuda;
@@ -793,6 +794,16 @@ static void lab01_pick_backend(lab_ctx *cx, lab01_backend *b) {
     }
     int all = 0;   /* every rank must agree: the path's world is collective */
     MC_CHECK(lab_all_reduce_i32(cx->world, &usable, &all, 1, MC_MIN));
+    if (all) {   /* its world: NCCL over the same ranks, on this table's memory */
+        mc_comm_desc d = {.backend = MC_BACKEND_NCCL, .timeout_s = cx->world->timeout_s,
+                          .memory = &b->cuda};
+        int rc = mc_comm_init_world(&b->world, &d);
+        if (rc != MC_OK) {
+            b->world = NULL, all = 0;
+            snprintf(b->why, sizeof b->why, "no NCCL world on this table (%s: %s); ",
+                     mc_err_name(rc), mc_last_error());
+        }
+    }
     if (all) {
         b->ops = &b->cuda;
         snprintf(b->name, sizeof b->name, "cuda");
@@ -830,6 +841,8 @@ static void lab01_pick_backend(lab_ctx *cx, lab01_backend *b) {
 }
 
 static void lab01_release_backend(lab01_backend *b) {
+    if (b->world != NULL) mc_comm_destroy(b->world);
+    b->world = NULL;
 #if defined(MC_ENABLE_CUDA)
     if (b->have_cuda) mc_ops_cuda_destroy(&b->cuda);
     b->have_cuda = 0;
@@ -838,16 +851,16 @@ static void lab01_release_backend(lab01_backend *b) {
 #endif
 }
 
-/* The world a path on `ops` runs on: the lab's own when its memory is the table's, else a
-   new one over the same processes (MPI for host tables, NCCL for a CUDA table); *own says
-   whether the caller destroys it. */
-static mc_comm *lab01_world_for(lab_ctx *cx, const mc_ops *ops, int *own) {
+/* The world a path on `ops` runs on: the fused backend's own (NCCL on its CUDA table), the
+   lab's when its memory is the table's, else a new MPI world over the same processes (the lab's
+   world is NCCL when every rank has a GPU); *own says whether the caller destroys it. */
+static mc_comm *lab01_world_for(lab_ctx *cx, const lab01_backend *b, const mc_ops *ops,
+                                int *own) {
     *own = 0;
+    if (b->world != NULL && ops == b->ops) return b->world;
     if (mc_ops_same_memory(mc_comm_memory(cx->world), ops)) return cx->world;
     mc_comm *w = NULL;
-    mc_comm_desc d = {.backend = ops->device == MC_DEVICE_CUDA ? MC_BACKEND_NCCL : MC_BACKEND_MPI,
-                      .timeout_s = cx->world->timeout_s,
-                      .memory = ops->device == MC_DEVICE_CUDA ? ops : NULL};
+    mc_comm_desc d = {.backend = MC_BACKEND_MPI, .timeout_s = cx->world->timeout_s};
     MC_CHECK(mc_comm_init_world(&w, &d));
     *own = 1;
     return w;
@@ -999,7 +1012,9 @@ static void lab01_print_path(lab_ctx *cx, int path, int with_backend) {
     lab_printf0("call trace of rank %d (pipeline stage %d of %d), %d iterations on table %s:\n",
                 cx->probe, c.pp, cx->grid.desc.pp, st->m.iters, p->table);
     lab01_print_edges(t, with_backend ? 7u : 3u);
-    if (!with_backend) lab_printf0("  (its backend edges are the recipe's: the same ops under the same core calls)\n");
+    if (!with_backend)
+        lab_printf0("  (its backend edges are the recipe's: the same ops under the same core "
+                    "calls)\n");
     long long compute = lab01_sum_calls(t->op_calls, LAB01_FIRST_COMPUTE, LAB01_N_OPS);
     long long memory = lab01_sum_calls(t->op_calls, 0, LAB01_FIRST_COMPUTE);
     long long accel = lab01_sum_calls(t->op_accelerated, 0, LAB01_N_OPS);
@@ -1030,8 +1045,8 @@ static void lab01_write_tokens(lab_ctx *cx) {
         ok = ok && rename(tmp, st->token_file) == 0;
         if (!ok) fprintf(stderr, "lab01: cannot write %s\n", st->token_file);
     }
-    int all = 0;
-    MC_CHECK(lab_all_reduce_i32(cx->world, &ok, &all, 1, MC_MAX));
+    int all = 0;   /* the others wait for rank 0 here, then read the file */
+    MC_CHECK(lab_all_reduce_i32(cx->world, &ok, &all, 1, MC_MIN));
     if (!all) lab_abort(LAB_EXIT_FAILED);
 }
 
@@ -1057,7 +1072,8 @@ static void lab01_recipe_flags(const lab01_state *st, lab01_argv *a) {
     lab01_arg(a, "pretrain_gpt");
     lab01_arg(a, "--tensor-model-parallel-size"), lab01_arg(a, "%d", m->tp);
     lab01_arg(a, "--pipeline-model-parallel-size"), lab01_arg(a, "%d", m->pp);
-    if (m->vpp > 1) lab01_arg(a, "--virtual-pipeline-model-parallel-size"), lab01_arg(a, "%d", m->vpp);
+    if (m->vpp > 1)
+        lab01_arg(a, "--virtual-pipeline-model-parallel-size"), lab01_arg(a, "%d", m->vpp);
     lab01_arg(a, "--num-layers"), lab01_arg(a, "%d", m->layers);
     lab01_arg(a, "--hidden-size"), lab01_arg(a, "%d", m->hidden);
     lab01_arg(a, "--num-attention-heads"), lab01_arg(a, "%d", m->heads);
@@ -1124,7 +1140,7 @@ static int lab01_run_recipe(lab_ctx *cx) {
 static void lab01_run_script_path(lab_ctx *cx, int path, const mc_ops *ops) {
     lab01_state *st = cx->state;
     int own = 0;
-    mc_comm *world = lab01_world_for(cx, ops, &own);
+    mc_comm *world = lab01_world_for(cx, &st->fused, ops, &own);
     double t0 = lab_now();
     lab01_trace_begin(&st->mine[path], path, ops);
     lab01_script_train(&st->m, st->tokens, world, &st->mine[path].table, st->m.iters, NULL);
@@ -1186,7 +1202,8 @@ static void lab01_reference(const lab01_model *run, const unsigned char *tokens,
     od.ddp = &ddp, od.params = gpt.params;
     MC_CHECK(mc_optimizer_init(&opt, &od));
     int S = m.seq, B = m.micro_batch, n_mb = run->microbatches * run->dp;
-    int *tok = lab_xcalloc((size_t)S * B, sizeof(int)), *lab = lab_xcalloc((size_t)S * B, sizeof(int));
+    int *tok = lab_xcalloc((size_t)S * B, sizeof(int));
+    int *lab = lab_xcalloc((size_t)S * B, sizeof(int));
     float scale = (float)(1.0 / ((double)S * B * n_mb));
     for (int it = 0; it < run->iters; it++) {
         MC_CHECK(mc_ddp_zero_grad(&ddp));
@@ -1242,6 +1259,12 @@ static long long lab01_gemms_expected(const lab_ctx *cx, const lab01_model *m, i
 }
 
 /* The compute ops (the memory ops differ by design: the recipe never frees its model). */
+static int lab01_probe_is_last(const lab_ctx *cx) {
+    mc_rank_coords c;
+    MC_CHECK(mc_grid_coords(&cx->grid, cx->probe, &c));
+    return c.pp == cx->grid.desc.pp - 1;
+}
+
 static int lab01_same_counts(const lab01_trace *a, const lab01_trace *b) {
     for (int op = LAB01_FIRST_COMPUTE; op < LAB01_N_OPS; op++)
         if (a->op_calls[op] != b->op_calls[op]) return 0;
@@ -1251,7 +1274,8 @@ static int lab01_same_counts(const lab01_trace *a, const lab01_trace *b) {
 static void lab01_print_losses(lab_ctx *cx) {
     const lab01_state *st = cx->state;
     lab_printf0("%-10s", "loss");
-    for (int it = 0; it < st->m.iters; it++) lab_printf0("  %-22s", it == 0 ? "iteration 1" : "iteration 2 (after 1 step)");
+    for (int it = 0; it < st->m.iters; it++)
+        lab_printf0("  %-22s", it == 0 ? "iteration 1" : "iteration 2 (after 1 step)");
     lab_printf0("\n");
     for (int p = 0; p < LAB01_N_PATHS + 1; p++) {
         const double *v = p < LAB01_N_PATHS ? st->path[p].loss : st->reference;
@@ -1303,6 +1327,12 @@ static int lab01_run_compare(lab_ctx *cx) {
                 all[0] ? "some" : "every");
     lab_check(cx, all[0] == 0, "every rank issued the same compute ops in all three paths (%d "
               "ranks differ)", all[0]);
+    lab_printf0("GEMMs on rank %d: %lld in every path; its structure implies %lld (%d iterations "
+                "x %d micro-batches x ((12%s) x %d layers%s))\n", cx->probe,
+                st->path[LAB01_CORE_API].probe.op_calls[LAB01_OP_gemm],
+                lab01_gemms_expected(cx, &st->m, cx->probe), st->m.iters, st->m.microbatches,
+                st->m.tp > 1 ? " + 2 row-parallel biases" : "", st->m.layers / st->m.pp,
+                lab01_probe_is_last(cx) ? " + 3 for the output layer" : "");
     lab_check(cx, all[2] == 0, "every rank's GEMM count equals iterations x micro-batches x "
               "((12 + 2 with TP) x its layers + 3 on the last stage): rank %d %lld (%d ranks "
               "differ)",
@@ -1333,7 +1363,7 @@ static int lab01_run_compare(lab_ctx *cx) {
 static double lab01_timed(lab_ctx *cx, const mc_ops *ops, int timed) {
     lab01_state *st = cx->state;
     int own = 0;
-    mc_comm *world = lab01_world_for(cx, ops, &own);
+    mc_comm *world = lab01_world_for(cx, &st->fused, ops, &own);
     double ms[1 + LAB01_TIMED_ITERS], slowest[1 + LAB01_TIMED_ITERS];
     lab01_script_train(&st->m, st->tokens, world, ops, 1 + timed, ms);
     if (own) mc_comm_destroy(world);
@@ -1423,7 +1453,8 @@ static cJSON *lab01_path_json(const lab_ctx *cx, int path) {
     cJSON_AddStringToObject(o, "experiment_kind", lab01_kind(p));
     cJSON_AddItemToObject(o, "direct_calls", lab01_direct_calls_json(p));
     cJSON *loss = cJSON_AddArrayToObject(o, "loss");
-    for (int it = 0; it < st->m.iters; it++) cJSON_AddItemToArray(loss, cJSON_CreateNumber(p->loss[it]));
+    for (int it = 0; it < st->m.iters; it++)
+        cJSON_AddItemToArray(loss, cJSON_CreateNumber(p->loss[it]));
     /* the probe rank's trace */
     cJSON_AddNumberToObject(o, "core_calls", (double)lab01_core_calls(t));
     cJSON *core = cJSON_AddObjectToObject(o, "core_entry_points");
@@ -1434,7 +1465,8 @@ static cJSON *lab01_path_json(const lab_ctx *cx, int path) {
         if (c != NULL) cJSON_SetNumberValue(c, c->valuedouble + (double)e->n);
         else cJSON_AddNumberToObject(core, e->to, (double)e->n);
     }
-    cJSON_AddNumberToObject(o, "backend_calls", (double)lab01_sum_calls(t->op_calls, 0, LAB01_N_OPS));
+    cJSON_AddNumberToObject(o, "backend_calls",
+                            (double)lab01_sum_calls(t->op_calls, 0, LAB01_N_OPS));
     cJSON_AddNumberToObject(o, "compute_calls",
                             (double)lab01_sum_calls(t->op_calls, LAB01_FIRST_COMPUTE, LAB01_N_OPS));
     cJSON_AddNumberToObject(o, "accelerated_calls",
@@ -1455,7 +1487,8 @@ static cJSON *lab01_path_json(const lab_ctx *cx, int path) {
     cJSON_AddNumberToObject(o, "edges_dropped", t->edges_dropped);
     /* every rank */
     cJSON *w = cJSON_AddObjectToObject(o, "world");
-    cJSON_AddNumberToObject(w, "backend_calls", (double)lab01_sum_calls(p->world_calls, 0, LAB01_N_OPS));
+    cJSON_AddNumberToObject(w, "backend_calls",
+                            (double)lab01_sum_calls(p->world_calls, 0, LAB01_N_OPS));
     cJSON_AddNumberToObject(w, "accelerated_calls", (double)p->world_accelerated);
     cJSON_AddNumberToObject(w, "gemm_calls", (double)p->world_calls[LAB01_OP_gemm]);
     cJSON_AddNumberToObject(w, "ops_outside_core", (double)p->world_outside_core);
@@ -1496,7 +1529,8 @@ static cJSON *lab01_facts(lab_ctx *cx) {
     mc_rank_coords c;
     MC_CHECK(mc_grid_coords(&cx->grid, cx->probe, &c));
     cJSON_AddNumberToObject(f, "probe_stage", c.pp);
-    cJSON_AddNumberToObject(f, "gemm_expected_probe", (double)lab01_gemms_expected(cx, m, cx->probe));
+    cJSON_AddNumberToObject(f, "gemm_expected_probe",
+                            (double)lab01_gemms_expected(cx, m, cx->probe));
     cJSON *paths = cJSON_AddObjectToObject(f, "paths");
     for (int p = 0; p < LAB01_N_PATHS; p++)
         cJSON_AddItemToObject(paths, lab01_path_key[p], lab01_path_json(cx, p));
@@ -1505,7 +1539,8 @@ static cJSON *lab01_facts(lab_ctx *cx) {
 
     /* what the predictions are checked against */
     cJSON *own = cJSON_AddObjectToObject(f, "loop_owner");
-    for (int p = 0; p < LAB01_N_PATHS; p++) cJSON_AddStringToObject(own, lab01_path_key[p], P[p].owner);
+    for (int p = 0; p < LAB01_N_PATHS; p++)
+        cJSON_AddStringToObject(own, lab01_path_key[p], P[p].owner);
     char in[64] = "";
     for (int p = 0; p < LAB01_N_PATHS; p++)
         if (P[p].world_accelerated > 0)
@@ -1532,8 +1567,10 @@ static cJSON *lab01_facts(lab_ctx *cx) {
         cJSON_AddItemToObject(loss, key, lab01_compare_json(P[p].loss, st->reference, n));
     }
     double ma, mr;
-    cJSON_AddStringToObject(f, "loss_recipe_vs_core", lab01_relation(P[0].loss, P[1].loss, n, &ma, &mr));
-    cJSON_AddStringToObject(f, "loss_core_vs_fused", lab01_relation(P[2].loss, P[1].loss, n, &ma, &mr));
+    cJSON_AddStringToObject(f, "loss_recipe_vs_core",
+                            lab01_relation(P[0].loss, P[1].loss, n, &ma, &mr));
+    cJSON_AddStringToObject(f, "loss_core_vs_fused",
+                            lab01_relation(P[2].loss, P[1].loss, n, &ma, &mr));
     cJSON *fb = cJSON_AddObjectToObject(f, "fused_backend");
     cJSON_AddStringToObject(fb, "table", st->fused.name);
     cJSON_AddStringToObject(fb, "why", st->fused.why);
@@ -1548,8 +1585,10 @@ static cJSON *lab01_facts(lab_ctx *cx) {
         cJSON *tps = cJSON_AddObjectToObject(f, "tokens_per_s");
         cJSON_AddNumberToObject(tps, "core_api", round(tokens / (st->step_ms[0] / 1000.0)));
         cJSON_AddNumberToObject(tps, "fused", round(tokens / (st->step_ms[1] / 1000.0)));
-        cJSON_AddNumberToObject(f, "fused_speedup", round(st->step_ms[0] / st->step_ms[1] * 100) / 100);
-        cJSON_AddStringToObject(f, "faster_path", st->step_ms[1] < st->step_ms[0] ? "fused" : "core_api");
+        cJSON_AddNumberToObject(f, "fused_speedup",
+                                round(st->step_ms[0] / st->step_ms[1] * 100) / 100);
+        cJSON_AddStringToObject(f, "faster_path",
+                                st->step_ms[1] < st->step_ms[0] ? "fused" : "core_api");
     } else {
         cJSON_AddNullToObject(f, "faster_path");
     }
@@ -1589,7 +1628,8 @@ static void lab01_report(lab_ctx *cx) {
     lab_printf0("\n== Measured ==\n");
     lab_printf0("loop owner: recipe path %s, core-API path %s, fused path %s\n", P[0].owner,
                 P[1].owner, P[2].owner);
-    lab_printf0("accelerated backend ops (all ranks): recipe %lld, core_api %lld, fused %lld (%s)\n",
+    lab_printf0("accelerated backend ops (all ranks): recipe %lld, core_api %lld, fused %lld "
+                "(%s)\n",
                 P[0].world_accelerated, P[1].world_accelerated, P[2].world_accelerated,
                 st->fused.name);
     lab_printf0("backend ops per path (all ranks): %lld, %lld, %lld: %s\n",
