@@ -53,6 +53,9 @@ typedef struct toy {
     int n_ev, cap_ev;
     int fail_forward_at;    /* forward call number (0-based) that returns an error; -1 none */
     int n_forward;
+    int use_loss_func;      /* 1: the last stage returns y and toy_loss_func turns it into the
+                               loss (hooks.loss_func); 0: forward_step sets the loss itself */
+    int n_loss_calls;       /* toy_loss_func calls */
     int contract_errors;    /* buffer-contract violations seen by the hooks */
     char first_error[256];
 } toy;
@@ -123,6 +126,7 @@ static inline void toy_reset(toy *t) {
     memset(t->db, 0, sizeof t->db);
     t->n_ev = 0;
     t->n_forward = 0;
+    t->n_loss_calls = 0;
     t->contract_errors = 0;
     t->first_error[0] = '\0';
 }
@@ -143,7 +147,9 @@ static inline int toy_forward(void *app, int chunk, int mb, const float *input, 
     t->in_ptr[slot] = x;
     memcpy(t->in_copy + slot * TOY_E, x, TOY_E * sizeof(float));
     for (int e = 0; e < TOY_E; e++) y[e] = t->w[chunk][e] * x[e] + t->b[chunk][e];
-    if (toy_is_last(t, chunk)) {
+    if (toy_is_last(t, chunk) && t->use_loss_func) {
+        *output = y;   /* what the schedule hands to loss_func, never sent */
+    } else if (toy_is_last(t, chunk)) {
         double loss = 0.0;
         for (int e = 0; e < TOY_E; e++) loss += 0.5 * (double)y[e] * (double)y[e];
         *loss_sum = loss;
@@ -183,6 +189,24 @@ static inline int toy_backward(void *app, int chunk, int mb, const float *output
     return MC_OK;
 }
 
+/* Megatron's loss_func: sum(y^2 / 2) of the output forward_step returned on the last stage. */
+static inline int toy_loss_func(void *app, int mb, const float *output, double *loss_sum,
+                                double *num_tokens) {
+    toy *t = (toy *)app;
+    t->n_loss_calls++;
+    if (!toy_is_last(t, t->v - 1))
+        toy_contract_error(t, "loss_func called below the last stage", t->v - 1, mb);
+    if (output != t->out + ((size_t)(t->v - 1) * (size_t)t->m + (size_t)mb) * TOY_E)
+        toy_contract_error(t, "loss_func did not get forward_step's output", t->v - 1, mb);
+    if (*loss_sum != 0.0 || *num_tokens != 0.0)
+        toy_contract_error(t, "loss_func's outputs are not 0 on entry", t->v - 1, mb);
+    double loss = 0.0;
+    for (int e = 0; e < TOY_E; e++) loss += 0.5 * (double)output[e] * (double)output[e];
+    *loss_sum = loss;
+    *num_tokens = TOY_E;
+    return MC_OK;
+}
+
 static inline void toy_grad_sync(void *app, int chunk, int enable) {
     toy_log((toy *)app, 'S', chunk, -1, enable);
 }
@@ -200,6 +224,7 @@ static inline mc_schedule_hooks toy_hooks(toy *t, int group_size) {
     h.backward_step = toy_backward;
     h.grad_sync = toy_grad_sync;
     h.finalize = toy_finalize;
+    if (t->use_loss_func) h.loss_func = toy_loss_func;
     h.tensor_elems = TOY_E;
     h.group_size = group_size;
     return h;

@@ -39,16 +39,13 @@ static char *out;
 static void setup(void) {
     cr_assert_eq(chdir(mc_test_repo_root()), 0, "cannot chdir to the repository root");
     cr_assert_eq(access("lab01", X_OK), 0, "./lab01 is not built (make lab01)");
-    snprintf(dir, sizeof dir, "/tmp/mc_test_lab01_XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    cr_assert_eq(mc_test_make_tmpdir(dir, sizeof dir, "lab01"), 0, "no temp dir");
     out = calloc(1, OUT_CAP);
     cr_assert_not_null(out);
 }
 
 static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    mc_test_remove_dir(dir);
     free(out);
 }
 
@@ -80,11 +77,8 @@ static cJSON *run_lab(int np, const char *args, const char *sheet) {
     int rc = mc_test_mpirun(np, cmd, 220, out, OUT_CAP);
     cr_log_info("lab01 -np %d %s: %.1f s", np, args, mc_test_now() - t0);
     cr_assert_eq(rc, 0, "lab01 -np %d %s exited %d:\n%s", np, args, rc, out);
-    char *text = lab_read_text(res, NULL);
-    cr_assert_not_null(text, "no %s", res);
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    cr_assert_not_null(doc, "%s is not JSON", res);
+    cJSON *doc = mc_test_json_load(res);
+    cr_assert_not_null(doc, "%s is missing or not JSON", res);
     return doc;
 }
 

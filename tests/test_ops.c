@@ -230,39 +230,6 @@ Test(ops, gemm_all_transposes_and_betas) {
     check_gemm(mc_cpu_gemm_blocked, "blocked gemm", 33, 4, 3);
 }
 
-/* The CBLAS table's gemm in the blocked gemm's shape. */
-static void cblas_table_gemm(float *C, const float *A, const float *B, int M, int N, int K, int ta,
-                             int tb, float alpha, float beta) {
-    const mc_ops *ops = mc_ops_cpu_cblas();
-    cr_expect_eq(ops->gemm(ops, C, A, B, NULL, M, N, K, ta, tb, alpha, beta, MC_F32, MC_F32),
-                 MC_OK);
-}
-
-/* mc_ops_cpu_cblas: the reference table with gemm swapped, same memory, same contract
-   (transposes, alpha, beta = 0 not reading C, K = 0, the bias); NULL without MC_WITH_CBLAS. */
-Test(ops, cblas_table_is_the_reference_with_its_gemm_swapped) {
-    const mc_ops *ref = mc_ops_cpu(), *blas = mc_ops_cpu_cblas();
-#if defined(MC_WITH_CBLAS) || defined(MC_USE_CBLAS)
-    cr_assert_not_null(blas, "built with MC_WITH_CBLAS: the table exists");
-#else
-    cr_expect_null(blas, "built without MC_WITH_CBLAS: no table");
-    cr_skip_test("built without MC_WITH_CBLAS");
-#endif
-    cr_expect_str_eq(blas->name, "cpu-cblas");
-    cr_expect(mc_ops_same_memory(ref, blas) && mc_ops_same_memory(blas, ref));
-    cr_expect(blas->alloc == ref->alloc && blas->upload == ref->upload &&
-              blas->layernorm_forward == ref->layernorm_forward &&
-              blas->attention_backward == ref->attention_backward && blas->adamw == ref->adamw,
-              "every op but gemm is the reference one");
-    check_gemm(cblas_table_gemm, "cblas table gemm", 3, 5, 7);
-    check_gemm(cblas_table_gemm, "cblas table gemm", 37, 133, 259);
-    /* K = 0 with a bias: beta * C + bias, as the reference table */
-    float C[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30};
-    cr_expect_eq(blas->gemm(blas, C, NULL, NULL, bias, 2, 3, 0, 0, 0, 1.0f, 0.5f, MC_F32, MC_F32),
-                 MC_OK);
-    for (int i = 0; i < 6; i++) cr_expect_eq(C[i], 0.5f * (float)(i + 1) + bias[i % 3]);
-}
-
 Test(ops, gemm_k_zero_scales_c) {
     float C[6] = {1, 2, 3, 4, 5, 6}, A[1] = {0}, B[1] = {0};
     mc_cpu_gemm_blocked(C, A, B, 2, 3, 0, 0, 0, 1.0f, 0.5f);

@@ -8,7 +8,9 @@
             (c) loss_sum and num_tokens on the last stage equal the reference, (d) the grad-sync
             switches and finalize come exactly where they belong, the buffer contract holds;
             then (e) forward_only runs only the forwards (no backward, grad sync or finalize)
-            with the same loss; then a second training step doubles the gradients.
+            with the same loss; then a second training step doubles the gradients; then (g) a
+            step with hooks.loss_func: the same trace, gradients and loss, and loss_func runs
+            on the last stage only, once per micro-batch, on forward_step's output.
    invalid  (f) an M (or N) that breaks Megatron's interleaving rules fails on every rank with
             the rule's message, quickly, with no compute and no communication; the schedule
             functions refuse a parallel state they do not fit. */
@@ -20,7 +22,7 @@
 #include "tests/test_util.h"
 #include "tests/sched_toy.h"
 
-#define TIMEOUT_S 20.0
+#define TIMEOUT_S mc_case_time_s(10.0)   /* also the watchdog */
 
 static struct {
     int pp, vpp, m, n;
@@ -168,6 +170,22 @@ static void case_train(void) {
         check_grads(&t, dw, db, 2.0f, "second step");
         check_loss(&res, &t, ref_loss, "second step");
     }
+
+    /* (g): Megatron's split, forward_step returning the output and loss_func interpreting it */
+    toy_reset(&t);
+    t.use_loss_func = 1;
+    hooks = toy_hooks(&t, opt.n);
+    rc = f(&ps, &hooks, opt.m, 0, &res);
+    if (MC_CASE_CHECK_STATUS(rc, MC_OK, "training step with loss_func")) {
+        int last = pp_rank == opt.pp - 1;
+        check_trace(&res, &t, 0, "loss_func");
+        check_events(&t, 0, "loss_func");
+        check_grads(&t, dw, db, 1.0f, "loss_func");
+        check_loss(&res, &t, ref_loss, "loss_func");
+        MC_CASE_CHECK(t.n_loss_calls == (last ? opt.m : 0),
+                      "loss_func: pp rank %d called it %d times, want %d", pp_rank,
+                      t.n_loss_calls, last ? opt.m : 0);
+    }
     toy_free(&t);
 }
 
@@ -269,7 +287,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int rc = mc_case_init_world(&world, &(mc_comm_desc){.backend = opt.backend,
-                                                         .timeout_s = TIMEOUT_S,
+                                                         .timeout_s = TIMEOUT_S, .watchdog_s = TIMEOUT_S,
                                                          .argc = &argc, .argv = &argv});
     if (rc != MC_OK) return 1;
     if (opt.pp == 0) opt.pp = world->size;
