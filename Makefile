@@ -166,6 +166,8 @@ TEST_IMPL_ops_cblas := $(BUILD)/mc_impl_cblas.o
 TEST_DEFS_ops_cblas := $(CBLAS_CPPFLAGS)
 TEST_LIBS_ops_cblas := $(CBLAS_LIBS)
 $(BUILD)/tests/test_ops_cblas: $(TEST_IMPL_ops_cblas)
+# test_lab01 expects the accelerated table lab01 was built with
+TEST_DEFS_lab01 := $(CBLAS_CPPFLAGS)
 
 $(filter-out $(BUILD)/tests/nccl_cases,$(MPI_CASES)): $(BUILD)/tests/%: tests/mpi_cases/%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)

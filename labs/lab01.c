@@ -380,7 +380,9 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
 
 #define mc_checkpoint_load(...) LAB01_CORE(mc_checkpoint_load, __VA_ARGS__)
 #define mc_checkpoint_save(...) LAB01_CORE(mc_checkpoint_save, __VA_ARGS__)
+#define mc_comm_agree(...) LAB01_CORE(mc_comm_agree, __VA_ARGS__)
 #define mc_comm_destroy(...) LAB01_CORE_VOID(mc_comm_destroy, __VA_ARGS__)
+#define mc_comm_watchdog_verdict(...) LAB01_CORE(mc_comm_watchdog_verdict, __VA_ARGS__)
 #define mc_ddp_destroy(...) LAB01_CORE(mc_ddp_destroy, __VA_ARGS__)
 #define mc_ddp_register_grad_ready(...) LAB01_CORE(mc_ddp_register_grad_ready, __VA_ARGS__)
 #define mc_ddp_set_grad_sync(...) LAB01_CORE(mc_ddp_set_grad_sync, __VA_ARGS__)

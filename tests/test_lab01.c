@@ -16,6 +16,7 @@
    misconceptions, and the two reference answers graded from real runs. */
 #include <criterion/criterion.h>
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -301,6 +302,32 @@ Test(lab01, worlds_it_cannot_use_exit_2_with_the_rule) {
                   bad[i].args, bad[i].why, out);
         cr_expect_neq(access(res, F_OK), 0, "a refused world writes no results");
     }
+}
+
+/* Every library function the recipe calls is traced: labs/lab01.c defines a seam macro for each
+   mc_* function examples/pretrain_gpt.c calls (the error-text helpers aside), so a new call in
+   the recipe shows up here instead of going untraced. */
+Test(lab01, every_library_call_of_the_recipe_is_traced) {
+    char *recipe = lab_read_text("examples/pretrain_gpt.c", NULL);
+    char *lab = lab_read_text("labs/lab01.c", NULL);
+    cr_assert(recipe != NULL && lab != NULL);
+    int calls = 0;
+    for (const char *p = recipe; (p = strstr(p, "mc_")) != NULL; p += 3) {
+        if (p > recipe && (p[-1] == '_' || isalnum((unsigned char)p[-1]))) continue;
+        size_t n = 3;
+        while (p[n] == '_' || isalnum((unsigned char)p[n])) n++;
+        if (p[n] != '(') continue;   /* not a call */
+        char name[96], macro[128];
+        snprintf(name, sizeof name, "%.*s", (int)n, p);
+        if (!strcmp(name, "mc_err_name") || !strcmp(name, "mc_last_error")) continue;
+        snprintf(macro, sizeof macro, "#define %s(...)", name);
+        cr_expect(mc_test_contains(lab, macro), "the recipe calls %s, which lab01.c does not "
+                  "trace (add \"%s\")", name, macro);
+        calls++;
+    }
+    cr_expect_gt(calls, 20, "the recipe's library calls were found (%d)", calls);
+    free(recipe);
+    free(lab);
 }
 
 /* ---------------------------------------------------------------------------------------------
