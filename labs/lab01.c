@@ -62,7 +62,7 @@
 #define LAB01_SEED 1234
 #define LAB01_LR 1e-3f
 #define LAB01_MIN_LR 1e-4f
-#define LAB01_TIMED_ITERS 4        /* experiment E, after one warm-up iteration */
+#define LAB01_TIMED_ITERS 4        /* experiment E: per table, in two blocks after a warm-up */
 #define LAB01_LOSS_RTOL 1e-4       /* "within tolerance": |a - b| <= rtol * |b| */
 
 enum { LAB01_RECIPE = 0, LAB01_CORE_API, LAB01_FUSED, LAB01_N_PATHS };
@@ -101,7 +101,6 @@ typedef struct lab01_edge {
 
 /* What one path did on this rank. */
 typedef struct lab01_trace {
-    int path;
     const mc_ops *inner;             /* the path's table: the tracing table forwards to it */
     mc_ops table;                    /* the tracing table */
     int depth;                       /* the frames entered and not yet left */
@@ -332,9 +331,8 @@ static void lab01_tracing_table(mc_ops *t, const mc_ops *inner) {
 #undef LAB01_SET
 }
 
-static void lab01_trace_begin(lab01_trace *tr, int path, const mc_ops *inner) {
+static void lab01_trace_begin(lab01_trace *tr, const mc_ops *inner) {
     memset(tr, 0, sizeof *tr);
-    tr->path = path;
     tr->inner = inner;
     lab01_tracing_table(&tr->table, inner);
     lab01_inner_last = inner;
@@ -891,7 +889,6 @@ typedef struct lab01_state {
     lab01_trace mine[LAB01_N_PATHS]; /* this rank's traces */
     lab01_path path[LAB01_N_PATHS];
     double reference[LAB01_MAX_ITERS];
-    int reference_ran;
     int gemm_formula_mismatches;     /* ranks whose GEMM count differs from the formula */
     int op_counts_differ;            /* ranks whose op counts differ between the paths */
     int op_counts_differ_core_fused;
@@ -1083,11 +1080,11 @@ static void lab01_recipe_flags(const lab01_state *st, lab01_argv *a) {
     lab01_arg(a, "--micro-batch-size"), lab01_arg(a, "%d", m->micro_batch);
     lab01_arg(a, "--global-batch-size"), lab01_arg(a, "%d", m->global_batch);
     lab01_arg(a, "--train-iters"), lab01_arg(a, "%d", m->iters);
-    lab01_arg(a, "--lr"), lab01_arg(a, "%.9g", (double)LAB01_LR);
-    lab01_arg(a, "--min-lr"), lab01_arg(a, "%.9g", (double)LAB01_MIN_LR);
+    lab01_arg(a, "--lr"), lab01_arg(a, "%g", (double)LAB01_LR);
+    lab01_arg(a, "--min-lr"), lab01_arg(a, "%g", (double)LAB01_MIN_LR);
     lab01_arg(a, "--lr-decay-iters"), lab01_arg(a, "%d", m->iters);
-    lab01_arg(a, "--weight-decay"), lab01_arg(a, "%.9g", 0.01);
-    lab01_arg(a, "--clip-grad"), lab01_arg(a, "%.9g", 1.0);
+    lab01_arg(a, "--weight-decay"), lab01_arg(a, "%g", 0.01);
+    lab01_arg(a, "--clip-grad"), lab01_arg(a, "%g", 1.0);
     lab01_arg(a, "--seed"), lab01_arg(a, "%d", LAB01_SEED);
     lab01_arg(a, "--hidden-dropout"), lab01_arg(a, "0");
     lab01_arg(a, "--attention-dropout"), lab01_arg(a, "0");
@@ -1116,7 +1113,7 @@ static int lab01_run_recipe(lab_ctx *cx) {
     }
     lab_printf0("%s\n", line);
     double t0 = lab_now();
-    lab01_trace_begin(&st->mine[LAB01_RECIPE], LAB01_RECIPE, mc_ops_cpu());
+    lab01_trace_begin(&st->mine[LAB01_RECIPE], mc_ops_cpu());
     lab01_app_enter("pretrain_gpt.c:main");
     st->mine[LAB01_RECIPE].recipe_entries++;
     int rc = lab01_recipe_main(a.argc, a.argv);
@@ -1144,7 +1141,7 @@ static void lab01_run_script_path(lab_ctx *cx, int path, const mc_ops *ops) {
     int own = 0;
     mc_comm *world = lab01_world_for(cx, &st->fused, ops, &own);
     double t0 = lab_now();
-    lab01_trace_begin(&st->mine[path], path, ops);
+    lab01_trace_begin(&st->mine[path], ops);
     lab01_script_train(&st->m, st->tokens, world, &st->mine[path].table, st->m.iters, NULL);
     lab01_trace_end();
     if (own) mc_comm_destroy(world);
@@ -1293,7 +1290,6 @@ static int lab01_run_compare(lab_ctx *cx) {
                     "losses");
     if (cx->me == 0) lab01_reference(&st->m, st->tokens, st->reference);
     MC_CHECK(lab_broadcast_bytes(cx->world, st->reference, sizeof st->reference, 0));
-    st->reference_ran = 1;
     lab01_print_losses(cx);
     double a, r;
     int n = st->m.iters;
@@ -1330,10 +1326,10 @@ static int lab01_run_compare(lab_ctx *cx) {
     lab_check(cx, all[0] == 0, "every rank issued the same compute ops in all three paths (%d "
               "ranks differ)", all[0]);
     lab_printf0("GEMMs on rank %d: %lld in every path; its structure implies %lld (%d iterations "
-                "x %d micro-batches x ((12%s) x %d layers%s))\n", cx->probe,
+                "x %d micro-batches x (%s x %d layers%s))\n", cx->probe,
                 st->path[LAB01_CORE_API].probe.op_calls[LAB01_OP_gemm],
                 lab01_gemms_expected(cx, &st->m, cx->probe), st->m.iters, st->m.microbatches,
-                st->m.tp > 1 ? " + 2 row-parallel biases" : "", st->m.layers / st->m.pp,
+                st->m.tp > 1 ? "(12 + 2 row-parallel biases)" : "12", st->m.layers / st->m.pp,
                 lab01_probe_is_last(cx) ? " + 3 for the output layer" : "");
     lab_check(cx, all[2] == 0, "every rank's GEMM count equals iterations x micro-batches x "
               "((12 + 2 with TP) x its layers + 3 on the last stage): rank %d %lld (%d ranks "
@@ -1362,15 +1358,17 @@ static int lab01_run_compare(lab_ctx *cx) {
 /* ---------------------------------------------------------------------------------------------
    E. Step time, untraced: the script on the reference table and on the accelerated one. */
 
-static double lab01_timed(lab_ctx *cx, const mc_ops *ops, int timed) {
+/* One block: a fresh model on `ops`, a warm-up iteration, then `timed` iterations; the slowest
+   rank's time of each goes to ms[]. */
+static void lab01_timed_block(lab_ctx *cx, const mc_ops *ops, int timed, double *ms) {
     lab01_state *st = cx->state;
     int own = 0;
     mc_comm *world = lab01_world_for(cx, &st->fused, ops, &own);
-    double ms[1 + LAB01_TIMED_ITERS], slowest[1 + LAB01_TIMED_ITERS];
-    lab01_script_train(&st->m, st->tokens, world, ops, 1 + timed, ms);
+    double mine[1 + LAB01_TIMED_ITERS], slowest[1 + LAB01_TIMED_ITERS];
+    lab01_script_train(&st->m, st->tokens, world, ops, 1 + timed, mine);
     if (own) mc_comm_destroy(world);
-    MC_CHECK(lab_all_reduce_f64(cx->world, ms, slowest, (size_t)(1 + timed), MC_MAX));
-    return lab_median(slowest + 1, timed);   /* the warm-up iteration is left out */
+    MC_CHECK(lab_all_reduce_f64(cx->world, mine, slowest, (size_t)(1 + timed), MC_MAX));
+    memcpy(ms, slowest + 1, sizeof(double) * (size_t)timed);
 }
 
 /* OpenBLAS starts a thread per core; one rank per core is the comparison here, as the
@@ -1383,14 +1381,21 @@ static int lab01_run_timing(lab_ctx *cx) {
     lab_heading(cx, "E. Step time: the script on the reference table and on %s (untraced)",
                 st->fused.name);
     if (openblas_set_num_threads != NULL) openblas_set_num_threads(1);
+    /* the two tables take turns, two blocks each, so that a change in the machine's load
+       falls on both */
     st->timed_iters = cx->args->quick ? 2 : LAB01_TIMED_ITERS;
-    st->step_ms[0] = lab01_timed(cx, mc_ops_cpu(), st->timed_iters);
-    st->step_ms[1] = lab01_timed(cx, st->fused.ops, st->timed_iters);
+    int half = st->timed_iters / 2;
+    double ms[2][LAB01_TIMED_ITERS];
+    for (int round = 0; round < 2; round++)
+        for (int k = 0; k < 2; k++)
+            lab01_timed_block(cx, k == 0 ? mc_ops_cpu() : st->fused.ops, half,
+                              ms[k] + round * half);
+    for (int k = 0; k < 2; k++) st->step_ms[k] = lab_median(ms[k], 2 * half);
     st->timing_ran = 1;
     double tokens = (double)st->m.global_batch * st->m.seq;
     for (int k = 0; k < 2; k++)
-        lab_printf0("%-9s %-10s median of %d iterations (slowest rank): %8.2f ms, %8.0f tokens/s\n",
-                    k == 0 ? "core_api" : "fused", k == 0 ? "cpu" : st->fused.name,
+        lab_printf0("%-9s %-10s median of %d iterations (slowest rank): %8.2f ms, %8.0f "
+                    "tokens/s\n", k == 0 ? "core_api" : "fused", k == 0 ? "cpu" : st->fused.name,
                     st->timed_iters, st->step_ms[k], tokens / (st->step_ms[k] / 1000.0));
     lab_printf0("the fused path takes %.2fx the reference path's time per iteration\n",
                 st->step_ms[1] / st->step_ms[0]);
