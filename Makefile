@@ -135,14 +135,14 @@ labs: $(LABS) ## build every lab (each labs/labNN.c)
 # ---------------------------------------------------------------------------------------------
 # the recipe: mpirun -np N ./pretrain_gpt --tensor-model-parallel-size 2 ... (Megatron's flags)
 
-pretrain_gpt: examples/pretrain_gpt.c $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok ## build ./pretrain_gpt (train a GPT, Megatron's flags)
+pretrain_gpt: examples/pretrain_gpt.c examples/pretrain_gpt_args.h $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok ## build ./pretrain_gpt (train a GPT, Megatron's flags)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
 	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # the command-line calculator (no MPI)
 
-megatron_c: tools/megatron_c.c megatron_c.h | $(BUILD)/.deps-ok ## build ./megatron_c (layout calculator)
+megatron_c: tools/megatron_c.c megatron_c.h examples/pretrain_gpt_args.h | $(BUILD)/.deps-ok ## build ./megatron_c (layout, schedule, memory calculator)
 	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $< -o $@ -lm
 
 # ---------------------------------------------------------------------------------------------
@@ -291,7 +291,7 @@ FUZZ_FLAGS  := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=
 FUZZ_BINS   := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 
 $(filter-out %/fuzz_answer_sheet %/fuzz_rubric,$(FUZZ_BINS)): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h megatron_c.h \
-              examples/pretrain_gpt.c tools/megatron_c.c | $(BUILD)/.deps-ok $(BUILD)/.check-deps-ok
+              examples/pretrain_gpt.c examples/pretrain_gpt_args.h tools/megatron_c.c | $(BUILD)/.deps-ok $(BUILD)/.check-deps-ok
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(shell $(MPICC) --showme:compile 2>/dev/null) $< -o $@ \
 	  $(shell $(MPICC) --showme:link 2>/dev/null) -lm
