@@ -93,6 +93,12 @@ enum { LAB01_OPS(LAB01_OP_ENUM) LAB01_N_OPS };
 static const char *const lab01_op_name[LAB01_N_OPS] = {LAB01_OPS(LAB01_OP_NAME)};
 #define LAB01_FIRST_COMPUTE LAB01_OP_fill
 
+/* The compute ops: the numeric slots, not attention_stats (a size query the model asks once per
+   activation slot, so it follows n_slots, not the math). */
+static int lab01_is_compute(int op) {
+    return op >= LAB01_FIRST_COMPUTE && op != LAB01_OP_attention_stats;
+}
+
 typedef struct lab01_edge {
     int from_layer, to_layer;
     char from[LAB01_NAME], to[LAB01_NAME];
@@ -219,7 +225,7 @@ static const mc_ops *lab01_op_seen(int op, int accelerated) {
     lab01_trace *tr = lab01_tr;
     if (tr == NULL) return lab01_inner_last;
     tr->op_calls[op]++;
-    if (accelerated && op >= LAB01_FIRST_COMPUTE) tr->op_accelerated[op]++;
+    if (accelerated && lab01_is_compute(op)) tr->op_accelerated[op]++;
     if (lab01_top_layer(tr) != L_CORE) tr->ops_outside_core++;
     lab01_edge_add(tr, tr->depth > 0 ? lab01_top_layer(tr) : L_APP,
                    tr->depth > 0 ? lab01_top_name(tr) : "(none)", L_BACKEND, lab01_op_name[op]);
@@ -344,12 +350,13 @@ static void lab01_trace_end(void) { lab01_tr = NULL; }
 /* ---------------------------------------------------------------------------------------------
    The core seam. Every library call below this point (pretrain_gpt.c and this script) goes
    through these macros; with no trace active they only call the library. A few calls also do
-   what the lab needs around them: mc_gpt_init and mc_ddp_init give a model or DDP that names
-   no op table the path's tracing table (the recipe names none, so it runs on its default, the
-   reference table, traced); mc_comm_init_world keeps the recipe's world on host memory;
+   what the lab needs around them: mc_ops_cpu hands out the path's tracing table (the recipe
+   copies it into its own op table), mc_gpt_init and mc_ddp_init give a model or DDP that names
+   no op table the tracing table; mc_comm_init_world keeps the recipe's world on host memory;
    mc_get_forward_backward_func hands out a traced schedule; the recipe's global-loss
    all-reduce is read back as the loss it logged. */
 
+static const mc_ops *lab01_seam_ops_cpu(const char *file, const char *func);
 static int lab01_seam_gpt_init(const char *file, const char *func, mc_gpt *g,
                                const mc_gpt_desc *d);
 static int lab01_seam_ddp_init(const char *file, const char *func, mc_ddp *ddp,
@@ -378,6 +385,7 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
 
 #define mc_checkpoint_load(...) LAB01_CORE(mc_checkpoint_load, __VA_ARGS__)
 #define mc_checkpoint_save(...) LAB01_CORE(mc_checkpoint_save, __VA_ARGS__)
+#define mc_backend_name(...) LAB01_CORE(mc_backend_name, __VA_ARGS__)
 #define mc_comm_agree(...) LAB01_CORE(mc_comm_agree, __VA_ARGS__)
 #define mc_comm_destroy(...) LAB01_CORE_VOID(mc_comm_destroy, __VA_ARGS__)
 #define mc_comm_watchdog_verdict(...) LAB01_CORE(mc_comm_watchdog_verdict, __VA_ARGS__)
@@ -393,8 +401,15 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
 #define mc_gpt_forward_step(...) LAB01_CORE(mc_gpt_forward_step, __VA_ARGS__)
 #define mc_gpt_set_grad_sync(...) LAB01_CORE_VOID(mc_gpt_set_grad_sync, __VA_ARGS__)
 #define mc_gpt_zero_grad(...) LAB01_CORE(mc_gpt_zero_grad, __VA_ARGS__)
+#define mc_memory_account_destroy(...) LAB01_CORE_VOID(mc_memory_account_destroy, __VA_ARGS__)
+#define mc_memory_account_reset_peaks(...)                                                   \
+    LAB01_CORE_VOID(mc_memory_account_reset_peaks, __VA_ARGS__)
+#define mc_memory_category_name(...) LAB01_CORE(mc_memory_category_name, __VA_ARGS__)
+#define mc_memory_estimate(...) LAB01_CORE(mc_memory_estimate, __VA_ARGS__)
+#define mc_memory_format_bytes(...) LAB01_CORE(mc_memory_format_bytes, __VA_ARGS__)
 #define mc_microbatch_init(...) LAB01_CORE(mc_microbatch_init, __VA_ARGS__)
 #define mc_microbatch_update(...) LAB01_CORE(mc_microbatch_update, __VA_ARGS__)
+#define mc_ops_cuda_peak_bytes(...) LAB01_CORE(mc_ops_cuda_peak_bytes, __VA_ARGS__)
 #define mc_optimizer_destroy(...) LAB01_CORE_VOID(mc_optimizer_destroy, __VA_ARGS__)
 #define mc_optimizer_get_state(...) LAB01_CORE(mc_optimizer_get_state, __VA_ARGS__)
 #define mc_optimizer_init(...) LAB01_CORE(mc_optimizer_init, __VA_ARGS__)
@@ -406,6 +421,8 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
 #define mc_parallel_init(...) LAB01_CORE(mc_parallel_init, __VA_ARGS__)
 #define mc_parallel_is_last_stage(...) LAB01_CORE(mc_parallel_is_last_stage, __VA_ARGS__)
 #define mc_rng_bits_at(...) LAB01_CORE(mc_rng_bits_at, __VA_ARGS__)
+#define mc_schedule_max_in_flight(...) LAB01_CORE(mc_schedule_max_in_flight, __VA_ARGS__)
+#define mc_ops_cpu(...) lab01_seam_ops_cpu(__FILE__, __func__)
 #define mc_gpt_init(...) lab01_seam_gpt_init(__FILE__, __func__, __VA_ARGS__)
 #define mc_ddp_init(...) lab01_seam_ddp_init(__FILE__, __func__, __VA_ARGS__)
 #define mc_comm_init_world(...) lab01_seam_comm_init_world(__FILE__, __func__, __VA_ARGS__)
@@ -421,6 +438,16 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
 #undef CHECK
 
 /* The seam functions (the parenthesised names call the library itself, not the macros). */
+
+/* The recipe builds its op table from a copy of mc_ops_cpu() (giving the copy its memory
+   account): inside a trace the copy is the tracing table's, so every op of the recipe is
+   counted and forwarded to the path's table. */
+static const mc_ops *lab01_seam_ops_cpu(const char *file, const char *func) {
+    lab01_core_enter("mc_ops_cpu", file, func);
+    const mc_ops *t = lab01_tr != NULL ? &lab01_tr->table : (mc_ops_cpu)();
+    lab01_core_leave();
+    return t;
+}
 
 static int lab01_seam_gpt_init(const char *file, const char *func, mc_gpt *g,
                                const mc_gpt_desc *d) {
@@ -830,7 +857,7 @@ static void lab01_pick_backend(lab_ctx *cx, lab01_backend *b) {
     const mc_ops *ref = mc_ops_cpu();
     int k = 0;
 #define LAB01_DIFF(slot)                                                                      \
-    if (LAB01_OP_##slot >= LAB01_FIRST_COMPUTE && b->ops->slot != ref->slot) {                \
+    if (lab01_is_compute(LAB01_OP_##slot) && b->ops->slot != ref->slot) {                     \
         k += snprintf(b->accelerated_list + k, sizeof b->accelerated_list - (size_t)k, "%s%s", \
                       b->accelerated_ops ? ", " : "", #slot);                                 \
         if (k >= (int)sizeof b->accelerated_list) k = (int)sizeof b->accelerated_list - 1;    \
@@ -916,6 +943,12 @@ static void lab01_global_losses(lab_ctx *cx, const lab01_trace *tr, int iters, d
 static long long lab01_sum_calls(const long long *calls, int first, int last) {
     long long n = 0;
     for (int op = first; op < last; op++) n += calls[op];
+    return n;
+}
+
+static long long lab01_compute_calls(const long long *calls) {
+    long long n = 0;
+    for (int op = 0; op < LAB01_N_OPS; op++) n += lab01_is_compute(op) ? calls[op] : 0;
     return n;
 }
 
@@ -1014,11 +1047,11 @@ static void lab01_print_path(lab_ctx *cx, int path, int with_backend) {
     if (!with_backend)
         lab_printf0("  (its backend edges are the recipe's: the same ops under the same core "
                     "calls)\n");
-    long long compute = lab01_sum_calls(t->op_calls, LAB01_FIRST_COMPUTE, LAB01_N_OPS);
-    long long memory = lab01_sum_calls(t->op_calls, 0, LAB01_FIRST_COMPUTE);
+    long long compute = lab01_compute_calls(t->op_calls);
+    long long memory = lab01_sum_calls(t->op_calls, 0, LAB01_N_OPS) - compute;
     long long accel = lab01_sum_calls(t->op_accelerated, 0, LAB01_N_OPS);
     lab_printf0("rank %d: %lld core entry-point calls; %lld backend ops (%lld compute, %lld "
-                "memory), %lld of them on an accelerated implementation\n",
+                "memory and queries), %lld of them on an accelerated implementation\n",
                 cx->probe, lab01_core_calls(t), compute + memory, compute, memory, accel);
     lab01_print_op_time(t, cx->probe);
     lab_printf0("loop owner: %s (%s called mc_optimizer_step %d times and ran the schedule %d "
@@ -1257,7 +1290,8 @@ static long long lab01_gemms_expected(const lab_ctx *cx, const lab01_model *m, i
     return (long long)m->iters * m->microbatches * ((12LL + row_bias) * layers_here + 3LL * last);
 }
 
-/* The compute ops (the memory ops differ by design: the recipe never frees its model). */
+/* The compute ops (the memory ops and the size queries differ by design: the recipe never frees
+   its model, and it keeps fewer activation slots). */
 static int lab01_probe_is_last(const lab_ctx *cx) {
     mc_rank_coords c;
     MC_CHECK(mc_grid_coords(&cx->grid, cx->probe, &c));
@@ -1265,8 +1299,8 @@ static int lab01_probe_is_last(const lab_ctx *cx) {
 }
 
 static int lab01_same_counts(const lab01_trace *a, const lab01_trace *b) {
-    for (int op = LAB01_FIRST_COMPUTE; op < LAB01_N_OPS; op++)
-        if (a->op_calls[op] != b->op_calls[op]) return 0;
+    for (int op = 0; op < LAB01_N_OPS; op++)
+        if (lab01_is_compute(op) && a->op_calls[op] != b->op_calls[op]) return 0;
     return 1;
 }
 
@@ -1475,7 +1509,7 @@ static cJSON *lab01_path_json(const lab_ctx *cx, int path) {
     cJSON_AddNumberToObject(o, "backend_calls",
                             (double)lab01_sum_calls(t->op_calls, 0, LAB01_N_OPS));
     cJSON_AddNumberToObject(o, "compute_calls",
-                            (double)lab01_sum_calls(t->op_calls, LAB01_FIRST_COMPUTE, LAB01_N_OPS));
+                            (double)lab01_compute_calls(t->op_calls));
     cJSON_AddNumberToObject(o, "accelerated_calls",
                             (double)lab01_sum_calls(t->op_accelerated, 0, LAB01_N_OPS));
     cJSON_AddNumberToObject(o, "gemm_calls", (double)t->op_calls[LAB01_OP_gemm]);
