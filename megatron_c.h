@@ -142,6 +142,8 @@
 #else
 #define MC_API extern
 #endif
+/* What megatron_c_cuda.cu defines: external under MC_STATIC too (one definition, in the .cu). */
+#define MC_CUDA_API extern
 
 #ifdef __cplusplus
 extern "C" {
@@ -490,10 +492,13 @@ MC_API void mc_memory_account_destroy(mc_memory_account *a);
 typedef struct mc_cuda_desc {
     int device;                 /* CUDA ordinal; default 0 (-1: the current device) */
     size_t workspace_bytes;     /* cuBLASLt / cuDNN workspace; default 32 MiB */
-    int attention;              /* 0 auto (cuDNN fused SDPA when it can, else the own kernel),
-                                   1 always the own kernel, 2 always cuDNN (an error where it
-                                   cannot); the environment MC_CUDA_ATTENTION=own|cudnn
-                                   overrides auto */
+    int attention;              /* 0 auto: bf16 without dropout runs cuDNN's fused SDPA, or the
+                                   own flash kernel (head dim 32 or 64) where cuDNN cannot
+                                   build the graph; everything else the reference kernel.
+                                   1 own kernels only (flash where it applies), 2 cuDNN only
+                                   (an error where it cannot), 3 the reference kernel only
+                                   (fp32 math, any dtype and dropout). The environment
+                                   MC_CUDA_ATTENTION=auto|own|cudnn|ref overrides it */
     int sync_check;             /* 1: synchronise after every op and check it (slow; also
                                    MC_CUDA_SYNC_CHECK=1 in the environment) */
     int tf32;                   /* 1: allow TF32 in fp32 GEMMs (default off: fp32 GEMMs match
@@ -502,15 +507,30 @@ typedef struct mc_cuda_desc {
 /* Fills *ops (written only on success) with the CUDA table and a new context on desc->device
    (stream, cuBLASLt and cuDNN handles, workspace). MC_ERR_CUDA naming the call when the device
    or a library cannot start. */
-MC_API int mc_ops_cuda_init(mc_ops *ops, const mc_cuda_desc *desc);
-MC_API void mc_ops_cuda_destroy(mc_ops *ops);
+MC_CUDA_API int mc_ops_cuda_init(mc_ops *ops, const mc_cuda_desc *desc);
+MC_CUDA_API void mc_ops_cuda_destroy(mc_ops *ops);
 /* Visible CUDA devices (0 without a driver or a device; never an error). */
-MC_API int mc_cuda_device_count(void);
+MC_CUDA_API int mc_cuda_device_count(void);
 /* One line about the table's device and libraries ("NVIDIA H200, sm_90, 139.8 GiB, cuBLASLt
    13.0, cuDNN 9.14, attention auto"); "" for a table that is not CUDA. */
-MC_API const char *mc_ops_cuda_describe(const mc_ops *ops);
+MC_CUDA_API const char *mc_ops_cuda_describe(const mc_ops *ops);
 /* Peak bytes of device memory allocated through the table since init (or the last reset). */
-MC_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+MC_CUDA_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+/* The kernels the last attention forward and backward ran ("forward cudnn, backward cudnn";
+   each one of cudnn, flash, reference, or none yet), and after "; " why cuDNN was refused
+   where it was ("" for a table that is not CUDA). */
+MC_CUDA_API const char *mc_ops_cuda_attention_kernels(const mc_ops *ops);
+/* Per-op timing with CUDA events, summed per category (opt-in: it adds two events per op).
+   enable 1 starts a fresh window; read waits for the device, writes the milliseconds of each
+   category since the window opened and opens a new one. Communication is the NCCL operations
+   of communicators whose memory is this table (they overlap compute: the categories need not
+   add up to the step time). */
+typedef enum mc_profile_category {
+    MC_PROF_GEMM = 0, MC_PROF_ATTENTION, MC_PROF_NORM, MC_PROF_LOSS, MC_PROF_OPTIMIZER,
+    MC_PROF_OTHER, MC_PROF_COMM, MC_PROF_COUNT
+} mc_profile_category;
+MC_CUDA_API int mc_ops_cuda_profile(const mc_ops *ops, int enable);
+MC_CUDA_API int mc_ops_cuda_profile_read(const mc_ops *ops, double ms[MC_PROF_COUNT]);
 #endif
 
 /* @ops:declarations end */
@@ -1155,12 +1175,12 @@ MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, 
 
 #if defined(MC_ENABLE_CUDA)
 /* Implemented in megatron_c_cuda.cu. */
-MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
+MC_CUDA_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
 /* Turns an MPI world into NCCL; memory: the CUDA table for its buffers, or NULL to make one on
    the rank's GPU (owned by the world). */
-MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
-MC_API void mc__cuda_backend_info(mc_backend_info *out);        /* the CUDA fields of the query */
-MC_API const mc_comm_ops *mc__nccl_ops(void);
+MC_CUDA_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
+MC_CUDA_API void mc__cuda_backend_info(mc_backend_info *out);        /* the CUDA fields of the query */
+MC_CUDA_API const mc_comm_ops *mc__nccl_ops(void);
 /* Implemented by the header: lets the companion file report through mc_last_error() and the
    logger (level 1). Returns `status`. */
 MC_API int mc__set_error(int status, const char *fmt, ...);
@@ -1909,6 +1929,28 @@ typedef struct mc_gpt mc_gpt;
 struct mc__gpt_layer_cache;   /* saved activations of one layer (private) */
 struct mc__gpt_impl;          /* buffers and bookkeeping (private) */
 
+/* Where a dropout sits (mc_gpt.dropout_drawn reports each draw). */
+typedef enum mc_gpt_dropout_site {
+    MC_GPT_DROPOUT_EMBEDDING = 0,      /* embedding output, [Ns, H] */
+    MC_GPT_DROPOUT_ATTENTION_PROBS,    /* attention probabilities, [B, NHl, S, S] */
+    MC_GPT_DROPOUT_ATTENTION_OUT,      /* hidden dropout after linear_proj, [Ns, H] */
+    MC_GPT_DROPOUT_MLP_OUT,            /* hidden dropout after linear_fc2, [Ns, H] */
+    MC_GPT_DROPOUT_SITES
+} mc_gpt_dropout_site;
+
+/* One dropout draw. Its mask is a pure function of the draw: element i of the tensor is kept
+   iff mc_rng_uniform_at(seed, offset + i) >= p (mc_rng_dropout_mask on {seed, offset}). */
+typedef struct mc_gpt_dropout_draw {
+    mc_gpt_dropout_site site;
+    int chunk;                      /* model chunk on this stage */
+    int layer;                      /* GLOBAL layer index; -1 for the embedding */
+    int replay;                     /* 1: drawn by a full-recompute replay in backward */
+    const char *stream;             /* MC_RNG_DEFAULT or the tracker stream it came from */
+    uint64_t seed, offset;          /* where in that stream the mask starts */
+    size_t n;                       /* elements */
+    float p;
+} mc_gpt_dropout_draw;
+
 /* What a submodule of one transformer layer works on: the layer's weights and grads (rank-
    local shards, pointers into the flat buffers, indexed by mc_gpt_layer_tensor) and the cache
    its forward fills and its backward reads. */
@@ -2002,6 +2044,11 @@ struct mc_gpt {
     void (*grad_ready)(void *user, int param_index);
     void *grad_ready_user;
     int grad_sync[MC_GPT_MAX_CHUNKS];
+    /* Debug tap, NULL (off) after init: called with every dropout draw of a forward, and of a
+       recompute's replay, after its stream has advanced (one pointer test per draw when
+       off). For reading masks, e.g. comparing them across TP ranks. */
+    void (*dropout_drawn)(void *user, const mc_gpt_dropout_draw *draw);
+    void *dropout_drawn_user;
     struct mc__gpt_impl *impl;      /* private */
 };
 
@@ -2062,6 +2109,24 @@ MC_API const float *mc_gpt_losses(const mc_gpt *gpt, int slot);
    memory): [N, Vl] (parallel_output), or, with gather_logits, all-gathered over TP into
    out [N, Vp] (a TP collective). *n_vocab receives the row length. */
 MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
+
+#if defined(MC_FAULT_HOOKS)
+/* Fault injection for the RNG rules, compiled only with MC_FAULT_HOOKS (labs and tests;
+   ordinary builds have none of it). Process-wide, for every model while set.
+   mc_fault_dropout_stream: every dropout draws from `stream` instead of the one Megatron's
+   rules pick: MC_RNG_DEFAULT is "one global seed" (the default generator, seeded alike on
+   every TP rank), MC_RNG_MODEL_PARALLEL "a seed per rank" (seed' + 2718 + tp_rank for every
+   mask). NULL (or a name the tracker lacks: the draw then fails) restores the rules. */
+MC_API void mc_fault_dropout_stream(const char *stream);
+/* mc_fault_recompute_rng: full recompute's RNG handling without one or both of its steps.
+   MC_FAULT_RECOMPUTE_NO_SNAPSHOT: the replay runs on the streams as they are at backward time
+   instead of the snapshot taken before the group's forward; MC_FAULT_RECOMPUTE_NO_OUTER: after
+   the replay the streams stay where it left them instead of returning to the outer progress.
+   0 restores both. */
+#define MC_FAULT_RECOMPUTE_NO_SNAPSHOT 1u
+#define MC_FAULT_RECOMPUTE_NO_OUTER 2u
+MC_API void mc_fault_recompute_rng(unsigned flags);
+#endif
 
 /* @model:declarations end */
 
@@ -10025,6 +10090,7 @@ struct mc__gpt_impl {
     float *d_loss;               /* (N) */
     void *tp_scratch;            /* scratch of the tensor-parallel layers (their _scratch()) */
     int *pos_ids;                /* (N) position of each token: s, uploaded at init */
+    int replaying;               /* 1 while a full-recompute group re-runs its forward */
 };
 
 #define MC__GPT_LN_EPS(g) ((g)->config.layernorm_epsilon)
@@ -10158,21 +10224,52 @@ static size_t mc__gpt_tp_scratch_bytes(const mc_gpt *g) {
 // ---------------------------------------------------------------------------------------------
 // random streams
 
+#if defined(MC_FAULT_HOOKS)
+static char mc__fault_stream[MC_RNG_NAME_MAX];   /* "" = Megatron's rules */
+static unsigned mc__fault_recompute;
+MC_API void mc_fault_dropout_stream(const char *stream) {
+    snprintf(mc__fault_stream, sizeof mc__fault_stream, "%s", stream ? stream : "");
+}
+MC_API void mc_fault_recompute_rng(unsigned flags) { mc__fault_recompute = flags; }
+#define MC__FAULT_RECOMPUTE(flag) ((mc__fault_recompute & (flag)) != 0)
+#else
+#define MC__FAULT_RECOMPUTE(flag) 0
+#endif
+
 /* Takes (seed, offset) for n elements from `stream` (MC_RNG_DEFAULT or a tracker stream) and
-   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw. */
-static int mc__gpt_draw_from(mc_gpt *g, const char *stream, size_t n, float p,
-                             mc__gpt_draw *d) {
-    int forked = strcmp(stream, MC_RNG_DEFAULT) != 0, rc;
+   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw.
+   site, chunk and layer only label the draw for the dropout_drawn tap. */
+static int mc__gpt_draw_from(mc_gpt *g, mc_gpt_dropout_site site, int chunk, int layer,
+                             const char *stream, size_t n, float p, mc__gpt_draw *d) {
+    int forked, rc;
     mc_rng *r;
     memset(d, 0, sizeof *d);
     if (!g->training || !(p > 0.0f)) return MC_OK;
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_stream[0] != '\0') stream = mc__fault_stream;
+#endif
+    forked = strcmp(stream, MC_RNG_DEFAULT) != 0;
     if (forked && (rc = mc_rng_tracker_fork(&g->rng, stream)) != MC_OK) return rc;
     r = mc_rng_tracker_current(&g->rng);
     d->seed = r->seed;
     d->offset = r->offset;
     d->p = p;
     r->offset += ((uint64_t)n + 3u) & ~(uint64_t)3u;
-    return forked ? mc_rng_tracker_unfork(&g->rng, stream) : MC_OK;
+    if (forked && (rc = mc_rng_tracker_unfork(&g->rng, stream)) != MC_OK) return rc;
+    if (g->dropout_drawn) {
+        mc_gpt_dropout_draw t;
+        t.site = site;
+        t.chunk = chunk;
+        t.layer = layer;
+        t.replay = g->impl->replaying;
+        t.stream = forked ? stream : MC_RNG_DEFAULT;
+        t.seed = d->seed;
+        t.offset = d->offset;
+        t.n = n;
+        t.p = p;
+        g->dropout_drawn(g->dropout_drawn_user, &t);
+    }
+    return MC_OK;
 }
 
 /* Hidden and embedding dropout: the default generator where the activation is replicated over
@@ -10239,7 +10336,8 @@ static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, void *out, c
     if ((rc = mc__gpt_column_forward(g, c->qkv, inp, ctx->w[MC_GPT_QKV_W], ctx->w[MC_GPT_QKV_B],
                                      3 * g->Ql, g->H)) != MC_OK)
         return rc;
-    if ((rc = mc__gpt_draw_from(g, MC_RNG_MODEL_PARALLEL, n_probs,
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_PROBS, ctx->chunk,
+                                ctx->global_layer, MC_RNG_MODEL_PARALLEL, n_probs,
                                 mc__gpt_dropout_p(g->config.attention_dropout),
                                 &c->attn_drop)) != MC_OK)
         return rc;
@@ -10359,14 +10457,17 @@ static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void 
     int rc;
     if ((rc = sp->norm_forward(ctx, 0, c->ln1, x)) != MC_OK) return rc;
     if ((rc = sp->attention_forward(ctx, im->tmp_a, c->ln1)) != MC_OK) return rc;
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop1)) != MC_OK)
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_OUT, ctx->chunk,
+                                ctx->global_layer, mc__gpt_hidden_stream(g), n, p,
+                                &c->drop1)) != MC_OK)
         return rc;
     sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop1, &rc);
     if (rc == MC_OK) rc = mc__gpt_residual(g, c->res1, x, sub, n);
     if (rc != MC_OK) return rc;
     if ((rc = sp->norm_forward(ctx, 1, c->ln2, c->res1)) != MC_OK) return rc;
     if ((rc = sp->mlp_forward(ctx, im->tmp_a, c->ln2)) != MC_OK) return rc;
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_MLP_OUT, ctx->chunk, ctx->global_layer,
+                                mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
         return rc;
     sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop2, &rc);
     return rc == MC_OK ? mc__gpt_residual(g, out, c->res1, sub, n) : rc;
@@ -10455,10 +10556,16 @@ static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const vo
         if (grp >= 0 && l == im->group_start[grp] + im->group_len[grp] - 1) {
             mc_rng_states now;
             if ((rc = mc_rng_tracker_get_states(&g->rng, &now)) != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK) return rc;
+            if (!MC__FAULT_RECOMPUTE(MC_FAULT_RECOMPUTE_NO_SNAPSHOT) &&
+                (rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK)
+                return rc;
+            im->replaying = 1;
             rc = mc__gpt_run_layers(g, chunk, a, im->group_start[grp], im->group_len[grp]);
+            im->replaying = 0;
             if (rc != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK) return rc;
+            if (!MC__FAULT_RECOMPUTE(MC_FAULT_RECOMPUTE_NO_OUTER) &&
+                (rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK)
+                return rc;
         }
         mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
         if ((rc = mc__gpt_layer_backward(&ctx, bufs[k], dout, a->res[l])) != MC_OK) return rc;
@@ -10500,7 +10607,7 @@ static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
             return rc;
         emb = im->tmp_a;
     }
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n,
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_EMBEDDING, 0, -1, mc__gpt_hidden_stream(g), n,
                                 mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) !=
         MC_OK)
         return rc;
