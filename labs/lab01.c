@@ -432,7 +432,7 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
 /* =============================================================================================
    The recipe, compiled in: ./pretrain_gpt's code with its main renamed. */
 
-#define main lab01_recipe_main
+#define main(...) lab01_recipe_main(__VA_ARGS__)   /* not the optimizer's .main field */
 #include "../examples/pretrain_gpt.c"
 #undef main
 #undef CHECK
@@ -763,8 +763,7 @@ static void lab01_script_train(const lab01_model *m, const unsigned char *tokens
     for (int it = 0; it < iters; it++) {
         double t0 = lab_now();
         s.batch_start = (long long)(it % m->iters) * m->global_batch;
-        MC_CHECK(mc_ddp_zero_grad(&s.ddp));
-        MC_CHECK(mc_gpt_zero_grad(&s.gpt));
+        MC_CHECK(mc_ddp_zero_grad(&s.ddp));   /* the model's grads are the DDP's buffer */
         MC_CHECK(fb(&s.ps, &hooks, m->microbatches, 0, res));
         MC_CHECK(mc_optimizer_step(&s.opt));
         if (iter_ms != NULL) iter_ms[it] = (lab_now() - t0) * 1000.0;
