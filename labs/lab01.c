@@ -352,7 +352,7 @@ static void lab01_trace_end(void) { lab01_tr = NULL; }
    through these macros; with no trace active they only call the library. A few calls also do
    what the lab needs around them: mc_ops_cpu hands out the path's tracing table (the recipe
    copies it into its own op table), mc_gpt_init and mc_ddp_init give a model or DDP that names
-   no op table the tracing table; mc_comm_init_world keeps the recipe's world on host memory;
+   no op table the tracing table;
    mc_get_forward_backward_func hands out a traced schedule; the recipe's global-loss
    all-reduce is read back as the loss it logged. */
 
@@ -361,8 +361,6 @@ static int lab01_seam_gpt_init(const char *file, const char *func, mc_gpt *g,
                                const mc_gpt_desc *d);
 static int lab01_seam_ddp_init(const char *file, const char *func, mc_ddp *ddp,
                                const mc_ddp_desc *d);
-static int lab01_seam_comm_init_world(const char *file, const char *func, mc_comm **w,
-                                      const mc_comm_desc *d);
 static mc_forward_backward_func lab01_seam_get_schedule(const char *file, const char *func,
                                                         const mc_parallel_state *ps);
 static int lab01_seam_host_collective(const char *file, const char *func, mc_comm *c,
@@ -388,6 +386,8 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
 #define mc_backend_name(...) LAB01_CORE(mc_backend_name, __VA_ARGS__)
 #define mc_comm_agree(...) LAB01_CORE(mc_comm_agree, __VA_ARGS__)
 #define mc_comm_destroy(...) LAB01_CORE_VOID(mc_comm_destroy, __VA_ARGS__)
+#define mc_comm_init_world(...) LAB01_CORE(mc_comm_init_world, __VA_ARGS__)
+#define mc_comm_memory(...) LAB01_CORE(mc_comm_memory, __VA_ARGS__)
 #define mc_comm_watchdog_verdict(...) LAB01_CORE(mc_comm_watchdog_verdict, __VA_ARGS__)
 #define mc_ddp_destroy(...) LAB01_CORE(mc_ddp_destroy, __VA_ARGS__)
 #define mc_ddp_register_grad_ready(...) LAB01_CORE(mc_ddp_register_grad_ready, __VA_ARGS__)
@@ -409,7 +409,10 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
 #define mc_memory_format_bytes(...) LAB01_CORE(mc_memory_format_bytes, __VA_ARGS__)
 #define mc_microbatch_init(...) LAB01_CORE(mc_microbatch_init, __VA_ARGS__)
 #define mc_microbatch_update(...) LAB01_CORE(mc_microbatch_update, __VA_ARGS__)
+#define mc_ops_cuda_describe(...) LAB01_CORE(mc_ops_cuda_describe, __VA_ARGS__)
 #define mc_ops_cuda_peak_bytes(...) LAB01_CORE(mc_ops_cuda_peak_bytes, __VA_ARGS__)
+#define mc_ops_cuda_profile(...) LAB01_CORE(mc_ops_cuda_profile, __VA_ARGS__)
+#define mc_ops_cuda_profile_read(...) LAB01_CORE(mc_ops_cuda_profile_read, __VA_ARGS__)
 #define mc_optimizer_destroy(...) LAB01_CORE_VOID(mc_optimizer_destroy, __VA_ARGS__)
 #define mc_optimizer_get_state(...) LAB01_CORE(mc_optimizer_get_state, __VA_ARGS__)
 #define mc_optimizer_init(...) LAB01_CORE(mc_optimizer_init, __VA_ARGS__)
@@ -425,7 +428,6 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
 #define mc_ops_cpu(...) lab01_seam_ops_cpu(__FILE__, __func__)
 #define mc_gpt_init(...) lab01_seam_gpt_init(__FILE__, __func__, __VA_ARGS__)
 #define mc_ddp_init(...) lab01_seam_ddp_init(__FILE__, __func__, __VA_ARGS__)
-#define mc_comm_init_world(...) lab01_seam_comm_init_world(__FILE__, __func__, __VA_ARGS__)
 #define mc_get_forward_backward_func(...) lab01_seam_get_schedule(__FILE__, __func__, __VA_ARGS__)
 #define mc_host_collective(...) lab01_seam_host_collective(__FILE__, __func__, __VA_ARGS__)
 
@@ -465,20 +467,6 @@ static int lab01_seam_ddp_init(const char *file, const char *func, mc_ddp *ddp,
     lab01_core_enter("mc_ddp_init", file, func);
     if (lab01_tr != NULL && copy.ops == NULL) copy.ops = &lab01_tr->table;
     int rc = (mc_ddp_init)(ddp, &copy);
-    lab01_core_leave();
-    return rc;
-}
-
-/* The recipe's world: AUTO would pick NCCL on a GPU build, but the recipe path runs on the
-   reference (host) table, so its world is an MPI one. */
-static int lab01_seam_comm_init_world(const char *file, const char *func, mc_comm **w,
-                                      const mc_comm_desc *d) {
-    mc_comm_desc copy = *d;
-    lab01_core_enter("mc_comm_init_world", file, func);
-    if (lab01_tr != NULL && copy.backend == MC_BACKEND_AUTO &&
-        lab01_tr->inner->device == MC_DEVICE_CPU)
-        copy.backend = MC_BACKEND_MPI;
-    int rc = (mc_comm_init_world)(w, &copy);
     lab01_core_leave();
     return rc;
 }
@@ -1122,6 +1110,7 @@ static void lab01_recipe_flags(const lab01_state *st, lab01_argv *a) {
     lab01_arg(a, "--attention-dropout"), lab01_arg(a, "0");
     lab01_arg(a, "--data-path"), lab01_arg(a, "%s", st->token_file);
     lab01_arg(a, "--log-interval"), lab01_arg(a, "1");
+    lab01_arg(a, "--cpu");   /* a GPU build too: the recipe path is the reference (host) table */
     a->argv[a->argc] = NULL;
 }
 
@@ -1134,14 +1123,18 @@ static int lab01_run_recipe(lab_ctx *cx) {
     lab01_recipe_flags(st, &a);
     char line[1400];
     int len = snprintf(line, sizeof line, "application  ./pretrain_gpt"), col = len;
-    for (int i = 1; i + 1 < a.argc && len < (int)sizeof line - 100; i += 2) {
-        int w = (int)(strlen(a.argv[i]) + strlen(a.argv[i + 1])) + 2;
+    for (int i = 1; i < a.argc && len < (int)sizeof line - 100; i++) {
+        int has_value = i + 1 < a.argc && strncmp(a.argv[i + 1], "--", 2) != 0;
+        const char *value = has_value ? a.argv[i + 1] : "";
+        int w = (int)(strlen(a.argv[i]) + strlen(value)) + 1 + has_value;
         if (col + w > 98) {
             len += snprintf(line + len, sizeof line - (size_t)len, " \\\n%15s", "");
             col = 15;
         }
-        len += snprintf(line + len, sizeof line - (size_t)len, " %s %s", a.argv[i], a.argv[i + 1]);
+        len += snprintf(line + len, sizeof line - (size_t)len, " %s%s%s", a.argv[i],
+                        has_value ? " " : "", value);
         col += w;
+        i += has_value;
     }
     lab_printf0("%s\n", line);
     double t0 = lab_now();
