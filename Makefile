@@ -147,13 +147,19 @@ $(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h $(CONFIG_STAMP) | $(BUILD
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
 
+# lab06: the learner edits labs/lab06_attention.c (an attention module plugged in through the
+# layer spec); labs/lab06_builtin.c holds the built-in module and its broken copies. They are
+# the lab's own sources: the library is the ordinary build.
+LAB_SRCS_lab06 := labs/lab06_attention.c labs/lab06_builtin.c
+lab06: $(LAB_SRCS_lab06)
+
 # lab01 compiles examples/pretrain_gpt.c into itself (the recipe path) and runs the CBLAS-backed
 # CPU table beside the reference one, so it links the library built with MC_WITH_CBLAS.
 LAB_IMPL_lab01 := $(BUILD)/mc_impl_cblas.o
 LAB_LIBS_lab01 := $(CBLAS_LIBS)
 lab01: examples/pretrain_gpt.c $(LAB_IMPL_lab01)
 
-$(BUILD)/mc_impl_cblas.o: labs/mc_impl.c megatron_c.h | $(BUILD)/.deps-ok
+$(BUILD)/mc_impl_cblas.o: labs/mc_impl.c megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $(CBLAS_CPPFLAGS) -c $< -o $@
 
@@ -264,7 +270,7 @@ check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two 
 
 cuda: ## rebuild the labs and the tests with the NCCL backend (CUDA=1)
 	@command -v $(NVCC) >/dev/null || { echo "cuda: nvcc not found (install the CUDA toolkit)"; exit 1; }
-	rm -f $(LABS) $(LAB_COMMON) $(BUILD)/mc_impl_faults.o
+	rm -f $(LABS) $(LAB_COMMON) $(BUILD)/mc_impl_faults.o $(BUILD)/mc_impl_cblas.o
 	$(MAKE) CUDA=1 labs $(MPI_CASES)
 
 clean: ## remove build outputs
