@@ -18,6 +18,8 @@
                           communicator backend, both implemented in megatron_c_cuda.cu (compile
                           that file with nvcc and link it: -lnccl -lcublasLt -lcublas -lcudnn
                           -lcudart).
+       MC_WITH_CBLAS      also build mc_ops_cpu_cblas(): the CPU table with its GEMM routed
+                          through cblas_sgemm (needs <cblas.h>; link a CBLAS, e.g. -lopenblas).
        MC_STATIC          make every public function static (private copy per translation unit).
        MC_ASSERT(c)       override assert() for internal invariants.
 
@@ -244,7 +246,9 @@ MC_API void mc_free(void *ptr);
    is the only source of TP-vs-single-rank rounding differences in the linear layers. Build with
    MC_CPU_GEMM_ACC_F64 to accumulate the reference GEMM in double (smaller such differences).
    Build with MC_USE_CBLAS (link a CBLAS, e.g. -lopenblas) to route the table's gemm through
-   cblas_sgemm; multi-threaded BLAS libraries need not be deterministic across shapes.
+   cblas_sgemm; multi-threaded BLAS libraries need not be deterministic across shapes. Build
+   with MC_WITH_CBLAS to keep the reference table as it is and get the BLAS one beside it
+   (mc_ops_cpu_cblas), so that one program can run both and compare them.
 
    Dropout (dropout_* and the attention probabilities): element i is kept iff
    mc_rng_uniform_at(seed, offset + i) >= p, and kept values are scaled by 1 / (1 - p); p = 0
@@ -433,6 +437,13 @@ MC_API const mc_ops *mc_ops_cpu(void);
    contract as mc_ops.gemm without bias. */
 MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
                                 int trans_a, int trans_b, float alpha, float beta);
+/* The CPU table with one op swapped for an accelerated library: gemm is cblas_sgemm (fp32
+   storage: bf16 operands are widened first, as in the reference). Same memory as
+   mc_ops_cpu() (host, ctx NULL), so it drops in wherever the reference table goes; every
+   other op is the reference one. Its sums run in the BLAS library's order, so results match
+   the reference to rounding, not bit for bit. NULL in builds without MC_WITH_CBLAS or
+   MC_USE_CBLAS (a caller falls back to mc_ops_cpu()). */
+MC_API const mc_ops *mc_ops_cpu_cblas(void);
 /* 1 when the two tables work on the same memory (the same table, or the same device and
    context), so that one's buffers are valid for the other. */
 MC_API int mc_ops_same_memory(const mc_ops *a, const mc_ops *b);
@@ -3174,7 +3185,10 @@ static float mc__rng_to_uniform(uint32_t bits);
 // storage.
 
 #include <math.h>
-#if defined(MC_USE_CBLAS)
+#if defined(MC_USE_CBLAS) && !defined(MC_WITH_CBLAS)
+#define MC_WITH_CBLAS
+#endif
+#if defined(MC_WITH_CBLAS)
 #include <cblas.h>
 #endif
 
@@ -3509,7 +3523,7 @@ MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M,
     }
 }
 
-#if defined(MC_USE_CBLAS)
+#if defined(MC_WITH_CBLAS)
 static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, int N, int K,
                                int trans_a, int trans_b, float alpha, float beta) {
     if (M <= 0 || N <= 0) return;
@@ -3521,6 +3535,8 @@ static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, 
                 trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
                 trans_b ? K : N, beta, C, N);
 }
+#endif
+#if defined(MC_USE_CBLAS)
 #define MC__CPU_GEMM mc__cpu_gemm_cblas
 #else
 #define MC__CPU_GEMM mc_cpu_gemm_blocked
@@ -3535,16 +3551,19 @@ static void mc__cpu_add_bias_f32(float *out, const float *bias, int N, int C) {
         for (c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
 }
 
-static int mc__cpu_gemm(const mc_ops *o, void *C, const void *A, const void *B, const void *bias,
-                        int M, int N, int K, int trans_a, int trans_b, float alpha, float beta,
-                        mc_dtype c_dt, mc_dtype ab_dt) {
+typedef void (*mc__cpu_gemm_f32)(float *C, const float *A, const float *B, int M, int N, int K,
+                                 int trans_a, int trans_b, float alpha, float beta);
+
+/* The gemm op around an fp32 kernel: dtype views, the kernel, the bias. */
+static int mc__cpu_gemm_with(mc__cpu_gemm_f32 kernel, void *C, const void *A, const void *B,
+                             const void *bias, int M, int N, int K, int trans_a, int trans_b,
+                             float alpha, float beta, mc_dtype c_dt, mc_dtype ab_dt) {
     mc__f32_set s = MC__F32_SET_EMPTY;
     int rc = MC_OK;
     size_t mk = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
     size_t kn = (size_t)(K > 0 ? K : 0) * (size_t)(N > 0 ? N : 0);
     size_t mn = (size_t)(M > 0 ? M : 0) * (size_t)(N > 0 ? N : 0);
     float *fc, *fa, *fb, *fbias;
-    (void)o;
     if (M < 0 || N < 0 || K < 0)
         return MC__FAIL(MC_ERR_INVALID_ARG, "cpu gemm: M (%d), N (%d) and K (%d) must be >= 0", M,
                         N, K);
@@ -3554,11 +3573,29 @@ static int mc__cpu_gemm(const mc_ops *o, void *C, const void *A, const void *B, 
     fb = mc__f32_add(&s, &rc, B, kn, ab_dt, MC__IN, "gemm");
     fbias = mc__f32_add(&s, &rc, bias, (size_t)N, ab_dt, MC__IN, "gemm");
     if (rc == MC_OK) {
-        MC__CPU_GEMM(fc, fa, fb, M, N, K, trans_a, trans_b, alpha, beta);
+        kernel(fc, fa, fb, M, N, K, trans_a, trans_b, alpha, beta);
         mc__cpu_add_bias_f32(fc, fbias, M, N);
     }
     return mc__f32_done(&s, rc);
 }
+
+static int mc__cpu_gemm(const mc_ops *o, void *C, const void *A, const void *B, const void *bias,
+                        int M, int N, int K, int trans_a, int trans_b, float alpha, float beta,
+                        mc_dtype c_dt, mc_dtype ab_dt) {
+    (void)o;
+    return mc__cpu_gemm_with(MC__CPU_GEMM, C, A, B, bias, M, N, K, trans_a, trans_b, alpha, beta,
+                             c_dt, ab_dt);
+}
+
+#if defined(MC_WITH_CBLAS)
+static int mc__cpu_gemm_cblas_op(const mc_ops *o, void *C, const void *A, const void *B,
+                                 const void *bias, int M, int N, int K, int trans_a, int trans_b,
+                                 float alpha, float beta, mc_dtype c_dt, mc_dtype ab_dt) {
+    (void)o;
+    return mc__cpu_gemm_with(mc__cpu_gemm_cblas, C, A, B, bias, M, N, K, trans_a, trans_b, alpha,
+                             beta, c_dt, ab_dt);
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // >>core.ops cpu bias, layernorm, gelu
@@ -4139,50 +4176,37 @@ static int mc__cpu_adamw(const mc_ops *o, float *main, const float *grad, float 
     return MC_OK;
 }
 
-/* In mc_ops field order (positional: C++17 has no designated initializers). */
-static const mc_ops mc__cpu_ops = {
-    "cpu",
-    MC_DEVICE_CPU,
-    NULL,
-    mc__cpu_alloc,
-    mc__cpu_free,
-    mc__cpu_copy_bytes,
-    mc__cpu_copy_bytes,
-    mc__cpu_copy_2d,
-    mc__cpu_synchronize,
-    mc__cpu_fill,
-    mc__cpu_copy,
-    mc__cpu_axpy,
-    mc__cpu_scale,
-    mc__cpu_sum_squares,
-    mc__cpu_gemm,
-    mc__cpu_bias_backward,
-    mc__cpu_layernorm_forward,
-    mc__cpu_layernorm_backward,
-    mc__cpu_gelu_forward,
-    mc__cpu_gelu_backward,
-    mc__cpu_attention_stats,
-    mc__cpu_attention_forward,
-    mc__cpu_attention_backward,
-    mc__cpu_dropout_forward,
-    mc__cpu_dropout_backward,
-    mc__cpu_check_ids,
-    mc__cpu_embedding_forward,
-    mc__cpu_embedding_backward,
-    mc__cpu_row_max,
-    mc__cpu_target_logit,
-    mc__cpu_sum_exp,
-    mc__cpu_row_sum,
-    mc__cpu_cross_entropy_loss,
-    mc__cpu_cross_entropy_backward,
-    mc__cpu_adamw,
-    NULL,   /* no account: give a copy of the table one */
-    NULL,   /* no completion markers: a CPU op has finished when it returns */
-    NULL,
-    NULL,
-};
+/* In mc_ops field order (positional: C++17 has no designated initializers). The tables
+   differ in their name and their gemm only. */
+#define MC__CPU_OPS_TABLE(name, gemm) {                                                     \
+    name, MC_DEVICE_CPU, NULL, mc__cpu_alloc, mc__cpu_free, mc__cpu_copy_bytes,                 \
+    mc__cpu_copy_bytes, mc__cpu_copy_2d, mc__cpu_synchronize, mc__cpu_fill, mc__cpu_copy,       \
+    mc__cpu_axpy, mc__cpu_scale, mc__cpu_sum_squares, gemm, mc__cpu_bias_backward,              \
+    mc__cpu_layernorm_forward, mc__cpu_layernorm_backward, mc__cpu_gelu_forward,                \
+    mc__cpu_gelu_backward, mc__cpu_attention_stats, mc__cpu_attention_forward,                  \
+    mc__cpu_attention_backward, mc__cpu_dropout_forward, mc__cpu_dropout_backward,              \
+    mc__cpu_check_ids, mc__cpu_embedding_forward, mc__cpu_embedding_backward,                   \
+    mc__cpu_row_max, mc__cpu_target_logit, mc__cpu_sum_exp, mc__cpu_row_sum,                    \
+    mc__cpu_cross_entropy_loss, mc__cpu_cross_entropy_backward, mc__cpu_adamw,                  \
+    NULL, /* no account: give a copy of the table one */                                        \
+    NULL, /* no completion markers: a CPU op has finished when it returns */                    \
+    NULL, NULL                                                                                  \
+}
+
+static const mc_ops mc__cpu_ops = MC__CPU_OPS_TABLE("cpu", mc__cpu_gemm);
+#if defined(MC_WITH_CBLAS)
+static const mc_ops mc__cpu_cblas_ops = MC__CPU_OPS_TABLE("cpu-cblas", mc__cpu_gemm_cblas_op);
+#endif
 
 MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
+
+MC_API const mc_ops *mc_ops_cpu_cblas(void) {
+#if defined(MC_WITH_CBLAS)
+    return &mc__cpu_cblas_ops;
+#else
+    return NULL;
+#endif
+}
 
 // >>core.ops memory accounting
 
