@@ -445,9 +445,23 @@ typedef struct gr__misc {
     cJSON *scope;  /* section ids */
     cJSON *pairs;  /* rubric point ids this contradicts */
     cJSON *refute; /* fact paths printed as the refutation */
+    cJSON *when;   /* {"path", "equals" | "in" | "not_in"}: active only when the fact holds */
     const char *feedback;
     const char *citation;
 } gr__misc;
+
+/* A measured quantity that a quoted value must be attributed to (evidence "quantities"). */
+enum {
+    GR__FORM_VERSION = 1, GR__FORM_HEX = 2, GR__FORM_COUNT = 4, GR__FORM_TEXT = 8,
+    GR__FORM_NUMBER = 16
+};
+
+typedef struct gr__quantity {
+    const char *name;   /* "commit", "Open MPI" */
+    int concept;        /* the words that name it in a sentence */
+    int forms;          /* GR__FORM_* bits: how its values are written */
+    cJSON *paths;       /* the measured facts a value is checked against */
+} gr__quantity;
 
 typedef struct gr__evid {
     char id[48];
@@ -457,6 +471,9 @@ typedef struct gr__evid {
     cJSON *ignore_paths;
     cJSON *ignore_numbers;
     const char *need;
+    gr__quantity *quant; /* bound evidence: values count only beside their quantity's name */
+    int nquant;
+    double distance;     /* ... within this many words (default 4) */
 } gr__evid;
 
 typedef struct gr__quality {
@@ -956,9 +973,27 @@ static void gr__load_misconceptions(gr__ctx *c, const cJSON *root) {
         m->scope = cJSON_GetObjectItemCaseSensitive(p, "sections");
         m->pairs = cJSON_GetObjectItemCaseSensitive(p, "pairs_with");
         m->refute = cJSON_GetObjectItemCaseSensitive(p, "refute");
+        m->when = cJSON_GetObjectItemCaseSensitive(p, "when");
+        if (m->when != NULL &&
+            (gr__jstr(m->when, "path", NULL) == NULL ||
+             (cJSON_GetObjectItemCaseSensitive(m->when, "equals") == NULL &&
+              !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m->when, "in")) &&
+              !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m->when, "not_in")))))
+            gr__fail(c, MC_ERR_INVALID_DESC,
+                     "rubric: misconception %s: \"when\" needs a \"path\" and one of "
+                     "\"equals\", \"in\" or \"not_in\" (a list)", m->id);
         m->feedback = gr__jstr(p, "feedback", "");
         m->citation = gr__jstr(p, "citation", "");
     }
+}
+
+static int gr__form_bit(const char *name) {
+    return !strcmp(name, "version") ? GR__FORM_VERSION
+           : !strcmp(name, "hex")   ? GR__FORM_HEX
+           : !strcmp(name, "count") ? GR__FORM_COUNT
+           : !strcmp(name, "text")   ? GR__FORM_TEXT
+           : !strcmp(name, "number") ? GR__FORM_NUMBER
+                                     : 0;
 }
 
 static void gr__load_evidence_quality(gr__ctx *c, const cJSON *root) {
@@ -976,6 +1011,28 @@ static void gr__load_evidence_quality(gr__ctx *c, const cJSON *root) {
         e->ignore_paths = cJSON_GetObjectItemCaseSensitive(p, "ignore_paths");
         e->ignore_numbers = cJSON_GetObjectItemCaseSensitive(p, "ignore_numbers");
         e->need = gr__jstr(p, "need", "");
+        e->distance = gr__jnum(p, "distance", 4);
+        int qcap = 0;
+        const cJSON *q;
+        cJSON_ArrayForEach(q, cJSON_GetObjectItemCaseSensitive(p, "quantities")) {
+            gr__quantity *x = GR__PUSH(c, e->quant, e->nquant, qcap);
+            memset(x, 0, sizeof *x);
+            x->name = gr__jstr(q, "name", "?");
+            x->concept = gr__need_concept(c, gr__jstr(q, "concept", "?"), where);
+            const cJSON *form = cJSON_GetObjectItemCaseSensitive(q, "form"), *f;
+            if (cJSON_IsString(form)) x->forms = gr__form_bit(form->valuestring);
+            const cJSON *forms = cJSON_IsArray(form) ? form : NULL;
+            cJSON_ArrayForEach(f, forms) {
+                if (cJSON_IsString(f)) x->forms |= gr__form_bit(f->valuestring);
+            }
+            x->paths = cJSON_GetObjectItemCaseSensitive(q, "paths");
+            if (x->forms == 0 || !cJSON_IsArray(x->paths) || cJSON_GetArraySize(x->paths) == 0)
+                gr__fail(c, MC_ERR_INVALID_DESC,
+                         "rubric: %s: quantity \"%s\" needs \"form\" (version, hex, count, "
+                         "number or text, or a list of them) and \"paths\" (a list of fact "
+                         "paths)",
+                         where, x->name);
+        }
     }
     cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(root, "quality")) {
         gr__quality *q = GR__PUSH(c, c->R.quality, c->R.nquality, c->R.capquality);
@@ -2866,10 +2923,31 @@ static int gr__misc_in_scope(const gr__misc *m, const gr__rubric *R, int rub) {
     return m->scope == NULL || gr__json_has_string(m->scope, R->sec[rub].id);
 }
 
+/* 1 when misconception m applies to this run: it has no "when", or the measured fact at
+   when.path equals when.equals, is one of when.in, or is none of when.not_in (e.g. "claims FP8
+   ran here" only where FP8 was not exercised). A fact the results lack: not applicable. */
+static int gr__misc_active(gr__ctx *c, const gr__misc *m) {
+    if (m->when == NULL) return 1;
+    const cJSON *v = gr__path(c->results, gr__jstr(m->when, "path", ""));
+    if (v == NULL || cJSON_IsNull(v)) return 0;
+    const cJSON *eq = cJSON_GetObjectItemCaseSensitive(m->when, "equals"), *e;
+    if (eq != NULL) return gr__loose_eq(c, eq, v);
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(m->when, "in")) {
+        if (gr__loose_eq(c, e, v)) return 1;
+    }
+    const cJSON *not_in = cJSON_GetObjectItemCaseSensitive(m->when, "not_in");
+    if (not_in == NULL) return 0;
+    cJSON_ArrayForEach(e, not_in) {
+        if (gr__loose_eq(c, e, v)) return 0;
+    }
+    return 1;
+}
+
 static void gr__detect_misconceptions(gr__ctx *c, gr__secstat *stats, gr__mcstate *mcs) {
     const gr__rubric *R = &c->R;
     for (int mi = 0; mi < R->nmisc; mi++) {
         const gr__misc *m = &R->misc[mi];
+        if (!gr__misc_active(c, m)) continue;
         for (int r = 0; r < R->nsec; r++) {
             gr__sec *sec = stats[r].sec;
             if (sec == NULL || !gr__misc_in_scope(m, R, r)) continue;
@@ -3052,6 +3130,350 @@ static int gr__num_matches(double quoted, int decimals, double measured) {
     return fabs(quoted - measured) <= 0.5 * pow(10.0, -decimals) + 1e-9;
 }
 
+/* ---- bound evidence: a quoted value counts only beside the name of its quantity ---- */
+
+#define GR__MAX_QVALS 64
+#define GR__MAX_VCOMP 6
+
+/* A value written in a sentence. */
+typedef struct gr__qval {
+    int form;                    /* GR__FORM_VERSION, _HEX, _COUNT or _NUMBER (1.5e-06) */
+    char text[48];               /* as written (normalised) */
+    int ncomp;
+    long comp[GR__MAX_VCOMP];    /* version components */
+    double num;                  /* its value as a number (counts, x.y, scientific) */
+    double tol;                  /* what the digits written allow: 0.5 in the last digit */
+    size_t start, end;           /* bytes of the sentence's normalised text */
+} gr__qval;
+
+/* A quantity whose form is "number" takes counts, "x.y" and scientific values. */
+static int gr__value_fits(const gr__quantity *q, const gr__qval *v) {
+    if (q->forms & v->form) return 1;
+    if (!(q->forms & GR__FORM_NUMBER)) return 0;
+    return v->form == GR__FORM_COUNT || (v->form == GR__FORM_VERSION && v->ncomp == 2 &&
+                                         v->text[0] != 'v');
+}
+
+/* "1.5e-06" at s[i] (digits, optional decimals, an exponent): 1 and the value, else 0. */
+static int gr__scientific_at(const char *s, size_t n, size_t i, gr__qval *v) {
+    size_t j = i;
+    int dec = 0;
+    while (j < n && isdigit((unsigned char)s[j])) j++;
+    if (j == i) return 0;
+    if (j + 1 < n && s[j] == '.' && isdigit((unsigned char)s[j + 1]))
+        for (j++; j < n && isdigit((unsigned char)s[j]); j++) dec++;
+    if (j >= n || s[j] != 'e') return 0;
+    size_t k = j + 1;
+    if (k < n && (s[k] == '-' || s[k] == '+')) k++;
+    if (k >= n || !isdigit((unsigned char)s[k])) return 0;
+    while (k < n && isdigit((unsigned char)s[k])) k++;
+    if (k < n && isalnum((unsigned char)s[k])) return 0;
+    char buf[48];
+    snprintf(buf, sizeof buf, "%.*s", (int)(k - i < 47 ? k - i : 47), s + i);
+    v->form = GR__FORM_NUMBER;
+    v->num = strtod(buf, NULL);
+    v->tol = 0.5 * pow(10.0, floor(log10(fabs(v->num) > 0 ? fabs(v->num) : 1.0)) - dec) + 1e-300;
+    v->start = i;
+    v->end = k;
+    snprintf(v->text, sizeof v->text, "%s", buf);
+    return 1;
+}
+
+static int gr__alnum(char ch) { return isalnum((unsigned char)ch) != 0; }
+
+/* "v4.1.4", "12.2.0" at s[i]: the components (2 or more) and the end; 0 when none. */
+static int gr__version_at(const char *s, size_t n, size_t i, gr__qval *v) {
+    size_t j = i;
+    if (i > 0 && (gr__alnum(s[i - 1]) || s[i - 1] == '.')) return 0;
+    if (j < n && s[j] == 'v') j++;
+    if (j >= n || !isdigit((unsigned char)s[j])) return 0;
+    int nc = 0;
+    for (;;) {
+        long x = 0;
+        size_t d = j;
+        while (j < n && isdigit((unsigned char)s[j]) && j - d < 9)
+            x = x * 10 + (s[j++] - '0');
+        if (j == d) return 0;
+        if (nc < GR__MAX_VCOMP) v->comp[nc++] = x;
+        if (j + 1 < n && s[j] == '.' && isdigit((unsigned char)s[j + 1])) {
+            j++;
+            continue;
+        }
+        break;
+    }
+    if (nc >= 2 && j + 2 < n && s[j] == 'r' && s[j + 1] == 'c' && isdigit((unsigned char)s[j + 2]))
+        for (j += 2; j < n && isdigit((unsigned char)s[j]); j++) {   /* "0.15.0rc7" */
+        }
+    if (nc >= 2 && j + 1 < n && s[j] == '-' && isdigit((unsigned char)s[j + 1])) {
+        size_t k = j + 1;   /* git describe: "0.15.0rc7-2333" or "...-2333-gd98e8a64" */
+        while (k < n && isdigit((unsigned char)s[k])) k++;
+        if (k == n || !gr__alnum(s[k]) || s[k] == '-') j = k;
+        if (j == k && k + 2 < n && s[k] == '-' && s[k + 1] == 'g' && isxdigit((unsigned char)s[k + 2]))
+            for (j = k + 2; j < n && isxdigit((unsigned char)s[j]); j++) {
+            }
+    }
+    if (nc < 2 || (j < n && isalpha((unsigned char)s[j]))) return 0;
+    v->form = GR__FORM_VERSION;
+    v->ncomp = nc;
+    v->start = i;
+    v->end = j;
+    return 1;
+}
+
+/* The values of a normalised sentence: versions, commit hashes (7-40 hex digits with a digit
+   and a letter, or the word "unknown"), counts (a stand-alone integer, "8x", or no / zero /
+   none / without / 无 / 没有 / 零 meaning 0). */
+static int gr__sentence_values(const gr__sent *s, gr__qval *out, int cap) {
+    static const char *const zero_words[] = {"no", "zero", "none", "without", NULL};
+    static const char *const zero_cjk[] = {"\xe6\x97\xa0", "\xe9\x9b\xb6", NULL};   /* 无 零 */
+    const char *t = s->norm;
+    size_t n = strlen(t);
+    int nv = 0;
+    for (size_t i = 0; i < n && nv < cap;) {
+        gr__qval v;
+        memset(&v, 0, sizeof v);
+        int fresh = i == 0 || !(gr__alnum(t[i - 1]) || t[i - 1] == '.');
+        if (fresh && gr__scientific_at(t, n, i, &v)) {
+            out[nv++] = v;
+            i = v.end;
+            continue;
+        }
+        memset(&v, 0, sizeof v);
+        if (gr__version_at(t, n, i, &v)) {
+            snprintf(v.text, sizeof v.text, "%.*s", (int)(v.end - i), t + i);
+            const char *dot = strchr(v.text, '.');
+            v.num = strtod(v.text[0] == 'v' ? v.text + 1 : v.text, NULL);
+            v.tol = 0.5 * pow(10.0, -(double)(dot ? strlen(dot + 1) : 0)) + 1e-9;
+            out[nv++] = v;
+            i = v.end;
+            continue;
+        }
+        if (!gr__alnum(t[i]) || (i > 0 && (gr__alnum(t[i - 1]) || t[i - 1] == '.'))) {
+            i++;
+            continue;
+        }
+        size_t j = i;
+        int digits = 0, letters = 0, hex = 1;
+        while (j < n && gr__alnum(t[j])) {
+            char ch = t[j++];
+            digits += isdigit((unsigned char)ch) != 0;
+            letters += isalpha((unsigned char)ch) != 0;
+            hex = hex && (isdigit((unsigned char)ch) || (ch >= 'a' && ch <= 'f'));
+        }
+        size_t len = j - i;
+        int after_dot = j + 1 < n && t[j] == '.' && isdigit((unsigned char)t[j + 1]);
+        v.start = i;
+        v.end = j;
+        snprintf(v.text, sizeof v.text, "%.*s", (int)(len < 47 ? len : 47), t + i);
+        if (hex && digits > 0 && letters > 0 && len >= 7 && len <= 40) {
+            v.form = GR__FORM_HEX;
+        } else if (len == 7 && strncmp(t + i, "unknown", 7) == 0) {
+            v.form = GR__FORM_HEX;
+        } else if (!after_dot && letters == 0 && len < 10) {
+            v.form = GR__FORM_COUNT;
+            v.num = strtod(v.text, NULL);
+            v.tol = 1e-9;
+        } else if (!after_dot && letters == 1 && len >= 2 && len < 10 && t[j - 1] == 'x') {
+            v.form = GR__FORM_COUNT;            /* "8x" */
+            v.text[len - 1] = '\0';
+            v.num = strtod(v.text, NULL);
+            v.tol = 1e-9;
+        }
+        if (v.form != 0) out[nv++] = v;
+        i = j;
+    }
+    for (int k = 0; k < s->ntok && nv < cap; k++) {
+        const gr__tok *tk = &s->tok[k];
+        int zero = 0;
+        for (int w = 0; tk->kind == GR__T_WORD && zero_words[w] != NULL && !zero; w++)
+            zero = strcmp(tk->s, zero_words[w]) == 0;
+        for (int w = 0; tk->kind == GR__T_CJK && zero_cjk[w] != NULL && !zero; w++)
+            zero = strcmp(tk->s, zero_cjk[w]) == 0;
+        if (tk->kind == GR__T_CJK && strcmp(tk->s, "\xe6\xb2\xa1") == 0 && k + 1 < s->ntok &&
+            strcmp(s->tok[k + 1].s, "\xe6\x9c\x89") == 0)   /* 没有 */
+            zero = 1;
+        if (!zero) continue;
+        gr__qval v;
+        memset(&v, 0, sizeof v);
+        v.form = GR__FORM_COUNT;
+        v.num = 0;
+        v.start = (size_t)tk->start;
+        v.end = (size_t)(tk->start + tk->len);
+        snprintf(v.text, sizeof v.text, "%.*s", tk->len < 47 ? tk->len : 47, t + tk->start);
+        out[nv++] = v;
+    }
+    return nv;
+}
+
+/* Weighted words between the value's bytes and a concept match (0 when they touch or
+   overlap); *before = 1 when the concept stands before the value. */
+static double gr__value_distance(const gr__sent *s, const gr__qval *v, const gr__match *m,
+                                 int *before) {
+    int v0 = gr__tok_at(s, v->start), v1 = gr__tok_at(s, v->end > v->start ? v->end - 1 : v->start);
+    if (v0 >= s->ntok) v0 = s->ntok - 1;
+    if (v1 >= s->ntok) v1 = s->ntok - 1;
+    *before = m->end <= v0;
+    if (m->end <= v0) return fmax(0.0, s->wpos[v0] - s->wpos[m->end - 1] - 1.0);
+    if (m->start > v1) return fmax(0.0, s->wpos[m->start] - s->wpos[v1] - 1.0);
+    return 0.0;
+}
+
+/* Does the measured fact hold the quoted value? `shown` receives the measured value. */
+static int gr__quantity_holds(gr__ctx *c, const gr__quantity *q, const gr__qval *v, gr__sb *shown) {
+    const cJSON *p;
+    cJSON_ArrayForEach(p, q->paths) {
+        const cJSON *f = cJSON_IsString(p) ? gr__path(c->results, p->valuestring) : NULL;
+        if (f == NULL || cJSON_IsNull(f)) continue;
+        if (shown->len < 120) gr__sb_printf(c, shown, "%s%s", shown->len ? " | " : "",
+                                           gr__json_short(c, f, 60));
+        if (q->forms & GR__FORM_NUMBER) {   /* any number under the path */
+            gr__facts F = {0};
+            gr__flatten(c, f, &F, 0);
+            for (int i = 0; i < F.nnum; i++)
+                if (fabs(F.num[i] - v->num) <= v->tol) return 1;
+            if (!(q->forms & v->form)) continue;
+        }
+        if (v->form == GR__FORM_COUNT) {
+            if (cJSON_IsNumber(f) && fabs(f->valuedouble - v->num) < 1e-9) return 1;
+            continue;
+        }
+        if (v->form == GR__FORM_NUMBER) continue;
+        char numtext[64];
+        const char *raw = cJSON_IsString(f) ? f->valuestring : NULL;
+        if (raw == NULL && cJSON_IsNumber(f)) {
+            snprintf(numtext, sizeof numtext, "%.15g", f->valuedouble);
+            raw = numtext;
+        }
+        if (raw == NULL) continue;
+        char *norm = gr__normalize(c, raw, strlen(raw));
+        size_t n = strlen(norm);
+        if (v->form == GR__FORM_HEX) {
+            size_t k = strlen(v->text);
+            if (n >= k && strncmp(norm, v->text, k) == 0 &&
+                (strcmp(v->text, "unknown") == 0 || strspn(norm, "0123456789abcdef") >= k))
+                return 1;
+            continue;
+        }
+        for (size_t i = 0; i < n; i++) {   /* a version: a prefix of one written in the fact */
+            gr__qval m;
+            memset(&m, 0, sizeof m);
+            if (!gr__version_at(norm, n, i, &m)) continue;
+            int same = m.ncomp >= v->ncomp;
+            for (int k = 0; k < v->ncomp && same; k++)
+                same = m.comp[k] == v->comp[k];
+            if (same) return 1;
+            i = m.end;
+        }
+    }
+    return 0;
+}
+
+/* A measured text (a GPU or CPU model) written in the sentence beside its quantity's name. */
+static int gr__quantity_text_in(gr__ctx *c, const gr__quantity *q, gr__sent *s, double dist,
+                                char *found, size_t cap) {
+    const cJSON *p;
+    cJSON_ArrayForEach(p, q->paths) {
+        const cJSON *f = cJSON_IsString(p) ? gr__path(c->results, p->valuestring) : NULL;
+        if (!cJSON_IsString(f) || strlen(f->valuestring) < 2) continue;
+        char *norm = gr__normalize(c, f->valuestring, strlen(f->valuestring));
+        const char *at = strstr(s->norm, norm);
+        if (at == NULL) continue;
+        gr__qval v;
+        memset(&v, 0, sizeof v);
+        v.start = (size_t)(at - s->norm);
+        v.end = v.start + strlen(norm);
+        for (int i = 0; i < s->ncm[q->concept]; i++) {
+            int before;
+            if (gr__value_distance(s, &v, &s->cm[q->concept][i], &before) <= dist) {
+                snprintf(found, cap, "%s", f->valuestring);
+                return 1;
+            }
+        }
+    }
+    return 0;
+}
+
+static void gr__score_bound_evidence(gr__ctx *c, const gr__evid *e, const gr__secstat *st,
+                                     gr__item *it) {
+    gr__sec *sec = st->sec;
+    double dist = e->distance;
+    int *verified = (int *)gr__alloc(c, sizeof(int) * (size_t)(e->nquant + 1));
+    gr__sb ok = {0}, bad = {0};
+    int nok = 0, nbad = 0, first_line = 0;
+    for (int i = 0; i < sec->nsent; i++) {
+        gr__sent *s = &sec->sent[i];
+        if (s->ignored == GR__IGN_COPY || s->ignored == GR__IGN_LONG) continue;
+        gr__analyse_sentence(c, s);
+        gr__qval vals[GR__MAX_QVALS];
+        int nv = gr__sentence_values(s, vals, GR__MAX_QVALS);
+        for (int k = 0; k < nv; k++) {
+            /* the quantities named close enough, nearest first (a name before the value wins
+               a tie): the value counts for the first one it matches */
+            int order[32], no = 0;
+            double d_of[32];
+            for (int q = 0; q < e->nquant && no < 32; q++) {
+                if (!gr__value_fits(&e->quant[q], &vals[k])) continue;
+                double best = INFINITY;
+                for (int m = 0; m < s->ncm[e->quant[q].concept]; m++) {
+                    int before;
+                    double d = gr__value_distance(s, &vals[k], &s->cm[e->quant[q].concept][m],
+                                                  &before);
+                    if (!before) d += 0.5;
+                    if (d < best) best = d;
+                }
+                if (best > dist + 0.5) continue;
+                int at = no++;
+                while (at > 0 && d_of[at - 1] > best) {
+                    order[at] = order[at - 1];
+                    d_of[at] = d_of[at - 1];
+                    at--;
+                }
+                order[at] = q;
+                d_of[at] = best;
+            }
+            if (no == 0) continue;   /* not attributed to a quantity: not evidence */
+            int hit = -1;
+            gr__sb shown = {0};
+            for (int o = 0; o < no && hit < 0; o++) {
+                gr__sb tmp = {0};
+                if (gr__quantity_holds(c, &e->quant[order[o]], &vals[k], &tmp)) hit = order[o];
+                if (o == 0) shown = tmp;
+            }
+            if (hit >= 0) {
+                if (verified[hit]++ == 0) {
+                    gr__sb_printf(c, &ok, "%s%s %s", ok.len ? ", " : "", e->quant[hit].name,
+                                  vals[k].text);
+                    nok++;
+                    if (first_line == 0) first_line = s->line;
+                }
+            } else if (nbad < 8) {
+                gr__sb_printf(c, &bad, "%s%s %s (measured %s)", bad.len ? ", " : "",
+                              e->quant[order[0]].name, vals[k].text,
+                              shown.len ? gr__sb_str(&shown) : "nothing");
+                nbad++;
+            }
+        }
+        for (int q = 0; q < e->nquant; q++) {
+            char found[128];
+            if (verified[q] || !(e->quant[q].forms & GR__FORM_TEXT) ||
+                !gr__quantity_text_in(c, &e->quant[q], s, dist, found, sizeof found))
+                continue;
+            verified[q] = 1;
+            gr__sb_printf(c, &ok, "%s%s %s", ok.len ? ", " : "", e->quant[q].name, found);
+            nok++;
+            if (first_line == 0) first_line = s->line;
+        }
+    }
+    it->line = first_line;
+    it->score = fmin(e->points, e->per_value * nok);
+    gr__sb d = {0};
+    gr__sb_printf(c, &d, "%d measured quantit%s quoted", nok, nok == 1 ? "y" : "ies");
+    it->detail = d.s;
+    if (nok > 0) gr__more(c, it, "verified: %s", gr__sb_str(&ok));
+    if (nbad > 0) gr__more(c, it, "value not from this run: %s", gr__sb_str(&bad));
+    if (it->score < e->points) gr__more(c, it, "need: %s", e->need);
+}
+
 static void gr__score_evidence(gr__ctx *c, const gr__evid *e, const gr__secstat *st) {
     const gr__rubric *R = &c->R;
     gr__item *it = gr__new_item(c, e->id, "evid", "EVID", R->sec[e->section].part, e->points);
@@ -3066,6 +3488,10 @@ static void gr__score_evidence(gr__ctx *c, const gr__evid *e, const gr__secstat 
         it->detail = gr__strdup(c, gr__floor_label(st));
         gr__more(c, it, "%s", gr__floor_text(c, st));
         gr__more(c, it, "need: %s", e->need);
+        return;
+    }
+    if (e->nquant > 0) {
+        gr__score_bound_evidence(c, e, st, it);
         return;
     }
     gr__facts F = {0}, ign = {0};
@@ -3238,6 +3664,14 @@ static void gr__misconception_items(gr__ctx *c, const gr__mcstate *mcs) {
             if (r >= 0) part = R->sec[r].part;
         }
         gr__item *it = gr__new_item(c, m->id, "misc", "MISC", part, 0);
+        if (!mcs[mi].fired && !gr__misc_active(c, m)) {
+            const char *wp = gr__jstr(m->when, "path", "");
+            gr__sb d = {0};
+            gr__sb_printf(c, &d, "not applicable in this run (%s = %s)", wp,
+                          gr__json_short(c, gr__path(c->results, wp), 30));
+            it->detail = d.s;
+            continue;
+        }
         if (!mcs[mi].fired) {
             it->detail = gr__strdup(c, "did not fire");
             continue;

@@ -508,6 +508,155 @@ Test(grader, numbers_inside_strings_and_identifiers) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+   conditional misconceptions and evidence bound to its quantity (rubric "when", "quantities") */
+
+/* Adds rubric entries (JSON text) to the test rubric: `key` is "misconceptions", "evidence" or
+   "concepts" (then item is {"NAME": [...]} and is merged). */
+static void rubric_add(const char *key, const char *item_json) {
+    char *text = slurp(in_dir("rubric.json"));
+    cJSON *r = cJSON_Parse(text), *it = cJSON_Parse(item_json);
+    free(text);
+    cr_assert_not_null(r);
+    cr_assert_not_null(it, "bad JSON in the test: %s", item_json);
+    cJSON *dst = cJSON_GetObjectItemCaseSensitive(r, key);
+    if (cJSON_IsObject(dst)) {
+        cJSON *c = it->child;
+        while (c != NULL) {
+            cJSON *next = c->next;
+            cJSON_AddItemToObject(dst, c->string, cJSON_DetachItemViaPointer(it, c));
+            c = next;
+        }
+        cJSON_Delete(it);
+    } else {
+        cJSON_AddItemToArray(dst, it);
+    }
+    write_json(in_dir("rubric.json"), r);
+}
+
+/* Sets facts.<key> of the test results to a JSON value. */
+static void results_fact(const char *key, const char *value_json) {
+    char *text = slurp(in_dir("results.json"));
+    cJSON *r = cJSON_Parse(text), *v = cJSON_Parse(value_json);
+    free(text);
+    cr_assert_not_null(v, "bad JSON in the test: %s", value_json);
+    cJSON *facts = cJSON_GetObjectItemCaseSensitive(r, "facts");
+    cJSON_DeleteItemFromObjectCaseSensitive(facts, key);
+    cJSON_AddItemToObject(facts, key, v);
+    write_json(in_dir("results.json"), r);
+}
+
+Test(grader, a_misconception_with_when_applies_only_where_its_fact_holds) {
+    rubric_add("misconceptions",
+               "{\"id\": \"MX4\", \"title\": \"claims TP adjacency ran\", \"penalty\": 0.5,"
+               " \"patterns\": [{\"all\": [\"TP\", \"ADJ\"]}],"
+               " \"when\": {\"path\": \"facts.flag\", \"equals\": false},"
+               " \"feedback\": \"not here\", \"citation\": \"unit test\"}");
+    rubric_add("misconceptions",
+               "{\"id\": \"MX5\", \"title\": \"listed outcome\", \"penalty\": 0.25,"
+               " \"patterns\": [{\"all\": [\"TP\", \"ADJ\"]}],"
+               " \"when\": {\"path\": \"facts.outcome\", \"in\": [\"ok\", \"hang\"]},"
+               " \"feedback\": \"f\", \"citation\": \"unit test\"}");
+    rubric_add("misconceptions",
+               "{\"id\": \"MX6\", \"title\": \"unlisted outcome\", \"penalty\": 0.25,"
+               " \"patterns\": [{\"all\": [\"TP\", \"ADJ\"]}],"
+               " \"when\": {\"path\": \"facts.outcome\", \"not_in\": [\"hang\"]},"
+               " \"feedback\": \"f\", \"citation\": \"unit test\"}");
+    const char *claim = "TP ranks are adjacent in this layout of the ranks.";
+    graded g = grade_sheet(sheet(NULL, NULL, claim, NULL, NULL, NULL));
+    cr_expect_not(item(&g, "MX4")->fired, "facts.flag is true: not applicable\n%s", g.out);
+    cr_expect(mc_test_contains(item(&g, "MX4")->output, "not applicable in this run (facts.flag"),
+              "%s", item(&g, "MX4")->output);
+    cr_expect(item(&g, "MX5")->fired, "hang is in the list\n%s", g.out);
+    cr_expect_not(item(&g, "MX6")->fired, "hang is excluded\n%s", g.out);
+    release(&g);
+    results_fact("flag", "false");
+    graded h = grade_sheet(sheet(NULL, NULL, claim, NULL, NULL, NULL));
+    cr_expect(item(&h, "MX4")->fired, "facts.flag is false: it applies\n%s", h.out);
+    cr_expect_float_eq(item(&h, "MX4")->score, -0.5, 1e-9);
+    release(&h);
+    /* a "when" without a condition is a rubric error naming the misconception */
+    rubric_add("misconceptions", "{\"id\": \"MX7\", \"penalty\": 1, \"patterns\": [{\"all\": "
+                                 "[\"TP\"]}], \"when\": {\"path\": \"facts.flag\"}}");
+    graded bad = grade_sheet(sheet(NULL, NULL, claim, NULL, NULL, NULL));
+    cr_expect_lt(bad.rc, 0);
+    release(&bad);
+}
+
+static void add_bound_evidence(void) {
+    rubric_add("concepts", "{\"Q_COMMIT\": [\"commit\", \"sha\"], \"Q_MPI\": [\"open mpi\", \"mpi\"],"
+                           " \"Q_GPU\": [\"gpu\", \"gpus\", \"nvidia\"], \"Q_LOSS\": [\"loss\"],"
+                           " \"Q_DIFF\": [\"difference\"]}");
+    rubric_add("evidence",
+               "{\"id\": \"EV.bound\", \"section\": \"EV\", \"points\": 1.0, \"per_value\": 0.25,"
+               " \"quantities\": ["
+               "  {\"name\": \"commit\", \"concept\": \"Q_COMMIT\", \"paths\": [\"facts.commit\"],"
+               "   \"form\": \"hex\"},"
+               "  {\"name\": \"MPI\", \"concept\": \"Q_MPI\", \"paths\": [\"facts.mpi\"],"
+               "   \"form\": \"version\"},"
+               "  {\"name\": \"GPUs\", \"concept\": \"Q_GPU\", \"paths\": [\"facts.gpus\","
+               "   \"facts.gpu_name\"], \"form\": [\"count\", \"text\"]},"
+               "  {\"name\": \"loss\", \"concept\": \"Q_LOSS\", \"paths\": [\"facts.loss\"],"
+               "   \"form\": \"number\"},"
+               "  {\"name\": \"difference\", \"concept\": \"Q_DIFF\", \"paths\": [\"facts.diff\"],"
+               "   \"form\": \"number\"}],"
+               " \"need\": \"values next to their names\"}");
+    results_fact("commit", "\"4e45e84368a9999bf43a319cb9ebb812c0d66756\"");
+    results_fact("mpi", "\"Open MPI v4.1.4, package: Debian OpenMPI\"");
+    results_fact("gpus", "1");
+    results_fact("gpu_name", "\"NVIDIA H200\"");
+    results_fact("loss", "[4.8602147, 4.7991990]");
+    results_fact("diff", "3.832e-09");
+}
+
+Test(grader, bound_evidence_counts_values_beside_their_names) {
+    add_bound_evidence();
+    graded g = grade_sheet(sheet(
+        NULL, NULL, NULL,
+        "This ran at commit 4e45e84 with Open MPI 4.1.4 on 1 x NVIDIA H200, loss 4.8602 and a "
+        "difference of 3.8e-09.", NULL, NULL));
+    const gr_item *e = item(&g, "EV.bound");
+    cr_expect_float_eq(e->score, 1.0, 1e-9, "%s", e->output);
+    cr_expect(mc_test_contains(e->output, "commit 4e45e84") &&
+                  mc_test_contains(e->output, "MPI 4.1.4") && mc_test_contains(e->output, "GPUs 1") &&
+                  mc_test_contains(e->output, "loss 4.8602") &&
+                  mc_test_contains(e->output, "difference 3.8e-09"),
+              "%s", e->output);
+    release(&g);
+}
+
+Test(grader, bound_evidence_refuses_wrong_values_and_unnamed_ones) {
+    add_bound_evidence();
+    graded g = grade_sheet(sheet(NULL, NULL, NULL,
+                                 "This ran at commit deadbee1 with Open MPI 4.1.5 and 8 GPUs, "
+                                 "loss 3.8e-09.", NULL, NULL));
+    const gr_item *e = item(&g, "EV.bound");
+    cr_expect_float_eq(e->score, 0.0, 1e-9, "%s", e->output);
+    cr_expect(mc_test_contains(e->output, "value not from this run: commit deadbee1") &&
+                  mc_test_contains(e->output, "MPI 4.1.5") && mc_test_contains(e->output, "GPUs 8") &&
+                  mc_test_contains(e->output, "loss 3.8e-09"),
+              "%s", e->output);
+    release(&g);
+    /* the right values, but no name beside them (or the name of another quantity) */
+    graded h = grade_sheet(sheet(NULL, NULL, NULL,
+                                 "The numbers were 4e45e84 and 4.1.4 and then 4.8602 as a "
+                                 "difference of the runs in this lab.", NULL, NULL));
+    const gr_item *f = item(&h, "EV.bound");
+    cr_expect_float_eq(f->score, 0.0, 1e-9, "%s", f->output);
+    release(&h);
+    /* "no GPU" is the count 0: wrong here (1 GPU), right once the facts say 0 */
+    graded k = grade_sheet(sheet(NULL, NULL, NULL, "The whole run used no GPU at all, it seems.",
+                                 NULL, NULL));
+    cr_expect(mc_test_contains(item(&k, "EV.bound")->output, "GPUs no (measured 1"), "%s",
+              item(&k, "EV.bound")->output);
+    release(&k);
+    results_fact("gpus", "0");
+    graded z = grade_sheet(sheet(NULL, NULL, NULL, "The whole run used no GPU at all, it seems.",
+                                 NULL, NULL));
+    cr_expect_float_eq(item(&z, "EV.bound")->score, 0.25, 1e-9, "%s", item(&z, "EV.bound")->output);
+    release(&z);
+}
+
+/* ---------------------------------------------------------------------------------------------
    predictions */
 
 static const char *k_all_right =
