@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "grader.h"
@@ -81,6 +82,24 @@ static void lab__logger(const char *tag, uint32_t level, int item, const char *m
 
 /* ---------------------------------------------------------------------------------------------
    >>small */
+
+void lab_meet(lab_ctx *cx) {
+    mc_request *req = NULL;
+    MC_CHECK(mc_barrier_async(cx->world, &req));
+    double deadline = lab_now() + LAB_MEET_LIMIT_S;
+    for (;;) {
+        int done = 0;
+        MC_CHECK(mc_test(req, &done));
+        if (done) return;
+        if (lab_now() > deadline) {
+            fprintf(stderr, "%s: rank %d waited %.0f s for the other ranks at lab_meet; stopping\n",
+                    cx->spec->name, cx->me, LAB_MEET_LIMIT_S);
+            lab_abort(LAB_EXIT_FAILED);
+        }
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+}
 
 double lab_round_s(double seconds) { return (double)(long long)(seconds * 1e4 + 0.5) / 1e4; }
 double lab_round_ms(double ms) { return (double)(long long)(ms * 1e3 + 0.5) / 1e3; }
@@ -677,6 +696,9 @@ static cJSON *lab__results_json(lab_ctx *cx, cJSON *facts, int all_checks_held) 
     cJSON_AddStringToObject(doc, "question", spec->question);
     cJSON_AddStringToObject(doc, "rubric_version", lab__json_str(rubric, "rubric_version", ""));
     cJSON_AddStringToObject(doc, "megatron_c_version", mc_version_string());
+    cJSON *build = cJSON_AddObjectToObject(doc, "build");   /* what built this binary */
+    cJSON_AddStringToObject(build, "commit", lab_build_commit());
+    cJSON_AddNumberToObject(build, "dirty", lab_build_dirty());
     cJSON_Delete(rubric);
     cJSON_AddStringToObject(doc, "title", spec->title);
     cJSON_AddItemToObject(doc, "config", lab__config_json(cx));

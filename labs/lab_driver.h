@@ -28,8 +28,8 @@
      5. the experiments, in order, on every rank (they are collective), each one timed (the
         slowest rank's seconds go into the results);
      6. rank 0 writes results/labNN.json: the versioned envelope (format 2: lab, question,
-        config, backend, nonce, probe, predictions, ledger, run with per-experiment times and
-        every check) around the object the spec's `facts` returns;
+        build (the git commit), config, backend, nonce, probe, predictions, ledger, run with
+        per-experiment times and every check) around the object the spec's `facts` returns;
      7. grades answers/labNN.md against it and prints the score table (last line "Total x/15");
      8. exits 0 when every check held, 1 when one failed (or the results could not be written
         or graded), 2 for bad flags or a world the lab cannot use.
@@ -196,6 +196,13 @@ void lab_heap_stats_get(lab_heap_stats *out);
 void lab_heap_peak_reset(void);
 /* Calls fn for every block the library frees from now on (NULL stops it). */
 void lab_heap_watch_frees(void (*fn)(void *ptr, void *user), void *user);
+
+/* Every rank of the world meets here, like a barrier, but a rank that arrives early sleeps
+   between tests of it: while some ranks work alone (a single-rank reference run), the waiting
+   ones leave them the cores a polling wait would take. Stops the program after
+   LAB_MEET_LIMIT_S seconds. */
+#define LAB_MEET_LIMIT_S 600.0
+void lab_meet(lab_ctx *cx);
 
 /* Rounding for results: seconds to 0.1 ms, milliseconds to 1 us (the rest is noise). */
 double lab_round_s(double seconds);
