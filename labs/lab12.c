@@ -1423,6 +1423,20 @@ static cJSON *lab12_facts(lab_ctx *cx) {
             cJSON_AddItemToObject(runs, lab12_features[f].id, lab12_run_json(&st->runs[st->run_of[f]]));
     cJSON_AddItemToObject(runs, "tp_pp", lab12_run_json(&st->runs[st->tp_pp]));
     if (st->cuda.ran) cJSON_AddItemToObject(runs, "cuda_ops", lab12_run_json(&st->cuda));
+    /* the two numbers a statement quotes, per run: its largest relative loss difference from
+       the reference and its median step time */
+    cJSON *rd = cJSON_AddObjectToObject(sm, "rel_diff"), *ms = cJSON_AddObjectToObject(sm, "step_ms");
+    for (int f = 0; f < F_COUNT; f++)
+        if (st->run_of[f] >= 0 && st->runs[st->run_of[f]].status == MC_OK) {
+            const lab12_run *r = &st->runs[st->run_of[f]];
+            cJSON_AddNumberToObject(rd, lab12_features[f].id, r->max_rel_diff);
+            cJSON_AddNumberToObject(ms, lab12_features[f].id, lab_round_ms(r->median_ms));
+        }
+    if (st->cuda.ran && st->cuda.status == MC_OK) {
+        cJSON_AddNumberToObject(rd, "cuda_ops", st->cuda.max_rel_diff);
+        cJSON_AddNumberToObject(ms, "cuda_ops", lab_round_ms(st->cuda.median_ms));
+    }
+    cJSON_AddNumberToObject(ms, "reference", lab_round_ms(st->ref.median_ms));
     cJSON_AddBoolToObject(sm, "recompute_full_bitwise", st->rc_bitwise[0]);
     cJSON_AddBoolToObject(sm, "recompute_selective_bitwise", st->rc_bitwise[1]);
     cJSON *ck = cJSON_AddObjectToObject(sm, "checkpoint");
