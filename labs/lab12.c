@@ -662,7 +662,7 @@ static void lab12_reference(lab_ctx *cx, lab12_state *st) {
         MC_CHECK(st->ref.status);
         snprintf(st->ref.layout, sizeof st->ref.layout, "one rank, no parallelism");
     }
-    lab_meet(cx);
+    lab_meet_idle(cx, 0);
     MC_CHECK(lab_broadcast_bytes(cx->world, &st->ref, sizeof st->ref, 0));
     st->ref.median_ms = lab12_median(st->ref.ms, st->ref.n_loss);
     st->ref.ok = 1;
@@ -859,7 +859,7 @@ static void lab12_cuda(lab_ctx *cx, lab12_state *st) {
 #else
     snprintf(st->cuda_note, sizeof st->cuda_note, "not in this build (built without CUDA=1)");
 #endif
-    lab_meet(cx);
+    lab_meet_idle(cx, 0);
     MC_CHECK(lab_broadcast_bytes(cx->world, &st->cuda, sizeof st->cuda, 0));
     MC_CHECK(lab_broadcast_bytes(cx->world, st->cuda_note, sizeof st->cuda_note, 0));
     MC_CHECK(lab_broadcast_bytes(cx->world, &st->cuda_ops_present, sizeof(int), 0));

@@ -83,20 +83,20 @@ static void lab__logger(const char *tag, uint32_t level, int item, const char *m
 /* ---------------------------------------------------------------------------------------------
    >>small */
 
-void lab_meet(lab_ctx *cx) {
+void lab_meet_idle(lab_ctx *cx, double timeout_s) {
     mc_request *req = NULL;
+    double deadline = lab_now() + (timeout_s > 0 ? timeout_s : 600.0);
     MC_CHECK(mc_barrier_async(cx->world, &req));
-    double deadline = lab_now() + LAB_MEET_LIMIT_S;
     for (;;) {
         int done = 0;
         MC_CHECK(mc_test(req, &done));
         if (done) return;
         if (lab_now() > deadline) {
-            fprintf(stderr, "%s: rank %d waited %.0f s for the other ranks at lab_meet; stopping\n",
-                    cx->spec->name, cx->me, LAB_MEET_LIMIT_S);
+            fprintf(stderr, "%s: rank %d waited %.0f s for the other ranks at a meeting point; "
+                    "stopping\n", cx->spec->name, cx->me, timeout_s > 0 ? timeout_s : 600.0);
             lab_abort(LAB_EXIT_FAILED);
         }
-        struct timespec nap = {0, 20 * 1000 * 1000};
+        struct timespec nap = {0, 5 * 1000 * 1000};
         nanosleep(&nap, NULL);
     }
 }

@@ -197,12 +197,11 @@ void lab_heap_peak_reset(void);
 /* Calls fn for every block the library frees from now on (NULL stops it). */
 void lab_heap_watch_frees(void (*fn)(void *ptr, void *user), void *user);
 
-/* Every rank of the world meets here, like a barrier, but a rank that arrives early sleeps
-   between tests of it: while some ranks work alone (a single-rank reference run), the waiting
-   ones leave them the cores a polling wait would take. Stops the program after
-   LAB_MEET_LIMIT_S seconds. */
-#define LAB_MEET_LIMIT_S 600.0
-void lab_meet(lab_ctx *cx);
+/* A barrier over the world whose waiting ranks sleep (a few ms between tests) instead of
+   polling: while some ranks run alone (a single-rank reference, a sub-world), the others
+   leave them the cores. Every rank calls it; a rank still waiting after `timeout_s` seconds
+   (<= 0: 600) stops the run with a message. */
+void lab_meet_idle(lab_ctx *cx, double timeout_s);
 
 /* Rounding for results: seconds to 0.1 ms, milliseconds to 1 us (the rest is noise). */
 double lab_round_s(double seconds);
