@@ -4549,20 +4549,20 @@ static int gr__version_at(const char *s, size_t n, size_t i, long *comp, int *nc
     return 1;
 }
 
-/* A commit at s[i]: 7 to 40 hex digits with a digit and a letter, or the word "unknown". */
+/* A commit at s[i]: 7 to 40 hex digits, at least one a digit (a short commit may have no
+   letter: "8704574"), or the word "unknown". */
 static int gr__commit_at(const char *s, size_t n, size_t i, size_t *end) {
     if (i > 0 && isalnum((unsigned char)s[i - 1])) return 0;
     size_t j = i;
-    int digits = 0, letters = 0, hex = 1;
+    int digits = 0, hex = 1;
     while (j < n && isalnum((unsigned char)s[j])) {
         char ch = s[j++];
         digits += isdigit((unsigned char)ch) != 0;
-        letters += isalpha((unsigned char)ch) != 0;
         hex = hex && isxdigit((unsigned char)ch);
     }
     *end = j;
     if (j - i == 7 && strncmp(s + i, "unknown", 7) == 0) return 1;
-    return hex && digits > 0 && letters > 0 && j - i >= 7 && j - i <= 40;
+    return hex && digits > 0 && j - i >= 7 && j - i <= 40;
 }
 
 /* The facts a binding may be verified against: its path, then its further paths. */
