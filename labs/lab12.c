@@ -114,7 +114,7 @@ static const lab12_feature lab12_features[F_COUNT] = {
 
 /* The follow-up asks about three features: two that ran here and one that cannot. */
 static const int lab12_variant_features[LAB12_N_VARIANTS][3] = {
-    {F_VPP, F_DISTOPT, F_FP8}, {F_SP, F_RESHARD, F_MOE}, {F_RC_SEL, F_BF16, F_CUDA}};
+    {F_VPP, F_DISTOPT, F_FP8}, {F_SP, F_RESHARD, F_MOE}, {F_RC_SEL, F_BF16, F_CP_ATTN}};
 
 typedef struct lab12_status {
     const char *implemented;       /* "yes", "partial", "no", "not built", "unknown" */
