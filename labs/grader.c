@@ -4681,7 +4681,8 @@ static void gr__check_count_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, 
         for (int q = 0; q < b->quantity.n && !named; q++)
             for (int i = 0; i < s->ncm[b->quantity.concepts[q]] && !named; i++) {
                 const gr__match *m = &s->cm[b->quantity.concepts[q]][i];
-                named = m->start > k && m->start <= k + 3 && m->clause == s->clause[k];
+                named = m->start > k && m->start <= k + 3 && m->clause == s->clause[k] &&
+                        !m->framed;   /* "it is not true that no GPU ..." */
             }
         if (!named) continue;
         gr__num *x = GR__PUSH(c, nums, nn, ncap);
@@ -4726,7 +4727,8 @@ static void gr__check_text_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, g
             for (int q = 0; q < b->quantity.n && !named; q++)   /* the text names it itself */
                 for (int i = 0; i < s->ncm[b->quantity.concepts[q]] && !named; i++) {
                     const gr__match *m = &s->cm[b->quantity.concepts[q]][i];
-                    named = m->start >= t && m->start < gr__tok_at(s, off + len);
+                    named = m->start >= t && m->start < gr__tok_at(s, off + len) &&
+                            gr__slot_ok(&b->quantity, m, GR__SEARCH_STRICT, 0);
                 }
             if (!named) continue;
             gr__bind_found(c, s, e, facts[k]->valuestring, strlen(facts[k]->valuestring));

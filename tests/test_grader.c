@@ -1338,6 +1338,11 @@ Test(grader, a_count_reads_no_as_zero_and_a_text_needs_its_name) {
     graded k = grade_sheet(EV("This run used 0 GPUs."));
     EXPECT_SCORE(k, "E.gpus", 0.25);
     release(&k);
+    /* denied, the values state nothing */
+    graded m = grade_sheet(EV("It is not true that this run had no GPU and an AMD EPYC CPU."));
+    EXPECT_SCORE(m, "E.gpus", 0.0);
+    EXPECT_SCORE(m, "E.cpu", 0.0);
+    release(&m);
 }
 
 Test(grader, scientific_notation_is_a_value_with_its_decimals) {
