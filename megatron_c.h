@@ -508,6 +508,11 @@ typedef struct mc_cuda_desc {
                                    MC_CUDA_SYNC_CHECK=1 in the environment) */
     int tf32;                   /* 1: allow TF32 in fp32 GEMMs (default off: fp32 GEMMs match
                                    the CPU to 1e-5) */
+    int unfused;                /* 1: gemm_gelu_forward / _backward run as a GEMM and a GELU
+                                   kernel (default 0: under bf16, GELU in cuBLASLt's epilogue
+                                   where cuBLASLt has an algorithm; fp32 always unfused).
+                                   MC_CUDA_FUSE=0 in the environment turns the fusion off
+                                   without a rebuild */
 } mc_cuda_desc;
 /* Fills *ops (written only on success) with the CUDA table and a new context on desc->device
    (stream, cuBLASLt and cuDNN handles, workspace). MC_ERR_CUDA naming the call when the device
@@ -525,6 +530,10 @@ MC_CUDA_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
    each one of cudnn, flash, reference, or none yet), and after "; " why cuDNN was refused
    where it was ("" for a table that is not CUDA). */
 MC_CUDA_API const char *mc_ops_cuda_attention_kernels(const mc_ops *ops);
+/* "on: GELU in the GEMM epilogue, forward 24 fused / 0 unfused, backward 24 fused / 0
+   unfused" (the calls since init), "off: ..." when fusion is off, and after "; last
+   unfused: " why the last call with fusion on ran unfused ("" for a table that is not CUDA). */
+MC_CUDA_API const char *mc_ops_cuda_fusion(const mc_ops *ops);
 /* Per-op timing with CUDA events, summed per category (opt-in: it adds two events per op).
    enable 1 starts a fresh window; read waits for the device, writes the milliseconds of each
    category since the window opened and opens a new one. Communication is the NCCL operations
