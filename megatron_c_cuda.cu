@@ -2032,12 +2032,18 @@ static int mc__lt_make(mc__cuda_ctx *cx, mc__cuda_compute *cc, struct mc__lt_pla
                                              : CUBLASLT_EPILOGUE_GELU_AUX;
         cudaDataType_t bt = mc__cuda_type(p->ab_dt);
         int64_t ld = p->N;
+        /* the heuristic reads the aux pointer's value for its alignment: a stand-in aligned
+           exactly as the plan's class, so that every call of the class (aux checked to it)
+           fits the algorithm; the real pointer is set per call */
+        void *aux_hint = (void *)(uintptr_t)p->align;
         if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                            sizeof epi) != CUBLAS_STATUS_SUCCESS ||
             (p->bias && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                        &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS) ||
             cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
-                                           sizeof ld) != CUBLAS_STATUS_SUCCESS) {
+                                           sizeof ld) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                           &aux_hint, sizeof aux_hint) != CUBLAS_STATUS_SUCCESS) {
             p->unsupported = 1;
             return MC_OK;
         }
@@ -2410,11 +2416,13 @@ static int mc__cu_gemm_gelu(const mc_ops *o, int bwd, void *D, const void *aux_i
     key.M = M, key.N = N, key.K = K, key.ta = trans_a ? 1 : 0, key.tb = trans_b ? 1 : 0;
     key.bias = bias != NULL, key.c_dt = dt, key.ab_dt = dt, key.epi = bwd ? 2 : 1;
     key.align = mc__align_of(A, B, D, bias);
+    int aux_align = mc__align_of(aux, NULL, NULL, NULL);
+    if (aux_align < key.align) key.align = aux_align;
     if (!ctx->fuse) why = "off";
     else if (dt != MC_BF16) why = "fp32 (fused under bf16 only: fp32 keeps matching the CPU to 1e-5)";
     else if (M == 0 || N == 0 || K == 0) why = "an empty product";
     else if (N % 8 != 0) why = "N not a multiple of 8 (the aux leading dimension)";
-    else if (key.align < 16 || ((uintptr_t)aux & 15u) != 0) why = "a pointer not 16-byte aligned";
+    else if (key.align < 16) why = "a pointer not 16-byte aligned";
     else if ((rc = mc__lt_find(ctx, cc, &key, &p)) != MC_OK) return rc;
     else if (p->unsupported) why = "no cuBLASLt algorithm with the GELU epilogue";
     if (why != NULL) {
