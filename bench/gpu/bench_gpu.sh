@@ -7,10 +7,10 @@
 #
 # Settings (environment): BENCH_MODELS ("124M 350M"), BENCH_BATCH (16), BENCH_WARMUP (5),
 # BENCH_STEPS (20), BENCH_PROFILE (1: one extra profiled step per model), BENCH_UNFUSED_MODELS
-# ("124M": these models again with MC_CUDA_FUSE=0, impl=megatron_c-unfused; "" none), BENCH_PEERS (1: run
-# run_peers.sh when it is there), PEERS_BUDGET_S (passed on), BENCH_LOG (build/bench-gpu/bench.txt:
-# every BENCH line of this call, appended). Exit status: 0 when every megatron_c run printed
-# status=ok.
+# ("124M": these models again with MC_CUDA_FUSE=0, impl=megatron_c-unfused; "" none),
+# BENCH_PEERS (1: run run_peers.sh when it is there), PEERS_BUDGET_S (passed on), BENCH_LOG
+# (build/bench-gpu/bench.txt: every BENCH line of this call, appended). Exit status: 0 when
+# every megatron_c run printed status=ok.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)

@@ -199,8 +199,8 @@ int main(int argc, char **argv) {
     printf("BENCH impl=megatron_c%s%s model=%s tok_s=%.0f mfu=%.2f peak_gib=%.2f ms_step=%.2f "
            "steps=%d warmup=%d batch=%d seq=%d params=%zu warmup_s=%.1f loss_first=%.4f "
            "loss_last=%.4f status=%s\n",
-           o.fp32 ? "-fp32" : "", unfused ? "-unfused" : "", o.model, tok_s, mfu, peak, 1e3 * t_steps / o.steps, o.steps,
-           o.warmup, o.batch, o.seq, params, t_warm, loss_first, loss_last,
+           o.fp32 ? "-fp32" : "", unfused ? "-unfused" : "", o.model, tok_s, mfu, peak,
+           1e3 * t_steps / o.steps, o.steps, o.warmup, o.batch, o.seq, params, t_warm, loss_first, loss_last,
            finite ? "ok" : "nan-loss");
     fflush(stdout);
     mc_optimizer_destroy(&opt);
