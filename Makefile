@@ -97,6 +97,11 @@ LAB_DEFS_lab11 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab11 := $(BUILD)/mc_impl_faults.o
 lab11: $(LAB_SRCS_lab11) $(LAB_IMPL_lab11)
 
+# lab02: a hidden model fault (mc_fault_inject) in the same fault build of the library.
+LAB_DEFS_lab02 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab02 := $(BUILD)/mc_impl_faults.o
+lab02: $(LAB_IMPL_lab02)
+
 $(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
