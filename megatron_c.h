@@ -1905,12 +1905,19 @@ MC_API const mc_transformer_spec *mc_transformer_spec_local(void);
                                                                       residual, so none here)
      decoder.layers.L.self_attention      ln / out, before dropout   d ln / d out
      decoder.layers.L.mlp                 (likewise)                 (likewise)
+       the local spec also taps inside them:
+       .self_attention.linear_qkv         ln / qkv [N, 3 Ql]         d ln / d qkv
+       .self_attention.core_attention     qkv / context [N, Ql]      d qkv / d context
+       .self_attention.linear_proj        context / out              d context / d out
+       .mlp.linear_fc1                    ln / fc1 [N, Fl] (pre-GELU) d ln / d fc1
+       .mlp.linear_fc2                    GELU(fc1) [N, Fl] / out    d GELU(fc1) / d out
      decoder.final_layernorm              block output / ln [Ns, H]  d block output / d ln
      output_layer                         ln / logits [N, Vl]        d ln / d logits
      loss                                 logits / losses [N] fp32   d logits / d losses
 
-   [Ns, H] rows are this TP rank's sequence piece under SP (row_shard), [N, Vl] columns its
-   vocab piece (col_shard). Under full recompute the replayed forwards call no tap. */
+   [Ns, H] rows are this TP rank's sequence piece under SP (row_shard); the columns of
+   [N, Vl], [N, 3 Ql], [N, Ql] and [N, Fl] are its vocab, head or ffn piece (col_shard).
+   Under full recompute the replayed forwards call no tap. */
 typedef struct mc_gpt_tap_tensor {
     const void *data;               /* op memory; NULL where the table above has "-" */
     mc_dtype dtype;
@@ -9337,16 +9344,24 @@ static int mc__gpt_fault_scale_qkv(mc_gpt *g, void *qkv, float f, int q_only) {
     return rc;
 }
 
-/* The attention faults of this layer on the qkv output (forward) or its grad (backward): both
-   are multiplied by the same factor, so the backward is the gradient of the broken forward. */
-static int mc__gpt_fault_qkv(const mc_layer_ctx *ctx, void *qkv) {
+/* MC_FAULT_QKV_SHARD on this rank and layer: the linear_qkv output (forward) and, in backward,
+   the grad reaching the linear (d raw = factor x d corrupted) are multiplied by the factor. */
+static int mc__gpt_fault_qkv_shard(const mc_layer_ctx *ctx, void *qkv) {
     mc_gpt *g = ctx->gpt;
-    if (mc__fault.layer != ctx->global_layer) return MC_OK;
-    if (mc__fault.kind == MC_FAULT_QKV_SHARD && g->tp_rank == mc__fault.tp_rank)
-        return mc__gpt_fault_scale_qkv(g, qkv, mc__fault.factor, 0);
-    if (mc__fault.kind == MC_FAULT_SOFTMAX_SCALE)
-        return mc__gpt_fault_scale_qkv(g, qkv, mc__fault.factor, 1);
-    return MC_OK;
+    if (mc__fault.kind != MC_FAULT_QKV_SHARD || mc__fault.layer != ctx->global_layer ||
+        g->tp_rank != mc__fault.tp_rank)
+        return MC_OK;
+    return mc__gpt_fault_scale_qkv(g, qkv, mc__fault.factor, 0);
+}
+
+/* MC_FAULT_SOFTMAX_SCALE in this layer: core attention runs on q times the factor (times
+   1 / factor to undo it afterwards, so the cache keeps linear_qkv's output), and d q is
+   multiplied by the factor. */
+static int mc__gpt_fault_softmax(const mc_layer_ctx *ctx, void *buf, float power) {
+    if (mc__fault.kind != MC_FAULT_SOFTMAX_SCALE || mc__fault.layer != ctx->global_layer)
+        return MC_OK;
+    return mc__gpt_fault_scale_qkv(ctx->gpt, buf, power > 0 ? mc__fault.factor
+                                                             : 1.0f / mc__fault.factor, 1);
 }
 #endif
 
@@ -9487,29 +9502,47 @@ static int mc__gpt_local_norm_backward(const mc_layer_ctx *ctx, int which, void 
 }
 
 /* QKV column-parallel -> causal attention on the local heads (probability dropout under the
-   model-parallel stream) -> projection row-parallel (+ bias). out (Ns, H). */
+   model-parallel stream) -> projection row-parallel (+ bias). out (Ns, H). The three steps
+   are tapped as linear_qkv, core_attention and linear_proj. */
 static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_layer_cache *c = ctx->cache;
     size_t n_probs = (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S;
     float *stats = c->attn_stats ? c->attn_stats : g->impl->stats_scratch;
-    int rc;
+    int L = ctx->global_layer, rc;
+    mc_gpt_tap_tensor qkv = mc__gpt_tt(g, c->qkv, g->dtype, g->N, 3 * g->Ql, 1);
+    mc_gpt_tap_tensor atty = mc__gpt_tt(g, c->atty, g->dtype, g->N, g->Ql, 1);
     if ((rc = mc__gpt_column_forward(g, c->qkv, inp, ctx->w[MC_GPT_QKV_W], ctx->w[MC_GPT_QKV_B],
                                      3 * g->Ql, g->H)) != MC_OK)
         return rc;
 #if defined(MC_FAULT_HOOKS)
-    if ((rc = mc__gpt_fault_qkv(ctx, c->qkv)) != MC_OK) return rc;
+    if ((rc = mc__gpt_fault_qkv_shard(ctx, c->qkv)) != MC_OK) return rc;
 #endif
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.linear_qkv", L, 0,
+                mc__gpt_tt_hidden(g, inp), qkv);
     if ((rc = mc__gpt_draw_from(g, MC_RNG_MODEL_PARALLEL, n_probs,
                                 mc__gpt_dropout_p(g->config.attention_dropout),
                                 &c->attn_drop)) != MC_OK)
         return rc;
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_softmax(ctx, c->qkv, 1)) != MC_OK) return rc;
+#endif
     if ((rc = g->ops->attention_forward(g->ops, c->atty, stats, c->qkv, g->S, g->B, g->NHl,
                                         g->HD, c->attn_drop.p, c->attn_drop.seed,
                                         c->attn_drop.offset, g->dtype)) != MC_OK)
         return rc;
-    return mc__gpt_row_forward(g, out, c->atty, ctx->w[MC_GPT_PROJ_W], ctx->w[MC_GPT_PROJ_B],
-                               g->H, g->Ql, mc__gpt_fault_flags(ctx, MC__GPT_ATTENTION, 0));
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_softmax(ctx, c->qkv, -1)) != MC_OK) return rc;
+#endif
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.core_attention", L, 0, qkv,
+                atty);
+    if ((rc = mc__gpt_row_forward(g, out, c->atty, ctx->w[MC_GPT_PROJ_W], ctx->w[MC_GPT_PROJ_B],
+                                  g->H, g->Ql, mc__gpt_fault_flags(ctx, MC__GPT_ATTENTION, 0))) !=
+        MC_OK)
+        return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.linear_proj", L, 0, atty,
+                mc__gpt_tt_hidden(g, out));
+    return MC_OK;
 }
 
 static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, void *dinp,
@@ -9519,10 +9552,17 @@ static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, void *dinp,
     struct mc__gpt_layer_cache *c = ctx->cache;
     const float *stats = c->attn_stats;
     const void *atty = c->atty;
-    int rc;
+    int L = ctx->global_layer, rc;
+    mc_gpt_tap_tensor d_qkv = mc__gpt_tt(g, im->d_qkv, g->dtype, g->N, 3 * g->Ql, 1);
+    mc_gpt_tap_tensor d_atty = mc__gpt_tt(g, im->d_atty, g->dtype, g->N, g->Ql, 1);
     if ((rc = mc__gpt_row_backward(g, im->d_atty, ctx->g[MC_GPT_PROJ_W], ctx->g[MC_GPT_PROJ_B],
                                    dout, c->atty, ctx->w[MC_GPT_PROJ_W], g->H, g->Ql)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.linear_proj", L, 1, d_atty,
+                mc__gpt_tt_hidden(g, dout));
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_softmax(ctx, c->qkv, 1)) != MC_OK) return rc;
+#endif
     if (!stats) {
         /* selective recompute: the probabilities again, from the same inputs and draw */
         if ((rc = g->ops->attention_forward(g->ops, im->atty_scratch, im->stats_scratch, c->qkv,
@@ -9538,26 +9578,43 @@ static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, void *dinp,
                                          c->attn_drop.offset, g->dtype)) != MC_OK)
         return rc;
 #if defined(MC_FAULT_HOOKS)
-    if ((rc = mc__gpt_fault_qkv(ctx, im->d_qkv)) != MC_OK) return rc;
+    if ((rc = mc__gpt_fault_softmax(ctx, c->qkv, -1)) != MC_OK) return rc;
+    if ((rc = mc__gpt_fault_softmax(ctx, im->d_qkv, 1)) != MC_OK) return rc;
 #endif
-    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_QKV_W], ctx->g[MC_GPT_QKV_B],
-                                   im->d_qkv, inp, ctx->w[MC_GPT_QKV_W], 3 * g->Ql, g->H,
-                                   mc__gpt_fault_flags(ctx, MC__GPT_ATTENTION, 1));
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.core_attention", L, 1, d_qkv,
+                d_atty);
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_qkv_shard(ctx, im->d_qkv)) != MC_OK) return rc;
+#endif
+    if ((rc = mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_QKV_W], ctx->g[MC_GPT_QKV_B],
+                                      im->d_qkv, inp, ctx->w[MC_GPT_QKV_W], 3 * g->Ql, g->H,
+                                      mc__gpt_fault_flags(ctx, MC__GPT_ATTENTION, 1))) != MC_OK)
+        return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.linear_qkv", L, 1,
+                mc__gpt_tt_hidden(g, dinp), d_qkv);
+    return MC_OK;
 }
 
-/* fc1 column-parallel -> GELU -> fc2 row-parallel (+ bias). out (Ns, H). */
+/* fc1 column-parallel -> GELU -> fc2 row-parallel (+ bias). out (Ns, H). Tapped as linear_fc1
+   (its output before the GELU) and linear_fc2 (its input after it). */
 static int mc__gpt_local_mlp_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_layer_cache *c = ctx->cache;
-    int rc;
+    int L = ctx->global_layer, rc;
     if ((rc = mc__gpt_column_forward(g, c->fc1, inp, ctx->w[MC_GPT_FC1_W], ctx->w[MC_GPT_FC1_B],
                                      g->Fl, g->H)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.mlp.linear_fc1", L, 0, mc__gpt_tt_hidden(g, inp),
+                mc__gpt_tt(g, c->fc1, g->dtype, g->N, g->Fl, 1));
     if ((rc = g->ops->gelu_forward(g->ops, c->gelu, c->fc1, (size_t)g->N * (size_t)g->Fl,
                                    g->dtype)) != MC_OK)
         return rc;
-    return mc__gpt_row_forward(g, out, c->gelu, ctx->w[MC_GPT_FC2_W], ctx->w[MC_GPT_FC2_B],
-                               g->H, g->Fl, mc__gpt_fault_flags(ctx, MC__GPT_MLP, 0));
+    if ((rc = mc__gpt_row_forward(g, out, c->gelu, ctx->w[MC_GPT_FC2_W], ctx->w[MC_GPT_FC2_B],
+                                  g->H, g->Fl, mc__gpt_fault_flags(ctx, MC__GPT_MLP, 0))) != MC_OK)
+        return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.mlp.linear_fc2", L, 0,
+                mc__gpt_tt(g, c->gelu, g->dtype, g->N, g->Fl, 1), mc__gpt_tt_hidden(g, out));
+    return MC_OK;
 }
 
 static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, void *dinp, const void *dout,
@@ -9565,16 +9622,22 @@ static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, void *dinp, const
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_impl *im = g->impl;
     struct mc__gpt_layer_cache *c = ctx->cache;
-    int rc;
+    int L = ctx->global_layer, rc;
     if ((rc = mc__gpt_row_backward(g, im->d_fc_a, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B],
                                    dout, c->gelu, ctx->w[MC_GPT_FC2_W], g->H, g->Fl)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.mlp.linear_fc2", L, 1,
+                mc__gpt_tt(g, im->d_fc_a, g->dtype, g->N, g->Fl, 1), mc__gpt_tt_hidden(g, dout));
     if ((rc = g->ops->gelu_backward(g->ops, im->d_fc_b, c->fc1, im->d_fc_a,
                                     (size_t)g->N * (size_t)g->Fl, g->dtype)) != MC_OK)
         return rc;
-    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_FC1_W], ctx->g[MC_GPT_FC1_B],
-                                   im->d_fc_b, inp, ctx->w[MC_GPT_FC1_W], g->Fl, g->H,
-                                   mc__gpt_fault_flags(ctx, MC__GPT_MLP, 1));
+    if ((rc = mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_FC1_W], ctx->g[MC_GPT_FC1_B],
+                                      im->d_fc_b, inp, ctx->w[MC_GPT_FC1_W], g->Fl, g->H,
+                                      mc__gpt_fault_flags(ctx, MC__GPT_MLP, 1))) != MC_OK)
+        return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.mlp.linear_fc1", L, 1, mc__gpt_tt_hidden(g, dinp),
+                mc__gpt_tt(g, im->d_fc_b, g->dtype, g->N, g->Fl, 1));
+    return MC_OK;
 }
 
 MC_API const mc_transformer_spec *mc_transformer_spec_local(void) {

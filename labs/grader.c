@@ -1848,8 +1848,9 @@ static cJSON *gr__parse_value(gr__ctx *c, const char *v) {
             in_str = 1;
             gr__sb_addn(c, &b, &v[i++], 1);
         } else if (isalpha((unsigned char)ch) || ch == '_') {
-            size_t j2 = i;
-            while (isalnum((unsigned char)v[j2]) || v[j2] == '_' || v[j2] == '-')
+            size_t j2 = i;   /* a bare word; dotted names (decoder.layers.2.mlp) are one */
+            while (isalnum((unsigned char)v[j2]) || v[j2] == '_' || v[j2] == '-' ||
+                   (v[j2] == '.' && isalnum((unsigned char)v[j2 + 1])))
                 j2++;
             int literal = (j2 - i == 4 &&
                            (strncmp(v + i, "true", 4) == 0 || strncmp(v + i, "null", 4) == 0)) ||

@@ -69,9 +69,16 @@
 /* ---------------------------------------------------------------------------------------------
    modules: the primitives the model taps, in forward order, then the composites */
 
-enum { L02_SUB_LAYER, L02_SUB_LN1, L02_SUB_ATTN, L02_SUB_LN2, L02_SUB_MLP, L02_N_SUB };
-static const char *const l02_sub_name[L02_N_SUB] = {"", ".input_layernorm", ".self_attention",
-                                                     ".pre_mlp_layernorm", ".mlp"};
+enum { L02_SUB_LAYER, L02_SUB_LN1, L02_SUB_ATTN, L02_SUB_QKV, L02_SUB_CORE, L02_SUB_PROJ,
+       L02_SUB_LN2, L02_SUB_MLP, L02_SUB_FC1, L02_SUB_FC2, L02_N_SUB };
+static const char *const l02_sub_name[L02_N_SUB] = {
+    "", ".input_layernorm", ".self_attention", ".self_attention.linear_qkv",
+    ".self_attention.core_attention", ".self_attention.linear_proj", ".pre_mlp_layernorm", ".mlp",
+    ".mlp.linear_fc1", ".mlp.linear_fc2"};
+/* The leaves of a layer in forward order (the layer, attention and MLP are their sums). */
+static const int l02_leaves[] = {L02_SUB_LN1, L02_SUB_QKV, L02_SUB_CORE, L02_SUB_PROJ,
+                                 L02_SUB_LN2, L02_SUB_FC1, L02_SUB_FC2};
+#define L02_N_LEAVES 7
 #define L02_MOD_EMB 0
 #define L02_MOD_LAYER(l, sub) (1 + (l) * L02_N_SUB + (sub))
 #define L02_MOD_FINAL_LN (1 + L02_LAYERS * L02_N_SUB)
@@ -111,8 +118,13 @@ static const char *l02_package(int m) {
     if (m == L02_MOD_LOSS) return "tensor_parallel (cross_entropy)";
     switch ((m - 1) % L02_N_SUB) {
     case L02_SUB_LAYER: return "transformer.transformer_layer";
-    case L02_SUB_ATTN: return "transformer.attention, tensor_parallel";
-    case L02_SUB_MLP: return "transformer.mlp, tensor_parallel";
+    case L02_SUB_ATTN: return "transformer.attention";
+    case L02_SUB_QKV: return "tensor_parallel (ColumnParallelLinear)";
+    case L02_SUB_CORE: return "transformer.dot_product_attention";
+    case L02_SUB_PROJ: return "tensor_parallel (RowParallelLinear)";
+    case L02_SUB_MLP: return "transformer.mlp";
+    case L02_SUB_FC1: return "tensor_parallel (ColumnParallelLinear)";
+    case L02_SUB_FC2: return "tensor_parallel (RowParallelLinear)";
     default: return "transformer (the spec's LayerNorm)";
     }
 }
@@ -229,11 +241,13 @@ static void l02_fault_from_nonce(const char *nonce, l02_fault *f) {
     case L02_F_QKV:
     case L02_F_SOFTMAX:
         f->desc.submodule = MC_FAULT_ATTENTION;
-        snprintf(f->module, sizeof f->module, "decoder.layers.%d.self_attention", layer);
+        snprintf(f->module, sizeof f->module, "decoder.layers.%d.self_attention.%s", layer,
+                 f->which == L02_F_QKV ? "linear_qkv" : "core_attention");
         break;
     case L02_F_ROW:
     case L02_F_COLUMN:
-        snprintf(f->module, sizeof f->module, "decoder.layers.%d.%s", layer, sub_name);
+        snprintf(f->module, sizeof f->module, "decoder.layers.%d.%s.%s", layer, sub_name,
+                 linear[sub][f->which == L02_F_ROW]);
         break;
     case L02_F_CE: snprintf(f->module, sizeof f->module, "loss"); break;
     case L02_F_EMBEDDING: snprintf(f->module, sizeof f->module, "embedding"); break;
@@ -246,8 +260,9 @@ static void l02_fault_from_nonce(const char *nonce, l02_fault *f) {
         snprintf(f->param, sizeof f->param, "%s.", f->module);
         break;
     case L02_F_OPTIMIZER:
-        snprintf(f->module, sizeof f->module, "decoder.layers.%d.%s", layer, sub_name);
-        snprintf(f->param, sizeof f->param, "%s.%s.weight", f->module, linear[sub][weight]);
+        snprintf(f->module, sizeof f->module, "decoder.layers.%d.%s.%s", layer, sub_name,
+                 linear[sub][weight]);
+        snprintf(f->param, sizeof f->param, "%s.weight", f->module);
         break;
     }
     f->desc.param = f->param[0] ? f->param : NULL;
@@ -697,6 +712,7 @@ static const char *const l02_q_name[L02_N_Q] = {"forward input", "forward output
 
 typedef struct l02_oracle {
     double mod[L02_STEPS][L02_N_PRIM][L02_N_Q];
+    int ranks[L02_STEPS][L02_N_PRIM][L02_N_Q];      /* bit r: world rank r sees a difference */
     int n_params;                                   /* reference params + 1 (the tied copy) */
     char param_names[L02_MAX_PARAMS][MC_PARAM_NAME_MAX];
     double param[L02_STEPS][L02_MAX_PARAMS][2];     /* [0] grad, [1] value */
@@ -753,7 +769,13 @@ static void l02_compare(lab_ctx *cx, const l02_app *mine, const l02_app *ref, l0
                     l02_max_into(&local.mod[k][owner][w ? L02_Q_PARAM : L02_Q_GRAD], d);
             }
         }
+    for (int k = 0; k < L02_STEPS; k++)
+        for (int m = 0; m < L02_N_PRIM; m++)
+            for (int q = 0; q < L02_N_Q; q++)
+                local.ranks[k][m][q] = local.mod[k][m][q] > L02_TOL ? 1 << cx->me : 0;
     memcpy(o, &local, sizeof *o);
+    MC_CHECK(lab_all_reduce_i32(cx->world, &local.ranks[0][0][0], &o->ranks[0][0][0],
+                                sizeof local.ranks / sizeof(int), MC_SUM));
     MC_CHECK(lab_all_reduce_f64(cx->world, &local.mod[0][0][0], &o->mod[0][0][0],
                                 sizeof local.mod / sizeof(double), MC_MAX));
     MC_CHECK(lab_all_reduce_f64(cx->world, &local.param[0][0][0], &o->param[0][0][0],
@@ -799,7 +821,20 @@ typedef struct l02_divergence {
     const char *phase;
 } l02_divergence;
 
+/* The leaf modules in forward order. */
+static int l02_forward_leaves(int *out) {
+    int n = 0;
+    out[n++] = L02_MOD_EMB;
+    for (int l = 0; l < L02_LAYERS; l++)
+        for (int i = 0; i < L02_N_LEAVES; i++) out[n++] = L02_MOD_LAYER(l, l02_leaves[i]);
+    out[n++] = L02_MOD_FINAL_LN;
+    out[n++] = L02_MOD_OUTPUT;
+    out[n++] = L02_MOD_LOSS;
+    return n;
+}
+
 static void l02_first_divergence(const l02_oracle *o, l02_divergence *d) {
+    int leaves[L02_N_PRIM], n = l02_forward_leaves(leaves);
     memset(d, 0, sizeof *d);
     for (int k = 0; k < L02_STEPS; k++) {
         /* the optimizer: parameters at the start of a later step */
@@ -810,23 +845,19 @@ static void l02_first_divergence(const l02_oracle *o, l02_divergence *d) {
                 goto named;
             }
         /* forward, in module order (the loss module's output is the loss phase) */
-        for (int m = 0; m < L02_N_PRIM; m++) {
-            if ((m - 1) % L02_N_SUB == L02_SUB_LAYER && m != L02_MOD_EMB && m < L02_MOD_FINAL_LN)
-                continue;   /* a layer is its submodules */
-            if (o->mod[k][m][L02_Q_FWD_OUT] > L02_TOL) {
+        for (int i = 0; i < n; i++)
+            if (o->mod[k][leaves[i]][L02_Q_FWD_OUT] > L02_TOL) {
+                int m = leaves[i];
                 *d = (l02_divergence){1, k, m, L02_Q_FWD_OUT, "",
                                       m == L02_MOD_LOSS ? "loss" : "forward"};
                 goto named;
             }
-        }
         /* backward, in reverse module order: the first input grad that differs */
-        for (int m = L02_N_PRIM - 1; m >= 1; m--) {
-            if ((m - 1) % L02_N_SUB == L02_SUB_LAYER && m < L02_MOD_FINAL_LN) continue;
-            if (o->mod[k][m][L02_Q_BWD_IN] > L02_TOL) {
-                *d = (l02_divergence){1, k, m, L02_Q_BWD_IN, "", "backward_communication"};
+        for (int i = n - 1; i >= 0; i--)
+            if (o->mod[k][leaves[i]][L02_Q_BWD_IN] > L02_TOL) {
+                *d = (l02_divergence){1, k, leaves[i], L02_Q_BWD_IN, "", "backward_communication"};
                 goto named;
             }
-        }
         /* grad finalize: the gradients the optimizer reads, in registration order */
         for (int j = 0; j < o->n_params; j++)
             if (o->param[k][j][0] > L02_TOL) {
@@ -891,10 +922,10 @@ static void l02_probes_save(const lab_ctx *cx, const cJSON *doc) {
 /* ---------------------------------------------------------------------------------------------
    the lab's state */
 
-static const char *const l02_findings[] = {"followup/faulty_module", "followup/faulty_phase",
-                                           "followup/culprit_collective",
+static const char *const l02_findings[] = {"followup/faulty_module", "followup/faulty_layer",
+                                           "followup/faulty_phase", "followup/culprit_collective",
                                            "followup/found_within_4_probes"};
-#define L02_N_FINDINGS 4
+#define L02_N_FINDINGS 5
 
 typedef struct l02_state {
     mc_parallel_state ps;
@@ -1039,19 +1070,24 @@ static void l02_print_tree(lab_ctx *cx, const l02_state *st) {
     char ranks[64], fwd[96], bwd[96];
     int per_mb = L02_STEPS * L02_M;
     lab_printf0("GPTModel (TP=%d, PP=%d, sequence parallel, tied embeddings)\n", st->tp, st->pp);
-    lab_printf0("  %-40s %-5s %-6s %-15s %-15s %s\n", "module", "stage", "ranks", "TP fwd",
+    lab_printf0("  %-54s %-5s %-6s %-15s %-15s %s\n", "module", "stage", "ranks", "TP fwd",
                 "TP bwd", "Megatron-Core package");
     for (int m = 0; m < L02_N_PRIM; m++) {
         int stage = l02_stage_of(m, st->pp), rank0 = stage * st->tp;
+        int sub = (m - 1) % L02_N_SUB;
         int depth = m == L02_MOD_EMB || m >= L02_MOD_OUTPUT ? 1
-                    : m == L02_MOD_FINAL_LN || (m - 1) % L02_N_SUB == 0 ? 2 : 3;
+                    : m == L02_MOD_FINAL_LN || sub == L02_SUB_LAYER ? 2
+                    : sub == L02_SUB_QKV || sub == L02_SUB_CORE || sub == L02_SUB_PROJ ||
+                              sub == L02_SUB_FC1 || sub == L02_SUB_FC2
+                        ? 4
+                        : 3;
         char label[96];
         snprintf(label, sizeof label, "%*s%.60s", 2 * depth, "", l02_mod_names[m]);
         l02_stage_ranks(st, stage, ranks, sizeof ranks);
         /* the stage's first rank speaks for its TP group */
         l02_count_text(st->counts_rank[rank0][2 * m], L02_G_TP, per_mb, fwd, sizeof fwd);
         l02_count_text(st->counts_rank[rank0][2 * m + 1], L02_G_TP, per_mb, bwd, sizeof bwd);
-        lab_printf0("%-42s %-5d %-6s %-15s %-15s %s\n", label, stage, ranks, fwd, bwd,
+        lab_printf0("%-56s %-5d %-6s %-15s %-15s %s\n", label, stage, ranks, fwd, bwd,
                     l02_package(m));
     }
     lab_printf0("  TP collectives per micro-batch on one rank of the stage (AR all-reduce, AG "
@@ -1107,6 +1143,21 @@ static void l02_print_probe(lab_ctx *cx, const l02_state *st) {
         }
         lab_printf0("\n");
     }
+    for (int k = 0; k < L02_STEPS && m < L02_N_PRIM; k++) {
+        char line[256] = "";
+        size_t used = 0;
+        for (int q = 0; q < L02_Q_GRAD; q++) {
+            int mask = o->ranks[k][m][q], ranks[L02_MAX_WORLD], n = 0;
+            for (int r = 0; r < L02_MAX_WORLD; r++)
+                if (mask & (1 << r)) ranks[n++] = r;
+            if (n == 0 || used >= sizeof line) continue;
+            char list[64];
+            lab_format_ints(list, sizeof list, ranks, n);
+            used += (size_t)snprintf(line + used, sizeof line - used, "%s%s %s",
+                                     used ? "; " : "", l02_q_name[q], list);
+        }
+        if (line[0]) lab_printf0("  step %d, the ranks that differ: %s\n", k, line);
+    }
     for (int k = 0; k < L02_STEPS; k++)
         for (int w = 0; w < 2; w++) {
             int j = l02_worst_param(o, k, m, w);
@@ -1117,6 +1168,28 @@ static void l02_print_probe(lab_ctx *cx, const l02_state *st) {
     lab_printf0("  (relative L2 difference ||x - x_ref|| / ||x_ref|| of this module's tensors "
                 "against the TP=1 run, the largest over micro-batches and TP ranks; DIFF: above "
                 "%.0e; '-': the module has no such tensor)\n", L02_TOL);
+}
+
+/* A composite's collectives are its own plus its parts' (the taps book them to the parts). */
+static void l02_add_counts(l02_state *st, int r, int dst, int src) {
+    for (int d = 0; d < 2; d++)
+        for (int g = 0; g < L02_N_GROUPS; g++)
+            for (int op = 0; op < L02_N_OPS; op++)
+                st->counts_rank[r][2 * dst + d][g][op] += st->counts_rank[r][2 * src + d][g][op];
+}
+
+static void l02_roll_up(l02_state *st) {
+    static const int attn_parts[] = {L02_SUB_QKV, L02_SUB_CORE, L02_SUB_PROJ};
+    static const int layer_parts[] = {L02_SUB_LN1, L02_SUB_ATTN, L02_SUB_LN2, L02_SUB_MLP};
+    for (int r = 0; r < L02_MAX_WORLD; r++)
+        for (int l = 0; l < L02_LAYERS; l++) {
+            for (int i = 0; i < 3; i++)
+                l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_ATTN), L02_MOD_LAYER(l, attn_parts[i]));
+            l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_MLP), L02_MOD_LAYER(l, L02_SUB_FC1));
+            l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_MLP), L02_MOD_LAYER(l, L02_SUB_FC2));
+            for (int i = 0; i < 4; i++)
+                l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_LAYER), L02_MOD_LAYER(l, layer_parts[i]));
+        }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -1171,6 +1244,7 @@ static int l02_exp_map(lab_ctx *cx) {
     /* the counts of every rank */
     MC_CHECK(lab_all_gather_i32(cx->world, &l02_cnt.counts[0][0][0], &st->counts_rank[0][0][0][0],
                                 sizeof l02_cnt.counts / sizeof(int)));
+    l02_roll_up(st);
 
     /* a checkpoint at TP=2 PP=2, loaded into a TP=1 model */
     char dir[4200];
@@ -1600,6 +1674,11 @@ static cJSON *l02_facts(lab_ctx *cx) {
         cJSON_AddStringToObject(fo, "phase", l02_faults[fl->which].phase);
         cJSON_AddStringToObject(fo, "collective", l02_faults[fl->which].collective);
         cJSON_AddStringToObject(fo, "what", l02_faults[fl->which].what);
+        int layer = -1;
+        if (sscanf(fl->module, "decoder.layers.%d.", &layer) == 1)
+            cJSON_AddNumberToObject(fo, "layer", layer);
+        else
+            cJSON_AddStringToObject(fo, "layer", "none");
         if (fl->param[0]) cJSON_AddStringToObject(fo, "param", fl->param);
         cJSON *dv = cJSON_AddObjectToObject(f, "first_divergence");
         cJSON_AddStringToObject(dv, "module", st->div.module_name);
@@ -1624,7 +1703,7 @@ static void l02_report(lab_ctx *cx) {
                 st->probes.count, st->probes.before_reveal, L02_PROBE_BUDGET);
     if (!st->revealed) {
         lab_printf0("The fault stays hidden until your diagnosis is locked: fill the follow-up "
-                    "pred block (faulty_module, faulty_phase, culprit_collective, "
+                    "pred block (faulty_module, faulty_layer, faulty_phase, culprit_collective, "
                     "found_within_4_probes) and run once more; that run locks them and "
                     "reveals the fault. Probes after it do not count.\n");
         return;
