@@ -288,7 +288,6 @@ typedef struct l02_run {
     float *grads[L02_STEPS];  /* after finalize_model_grads */
     double loss[L02_STEPS];   /* this rank's mean loss per token (last stage; else 0) */
     double grad_norm[L02_STEPS];
-    double loss_sum_cache;    /* the schedule's last result */
 } l02_run;
 
 static void l02_run_free(l02_run *r) {
@@ -679,10 +678,8 @@ static int l02_ref_param(const mc_param_table *ref, const mc_param_info *p) {
 /* This rank's shard of p (values at `mine`) against the slice of the reference tensor q. */
 static double l02_param_diff(const mc_param_info *p, const float *mine, const mc_param_info *q,
                              const float *ref, int tp_rank, int tp) {
-    int rows = p->ndim == 2 ? p->local_shape[0] : p->local_shape[0];
-    int cols = p->ndim == 2 ? p->local_shape[1] : 1;
-    int grows = p->ndim == 2 ? p->global_shape[0] : p->global_shape[0];
-    int gcols = p->ndim == 2 ? p->global_shape[1] : 1;
+    int rows = p->local_shape[0], cols = p->ndim == 2 ? p->local_shape[1] : 1;
+    int grows = p->global_shape[0], gcols = p->ndim == 2 ? p->global_shape[1] : 1;
     if ((size_t)grows * (size_t)gcols != q->numel) return INFINITY;
     double d2 = 0.0, b2 = 0.0;
     for (int i = 0; i < rows; i++)
@@ -932,6 +929,7 @@ typedef struct l02_state {
     mc_comm *self_world;
     mc_parallel_state self_ps;
     int tp, pp, stage;
+    int stage_ranks[2][L02_MAX_WORLD];   /* the world ranks of each stage, TP rank order */
     l02_fault fault;
     int revealed;             /* every finding locked: the fault may be shown */
     char locked_module[96];
@@ -1040,9 +1038,7 @@ static int l02_stage_of(int m, int pp) {
 }
 
 static void l02_stage_ranks(const l02_state *st, int stage, char *out, size_t cap) {
-    int ranks[L02_MAX_WORLD], n = 0;
-    for (int r = 0; r < st->tp; r++) ranks[n++] = stage * st->tp + r;   /* tp-cp-ep-dp-pp */
-    lab_format_ints(out, cap, ranks, n);
+    lab_format_ints(out, cap, st->stage_ranks[stage], st->tp);
 }
 
 /* "2 (all_gather 1, reduce_scatter 1)" for a booking slot, per micro-batch or per step. */
@@ -1073,7 +1069,7 @@ static void l02_print_tree(lab_ctx *cx, const l02_state *st) {
     lab_printf0("  %-54s %-5s %-6s %-15s %-15s %s\n", "module", "stage", "ranks", "TP fwd",
                 "TP bwd", "Megatron-Core package");
     for (int m = 0; m < L02_N_PRIM; m++) {
-        int stage = l02_stage_of(m, st->pp), rank0 = stage * st->tp;
+        int stage = l02_stage_of(m, st->pp), rank0 = st->stage_ranks[stage][0];
         int sub = (m - 1) % L02_N_SUB;
         int depth = m == L02_MOD_EMB || m >= L02_MOD_OUTPUT ? 1
                     : m == L02_MOD_FINAL_LN || sub == L02_SUB_LAYER ? 2
@@ -1096,7 +1092,7 @@ static void l02_print_tree(lab_ctx *cx, const l02_state *st) {
 
 static void l02_print_packages(lab_ctx *cx, const l02_state *st) {
     char t[160];
-    int last = (st->pp - 1) * st->tp, first = 0;
+    int last = st->stage_ranks[st->pp - 1][0], first = 0;
     lab_printf0("\ncollectives outside the modules, per step (rank 0 | rank %d):\n", last);
     lab_printf0("  %-44s %s\n", "package (call)", "group count (kinds)");
     static const struct { int at; const char *what; } rows[] = {
@@ -1211,6 +1207,11 @@ static int l02_exp_map(lab_ctx *cx) {
     MC_CHECK(mc_comm_init_world(&st->self_world, &(mc_comm_desc){.backend = MC_BACKEND_SELF}));
     MC_CHECK(mc_parallel_init(&st->self_ps, &(mc_parallel_desc){.world = st->self_world}));
     st->stage = mc_parallel_rank(&st->ps, MC_GROUP_PP);
+    for (int r = 0; r < cx->world_size; r++) {   /* DP = CP = 1: a stage is one TP group */
+        mc_rank_coords rc;
+        MC_CHECK(mc_grid_coords(&cx->grid, r, &rc));
+        st->stage_ranks[rc.pp][rc.tp] = r;
+    }
     l02_reveal_state(cx, st);
 
     lab_heading(cx, "A. The package map: one clean TP=%d PP=%d run, its collectives by module "
@@ -1333,7 +1334,7 @@ static int l02_exp_map(lab_ctx *cx) {
 
     /* what the header documents for each layer, per micro-batch, under SP */
     int l0 = L02_MOD_LAYER(0, L02_SUB_ATTN), m0 = L02_MOD_LAYER(0, L02_SUB_MLP);
-    int per_mb = L02_STEPS * L02_M, last = (st->pp - 1) * st->tp;
+    int per_mb = L02_STEPS * L02_M, last = st->stage_ranks[st->pp - 1][0];
     const int (*c0)[L02_N_GROUPS][L02_N_OPS] = st->counts_rank[0];
     const int (*cl)[L02_N_GROUPS][L02_N_OPS] = st->counts_rank[last];
     lab_check(cx, c0[2 * L02_MOD_EMB][L02_G_TP][L02_OP_AR] == per_mb,
@@ -1390,7 +1391,7 @@ static int l02_exp_symptom(lab_ctx *cx) {
         st->loss_rel[k] = l02_rel_scalar(st->loss[k], st->ref_loss[k]);
         st->norm_rel[k] = l02_rel_scalar(st->grad_norm[k], st->ref_norm[k]);
         for (int r = 0; r < st->tp; r++)
-            st->stage_losses[k][r] = all[((st->pp - 1) * st->tp + r) * L02_STEPS + k];
+            st->stage_losses[k][r] = all[st->stage_ranks[st->pp - 1][r] * L02_STEPS + k];
         if (st->first_loss_step < 0 && st->loss_rel[k] > L02_LOSS_TOL) st->first_loss_step = k;
     }
     lab_printf0("%-5s %-12s %-12s %-10s %-12s %-12s %-10s %s\n", "step", "loss", "loss TP=1",
@@ -1536,7 +1537,7 @@ static cJSON *l02_probe_json(const l02_state *st) {
 static cJSON *l02_facts(lab_ctx *cx) {
     l02_state *st = cx->state;
     cJSON *f = cJSON_CreateObject();
-    int per_mb = L02_STEPS * L02_M, last = (st->pp - 1) * st->tp;
+    int per_mb = L02_STEPS * L02_M, last = st->stage_ranks[st->pp - 1][0];
     cJSON *lay = cJSON_AddObjectToObject(f, "layout");
     cJSON_AddNumberToObject(lay, "world", cx->world_size);
     cJSON_AddNumberToObject(lay, "tp", st->tp);
@@ -1566,12 +1567,10 @@ static cJSON *l02_facts(lab_ctx *cx) {
     cJSON_AddNumberToObject(stage_of, "loss", st->pp - 1);
     cJSON *modules = cJSON_AddObjectToObject(f, "modules");
     for (int m = 0; m < L02_N_PRIM; m++) {
-        int stage = l02_stage_of(m, st->pp), r0 = stage * st->tp;
+        int stage = l02_stage_of(m, st->pp), r0 = st->stage_ranks[stage][0];
         cJSON *o = cJSON_AddObjectToObject(modules, l02_mod_names[m]);
         cJSON_AddNumberToObject(o, "stage", stage);
-        int ranks[L02_MAX_WORLD];
-        for (int r = 0; r < st->tp; r++) ranks[r] = r0 + r;
-        cJSON_AddItemToObject(o, "ranks", lab_json_int_array(ranks, st->tp));
+        cJSON_AddItemToObject(o, "ranks", lab_json_int_array(st->stage_ranks[stage], st->tp));
         cJSON_AddStringToObject(o, "package", l02_package(m));
         cJSON_AddItemToObject(o, "forward_per_microbatch",
                               l02_count_json(st->counts_rank[r0][2 * m], per_mb));
