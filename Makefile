@@ -16,7 +16,7 @@ CFLAGS      ?= -O2 -g
 WARN        := -Wall -Wextra -Wno-unused-parameter -Wpointer-arith
 CPPFLAGS    += -I. -D_GNU_SOURCE
 BUILD       := build
-DEB_PACKAGES := libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config
+DEB_PACKAGES := g++ libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config
 
 # Libraries the grader and the tests use (each one is justified in README.md). The Criterion
 # flags are expanded late, after $(BUILD)/.deps-ok may have installed the package.
@@ -45,6 +45,12 @@ endif
 LAB_COMMON  := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/lab_driver.o \
                $(BUILD)/lab_svg.o $(BUILD)/grader.o $(CUDA_OBJ)
 
+# The objects are also named targets (a static pattern rule below): a prerequisite of a pattern
+# rule alone still counts as an intermediate file, which make deletes after a link and skips
+# when missing ("lab03 is up to date" with an empty build folder).
+LIB_OBJS    := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/lab_driver.o $(BUILD)/lab_svg.o \
+               $(BUILD)/grader.o
+
 # Every labs/labNN.c is a lab: `make labs` builds them all, `make labNN` one.
 LABS        := $(patsubst labs/%.c,%,$(wildcard labs/lab[0-9][0-9].c))
 
@@ -63,7 +69,7 @@ deps: ## install the Debian packages the build needs (apt-get, as root or with s
 # ---------------------------------------------------------------------------------------------
 # library objects
 
-$(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h | $(BUILD)/.deps-ok
+$(LIB_OBJS): $(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI -c $< -o $@
 
@@ -127,19 +133,19 @@ megatron_c: tools/megatron_c.c megatron_c.h | $(BUILD)/.deps-ok ## build ./megat
 UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 MPI_CASES  := $(patsubst tests/mpi_cases/%.c,$(BUILD)/tests/%,$(wildcard tests/mpi_cases/*.c))
 
-$(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
+$(UNIT_TESTS): $(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) $(wildcard tests/*.h) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
 	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
 
-$(BUILD)/tests/%: tests/mpi_cases/%.c $(LAB_COMMON) | $(BUILD)/.deps-ok
+$(filter-out $(BUILD)/tests/nccl_cases,$(MPI_CASES)): $(BUILD)/tests/%: tests/mpi_cases/%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $< $(LAB_COMMON) \
 	  -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
 
 # nccl_cases needs only the library, so that it builds on GPU machines that lack the grader's
 # libraries: make CUDA=1 build/tests/nccl_cases && mpirun -np 2 build/tests/nccl_cases
-$(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUDA_OBJ)
+$(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
 	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
@@ -163,6 +169,7 @@ $(BUILD)/tests/grade: tests/grade/grade.c $(LAB_COMMON) tests/test_util.h | $(BU
 # header compile checks: C99, C11, C++, -Wall -Wextra -pedantic, two TUs with one implementation
 
 HDR_FLAGS := -Wall -Wextra -pedantic -Wpointer-arith -Werror -I.
+check-header: | $(BUILD)/.deps-ok
 check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two TUs
 	@mkdir -p $(BUILD)/compile
 	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/impl.c -o $(BUILD)/compile/c99 -lm
@@ -205,6 +212,101 @@ bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (CBLAS=1: with cbla
 
 # Rebuilt every time: the CBLAS switch changes the program.
 .PHONY: $(BUILD)/bench/gemm_bench
-$(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h
+$(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(BENCH_CPPFLAGS) $< -o $@ -lm $(BENCH_LIBS)
+
+# ---------------------------------------------------------------------------------------------
+# CI checks beyond `make test` (.ci/run runs them after it; each one alone works too):
+#   make sanitize     the whole Criterion suite again, built with AddressSanitizer + UBSan
+#   make valgrind     memcheck over the single-rank suites and one short pretrain_gpt run
+#   make fuzz         every libFuzzer target for FUZZ_SECONDS (corpora in tests/fuzz/corpus)
+#   make fresh-check  the README's two commands in a bare Debian root (debootstrap)
+
+CHECK_PACKAGES := clang libclang-rt-dev valgrind debootstrap
+SAN_BUILD   := $(BUILD)/asan
+SAN_FLAGS   := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer \
+               -fno-sanitize-recover=undefined
+# Open MPI's own allocations live until exit: leaks are not reported, every other error
+# aborts the process (a crash Criterion counts).
+SAN_ENV     := ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:detect_stack_use_after_return=0 \
+               UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 MC_CASE_TIME_SCALE=4
+
+.PHONY: sanitize sanitize-build valgrind fuzz fresh-check ci-checks
+
+$(BUILD)/.check-deps-ok:
+	@mkdir -p $(BUILD)
+	@[ "$(NO_DEPS)" = 1 ] || ./.ci/deps.sh $(CHECK_PACKAGES)
+	@touch $@
+
+sanitize: lab03 megatron_c pretrain_gpt | $(BUILD)/.deps-ok ## run every Criterion suite again under ASan + UBSan
+	@$(MAKE) --no-print-directory BUILD=$(SAN_BUILD) NO_DEPS=1 CFLAGS="$(SAN_FLAGS)" \
+	  LDFLAGS="-fsanitize=address,undefined" sanitize-build
+	@$(SAN_ENV) ./tests/run_all.sh $(patsubst $(BUILD)/%,$(SAN_BUILD)/%,$(UNIT_TESTS))
+
+sanitize-build: $(UNIT_TESTS) $(MPI_CASES)
+
+# libFuzzer targets (clang): the checkpoint metadata parser, pretrain_gpt's data-file reader,
+# both argument parsers, the grader's answer-sheet parser and rubric loader. Each runs FUZZ_SECONDS from its committed corpus
+# (tests/fuzz/corpus/<name>, read only); new inputs go to $(BUILD)/fuzz/work/<name>, a crash
+# to $(BUILD)/fuzz/<name>-crash-* and fails the target.
+FUZZ_TARGETS := checkpoint_meta data_file pretrain_args cli answer_sheet rubric
+FUZZ_SECONDS ?= 60
+FUZZ_CC     ?= clang
+FUZZ_FLAGS  := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+               -I. -D_GNU_SOURCE
+FUZZ_BINS   := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
+
+$(filter-out %/fuzz_answer_sheet %/fuzz_rubric,$(FUZZ_BINS)): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h megatron_c.h \
+              examples/pretrain_gpt.c tools/megatron_c.c | $(BUILD)/.deps-ok $(BUILD)/.check-deps-ok
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(shell $(MPICC) --showme:compile 2>/dev/null) $< -o $@ \
+	  $(shell $(MPICC) --showme:link 2>/dev/null) -lm
+
+# the grader's targets link the grader and its libraries
+$(BUILD)/fuzz/fuzz_answer_sheet $(BUILD)/fuzz/fuzz_rubric: $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c \
+              tests/fuzz/fuzz_util.h labs/grader.c labs/grader.h | $(BUILD)/.deps-ok $(BUILD)/.check-deps-ok
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -I/usr/include/cjson $< labs/grader.c -o $@ $(GRADER_LIBS)
+
+fuzz: $(FUZZ_BINS) ## run every libFuzzer target for FUZZ_SECONDS (default 60) from its corpus
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/work/$$t; \
+	  echo "==== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
+	  ./$(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$t- \
+	    $(BUILD)/fuzz/work/$$t tests/fuzz/corpus/$$t > $(BUILD)/fuzz/$$t.log 2>&1; \
+	  rc=$$?; grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_units|stat::new_units_added)' \
+	    $(BUILD)/fuzz/$$t.log; \
+	  if [ $$rc -ne 0 ]; then tail -40 $(BUILD)/fuzz/$$t.log; echo "fuzz_$$t: FAILED (exit $$rc)"; \
+	    exit 1; fi; \
+	done; echo "fuzz: $(words $(FUZZ_TARGETS)) targets, no crash"
+
+# valgrind memcheck: the single-rank suites (no mpirun inside) and one short pretrain_gpt
+# run. Every process writes its own log ($(BUILD)/valgrind/<pid>.log, errors only): any
+# error there (an uninitialised read, an invalid access) fails the target, even in a
+# Criterion worker whose test had already passed. Open MPI's own reports are suppressed
+# with the file it ships.
+VALGRIND_SUITES := config grader lab03_calibration microbatches ops optimizer params rank_grid \
+                   rng schedule
+VALGRIND_LOGS := $(BUILD)/valgrind
+VALGRIND     := valgrind --error-exitcode=99 --quiet --track-origins=yes \
+                --suppressions=/usr/share/openmpi/openmpi-valgrind.supp \
+                --log-file=$(VALGRIND_LOGS)/%p.log
+valgrind: $(patsubst %,$(BUILD)/tests/test_%,$(VALGRIND_SUITES)) pretrain_gpt | $(BUILD)/.check-deps-ok ## memcheck the single-rank suites and a short pretrain_gpt run
+	@rm -rf $(VALGRIND_LOGS) && mkdir -p $(VALGRIND_LOGS)
+	@MC_TEST_RUNNER="$(VALGRIND) --trace-children=yes" MC_TEST_BINARY_TIMEOUT=1800 \
+	  ./tests/run_all.sh $(patsubst %,$(BUILD)/tests/test_%,$(VALGRIND_SUITES))
+	@echo "==== pretrain_gpt under valgrind"
+	$(VALGRIND) ./pretrain_gpt --train-iters 2 --num-layers 2 --hidden-size 32 \
+	  --num-attention-heads 4 --seq-length 16 --global-batch-size 4 --data-path README.md
+	@n=$$(ls $(VALGRIND_LOGS) | wc -l); bad=$$(find $(VALGRIND_LOGS) -name '*.log' -size +0); \
+	  if [ -n "$$bad" ]; then for f in $$bad; do echo "== $$f"; head -60 $$f; done; \
+	    echo "valgrind: errors in $$(echo $$bad | wc -w) of $$n processes"; exit 1; fi; \
+	  echo "valgrind: $$n processes, 0 errors"
+
+# The README's two commands in a bare Debian root (root only; needs debootstrap and the
+# network). FRESH_ROOT is where the root is built (about 1 GB once the packages are in).
+FRESH_ROOT ?= $(CURDIR)/$(BUILD)/fresh-root
+fresh-check: | $(BUILD)/.check-deps-ok ## run the README's two commands in a fresh debootstrap root
+	@./.ci/fresh-check.sh $(FRESH_ROOT)

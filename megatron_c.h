@@ -988,11 +988,15 @@ struct mc_comm {
     const struct mc_ops *mem;/* the memory owner: the op table whose memory the collectives
                                 read and write (mc_comm_memory); children inherit it */
     int owns_mem;            /* nccl world only: the CUDA table was made for it */
+    unsigned long long n_calls;   /* operations started on it (watchdog messages number them) */
+    void *watchdog;          /* private: the world's progress watchdog (mpi), shared by every
+                                group made from the world; NULL without one */
 };
 
 typedef struct mc_comm_desc {
     mc_comm_backend backend;  /* default MC_BACKEND_AUTO */
     double timeout_s;         /* default 30 s; inherited by groups */
+    double watchdog_s;        /* 0: no watchdog. > 0: the job-wide watchdog below (mpi) */
     int *argc;                /* passed to MPI_Init when this call initialises MPI */
     char ***argv;
     /* The op table that owns the collectives' buffers (mc_comm_memory). Default: the CPU table
@@ -1003,8 +1007,47 @@ typedef struct mc_comm_desc {
 } mc_comm_desc;
 
 /* The world communicator. Initialises MPI when built with MC_COMM_MPI and MPI is not yet
-   initialised (and finalises it in mc_comm_destroy). Logs which backend was chosen and why. */
+   initialised (and finalises it in mc_comm_destroy). Logs which backend was chosen and why.
+
+   The watchdog (mpi worlds and their groups; Megatron's --distributed-timeout-minutes): a
+   wait that has not finished after timeout_s minus a grace period (a tenth of it, between
+   0.5 s and 10 s) asks every other rank of the world, over a private duplicate of the world
+   communicator, what it is doing. Ranks answer from inside their own waits and whenever
+   they start an operation. After the grace period the asking rank decides, and sends its
+   verdict to every rank, whose waits then end at once with the same MC_ERR_TIMEOUT message:
+     "watchdog: rank 3 made no progress: it did not answer within 1.0 s (stopped, or busy
+      outside megatron_c); rank 0 waited 9.0 s in all_reduce #57 on tp[0] (world ranks
+      [0,1,2,3]) | rank 1: waiting 8.9 s in all_reduce #57 on tp[0] | rank 2: ..."
+   or, when every rank answers (they wait in calls that do not match: a deadlock),
+     "watchdog: no rank answered with progress for 9.0 s: every rank is waiting: ...".
+   After a verdict the job cannot recover: every later wait on any communicator fails at
+   once with the verdict, mc_comm_destroy skips MPI_Comm_free and MPI_Finalize (which
+   would wait for the stuck rank), and the program should exit non-zero (mpirun then ends
+   the stuck rank) or call mc_comm_abort. Member-local creation (MPI_Comm_create_group) is
+   not covered. */
 MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc);
+/* Ends every rank of the job at once (MPI_Abort on an MPI build; the one exit path of the
+   library, taken only when the program asks). Without MPI it returns MC_ERR_UNSUPPORTED. */
+MC_API int mc_comm_abort(mc_comm *world, int exit_code);
+/* The watchdog's verdict once one was reached on this rank (the job is then broken), else
+   NULL. */
+MC_API const char *mc_comm_watchdog_verdict(const mc_comm *c);
+
+/* Configuration agreement: the first collective a program should make, right after
+   mc_comm_init_world, so that ranks started with different arguments stop before any
+   collective whose count or size depends on them. Every rank passes the same list of
+   (name, value) items in the same order; values are compared as text. Safe for any input:
+   it first all-gathers a fixed-size summary (item count and hashes), and only when that
+   differs a fixed-size hash per item and then the first differing item's value (cut to
+   80 bytes), so every rank takes the same steps. On disagreement every rank returns
+   MC_ERR_INVALID_DESC with the same message naming the first differing item:
+     "configuration differs between ranks: --num-layers is \"4\" on rank 2 (ranks 2, 3)
+      but \"2\" on rank 0 (ranks 0, 1)". Bounded by c's timeout. */
+typedef struct mc_agree_item {
+    const char *name;    /* e.g. "--num-layers" */
+    const char *value;   /* e.g. "4" (NULL reads as "") */
+} mc_agree_item;
+MC_API int mc_comm_agree(mc_comm *c, const mc_agree_item *items, int n_items);
 MC_API void mc_comm_destroy(mc_comm *comm);
 
 /* What this process runs on, for logs and results (lab12's capability probe, every lab's
@@ -1614,7 +1657,9 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
    call to finalize_model_grads.
 
    Op order: exactly mc_schedule_ops() of this stage (no pipelining, 1F1B, interleaved); the
-   executed compute ops are traced into mc_schedule_result.ops, so a caller can compare.
+   executed compute ops are traced into mc_schedule_result.ops, so a caller can compare. With
+   hooks.clock set, each traced op also gets its start and end time (op_start / op_end): the
+   stage's real timeline, e.g. for measuring the pipeline bubble against (p - 1) / (m + p - 1).
 
    The forward_step contract: for every micro-batch on every stage the schedule calls
    forward_step once per chunk; on the last virtual stage (pp rank P-1, chunk V-1) the output
@@ -1693,6 +1738,14 @@ typedef struct mc_schedule_hooks {
     mc_dtype tensor_dtype;          /* of the P2P tensors: the model's dtype (default MC_F32) */
     int group_size;                 /* interleaved only: microbatch_group_size_per_vp_stage N;
                                        0 = PP (Megatron's default) */
+    /* Optional clock for the trace, in seconds (e.g. CLOCK_MONOTONIC; a GPU app returns the
+       time after synchronising its stream, so an op's end is its completion). When set, every
+       traced compute op gets clock(app) right before its forward_step / backward_step call
+       and right after the call returns (after loss_func too, on the last virtual stage)
+       (mc_schedule_result.op_start / op_end): a timeline of
+       this stage from which idle time (pipeline bubble, waits in P2P) can be measured. NULL:
+       both stay 0. */
+    double (*clock)(void *app);
 } mc_schedule_hooks;
 
 typedef struct mc_schedule_result {
@@ -1702,6 +1755,8 @@ typedef struct mc_schedule_result {
     int n_ops;                      /* compute ops executed */
     mc_sched_op ops[MC_SCHEDULE_TRACE_MAX];   /* the first MC_SCHEDULE_TRACE_MAX of them, in
                                                  execution order */
+    double op_start[MC_SCHEDULE_TRACE_MAX];   /* hooks->clock when ops[i]'s hook was called */
+    double op_end[MC_SCHEDULE_TRACE_MAX];     /* ... and when it returned (0 without a clock) */
 } mc_schedule_result;
 
 /* All three share this signature. The result is reset at entry. num_microbatches is M (per
@@ -5715,6 +5770,7 @@ static int mc__self_world(mc_comm **world, double timeout_s, const char *why,
 
 typedef struct mc__mpi_request {
     mc_request_head head;
+    unsigned long long seq; /* the operation's number on its communicator */
     int n_reqs;
     MPI_Request *reqs;      /* &one, or an array for batches */
     MPI_Request one;
@@ -5781,23 +5837,317 @@ static int mc__mpi_fail(int mpi_rc, const mc_comm *c, const char *op) {
                     c->rank, c->size, text);
 }
 
-/* Polls until every request is done (1), the timeout passes (0) or MPI reports an error (-1,
-   with *mpi_rc). timeout_s <= 0 waits forever. */
-static int mc__mpi_poll(int n, MPI_Request *reqs, double timeout_s, int *mpi_rc) {
-    double start = MPI_Wtime();
+/* >>comm_watchdog  A rank that makes no progress must not hang the job. See the manual at
+   mc_comm_init_world. The watchdog lives on the world and is shared by its groups; its
+   traffic runs over a private duplicate of MPI_COMM_WORLD, so it never meets user messages.
+   Everything happens on the calling thread, inside waits and at the start of operations. */
+
+enum { MC__WD_QUERY = 7101, MC__WD_REPLY = 7102, MC__WD_VERDICT = 7103, MC__WD_SLOTS = 64 };
+
+typedef struct mc__wd_status {
+    int rank;                  /* world rank of the sender */
+    int waiting;               /* 1: inside a wait; 0: starting an operation */
+    double waited_s;           /* how long it has waited so far */
+    unsigned long long seq;    /* the operation's number on its communicator */
+    char op[24];
+    char comm[48];
+} mc__wd_status;
+
+typedef struct mc__watchdog {
+    MPI_Comm comm;             /* duplicate of the world */
+    int rank, size;
+    double timeout_s;          /* mc_comm_desc.watchdog_s */
+    const mc_comm *owner;      /* the world that made it (destroys it) */
+    int broken;                /* a verdict was reached or received */
+    char verdict[MC__ERROR_LEN];
+    mc__wd_status now;         /* what this rank is doing (answers queries) */
+    double since;              /* MPI_Wtime when the current wait began */
+    MPI_Request send_req[MC__WD_SLOTS];   /* replies and verdicts in flight */
+    mc__wd_status send_status[MC__WD_SLOTS];
+    int query_in;              /* receive buffer for queries */
+} mc__watchdog;
+
+static double mc__wd_grace(double timeout_s) {
+    double g = 0.1 * timeout_s;
+    return g < 0.5 ? 0.5 : g > 10.0 ? 10.0 : g;
+}
+
+static int mc__wd_create(mc__watchdog **out, int rank, int size, double timeout_s) {
+    mc__watchdog *wd = (mc__watchdog *)mc_calloc(1, sizeof *wd);
+    int i;
+    *out = NULL;
+    if (!wd) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_init_world: out of memory (watchdog)");
+    if (MPI_Comm_dup(MPI_COMM_WORLD, &wd->comm) != MPI_SUCCESS) {
+        mc_free(wd);
+        return MC__FAIL(MC_ERR_COMM, "mc_comm_init_world: MPI_Comm_dup for the watchdog failed");
+    }
+    MPI_Comm_set_errhandler(wd->comm, MPI_ERRORS_RETURN);
+    wd->rank = rank;
+    wd->size = size;
+    wd->timeout_s = timeout_s;
+    for (i = 0; i < MC__WD_SLOTS; i++) wd->send_req[i] = MPI_REQUEST_NULL;
+    *out = wd;
+    return MC_OK;
+}
+
+static void mc__wd_destroy(mc__watchdog *wd) {
+    int i;
+    if (!wd) return;
+    if (!wd->broken) {
+        for (i = 0; i < MC__WD_SLOTS; i++)
+            if (wd->send_req[i] != MPI_REQUEST_NULL) MPI_Request_free(&wd->send_req[i]);
+        MPI_Comm_free(&wd->comm);
+    }
+    mc_free(wd);   /* once broken, MPI may still read the slots of the sends: they leak */
+}
+
+/* A free send slot (finished sends are reaped first), or -1 when all are in flight. */
+static int mc__wd_slot(mc__watchdog *wd) {
+    int i, done;
+    for (i = 0; i < MC__WD_SLOTS; i++) {
+        if (wd->send_req[i] == MPI_REQUEST_NULL) return i;
+        done = 0;
+        MPI_Test(&wd->send_req[i], &done, MPI_STATUS_IGNORE);
+        if (done) return i;
+    }
+    return -1;
+}
+
+static void mc__wd_send_bytes(mc__watchdog *wd, const void *data, int bytes, int to, int tag) {
+    int k = mc__wd_slot(wd);
+    if (k < 0 || bytes > (int)sizeof wd->send_status[k]) {
+        /* the slot buffer holds a status; larger texts go through a heap copy that leaks
+           (verdicts only: a handful per job) */
+        void *copy = mc_malloc((size_t)bytes);
+        MPI_Request r;
+        if (!copy) return;
+        memcpy(copy, data, (size_t)bytes);
+        if (MPI_Isend(copy, bytes, MPI_BYTE, to, tag, wd->comm, &r) == MPI_SUCCESS)
+            MPI_Request_free(&r);
+        return;
+    }
+    memcpy(&wd->send_status[k], data, (size_t)bytes);
+    MPI_Isend(&wd->send_status[k], bytes, MPI_BYTE, to, tag, wd->comm, &wd->send_req[k]);
+}
+
+/* Answers queries and takes in verdicts that have arrived. Cheap when nothing came. */
+static void mc__wd_service(mc__watchdog *wd) {
+    for (;;) {
+        int flag = 0, bytes = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, wd->comm, &flag, &st) != MPI_SUCCESS || !flag)
+            return;
+        MPI_Get_count(&st, MPI_BYTE, &bytes);
+        if (st.MPI_TAG == MC__WD_QUERY) {
+            mc__wd_status me = wd->now;
+            MPI_Recv(&wd->query_in, (int)sizeof wd->query_in, MPI_BYTE, st.MPI_SOURCE,
+                     MC__WD_QUERY, wd->comm, MPI_STATUS_IGNORE);
+            me.rank = wd->rank;
+            me.waited_s = me.waiting ? MPI_Wtime() - wd->since : 0.0;
+            mc__wd_send_bytes(wd, &me, (int)sizeof me, st.MPI_SOURCE, MC__WD_REPLY);
+        } else if (st.MPI_TAG == MC__WD_VERDICT) {
+            char text[MC__ERROR_LEN];
+            int n = bytes < (int)sizeof text ? bytes : (int)sizeof text;
+            MPI_Recv(text, n, MPI_BYTE, st.MPI_SOURCE, MC__WD_VERDICT, wd->comm,
+                     MPI_STATUS_IGNORE);
+            text[sizeof text - 1] = '\0';
+            if (!wd->broken) {
+                wd->broken = 1;
+                snprintf(wd->verdict, sizeof wd->verdict, "%s", text);
+            }
+        } else {   /* a late reply to an investigation that has ended */
+            char drop[sizeof(mc__wd_status)];
+            MPI_Recv(drop, (int)sizeof drop, MPI_BYTE, st.MPI_SOURCE, st.MPI_TAG, wd->comm,
+                     MPI_STATUS_IGNORE);
+        }
+    }
+}
+
+static void mc__wd_describe(char *buf, size_t cap, const mc__wd_status *s) {
+    if (s->waiting)
+        snprintf(buf, cap, "rank %d: waiting %.1f s in %s #%llu on %s", s->rank, s->waited_s,
+                 s->op, s->seq, s->comm);
+    else
+        snprintf(buf, cap, "rank %d: starting %s #%llu on %s", s->rank, s->op, s->seq, s->comm);
+}
+
+/* This rank's wait (`own`, n_own requests) has run for timeout - grace: ask everyone, judge,
+   tell everyone. Returns 1 when the own wait finished meanwhile (no verdict), 2 when some
+   rank answered with recent progress (no verdict yet: ask again later), 0 after a verdict. */
+static int mc__wd_investigate(mc__watchdog *wd, const mc_comm *c, int n_own, MPI_Request *own) {
+    double timeout_s = wd->timeout_s, grace_used;
+    int n = wd->size, i, answered = 0, stuck = 0, own_done = 0, progress = 0;
+    mc__wd_status *replies = (mc__wd_status *)mc_calloc((size_t)n, sizeof *replies);
+    MPI_Request *reqs = (MPI_Request *)mc_malloc(sizeof(MPI_Request) * (size_t)n);
+    int *got = (int *)mc_calloc((size_t)n, sizeof *got);
+    double grace = mc__wd_grace(timeout_s), start = MPI_Wtime();
+    char text[MC__ERROR_LEN], line[192], members[96];
+    size_t len = 0;
+    int query = 1;
+    if (!replies || !reqs || !got) {
+        mc_free(replies);
+        mc_free(reqs);
+        mc_free(got);
+        return 2;   /* out of memory: the plain timeout still ends the wait */
+    }
+    for (i = 0; i < n; i++) {
+        reqs[i] = MPI_REQUEST_NULL;
+        if (i == wd->rank) continue;
+        MPI_Irecv(&replies[i], (int)sizeof replies[i], MPI_BYTE, i, MC__WD_REPLY, wd->comm,
+                  &reqs[i]);
+    }
+    for (i = 0; i < n; i++)
+        if (i != wd->rank) mc__wd_send_bytes(wd, &query, 1 * (int)sizeof query, i, MC__WD_QUERY);
+    while (MPI_Wtime() - start < grace && answered < n - 1 && !wd->broken && !own_done) {
+        for (i = 0; i < n; i++) {
+            int done = 0;
+            if (i == wd->rank || got[i]) continue;
+            MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE);
+            if (done) got[i] = 1, answered++;
+        }
+        if (MPI_Testall(n_own, own, &own_done, MPI_STATUSES_IGNORE) != MPI_SUCCESS) own_done = 0;
+        mc__wd_service(wd);
+        sched_yield();
+    }
+    grace_used = MPI_Wtime() - start;
+    for (i = 0; i < n; i++)
+        if (i != wd->rank && !got[i]) {
+            MPI_Cancel(&reqs[i]);
+            MPI_Wait(&reqs[i], MPI_STATUS_IGNORE);   /* a cancelled receive ends at once */
+            stuck++;
+        }
+    /* A rank that answered from a wait it entered within the grace period, or from the
+       start of an operation, is moving: that is no deadlock. */
+    for (i = 0; i < n; i++)
+        if (i != wd->rank && got[i] && (!replies[i].waiting || replies[i].waited_s < grace))
+            progress = 1;
+    if (wd->broken || own_done || (stuck == 0 && progress)) {
+        /* another rank decided first (its verdict stands), or there was progress */
+        mc_free(replies);
+        mc_free(got);
+        mc_free(reqs);
+        return wd->broken ? 0 : own_done ? 1 : 2;
+    }
+    members[0] = '\0';
+    if (c->world_ranks) {
+        size_t m = 0;
+        for (i = 0; i < c->size && m + 12 < sizeof members; i++)
+            m += (size_t)snprintf(members + m, sizeof members - m, "%s%d", i ? "," : "[",
+                                  c->world_ranks[i]);
+        snprintf(members + m, sizeof members - m, "%s", i < c->size ? ",...]" : "]");
+    }
+    if (stuck > 0) {
+        len += (size_t)snprintf(text + len, sizeof text - len, "watchdog: rank");
+        for (i = 0; i < n && len < sizeof text; i++)
+            if (i != wd->rank && !got[i])
+                len += (size_t)snprintf(text + len, sizeof text - len, "%s %d",
+                                        len > 14 ? "," : "", i);
+        if (len < sizeof text)
+            len += (size_t)snprintf(text + len, sizeof text - len,
+                                    " made no progress: %s not answer within %.1f s (stopped, "
+                                    "or busy outside megatron_c); ",
+                                    stuck > 1 ? "they did" : "it did", grace_used);
+    } else {
+        len += (size_t)snprintf(text + len, sizeof text - len,
+                                "watchdog: no rank made progress for %.1f s although every "
+                                "rank answers: they wait in calls that do not match (a "
+                                "deadlock or a mismatched schedule); ", timeout_s);
+    }
+    if (len < sizeof text)
+        len += (size_t)snprintf(text + len, sizeof text - len,
+                                "rank %d waited %.1f s in %s #%llu on %s (world ranks %s)",
+                                wd->rank, MPI_Wtime() - wd->since, wd->now.op, wd->now.seq,
+                                c->name, members);
+    for (i = 0; i < n && len < sizeof text; i++) {
+        if (i == wd->rank || !got[i]) continue;
+        mc__wd_describe(line, sizeof line, &replies[i]);
+        len += (size_t)snprintf(text + len, sizeof text - len, " | %s", line);
+    }
+    text[sizeof text - 1] = '\0';
+    wd->broken = 1;
+    snprintf(wd->verdict, sizeof wd->verdict, "%s", text);
+    for (i = 0; i < n; i++)
+        if (i != wd->rank) mc__wd_send_bytes(wd, text, (int)strlen(text) + 1, i, MC__WD_VERDICT);
+    mc_free(replies);
+    mc_free(got);
+    mc_free(reqs);
+    return 0;
+}
+
+/* Marks the start of a wait (what queries are answered with) and serves pending messages. */
+static void mc__wd_enter(mc_comm *c, const char *op, unsigned long long seq) {
+    mc__watchdog *wd = (mc__watchdog *)c->watchdog;
+    if (!wd) return;
+    wd->now.waiting = 1;
+    wd->now.seq = seq;
+    snprintf(wd->now.op, sizeof wd->now.op, "%s", op);
+    snprintf(wd->now.comm, sizeof wd->now.comm, "%s", c->name);
+    wd->since = MPI_Wtime();
+    mc__wd_service(wd);
+}
+
+static void mc__wd_leave(mc_comm *c) {
+    mc__watchdog *wd = (mc__watchdog *)c->watchdog;
+    if (wd) wd->now.waiting = 0;
+}
+
+/* Polls until every request is done (1), the timeout passes (0), MPI reports an error (-1,
+   with *mpi_rc) or the watchdog has a verdict (2: the text is mc_comm_watchdog_verdict).
+   timeout_s <= 0 waits forever (the watchdog still watches). */
+static int mc__mpi_poll(mc_comm *c, const char *op, unsigned long long seq, int n,
+                        MPI_Request *reqs, double timeout_s, int *mpi_rc) {
+    mc__watchdog *wd = (mc__watchdog *)c->watchdog;
+    double start = MPI_Wtime(), suspect = 0.0;
     long polls = 0;
+    if (wd) {
+        if (wd->broken) return 2;
+        mc__wd_enter(c, op, seq);
+        if (wd->timeout_s > 0) suspect = wd->timeout_s - mc__wd_grace(wd->timeout_s);
+    }
     for (;;) {
         int done = 0;
+        double waited;
         int rc = MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
         if (rc != MPI_SUCCESS) {
             *mpi_rc = rc;
+            mc__wd_leave(c);
             return -1;
         }
-        if (done) return 1;
-        if (timeout_s > 0 && MPI_Wtime() - start > timeout_s) return 0;
+        if (done) {
+            mc__wd_leave(c);
+            return 1;
+        }
+        waited = MPI_Wtime() - start;
+        if (wd && (polls & 31) == 0) {
+            mc__wd_service(wd);
+            if (!wd->broken && suspect > 0 && waited > suspect) {
+                int outcome = mc__wd_investigate(wd, c, n, reqs);
+                if (outcome == 1) {   /* finished while the others were asked */
+                    mc__wd_leave(c);
+                    return 1;
+                }
+                /* progress elsewhere: ask again after another grace period */
+                suspect = MPI_Wtime() - start + mc__wd_grace(wd->timeout_s);
+            }
+            if (wd->broken) {
+                mc__wd_leave(c);
+                return 2;
+            }
+        }
+        if (timeout_s > 0 && waited > timeout_s) {
+            mc__wd_leave(c);
+            return 0;
+        }
         /* Ranks are often oversubscribed: give the core away between polls. */
         if (++polls > 64) sched_yield();
     }
+}
+
+/* The MC_ERR_TIMEOUT of a watchdog verdict, for a wait of `op` on `c`. */
+static int mc__wd_fail(const mc_comm *c, const char *op) {
+    const mc__watchdog *wd = (const mc__watchdog *)c->watchdog;
+    return MC__FAIL(MC_ERR_TIMEOUT, "%s on communicator %s (rank %d of %d) stopped by the %s",
+                    op, c->name, c->rank, c->size, wd ? wd->verdict : "watchdog");
 }
 
 static mc__mpi_request *mc__mpi_request_new(mc_comm *c, const char *op, int n_reqs) {
@@ -5805,6 +6155,7 @@ static mc__mpi_request *mc__mpi_request_new(mc_comm *c, const char *op, int n_re
     if (!q) return NULL;
     q->head.comm = c;
     q->head.op = op;
+    q->seq = ++c->n_calls;
     q->n_reqs = n_reqs;
     q->reqs = &q->one;
     q->one = MPI_REQUEST_NULL;
@@ -5839,8 +6190,13 @@ static int mc__mpi_wait(mc_request *req, double timeout_s) {
     mc__mpi_request *q = (mc__mpi_request *)req;
     mc_comm *c = q->head.comm;
     int mpi_rc = MPI_SUCCESS;
-    int state = mc__mpi_poll(q->n_reqs, q->reqs, timeout_s, &mpi_rc);
+    int state = mc__mpi_poll(c, q->head.op, q->seq, q->n_reqs, q->reqs, timeout_s, &mpi_rc);
     if (state == 1) return mc__mpi_finish(q);
+    if (state == 2) {
+        const char *op = q->head.op;
+        mc__mpi_request_free(q, 1);
+        return mc__wd_fail(c, op);
+    }
     if (state < 0) {
         int rc = mc__mpi_fail(mpi_rc, c, q->head.op);
         mc__mpi_request_free(q, 1);
@@ -5858,7 +6214,17 @@ static int mc__mpi_wait(mc_request *req, double timeout_s) {
 
 static int mc__mpi_test(mc_request *req, int *done) {
     mc__mpi_request *q = (mc__mpi_request *)req;
-    int rc = MPI_Testall(q->n_reqs, q->reqs, done, MPI_STATUSES_IGNORE);
+    mc__watchdog *wd = (mc__watchdog *)q->head.comm->watchdog;
+    int rc;
+    if (wd) mc__wd_service(wd);
+    if (wd && wd->broken) {   /* a caller polling mc_test must not spin on a dead job */
+        mc_comm *c = q->head.comm;
+        const char *op = q->head.op;
+        mc__mpi_request_free(q, 1);
+        *done = 1;
+        return mc__wd_fail(c, op);
+    }
+    rc = MPI_Testall(q->n_reqs, q->reqs, done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS) {
         int status = mc__mpi_fail(rc, q->head.comm, q->head.op);
         mc__mpi_request_free(q, 1);
@@ -6124,8 +6490,8 @@ static mc_comm_backend mc__mpi_choose(int size, const char **why) {
     return MC_BACKEND_SELF;
 }
 
-static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeout_s, int *argc,
-                         char ***argv, const mc_ops *memory) {
+static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeout_s,
+                         double watchdog_s, int *argc, char ***argv, const mc_ops *memory) {
     int initialized = 0, finalized = 0, owns = 0, rank = 0, size = 1, rc;
     int chosen = backend == MC_BACKEND_AUTO;   /* AUTO may fall back from NCCL to MPI */
     const char *why = "requested by mc_comm_desc.backend";
@@ -6166,6 +6532,11 @@ static int mc__mpi_world(mc_comm **world, mc_comm_backend backend, double timeou
                 rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_init_world: out of memory");
             for (i = 0; rc == MC_OK && i < size; i++) c->world_ranks[i] = i;
             c->world_rank = rank;
+        }
+        if (rc == MC_OK && watchdog_s > 0 && size > 1) {
+            mc__watchdog *wd = NULL;
+            rc = mc__wd_create(&wd, rank, size, watchdog_s);
+            if (rc == MC_OK) wd->owner = c, c->watchdog = wd;
         }
     }
     if (rc != MC_OK) {
@@ -6209,8 +6580,9 @@ static int mc__mpi_host_allgather(mc_comm *c, const void *send, void *recv, int 
                                 &req);
     int state;
     if (mpi_rc != MPI_SUCCESS) return mc__mpi_fail(mpi_rc, c, what);
-    state = mc__mpi_poll(1, &req, c->timeout_s, &mpi_rc);
+    state = mc__mpi_poll(c, what, ++c->n_calls, 1, &req, c->timeout_s, &mpi_rc);
     if (state < 0) return mc__mpi_fail(mpi_rc, c, what);
+    if (state == 2) return mc__wd_fail(c, what);
     if (state == 0)
         return MC__FAIL(MC_ERR_TIMEOUT,
                         "%s over %s (rank %d of %d) did not complete within %.1f s: a rank did "
@@ -6254,12 +6626,16 @@ MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
                         "mc_comm_desc.timeout_s (%g) must be >= 0 (0 selects %g s)", timeout_s,
                         MC__DEFAULT_TIMEOUT_S);
     if (timeout_s == 0) timeout_s = MC__DEFAULT_TIMEOUT_S;
+    if (desc && !(desc->watchdog_s >= 0))
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_comm_desc.watchdog_s (%g) must be >= 0 (0: no watchdog)",
+                        desc->watchdog_s);
 #if defined(MC_COMM_MPI)
     /* The self backend never needs MPI, even in an MPI build. */
     if (backend == MC_BACKEND_SELF)
         return mc__self_world(world, timeout_s, "requested by mc_comm_desc.backend", memory);
-    return mc__mpi_world(world, backend, timeout_s, desc ? desc->argc : NULL,
-                         desc ? desc->argv : NULL, memory);
+    return mc__mpi_world(world, backend, timeout_s, desc ? desc->watchdog_s : 0.0,
+                         desc ? desc->argc : NULL, desc ? desc->argv : NULL, memory);
 #else
     if (backend == MC_BACKEND_MPI || backend == MC_BACKEND_NCCL)
         return MC__FAIL(MC_ERR_UNSUPPORTED,
@@ -6271,28 +6647,63 @@ MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
 }
 
 MC_API void mc_comm_destroy(mc_comm *c) {
-    int owns_mpi;
+    int owns_mpi, broken = 0;
     if (!c) return;
     owns_mpi = c->owns_mpi_init;
+#if defined(MC_COMM_MPI)
+    /* After a watchdog verdict MPI_Comm_free and MPI_Finalize could wait for the stuck rank:
+       the handles are left to the process exit. */
+    broken = c->watchdog && ((mc__watchdog *)c->watchdog)->broken;
+#endif
     if (c->ops && c->ops->destroy) c->ops->destroy(c);
 #if defined(MC_COMM_MPI)
     if (c->mpi) {
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized && *(MPI_Comm *)c->mpi != MPI_COMM_NULL) MPI_Comm_free((MPI_Comm *)c->mpi);
+        if (!finalized && !broken && *(MPI_Comm *)c->mpi != MPI_COMM_NULL)
+            MPI_Comm_free((MPI_Comm *)c->mpi);
         mc_free(c->mpi);
     }
+    if (c->watchdog && ((mc__watchdog *)c->watchdog)->owner == c)
+        mc__wd_destroy((mc__watchdog *)c->watchdog);
 #endif
     mc_free(c->world_ranks);
     mc_free(c);
 #if defined(MC_COMM_MPI)
-    if (owns_mpi) {
+    if (owns_mpi && !broken) {
         int finalized = 0;
         MPI_Finalized(&finalized);
         if (!finalized) MPI_Finalize();
     }
 #else
     (void)owns_mpi;
+    (void)broken;
+#endif
+}
+
+MC_API int mc_comm_abort(mc_comm *world, int exit_code) {
+#if defined(MC_COMM_MPI)
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
+    (void)world;
+    return MC__FAIL(MC_ERR_STATE, "mc_comm_abort: MPI is not running (initialized %d, finalized "
+                    "%d)", initialized, finalized);
+#else
+    (void)world;
+    (void)exit_code;
+    return MC__FAIL(MC_ERR_UNSUPPORTED, "mc_comm_abort: built without MC_COMM_MPI");
+#endif
+}
+
+MC_API const char *mc_comm_watchdog_verdict(const mc_comm *c) {
+#if defined(MC_COMM_MPI)
+    const mc__watchdog *wd = c ? (const mc__watchdog *)c->watchdog : NULL;
+    return wd && wd->broken ? wd->verdict : NULL;
+#else
+    (void)c;
+    return NULL;
 #endif
 }
 
@@ -6358,6 +6769,137 @@ static int mc__check_comm(const mc_comm *c, const char *fn) {
     if (!c || !c->ops)
         return MC__FAIL(MC_ERR_INVALID_ARG, "%s: communicator is NULL or destroyed", fn);
     return MC_OK;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>comm_agree  Ranks compare their configuration before anything else (see mc_comm_agree).
+
+#define MC__AGREE_MAGIC 0x4d43414752454531ULL   /* "MCAGREE1" */
+#define MC__AGREE_TEXT 80
+
+typedef struct mc__agree_summary {
+    uint64_t magic;
+    int64_t n_items;
+    uint64_t names;
+    uint64_t values;
+} mc__agree_summary;
+
+static uint64_t mc__agree_text_hash(uint64_t h, const char *text) {
+    text = text ? text : "";
+    return mc__fnv_bytes(h, text, strlen(text) + 1);   /* the NUL separates the items */
+}
+
+/* "ranks 2, 3" (at most 8 named) */
+static void mc__agree_rank_list(char *buf, size_t cap, const int *ranks, int n) {
+    size_t len = (size_t)snprintf(buf, cap, "%s", n == 1 ? "rank" : "ranks");
+    int i;
+    for (i = 0; i < n && i < 8 && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, "%s %d", i ? "," : "", ranks[i]);
+    if (n > 8 && len < cap) snprintf(buf + len, cap - len, " and %d more", n - 8);
+}
+
+MC_API int mc_comm_agree(mc_comm *c, const mc_agree_item *items, int n_items) {
+    mc__agree_summary mine, *all = NULL;
+    uint64_t *hashes = NULL;
+    char *texts = NULL, text[MC__AGREE_TEXT];
+    int rc, r, i, size, first = -1, *same = NULL, *other = NULL, n_same = 0, n_other = 0;
+    char same_list[160], other_list[160];
+    const char *value;
+    if ((rc = mc__check_comm(c, "mc_comm_agree")) != MC_OK) return rc;
+    if (n_items < 0 || (n_items > 0 && !items))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_comm_agree: n_items (%d) must be >= 0 with items "
+                        "set", n_items);
+    size = c->size;
+    memset(&mine, 0, sizeof mine);
+    mine.magic = MC__AGREE_MAGIC;
+    mine.n_items = n_items;
+    mine.names = mine.values = MC__FNV_OFFSET;
+    for (i = 0; i < n_items; i++) {
+        mine.names = mc__agree_text_hash(mine.names, items[i].name);
+        mine.values = mc__agree_text_hash(mine.values, items[i].value);
+    }
+    all = (mc__agree_summary *)mc_calloc((size_t)size, sizeof *all);
+    same = (int *)mc_calloc((size_t)size, sizeof *same);
+    other = (int *)mc_calloc((size_t)size, sizeof *other);
+    if (!all || !same || !other) {
+        rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_agree: out of memory for %d ranks", size);
+        goto done;
+    }
+    rc = mc__host_allgather(c, &mine, all, (int)sizeof mine, "configuration agreement");
+    if (rc != MC_OK) {
+        all = NULL;   /* MPI may still write it after a timeout */
+        goto done;
+    }
+    for (r = 0; r < size; r++)
+        if (all[r].magic != all[0].magic || all[r].n_items != all[0].n_items ||
+            all[r].names != all[0].names) {
+            rc = MC__FAIL(MC_ERR_INVALID_DESC,
+                          "configuration differs between ranks: rank %d compares %lld items "
+                          "but rank 0 compares %lld (or other names): the ranks run different "
+                          "programs or versions",
+                          r, (long long)all[r].n_items, (long long)all[0].n_items);
+            goto done;
+        }
+    for (r = 1; r < size && all[r].values == all[0].values; r++) {}
+    if (r == size) goto done;   /* every rank agrees: one collective */
+
+    /* Some value differs: every rank knows it, so every rank takes the next two steps. */
+    hashes = (uint64_t *)mc_calloc((size_t)size * (size_t)(n_items ? n_items : 1), sizeof *hashes);
+    texts = (char *)mc_calloc((size_t)size, MC__AGREE_TEXT);
+    if (!hashes || !texts) {
+        rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_agree: out of memory for %d ranks", size);
+        goto done;
+    }
+    {
+        uint64_t *my_hashes = (uint64_t *)mc_calloc((size_t)(n_items ? n_items : 1), sizeof *my_hashes);
+        if (!my_hashes) {
+            rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_comm_agree: out of memory");
+            goto done;
+        }
+        for (i = 0; i < n_items; i++)
+            my_hashes[i] = mc__agree_text_hash(MC__FNV_OFFSET, items[i].value);
+        rc = mc__host_allgather(c, my_hashes, hashes, (int)(sizeof *hashes * (size_t)n_items),
+                                "configuration agreement (items)");
+        mc_free(my_hashes);
+        if (rc != MC_OK) {
+            hashes = NULL;
+            goto done;
+        }
+    }
+    for (i = 0; i < n_items && first < 0; i++)
+        for (r = 1; r < size; r++)
+            if (hashes[(size_t)r * (size_t)n_items + (size_t)i] != hashes[i]) first = i;
+    if (first < 0) first = 0;   /* unreachable: the summary hashes differed */
+    value = items[first].value ? items[first].value : "";
+    memset(text, 0, sizeof text);
+    snprintf(text, sizeof text, "%s", value);
+    if (strlen(value) >= sizeof text) memcpy(text + sizeof text - 4, "...", 4);
+    rc = mc__host_allgather(c, text, texts, MC__AGREE_TEXT, "configuration agreement (value)");
+    if (rc != MC_OK) {
+        texts = NULL;
+        goto done;
+    }
+    for (r = 0; r < size; r++) {
+        int agrees = hashes[(size_t)r * (size_t)n_items + (size_t)first] == hashes[first];
+        if (agrees) same[n_same++] = r;
+        else other[n_other++] = r;
+    }
+    mc__agree_rank_list(same_list, sizeof same_list, same, n_same);
+    mc__agree_rank_list(other_list, sizeof other_list, other, n_other);
+    texts[(size_t)other[0] * MC__AGREE_TEXT + MC__AGREE_TEXT - 1] = '\0';
+    texts[MC__AGREE_TEXT - 1] = '\0';
+    rc = MC__FAIL(MC_ERR_INVALID_DESC,
+                  "configuration differs between ranks: %s is \"%s\" on %s but \"%s\" on %s "
+                  "(every rank must get the same value)",
+                  items[first].name ? items[first].name : "?",
+                  texts + (size_t)other[0] * MC__AGREE_TEXT, other_list, texts, same_list);
+done:
+    mc_free(all);
+    mc_free(hashes);
+    mc_free(texts);
+    mc_free(same);
+    mc_free(other);
+    return rc;
 }
 
 static int mc__check_data(const mc_comm *c, const char *fn, const void *a, const void *b,
@@ -6695,6 +7237,7 @@ static int mc__make_child(mc_comm *parent, const int *members, int n, int tag, c
     child->world_rank = parent->world_rank;
     child->mem = parent->mem;   /* one memory owner for the whole group tree */
     child->timeout_s = parent->timeout_s;
+    child->watchdog = parent->watchdog;
     snprintf(child->name, sizeof child->name, "%s", name);
     *out = child;
     return MC_OK;
@@ -8492,7 +9035,7 @@ MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int c
                         "mc_schedule_ops: cap (%d) is below the op count %d of stage %d", cap,
                         count, s.rank);
     if (n_warmup) *n_warmup = mc__sched_warmup(&s);
-    return mc__sched_fill(&s, out);
+    return out ? mc__sched_fill(&s, out) : count;   /* counting needs no walk */
 }
 
 MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk,
@@ -8554,6 +9097,7 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
     mc_sched_op *ops = NULL;
     double *clock = NULL, *times = NULL, makespan = 0.0, busy;
     int *next = NULL, rc, count, stage, done = 0, progress = 1;
+    long sweep = 0;
     size_t slots, i;
     if (!desc) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_schedule_simulate: desc is NULL");
     one = *desc;
@@ -8595,10 +9139,14 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
         clock[stage] = 0.0;
     }
     /* Start times follow from finish times alone, so sweeping the stages in any order and
-       running each one as far as its inputs allow gives the same answer. */
+       running each one as far as its inputs allow gives the same answer. Forwards flow to
+       higher stages and backwards to lower ones, so the sweeps alternate direction: one pair
+       of sweeps carries a micro-batch through every stage and back, and the work stays
+       linear in pp (one direction only would need a sweep per stage: pp^2). */
     while (done < count * s.pp && progress) {
         progress = 0;
-        for (stage = 0; stage < s.pp; stage++) {
+        for (i = 0; i < (size_t)s.pp; i++) {
+            stage = sweep % 2 == 0 ? (int)i : s.pp - 1 - (int)i;
             while (next[stage] < count) {
                 size_t at = (size_t)stage * (size_t)count + (size_t)next[stage];
                 const mc_sched_op *op = &ops[at];
@@ -8616,6 +9164,7 @@ MC_API int mc_schedule_simulate(const mc_schedule_desc *desc, double forward_tim
                 progress = 1;
             }
         }
+        sweep++;
     }
     rc = MC_OK;
     if (done < count * s.pp) {
@@ -8666,6 +9215,12 @@ typedef struct mc__pipe {
     float **spare;               /* free receive buffers, reused before allocating */
     int n_spare;
     int dropped;                 /* fault hook: the caller's micro-batch skipped, or -1 */
+    /* The executor's own order is checked against mc_schedule_ops before any P2P: a dry run
+       of the loops (no compute, no communication) records it, and the real run re-checks
+       every op as it starts. */
+    int dry;                     /* 1 during the dry run */
+    mc_sched_op *expect;         /* (n_expect) mc_schedule_ops of this stage */
+    int n_expect, n_checked;
 } mc__pipe;
 
 #if defined(MC_FAULT_HOOKS)
@@ -8718,6 +9273,7 @@ static void mc__pipe_free(mc__pipe *p) {
     mc_free(p->n_grads);
     mc_free(p->tokens);
     mc_free(p->spare);
+    mc_free(p->expect);
 }
 
 /* Megatron's _communicate in batched mode: send_prev, recv_prev, send_next, recv_next, in that
@@ -8728,6 +9284,7 @@ static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float
     mc_p2p_op ops[4];
     int n = 0, rc;
     float *from_prev = NULL, *from_next = NULL;
+    if (p->dry) return MC_OK;
     if (recv_prev_chunk >= 0 && p->n_inputs[recv_prev_chunk] >= p->m)
         return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would receive activation %d for "
                         "chunk %d, but M = %d", p->rank, p->m + 1, recv_prev_chunk, p->m);
@@ -8768,14 +9325,39 @@ static int mc__pipe_communicate(mc__pipe *p, const float *send_next, const float
     return MC_OK;
 }
 
+/* The next op of this stage must be mc_schedule_ops' next one. */
+static int mc__pipe_expect(mc__pipe *p, char kind, int mb, int chunk) {
+    const mc_sched_op *e = p->n_checked < p->n_expect ? &p->expect[p->n_checked] : NULL;
+    if (!e || e->kind != kind || e->microbatch != mb || e->chunk != chunk) {
+        char want[32];
+        if (e) snprintf(want, sizeof want, "%c%d.%d", e->kind, e->microbatch, e->chunk);
+        else snprintf(want, sizeof want, "no op (it lists %d)", p->n_expect);
+        return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d %s %c%d.%d as op %d, but "
+                        "mc_schedule_ops lists %s there: the executor does not follow the op "
+                        "table (refused before any P2P)", p->rank,
+                        p->dry ? "would run" : "is about to run", kind, mb, chunk, p->n_checked,
+                        want);
+    }
+    p->n_checked++;
+    return MC_OK;
+}
+
 static void mc__pipe_trace(mc__pipe *p, char kind, int mb, int chunk) {
     if (p->res->n_ops < MC_SCHEDULE_TRACE_MAX) {
         mc_sched_op *op = &p->res->ops[p->res->n_ops];
         op->kind = kind;
         op->microbatch = mc__pipe_app_mb(p, mb);
         op->chunk = chunk;
+        if (p->h->clock) p->res->op_start[p->res->n_ops] = p->h->clock(p->h->app);
     }
     p->res->n_ops++;
+}
+
+/* The end time of the op traced last (its hook has just returned). */
+static void mc__pipe_trace_end(mc__pipe *p) {
+    int i = p->res->n_ops - 1;
+    if (p->h->clock && i >= 0 && i < MC_SCHEDULE_TRACE_MAX)
+        p->res->op_end[i] = p->h->clock(p->h->app);
 }
 
 /* Forward of virtual micro-batch k. *output: what to send next (NULL on the last virtual
@@ -8785,6 +9367,11 @@ static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
     int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
     double loss = 0.0, tokens = 0.0;
     float *out = NULL;
+    if ((rc = mc__pipe_expect(p, 'F', mb, chunk)) != MC_OK) return rc;
+    if (p->dry) {   /* any non-NULL pointer: the dry run only walks the sends */
+        *output = last ? NULL : (float *)p;
+        return MC_OK;
+    }
     if (!first && !p->input[slot])
         return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no input for the forward of "
                         "micro-batch %d on chunk %d", p->rank, mb, chunk);
@@ -8795,6 +9382,7 @@ static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
         loss = tokens = 0.0;
         rc = p->h->loss_func(p->h->app, mc__pipe_app_mb(p, mb), out, &loss, &tokens);
     }
+    mc__pipe_trace_end(p);   /* the forward op ends with its loss */
     if (rc != MC_OK) return rc;
     if (last) {
         p->res->loss_sum += loss;
@@ -8819,6 +9407,11 @@ static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
     int first = mc__pipe_first_virtual(p, chunk), last = mc__pipe_last_virtual(p, chunk);
     int last_mb = mb == p->m - 1, rc;
     float *grad = NULL, scale = 1.0f;
+    if ((rc = mc__pipe_expect(p, 'B', mb, chunk)) != MC_OK) return rc;
+    if (p->dry) {
+        *input_grad = first ? NULL : (float *)p;
+        return MC_OK;
+    }
     if (!last && !p->out_grad[slot])
         return MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d has no output gradient for the "
                         "backward of micro-batch %d on chunk %d", p->rank, mb, chunk);
@@ -8831,6 +9424,7 @@ static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
     mc__pipe_trace(p, 'B', mb, chunk);
     rc = p->h->backward_step(p->h->app, chunk, mc__pipe_app_mb(p, mb),
                              last ? NULL : p->out_grad[slot], scale, &grad);
+    mc__pipe_trace_end(p);
     if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 0);
     if (rc != MC_OK) return rc;
     mc__pipe_release(p, &p->input[slot]);
@@ -8888,6 +9482,7 @@ static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_sche
     d.group_size = h->group_size;
     d.forward_only = forward_only;
     if ((rc = mc_schedule_ops(&d, NULL, 0, &p->warmup)) < 0) return rc;
+    p->n_expect = rc;
     p->m = m;
     p->v = vpp > 1 ? vpp : 1;
     p->total = m * p->v;
@@ -8900,16 +9495,35 @@ static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_sche
     p->n_inputs = (int *)mc_calloc((size_t)p->v, sizeof(int));
     p->n_grads = (int *)mc_calloc((size_t)p->v, sizeof(int));
     p->tokens = (double *)mc_calloc((size_t)m, sizeof(double));
+    p->expect = (mc_sched_op *)mc_calloc((size_t)(p->n_expect ? p->n_expect : 1),
+                                         sizeof(mc_sched_op));
     if (!p->mb_of || !p->chunk_of || !p->input || !p->out_grad || !p->spare || !p->n_inputs ||
-        !p->n_grads || !p->tokens) {
+        !p->n_grads || !p->tokens || !p->expect) {
         mc__pipe_free(p);
         return MC__FAIL(MC_ERR_NO_MEMORY, "%s: out of memory for M x V = %d slots", fn, slots);
     }
     if (p->v > 1) mc_schedule_table(&d, p->mb_of, p->chunk_of, slots);
     else
         for (k = 0; k < slots; k++) p->mb_of[k] = k;
+    mc_schedule_ops(&d, p->expect, p->n_expect, NULL);
     res->n_warmup = p->warmup;
     return MC_OK;
+}
+
+/* Runs `run` once dry (its op order against mc_schedule_ops, nothing computed or sent), then
+   for real, re-checking each op. */
+static int mc__pipe_checked_run(mc__pipe *p, int (*run)(mc__pipe *)) {
+    int rc;
+    p->dry = 1;
+    p->n_checked = 0;
+    rc = run(p);
+    if (rc == MC_OK && p->n_checked != p->n_expect)
+        rc = MC__FAIL(MC_ERR_STATE, "schedule: pp rank %d would run %d ops, but mc_schedule_ops "
+                      "lists %d: the executor does not follow the op table (refused before "
+                      "any P2P)", p->rank, p->n_checked, p->n_expect);
+    p->dry = 0;
+    p->n_checked = 0;
+    return rc == MC_OK ? run(p) : rc;
 }
 
 /* Megatron's disable_grad_sync at entry (every chunk), then the run, then finalize. */
@@ -8977,8 +9591,14 @@ MC_API int mc_forward_backward_no_pipelining(const mc_parallel_state *ps,
 /* 1F1B, section 8.4: warmup forwards, the steady 1F1B pairs with combined exchanges, the
    cooldown backwards. */
 static int mc__pipe_run_1f1b(mc__pipe *p) {
-    int w = p->warmup, remaining = p->m - w, i, rc = MC_OK;
+    int w = p->warmup, remaining, i, rc = MC_OK;
     float *out = NULL, *grad = NULL;
+#if defined(MC__SCHEDULE_FAULT)
+    /* Tests only (tests/mpi_cases/sched_fault_cases.c): one warmup forward too many, the
+       classic 1F1B bug, which the op-table check must refuse before any P2P. */
+    if (w < p->m) w++;
+#endif
+    remaining = p->m - w;
     for (i = 0; i < w && rc == MC_OK; i++) {
         if ((rc = mc__pipe_recv_forward(p)) != MC_OK) break;
         if ((rc = mc__pipe_forward(p, i, &out)) != MC_OK) break;
@@ -9019,7 +9639,7 @@ MC_API int mc_forward_backward_pipelining_without_interleaving(
                        "mc_forward_backward_pipelining_without_interleaving");
     if (rc != MC_OK) return rc;
     mc__pipe_sync_off(&p);
-    return mc__pipe_finish(&p, mc__pipe_run_1f1b(&p));
+    return mc__pipe_finish(&p, mc__pipe_checked_run(&p, mc__pipe_run_1f1b));
 }
 
 /* Megatron's recv_tensor_from_previous_stage: whether this stage receives a tensor in the
@@ -9082,7 +9702,7 @@ MC_API int mc_forward_backward_pipelining_with_interleaving(
                        "mc_forward_backward_pipelining_with_interleaving");
     if (rc != MC_OK) return rc;
     mc__pipe_sync_off(&p);
-    return mc__pipe_finish(&p, mc__pipe_run_interleaved(&p));
+    return mc__pipe_finish(&p, mc__pipe_checked_run(&p, mc__pipe_run_interleaved));
 }
 
 MC_API mc_forward_backward_func mc_get_forward_backward_func(const mc_parallel_state *ps) {

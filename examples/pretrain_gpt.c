@@ -19,9 +19,15 @@
 #include "megatron_c.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <time.h>
 
 /* ---------------------------------------------------------------------------------------------
@@ -47,6 +53,8 @@ typedef struct args {
     int vocab_divisible_by;
     int overlap_grad_reduce;
     int bucket_size;
+    int timeout_minutes;        /* --distributed-timeout-minutes (Megatron's, default 10) */
+    float timeout_seconds;      /* --distributed-timeout-seconds: overrides the minutes */
 } args;
 
 static void usage(FILE *f) {
@@ -67,29 +75,53 @@ static void usage(FILE *f) {
         "  recompute:   --recompute-granularity full|selective --recompute-method uniform|block\n"
         "               --recompute-num-layers N\n"
         "  checkpoints: --save DIR --load DIR --save-interval N --override-math-fingerprint\n"
-        "  data/log:    --data-path FILE --log-interval N\n");
+        "  data/log:    --data-path FILE --log-interval N\n"
+        "  watchdog:    --distributed-timeout-minutes N (default 10) or\n"
+        "               --distributed-timeout-seconds S: a rank that makes no progress for\n"
+        "               that long stops every rank with a message naming it\n"
+        "A flag given twice keeps its last value (as Megatron's argparse) and says so. Every\n"
+        "rank must get the same flags: the ranks compare them before anything else and stop\n"
+        "naming the first one that differs.\n");
 }
 
+/* A whole decimal integer that fits an int. Out-of-range values are named as such. */
 static int parse_int(const char *flag, const char *v, int *out) {
     char *end;
-    long x;
+    long long x;
     errno = 0;
-    x = strtol(v, &end, 10);
-    if (errno || *end || end == v || x < -2147483647L || x > 2147483647L) {
+    x = strtoll(v, &end, 10);
+    if (*end || end == v) {
         fprintf(stderr, "pretrain_gpt: %s expects an integer, got \"%s\"\n", flag, v);
+        return -1;
+    }
+    if (errno == ERANGE || x < INT_MIN || x > INT_MAX) {
+        fprintf(stderr, "pretrain_gpt: %s value %s is out of range (an int holds %d .. %d)\n",
+                flag, v, INT_MIN, INT_MAX);
         return -1;
     }
     *out = (int)x;
     return 0;
 }
 
+/* A finite decimal number ("1e-3", "0.5", "-2"): strtod's hexadecimal forms, "inf" and "nan"
+   are refused, and so is a value a float cannot hold. */
 static int parse_float(const char *flag, const char *v, float *out) {
     char *end;
     double x;
+    int decimal = *v != '\0';
+    for (const char *p = v; *p; p++)
+        if (!strchr("0123456789.eE+-", *p)) decimal = 0;
     errno = 0;
-    x = strtod(v, &end);
-    if (errno || *end || end == v) {
-        fprintf(stderr, "pretrain_gpt: %s expects a number, got \"%s\"\n", flag, v);
+    x = decimal ? strtod(v, &end) : 0.0;
+    if (!decimal || *end || end == v) {
+        fprintf(stderr, "pretrain_gpt: %s expects a finite decimal number such as 1e-3, got \"%s\"\n",
+                flag, v);
+        return -1;
+    }
+    if (errno == ERANGE && fabs(x) > 1.0) x = HUGE_VAL;
+    if (!isfinite(x) || !isfinite((float)x)) {
+        fprintf(stderr, "pretrain_gpt: %s value %s is out of range (a float holds up to %g)\n",
+                flag, v, (double)FLT_MAX);
         return -1;
     }
     *out = (float)x;
@@ -139,10 +171,56 @@ static const arg_spec arg_specs[] = {
     A("--make-vocab-size-divisible-by", A_INT, vocab_divisible_by),
     A("--overlap-grad-reduce", A_FLAG, overlap_grad_reduce),
     A("--ddp-bucket-size", A_INT, bucket_size),
+    A("--distributed-timeout-minutes", A_INT, timeout_minutes),
+    A("--distributed-timeout-seconds", A_FLOAT, timeout_seconds),
 };
 #undef A
+#define N_ARG_SPECS ((int)(sizeof arg_specs / sizeof arg_specs[0]))
 
+/* The rules Megatron's arguments.py and the LR scheduler assert that mc_gpt_config does not
+   see (the schedule, the optimizer, logging, the watchdog). Prints every violation; returns
+   their count. */
+static int check_args(const args *a) {
+    int bad = 0;
+#define RULE(ok, ...) \
+    do { if (!(ok)) { fprintf(stderr, "pretrain_gpt: " __VA_ARGS__); fputc('\n', stderr); \
+                      bad++; } } while (0)
+    RULE(a->train_iters >= 1, "--train-iters (%d) must be >= 1", a->train_iters);
+    RULE(a->log_interval >= 1, "--log-interval (%d) must be >= 1", a->log_interval);
+    RULE(a->save_interval >= 0, "--save-interval (%d) must be >= 0 (0: save at the end only)",
+         a->save_interval);
+    RULE(a->lr >= 0.0f, "--lr (%g) must be >= 0", (double)a->lr);
+    RULE(a->min_lr >= 0.0f && a->min_lr <= a->lr,
+         "--min-lr (%g) must be in [0, --lr (%g)] (Megatron: 0 <= min_lr <= max_lr)",
+         (double)a->min_lr, (double)a->lr);
+    RULE(a->weight_decay >= 0.0f, "--weight-decay (%g) must be >= 0", (double)a->weight_decay);
+    RULE(a->clip_grad >= 0.0f, "--clip-grad (%g) must be >= 0 (0 switches clipping off)",
+         (double)a->clip_grad);
+    RULE(a->lr_warmup_iters >= 0, "--lr-warmup-iters (%d) must be >= 0", a->lr_warmup_iters);
+    RULE(a->lr_decay_iters >= 0, "--lr-decay-iters (%d) must be >= 0", a->lr_decay_iters);
+    RULE(a->seed >= 1, "--seed (%d) must be > 0 (Megatron's _set_random_seed)", a->seed);
+    RULE(a->bucket_size >= 0, "--ddp-bucket-size (%d) must be >= 0", a->bucket_size);
+    RULE(a->vocab_divisible_by >= 0, "--make-vocab-size-divisible-by (%d) must be >= 0",
+         a->vocab_divisible_by);
+    RULE(a->rampup[0] >= 0 && a->rampup[1] >= 0 && a->rampup[2] >= 0,
+         "--rampup-batch-size (%d %d %d) must be three numbers >= 0", a->rampup[0],
+         a->rampup[1], a->rampup[2]);
+    RULE(a->timeout_minutes >= 1, "--distributed-timeout-minutes (%d) must be >= 1",
+         a->timeout_minutes);
+    RULE(a->timeout_seconds >= 0.0f,
+         "--distributed-timeout-seconds (%g) must be > 0 (it overrides the minutes)",
+         (double)a->timeout_seconds);
+#undef RULE
+    return bad;
+}
+
+/* 0 parsed, 1 --help (printed), -1 bad usage (printed). */
 static int parse_args(int argc, char **argv, args *a) {
+    unsigned char seen[N_ARG_SPECS];
+    /* one note per job, not one per rank (parsing comes before MPI starts) */
+    const char *world_rank = getenv("OMPI_COMM_WORLD_RANK");
+    int note_repeats = !world_rank || !strcmp(world_rank, "0");
+    memset(seen, 0, sizeof seen);
     memset(a, 0, sizeof *a);
     a->tp = a->pp = 1;
     a->num_layers = 2, a->hidden_size = 64, a->num_heads = 4, a->seq_length = 32;
@@ -150,15 +228,24 @@ static int parse_args(int argc, char **argv, args *a) {
     a->lr = 1e-3f, a->seed = 1234, a->vocab_size = 256, a->log_interval = 1;
     a->clip_grad = 1.0f, a->weight_decay = 0.01f;
     a->hidden_dropout = a->attention_dropout = 0.1f;   /* Megatron's defaults */
+    a->timeout_minutes = 10;                           /* Megatron's default */
     for (int i = 1; i < argc; i++) {
         const arg_spec *s = NULL;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); exit(0); }
-        for (size_t k = 0; k < sizeof arg_specs / sizeof arg_specs[0]; k++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 1; }
+        for (int k = 0; k < N_ARG_SPECS; k++)
             if (!strcmp(argv[i], arg_specs[k].name)) s = &arg_specs[k];
         if (!s) {
             fprintf(stderr, "pretrain_gpt: unknown flag \"%s\"\n", argv[i]);
             usage(stderr);
             return -1;
+        }
+        /* As Megatron's argparse, the last value counts (scripts append overrides to a base
+           command line), but not silently: the note names the flag and the value kept. */
+        if (seen[s - arg_specs]++ && note_repeats) {
+            int n_values = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
+            fprintf(stderr, "pretrain_gpt: note: %s is given more than once; the last one "
+                    "counts%s%s\n", s->name, n_values && i + 1 < argc ? ": " : "",
+                    n_values && i + 1 < argc ? argv[i + 1] : "");
         }
         char *field = (char *)a + s->offset;
         int need = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
@@ -193,12 +280,52 @@ static int parse_args(int argc, char **argv, args *a) {
         }
         }
     }
+    if (check_args(a) > 0) return -1;
     if (a->max_positions == 0) a->max_positions = a->seq_length;
     /* Megatron's --hidden-dropout 0 switches dropout off; in mc_gpt_config 0 means default. */
     if (a->hidden_dropout == 0.0f) a->hidden_dropout = MC_DROPOUT_OFF;
     if (a->attention_dropout == 0.0f) a->attention_dropout = MC_DROPOUT_OFF;
     if (a->data_path) a->vocab_size = 256;   /* byte-level tokens */
     return 0;
+}
+
+/* The watchdog's limit: --distributed-timeout-seconds when given, else the minutes. */
+static double timeout_s_from_args(const args *a) {
+    return a->timeout_seconds > 0.0f ? (double)a->timeout_seconds
+                                     : 60.0 * (double)a->timeout_minutes;
+}
+
+/* Every flag's resolved value as text, in arg_specs order: what the ranks must agree on
+   (mc_comm_agree names the first one that differs). `text` holds N_ARG_SPECS rows of
+   ARG_TEXT_LEN bytes. */
+#define ARG_TEXT_LEN 96
+static void args_to_text(const args *a, char (*text)[ARG_TEXT_LEN]) {
+    for (int k = 0; k < N_ARG_SPECS; k++) {
+        const char *field = (const char *)a + arg_specs[k].offset;
+        char *t = text[k];
+        switch (arg_specs[k].kind) {
+        case A_FLAG: case A_INT: case A_RECOMPUTE_G: case A_RECOMPUTE_M:
+            snprintf(t, ARG_TEXT_LEN, "%d", *(const int *)field); break;
+        case A_FLOAT: {   /* the shortest text that reads back as the same float */
+            float v = *(const float *)field;
+            for (int digits = 6; digits <= 9; digits++) {
+                snprintf(t, ARG_TEXT_LEN, "%.*g", digits, (double)v);
+                if (strtof(t, NULL) == v) break;
+            }
+            break;
+        }
+        case A_STR: {
+            const char *v = *(const char *const *)field;
+            snprintf(t, ARG_TEXT_LEN, "%s", v ? v : "(none)");
+            break;
+        }
+        case A_INT3: {
+            const int *v = (const int *)field;
+            snprintf(t, ARG_TEXT_LEN, "%d %d %d", v[0], v[1], v[2]);
+            break;
+        }
+        }
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -211,28 +338,68 @@ typedef struct dataset {
     uint64_t seed;
 } dataset;
 
-static int dataset_open(dataset *d, const args *a) {
+/* Reads --data-path whole. On failure returns -1 with the reason in `why` (the caller prints
+   it once the ranks agree that they all see the same thing). A file must be a regular file
+   read to its last byte: a directory, a short read or a failed allocation never falls back
+   to synthetic data. */
+static int dataset_open(dataset *d, const args *a, char *why, size_t why_cap) {
     memset(d, 0, sizeof *d);
     d->vocab = a->vocab_size, d->seq_length = a->seq_length, d->seed = (uint64_t)a->seed;
     if (!a->data_path) return 0;
-    FILE *f = fopen(a->data_path, "rb");
-    if (!f) {
-        fprintf(stderr, "pretrain_gpt: --data-path %s: %s\n", a->data_path, strerror(errno));
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused below) */
+    int fd = open(a->data_path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    FILE *f = NULL;
+    if (fd < 0 || fstat(fd, &st) != 0 || !(f = fdopen(fd, "rb"))) {
+        snprintf(why, why_cap, "--data-path %s: %s", a->data_path, strerror(errno));
+        if (fd >= 0) close(fd);
         return -1;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n < (long)a->seq_length + 2) {
-        fprintf(stderr, "pretrain_gpt: --data-path %s has %ld bytes; it needs at least "
-                "seq_length + 2 = %d\n", a->data_path, n, a->seq_length + 2);
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, why_cap, "--data-path %s is not a regular file (%s)", a->data_path,
+                 S_ISDIR(st.st_mode) ? "a directory" : "a device, pipe or socket");
         fclose(f);
         return -1;
     }
-    d->bytes = malloc((size_t)n);
+    long long n = (long long)st.st_size;
+    if (n < (long long)a->seq_length + 2) {
+        snprintf(why, why_cap, "--data-path %s has %lld bytes; it needs at least "
+                 "seq_length + 2 = %d", a->data_path, n, a->seq_length + 2);
+        fclose(f);
+        return -1;
+    }
+    if ((unsigned long long)n > (size_t)-1 / 2 || !(d->bytes = malloc((size_t)n))) {
+        snprintf(why, why_cap, "--data-path %s: cannot allocate %lld bytes to read it",
+                 a->data_path, n);
+        fclose(f);
+        return -1;
+    }
     d->n_bytes = fread(d->bytes, 1, (size_t)n, f);
+    int read_error = ferror(f);
     fclose(f);
+    if (d->n_bytes != (size_t)n) {
+        snprintf(why, why_cap, "--data-path %s: read %zu of its %lld bytes (%s)", a->data_path,
+                 d->n_bytes, n, read_error ? strerror(errno) : "the file shrank while read");
+        free(d->bytes);
+        d->bytes = NULL, d->n_bytes = 0;
+        return -1;
+    }
     return 0;
+}
+
+/* What the ranks compare about the data: the file's size and an FNV-1a hash of its bytes
+   (ranks on different machines may see different files under one path). */
+static void dataset_describe(const dataset *d, int open_rc, const char *why, char *out,
+                             size_t cap) {
+    if (open_rc != 0) {
+        snprintf(out, cap, "unreadable: %s", why);
+    } else if (!d->bytes) {
+        snprintf(out, cap, "synthetic");
+    } else {
+        uint64_t h = 1469598103934665603ull;
+        for (size_t i = 0; i < d->n_bytes; i++) h = (h ^ d->bytes[i]) * 1099511628211ull;
+        snprintf(out, cap, "%zu bytes, fnv1a %016llx", d->n_bytes, (unsigned long long)h);
+    }
 }
 
 /* Synthetic text: a noisy affine chain t' = (a*t + b) mod V with a random restart every few
@@ -439,7 +606,7 @@ static int global_loss(trainer *t, const mc_schedule_result *r, double *loss) {
 }
 
 static void log_iteration(const trainer *t, long long it, long long consumed, double ms,
-                          int gbs, double loss, int skipped) {
+                          int gbs, double loss, int skipped, int nan_iters) {
     time_t wall = time(NULL);
     char stamp[32];
     double tokens_per_s = ms > 0 ? (double)gbs * t->a.seq_length / (ms / 1000.0) : 0.0;
@@ -450,7 +617,7 @@ static void log_iteration(const trainer *t, long long it, long long consumed, do
            "%3d | number of nan iterations: %3d |\n",
            stamp, it, t->a.train_iters, consumed, ms, tokens_per_s,
            mc_optimizer_lr_at(&t->opt.desc, t->opt.lr_steps), gbs, loss,
-           t->opt.last_grad_norm, skipped, 0);
+           t->opt.last_grad_norm, skipped, nan_iters);
     fflush(stdout);
 }
 
@@ -501,7 +668,6 @@ static int train(trainer *t) {
     od.clip_grad = a->clip_grad > 0 ? a->clip_grad : MC_CLIP_GRAD_OFF;
     CHECK(mc_optimizer_init(&t->opt, &od));
 
-    if (dataset_open(&t->data, a) != 0) return MC_ERR_IO;
     t->tokens = calloc((size_t)a->seq_length * (size_t)a->micro_batch_size, sizeof(int));
     t->labels = calloc((size_t)a->seq_length * (size_t)a->micro_batch_size, sizeof(int));
     t->sample = calloc((size_t)a->seq_length + 1, sizeof(int));
@@ -523,6 +689,7 @@ static int train(trainer *t) {
     hooks.tensor_elems = t->gpt.p2p_elems;
     static mc_schedule_result result;   /* large trace: keep it off the stack */
 
+    int skipped_iters = 0, nan_iters = 0;
     while (iteration < a->train_iters) {
         CHECK(mc_microbatch_update(&mb, consumed, 1));
         int gbs = mb.current_running_global_batch_size;
@@ -536,11 +703,23 @@ static int train(trainer *t) {
         if (step_rc != MC_OK && !skipped) CHECK(step_rc);
         double loss;
         CHECK(global_loss(t, &result, &loss));
+        /* Counted over the log interval, as Megatron's log line does. */
+        skipped_iters += skipped;
+        nan_iters += skipped || !isfinite(loss);
+        if (!isfinite(loss)) {   /* Megatron's check_for_nan_in_loss_and_grad: stop */
+            if (me == 0)
+                fprintf(stderr, "pretrain_gpt: iteration %lld: lm loss is %g; stopping instead "
+                        "of training on it (lower --lr, or check the data)\n", iteration + 1,
+                        loss);
+            return MC_ERR_STATE;
+        }
         iteration++;
         consumed += gbs;
         double ms = (now_s() - t0) * 1000.0;
-        if (me == 0 && (iteration % a->log_interval == 0 || iteration == a->train_iters))
-            log_iteration(t, iteration, consumed, ms, gbs, loss, skipped);
+        if (me == 0 && (iteration % a->log_interval == 0 || iteration == a->train_iters)) {
+            log_iteration(t, iteration, consumed, ms, gbs, loss, skipped_iters, nan_iters);
+            skipped_iters = nan_iters = 0;
+        }
         if (a->save && a->save_interval > 0 && iteration % a->save_interval == 0)
             CHECK(save_checkpoint(t, iteration, consumed));
     }
@@ -549,28 +728,67 @@ static int train(trainer *t) {
     return MC_OK;
 }
 
+/* Every rank's flags and data must agree; this is the job's first collective (see
+   mc_comm_agree), so ranks started with different flags stop before any collective whose
+   count or size depends on them. */
+static int agree_on_config(mc_comm *world, const args *a, const char *data_text) {
+    static char text[N_ARG_SPECS][ARG_TEXT_LEN];
+    mc_agree_item items[N_ARG_SPECS + 1];
+    args_to_text(a, text);
+    for (int k = 0; k < N_ARG_SPECS; k++) items[k].name = arg_specs[k].name, items[k].value = text[k];
+    items[N_ARG_SPECS].name = "the contents of --data-path";
+    items[N_ARG_SPECS].value = data_text;
+    return mc_comm_agree(world, items, N_ARG_SPECS + 1);
+}
+
+static int exit_code_of(int rc) {
+    return rc == MC_OK ? 0 : rc == MC_ERR_INVALID_DESC ? 2 : 1;
+}
+
+/* PRETRAIN_GPT_NO_MAIN: tests/fuzz includes this file to reach the parser and the reader. */
+#ifndef PRETRAIN_GPT_NO_MAIN
 int main(int argc, char **argv) {
     static trainer t;
-    if (parse_args(argc, argv, &t.a) != 0) return 2;
+    int parsed = parse_args(argc, argv, &t.a);
+    if (parsed != 0) return parsed > 0 ? 0 : 2;
     mc_comm *world = NULL;
     mc_comm_desc cd = {0};
-    cd.argc = &argc, cd.argv = &argv, cd.timeout_s = 120.0;
+    cd.argc = &argc, cd.argv = &argv;
+    cd.timeout_s = cd.watchdog_s = timeout_s_from_args(&t.a);
     int rc = mc_comm_init_world(&world, &cd);
     if (rc != MC_OK) {
         fprintf(stderr, "pretrain_gpt: %s: %s\n", mc_err_name(rc), mc_last_error());
         return 1;
     }
-    mc_parallel_desc pd = {0};
-    pd.world = world;
-    pd.grid.tp = t.a.tp, pd.grid.pp = t.a.pp, pd.grid.vpp = t.a.vpp > 1 ? t.a.vpp : 0;
-    rc = mc_parallel_init(&t.ps, &pd);
+    char why[512] = "", data_text[512];
+    int data_rc = dataset_open(&t.data, &t.a, why, sizeof why);
+    dataset_describe(&t.data, data_rc, why, data_text, sizeof data_text);
+    rc = agree_on_config(world, &t.a, data_text);
     if (rc != MC_OK) {
-        if (world->rank == 0)
-            fprintf(stderr, "pretrain_gpt: %s: %s\n", mc_err_name(rc), mc_last_error());
+        if (world->rank == 0) fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
+    } else if (data_rc != 0) {
+        if (world->rank == 0) fprintf(stderr, "pretrain_gpt: %s\n", why);
+        rc = MC_ERR_IO;
     } else {
-        rc = train(&t);
+        mc_parallel_desc pd = {0};
+        pd.world = world;
+        pd.grid.tp = t.a.tp, pd.grid.pp = t.a.pp, pd.grid.vpp = t.a.vpp > 1 ? t.a.vpp : 0;
+        rc = mc_parallel_init(&t.ps, &pd);
+        if (rc != MC_OK) {
+            if (world->rank == 0)
+                fprintf(stderr, "pretrain_gpt: %s: %s\n", mc_err_name(rc), mc_last_error());
+        } else {
+            rc = train(&t);
+        }
     }
+    /* After a watchdog verdict (printed with the failed call above) the job cannot go on:
+       the ranks exit non-zero without MPI_Finalize and mpirun ends the stuck rank. */
+    if (mc_comm_watchdog_verdict(world))
+        fprintf(stderr, "pretrain_gpt: rank %d exits: the watchdog stopped the job\n",
+                world->rank);
     if (t.ps.initialized) mc_parallel_destroy(&t.ps);
     mc_comm_destroy(world);
-    return rc == MC_OK ? 0 : rc == MC_ERR_INVALID_DESC ? 2 : 1;
+    free(t.data.bytes);
+    return exit_code_of(rc);
 }
+#endif

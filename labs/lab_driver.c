@@ -28,7 +28,11 @@ static void *lab__alloc(size_t size, void *user) {
     (void)user;
     void *p = malloc(size);
     if (p == NULL) return NULL;
-    __atomic_add_fetch(&lab__heap.live_bytes, (long long)malloc_usable_size(p), __ATOMIC_RELAXED);
+    long long live = __atomic_add_fetch(&lab__heap.live_bytes, (long long)malloc_usable_size(p),
+                                        __ATOMIC_RELAXED);
+    long long peak = __atomic_load_n(&lab__heap.peak_bytes, __ATOMIC_RELAXED);
+    while (live > peak && !__atomic_compare_exchange_n(&lab__heap.peak_bytes, &peak, live, 1,
+                                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
     __atomic_add_fetch(&lab__heap.live_blocks, 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(&lab__heap.allocs, 1, __ATOMIC_RELAXED);
     return p;
@@ -50,6 +54,12 @@ void lab_heap_stats_get(lab_heap_stats *out) {
     out->live_blocks = __atomic_load_n(&lab__heap.live_blocks, __ATOMIC_RELAXED);
     out->allocs = __atomic_load_n(&lab__heap.allocs, __ATOMIC_RELAXED);
     out->frees = __atomic_load_n(&lab__heap.frees, __ATOMIC_RELAXED);
+    out->peak_bytes = __atomic_load_n(&lab__heap.peak_bytes, __ATOMIC_RELAXED);
+}
+
+void lab_heap_peak_reset(void) {
+    __atomic_store_n(&lab__heap.peak_bytes, __atomic_load_n(&lab__heap.live_bytes, __ATOMIC_RELAXED),
+                     __ATOMIC_RELAXED);
 }
 
 void lab_heap_watch_frees(void (*fn)(void *ptr, void *user), void *user) {

@@ -181,13 +181,19 @@ const char *lab_flag_value(const lab_ctx *cx, const char *name);
 int lab_figure(lab_ctx *cx, const char *name, lab_svg *svg);
 
 /* Heap the library allocated through mc_malloc on this rank, as the driver's allocator saw
-   it: a lab measures what a call allocated or released by taking the stats around it. */
+   it: a lab measures what a call allocated or released by taking the stats around it, and
+   the most a call ever held at once with lab_heap_peak_reset before it and peak_bytes after
+   (e.g. the schedule's receive buffers while micro-batches are in flight). */
 typedef struct lab_heap_stats {
     long long live_bytes;         /* usable bytes of the blocks alive now */
     long long live_blocks;
     long long allocs, frees;      /* calls so far */
+    long long peak_bytes;         /* the highest live_bytes since the last lab_heap_peak_reset
+                                     (or since the start) */
 } lab_heap_stats;
 void lab_heap_stats_get(lab_heap_stats *out);
+/* Starts a new peak: peak_bytes becomes live_bytes. */
+void lab_heap_peak_reset(void);
 /* Calls fn for every block the library frees from now on (NULL stops it). */
 void lab_heap_watch_frees(void (*fn)(void *ptr, void *user), void *user);
 

@@ -12,6 +12,7 @@
 #
 # Environment: CRITERION_OPTS   extra options for every binary (e.g. --filter='comm/*')
 #              MC_TEST_BINARY_TIMEOUT  seconds one binary may take (default 900)
+#              MC_TEST_RUNNER   a command each binary runs under (e.g. valgrind ...)
 
 set -u
 
@@ -41,8 +42,8 @@ for bin in "$@"; do
         continue
     fi
 
-    # shellcheck disable=SC2086  # CRITERION_OPTS is a list of options on purpose
-    timeout --kill-after=10 "$binary_timeout" \
+    # shellcheck disable=SC2086  # CRITERION_OPTS and MC_TEST_RUNNER are lists on purpose
+    timeout --kill-after=10 "$binary_timeout" ${MC_TEST_RUNNER:-} \
         "$bin" --jobs 1 --short-filename --tap="$tap" ${CRITERION_OPTS:-} 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
 

@@ -888,3 +888,92 @@ Test(cli, schedule_and_microbatches_usage) {
     cr_expect(mc_test_contains(out, "--group-size"), "%s", out);
     free(out);
 }
+
+/* ---------------------------------------------------------------------------------------------
+   Bad input and the README's own examples. */
+
+/* Every `./megatron_c ...` line of the README's code blocks runs and exits 0 (in a scratch
+   folder, since one writes an SVG). */
+Test(cli, readme_examples_run) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/README.md", mc_test_repo_root());
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "cannot read %s", path);
+    char dir[] = "/tmp/mc_readme_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char line[1024];
+    int in_code = 0, ran = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "```", 3) == 0) {
+            in_code = !in_code;
+            continue;
+        }
+        if (!in_code || strncmp(line, "./megatron_c ", 13) != 0) continue;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        line[strcspn(line, "\n")] = '\0';
+        char cmd[8400], *out = malloc(CLI_OUT_CAP);
+        cr_assert_not_null(out);
+        snprintf(cmd, sizeof cmd, "cd %s && '%s' %s >/dev/null", dir, cli_binary(), line + 13);
+        int rc = mc_test_run(cmd, CLI_TIMEOUT_S, out, CLI_OUT_CAP);
+        cr_expect_eq(rc, 0, "README example `%s` exited %d:\n%.2000s", line, rc, out);
+        free(out);
+        ran++;
+    }
+    fclose(f);
+    cr_expect_geq(ran, 6, "found only %d ./megatron_c examples in the README", ran);
+    char rm[128];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    if (system(rm) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+/* An integer that does not fit is called out of range, not "expects an integer". */
+Test(cli, out_of_range_integer_is_named) {
+    char *err = NULL;
+    int rc = cli_run_stderr("layout --world 99999999999", &err);
+    cr_expect_eq(rc, 2);
+    cr_expect(mc_test_contains(err, "--world value 99999999999 is out of range"), "%s", err);
+    free(err);
+    rc = cli_run_stderr("schedule --pp 4 --microbatches -99999999999", &err);
+    cr_expect_eq(rc, 2);
+    cr_expect(mc_test_contains(err, "--microbatches value -99999999999 is out of range"), "%s",
+              err);
+    free(err);
+    rc = cli_run_stderr("layout --world 12x", &err);
+    cr_expect(mc_test_contains(err, "--world expects an integer, got '12x'"), "%s", err);
+    free(err);
+}
+
+/* A repeated option is refused instead of keeping the last value. */
+Test(cli, repeated_option_is_refused) {
+    char *err = NULL;
+    int rc = cli_run_stderr("layout --world 8 --tp 2 --world 16", &err);
+    cr_expect_eq(rc, 2);
+    cr_expect(mc_test_contains(err, "--world is given more than once"), "%s", err);
+    free(err);
+    rc = cli_run_stderr("schedule --pp 2 --microbatches 4 --json --json", &err);
+    cr_expect_eq(rc, 2);
+    cr_expect(mc_test_contains(err, "--json is given more than once"), "%s", err);
+    free(err);
+    rc = cli_run_stderr("layout --world=8 --world=8", &err);
+    cr_expect_eq(rc, 2, "the same value twice is still a repeat:\n%s", err);
+    free(err);
+}
+
+/* schedule is linear in pp: a million stages with one micro-batch print in well under the
+   test's limit (it took minutes, pp^2), and a table too big to print is refused up front. */
+Test(cli, schedule_is_bounded_in_pp) {
+    char *out = NULL;
+    double t0 = mc_test_now();
+    int rc = cli_run_stdout("schedule --pp 1048576 --microbatches 1", &out);
+    cr_expect_eq(rc, 0, "exit %d", rc);
+    cr_expect(mc_test_contains(out, "stage 1048575  warmup  0 | F0 B0"), "the last stage is "
+              "missing:\n%.500s", out + (strlen(out) > 500 ? strlen(out) - 500 : 0));
+    cr_expect_lt(mc_test_now() - t0, CLI_TIMEOUT_S, "took %.1f s", mc_test_now() - t0);
+    free(out);
+    char *err = NULL;
+    rc = cli_run_stderr("schedule --pp 1048576 --microbatches 1000", &err);
+    cr_expect_eq(rc, 2);
+    cr_expect(mc_test_contains(err, "ops is more than this command prints"), "%s", err);
+    free(err);
+}

@@ -69,6 +69,9 @@ static comm_run comm_runs[] = {
     {"mismatch", 8, ""},          {"positional", 2, ""},
     {"positional", 4, ""},        {"timeout", 2, ""},
     {"timeout", 4, ""},
+    {"agree", 2, ""},             {"agree", 3, ""},
+    {"agree", 8, ""},
+    {"watchdog_slow", 3, ""},     {"watchdog_slow", 8, ""},
 };
 
 ParameterizedTestParameters(comm, cases) {
@@ -101,6 +104,41 @@ Test(comm, timeout_ends_in_bounded_time) {
     cr_expect_eq(rc, 0, "exit %d\n%s", rc, out);
     cr_expect(mc_test_contains(out, "MC_ERR_TIMEOUT"), "%s", out);
     cr_expect(elapsed < 20.0, "the timeout case took %.1f s\n%s", elapsed, out);
+}
+
+/* The watchdog cases end the job on purpose: the ranks exit without MPI_Finalize (which would
+   wait for the stuck rank), so mpirun's exit status is not 0; the checks are the lines the
+   ranks print and the time it took. */
+static void run_watchdog_case(const char *case_name, int np, const char *want) {
+    char prog[4096], cmd[4400];
+    mc_test_sibling("comm_cases", prog, sizeof prog);
+    snprintf(cmd, sizeof cmd, "%s %s", prog, case_name);
+    char *out = malloc(OUT_CAP);
+    cr_assert_not_null(out);
+    double t0 = mc_test_now();
+    int rc = mc_test_mpirun(np, cmd, 60.0, out, OUT_CAP);
+    double elapsed = mc_test_now() - t0;
+    int passed = 0, failed = -1;
+    int found = mc_test_summary(out, &passed, &failed);
+    cr_expect(rc != -1, "comm_cases %s on %d ranks hung (killed after 60 s)\n%s", case_name, np,
+              out);
+    cr_expect(found && failed == 0 && passed > 0, "comm_cases %s on %d ranks: %d passed, %d "
+              "failed\n%s", case_name, np, passed, failed, out);
+    cr_expect(!mc_test_contains(out, "] FAIL "), "%s", out);
+    cr_expect(mc_test_contains(out, want), "want \"%s\" in\n%s", want, out);
+    cr_expect(elapsed < 20.0, "the job took %.1f s to end (the watchdog is 3 s)\n%s", elapsed,
+              out);
+    free(out);
+}
+
+Test(comm, watchdog_ends_a_deadlock_on_every_rank) {
+    run_watchdog_case("watchdog_deadlock", 3, "although every rank answers");
+}
+
+/* kill -STOP of one rank (here the rank stops itself): every other rank ends within the
+   watchdog's limit naming it, and mpirun ends it. */
+Test(comm, watchdog_names_a_stopped_rank) {
+    run_watchdog_case("watchdog_stop", 4, "watchdog: rank 3 made no progress");
 }
 
 /* An unknown case is a usage error, not a pass. */

@@ -692,6 +692,9 @@ static model_run model_runs[] = {
     {"equiv", 4, "--tp 2"},   /* DP 2: replicas hold the same model */
     {"equiv", 2, "--tp 2 --hidden-dropout"},
     {"equiv", 4, "--tp 4 --hidden-dropout"},
+    {"rng", 8, "--tp 2 --pp 2"},   /* dropout on: seeds and masks per rank */
+    {"rng", 4, "--tp 2"},
+    {"rng", 4, "--tp 4"},
     {"schedule", 1, "-M 3"},
     {"schedule", 2, "--pp 2 -M 4"},
     {"schedule", 4, "--pp 4 --vpp 2 -M 4"},

@@ -131,6 +131,41 @@ Test(schedules, no_pipelining_forward_only_skips_backward_sync_finalize, .init =
     toy_free(&t);
 }
 
+/* hooks.clock: each traced op is stamped right before its hook is called and right after it
+   returns. With a clock that counts its calls, op i starts at 2i and ends at 2i + 1 and nothing
+   else reads the clock; without a clock both times stay 0. */
+static double clock_calls;
+static double counting_clock(void *app) {
+    (void)app;
+    return clock_calls++;
+}
+
+Test(schedules, trace_clock_stamps_every_op_around_its_hook, .init = self_setup,
+     .fini = self_teardown) {
+    toy t;
+    cr_assert_eq(toy_init(&t, 1, 0, 1, 3), 0);
+    mc_schedule_hooks hooks = toy_hooks(&t, 0);
+    hooks.clock = counting_clock;
+    clock_calls = 0;
+    int rc = mc_forward_backward_no_pipelining(&ps, &hooks, 3, 0, &result);
+    cr_assert_eq(rc, MC_OK, "%s", mc_last_error());
+    cr_assert_eq(result.n_ops, 6);
+    for (int i = 0; i < result.n_ops; i++) {
+        cr_expect_eq(result.op_start[i], 2.0 * i, "op %d (%c%d) started at %g", i,
+                     result.ops[i].kind, result.ops[i].microbatch, result.op_start[i]);
+        cr_expect_eq(result.op_end[i], 2.0 * i + 1.0, "op %d ended at %g", i, result.op_end[i]);
+    }
+    cr_expect_eq(clock_calls, 12.0, "two stamps per op and no others (%g)", clock_calls);
+    toy_free(&t);
+
+    cr_assert_eq(toy_init(&t, 1, 0, 1, 3), 0);
+    hooks = toy_hooks(&t, 0);
+    cr_assert_eq(mc_forward_backward_no_pipelining(&ps, &hooks, 3, 0, &result), MC_OK);
+    for (int i = 0; i < result.n_ops; i++)
+        cr_expect(result.op_start[i] == 0.0 && result.op_end[i] == 0.0, "no clock: op %d", i);
+    toy_free(&t);
+}
+
 /* Megatron's 1F1B function also runs PP = 1 (warmup 0): the same order as no pipelining. */
 Test(schedules, one_f_one_b_on_a_single_stage_equals_no_pipelining, .init = self_setup,
      .fini = self_teardown) {
@@ -356,5 +391,27 @@ ParameterizedTest(sched_run *run, schedules, pipelines) {
     cr_expect(found && failed == 0 && passed > 0,
               "sched_cases %s %s on %d ranks: %d passed, %d failed\n%s", run->case_name,
               run->args, run->np, passed, failed, out);
+    free(out);
+}
+
+/* The executor checks its own op order against mc_schedule_ops before any P2P: a copy of the
+   library with a planted 1F1B bug (one warmup forward too many) must be refused on every stage
+   at once, with no compute run and no stage left waiting for a peer. */
+Test(schedules, executor_refuses_an_order_the_op_table_does_not_list) {
+    char prog[4096];
+    mc_test_sibling("sched_fault_cases", prog, sizeof prog);
+    char *out = malloc(OUT_CAP);
+    cr_assert_not_null(out);
+    for (int np = 2; np <= 4; np += 2) {
+        double t0 = mc_test_now();
+        int rc = mc_test_mpirun(np, prog, RUN_LIMIT_S, out, OUT_CAP);
+        int passed = 0, failed = -1;
+        int found = mc_test_summary(out, &passed, &failed);
+        cr_expect_eq(rc, 0, "sched_fault_cases on %d ranks exited %d\n%s", np, rc, out);
+        cr_expect(found && failed == 0 && passed > 0, "sched_fault_cases on %d ranks: %d passed, "
+                  "%d failed\n%s", np, passed, failed, out);
+        cr_expect(mc_test_contains(out, "mc_schedule_ops lists"), "%s", out);
+        cr_expect_lt(mc_test_now() - t0, 30.0, "took %.1f s", mc_test_now() - t0);
+    }
     free(out);
 }

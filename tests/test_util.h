@@ -8,7 +8,8 @@
      - mc_case_*: include "megatron_c.h" first; the check-and-count helpers of the
        tests/mpi_cases programs, which end with "N passed, N failed" on rank 0;
      - mc_test_json_at: include <cjson/cJSON.h> first; a value of a results file by its
-       dotted path ("facts.probe.rank").
+       dotted path ("facts.probe.rank"); mc_test_json_load: a JSON file, parsed;
+     - mc_test_make_tmpdir / mc_test_remove_dir: a scratch directory under /tmp per test.
 
        char out[1 << 16];
        int rc = mc_test_mpirun(4, "build/tests/comm_cases allreduce", 60, out, sizeof out);
@@ -277,8 +278,9 @@ static inline int mc_test_mpirun(int np, const char *prog_and_args, double timeo
 
 /* Path of a program that sits next to the running test binary (build/tests/<name>), so
    the suites work from any working directory. Falls back to build/tests/<name>. */
-/* The repository root: three levels above the running binary (<root>/build/tests/<binary>)
-   when megatron_c.h is there, else "." (a binary run from the root). */
+/* The repository root: the nearest folder three or more levels above the running binary
+   (<root>/build/tests/<binary>, <root>/build/asan/tests/<binary>) that holds megatron_c.h,
+   else "." (a binary run from the root). */
 static inline const char *mc_test_repo_root(void) {
     static char root[4096];
     if (root[0] != '\0') return root;
@@ -287,15 +289,32 @@ static inline const char *mc_test_repo_root(void) {
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) {
         self[n] = '\0';
-        for (int up = 0; up < 3; up++) {
+        for (int up = 1; up <= 5; up++) {
             char *slash = strrchr(self, '/');
-            if (slash != NULL) *slash = '\0';
+            if (slash == NULL) break;
+            *slash = '\0';
+            char probe[4096 + 16];
+            snprintf(probe, sizeof probe, "%s/megatron_c.h", self);
+            if (up >= 3 && access(probe, R_OK) == 0) {
+                snprintf(root, sizeof root, "%s", self);
+                break;
+            }
         }
-        char probe[4096 + 16];
-        snprintf(probe, sizeof probe, "%s/megatron_c.h", self);
-        if (access(probe, R_OK) == 0) snprintf(root, sizeof root, "%s", self);
     }
     return root;
+}
+
+/* A fresh directory /tmp/mc_test_<name>_XXXXXX, its path in dir; 0, or -1 when it cannot be
+   made (cap too small, mkdtemp failed). mc_test_remove_dir deletes it with everything in it. */
+static inline int mc_test_make_tmpdir(char *dir, size_t cap, const char *name) {
+    int n = snprintf(dir, cap, "/tmp/mc_test_%s_XXXXXX", name);
+    return n > 0 && (size_t)n < cap && mkdtemp(dir) != NULL ? 0 : -1;
+}
+
+static inline void mc_test_remove_dir(const char *dir) {
+    char cmd[4096 + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
 }
 
 static inline const char *mc_test_sibling(const char *name, char *buf, size_t cap) {
@@ -496,6 +515,17 @@ static inline int mc_case_backend_option(const char *value, mc_comm_backend *out
     return 1;
 }
 
+/* A case program's communication limit: `base_s` seconds times MC_CASE_TIME_SCALE (an
+   environment variable, default 1; the sanitizer run raises it). Case programs use it as
+   both the communicators' timeout and the watchdog (mc_comm_desc.watchdog_s), so a wrong
+   schedule or a lost message ends every rank in seconds, with the watchdog naming each
+   rank's call, instead of hanging until the test's limit. */
+static inline double mc_case_time_s(double base_s) {
+    const char *scale = getenv("MC_CASE_TIME_SCALE");
+    double k = scale != NULL ? atof(scale) : 1.0;
+    return base_s * (k > 0.0 ? k : 1.0);
+}
+
 /* mc_comm_init_world for a case program: on failure it prints the reason and the
    "0 passed, 1 failed" summary the test runner reads, and the caller exits with 1. */
 static inline int mc_case_init_world(mc_comm **world, const mc_comm_desc *desc) {
@@ -532,6 +562,9 @@ static inline int mc_case_finish(mc_comm *world) {
     if (world->rank == 0) printf("%lld passed, %lld failed\n", (long long)total[0],
                                  (long long)total[1]);
     fflush(stdout);
+    /* After a watchdog verdict the ranks exit without MPI_Finalize, and mpirun then ends the
+       ones still running: the others give rank 0 a moment to print its summary first. */
+    if (rc != MC_OK && world->rank != 0 && mc_comm_watchdog_verdict(world) != NULL) sleep(2);
     return total[1] == 0 ? 0 : 1;
 }
 
@@ -566,6 +599,21 @@ static inline cJSON *mc_test_json_at(const cJSON *obj, const char *dotted) {
          key = strtok_r(NULL, ".", &save))
         cur = cJSON_GetObjectItemCaseSensitive(cur, key);
     return (cJSON *)cur;
+}
+
+/* The parsed JSON file (the caller deletes it), or NULL when it cannot be read or parsed. */
+static inline cJSON *mc_test_json_load(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = n >= 0 ? (char *)calloc(1, (size_t)n + 1) : NULL;
+    size_t got = text != NULL ? fread(text, 1, (size_t)n, f) : 0;
+    fclose(f);
+    cJSON *doc = text != NULL && got == (size_t)n ? cJSON_Parse(text) : NULL;
+    free(text);
+    return doc;
 }
 #endif /* cJSON__h */
 

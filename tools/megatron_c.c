@@ -74,9 +74,14 @@ static int cli_parse_int(const char *command, const cli_option *opt, const char 
     char *end = NULL;
     errno = 0;
     long value = strtol(text, &end, 10);
-    if (end == text || *end != '\0' || errno == ERANGE || value > INT_MAX || value < INT_MIN) {
+    if (end == text || *end != '\0') {
         fprintf(stderr, "%s %s: --%s expects an integer, got '%s'\n", CLI_NAME, command,
                 opt->name, text);
+        return -1;
+    }
+    if (errno == ERANGE || value > INT_MAX || value < INT_MIN) {
+        fprintf(stderr, "%s %s: --%s value %s is out of range (an int holds %d .. %d)\n",
+                CLI_NAME, command, opt->name, text, INT_MIN, INT_MAX);
         return -1;
     }
     if (value < opt->min_value) {
@@ -92,6 +97,7 @@ static int cli_parse_int(const char *command, const cli_option *opt, const char 
    usage and returns CLI_EXIT_USAGE. */
 static cli_parse_result cli_parse(const char *command, const cli_option *opts, int n_opts,
                                   int argc, char **argv) {
+    unsigned char seen[64] = {0};   /* a subcommand has at most 16 options */
     for (int i = 1; i < argc; ++i) {
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) return CLI_WANTS_HELP;
@@ -106,6 +112,12 @@ static cli_parse_result cli_parse(const char *command, const cli_option *opts, i
         if (!opt) {
             fprintf(stderr, "%s %s: unknown option '%.*s'\n", CLI_NAME, command,
                     (int)name_len + 2, arg);
+            return CLI_BAD_USAGE;
+        }
+        /* A repeated option is an error: keeping the last value silently hides an edit. */
+        if (seen[opt - opts]++) {
+            fprintf(stderr, "%s %s: --%s is given more than once; give each option once\n",
+                    CLI_NAME, command, opt->name);
             return CLI_BAD_USAGE;
         }
         if (opt->type == CLI_OPT_FLAG) {
@@ -807,6 +819,9 @@ static int cmd_layout(int argc, char **argv) {
 /* ---------------------------------------------------------------------------------------------
    schedule: the op order of each pipeline stage (no pipelining, 1F1B, interleaved 1F1B). */
 
+/* The most ops (pp x ops per stage) `schedule` prints: 4M ops, about 100 MB of memory. */
+#define SCHEDULE_MAX_OPS (1 << 22)
+
 typedef struct schedule_args {
     int pp, microbatches, vpp, group_size;
     int forward_only, json;
@@ -1035,6 +1050,14 @@ static int cmd_schedule(int argc, char **argv) {
     const char *name = mc_schedule_name(&d);
     if (!name) {
         fprintf(stderr, "%s schedule: invalid schedule: %s\n", CLI_NAME, mc_last_error());
+        return CLI_EXIT_USAGE;
+    }
+    /* Bounded output: pp rows of ops, each op printed and simulated once (linear in pp). */
+    long long total_ops = (long long)mc_schedule_ops(&d, NULL, 0, NULL) * a.pp;
+    if (total_ops > SCHEDULE_MAX_OPS) {
+        fprintf(stderr, "%s schedule: pp (%d) x %lld ops per stage = %lld ops is more than this "
+                "command prints (%d); ask for fewer stages or micro-batches\n", CLI_NAME, a.pp,
+                total_ops / a.pp, total_ops, SCHEDULE_MAX_OPS);
         return CLI_EXIT_USAGE;
     }
     mc_sched_op *ops = NULL;
@@ -1364,6 +1387,8 @@ static int cmd_help(int argc, char **argv) {
     return CLI_EXIT_OK;
 }
 
+/* MEGATRON_C_CLI_NO_MAIN: tests/fuzz/fuzz_cli.c includes this file and calls the commands. */
+#ifndef MEGATRON_C_CLI_NO_MAIN
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage_main(stderr);
@@ -1386,3 +1411,4 @@ int main(int argc, char **argv) {
     }
     return cmd->run(argc - 1, argv + 1);
 }
+#endif

@@ -39,7 +39,7 @@
 #include "tests/test_util.h"
 #include "tests/ckpt_model.h"
 
-#define TIMEOUT_S 60.0
+#define TIMEOUT_S mc_case_time_s(20.0)   /* also the watchdog */
 
 typedef struct options {
     const char *dir;
@@ -567,7 +567,7 @@ int main(int argc, char **argv) {
     }
     mc_comm_desc cd;
     memset(&cd, 0, sizeof cd);
-    cd.timeout_s = TIMEOUT_S;
+    cd.timeout_s = cd.watchdog_s = TIMEOUT_S;
     cd.argc = &argc;
     cd.argv = &argv;
     int rc = mc_case_init_world(&world, &cd);

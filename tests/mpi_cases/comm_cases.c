@@ -3,7 +3,8 @@
        mpirun -np N build/tests/comm_cases <case> [--backend auto|self|mpi]
 
    Cases: allreduce allgather reduce_scatter broadcast ring batch async barrier
-          create_collective create_local timeout mismatch positional
+          create_collective create_local timeout mismatch positional agree
+          watchdog_deadlock watchdog_stop watchdog_slow
    Each case counts its checks; a failed check prints a line naming the rank and what went
    wrong, and rank 0 ends with "N passed, N failed". The exit status is 0 iff every rank
    passed. Every case works for 1..8 ranks; those that need a peer print
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
 
 #include "megatron_c.h"
@@ -845,6 +847,111 @@ static void case_positional(void) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+   agree: mc_comm_agree names the first item whose value differs, on every rank, and lets
+   agreeing ranks through with one collective; a different item list is refused as such. */
+
+static void case_agree(void) {
+    char mine[32];
+    snprintf(mine, sizeof mine, "%s", me == np - 1 ? "4" : "2");
+    mc_agree_item same[] = {{"--seed", "1234"}, {"--lr", "0.001"}};
+    int rc = mc_comm_agree(world, same, 2);
+    MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_comm_agree with equal items");
+    rc = mc_comm_agree(world, NULL, 0);
+    MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_comm_agree with no items");
+
+    mc_agree_item differ[] = {{"--seed", "1234"}, {"--num-layers", mine}, {"--lr", mine}};
+    rc = mc_comm_agree(world, differ, 3);
+    MC_CASE_CHECK_STATUS(rc, MC_ERR_INVALID_DESC, "mc_comm_agree with one rank's --num-layers");
+    char want[128];
+    snprintf(want, sizeof want, "--num-layers is \"4\" on rank %d but \"2\" on rank", np - 1);
+    MC_CASE_CHECK(strstr(mc_last_error(), want) != NULL, "the message must name the first "
+                  "differing item and its values (%s): \"%s\"", want, mc_last_error());
+    MC_CASE_CHECK(strstr(mc_last_error(), "--lr") == NULL, "only the first differing item is "
+                  "named: \"%s\"", mc_last_error());
+    if (me == 0) printf("agree: rank 0 got %s: %s\n", mc_err_name(rc), mc_last_error());
+
+    /* A longer list on the last rank: it runs another program; still one step, no hang. */
+    rc = mc_comm_agree(world, differ, me == np - 1 ? 3 : 2);
+    MC_CASE_CHECK_STATUS(rc, MC_ERR_INVALID_DESC, "mc_comm_agree with different item counts");
+    MC_CASE_CHECK(strstr(mc_last_error(), "different programs") != NULL, "\"%s\"",
+                  mc_last_error());
+
+    /* The world is still in step afterwards. */
+    rc = mc_comm_agree(world, same, 2);
+    MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_comm_agree after disagreements");
+}
+
+/* ---------------------------------------------------------------------------------------------
+   watchdog_deadlock: every rank waits for a message nobody sends. The watchdog (3 s on this
+   world) must end every rank's wait within its limit with one verdict that calls it a
+   deadlock and names each rank's call; later calls fail at once. */
+
+#define WATCHDOG_S 3.0
+
+static void case_watchdog_deadlock(void) {
+    static float buf[4];
+    double t0 = mc_test_now();
+    int rc = mc_recv(world, buf, 4, MC_F32, (me + 1) % np, 77);
+    double elapsed = mc_test_now() - t0;
+    MC_CASE_CHECK_STATUS(rc, MC_ERR_TIMEOUT, "mc_recv that no rank answers");
+    MC_CASE_CHECK(elapsed > 0.5 * WATCHDOG_S && elapsed < WATCHDOG_S + 3.0,
+                  "the verdict came after %.2f s; the watchdog is %.1f s", elapsed, WATCHDOG_S);
+    const char *msg = mc_last_error();
+    MC_CASE_CHECK(strstr(msg, "watchdog:") && strstr(msg, "deadlock"), "\"%s\"", msg);
+    MC_CASE_CHECK(strstr(msg, "recv #"), "the message names the call: \"%s\"", msg);
+    MC_CASE_CHECK(mc_comm_watchdog_verdict(world) != NULL, "no verdict recorded");
+    if (me == 0) printf("watchdog_deadlock: rank 0 after %.2f s: %s\n", elapsed, msg);
+    t0 = mc_test_now();
+    rc = mc_barrier(world);
+    MC_CASE_CHECK_STATUS(rc, MC_ERR_TIMEOUT, "mc_barrier after the verdict");
+    MC_CASE_CHECK(mc_test_now() - t0 < 0.5, "a call after the verdict took %.2f s",
+                  mc_test_now() - t0);
+}
+
+/* watchdog_slow: the last rank is busy outside megatron_c for 85% of the watchdog's limit
+   before it joins an all-reduce. The others start asking around meanwhile; the late rank's
+   answer (or the all-reduce finishing) is progress, so there is no verdict and the result is
+   right. */
+static void case_watchdog_slow(void) {
+    int32_t mine = me + 1, sum = 0;
+    if (me == np - 1) {
+        struct timespec nap = {0, (long)(0.85 * WATCHDOG_S * 1e9) % 1000000000L};
+        nap.tv_sec = (time_t)(0.85 * WATCHDOG_S);
+        nanosleep(&nap, NULL);
+    }
+    int rc = mc_all_reduce(world, &mine, &sum, 1, MC_I32, MC_SUM);
+    MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_all_reduce with a late rank");
+    MC_CASE_CHECK(sum == np * (np + 1) / 2, "sum %d, want %d", sum, np * (np + 1) / 2);
+    MC_CASE_CHECK(mc_comm_watchdog_verdict(world) == NULL, "a late rank was judged stuck: %s",
+                  mc_comm_watchdog_verdict(world));
+}
+
+/* watchdog_stop: the last rank stops itself (SIGSTOP) after a barrier; the others' all-reduce
+   must end within the watchdog's limit, naming that rank and the call. The stopped rank
+   never gets here; mpirun ends it once the others exit. */
+static void case_watchdog_stop(void) {
+    static float in[4], out[4];
+    int rc = mc_barrier(world);
+    MC_CASE_CHECK_STATUS(rc, MC_OK, "mc_barrier before the stop");
+    if (me == np - 1) {
+        fflush(stdout);
+        raise(SIGSTOP);
+        return;
+    }
+    double t0 = mc_test_now();
+    rc = mc_all_reduce(world, in, out, 4, MC_F32, MC_SUM);
+    double elapsed = mc_test_now() - t0;
+    MC_CASE_CHECK_STATUS(rc, MC_ERR_TIMEOUT, "mc_all_reduce with a stopped rank");
+    MC_CASE_CHECK(elapsed < WATCHDOG_S + 3.0, "the verdict came after %.2f s", elapsed);
+    char want[64];
+    snprintf(want, sizeof want, "watchdog: rank %d made no progress", np - 1);
+    const char *msg = mc_last_error();
+    MC_CASE_CHECK(strstr(msg, want) && strstr(msg, "all_reduce #"), "want \"%s\" and the call "
+                  "in \"%s\"", want, msg);
+    printf("[rank %d] watchdog_stop after %.2f s: %s\n", me, elapsed, msg);
+}
+
+/* ---------------------------------------------------------------------------------------------
    dispatch */
 
 typedef struct comm_case {
@@ -867,6 +974,10 @@ static const comm_case cases[] = {
     {"timeout", 2, case_timeout},
     {"mismatch", 2, case_mismatch},
     {"positional", 2, case_positional},
+    {"agree", 2, case_agree},
+    {"watchdog_deadlock", 2, case_watchdog_deadlock},
+    {"watchdog_stop", 2, case_watchdog_stop},
+    {"watchdog_slow", 2, case_watchdog_slow},
 };
 enum { N_CASES = sizeof cases / sizeof cases[0] };
 
@@ -897,8 +1008,11 @@ int main(int argc, char **argv) {
         return 2;
     }
 
+    /* the watchdog cases run with the job-wide watchdog on the world */
+    double watchdog_s = strncmp(chosen->name, "watchdog", 8) == 0 ? WATCHDOG_S : 0.0;
     int rc = mc_case_init_world(&world, &(mc_comm_desc){.backend = backend,
                                                          .timeout_s = DEFAULT_TIMEOUT_S,
+                                                         .watchdog_s = watchdog_s,
                                                          .argc = &argc, .argv = &argv});
     if (rc != MC_OK) return 1;
     me = world->rank;

@@ -29,7 +29,7 @@
 #include "megatron_c.h"
 #include "tests/test_util.h"
 
-#define TIMEOUT_S 30.0
+#define TIMEOUT_S mc_case_time_s(10.0)   /* also the watchdog */
 
 static mc_comm *world;
 static int me, np;
@@ -718,7 +718,7 @@ int main(int argc, char **argv) {
         usage(argv[0]);
         return 2;
     }
-    int rc = mc_case_init_world(&world, &(mc_comm_desc){.timeout_s = TIMEOUT_S, .argc = &argc,
+    int rc = mc_case_init_world(&world, &(mc_comm_desc){.timeout_s = TIMEOUT_S, .watchdog_s = TIMEOUT_S, .argc = &argc,
                                                          .argv = &argv});
     if (rc != MC_OK) return 1;
     me = world->rank;

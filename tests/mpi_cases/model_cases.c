@@ -19,7 +19,9 @@
                 (no pipelining, 1F1B or interleaved) through mc_gpt_forward_step /
                 mc_gpt_backward_step; finalize is the hook; grad-ready reports come only from
                 each chunk's last micro-batch (grad sync), once per parameter.
-   Dropout is off in `equiv` (masks differ by design across TP ranks and PP stages), except
+     rng        dropout on: every rank's RNG-tracker seeds and the masks they draw (TP ranks'
+                model-parallel masks differ, DP replicas' agree).
+   In `equiv` every bias starts non-zero (a zero bias hides bias bugs). Dropout is off in `equiv` (masks differ by design across TP ranks and PP stages), except
    with --hidden-dropout under TP without SP: hidden and embedding dropout act on activations
    replicated over TP and draw from the default generator, whose seed does not depend on the
    TP rank, so every TP rank draws the single-rank model's masks. The
@@ -280,6 +282,27 @@ static void compare_tensor(const char *what, const char *name, const float *got,
                   "%s %s: the reference is all zeros (nothing was compared)", what, name);
 }
 
+/* Megatron initialises every bias to zero, and a bias bug that a zero hides (a row-parallel
+   bias added on every TP rank before the all-reduce, a bias left out) passes an equivalence
+   test. So the reference's biases get values that differ per element, and every shard of
+   the distributed model gets its slice of them. */
+static void set_nonzero_biases(mc_gpt *ref, mc_gpt *g, int tp_rank, float *scratch) {
+    for (int i = 0; i < ref->table.count; i++) {
+        const mc_param_info *q = &ref->table.info[i];
+        if (!strstr(q->name, "bias")) continue;
+        uint32_t h = 2166136261u;
+        for (const char *c = q->name; *c; c++) h = (h ^ (uint8_t)*c) * 16777619u;
+        for (size_t k = 0; k < q->numel; k++)
+            ((float *)ref->params)[q->offset + k] = 0.02f * (float)((h + 7u * (uint32_t)k) % 11u) - 0.1f;
+    }
+    for (int i = 0; i < g->table.count; i++) {
+        const mc_param_info *p = &g->table.info[i];
+        if (!strstr(p->name, "bias")) continue;
+        reference_slice(ref, reference_name(g, p), p, tp_rank, 0, scratch);
+        memcpy((float *)g->params + p->offset, scratch, p->numel * sizeof(float));
+    }
+}
+
 static int case_equiv(const options *o, int use_schedule) {
     mc_parallel_state ps;
     memset(&ps, 0, sizeof ps);
@@ -308,6 +331,7 @@ static int case_equiv(const options *o, int use_schedule) {
 
     /* after init: every shard (the tied copy included) is the reference's slice */
     float *want = calloc(g.table.total + 1, sizeof(float));
+    set_nonzero_biases(&ref, &g, tp_rank, want);
     for (int i = 0; i < g.table.count; i++) {
         const mc_param_info *p = &g.table.info[i];
         reference_slice(&ref, reference_name(&g, p), p, tp_rank, 0, want);
@@ -351,6 +375,90 @@ static int case_equiv(const options *o, int use_schedule) {
     free(want);
     mc_gpt_destroy(&g);
     mc_gpt_destroy(&ref);
+    mc_parallel_destroy(&ps);
+    return 0;
+}
+
+/* rng: with dropout on, every rank's tracker holds Megatron's seeds for its coordinates
+   (default and data-parallel-rng seed + 100 * pp_rank, model-parallel-rng that + 2718 +
+   tp_rank), and the masks drawn from them differ across TP ranks (model-parallel) but agree
+   across DP replicas; data-parallel masks agree over TP too. A single-rank reference has
+   tp_rank = pp_rank = 0 only, so no equivalence test can see a seed bug here. */
+typedef struct rng_record {
+    int32_t tp, pp, dp;
+    uint8_t mp_mask[64], dp_mask[64];
+} rng_record;
+
+static void draw_mask(mc_rng_tracker t, const char *stream, uint8_t *mask) {
+    mc_rng_tracker_fork(&t, stream);
+    mc_rng_dropout_mask(mc_rng_tracker_current(&t), mask, 64, 0.5f);
+    mc_rng_tracker_unfork(&t, stream);
+}
+
+static int case_rng(const options *o) {
+    mc_parallel_state ps;
+    memset(&ps, 0, sizeof ps);
+    mc_parallel_desc pd;
+    memset(&pd, 0, sizeof pd);
+    pd.world = world;
+    pd.grid.tp = o->tp;
+    pd.grid.pp = o->pp;
+    if (!check_rc(mc_parallel_init(&ps, &pd), "mc_parallel_init")) return 1;
+    mc_gpt g;
+    mc_gpt_desc gd;
+    memset(&gd, 0, sizeof gd);
+    gd.config = parallel_config(o);
+    gd.config.hidden_dropout = 0.1f;
+    gd.config.attention_dropout = 0.1f;
+    gd.ps = &ps;
+    gd.n_slots = 1;
+    if (!check_rc(mc_gpt_init(&g, &gd), "mc_gpt_init (dropout 0.1)")) return 1;
+    int tp = ps.coords.tp, pp = ps.coords.pp, dp = ps.coords.dp;
+    long long seed = 1234 + 100LL * pp;
+    mc_rng r;
+    MC_CASE_CHECK(mc_rng_tracker_get(&g.rng, MC_RNG_MODEL_PARALLEL, &r) == MC_OK &&
+                  r.seed == (uint64_t)(seed + 2718 + tp) && r.offset == 0,
+                  "tp %d pp %d: model-parallel-rng seed %llu, want 1234 + 100 * %d + 2718 + %d = "
+                  "%lld", tp, pp, (unsigned long long)r.seed, pp, tp, seed + 2718 + tp);
+    MC_CASE_CHECK(mc_rng_tracker_get(&g.rng, MC_RNG_DATA_PARALLEL, &r) == MC_OK &&
+                  r.seed == (uint64_t)seed, "tp %d pp %d: data-parallel-rng seed %llu, want %lld",
+                  tp, pp, (unsigned long long)r.seed, seed);
+    MC_CASE_CHECK(mc_rng_tracker_current(&g.rng)->seed == (uint64_t)seed,
+                  "pp %d: default generator seed %llu, want %lld", pp,
+                  (unsigned long long)mc_rng_tracker_current(&g.rng)->seed, seed);
+    rng_record mine, *all = calloc((size_t)world->size, sizeof *all);
+    memset(&mine, 0, sizeof mine);
+    mine.tp = tp, mine.pp = pp, mine.dp = dp;
+    draw_mask(g.rng, MC_RNG_MODEL_PARALLEL, mine.mp_mask);
+    draw_mask(g.rng, MC_RNG_DATA_PARALLEL, mine.dp_mask);
+    int rc = mc_all_gather(world, &mine, all, sizeof mine, MC_U8);
+    if (check_rc(rc, "gathering the masks") && world->rank == 0) {
+        int tp_pairs = 0, dp_pairs = 0;
+        for (int i = 0; i < world->size; i++)
+            for (int j = i + 1; j < world->size; j++) {
+                const rng_record *a = &all[i], *b = &all[j];
+                int same_mp = !memcmp(a->mp_mask, b->mp_mask, 64);
+                int same_dp = !memcmp(a->dp_mask, b->dp_mask, 64);
+                if (a->pp != b->pp) continue;
+                if (a->tp != b->tp) {
+                    tp_pairs++;
+                    MC_CASE_CHECK(!same_mp, "ranks %d and %d (tp %d, %d; pp %d) draw the same "
+                                  "model-parallel mask", i, j, a->tp, b->tp, a->pp);
+                    MC_CASE_CHECK(same_dp, "ranks %d and %d (tp %d, %d) draw different "
+                                  "data-parallel masks", i, j, a->tp, b->tp);
+                } else if (a->dp != b->dp) {
+                    dp_pairs++;
+                    MC_CASE_CHECK(same_mp && same_dp, "DP replicas %d and %d (dp %d, %d) draw "
+                                  "different masks", i, j, a->dp, b->dp);
+                }
+            }
+        MC_CASE_CHECK(tp_pairs > 0 && (world->size == o->tp * o->pp || dp_pairs > 0),
+                      "the layout compared %d TP pairs and %d DP pairs", tp_pairs, dp_pairs);
+        printf("rng: %d ranks, %d TP pairs differ, %d DP pairs agree\n", world->size, tp_pairs,
+               dp_pairs);
+    }
+    free(all);
+    mc_gpt_free(&g);
     mc_parallel_destroy(&ps);
     return 0;
 }
@@ -438,7 +546,7 @@ int main(int argc, char **argv) {
     memset(&cd, 0, sizeof cd);
     cd.argc = &argc;
     cd.argv = &argv;
-    cd.timeout_s = 60.0;
+    cd.timeout_s = cd.watchdog_s = mc_case_time_s(10.0);   /* a wrong schedule ends in seconds */
     if (mc_comm_init_world(&world, &cd) != MC_OK) {
         fprintf(stderr, "model_cases: %s\n", mc_last_error());
         return 1;
@@ -452,6 +560,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "equiv")) case_equiv(&o, 0);
     else if (!strcmp(argv[1], "schedule")) case_equiv(&o, 1);
     else if (!strcmp(argv[1], "recompute")) case_recompute(&o);
+    else if (!strcmp(argv[1], "rng")) case_rng(&o);
     else MC_CASE_CHECK(0, "unknown case %s", argv[1]);
     int rc = mc_case_finish(world);
     mc_comm_destroy(world);

@@ -26,7 +26,7 @@
 #include "megatron_c.h"
 #include "tests/test_util.h"
 
-#define DEFAULT_TIMEOUT_S 20.0
+#define DEFAULT_TIMEOUT_S mc_case_time_s(10.0)   /* also the watchdog */
 #define MISMATCH_LIMIT_S 10.0   /* a plan disagreement must be reported this fast */
 
 typedef struct options {
@@ -489,7 +489,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int rc = mc_case_init_world(&world, &(mc_comm_desc){.backend = opt.backend,
-                                                         .timeout_s = DEFAULT_TIMEOUT_S,
+                                                         .timeout_s = DEFAULT_TIMEOUT_S, .watchdog_s = DEFAULT_TIMEOUT_S,
                                                          .argc = &argc, .argv = &argv});
     if (rc != MC_OK) return 1;
     me = world->rank;

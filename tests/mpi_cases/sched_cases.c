@@ -22,7 +22,7 @@
 #include "tests/test_util.h"
 #include "tests/sched_toy.h"
 
-#define TIMEOUT_S 20.0
+#define TIMEOUT_S mc_case_time_s(10.0)   /* also the watchdog */
 
 static struct {
     int pp, vpp, m, n;
@@ -287,7 +287,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int rc = mc_case_init_world(&world, &(mc_comm_desc){.backend = opt.backend,
-                                                         .timeout_s = TIMEOUT_S,
+                                                         .timeout_s = TIMEOUT_S, .watchdog_s = TIMEOUT_S,
                                                          .argc = &argc, .argv = &argv});
     if (rc != MC_OK) return 1;
     if (opt.pp == 0) opt.pp = world->size;

@@ -26,7 +26,7 @@
 #include "megatron_c.h"
 #include "tests/test_util.h"
 
-#define TIMEOUT_S 30.0
+#define TIMEOUT_S mc_case_time_s(10.0)   /* also the watchdog */
 #define SEED 1234u
 #define ATOL 2e-5
 #define RTOL 1e-4
@@ -656,7 +656,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int rc = mc_case_init_world(
-        &world, &(mc_comm_desc){.timeout_s = TIMEOUT_S, .argc = &argc, .argv = &argv});
+        &world, &(mc_comm_desc){.timeout_s = TIMEOUT_S, .watchdog_s = TIMEOUT_S, .argc = &argc, .argv = &argv});
     if (rc != MC_OK) return 1;
     me = world->rank;
     np = world->size;

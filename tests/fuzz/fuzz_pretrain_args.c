@@ -1,0 +1,38 @@
+/* fuzz_pretrain_args - libFuzzer target: pretrain_gpt's argument parser on any argv.
+
+   Words are split at NUL and newline bytes. parse_args must accept (0), show the help (1) or
+   refuse with a message (-1); an accepted set must pass the recipe's own rules (check_args)
+   and give finite numbers, and args_to_text must describe it. stderr is discarded.
+   make fuzz (corpus: tests/fuzz/corpus/pretrain_args) */
+#define MEGATRON_C_IMPLEMENTATION
+#define PRETRAIN_GPT_NO_MAIN
+#include "examples/pretrain_gpt.c"
+#include "tests/fuzz/fuzz_util.h"
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    if (!freopen("/dev/null", "w", stdout)) abort();   /* stderr stays: libFuzzer reports there */
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    fuzz_argv fa;
+    if (fuzz_argv_make(&fa, "pretrain_gpt", data, size) != 0) return 0;
+    args a;
+    int quiet = fuzz_quiet_begin();
+    int rc = parse_args(fa.argc, fa.argv, &a);
+    fuzz_quiet_end(quiet);
+    if (rc == 0) {
+        static char text[N_ARG_SPECS][ARG_TEXT_LEN];
+        if (!isfinite(a.lr) || !isfinite(a.min_lr) || !isfinite(a.clip_grad) ||
+            !isfinite(a.weight_decay) || a.log_interval < 1 || a.train_iters < 1)
+            abort();
+        args_to_text(&a, text);
+        if (!(timeout_s_from_args(&a) > 0)) abort();
+    } else if (rc != 1 && rc != -1) {
+        abort();
+    }
+    fuzz_argv_free(&fa);
+    return 0;
+}
