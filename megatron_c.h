@@ -19,6 +19,9 @@
                           that file with nvcc and link it: -lnccl -lcublasLt -lcublas -lcudnn
                           -lcudart).
        MC_STATIC          make every public function static (private copy per translation unit).
+       MC_FAULT_HOOKS     build the fault injection the labs use (>>core.faults, and the
+                          schedule's mc_fault_schedule_drop_microbatch); ordinary builds have
+                          none of it.
        MC_ASSERT(c)       override assert() for internal invariants.
 
    WHAT IT IS
@@ -11595,7 +11598,6 @@ MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp) {
     return MC_OK;
 }
 
-/* Step 3 of finalize: one all-reduce over TP of every sequence_parallel param's grad, packed. */
 /* The params finalize all-reduces over TP under SP (a fault may leave some out). */
 static int mc__finalize_sp_param(const mc_param_info *p) {
 #if defined(MC_FAULT_HOOKS)
@@ -11603,6 +11605,8 @@ static int mc__finalize_sp_param(const mc_param_info *p) {
 #endif
     return p->sequence_parallel;
 }
+
+/* Step 3 of finalize: one all-reduce over TP of every sequence_parallel param's grad, packed. */
 
 static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
                                           const mc_param_table *t, float *grads) {
