@@ -169,7 +169,7 @@ enum {
 static const struct {
     const char *id;
     mc_fault_kind kind;
-    const char *phase;        /* forward | loss | backward_communication | grad_finalize | optimizer */
+    const char *phase;        /* forward, loss, backward_communication, grad_finalize, optimizer */
     const char *collective;   /* the culprit collective, or none */
     const char *what;
 } l02_faults[L02_N_FAULTS] = {
@@ -484,7 +484,9 @@ static void l02_batch(int step, int microbatch, int *tokens, int *labels) {
         int prev = (int)(mc_rng_bits_at(L02_DATA_SEED, at) % L02_VOCAB);
         for (int s = 0; s <= L02_SEQ; s++) {
             uint32_t r = mc_rng_bits_at(L02_DATA_SEED, at + 1 + (uint64_t)s);
-            int t = s == 0 ? prev : r % 8 == 0 ? (int)(r / 8 % L02_VOCAB) : (prev * 5 + 3) % L02_VOCAB;
+            int t = s == 0        ? prev
+                    : r % 8 == 0  ? (int)(r / 8 % L02_VOCAB)
+                                  : (prev * 5 + 3) % L02_VOCAB;
             if (s < L02_SEQ) tokens[s * L02_MBS + j] = t;
             if (s > 0) labels[(s - 1) * L02_MBS + j] = t;
             prev = t;
@@ -663,7 +665,8 @@ static double l02_tensor_diff(const l02_tensor *mine, const l02_tensor *ref, int
 static const l02_rec *l02_find(const l02_run *r, int step, int mb, int backward, int module) {
     for (int i = 0; i < r->n_recs; i++) {
         const l02_rec *x = &r->recs[i];
-        if (x->step == step && x->microbatch == mb && x->backward == backward && x->module == module)
+        if (x->step == step && x->microbatch == mb && x->backward == backward &&
+            x->module == module)
             return x;
     }
     return NULL;
@@ -789,7 +792,8 @@ static double l02_mod_q(const l02_oracle *o, int k, int m, int q) {
                 l02_max_into(&worst, o->param[k][j][q == L02_Q_PARAM]);
         return worst;
     }
-    int first = L02_MOD_LAYER(0, L02_SUB_LAYER), last = L02_MOD_LAYER(L02_LAYERS - 1, L02_SUB_LAYER);
+    int first = L02_MOD_LAYER(0, L02_SUB_LAYER);
+    int last = L02_MOD_LAYER(L02_LAYERS - 1, L02_SUB_LAYER);
     if (m == L02_MOD_DECODER) {
         if (q == L02_Q_FWD_IN || q == L02_Q_BWD_IN) return o->mod[k][first][q];
         return o->mod[k][last][q];
@@ -1180,11 +1184,13 @@ static void l02_roll_up(l02_state *st) {
     for (int r = 0; r < L02_MAX_WORLD; r++)
         for (int l = 0; l < L02_LAYERS; l++) {
             for (int i = 0; i < 3; i++)
-                l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_ATTN), L02_MOD_LAYER(l, attn_parts[i]));
+                l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_ATTN),
+                               L02_MOD_LAYER(l, attn_parts[i]));
             l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_MLP), L02_MOD_LAYER(l, L02_SUB_FC1));
             l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_MLP), L02_MOD_LAYER(l, L02_SUB_FC2));
             for (int i = 0; i < 4; i++)
-                l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_LAYER), L02_MOD_LAYER(l, layer_parts[i]));
+                l02_add_counts(st, r, L02_MOD_LAYER(l, L02_SUB_LAYER),
+                               L02_MOD_LAYER(l, layer_parts[i]));
         }
 }
 
@@ -1406,9 +1412,9 @@ static int l02_exp_symptom(lab_ctx *cx) {
     lab_printf0("the first step whose loss differs from the TP=1 run (rel > %.0e): %s%d\n",
                 L02_LOSS_TOL, st->first_loss_step < 0 ? "none " : "",
                 st->first_loss_step < 0 ? -1 : st->first_loss_step);
-    lab_printf0("\nto look inside, probe a module of A's tree: mpirun --oversubscribe -np %d ./lab02 "
-                "--probe NAME (also decoder = the block, decoder.layers.N = a layer, gpt = the "
-                "whole model); every probe is counted for your nonce\n", cx->world_size);
+    lab_printf0("\nto look inside, probe a module of A's tree: mpirun --oversubscribe -np %d "
+                "./lab02 --probe NAME (also decoder = the block, decoder.layers.N = a layer, gpt "
+                "= the whole model); every probe is counted for your nonce\n", cx->world_size);
     int symptom = 0;
     for (int k = 0; k < L02_STEPS; k++)
         symptom |= st->loss_rel[k] > L02_LOSS_TOL || st->norm_rel[k] > L02_LOSS_TOL;
@@ -1609,10 +1615,12 @@ static cJSON *l02_facts(lab_ctx *cx) {
         {L02_AT_OPTIMIZER, "optimizer"}};
     for (int i = 0; i < 3; i++) {
         cJSON *o = cJSON_AddObjectToObject(per, outside[i].key);
-        cJSON_AddItemToObject(o, "rank0", l02_count_json(st->counts_rank[0][outside[i].at], L02_STEPS));
+        cJSON_AddItemToObject(o, "rank0",
+                              l02_count_json(st->counts_rank[0][outside[i].at], L02_STEPS));
         char key[16];
         snprintf(key, sizeof key, "rank%d", last);
-        cJSON_AddItemToObject(o, key, l02_count_json(st->counts_rank[last][outside[i].at], L02_STEPS));
+        cJSON_AddItemToObject(o, key,
+                              l02_count_json(st->counts_rank[last][outside[i].at], L02_STEPS));
     }
     cJSON *ck = cJSON_AddObjectToObject(pm, "checkpoint");
     cJSON_AddNumberToObject(ck, "saved_tp", st->ckpt_saved_tp);

@@ -179,7 +179,8 @@ static int expected_fault(const char *nonce, char *module, size_t cap) {
     x /= 2 * LAYERS + 1;
     int weight = (int)(x % 2);
     const char *part = sub ? "mlp" : "self_attention";
-    const char *first = sub ? "linear_fc1" : "linear_qkv", *second = sub ? "linear_fc2" : "linear_proj";
+    const char *first = sub ? "linear_fc1" : "linear_qkv";
+    const char *second = sub ? "linear_fc2" : "linear_proj";
     switch (kind) {
     case F_QKV: snprintf(module, cap, "decoder.layers.%d.self_attention.linear_qkv", layer); break;
     case F_SOFTMAX:
@@ -221,10 +222,13 @@ static const char *const main_preds[] = {
     NULL};
 
 /* TP collectives of one module per micro-batch, from facts.modules: the count of one kind. */
+#define FWD "forward_per_microbatch"
+#define BWD "backward_per_microbatch"
 static int module_count(const cJSON *doc, const char *module, const char *dir, const char *key) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(get(doc, "facts.modules"), module);
     cr_assert_not_null(m, "facts.modules lacks %s", module);
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(m, dir), key);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(m, dir);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, key);
     return v ? v->valueint : 0;
 }
 
@@ -256,22 +260,23 @@ Test(lab02, default_run_measures_the_package_map_and_keeps_the_fault_hidden) {
         for (int i = 0; i < 2; i++) {
             snprintf(m, sizeof m, "decoder.layers.%d.%s", l, column[i]);
             /* forward: all-gather the sequence; backward: all-gather it again, reduce-scatter dX */
-            cr_expect_eq(module_count(doc, m, "forward_per_microbatch", "tp_all_gather"), 1, "%s", m);
-            cr_expect_eq(module_count(doc, m, "backward_per_microbatch", "tp_all_gather"), 1, "%s", m);
-            cr_expect_eq(module_count(doc, m, "backward_per_microbatch", "tp_reduce_scatter"), 1, "%s", m);
+            cr_expect_eq(module_count(doc, m, FWD, "tp_all_gather"), 1, "%s", m);
+            cr_expect_eq(module_count(doc, m, BWD, "tp_all_gather"), 1, "%s", m);
+            cr_expect_eq(module_count(doc, m, BWD, "tp_reduce_scatter"), 1, "%s", m);
             snprintf(m, sizeof m, "decoder.layers.%d.%s", l, row[i]);
             /* forward: reduce-scatter the partial sums; backward: all-gather dY */
-            cr_expect_eq(module_count(doc, m, "forward_per_microbatch", "tp_reduce_scatter"), 1, "%s", m);
-            cr_expect_eq(module_count(doc, m, "backward_per_microbatch", "tp_all_gather"), 1, "%s", m);
-            cr_expect_eq(module_count(doc, m, "forward_per_microbatch", "tp_all_reduce"), 0, "%s", m);
+            cr_expect_eq(module_count(doc, m, FWD, "tp_reduce_scatter"), 1, "%s", m);
+            cr_expect_eq(module_count(doc, m, BWD, "tp_all_gather"), 1, "%s", m);
+            cr_expect_eq(module_count(doc, m, FWD, "tp_all_reduce"), 0, "%s", m);
         }
         snprintf(m, sizeof m, "decoder.layers.%d.input_layernorm", l);
-        cr_expect_eq(module_count(doc, m, "forward_per_microbatch", "tp_all_reduce") +
-                         module_count(doc, m, "forward_per_microbatch", "tp_all_gather"), 0, "%s", m);
+        cr_expect_eq(module_count(doc, m, FWD, "tp_all_reduce") +
+                         module_count(doc, m, FWD, "tp_all_gather"), 0, "%s", m);
     }
-    cr_expect_eq(module_count(doc, "embedding", "forward_per_microbatch", "tp_all_reduce"), 1);
-    cr_expect_eq(module_count(doc, "loss", "forward_per_microbatch", "tp_all_reduce"), 3);
-    cr_expect_eq(module_count(doc, "output_layer", "forward_per_microbatch", "tp_all_gather"), 1);
+    cr_expect_eq(module_count(doc, "embedding", FWD, "tp_all_reduce"), 1);
+    cr_expect_eq(module_count(doc, "embedding", BWD, "tp_all_gather"), 1);
+    cr_expect_eq(module_count(doc, "loss", FWD, "tp_all_reduce"), 3);
+    cr_expect_eq(module_count(doc, "output_layer", FWD, "tp_all_gather"), 1);
     cr_expect_eq(geti(doc, "facts.package_map.tp_collectives_attention_forward"), 2);
     cr_expect_eq(geti(doc, "facts.package_map.tp_collectives_loss_forward"), 3);
     cr_expect_eq(geti(doc, "facts.package_map.activations_sent_per_step"), M);
@@ -454,7 +459,8 @@ Test(lab02, a_bisection_finds_every_kind_of_fault_in_at_most_4_probes) {
            in the grad norm only, optimizer faults from step 1 on */
         const char *phase = fault_phase[kind];
         int forwardish = !strcmp(phase, "forward") || !strcmp(phase, "loss");
-        cr_expect_eq(getb(sym, "facts.symptom.step0_loss_differs"), forwardish, "%s", fault_id[kind]);
+        cr_expect_eq(getb(sym, "facts.symptom.step0_loss_differs"), forwardish, "%s",
+                     fault_id[kind]);
         if (!forwardish)
             cr_expect_eq(getb(sym, "facts.symptom.step0_grad_norm_differs"),
                          strcmp(phase, "optimizer") != 0, "%s", fault_id[kind]);
