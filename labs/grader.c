@@ -2305,6 +2305,12 @@ static void gr__ledger_lock(gr__ctx *c, const char *ledger_path, const char *ans
                  info->n_keys == 0 ? "; none was filled in, so no prediction can earn points "
                                      "for this nonce"
                                    : "");
+        const cJSON *findings = cJSON_GetObjectItemCaseSensitive(c->R.root, "lock_when_filled");
+        if (info->n_keys == 0 && cJSON_GetArraySize(findings) > 0) {
+            size_t used = strlen(info->message);
+            snprintf(info->message + used, sizeof info->message - used,
+                     " (its findings still lock when first filled)");
+        }
     } else {
         gr__sb found = {0};
         int n_found = gr__lock_findings(c, entry, now, when, &found);
