@@ -108,6 +108,12 @@ LAB_DEFS_lab02 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab02 := $(BUILD)/mc_impl_faults.o
 lab02: $(LAB_IMPL_lab02)
 
+# lab10: "one global seed", "a seed per rank" and recompute without its RNG handling are
+# library faults (mc_fault_dropout_stream, mc_fault_recompute_rng): the MC_FAULT_HOOKS build.
+LAB_DEFS_lab10 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab10 := $(BUILD)/mc_impl_faults.o
+lab10: $(LAB_IMPL_lab10)
+
 $(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
@@ -117,14 +123,14 @@ labs: $(LABS) ## build every lab (each labs/labNN.c)
 # ---------------------------------------------------------------------------------------------
 # the recipe: mpirun -np N ./pretrain_gpt --tensor-model-parallel-size 2 ... (Megatron's flags)
 
-pretrain_gpt: examples/pretrain_gpt.c $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok ## build ./pretrain_gpt (train a GPT, Megatron's flags)
+pretrain_gpt: examples/pretrain_gpt.c examples/pretrain_gpt_args.h $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok ## build ./pretrain_gpt (train a GPT, Megatron's flags)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
 	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # the command-line calculator (no MPI)
 
-megatron_c: tools/megatron_c.c megatron_c.h | $(BUILD)/.deps-ok ## build ./megatron_c (layout calculator)
+megatron_c: tools/megatron_c.c megatron_c.h examples/pretrain_gpt_args.h | $(BUILD)/.deps-ok ## build ./megatron_c (layout, schedule, memory calculator)
 	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $< -o $@ -lm
 
 # ---------------------------------------------------------------------------------------------
@@ -258,7 +264,7 @@ FUZZ_FLAGS  := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=
 FUZZ_BINS   := $(patsubst %,$(BUILD)/fuzz/fuzz_%,$(FUZZ_TARGETS))
 
 $(filter-out %/fuzz_answer_sheet %/fuzz_rubric,$(FUZZ_BINS)): $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c tests/fuzz/fuzz_util.h megatron_c.h \
-              examples/pretrain_gpt.c tools/megatron_c.c | $(BUILD)/.deps-ok $(BUILD)/.check-deps-ok
+              examples/pretrain_gpt.c examples/pretrain_gpt_args.h tools/megatron_c.c | $(BUILD)/.deps-ok $(BUILD)/.check-deps-ok
 	@mkdir -p $(@D)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(shell $(MPICC) --showme:compile 2>/dev/null) $< -o $@ \
 	  $(shell $(MPICC) --showme:link 2>/dev/null) -lm

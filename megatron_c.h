@@ -48,7 +48,10 @@
            recompute), the schedules that run it (no pipelining, 1F1B, interleaved) with
            batched P2P, DDP gradient buckets, finalize_model_grads, the distributed
            optimizer, AdamW with the model-parallel grad norm and clipping, and
-           checkpoints that reshard across TP / PP / DP.
+           checkpoints that reshard across TP / PP / DP,
+         - the theoretical memory of a run (>>training.theoretical_memory): per pipeline stage and rank,
+           Megatron's / Korthikanti et al.'s formulas and this library's own allocations, every
+           term with its formula and numbers, from the config alone.
 
    SECTIONS (grep ">>name"; declarations first, then the implementation in the same order),
    named and ordered after Megatron-Core's packages:
@@ -475,6 +478,10 @@ struct mc_ops {
     int (*adamw)(const mc_ops *o, float *main, const float *grad, float *m, float *v,
                  void *model_param, const mc_adamw_span *spans, int n_spans,
                  const mc_adamw_step *h, mc_dtype model_dt);
+
+    /* NULL, or the account that counts this table's memory by category (see below); set it
+       on a copy of the table, which still is the same memory */
+    struct mc_memory_account *account;
 };
 
 MC_API const mc_ops *mc_ops_cpu(void);
@@ -488,6 +495,56 @@ MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M,
 MC_API int mc_ops_same_memory(const mc_ops *a, const mc_ops *b);
 /* Bytes of n elements of dt (mc_dtype_size(dt) * n). */
 MC_API size_t mc_dtype_bytes(mc_dtype dt, size_t n);
+
+/* Memory accounting. Every block of op memory the library allocates says what it is for:
+     parameters     the model's flat parameter buffer (mc_gpt_init)
+     gradients      its flat gradient buffer (mc_gpt_init)
+     optimizer      Adam m and v, fp32 main parameters, the step's span tables (mc_optimizer_init)
+     activations    the model's arenas (one per chunk and slot, one scratch) and tensor-parallel
+                    scratch a layer allocates for one call
+     communication  communicator buffers (mc_comm_alloc: the schedule's P2P receive buffers;
+                    host-collective staging on device memory; the self backend's queued
+                    messages) and finalize's packed sequence-parallel grads
+   A table with an account counts them: bytes held now and the most held at once, per category
+   and in total. The peaks are what a run needs, the numbers mc_memory_estimate predicts.
+
+       mc_memory_account acct = {0};
+       mc_ops ops = *mc_ops_cpu();
+       ops.account = &acct;                 // give &ops to the world, model, DDP, optimizer
+       ...  acct.peak[MC_MEMORY_ACTIVATIONS] ...
+       mc_memory_account_destroy(&acct);
+
+   Blocks allocated before the account was set, or with the table's raw alloc, are not counted
+   (freeing them through mc_ops_free is fine). An account is not thread-safe. */
+typedef enum mc_memory_category {
+    MC_MEMORY_PARAMETERS = 0,
+    MC_MEMORY_GRADIENTS,
+    MC_MEMORY_OPTIMIZER,
+    MC_MEMORY_ACTIVATIONS,
+    MC_MEMORY_COMMUNICATION,
+    MC_MEMORY_CATEGORY_COUNT
+} mc_memory_category;
+
+MC_API const char *mc_memory_category_name(int category);   /* "parameters", ... */
+
+typedef struct mc_memory_account {
+    double bytes[MC_MEMORY_CATEGORY_COUNT];   /* held now */
+    double peak[MC_MEMORY_CATEGORY_COUNT];    /* the most held at once, category by category */
+    double total, peak_total;                 /* every category: held now, the most at once */
+    long long blocks;                         /* live counted blocks */
+    /* Private: the live blocks (pointer, bytes, category), open addressing. */
+    void *slots;
+    size_t n_slots, n_used;
+} mc_memory_account;
+
+/* Op memory through a table: o->alloc / o->free, counted when o->account is set. A block the
+   account cannot record (out of host memory) is freed again: MC_ERR_NO_MEMORY. */
+MC_API int mc_ops_alloc(const mc_ops *o, mc_memory_category category, void **ptr, size_t bytes);
+MC_API int mc_ops_free(const mc_ops *o, void *ptr);
+/* Peaks from now on: every peak becomes what is held now (e.g. after setting up). */
+MC_API void mc_memory_account_reset_peaks(mc_memory_account *a);
+/* Frees the account's own table (not the blocks) and zeroes it. */
+MC_API void mc_memory_account_destroy(mc_memory_account *a);
 
 #if defined(MC_ENABLE_CUDA)
 /* The CUDA table (megatron_c_cuda.cu). Zero means default. */
@@ -1632,6 +1689,12 @@ MC_API int mc_schedule_ops(const mc_schedule_desc *desc, mc_sched_op *out, int c
 /* The interleaved lookup table (one entry per virtual micro-batch; for a schedule that is not
    interleaved, micro-batch k on chunk 0). Returns M*V; out arrays may be NULL to count. */
 MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int *chunk, int cap);
+/* The most micro-batches whose activations this stage holds at once on one chunk (forwarded,
+   not yet backwarded), over the whole op order: what mc_gpt_desc.n_slots needs, since each
+   chunk's held micro-batches are consecutive. 1F1B: min(pp - r, M); no pipelining: 1;
+   forward_only: 1 (activations are dropped after each forward). per_chunk (may be NULL) receives
+   each chunk's maximum (vpp entries, or 1). Returns the maximum or a negative status. */
+MC_API int mc_schedule_max_in_flight(const mc_schedule_desc *desc, int *per_chunk);
 
 typedef struct mc_schedule_timing {
     double makespan;           /* when the last op of any stage ends */
@@ -1907,6 +1970,28 @@ typedef struct mc_gpt mc_gpt;
 struct mc__gpt_layer_cache;   /* saved activations of one layer (private) */
 struct mc__gpt_impl;          /* buffers and bookkeeping (private) */
 
+/* Where a dropout sits (mc_gpt.dropout_drawn reports each draw). */
+typedef enum mc_gpt_dropout_site {
+    MC_GPT_DROPOUT_EMBEDDING = 0,      /* embedding output, [Ns, H] */
+    MC_GPT_DROPOUT_ATTENTION_PROBS,    /* attention probabilities, [B, NHl, S, S] */
+    MC_GPT_DROPOUT_ATTENTION_OUT,      /* hidden dropout after linear_proj, [Ns, H] */
+    MC_GPT_DROPOUT_MLP_OUT,            /* hidden dropout after linear_fc2, [Ns, H] */
+    MC_GPT_DROPOUT_SITES
+} mc_gpt_dropout_site;
+
+/* One dropout draw. Its mask is a pure function of the draw: element i of the tensor is kept
+   iff mc_rng_uniform_at(seed, offset + i) >= p (mc_rng_dropout_mask on {seed, offset}). */
+typedef struct mc_gpt_dropout_draw {
+    mc_gpt_dropout_site site;
+    int chunk;                      /* model chunk on this stage */
+    int layer;                      /* GLOBAL layer index; -1 for the embedding */
+    int replay;                     /* 1: drawn by a full-recompute replay in backward */
+    const char *stream;             /* MC_RNG_DEFAULT or the tracker stream it came from */
+    uint64_t seed, offset;          /* where in that stream the mask starts */
+    size_t n;                       /* elements */
+    float p;
+} mc_gpt_dropout_draw;
+
 /* What a submodule of one transformer layer works on: the layer's weights and grads (rank-
    local shards, pointers into the flat buffers, indexed by mc_gpt_layer_tensor) and the cache
    its forward fills and its backward reads. */
@@ -2054,6 +2139,11 @@ struct mc_gpt {
     int grad_sync[MC_GPT_MAX_CHUNKS];
     mc_gpt_tap_fn tap;              /* tensor taps (>>models.gpt.taps), may be set any time */
     void *tap_user;
+    /* Debug tap, NULL (off) after init: called with every dropout draw of a forward, and of a
+       recompute's replay, after its stream has advanced (one pointer test per draw when
+       off). For reading masks, e.g. comparing them across TP ranks. */
+    void (*dropout_drawn)(void *user, const mc_gpt_dropout_draw *draw);
+    void *dropout_drawn_user;
     struct mc__gpt_impl *impl;      /* private */
 };
 
@@ -2114,6 +2204,24 @@ MC_API const float *mc_gpt_losses(const mc_gpt *gpt, int slot);
    memory): [N, Vl] (parallel_output), or, with gather_logits, all-gathered over TP into
    out [N, Vp] (a TP collective). *n_vocab receives the row length. */
 MC_API int mc_gpt_logits(mc_gpt *gpt, int slot, float *out, int *n_vocab);
+
+#if defined(MC_FAULT_HOOKS)
+/* Fault injection for the RNG rules, compiled only with MC_FAULT_HOOKS (labs and tests;
+   ordinary builds have none of it). Process-wide, for every model while set.
+   mc_fault_dropout_stream: every dropout draws from `stream` instead of the one Megatron's
+   rules pick: MC_RNG_DEFAULT is "one global seed" (the default generator, seeded alike on
+   every TP rank), MC_RNG_MODEL_PARALLEL "a seed per rank" (seed' + 2718 + tp_rank for every
+   mask). NULL (or a name the tracker lacks: the draw then fails) restores the rules. */
+MC_API void mc_fault_dropout_stream(const char *stream);
+/* mc_fault_recompute_rng: full recompute's RNG handling without one or both of its steps.
+   MC_FAULT_RECOMPUTE_NO_SNAPSHOT: the replay runs on the streams as they are at backward time
+   instead of the snapshot taken before the group's forward; MC_FAULT_RECOMPUTE_NO_OUTER: after
+   the replay the streams stay where it left them instead of returning to the outer progress.
+   0 restores both. */
+#define MC_FAULT_RECOMPUTE_NO_SNAPSHOT 1u
+#define MC_FAULT_RECOMPUTE_NO_OUTER 2u
+MC_API void mc_fault_recompute_rng(unsigned flags);
+#endif
 
 /* @model:declarations end */
 
@@ -2577,6 +2685,161 @@ MC_API uint32_t mc_crc32(uint32_t crc, const void *data, size_t n);
 #define mc_gpt_free mc_gpt_destroy
 #define mc_param_table_free mc_param_table_destroy
 #define mc_checkpoint_meta_free mc_checkpoint_meta_destroy
+
+/* @theoretical_memory:declarations begin */
+/* ---------------------------------------------------------------------------------------------
+   >>training.theoretical_memory  The bytes every rank of a training run holds, from the config and the
+   layout alone (Megatron-LM's training/theoretical_memory_usage.py, per pipeline stage). A pure
+   function: no allocation, no communication, a handful of arithmetic whatever the sizes, so
+   pretrain_gpt calls it before it allocates anything (and refuses a run that cannot fit) and
+   `megatron_c memory` prints it.
+
+       mc_memory_desc d = { .config = cfg, .data_parallel_size = 2, .num_microbatches = 8 };
+       mc_memory_stage st;
+       mc_memory_estimate(&d, 0, &st);    // stage 0: st.bytes[MC_MEMORY_PAPER][...],
+                                          // st.terms[i].formula / .values / .bytes
+
+   Symbols: s seq_length, b micro_batch_size, h hidden_size, a heads, F ffn_hidden_size, L layers,
+   V padded vocabulary, Pm max_position_embeddings, t / p / v tensor / pipeline / virtual sizes,
+   d data-parallel size, M micro-batches per DP rank, r the stage (pp rank).
+
+   Every stage gets two models, each a list of terms (category, formula, the formula with this
+   config's numbers, bytes per rank):
+
+   paper: what Megatron-LM holds (Korthikanti et al. 2022, "Reducing Activation Recomputation in
+   Large Transformer Models", Table 2 and section 4; Megatron's theoretical_memory_usage.py).
+     P            parameters of one rank of the stage, counted exactly for this GPT (biases
+                  included): Ls·((4h + 2F)·h + 3h + F)/t + Ls·6h per Ls = L/p layers, the word
+                  embedding Vp·h/t and position embedding Pm·h on stage 0, the final norm 2h and
+                  the output layer V·h/t (untied, or the tied copy when p > 1) on the last stage.
+     parameters   e·P, e = 2 with bf16, else 4.
+     gradients    4·P: Megatron accumulates and reduces a bf16 model's grads in fp32.
+     optimizer    bf16: 12·P (fp32 main params, Adam m and v); fp32: 8·P (the params are the main
+                  params); divided by d under the distributed optimizer (Megatron's 6 + 12/d
+                  bytes per parameter with bf16).
+     activations  per layer and micro-batch, 2-byte activations and 1-byte dropout masks:
+                    no parallelism                   s·b·h·(34 + 5·a·s/h)
+                    tensor parallel                  s·b·h·(10 + 24/t + 5·a·s/(h·t))
+                    tensor + sequence parallel       s·b·h·(34 + 5·a·s/h)/t
+                    selective recompute              the same without the 5·a·s/h term
+                    full recompute                   2·s·b·h (/t with SP): only the layer input
+                  34 = 16 tensors of s·b·h elements at 2 bytes + 2 masks, of which 10 are
+                  replicated across TP without SP; 5 = 2 tensors of b·a·s·s at 2 bytes + 1 mask.
+                  F != 4h: 34 becomes 18 + 4·F/h (Megatron's form). Without bf16 the same tensors
+                  are fp32: 66 + 9·a·s/h (replicated 18). Full recompute, uniform: the input of
+                  every group of recompute_num_layers layers; block: the first
+                  recompute_num_layers layers of each chunk keep their input only.
+                  Stage 0 adds the embedding's int64 token ids 8·s·b and its dropout mask s·b·h
+                  (/t with SP); the last stage the inputs of the final norm and the output layer
+                  2·e·s·b·h (/t with SP) and the fp32 logits 4·s·b·V/t: 4·s·b·h·(1 + V/h)/t with
+                  bf16 and SP, the paper's term.
+                  In flight at the peak (Megatron frees a micro-batch's activations in its
+                  backward): no pipelining 1; 1F1B min(p - r, M) (the warmup + 1); interleaved
+                  k = min(2·(p - r - 1) + (v - 1)·p + 1, M·v) chunk micro-batches of L/(p·v)
+                  layers each, so stage 0 holds L·(1 + (p - 1)/(p·v)) layers' worth, the
+                  paper's interleaving factor. The embedding and output terms count the first
+                  and last chunk's share of those k (schedule table order).
+     communication  0: a received activation is the next layer's saved input (counted above).
+
+   implementation: what this library allocates through the op table (mc_gpt_init,
+   mc_optimizer_init, the schedule, finalize), byte for byte: what the table's memory account
+   (mc_memory_account) counts for the same run. e = 2 with bf16 (mc_gpt_desc.dtype), else 4.
+     parameters   e·P' and gradients 4·P' (fp32), P' = the table's total, P plus the
+                  distributed optimizer's padding (param starts at multiples of 64, bucket ends at
+                  lcm(d, 128), the tied embedding in its own bucket).
+     optimizer    Adam m and v, 8·P' (/d under the distributed optimizer), with bf16 also the
+                  fp32 main params (4·P'), and the step's span tables: 16 bytes per grad-norm
+                  span and sizeof(mc_adamw_span) per AdamW span (+ one of each) and the norm's
+                  8 bytes. The spans are the params this rank steps (its DP shards) and sums in
+                  the norm (replicas on TP rank 0 only): mc_memory_desc.tp_rank and dp_rank.
+     activations  one arena per chunk and slot, allocated at init: n_slots (pretrain_gpt: the
+                  most micro-batches a chunk of the stage holds at once,
+                  mc_schedule_max_in_flight) x v arenas of the layers' caches (the attention
+                  statistics of the table: the CPU keeps the probabilities), the layer inputs,
+                  the tokens on stage 0, the logits, norm and loss buffers on the last stage;
+                  plus one scratch arena per rank (backward buffers, TP scratch, recompute replay
+                  caches). Every tensor of an arena starts at a multiple of 256 bytes.
+     communication  the schedule's P2P receive buffers at their peak (each e·s·b·h/t' bytes,
+                  t' = t under SP, else 1; held from receive to the backward that uses them) and
+                  finalize's packed sequence-parallel grads.
+   The two models differ most in activations: this library's caches are its own (LayerNorm
+   outputs, q|k|v, GELU input and output, statistics) rather than Megatron's saved tensors, and
+   its slots are per chunk: each chunk gets the most micro-batches it ever holds, which under
+   interleaving is more than its share at the paper's peak.
+
+   A category's bytes are its peak; a model's total is the sum of its categories (pretrain_gpt
+   allocates everything but the communication buffers before training, so the run's peak of all
+   categories at once is that sum). Every rank of a stage (its t x d ranks) holds the same but
+   for the optimizer's span tables. */
+
+/* The categories are mc_memory_category (>>core.ops), those of the memory accounting. */
+typedef enum mc_memory_model {
+    MC_MEMORY_PAPER = 0,            /* Megatron-LM, Korthikanti et al. 2022 */
+    MC_MEMORY_IMPLEMENTATION,       /* this library's allocations */
+    MC_MEMORY_MODEL_COUNT
+} mc_memory_model;
+
+/* Zero means default. */
+typedef struct mc_memory_desc {
+    mc_gpt_config config;           /* resolved or not; its layout fields give t, p, v, SP and
+                                       recompute, and micro_batch_size b */
+    int data_parallel_size;         /* d; default 1 */
+    int num_microbatches;           /* M per data-parallel rank (the largest under ramp-up);
+                                       default 1 */
+    int distributed_optimizer;
+    int bf16;                       /* the paper model's precision (this build computes fp32) */
+    int n_slots;                    /* implementation: mc_gpt_desc.n_slots; default what
+                                       pretrain_gpt passes, mc_schedule_max_in_flight of the
+                                       stage */
+    size_t bucket_size;             /* implementation: mc_gpt_desc.bucket_size (padding) */
+    int tp_rank, dp_rank;           /* implementation: the rank within its stage (only the
+                                       optimizer's span tables depend on it); default 0 */
+    const mc_ops *ops;              /* implementation: the table (its attention statistics);
+                                       default mc_ops_cpu() */
+} mc_memory_desc;
+
+#define MC_MEMORY_MAX_TERMS 24
+#define MC_MEMORY_TEXT 256
+
+typedef struct mc_memory_term {
+    mc_memory_model model;
+    mc_memory_category category;
+    char name[48];                  /* "transformer layers" */
+    char formula[MC_MEMORY_TEXT];   /* "34·s·b·h/t × L/p × min(p - r, M)" (UTF-8) */
+    char values[MC_MEMORY_TEXT];    /* the same with this config's numbers */
+    double bytes;                   /* per rank */
+} mc_memory_term;
+
+typedef struct mc_memory_stage {
+    int pp_rank, pp;                /* this stage r of p */
+    int ranks;                      /* ranks holding it: t x d */
+    int layers;                     /* transformer layers on the stage (all chunks) */
+    int chunks;                     /* v, or 1 */
+    int embedding, output_layer;    /* the stage holds the embedding / the loss */
+    double params;                  /* P, per rank */
+    double params_padded;           /* P' (the implementation's table total) */
+    double owned_params;            /* implementation: params with state on this rank */
+    double owned_normed;            /* ... of them, those in this rank's grad norm */
+    char params_formula[MC_MEMORY_TEXT], params_values[MC_MEMORY_TEXT];
+    int in_flight;                  /* paper: (chunk) micro-batches held at the peak */
+    char in_flight_formula[MC_MEMORY_TEXT], in_flight_values[MC_MEMORY_TEXT];
+    int n_slots;                    /* implementation: activation slots per chunk */
+    int p2p_buffers;                /* implementation: receive buffers at the peak */
+    double bytes[MC_MEMORY_MODEL_COUNT][MC_MEMORY_CATEGORY_COUNT];
+    double total[MC_MEMORY_MODEL_COUNT];
+    int n_terms;
+    mc_memory_term terms[MC_MEMORY_MAX_TERMS];
+} mc_memory_stage;
+
+/* The estimate of stage pp_rank (0 .. p-1). Validates like mc_gpt_init (every config rule,
+   MC_ERR_INVALID_DESC with the report) and like the schedule (Megatron's interleaving rules on
+   M), and d, M, n_slots >= 1. out is written only on success. */
+MC_API int mc_memory_estimate(const mc_memory_desc *desc, int pp_rank, mc_memory_stage *out);
+MC_API const char *mc_memory_model_name(int model);         /* "paper", "implementation" */
+/* "1.50 GiB", "812.0 MiB", "96 B" (binary units) into buf; returns buf. */
+MC_API char *mc_memory_format_bytes(char *buf, size_t cap, double bytes);
+
+/* @theoretical_memory:declarations end */
 
 #ifdef __cplusplus
 }
@@ -3825,20 +4088,135 @@ static const mc_ops mc__cpu_ops = {
     mc__cpu_cross_entropy_loss,
     mc__cpu_cross_entropy_backward,
     mc__cpu_adamw,
+    NULL,   /* no account: give a copy of the table one */
 };
 
 MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
 
-/* Op-table memory as a pointer, or NULL with the error recorded (for the callers' NULL
-   checks). */
-static void *mc__ops_alloc(const mc_ops *o, size_t bytes) {
+// >>core.ops memory accounting
+
+static const char *const mc__memory_category_names[MC_MEMORY_CATEGORY_COUNT] = {
+    "parameters", "gradients", "optimizer", "activations", "communication"};
+
+MC_API const char *mc_memory_category_name(int category) {
+    return category >= 0 && category < MC_MEMORY_CATEGORY_COUNT
+               ? mc__memory_category_names[category] : "unknown";
+}
+
+/* One live block; ptr NULL: never used, MC__ACCOUNT_GONE: freed (keeps probe chains intact). */
+typedef struct mc__account_slot {
+    const void *ptr;
+    size_t bytes;
+    int category;
+} mc__account_slot;
+
+static const char mc__account_gone_mark = 0;
+#define MC__ACCOUNT_GONE ((const void *)&mc__account_gone_mark)
+
+static size_t mc__account_hash(const void *p, size_t n_slots) {
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33, x *= 0xff51afd7ed558ccdULL, x ^= x >> 33;   /* murmur3's finaliser */
+    return (size_t)(x & (uint64_t)(n_slots - 1));
+}
+
+/* The slot holding p, or NULL. */
+static mc__account_slot *mc__account_find(mc_memory_account *a, const void *p) {
+    mc__account_slot *slots = (mc__account_slot *)a->slots;
+    size_t i, k;
+    if (!slots) return NULL;
+    for (i = mc__account_hash(p, a->n_slots), k = 0; k < a->n_slots; k++) {
+        mc__account_slot *s = &slots[(i + k) & (a->n_slots - 1)];
+        if (s->ptr == p) return s;
+        if (!s->ptr) return NULL;
+    }
+    return NULL;
+}
+
+static void mc__account_put(mc__account_slot *slots, size_t n_slots, const mc__account_slot *e) {
+    size_t i = mc__account_hash(e->ptr, n_slots);
+    while (slots[i].ptr && slots[i].ptr != MC__ACCOUNT_GONE) i = (i + 1) & (n_slots - 1);
+    slots[i] = *e;
+}
+
+/* Keeps the table at most half full (freed slots count as used until the next rebuild). */
+static int mc__account_reserve(mc_memory_account *a) {
+    mc__account_slot *old = (mc__account_slot *)a->slots, *grown;
+    size_t n = a->n_slots ? a->n_slots : 64, i;
+    if (old && 2 * (a->n_used + 1) <= a->n_slots) return MC_OK;
+    while (2 * ((size_t)a->blocks + 1) > n / 2) n *= 2;   /* live blocks fill at most a quarter */
+    grown = (mc__account_slot *)mc_calloc(n, sizeof *grown);
+    if (!grown) return MC__FAIL(MC_ERR_NO_MEMORY, "memory account: no host memory for %zu slots", n);
+    for (i = 0; old && i < a->n_slots; i++)
+        if (old[i].ptr && old[i].ptr != MC__ACCOUNT_GONE) mc__account_put(grown, n, &old[i]);
+    mc_free(old);
+    a->slots = grown;
+    a->n_slots = n;
+    a->n_used = (size_t)a->blocks;
+    return MC_OK;
+}
+
+MC_API int mc_ops_alloc(const mc_ops *o, mc_memory_category category, void **ptr, size_t bytes) {
+    mc_memory_account *a;
+    mc__account_slot e;
+    int rc;
+    if (!o || !ptr) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ops_alloc: table and ptr must be set");
+    if ((int)category < 0 || (int)category >= MC_MEMORY_CATEGORY_COUNT)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_ops_alloc: category (%d) is not an "
+                        "mc_memory_category", (int)category);
+    *ptr = NULL;
+    if ((rc = o->alloc(o, ptr, bytes)) != MC_OK) return rc;
+    if (!(a = o->account) || !*ptr) return MC_OK;
+    if ((rc = mc__account_reserve(a)) != MC_OK) {
+        o->free(o, *ptr);
+        *ptr = NULL;
+        return rc;
+    }
+    e.ptr = *ptr, e.bytes = bytes, e.category = (int)category;
+    mc__account_put((mc__account_slot *)a->slots, a->n_slots, &e);
+    a->n_used++;
+    a->blocks++;
+    a->bytes[category] += (double)bytes;
+    a->total += (double)bytes;
+    if (a->bytes[category] > a->peak[category]) a->peak[category] = a->bytes[category];
+    if (a->total > a->peak_total) a->peak_total = a->total;
+    return MC_OK;
+}
+
+MC_API int mc_ops_free(const mc_ops *o, void *ptr) {
+    mc__account_slot *s;
+    if (!o || !ptr) return MC_OK;
+    if (o->account && (s = mc__account_find(o->account, ptr)) != NULL) {
+        o->account->bytes[s->category] -= (double)s->bytes;
+        o->account->total -= (double)s->bytes;
+        o->account->blocks--;
+        s->ptr = MC__ACCOUNT_GONE;
+    }
+    return o->free(o, ptr);
+}
+
+MC_API void mc_memory_account_reset_peaks(mc_memory_account *a) {
+    int c;
+    if (!a) return;
+    for (c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++) a->peak[c] = a->bytes[c];
+    a->peak_total = a->total;
+}
+
+MC_API void mc_memory_account_destroy(mc_memory_account *a) {
+    if (!a) return;
+    mc_free(a->slots);
+    memset(a, 0, sizeof *a);
+}
+
+/* Op-table memory of `category` as a pointer, or NULL with the error recorded (for the
+   callers' NULL checks). */
+static void *mc__ops_alloc(const mc_ops *o, mc_memory_category category, size_t bytes) {
     void *p = NULL;
-    if (!o || o->alloc(o, &p, bytes) != MC_OK) return NULL;
+    if (!o || mc_ops_alloc(o, category, &p, bytes) != MC_OK) return NULL;
     return p;
 }
 
 static void mc__ops_free(const mc_ops *o, void *p) {
-    if (o && p) o->free(o, p);
+    if (o && p) mc_ops_free(o, p);
 }
 
 /* @ops:implementation end */
@@ -5599,9 +5977,9 @@ static int mc__self_post_send(mc_comm *c, const void *buf, size_t bytes, int tag
     m = (mc__self_message *)mc_calloc(1, sizeof(mc__self_message));
     if (!m) return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: out of memory", c->name);
     /* the queued copy lives in the communicator's memory, like the buffers */
-    if (c->mem->alloc(c->mem, &m->data, bytes) != MC_OK ||
+    if (mc_ops_alloc(c->mem, MC_MEMORY_COMMUNICATION, &m->data, bytes) != MC_OK ||
         mc__comm_copy(c, m->data, buf, bytes) != MC_OK) {
-        if (m->data) c->mem->free(c->mem, m->data);
+        if (m->data) mc_ops_free(c->mem, m->data);
         mc_free(m);
         return MC__FAIL(MC_ERR_NO_MEMORY, "send to self on %s: no memory for a %zu-byte message "
                         "(%s)", c->name, bytes, mc_last_error());
@@ -5629,7 +6007,7 @@ static int mc__self_post_recv(mc_comm *c, void *buf, size_t bytes, int tag,
                             c->name, tag, m->bytes, bytes);
         int rc = mc__comm_copy(c, buf, m->data, m->bytes);
         *mp = m->next;
-        c->mem->free(c->mem, m->data);
+        mc_ops_free(c->mem, m->data);
         mc_free(m);
         return rc;
     }
@@ -5715,7 +6093,7 @@ static void mc__self_destroy(mc_comm *c) {
     while (s->messages) {
         mc__self_message *m = s->messages;
         s->messages = m->next;
-        c->mem->free(c->mem, m->data);
+        mc_ops_free(c->mem, m->data);
         mc_free(m);
     }
     while (s->pending) {
@@ -7108,10 +7486,10 @@ MC_API const mc_ops *mc_comm_memory(const mc_comm *c) { return c ? c->mem : NULL
 MC_API void *mc_comm_alloc(mc_comm *c, size_t bytes) {
     void *p = NULL;
     if (!c || !c->mem) return NULL;
-    return c->mem->alloc(c->mem, &p, bytes) == MC_OK ? p : NULL;
+    return mc_ops_alloc(c->mem, MC_MEMORY_COMMUNICATION, &p, bytes) == MC_OK ? p : NULL;
 }
 MC_API void mc_comm_free(mc_comm *c, void *ptr) {
-    if (c && c->mem && ptr) c->mem->free(c->mem, ptr);
+    if (c && c->mem && ptr) mc_ops_free(c->mem, ptr);
 }
 MC_API int mc_comm_upload(mc_comm *c, void *dst, const void *host_src, size_t bytes) {
     int rc;
@@ -7159,8 +7537,8 @@ MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, 
         return mc__host_coll_run(c, kind, send, recv, count, dt, op, root);
     in_bytes = mc_dtype_bytes(dt, count);
     out_bytes = kind == MC_COLL_ALL_GATHER ? in_bytes * (size_t)c->size : in_bytes;
-    if (c->mem->alloc(c->mem, &dsend, in_bytes) != MC_OK ||
-        c->mem->alloc(c->mem, &drecv, out_bytes) != MC_OK) {
+    if (mc_ops_alloc(c->mem, MC_MEMORY_COMMUNICATION, &dsend, in_bytes) != MC_OK ||
+        mc_ops_alloc(c->mem, MC_MEMORY_COMMUNICATION, &drecv, out_bytes) != MC_OK) {
         rc = MC__FAIL(MC_ERR_NO_MEMORY, "%s on %s: no %zu bytes of staging memory (%s)", fn,
                       c->name, in_bytes + out_bytes, mc_last_error());
     } else if (kind == MC_COLL_BROADCAST) {
@@ -7172,8 +7550,8 @@ MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, 
     }
     if (rc == MC_OK) rc = c->mem->download(c->mem, recv, drecv, out_bytes);
     if (rc != MC_ERR_TIMEOUT) {   /* after a timeout the backend may still write them */
-        if (dsend) c->mem->free(c->mem, dsend);
-        if (drecv) c->mem->free(c->mem, drecv);
+        if (dsend) mc_ops_free(c->mem, dsend);
+        if (drecv) mc_ops_free(c->mem, drecv);
     }
     return rc;
 }
@@ -7805,14 +8183,14 @@ static int mc__tp_scratch_get(mc__tp_scratch *s, void *given, size_t bytes, cons
     s->base = given;
     s->owned = 0;
     if (given || bytes == 0) return MC_OK;
-    if (ops->alloc(ops, &s->base, bytes) != MC_OK)
+    if (mc_ops_alloc(ops, MC_MEMORY_ACTIVATIONS, &s->base, bytes) != MC_OK)
         return MC__FAIL(MC_ERR_NO_MEMORY, "%s: no memory for %zu bytes of scratch", fn, bytes);
     s->owned = 1;
     return MC_OK;
 }
 
 static void mc__tp_scratch_put(mc__tp_scratch *s, const mc_ops *ops) {
-    if (s->owned) ops->free(ops, s->base);
+    if (s->owned) mc_ops_free(ops, s->base);
     s->base = NULL;
     s->owned = 0;
 }
@@ -9059,6 +9437,47 @@ MC_API int mc_schedule_table(const mc_schedule_desc *desc, int *microbatch, int 
     return total;
 }
 
+MC_API int mc_schedule_max_in_flight(const mc_schedule_desc *desc, int *per_chunk) {
+    mc__sched s;
+    int held[MC_MAX_VPP], most[MC_MAX_VPP], rc = mc__sched_resolve(desc, &s), total, warmup, k, c;
+    int mb, best = 0;
+    if (rc != MC_OK) return rc;
+    if (s.v > MC_MAX_VPP)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_schedule_max_in_flight: vpp (%d) above "
+                        "MC_MAX_VPP (%d)", s.v, MC_MAX_VPP);
+    memset(held, 0, sizeof held);
+    memset(most, 0, sizeof most);
+    total = mc__sched_total(&s);
+    warmup = s.forward_only ? 0 : mc__sched_warmup(&s);
+    /* F(k) adds its chunk, B(k) removes the mirrored chunk, in mc__sched_fill's order */
+#define MC__SCHED_F(kk)                                                                   \
+    do {                                                                                  \
+        mb = (kk), c = 0;                                                                 \
+        if (s.interleaved) mc__sched_table_entry(&s, (kk), &mb, &c);                      \
+        if (++held[c] > most[c]) most[c] = held[c];                                       \
+        if (s.forward_only) held[c]--;                                                    \
+    } while (0)
+#define MC__SCHED_B(kk)                                                                   \
+    do {                                                                                  \
+        mb = (kk), c = 0;                                                                 \
+        if (s.interleaved) mc__sched_table_entry(&s, (kk), &mb, &c);                      \
+        held[s.v - 1 - c]--;                                                              \
+    } while (0)
+    for (k = 0; k < warmup; k++) MC__SCHED_F(k);
+    for (k = 0; k < total - warmup; k++) {
+        MC__SCHED_F(warmup + k);
+        if (!s.forward_only) MC__SCHED_B(k);
+    }
+#undef MC__SCHED_F
+#undef MC__SCHED_B
+    (void)mb;
+    for (c = 0; c < s.v; c++) {
+        if (per_chunk) per_chunk[c] = most[c];
+        if (most[c] > best) best = most[c];
+    }
+    return best;
+}
+
 /* Finish times of F and B per (stage, chunk, micro-batch); < 0 while not run yet. */
 typedef struct mc__sched_sim {
     const mc__sched *s;
@@ -9811,8 +10230,8 @@ struct mc__gpt_impl {
     float *d_loss;               /* (N) */
     void *tp_scratch;            /* scratch of the tensor-parallel layers (their _scratch()) */
     int *pos_ids;                /* (N) position of each token: s, uploaded at init */
-    /* tensor taps: the call in progress (slot, its micro-batch), replaying (recompute) */
-    int tap_slot, tap_microbatch, tap_replay;
+    int replaying;               /* 1 while a full-recompute group re-runs its forward */
+    int tap_slot, tap_microbatch;   /* tensor taps: the call in progress (slot, micro-batch) */
 };
 
 #define MC__GPT_LN_EPS(g) ((g)->config.layernorm_epsilon)
@@ -9911,7 +10330,7 @@ static void mc__gpt_tap(mc_gpt *g, int chunk, const char *name, int layer, int b
                         mc_gpt_tap_tensor in, mc_gpt_tap_tensor out) {
     char module[MC_PARAM_NAME_MAX];
     mc_gpt_tap t;
-    if (!g->tap || g->impl->tap_replay) return;
+    if (!g->tap || g->impl->replaying) return;
     if (layer >= 0)
         snprintf(module, sizeof module, name, layer);
     else
@@ -9956,7 +10375,8 @@ static int mc__gpt_fault_scale_qkv(mc_gpt *g, void *qkv, float f, int q_only) {
     void *tmp;
     int h, rc = MC_OK;
     if (!q_only) return o->scale(o, qkv, f, (size_t)g->N * 3 * (size_t)g->Ql, g->dtype);
-    if (!(tmp = mc__ops_alloc(o, (size_t)g->N * hd * es))) return MC_ERR_NO_MEMORY;
+    if (!(tmp = mc__ops_alloc(o, MC_MEMORY_ACTIVATIONS, (size_t)g->N * hd * es)))
+        return MC_ERR_NO_MEMORY;
     for (h = 0; rc == MC_OK && h < g->NHl; h++) {
         char *q = (char *)qkv + (size_t)h * 3 * hd * es;   /* head h's q columns */
         rc = o->copy_2d(o, tmp, hd * es, q, pitch, hd * es, (size_t)g->N);
@@ -10054,21 +10474,52 @@ static size_t mc__gpt_tp_scratch_bytes(const mc_gpt *g) {
 // ---------------------------------------------------------------------------------------------
 // random streams
 
+#if defined(MC_FAULT_HOOKS)
+static char mc__fault_stream[MC_RNG_NAME_MAX];   /* "" = Megatron's rules */
+static unsigned mc__fault_recompute;
+MC_API void mc_fault_dropout_stream(const char *stream) {
+    snprintf(mc__fault_stream, sizeof mc__fault_stream, "%s", stream ? stream : "");
+}
+MC_API void mc_fault_recompute_rng(unsigned flags) { mc__fault_recompute = flags; }
+#define MC__FAULT_RECOMPUTE(flag) ((mc__fault_recompute & (flag)) != 0)
+#else
+#define MC__FAULT_RECOMPUTE(flag) 0
+#endif
+
 /* Takes (seed, offset) for n elements from `stream` (MC_RNG_DEFAULT or a tracker stream) and
-   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw. */
-static int mc__gpt_draw_from(mc_gpt *g, const char *stream, size_t n, float p,
-                             mc__gpt_draw *d) {
-    int forked = strcmp(stream, MC_RNG_DEFAULT) != 0, rc;
+   advances it, as a draw of n elements would. p <= 0 or eval mode: no dropout, no draw.
+   site, chunk and layer only label the draw for the dropout_drawn tap. */
+static int mc__gpt_draw_from(mc_gpt *g, mc_gpt_dropout_site site, int chunk, int layer,
+                             const char *stream, size_t n, float p, mc__gpt_draw *d) {
+    int forked, rc;
     mc_rng *r;
     memset(d, 0, sizeof *d);
     if (!g->training || !(p > 0.0f)) return MC_OK;
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_stream[0] != '\0') stream = mc__fault_stream;
+#endif
+    forked = strcmp(stream, MC_RNG_DEFAULT) != 0;
     if (forked && (rc = mc_rng_tracker_fork(&g->rng, stream)) != MC_OK) return rc;
     r = mc_rng_tracker_current(&g->rng);
     d->seed = r->seed;
     d->offset = r->offset;
     d->p = p;
     r->offset += ((uint64_t)n + 3u) & ~(uint64_t)3u;
-    return forked ? mc_rng_tracker_unfork(&g->rng, stream) : MC_OK;
+    if (forked && (rc = mc_rng_tracker_unfork(&g->rng, stream)) != MC_OK) return rc;
+    if (g->dropout_drawn) {
+        mc_gpt_dropout_draw t;
+        t.site = site;
+        t.chunk = chunk;
+        t.layer = layer;
+        t.replay = g->impl->replaying;
+        t.stream = forked ? stream : MC_RNG_DEFAULT;
+        t.seed = d->seed;
+        t.offset = d->offset;
+        t.n = n;
+        t.p = p;
+        g->dropout_drawn(g->dropout_drawn_user, &t);
+    }
+    return MC_OK;
 }
 
 /* Hidden and embedding dropout: the default generator where the activation is replicated over
@@ -10143,7 +10594,8 @@ static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, void *out, c
 #endif
     mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.linear_qkv", L, 0,
                 mc__gpt_tt_hidden(g, inp), qkv);
-    if ((rc = mc__gpt_draw_from(g, MC_RNG_MODEL_PARALLEL, n_probs,
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_PROBS, ctx->chunk,
+                                ctx->global_layer, MC_RNG_MODEL_PARALLEL, n_probs,
                                 mc__gpt_dropout_p(g->config.attention_dropout),
                                 &c->attn_drop)) != MC_OK)
         return rc;
@@ -10315,7 +10767,9 @@ static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void 
     if ((rc = sp->attention_forward(ctx, im->tmp_a, c->ln1)) != MC_OK) return rc;
     mc__gpt_tap(g, ch, "decoder.layers.%d.self_attention", L, 0, mc__gpt_tt_hidden(g, c->ln1),
                 mc__gpt_tt_hidden(g, im->tmp_a));
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop1)) != MC_OK)
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_OUT, ctx->chunk,
+                                ctx->global_layer, mc__gpt_hidden_stream(g), n, p,
+                                &c->drop1)) != MC_OK)
         return rc;
     sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop1, &rc);
     if (rc == MC_OK) rc = mc__gpt_residual(g, c->res1, x, sub, n);
@@ -10326,7 +10780,8 @@ static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void 
     if ((rc = sp->mlp_forward(ctx, im->tmp_a, c->ln2)) != MC_OK) return rc;
     mc__gpt_tap(g, ch, "decoder.layers.%d.mlp", L, 0, mc__gpt_tt_hidden(g, c->ln2),
                 mc__gpt_tt_hidden(g, im->tmp_a));
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_MLP_OUT, ctx->chunk, ctx->global_layer,
+                                mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
         return rc;
     sub = mc__gpt_dropout_forward(g, im->tmp_b, im->tmp_a, n, &c->drop2, &rc);
     return rc == MC_OK ? mc__gpt_residual(g, out, c->res1, sub, n) : rc;
@@ -10426,12 +10881,16 @@ static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const vo
         if (grp >= 0 && l == im->group_start[grp] + im->group_len[grp] - 1) {
             mc_rng_states now;
             if ((rc = mc_rng_tracker_get_states(&g->rng, &now)) != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK) return rc;
-            im->tap_replay = 1;   /* a replay, not a new call of the modules: no taps */
+            if (!MC__FAULT_RECOMPUTE(MC_FAULT_RECOMPUTE_NO_SNAPSHOT) &&
+                (rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK)
+                return rc;
+            im->replaying = 1;   /* a replay, not a new call of the modules: no tensor taps */
             rc = mc__gpt_run_layers(g, chunk, a, im->group_start[grp], im->group_len[grp]);
-            im->tap_replay = 0;
+            im->replaying = 0;
             if (rc != MC_OK) return rc;
-            if ((rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK) return rc;
+            if (!MC__FAULT_RECOMPUTE(MC_FAULT_RECOMPUTE_NO_OUTER) &&
+                (rc = mc_rng_tracker_set_states(&g->rng, &now)) != MC_OK)
+                return rc;
         }
         mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
         if ((rc = mc__gpt_layer_backward(&ctx, bufs[k], dout, a->res[l])) != MC_OK) return rc;
@@ -10475,7 +10934,7 @@ static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
             return rc;
         emb = im->tmp_a;
     }
-    if ((rc = mc__gpt_draw_from(g, mc__gpt_hidden_stream(g), n,
+    if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_EMBEDDING, 0, -1, mc__gpt_hidden_stream(g), n,
                                 mc__gpt_dropout_p(g->config.hidden_dropout), &a->emb_drop)) !=
         MC_OK)
         return rc;
@@ -10792,11 +11251,12 @@ MC_API int mc_gpt_logits(mc_gpt *g, int slot, float *out, int *n_vocab) {
     if (g->dtype == MC_F32)
         return mc_gather_from_tp_region_forward(out, NULL, local, g->N, g->vocab_padded, MC_F32,
                                                 mc__gpt_tp_comm(g), o);
-    if ((rc = o->alloc(o, &tmp, mc_dtype_bytes(g->dtype, n))) != MC_OK) return rc;
+    if ((rc = mc_ops_alloc(o, MC_MEMORY_ACTIVATIONS, &tmp, mc_dtype_bytes(g->dtype, n))) != MC_OK)
+        return rc;
     rc = mc_gather_from_tp_region_forward(tmp, NULL, local, g->N, g->vocab_padded, g->dtype,
                                           mc__gpt_tp_comm(g), o);
     if (rc == MC_OK) rc = o->copy(o, out, tmp, n, MC_F32, g->dtype);
-    o->free(o, tmp);
+    mc_ops_free(o, tmp);
     return rc;
 }
 
@@ -11098,7 +11558,8 @@ static void mc__gpt_point_act(mc_gpt *g, mc__arena *ar, mc__gpt_act *a, int pre,
         mc__arena ar_ = {NULL, 0};                                                         \
         mc__arena *ar = &ar_;                                                              \
         call;                                                                              \
-        if ((g)->ops->alloc((g)->ops, &(out_base), ar_.used) != MC_OK) return MC_ERR_NO_MEMORY; \
+        if (mc_ops_alloc((g)->ops, MC_MEMORY_ACTIVATIONS, &(out_base), ar_.used) != MC_OK)    \
+            return MC_ERR_NO_MEMORY;                                                       \
         (g)->impl->arena_bytes += ar_.used;                                                \
         ar_.base = (char *)(out_base);                                                     \
         ar_.used = 0;                                                                      \
@@ -11237,10 +11698,11 @@ MC_API size_t mc_gpt_memory(const mc_gpt *g, size_t *activation_bytes) {
     return params + g->impl->arena_bytes;
 }
 
-/* Every slot of the table is a function (a backend may leave ops it lacks NULL). */
+/* Every slot of the table from alloc to adamw is a function (a backend may leave ops it lacks
+   NULL); the account after them may be NULL. */
 static int mc__ops_check_complete(const mc_ops *o, const char *fn) {
     const void *const *slot = (const void *const *)(const void *)&o->alloc;
-    size_t n = (sizeof(mc_ops) - offsetof(mc_ops, alloc)) / sizeof(void *), i;
+    size_t n = (offsetof(mc_ops, account) - offsetof(mc_ops, alloc)) / sizeof(void *), i;
     for (i = 0; i < n; i++)
         if (!slot[i])
             return MC__FAIL(MC_ERR_UNSUPPORTED, "%s: the '%s' op table lacks op #%zu (of %zu "
@@ -11314,8 +11776,10 @@ MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
         rc = mc_param_table_layout(&g->table, &lay);
     }
     if (rc == MC_OK) {
-        g->params = mc__ops_alloc(g->ops, mc_dtype_bytes(g->dtype, g->table.total));
-        g->grads = (float *)mc__ops_alloc(g->ops, sizeof(float) * g->table.total);
+        g->params = mc__ops_alloc(g->ops, MC_MEMORY_PARAMETERS,
+                                  mc_dtype_bytes(g->dtype, g->table.total));
+        g->grads = (float *)mc__ops_alloc(g->ops, MC_MEMORY_GRADIENTS,
+                                          sizeof(float) * g->table.total);
         if (!g->params || !g->grads) rc = MC_ERR_NO_MEMORY;
     }
     if (rc == MC_OK) rc = mc__gpt_init_params(g);
@@ -11616,7 +12080,7 @@ static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
     for (i = 0; i < t->count; i++)
         if (mc__finalize_sp_param(&t->info[i])) n += t->info[i].numel;
     if (n == 0) return MC_OK;
-    packed = (float *)mc__ops_alloc(ops, n * sizeof *packed);   /* [n]: the flagged grads */
+    packed = (float *)mc__ops_alloc(ops, MC_MEMORY_COMMUNICATION, n * sizeof *packed);   /* [n]: the flagged grads */
     if (!packed) return MC__FAIL(MC_ERR_NO_MEMORY, "finalize_model_grads: out of memory packing "
                                  "%zu sequence-parallel grads", n);
     for (i = 0, rc = MC_OK; rc == MC_OK && i < t->count; i++)
@@ -11852,9 +12316,11 @@ static int mc__opt_build_spans(mc_optimizer *opt) {
         }
     }
     if (rc == MC_OK) {
-        opt->norm_spans = (size_t *)mc__ops_alloc(o, 2 * (size_t)(nn + 1) * sizeof(size_t));
-        opt->adamw_spans = (mc_adamw_span *)mc__ops_alloc(o, (size_t)(na + 1) * sizeof *adam);
-        opt->norm_sum = (double *)mc__ops_alloc(o, sizeof(double));
+        opt->norm_spans = (size_t *)mc__ops_alloc(o, MC_MEMORY_OPTIMIZER,
+                                                  2 * (size_t)(nn + 1) * sizeof(size_t));
+        opt->adamw_spans = (mc_adamw_span *)mc__ops_alloc(o, MC_MEMORY_OPTIMIZER,
+                                                          (size_t)(na + 1) * sizeof *adam);
+        opt->norm_sum = (double *)mc__ops_alloc(o, MC_MEMORY_OPTIMIZER, sizeof(double));
         if (!opt->norm_spans || !opt->adamw_spans || !opt->norm_sum)
             rc = MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (%s)",
                           mc_last_error());
@@ -11883,10 +12349,10 @@ MC_API int mc_optimizer_init(mc_optimizer *opt, const mc_optimizer_desc *desc) {
     ops = o.desc.ops;
     o.state_numel = ddp->desc.table->total /
                     (size_t)(ddp->desc.distributed_optimizer ? ddp->dp_size : 1);
-    o.m = (float *)mc__ops_alloc(ops, o.state_numel * sizeof(float));   /* zeroed */
-    o.v = (float *)mc__ops_alloc(ops, o.state_numel * sizeof(float));
+    o.m = (float *)mc__ops_alloc(ops, MC_MEMORY_OPTIMIZER, o.state_numel * sizeof(float));
+    o.v = (float *)mc__ops_alloc(ops, MC_MEMORY_OPTIMIZER, o.state_numel * sizeof(float));
     if (o.desc.params_dtype == MC_BF16)
-        o.main = (float *)mc__ops_alloc(ops, o.state_numel * sizeof(float));
+        o.main = (float *)mc__ops_alloc(ops, MC_MEMORY_OPTIMIZER, o.state_numel * sizeof(float));
     if (!o.m || !o.v || (o.desc.params_dtype == MC_BF16 && !o.main)) {
         mc_optimizer_destroy(&o);
         return MC__FAIL(MC_ERR_NO_MEMORY, "mc_optimizer_init: out of memory (%d x %zu floats)",
@@ -12002,10 +12468,11 @@ static int mc__opt_fault_keep(mc_optimizer *opt, int restore) {
     int i, rc = MC_OK;
     if (mc__fault.kind != MC_FAULT_OPTIMIZER_SKIPS_PARAM) return MC_OK;
     if (!restore) {   /* a copy of the whole buffers: simple, and this is a fault path */
-        if (!(saved[0] = mc__ops_alloc(o, bytes))) return MC_ERR_NO_MEMORY;
+        if (!(saved[0] = mc__ops_alloc(o, MC_MEMORY_PARAMETERS, bytes))) return MC_ERR_NO_MEMORY;
         rc = o->copy(o, saved[0], opt->desc.params, t->total, dt, dt);
         if (rc == MC_OK && opt->main) {
-            if (!(saved[1] = mc__ops_alloc(o, main_bytes))) return MC_ERR_NO_MEMORY;
+            if (!(saved[1] = mc__ops_alloc(o, MC_MEMORY_OPTIMIZER, main_bytes)))
+                return MC_ERR_NO_MEMORY;
             rc = o->copy(o, saved[1], opt->main, opt->state_numel, MC_F32, MC_F32);
         }
         return rc;
@@ -14111,6 +14578,908 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
 }
 
 /* @checkpoint:implementation end */
+
+/* @theoretical_memory:implementation begin */
+
+// ---------------------------------------------------------------------------------------------
+// >>training.theoretical_memory  (the models are described at the declarations)
+
+/* UTF-8 middle dot and times sign. Always used between separate string literals: a hex escape
+   followed by a hex digit in the same literal would swallow it. */
+#define MC__MD "\xc2\xb7"
+#define MC__MX " \xc3\x97 "
+
+/* One stage's sizes, resolved; doubles so that products never overflow. */
+typedef struct mc__mem {
+    mc_gpt_config cfg;              /* resolved */
+    int t, p, v, d, m, r, nl, sp, e, pre, post, out_layer, slots, selective, full, block, k;
+    int tp_rank, dp_rank, dist, keep_stats;
+    int ea;                         /* implementation: bytes of an activation / parameter */
+    double s, b, h, a, f, vocab, pm, n, ns;   /* n = s·b tokens, ns = n / t under SP */
+    double stats;                   /* floats the table's attention forward keeps per layer */
+    size_t bucket_size;
+    const mc_ops *ops;
+} mc__mem;
+
+MC_API const char *mc_memory_model_name(int model) {
+    return model == MC_MEMORY_PAPER ? "paper"
+           : model == MC_MEMORY_IMPLEMENTATION ? "implementation" : "unknown";
+}
+
+MC_API char *mc_memory_format_bytes(char *buf, size_t cap, double bytes) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = bytes;
+    int u = 0;
+    if (!buf || cap == 0) return buf;
+    while ((v >= 1024.0 || v <= -1024.0) && u < 6) v /= 1024.0, u++;
+    if (u == 0) snprintf(buf, cap, "%.0f B", v);
+    else snprintf(buf, cap, "%.*f %s", v >= 100.0 ? 1 : 2, v, units[u]);
+    return buf;
+}
+
+/* Appends a term; the caller fills formula and values. */
+static mc_memory_term *mc__mem_term(mc_memory_stage *st, mc_memory_model model,
+                                    mc_memory_category cat, const char *name, double bytes) {
+    mc_memory_term *t;
+    MC_ASSERT(st->n_terms < MC_MEMORY_MAX_TERMS);
+    t = &st->terms[st->n_terms++];
+    memset(t, 0, sizeof *t);
+    t->model = model;
+    t->category = cat;
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->bytes = bytes;
+    st->bytes[model][cat] += bytes;
+    st->total[model] += bytes;
+    return t;
+}
+
+/* What one op-table allocation of n elements of `size` bytes takes (mc_gpt allocates at least
+   one byte). */
+
+static double mc__mem_round_up(double x, double m) { return ceil(x / m) * m; }
+
+// --- parameters ------------------------------------------------------------------------------
+
+/* Local element counts of one transformer layer's tensors, in registration order. */
+static void mc__mem_layer_numel(const mc__mem *M, double numel[MC_GPT_LAYER_TENSORS]) {
+    double h = M->h, f = M->f, t = M->t;
+    double shapes[MC_GPT_LAYER_TENSORS] = {
+        h, h, 3.0 * h * h / t, 3.0 * h / t, h * h / t, h, h, h, f * h / t, f / t, h * f / t, h};
+    memcpy(numel, shapes, sizeof shapes);
+}
+
+/* P: the exact parameter count of one rank of the stage. */
+static double mc__mem_params(const mc__mem *M) {
+    double h = M->h, f = M->f, t = M->t;
+    double layer = ((4.0 * h + 2.0 * f) * h + 3.0 * h + f) / t + 6.0 * h;
+    double p = layer * M->nl * M->v;
+    if (M->pre) p += M->vocab * h / t + M->pm * h;
+    if (M->post) p += 2.0 * h + (M->out_layer ? M->vocab * h / t : 0.0);
+    return p;
+}
+
+/* The layout of mc_param_table_layout replayed on counts (§11.3 padding), in layout order:
+   each chunk's params in reverse registration order. */
+typedef struct mc__mem_layout {
+    const mc__mem *M;
+    double start, bucket_start, end, align, bucket_size;
+    long long in_bucket, first;     /* params in the open bucket, the index of its first */
+    double owned;                   /* params with a part in this DP rank's shards */
+    double owned_normed;            /* ... of them, those the grad norm sums on this TP rank */
+} mc__mem_layout;
+
+/* Param j (layout order) of chunk c: its local element count; *own: its own DDP bucket (the
+   tied embedding pair under the distributed optimizer); *normed: the grad norm sums it on this
+   TP rank (§12: not the tied copy; a replica only on TP rank 0). */
+static double mc__mem_param_at(const mc__mem *M, int c, long long j, int *own, int *normed) {
+    double numel[MC_GPT_LAYER_TENSORS], h = M->h;
+    int tied = !M->cfg.untie_embeddings_and_output_weights, r0 = M->tp_rank == 0, t;
+    long long head = 0, layers = (long long)M->nl * MC_GPT_LAYER_TENSORS;
+    *own = 0;
+    if (M->post && c == M->v - 1) {   /* output layer, final norm bias, weight */
+        head = M->out_layer ? 3 : 2;
+        if (j < head) {
+            if (M->out_layer && j == 0) {
+                *own = tied, *normed = !tied;
+                return M->vocab * h / M->t;
+            }
+            *normed = r0;
+            return h;
+        }
+    }
+    j -= head;
+    if (j < layers) {
+        mc__mem_layer_numel(M, numel);
+        t = MC_GPT_LAYER_TENSORS - 1 - (int)(j % MC_GPT_LAYER_TENSORS);
+        *normed = r0 || t == MC_GPT_QKV_W || t == MC_GPT_QKV_B || t == MC_GPT_PROJ_W ||
+                  t == MC_GPT_FC1_W || t == MC_GPT_FC1_B || t == MC_GPT_FC2_W;
+        return numel[t];
+    }
+    if (j - layers == 0) {   /* position embedding (replicated), then the word embedding */
+        *normed = r0;
+        return M->pm * h;
+    }
+    *own = tied && M->p > 1, *normed = 1;
+    return M->vocab * h / M->t;
+}
+
+static long long mc__mem_params_in_chunk(const mc__mem *M, int c) {
+    long long n = (long long)M->nl * MC_GPT_LAYER_TENSORS;
+    if (M->pre && c == 0) n += 2;
+    if (M->post && c == M->v - 1) n += M->out_layer ? 3 : 2;
+    return n;
+}
+
+/* Params the grad norm sums on this TP rank (§12: not the tied copy; replicas on TP rank 0). */
+static double mc__mem_norm_params(const mc__mem *M) {
+    double n = 0.0;
+    int c;
+    for (c = 0; c < M->v; c++) n += (double)mc__mem_params_in_chunk(M, c);
+    if (M->post && M->out_layer && !M->cfg.untie_embeddings_and_output_weights) n -= 1.0;
+    if (M->tp_rank == 0) return n;
+    /* TP rank > 0: the split tensors only (qkv weight and bias, proj weight, fc1 weight and
+       bias, fc2 weight; the word embedding; an untied output layer) */
+    return 6.0 * M->nl * M->v + (M->pre ? 1.0 : 0.0) +
+           (M->post && M->cfg.untie_embeddings_and_output_weights ? 1.0 : 0.0);
+}
+
+/* Closes the open bucket at `at`; counts the params of [first, last) that reach into this DP
+   rank's shard of it (mc_ddp_shard), by replaying their placement. */
+static void mc__mem_close_bucket(mc__mem_layout *L, int c, long long last, double at) {
+    double end = mc__mem_round_up(at, L->align), size = end - L->bucket_start;
+    double lo = L->bucket_start + (double)L->M->dp_rank * size / L->M->d, hi = lo + size / L->M->d;
+    double pos = L->bucket_start;
+    long long j;
+    int own, normed;
+    for (j = L->first; j < last && L->M->dist; j++) {
+        double numel = mc__mem_param_at(L->M, c, j, &own, &normed);
+        double off = mc__mem_round_up(pos, 64.0);
+        if (off < hi && off + numel > lo) L->owned += 1.0, L->owned_normed += normed;
+        pos = off + numel;
+    }
+    L->start = L->bucket_start = end;
+    L->in_bucket = 0;
+    L->first = last;
+}
+
+/* P' (the table total) and the params with a part in this DP rank's shards. Param by param up
+   to 2^22 params; beyond, the layers in closed form (each tensor rounded up to 64, no bucket
+   closing inside them, every param counted as owned: an upper bound of the span table). */
+static double mc__mem_layout_replay(const mc__mem *M, double *owned, double *owned_normed) {
+    mc__mem_layout L;
+    double numel[MC_GPT_LAYER_TENSORS], layer_padded = 0.0, all = 0.0;
+    int c, i, own, normed;
+    long long j, n;
+    memset(&L, 0, sizeof L);
+    L.M = M;
+    mc__mem_layer_numel(M, numel);
+    for (i = 0; i < MC_GPT_LAYER_TENSORS; i++) layer_padded += mc__mem_round_up(numel[i], 64.0);
+    for (c = 0; c < M->v; c++) all += (double)mc__mem_params_in_chunk(M, c);
+    L.align = (double)((size_t)M->d / mc__param_gcd((size_t)M->d, MC__PARAM_BUCKET_ALIGN) *
+                       MC__PARAM_BUCKET_ALIGN);
+    if (all > 4194304.0) {
+        for (c = 0; c < M->v; c++) {
+            long long head = M->post && c == M->v - 1 ? (M->out_layer ? 3 : 2) : 0;
+            long long n_c = mc__mem_params_in_chunk(M, c), tail = M->pre && c == 0 ? 2 : 0;
+            double pos = L.start;
+            for (j = 0; j < head; j++) pos = mc__mem_round_up(pos, 64.0) + mc__mem_param_at(M, c, j, &own, &normed);
+            if (M->nl > 0) pos = mc__mem_round_up(pos, 64.0) + layer_padded * M->nl;
+            for (j = n_c - tail; j < n_c; j++)
+                pos = mc__mem_round_up(pos, 64.0) + mc__mem_param_at(M, c, j, &own, &normed);
+            L.start = mc__mem_round_up(pos, L.align);   /* inner bucket ends left out */
+        }
+        *owned = all;
+        *owned_normed = mc__mem_norm_params(M);
+        return L.start;
+    }
+    for (c = 0; c < M->v; c++) {
+        L.bucket_size = (M->r == 0 && c == 0) ? (double)M->bucket_size : 0.0;
+        L.bucket_start = L.end = L.start;
+        L.in_bucket = 0, L.first = 0;
+        for (j = 0, n = mc__mem_params_in_chunk(M, c); j < n; j++) {
+            double size = mc__mem_param_at(M, c, j, &own, &normed);
+            L.start = mc__mem_round_up(L.start, 64.0);
+            if (own && L.in_bucket > 0) mc__mem_close_bucket(&L, c, j, L.start);
+            L.end = L.start + size;
+            L.in_bucket++;
+            if ((L.bucket_size > 0.0 && L.end - L.bucket_start >= L.bucket_size) || own)
+                mc__mem_close_bucket(&L, c, j + 1, L.end);
+            else
+                L.start = L.end;
+        }
+        if (L.in_bucket > 0) mc__mem_close_bucket(&L, c, n, L.end);
+    }
+    *owned = L.owned;
+    *owned_normed = L.owned_normed;
+    return L.start;
+}
+
+
+static void mc__mem_param_terms(const mc__mem *M, const mc_memory_desc *desc, mc_memory_stage *st) {
+    double P = st->params, Pp = st->params_padded, d = M->d;
+    int dist = desc->distributed_optimizer != 0, bf16 = desc->bf16 != 0;
+    double opt_bytes = bf16 ? 12.0 : 8.0;
+    mc_memory_term *t;
+    /* paper */
+    t = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_PARAMETERS,
+                     bf16 ? "weights (bf16)" : "weights (fp32)", (double)M->e * P);
+    snprintf(t->formula, sizeof t->formula, "%d" MC__MX "P", M->e);
+    snprintf(t->values, sizeof t->values, "%d" MC__MX "%.15g", M->e, P);
+    t = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_GRADIENTS, "grads (fp32)", 4.0 * P);
+    snprintf(t->formula, sizeof t->formula, "4" MC__MX "P");
+    snprintf(t->values, sizeof t->values, "4" MC__MX "%.15g", P);
+    t = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_OPTIMIZER,
+                     bf16 ? "main params, Adam m, v" : "Adam m, v", opt_bytes * P / (dist ? d : 1.0));
+    snprintf(t->formula, sizeof t->formula, "%g" MC__MX "P%s", opt_bytes, dist ? "/d" : "");
+    snprintf(t->values, sizeof t->values, "%g" MC__MX "%.15g%s%.0f", opt_bytes, P,
+             dist ? "/" : "", dist ? d : 0.0);
+    if (!dist) t->values[strlen(t->values) - 1] = '\0';   /* drop the "0" */
+    /* implementation */
+    {
+        double state = dist ? Pp / d : Pp, owned = st->owned_params;
+        double normed = dist ? st->owned_normed : mc__mem_norm_params(M);
+        double span = (double)sizeof(mc_adamw_span), main = M->ea == 2 ? 4.0 : 0.0;
+        t = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_PARAMETERS,
+                         M->ea == 2 ? "params (bf16)" : "params (fp32)", M->ea * Pp);
+        snprintf(t->formula, sizeof t->formula, "%d" MC__MX "P'", M->ea);
+        snprintf(t->values, sizeof t->values, "%d" MC__MX "%.15g", M->ea, Pp);
+        t = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_GRADIENTS, "grads (fp32)", 4.0 * Pp);
+        snprintf(t->formula, sizeof t->formula, "4" MC__MX "P'");
+        snprintf(t->values, sizeof t->values, "4" MC__MX "%.15g", Pp);
+        t = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_OPTIMIZER,
+                         main > 0 ? "main params, Adam m, v" : "Adam m, v (fp32)",
+                         (8.0 + main) * state);
+        snprintf(t->formula, sizeof t->formula, "%g" MC__MX "P'%s", 8.0 + main, dist ? "/d" : "");
+        if (dist) snprintf(t->values, sizeof t->values, "%g" MC__MX "%.15g/%.0f", 8.0 + main, Pp, d);
+        else snprintf(t->values, sizeof t->values, "%g" MC__MX "%.15g", 8.0 + main, Pp);
+        t = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_OPTIMIZER, "span tables",
+                         16.0 * (normed + 1.0) + span * (owned + 1.0) + 8.0);
+        snprintf(t->formula, sizeof t->formula, "16" MC__MX "(norm spans + 1) + %.0f" MC__MX
+                 "(AdamW spans + 1) + 8 (the norm)", span);
+        snprintf(t->values, sizeof t->values, "16" MC__MX "%.0f + %.0f" MC__MX "%.0f + 8",
+                 normed + 1.0, span, owned + 1.0);
+    }
+}
+
+static void mc__mem_param_text(const mc__mem *M, mc_memory_stage *st) {
+    char *f = st->params_formula, *v = st->params_values;
+    size_t fc = sizeof st->params_formula, vc = sizeof st->params_values, fl, vl;
+    snprintf(f, fc, "Ls" MC__MD "((4h + 2F)" MC__MD "h + 3h + F)/t + Ls" MC__MD "6h");
+    snprintf(v, vc, "%d" MC__MD "((4" MC__MD "%.0f + 2" MC__MD "%.0f)" MC__MD "%.0f + 3"
+             MC__MD "%.0f + %.0f)/%d + %d" MC__MD "6" MC__MD "%.0f",
+             M->nl * M->v, M->h, M->f, M->h, M->h, M->f, M->t, M->nl * M->v, M->h);
+    fl = strlen(f), vl = strlen(v);
+    if (M->pre) {
+        snprintf(f + fl, fc - fl, " + V" MC__MD "h/t + Pm" MC__MD "h");
+        snprintf(v + vl, vc - vl, " + %.0f" MC__MD "%.0f/%d + %.0f" MC__MD "%.0f", M->vocab,
+                 M->h, M->t, M->pm, M->h);
+        fl = strlen(f), vl = strlen(v);
+    }
+    if (M->post) {
+        snprintf(f + fl, fc - fl, " + 2h%s", M->out_layer ? " + V" MC__MD "h/t" : "");
+        snprintf(v + vl, vc - vl, " + 2" MC__MD "%.0f", M->h);
+        vl = strlen(v);
+        if (M->out_layer)
+            snprintf(v + vl, vc - vl, " + %.0f" MC__MD "%.0f/%d", M->vocab, M->h, M->t);
+    }
+}
+
+// --- paper activations -----------------------------------------------------------------------
+
+/* Per-chunk layer bookkeeping shared by both models: layers with full caches and recompute
+   groups (mc__gpt_plan_recompute's rule). */
+static void mc__mem_recompute_counts(const mc__mem *M, int *kept, int *groups, int *interior,
+                                     int *max_group) {
+    int nl = M->nl, k = M->k < 1 ? 1 : M->k;
+    *kept = nl, *groups = 0, *interior = 0, *max_group = 0;
+    if (!M->full) return;
+    if (M->block) {
+        *groups = k < nl ? k : nl;
+        *kept = nl - *groups;
+        *max_group = *groups > 0 ? 1 : 0;
+    } else {
+        *groups = (nl + k - 1) / k;
+        *kept = 0;
+        *interior = nl - *groups;
+        *max_group = k < nl ? k : nl;
+    }
+}
+
+/* Held activation sets per chunk at the stage's peak of paper activation bytes: the op order of
+   mc_schedule_ops replayed (a forward adds its chunk's set, a backward removes one). Up to
+   2^22 ops; beyond, the moment the warmup ends (which is the peak for 1F1B). */
+static void mc__mem_in_flight(const mc__sched *s, const double *chunk_bytes, int *held_out) {
+    int total = mc__sched_total(s), warmup = mc__sched_warmup(s), remaining = total - warmup;
+    int held[MC_MAX_VPP], c, k, mb, chunk;
+    double best = -1.0;
+    memset(held, 0, sizeof held);
+    memset(held_out, 0, sizeof(int) * MC_MAX_VPP);
+#define MC__MEM_SNAPSHOT()                                                            \
+    do {                                                                              \
+        double now_ = 0.0;                                                            \
+        for (c = 0; c < s->v; c++) now_ += held[c] * chunk_bytes[c];                  \
+        if (now_ > best) best = now_, memcpy(held_out, held, sizeof held);            \
+    } while (0)
+#define MC__MEM_FORWARD(kk)                                                           \
+    do {                                                                              \
+        mb = (kk), chunk = 0;                                                         \
+        if (s->interleaved) mc__sched_table_entry(s, (kk), &mb, &chunk);              \
+        held[chunk]++;                                                                \
+        MC__MEM_SNAPSHOT();                                                           \
+    } while (0)
+#define MC__MEM_BACKWARD(kk)                                                          \
+    do {                                                                              \
+        mb = (kk), chunk = 0;                                                         \
+        if (s->interleaved) mc__sched_table_entry(s, (kk), &mb, &chunk);              \
+        held[s->v - 1 - chunk]--;                                                     \
+    } while (0)
+    if ((double)total * 2.0 > 4194304.0) {
+        int upto = warmup < total ? warmup + 1 : total;
+        for (k = 0; k < upto; k++) MC__MEM_FORWARD(k);
+    } else {
+        for (k = 0; k < warmup; k++) MC__MEM_FORWARD(k);
+        for (k = 0; k < remaining; k++) {
+            MC__MEM_FORWARD(warmup + k);
+            MC__MEM_BACKWARD(k);
+        }
+    }
+#undef MC__MEM_FORWARD
+#undef MC__MEM_BACKWARD
+#undef MC__MEM_SNAPSHOT
+    (void)mb;
+}
+
+static void mc__mem_paper_activations(const mc__mem *M, const mc__sched *sched,
+                                      mc_memory_stage *st) {
+    double e = M->e, sbh = M->s * M->b * M->h, t = M->t, f = M->f / M->h;
+    double c_rep = 4.0 * e + 2.0, c_split = 4.0 * e + 2.0 * e * f, c_all = c_rep + c_split;
+    double c_att = 2.0 * e + 1.0, att = c_att * M->a * M->s * M->s * M->b;
+    double per_layer, rec_input, emb, out, chunk_bytes[MC_MAX_VPP];
+    int kept, groups, interior, max_group, held[MC_MAX_VPP], c, k_total = 0;
+    int last = M->v - 1;
+    char layers_sym[32], layers_val[32], f_sym[96], f_val[160];
+    mc_memory_term *term;
+    mc__mem_recompute_counts(M, &kept, &groups, &interior, &max_group);
+    (void)interior, (void)max_group;
+    /* one layer's activations of one micro-batch */
+    if (M->sp)
+        per_layer = (c_all * sbh + (M->selective ? 0.0 : att)) / t;
+    else
+        per_layer = c_rep * sbh + c_split * sbh / t + (M->selective ? 0.0 : att / t);
+    rec_input = e * sbh / (M->sp ? t : 1.0);
+    emb = 8.0 * M->s * M->b + M->s * M->b * M->h / (M->sp ? t : 1.0);
+    out = 2.0 * e * sbh / (M->sp ? t : 1.0) + 4.0 * M->s * M->b * M->vocab / t;
+    for (c = 0; c < M->v; c++) {
+        chunk_bytes[c] = per_layer * kept + rec_input * groups;
+        if (c == 0 && M->pre) chunk_bytes[c] += emb;
+        if (c == last && M->post) chunk_bytes[c] += out;
+    }
+    mc__mem_in_flight(sched, chunk_bytes, held);
+    for (c = 0; c < M->v; c++) k_total += held[c];
+    st->in_flight = k_total;
+    /* the in-flight line */
+    if (M->p == 1) {
+        snprintf(st->in_flight_formula, sizeof st->in_flight_formula, "1 (no pipelining)");
+        snprintf(st->in_flight_values, sizeof st->in_flight_values, "1");
+    } else if (M->v == 1) {
+        snprintf(st->in_flight_formula, sizeof st->in_flight_formula, "min(p - r, M) (1F1B)");
+        snprintf(st->in_flight_values, sizeof st->in_flight_values, "min(%d - %d, %d) = %d",
+                 M->p, M->r, M->m, k_total);
+    } else {
+        size_t n;
+        snprintf(st->in_flight_formula, sizeof st->in_flight_formula,
+                 "k = min(2" MC__MD "(p - r - 1) + (v - 1)" MC__MD "p + 1, M" MC__MD
+                 "v) chunk micro-batches (interleaved)");
+        snprintf(st->in_flight_values, sizeof st->in_flight_values,
+                 "min(2" MC__MD "(%d - %d - 1) + (%d - 1)" MC__MD "%d + 1, %d" MC__MD "%d) = %d:",
+                 M->p, M->r, M->v, M->p, M->m, M->v, k_total);
+        for (c = 0; c < M->v; c++) {
+            n = strlen(st->in_flight_values);
+            snprintf(st->in_flight_values + n, sizeof st->in_flight_values - n,
+                     "%s chunk %d holds %d", c ? "," : "", c, held[c]);
+        }
+    }
+    /* layer count symbol: per chunk, times the in-flight chunk micro-batches */
+    if (M->v > 1)
+        snprintf(layers_sym, sizeof layers_sym, "L/(p" MC__MD "v)");
+    else
+        snprintf(layers_sym, sizeof layers_sym, "L/p");
+    snprintf(layers_val, sizeof layers_val, "%d", M->nl);
+    if (M->full && M->block && kept > 0) {
+        size_t n = strlen(layers_sym);
+        snprintf(layers_sym + n, sizeof layers_sym - n, " - n");
+        snprintf(layers_val, sizeof layers_val, "(%d - %d)", M->nl, groups);
+    }
+    if (kept > 0) {
+        /* Korthikanti Table 2 with this precision's coefficients */
+        if (M->sp && M->selective)
+            snprintf(f_sym, sizeof f_sym, "%g" MC__MD "s" MC__MD "b" MC__MD "h/t", c_all);
+        else if (M->sp)
+            snprintf(f_sym, sizeof f_sym, "s" MC__MD "b" MC__MD "h" MC__MD "(%g + %g" MC__MD "a"
+                     MC__MD "s/h)/t", c_all, c_att);
+        else if (M->t == 1 && M->selective)
+            snprintf(f_sym, sizeof f_sym, "%g" MC__MD "s" MC__MD "b" MC__MD "h", c_all);
+        else if (M->t == 1)
+            snprintf(f_sym, sizeof f_sym, "s" MC__MD "b" MC__MD "h" MC__MD "(%g + %g" MC__MD "a"
+                     MC__MD "s/h)", c_all, c_att);
+        else if (M->selective)
+            snprintf(f_sym, sizeof f_sym, "s" MC__MD "b" MC__MD "h" MC__MD "(%g + %g/t)", c_rep,
+                     c_split);
+        else
+            snprintf(f_sym, sizeof f_sym, "s" MC__MD "b" MC__MD "h" MC__MD "(%g + %g/t + %g" MC__MD
+                     "a" MC__MD "s/(h" MC__MD "t))", c_rep, c_split, c_att);
+        if (M->sp && M->selective)
+            snprintf(f_val, sizeof f_val, "%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD "%.0f/%d", c_all,
+                     M->s, M->b, M->h, M->t);
+        else if (M->sp)
+            snprintf(f_val, sizeof f_val, "%.0f" MC__MD "%.0f" MC__MD "%.0f" MC__MD "(%g + %g"
+                     MC__MD "%.0f" MC__MD "%.0f/%.0f)/%d", M->s, M->b, M->h, c_all, c_att, M->a,
+                     M->s, M->h, M->t);
+        else if (M->t == 1 && M->selective)
+            snprintf(f_val, sizeof f_val, "%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD "%.0f", c_all,
+                     M->s, M->b, M->h);
+        else if (M->t == 1)
+            snprintf(f_val, sizeof f_val, "%.0f" MC__MD "%.0f" MC__MD "%.0f" MC__MD "(%g + %g"
+                     MC__MD "%.0f" MC__MD "%.0f/%.0f)", M->s, M->b, M->h, c_all, c_att, M->a,
+                     M->s, M->h);
+        else if (M->selective)
+            snprintf(f_val, sizeof f_val, "%.0f" MC__MD "%.0f" MC__MD "%.0f" MC__MD "(%g + %g/%d)",
+                     M->s, M->b, M->h, c_rep, c_split, M->t);
+        else
+            snprintf(f_val, sizeof f_val, "%.0f" MC__MD "%.0f" MC__MD "%.0f" MC__MD "(%g + %g/%d + %g"
+                     MC__MD "%.0f" MC__MD "%.0f/(%.0f" MC__MD "%d))", M->s, M->b, M->h, c_rep,
+                     c_split, M->t, c_att, M->a, M->s, M->h, M->t);
+        term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_ACTIVATIONS, "transformer layers",
+                            per_layer * kept * k_total);
+        snprintf(term->formula, sizeof term->formula, "%s" MC__MX "%s" MC__MX "%s", f_sym,
+                 layers_sym, M->v > 1 ? "k" : M->p > 1 ? "min(p - r, M)" : "1");
+        snprintf(term->values, sizeof term->values, "%s" MC__MX "%s" MC__MX "%d", f_val,
+                 layers_val, k_total);
+    }
+    if (groups > 0) {
+        term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_ACTIVATIONS,
+                            M->block ? "recomputed layers' inputs" : "recompute group inputs",
+                            rec_input * groups * k_total);
+        snprintf(term->formula, sizeof term->formula, "%g" MC__MD "s" MC__MD "b" MC__MD "h%s"
+                 MC__MX "%s" MC__MX "%s", e, M->sp ? "/t" : "",
+                 M->block ? "n" : "ceil(L/(p" MC__MD "v" MC__MD "n))",
+                 M->v > 1 ? "k" : M->p > 1 ? "min(p - r, M)" : "1");
+        if (M->sp)
+            snprintf(term->values, sizeof term->values, "%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD
+                     "%.0f/%d" MC__MX "%d" MC__MX "%d", e, M->s, M->b, M->h, M->t, groups, k_total);
+        else
+            snprintf(term->values, sizeof term->values, "%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD
+                     "%.0f" MC__MX "%d" MC__MX "%d", e, M->s, M->b, M->h, groups, k_total);
+    }
+    if (M->pre) {
+        term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_ACTIVATIONS,
+                            "embedding ids, dropout mask", emb * held[0]);
+        snprintf(term->formula, sizeof term->formula, "(8" MC__MD "s" MC__MD "b + s" MC__MD "b"
+                 MC__MD "h%s)" MC__MX "%s", M->sp ? "/t" : "",
+                 M->v > 1 ? "k(chunk 0)" : M->p > 1 ? "min(p - r, M)" : "1");
+        snprintf(term->values, sizeof term->values, "(8" MC__MD "%.0f" MC__MD "%.0f + %.0f" MC__MD
+                 "%.0f" MC__MD "%.0f%s%.0f)" MC__MX "%d", M->s, M->b, M->s, M->b, M->h,
+                 M->sp ? "/" : "", M->sp ? t : 0.0, held[0]);
+        if (!M->sp) {   /* drop the "0" printed for the missing divisor */
+            char *z = strstr(term->values, "0)");
+            if (z) memmove(z, z + 1, strlen(z + 1) + 1);
+        }
+    }
+    if (M->post) {
+        term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_ACTIVATIONS,
+                            "final norm, output layer, logits", out * held[last]);
+        snprintf(term->formula, sizeof term->formula, "(%g" MC__MD "s" MC__MD "b" MC__MD "h%s + 4"
+                 MC__MD "s" MC__MD "b" MC__MD "V/t)" MC__MX "%s", 2.0 * e, M->sp ? "/t" : "",
+                 M->v > 1 ? "k(last chunk)" : M->p > 1 ? "min(p - r, M)" : "1");
+        if (M->sp)
+            snprintf(term->values, sizeof term->values, "(%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD
+                     "%.0f/%d + 4" MC__MD "%.0f" MC__MD "%.0f" MC__MD "%.0f/%d)" MC__MX "%d",
+                     2.0 * e, M->s, M->b, M->h, M->t, M->s, M->b, M->vocab, M->t, held[last]);
+        else
+            snprintf(term->values, sizeof term->values, "(%g" MC__MD "%.0f" MC__MD "%.0f" MC__MD
+                     "%.0f + 4" MC__MD "%.0f" MC__MD "%.0f" MC__MD "%.0f/%d)" MC__MX "%d",
+                     2.0 * e, M->s, M->b, M->h, M->s, M->b, M->vocab, M->t, held[last]);
+    }
+    term = mc__mem_term(st, MC_MEMORY_PAPER, MC_MEMORY_COMMUNICATION, "P2P (in the layer inputs)",
+                        0.0);
+    snprintf(term->formula, sizeof term->formula, "0: a received activation is the saved input");
+    snprintf(term->values, sizeof term->values, "0");
+}
+
+// --- implementation activations --------------------------------------------------------------
+
+/* An activation arena (mc__arena_take): every tensor starts at a multiple of 256 bytes and
+   takes at least 1 byte. `rounded` adds up the rounded sizes, `pad` is the padding after the
+   last tensor, which the arena does not take; raw is what the tensors themselves need. */
+typedef struct mc__mem_arena {
+    double rounded, pad, raw;
+} mc__mem_arena;
+
+static void mc__mem_take(mc__mem_arena *ar, double bytes) {
+    double r;
+    if (bytes < 1.0) bytes = 1.0;
+    r = mc__mem_round_up(bytes, 256.0);
+    ar->rounded += r, ar->pad = r - bytes, ar->raw += bytes;
+}
+
+/* `times` copies of the tensors of `part` */
+static void mc__mem_take_all(mc__mem_arena *ar, const mc__mem_arena *part, double times) {
+    if (times <= 0.0) return;
+    ar->rounded += part->rounded * times, ar->pad = part->pad, ar->raw += part->raw * times;
+}
+
+static double mc__mem_arena_bytes(const mc__mem_arena *ar) { return ar->rounded - ar->pad; }
+
+/* One layer cache (mc__gpt_point_cache): raw bytes and its rounded run of tensors. */
+static mc__mem_arena mc__mem_cache(const mc__mem *M, int keep_stats) {
+    double n = M->n, ns = M->ns, h = M->h, ql = h / M->t, fl = M->f / M->t, e = M->ea;
+    mc__mem_arena c;
+    memset(&c, 0, sizeof c);
+    mc__mem_take(&c, e * ns * h);
+    mc__mem_take(&c, 4.0 * ns), mc__mem_take(&c, 4.0 * ns);
+    mc__mem_take(&c, e * n * 3.0 * ql), mc__mem_take(&c, e * n * ql);
+    if (keep_stats) mc__mem_take(&c, 4.0 * M->stats);
+    mc__mem_take(&c, e * ns * h), mc__mem_take(&c, e * ns * h);
+    mc__mem_take(&c, 4.0 * ns), mc__mem_take(&c, 4.0 * ns);
+    mc__mem_take(&c, e * n * fl), mc__mem_take(&c, e * n * fl);
+    return c;
+}
+
+/* mc__gpt_tp_scratch_bytes */
+static double mc__mem_tp_scratch(const mc__mem *M) {
+    int f = M->sp ? MC_TP_SEQUENCE_PARALLEL : 0, fr = f | MC_TP_INPUT_IS_PARALLEL;
+    int S = (int)M->s, B = (int)M->b, H = (int)M->h, F = (int)M->f, V = (int)M->vocab;
+    size_t need = 0, n;
+#define MC__MEM_NEED(x) n = (x); if (n > need) need = n
+    MC__MEM_NEED(mc_column_parallel_linear_scratch(S, B, H, 3 * H, f, M->t));
+    MC__MEM_NEED(mc_column_parallel_linear_scratch(S, B, H, F, f, M->t));
+    MC__MEM_NEED(mc_column_parallel_linear_scratch(S, B, H, V, f, M->t));
+    MC__MEM_NEED(mc_row_parallel_linear_scratch(S, B, H, H, fr, M->t));
+    MC__MEM_NEED(mc_row_parallel_linear_scratch(S, B, F, H, fr, M->t));
+    need *= (size_t)M->ea;
+    MC__MEM_NEED(sizeof(float) * mc_vocab_parallel_cross_entropy_scratch(S * B, V, 0.0f, M->t));
+#undef MC__MEM_NEED
+    return (double)need;
+}
+
+static void mc__mem_impl_activations(const mc__mem *M, mc_memory_stage *st) {
+    double n = M->n, ns = M->ns, h = M->h, ql = h / M->t, fl = M->f / M->t, vl = M->vocab / M->t;
+    double e = M->ea, slots = M->slots, raw, exact = 0.0, raw_sum = 0.0;
+    double tp_scratch = mc__mem_tp_scratch(M);
+    mc__mem_arena cache = mc__mem_cache(M, M->keep_stats), replay = mc__mem_cache(M, 1), ar;
+    int kept, groups, interior, max_group, n_res, c, l;
+    const char *ns_sym = M->sp ? "s" MC__MD "b/t" : "s" MC__MD "b";
+    char ns_val[32], v_val[16] = "", e_sym[8];
+    mc_memory_term *term;
+    mc__mem_recompute_counts(M, &kept, &groups, &interior, &max_group);
+    if (M->v > 1) snprintf(v_val, sizeof v_val, "%d" MC__MX, M->v);
+    if (M->sp) snprintf(ns_val, sizeof ns_val, "(%.0f" MC__MD "%.0f/%d)", M->s, M->b, M->t);
+    else snprintf(ns_val, sizeof ns_val, "%.0f" MC__MD "%.0f", M->s, M->b);
+    snprintf(e_sym, sizeof e_sym, "%d", M->ea);
+    st->n_slots = M->slots;
+    n_res = M->nl + 1 - interior;
+    /* the arenas, exactly: v x slots slot arenas and one scratch arena */
+    for (c = 0; c < M->v; c++) {
+        memset(&ar, 0, sizeof ar);
+        mc__mem_take(&ar, e * ns * h);                               /* input grad */
+        for (l = 0; l < n_res; l++) mc__mem_take(&ar, e * ns * h);   /* layer inputs, output */
+        mc__mem_take_all(&ar, &cache, kept);
+        if (M->pre && c == 0) mc__mem_take(&ar, 4.0 * n);
+        if (M->post && c == M->v - 1) {
+            mc__mem_take(&ar, 4.0 * n), mc__mem_take(&ar, e * ns * h);
+            mc__mem_take(&ar, 4.0 * ns), mc__mem_take(&ar, 4.0 * ns);
+            mc__mem_take(&ar, e * n * vl);
+            for (l = 0; l < 3; l++) mc__mem_take(&ar, 4.0 * n);
+            mc__mem_take(&ar, 8.0);
+        }
+        exact += mc__mem_arena_bytes(&ar) * slots;
+    }
+    memset(&ar, 0, sizeof ar);
+    for (l = 0; l < max_group; l++) {
+        mc__mem_take_all(&ar, &replay, 1.0);
+        if (l > 0) mc__mem_take(&ar, e * ns * h);
+    }
+    if (M->selective) mc__mem_take(&ar, 4.0 * M->stats), mc__mem_take(&ar, e * n * ql);
+    mc__mem_take(&ar, e * n * h), mc__mem_take(&ar, e * n * h);
+    for (l = 0; l < 6; l++) mc__mem_take(&ar, e * ns * h);
+    mc__mem_take(&ar, e * n * 3.0 * ql), mc__mem_take(&ar, e * n * ql);
+    mc__mem_take(&ar, e * n * fl), mc__mem_take(&ar, e * n * fl);
+    mc__mem_take(&ar, 4.0 * n), mc__mem_take(&ar, tp_scratch), mc__mem_take(&ar, 4.0 * n);
+    if (M->post) mc__mem_take(&ar, e * n * vl);
+    exact += mc__mem_arena_bytes(&ar);
+    /* the terms: what the tensors need; the alignment padding last */
+    if (kept > 0) {
+        raw = cache.raw * kept * M->v * slots;
+        raw_sum += raw;
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS, "layer caches", raw);
+        snprintf(term->formula, sizeof term->formula, "(e" MC__MD "(3" MC__MD "Ns" MC__MD "h + 4"
+                 MC__MD "s" MC__MD "b" MC__MD "h/t + 2" MC__MD "s" MC__MD "b" MC__MD "F/t) + 4"
+                 MC__MD "(4" MC__MD "Ns%s))" MC__MX "%s" MC__MX "%sslots (Ns = %s)",
+                 M->keep_stats ? " + attention stats" : "",
+                 M->full ? "kept layers" : M->v > 1 ? "L/(p" MC__MD "v)" : "L/p",
+                 M->v > 1 ? "v" MC__MX : "", ns_sym);
+        snprintf(term->values, sizeof term->values, "(%s" MC__MD "(3" MC__MD "%.15g" MC__MD "%.0f + 4"
+                 MC__MD "%.0f" MC__MD "%.15g + 2" MC__MD "%.0f" MC__MD "%.15g) + 4" MC__MD "(4"
+                 MC__MD "%.15g%s%.15g))" MC__MX "%d" MC__MX "%s%d", e_sym, ns, h, n, ql, n, fl, ns,
+                 M->keep_stats ? " + " : "", M->keep_stats ? M->stats : 0.0, kept, v_val,
+                 M->slots);
+        if (!M->keep_stats) {   /* drop the "0" of the missing stats term */
+            char *z = strstr(term->values, "0))");
+            if (z) memmove(z, z + 1, strlen(z + 1) + 1);
+        }
+    }
+    raw = e * ns * h * (n_res + 1) * M->v * slots;
+    raw_sum += raw;
+    term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS,
+                        "layer inputs, input grad", raw);
+    snprintf(term->formula, sizeof term->formula, "e" MC__MD "Ns" MC__MD "h" MC__MX "(%s + 2)"
+             MC__MX "%sslots", M->full && !M->block ? "groups" : M->v > 1 ? "L/(p" MC__MD "v)" : "L/p",
+             M->v > 1 ? "v" MC__MX : "");
+    snprintf(term->values, sizeof term->values, "%s" MC__MD "%s" MC__MD "%.0f" MC__MX "(%d + 2)"
+             MC__MX "%s%d", e_sym, ns_val, h, n_res - 1, v_val, M->slots);
+    if (M->pre) {
+        raw = 4.0 * n * slots;
+        raw_sum += raw;
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS, "token ids", raw);
+        snprintf(term->formula, sizeof term->formula, "4" MC__MD "s" MC__MD "b" MC__MX "slots");
+        snprintf(term->values, sizeof term->values, "4" MC__MD "%.0f" MC__MD "%.0f" MC__MX "%d",
+                 M->s, M->b, M->slots);
+    }
+    if (M->post) {
+        raw = (e * (n * vl + ns * h) + 4.0 * (2.0 * ns + 4.0 * n) + 8.0) * slots;
+        raw_sum += raw;
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS,
+                            "final norm, logits, loss", raw);
+        snprintf(term->formula, sizeof term->formula, "(e" MC__MD "(s" MC__MD "b" MC__MD "V/t + Ns"
+                 MC__MD "h) + 4" MC__MD "(2" MC__MD "Ns + 4" MC__MD "s" MC__MD "b) + 8)" MC__MX
+                 "slots");
+        snprintf(term->values, sizeof term->values, "(%s" MC__MD "(%.0f" MC__MD "%.0f" MC__MD
+                 "%.0f/%d + %.15g" MC__MD "%.0f) + 4" MC__MD "(2" MC__MD "%.15g + 4" MC__MD "%.0f"
+                 MC__MD "%.0f) + 8)" MC__MX "%d", e_sym, M->s, M->b, M->vocab, M->t, ns, h, ns,
+                 M->s, M->b, M->slots);
+    }
+    /* once per rank: the scratch arena */
+    raw = e * (2.0 * n * h + 6.0 * ns * h + 4.0 * n * ql + 2.0 * n * fl + (M->post ? n * vl : 0.0)) +
+          8.0 * n;
+    raw_sum += raw;
+    term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS, "backward workspace",
+                        raw);
+    snprintf(term->formula, sizeof term->formula, "e" MC__MD "(2" MC__MD "s" MC__MD "b" MC__MD
+             "h + 6" MC__MD "Ns" MC__MD "h + 4" MC__MD "s" MC__MD "b" MC__MD "h/t + 2" MC__MD "s"
+             MC__MD "b" MC__MD "F/t%s) + 8" MC__MD "s" MC__MD "b",
+             M->post ? " + s" MC__MD "b" MC__MD "V/t" : "");
+    snprintf(term->values, sizeof term->values, "%s" MC__MD "(2" MC__MD "%.0f" MC__MD "%.0f + 6"
+             MC__MD "%.15g" MC__MD "%.0f + 4" MC__MD "%.0f" MC__MD "%.15g + 2" MC__MD "%.0f" MC__MD
+             "%.15g%s%.15g) + 8" MC__MD "%.0f", e_sym, n, h, ns, h, n, ql, n, fl,
+             M->post ? " + " : "", M->post ? n * vl : 0.0, n);
+    if (!M->post) {
+        char *z = strstr(term->values, "0) + 8");
+        if (z) memmove(z, z + 1, strlen(z + 1) + 1);
+    }
+    raw_sum += tp_scratch < 1.0 ? 1.0 : tp_scratch;
+    term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS, "TP scratch",
+                        tp_scratch < 1.0 ? 1.0 : tp_scratch);
+    snprintf(term->formula, sizeof term->formula, "the largest scratch of the TP layers");
+    snprintf(term->values, sizeof term->values, "%.15g", tp_scratch);
+    if (M->selective) {
+        raw = 4.0 * M->stats + e * n * ql;
+        raw_sum += raw;
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS,
+                            "selective recompute scratch", raw);
+        snprintf(term->formula, sizeof term->formula, "4" MC__MD "attention stats + e" MC__MD "s"
+                 MC__MD "b" MC__MD "h/t");
+        snprintf(term->values, sizeof term->values, "4" MC__MD "%.15g + %s" MC__MD "%.15g",
+                 M->stats, e_sym, n * ql);
+    } else if (max_group > 0) {
+        raw = replay.raw * max_group + e * ns * h * (max_group - 1);
+        raw_sum += raw;
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS,
+                            "recompute replay caches", raw);
+        snprintf(term->formula, sizeof term->formula, "(layer cache with stats)" MC__MX "n + e"
+                 MC__MD "Ns" MC__MD "h" MC__MX "(n - 1), n = largest group");
+        snprintf(term->values, sizeof term->values, "%.15g" MC__MX "%d + %s" MC__MD "%s" MC__MD
+                 "%.0f" MC__MX "%d", replay.raw, max_group, e_sym, ns_val, h, max_group - 1);
+    }
+    term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_ACTIVATIONS,
+                        "arena alignment", exact - raw_sum);
+    snprintf(term->formula, sizeof term->formula, "each tensor starts at a multiple of 256 bytes "
+             "(%d arenas)", M->v * M->slots + 1);
+    snprintf(term->values, sizeof term->values, "%.15g - %.15g", exact, raw_sum);
+}
+
+// --- implementation communication ------------------------------------------------------------
+
+/* The executor's receive decision (mc__pipe_recv_chunk) on the schedule table alone: the chunk
+   whose tensor arrives in the exchange after virtual micro-batch k, or -1. */
+static int mc__mem_recv_chunk(const mc__sched *s, int k, int forward) {
+    int leading = forward ? s->rank == 0 : s->rank == s->pp - 1;
+    int edge = forward ? s->v - 1 : 0, step = forward ? 1 : -1, mb, c, kk;
+    if (!leading) kk = k + 1;
+    else if (k < s->pp - 1) return -1;
+    else kk = k - (s->pp - 1);
+    mc__sched_table_entry(s, kk % mc__sched_total(s), &mb, &c);
+    if (!forward) c = s->v - 1 - c;
+    if (!leading) return c;
+    return c == edge ? -1 : c + step;
+}
+
+/* Receive buffers held at once at the peak: the P2P calls of the schedule executors replayed
+   (a receive takes a buffer, a backward gives back its input and its output grad). */
+static int mc__mem_p2p_peak(const mc__sched *s) {
+    int total = mc__sched_total(s), w = mc__sched_warmup(s), remaining = total - w;
+    int first = s->rank == 0, last = s->rank == s->pp - 1, held = 0, peak = 0, k, mb, c;
+#define MC__MEM_RECV(cond) do { if (cond) held++; if (held > peak) peak = held; } while (0)
+#define MC__MEM_RELEASE(chunk)                                                           \
+    do {                                                                                 \
+        held -= !(first && (chunk) == 0);              /* its input */                   \
+        held -= !(last && (chunk) == s->v - 1);        /* its output grad */             \
+    } while (0)
+    if (s->pp == 1) return 0;
+    if (!s->interleaved) {
+        for (k = 0; k < w; k++) MC__MEM_RECV(!first);
+        if (remaining > 0) MC__MEM_RECV(!first);
+        for (k = 0; k < remaining; k++) {
+            MC__MEM_RECV(!last);                  /* send_forward_recv_backward */
+            MC__MEM_RELEASE(0);
+            if (k < remaining - 1) MC__MEM_RECV(!first);   /* send_backward_recv_forward */
+        }
+        for (k = 0; k < w; k++) {
+            MC__MEM_RECV(!last);
+            MC__MEM_RELEASE(0);
+        }
+        return peak;
+    }
+    MC__MEM_RECV(!first);
+    for (k = 0; k < w; k++) {
+        int prev = k == total - 1 ? -1 : mc__mem_recv_chunk(s, k, 1);
+        int next = (k == w - 1 && remaining > 0 && !last) ? s->v - 1 : -1;
+        held += (prev >= 0) + (next >= 0);
+        if (held > peak) peak = held;
+    }
+    for (k = 0; k < remaining; k++) {
+        int prev = k == remaining - 1 ? -1 : mc__mem_recv_chunk(s, k + w, 1);
+        int next = mc__mem_recv_chunk(s, k, 0);
+        mc__sched_table_entry(s, k, &mb, &c);
+        MC__MEM_RELEASE(s->v - 1 - c);
+        held += (prev >= 0) + (next >= 0);
+        if (held > peak) peak = held;
+    }
+    if (remaining == 0) MC__MEM_RECV(!last);
+    for (k = remaining; k < total; k++) {
+        int next = k == total - 1 ? -1 : mc__mem_recv_chunk(s, k, 0);
+        mc__sched_table_entry(s, k, &mb, &c);
+        MC__MEM_RELEASE(s->v - 1 - c);
+        MC__MEM_RECV(next >= 0);
+    }
+#undef MC__MEM_RECV
+#undef MC__MEM_RELEASE
+    return peak;
+}
+
+static void mc__mem_impl_communication(const mc__mem *M, const mc__sched *sched,
+                                       mc_memory_stage *st) {
+    double elems = M->ns * M->h;
+    mc_memory_term *term;
+    st->p2p_buffers = mc__mem_p2p_peak(sched);
+    if (st->p2p_buffers > 0) {
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_COMMUNICATION,
+                            "P2P receive buffers", M->ea * elems * st->p2p_buffers);
+        snprintf(term->formula, sizeof term->formula, "e" MC__MD "Ns" MC__MD "h" MC__MX
+                 "buffers held at the peak");
+        snprintf(term->values, sizeof term->values, "%d" MC__MD "%.15g" MC__MD "%.0f" MC__MX "%d",
+                 M->ea, M->ns, M->h, st->p2p_buffers);
+    }
+    if (M->sp && M->t > 1) {
+        double flagged = 6.0 * M->h * M->nl * M->v + (M->post ? 2.0 * M->h : 0.0);
+        term = mc__mem_term(st, MC_MEMORY_IMPLEMENTATION, MC_MEMORY_COMMUNICATION,
+                            "packed SP grads (finalize)", 4.0 * flagged);
+        snprintf(term->formula, sizeof term->formula, "4" MC__MD "(6h" MC__MD "L/p%s)",
+                 M->post ? " + 2h" : "");
+        if (M->post)
+            snprintf(term->values, sizeof term->values, "4" MC__MD "(6" MC__MD "%.0f" MC__MD
+                     "%d + 2" MC__MD "%.0f)", M->h, M->nl * M->v, M->h);
+        else
+            snprintf(term->values, sizeof term->values, "4" MC__MD "(6" MC__MD "%.0f" MC__MD "%d)",
+                     M->h, M->nl * M->v);
+    }
+}
+
+// --- the estimate ----------------------------------------------------------------------------
+
+static int mc__mem_resolve(const mc_memory_desc *desc, int pp_rank, mc__mem *M, mc__sched *sched) {
+    char report[2048];
+    mc_schedule_desc sd;
+    int violations, rc;
+    memset(M, 0, sizeof *M);
+    if ((rc = mc_gpt_config_resolve(&M->cfg, &desc->config)) != MC_OK) return rc;
+    report[0] = '\0';
+    violations = mc_gpt_config_validate(&M->cfg, report, sizeof report);
+    if (violations < 0) return violations;
+    if (violations > 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_memory_estimate: the config breaks %d rule(s):\n%s",
+                        violations, report);
+    M->d = MC__DEF(desc->data_parallel_size, 1);
+    M->m = MC__DEF(desc->num_microbatches, 1);
+    M->slots = desc->n_slots;
+    if (M->d < 1 || M->m < 1 || M->slots < 0)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_memory_desc: data_parallel_size (%d), "
+                        "num_microbatches (%d) and n_slots (%d) must be >= 1",
+                        desc->data_parallel_size, desc->num_microbatches, desc->n_slots);
+    M->t = M->cfg.tensor_model_parallel_size;
+    M->p = M->cfg.pipeline_model_parallel_size;
+    M->v = M->cfg.virtual_pipeline_model_parallel_size > 1
+               ? M->cfg.virtual_pipeline_model_parallel_size : 1;
+    if (pp_rank < 0 || pp_rank >= M->p)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_memory_estimate: pp_rank (%d) must be in [0, %d)",
+                        pp_rank, M->p);
+    memset(&sd, 0, sizeof sd);
+    sd.pp = M->p, sd.pp_rank = pp_rank, sd.num_microbatches = M->m;
+    sd.vpp = M->v > 1 ? M->v : 0;
+    if ((rc = mc__sched_resolve(&sd, sched)) != MC_OK) return rc;
+    if (M->slots == 0) M->slots = mc_schedule_max_in_flight(&sd, NULL);
+    M->r = pp_rank;
+    M->nl = M->cfg.num_layers / (M->p * M->v);
+    M->sp = M->cfg.sequence_parallel && M->t > 1;
+    M->e = desc->bf16 ? 2 : 4;
+    M->pre = pp_rank == 0;
+    M->post = pp_rank == M->p - 1;
+    M->out_layer = M->cfg.untie_embeddings_and_output_weights || M->p > 1;
+    M->selective = M->cfg.recompute_granularity == MC_RECOMPUTE_SELECTIVE;
+    M->full = M->cfg.recompute_granularity == MC_RECOMPUTE_FULL;
+    M->block = M->cfg.recompute_method == MC_RECOMPUTE_BLOCK;
+    M->k = M->cfg.recompute_num_layers;
+    M->s = M->cfg.seq_length, M->b = M->cfg.micro_batch_size, M->h = M->cfg.hidden_size;
+    M->a = M->cfg.num_attention_heads, M->f = M->cfg.ffn_hidden_size;
+    M->vocab = M->cfg.padded_vocab_size, M->pm = M->cfg.max_position_embeddings;
+    M->n = M->s * M->b;
+    M->ns = M->sp ? M->n / M->t : M->n;
+    M->ea = M->e;   /* the implementation stores what the paper does: bf16 or fp32 */
+    M->dist = desc->distributed_optimizer != 0;
+    M->bucket_size = desc->bucket_size;
+    M->ops = desc->ops ? desc->ops : mc_ops_cpu();
+    M->tp_rank = desc->tp_rank, M->dp_rank = desc->dp_rank;
+    if (M->tp_rank < 0 || M->tp_rank >= M->t || M->dp_rank < 0 || M->dp_rank >= M->d)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_memory_desc: tp_rank (%d) must be in [0, %d) and "
+                        "dp_rank (%d) in [0, %d)", M->tp_rank, M->t, M->dp_rank, M->d);
+    M->stats = (double)M->ops->attention_stats(M->ops, M->cfg.seq_length, M->cfg.micro_batch_size,
+                                               M->cfg.num_attention_heads / M->t,
+                                               M->cfg.kv_channels);
+    /* as mc_gpt: selective recompute drops the stats unless they are smaller than the
+       probabilities (a flash attention's row statistics are kept) */
+    M->keep_stats = !M->selective || M->stats < M->b * (M->a / M->t) * M->s * M->s;
+    return MC_OK;
+}
+
+MC_API int mc_memory_estimate(const mc_memory_desc *desc, int pp_rank, mc_memory_stage *out) {
+    mc__mem M;
+    mc__sched sched;
+    int rc;
+    if (!desc || !out)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_memory_estimate: desc and out must be set");
+    if ((rc = mc__mem_resolve(desc, pp_rank, &M, &sched)) != MC_OK) return rc;
+    memset(out, 0, sizeof *out);
+    out->pp_rank = pp_rank, out->pp = M.p, out->ranks = M.t * M.d;
+    out->layers = M.nl * M.v, out->chunks = M.v;
+    out->embedding = M.pre, out->output_layer = M.post;
+    out->params = mc__mem_params(&M);
+    out->params_padded = mc__mem_layout_replay(&M, &out->owned_params, &out->owned_normed);
+    if (!M.dist) {   /* no padding, every param owned */
+        int c;
+        out->params_padded = out->params, out->owned_params = 0.0;
+        for (c = 0; c < M.v; c++) out->owned_params += (double)mc__mem_params_in_chunk(&M, c);
+    }
+    mc__mem_param_text(&M, out);
+    mc__mem_param_terms(&M, desc, out);
+    mc__mem_paper_activations(&M, &sched, out);
+    mc__mem_impl_activations(&M, out);
+    mc__mem_impl_communication(&M, &sched, out);
+    return MC_OK;
+}
+
+#undef MC__MD
+#undef MC__MX
+
+/* @theoretical_memory:implementation end */
 
 #endif /* MEGATRON_C_IMPLEMENTATION */
 

@@ -10,6 +10,9 @@
    the schedules, the gradient reduction and the optimizer; this file owns what Megatron's
    pretrain_gpt.py and training.py own: parsing, the data, the loop and the log line.
 
+   Before it allocates the model, every rank estimates what it will allocate (mc_memory_estimate)
+   and the job stops when the ranks of a host would need more than its memory.
+
    Data: synthetic by default (a deterministic, learnable token stream drawn from --seed), or
    --data-path FILE: the bytes of a text file as tokens (vocabulary 256), read as consecutive
    windows of seq_length + 1 bytes. */
@@ -29,265 +32,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <time.h>
+#include <unistd.h>
 
 /* ---------------------------------------------------------------------------------------------
-   arguments (Megatron-LM names) */
+   arguments (Megatron-LM names): the parser, shared with `megatron_c memory` */
 
-typedef struct args {
-    int tp, pp, vpp, sp;
-    int num_layers, hidden_size, num_heads, ffn_hidden_size, seq_length, max_positions;
-    int micro_batch_size, global_batch_size;
-    int rampup[3];
-    int train_iters;
-    float lr, min_lr, weight_decay, clip_grad;
-    int lr_warmup_iters, lr_decay_iters;
-    int seed, vocab_size;
-    float hidden_dropout, attention_dropout;
-    int recompute_granularity, recompute_method, recompute_num_layers;
-    int use_distributed_optimizer;
-    const char *save, *load;
-    int save_interval, log_interval;
-    const char *data_path;
-    int untie;
-    int override_math;
-    int vocab_divisible_by;
-    int overlap_grad_reduce;
-    int bucket_size;
-    int timeout_minutes;        /* --distributed-timeout-minutes (Megatron's, default 10) */
-    float timeout_seconds;      /* --distributed-timeout-seconds: overrides the minutes */
-} args;
-
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: mpirun -np N ./pretrain_gpt [flags]\n"
-        "  parallelism: --tensor-model-parallel-size T --pipeline-model-parallel-size P\n"
-        "               --virtual-pipeline-model-parallel-size V --sequence-parallel\n"
-        "               --use-distributed-optimizer --overlap-grad-reduce --ddp-bucket-size N\n"
-        "  model:       --num-layers L --hidden-size H --num-attention-heads A\n"
-        "               --ffn-hidden-size F --seq-length S --max-position-embeddings M\n"
-        "               --vocab-size V --make-vocab-size-divisible-by D\n"
-        "               --hidden-dropout p --attention-dropout p\n"
-        "               --untie-embeddings-and-output-weights\n"
-        "  batch:       --micro-batch-size B --global-batch-size G\n"
-        "               --rampup-batch-size START INCR SAMPLES\n"
-        "  training:    --train-iters N --lr X --min-lr X --lr-warmup-iters N\n"
-        "               --lr-decay-iters N --weight-decay X --clip-grad X --seed N\n"
-        "  recompute:   --recompute-granularity full|selective --recompute-method uniform|block\n"
-        "               --recompute-num-layers N\n"
-        "  checkpoints: --save DIR --load DIR --save-interval N --override-math-fingerprint\n"
-        "  data/log:    --data-path FILE --log-interval N\n"
-        "  watchdog:    --distributed-timeout-minutes N (default 10) or\n"
-        "               --distributed-timeout-seconds S: a rank that makes no progress for\n"
-        "               that long stops every rank with a message naming it\n"
-        "A flag given twice keeps its last value (as Megatron's argparse) and says so. Every\n"
-        "rank must get the same flags: the ranks compare them before anything else and stop\n"
-        "naming the first one that differs.\n");
-}
-
-/* A whole decimal integer that fits an int. Out-of-range values are named as such. */
-static int parse_int(const char *flag, const char *v, int *out) {
-    char *end;
-    long long x;
-    errno = 0;
-    x = strtoll(v, &end, 10);
-    if (*end || end == v) {
-        fprintf(stderr, "pretrain_gpt: %s expects an integer, got \"%s\"\n", flag, v);
-        return -1;
-    }
-    if (errno == ERANGE || x < INT_MIN || x > INT_MAX) {
-        fprintf(stderr, "pretrain_gpt: %s value %s is out of range (an int holds %d .. %d)\n",
-                flag, v, INT_MIN, INT_MAX);
-        return -1;
-    }
-    *out = (int)x;
-    return 0;
-}
-
-/* A finite decimal number ("1e-3", "0.5", "-2"): strtod's hexadecimal forms, "inf" and "nan"
-   are refused, and so is a value a float cannot hold. */
-static int parse_float(const char *flag, const char *v, float *out) {
-    char *end;
-    double x;
-    int decimal = *v != '\0';
-    for (const char *p = v; *p; p++)
-        if (!strchr("0123456789.eE+-", *p)) decimal = 0;
-    errno = 0;
-    x = decimal ? strtod(v, &end) : 0.0;
-    if (!decimal || *end || end == v) {
-        fprintf(stderr, "pretrain_gpt: %s expects a finite decimal number such as 1e-3, got \"%s\"\n",
-                flag, v);
-        return -1;
-    }
-    if (errno == ERANGE && fabs(x) > 1.0) x = HUGE_VAL;
-    if (!isfinite(x) || !isfinite((float)x)) {
-        fprintf(stderr, "pretrain_gpt: %s value %s is out of range (a float holds up to %g)\n",
-                flag, v, (double)FLT_MAX);
-        return -1;
-    }
-    *out = (float)x;
-    return 0;
-}
-
-/* One row per flag: name, how many values, and where they go. */
-typedef enum { A_INT, A_FLOAT, A_FLAG, A_STR, A_INT3, A_RECOMPUTE_G, A_RECOMPUTE_M } arg_kind;
-typedef struct arg_spec { const char *name; arg_kind kind; size_t offset; } arg_spec;
-#define A(name, kind, field) {name, kind, offsetof(args, field)}
-static const arg_spec arg_specs[] = {
-    A("--tensor-model-parallel-size", A_INT, tp),
-    A("--pipeline-model-parallel-size", A_INT, pp),
-    A("--virtual-pipeline-model-parallel-size", A_INT, vpp),
-    A("--sequence-parallel", A_FLAG, sp),
-    A("--num-layers", A_INT, num_layers),
-    A("--hidden-size", A_INT, hidden_size),
-    A("--num-attention-heads", A_INT, num_heads),
-    A("--ffn-hidden-size", A_INT, ffn_hidden_size),
-    A("--seq-length", A_INT, seq_length),
-    A("--max-position-embeddings", A_INT, max_positions),
-    A("--micro-batch-size", A_INT, micro_batch_size),
-    A("--global-batch-size", A_INT, global_batch_size),
-    A("--rampup-batch-size", A_INT3, rampup),
-    A("--train-iters", A_INT, train_iters),
-    A("--lr", A_FLOAT, lr),
-    A("--min-lr", A_FLOAT, min_lr),
-    A("--lr-warmup-iters", A_INT, lr_warmup_iters),
-    A("--lr-decay-iters", A_INT, lr_decay_iters),
-    A("--weight-decay", A_FLOAT, weight_decay),
-    A("--clip-grad", A_FLOAT, clip_grad),
-    A("--seed", A_INT, seed),
-    A("--vocab-size", A_INT, vocab_size),
-    A("--hidden-dropout", A_FLOAT, hidden_dropout),
-    A("--attention-dropout", A_FLOAT, attention_dropout),
-    A("--recompute-granularity", A_RECOMPUTE_G, recompute_granularity),
-    A("--recompute-method", A_RECOMPUTE_M, recompute_method),
-    A("--recompute-num-layers", A_INT, recompute_num_layers),
-    A("--use-distributed-optimizer", A_FLAG, use_distributed_optimizer),
-    A("--untie-embeddings-and-output-weights", A_FLAG, untie),
-    A("--save", A_STR, save),
-    A("--load", A_STR, load),
-    A("--save-interval", A_INT, save_interval),
-    A("--log-interval", A_INT, log_interval),
-    A("--data-path", A_STR, data_path),
-    A("--override-math-fingerprint", A_FLAG, override_math),
-    A("--make-vocab-size-divisible-by", A_INT, vocab_divisible_by),
-    A("--overlap-grad-reduce", A_FLAG, overlap_grad_reduce),
-    A("--ddp-bucket-size", A_INT, bucket_size),
-    A("--distributed-timeout-minutes", A_INT, timeout_minutes),
-    A("--distributed-timeout-seconds", A_FLOAT, timeout_seconds),
-};
-#undef A
-#define N_ARG_SPECS ((int)(sizeof arg_specs / sizeof arg_specs[0]))
-
-/* The rules Megatron's arguments.py and the LR scheduler assert that mc_gpt_config does not
-   see (the schedule, the optimizer, logging, the watchdog). Prints every violation; returns
-   their count. */
-static int check_args(const args *a) {
-    int bad = 0;
-#define RULE(ok, ...) \
-    do { if (!(ok)) { fprintf(stderr, "pretrain_gpt: " __VA_ARGS__); fputc('\n', stderr); \
-                      bad++; } } while (0)
-    RULE(a->train_iters >= 1, "--train-iters (%d) must be >= 1", a->train_iters);
-    RULE(a->log_interval >= 1, "--log-interval (%d) must be >= 1", a->log_interval);
-    RULE(a->save_interval >= 0, "--save-interval (%d) must be >= 0 (0: save at the end only)",
-         a->save_interval);
-    RULE(a->lr >= 0.0f, "--lr (%g) must be >= 0", (double)a->lr);
-    RULE(a->min_lr >= 0.0f && a->min_lr <= a->lr,
-         "--min-lr (%g) must be in [0, --lr (%g)] (Megatron: 0 <= min_lr <= max_lr)",
-         (double)a->min_lr, (double)a->lr);
-    RULE(a->weight_decay >= 0.0f, "--weight-decay (%g) must be >= 0", (double)a->weight_decay);
-    RULE(a->clip_grad >= 0.0f, "--clip-grad (%g) must be >= 0 (0 switches clipping off)",
-         (double)a->clip_grad);
-    RULE(a->lr_warmup_iters >= 0, "--lr-warmup-iters (%d) must be >= 0", a->lr_warmup_iters);
-    RULE(a->lr_decay_iters >= 0, "--lr-decay-iters (%d) must be >= 0", a->lr_decay_iters);
-    RULE(a->seed >= 1, "--seed (%d) must be > 0 (Megatron's _set_random_seed)", a->seed);
-    RULE(a->bucket_size >= 0, "--ddp-bucket-size (%d) must be >= 0", a->bucket_size);
-    RULE(a->vocab_divisible_by >= 0, "--make-vocab-size-divisible-by (%d) must be >= 0",
-         a->vocab_divisible_by);
-    RULE(a->rampup[0] >= 0 && a->rampup[1] >= 0 && a->rampup[2] >= 0,
-         "--rampup-batch-size (%d %d %d) must be three numbers >= 0", a->rampup[0],
-         a->rampup[1], a->rampup[2]);
-    RULE(a->timeout_minutes >= 1, "--distributed-timeout-minutes (%d) must be >= 1",
-         a->timeout_minutes);
-    RULE(a->timeout_seconds >= 0.0f,
-         "--distributed-timeout-seconds (%g) must be > 0 (it overrides the minutes)",
-         (double)a->timeout_seconds);
-#undef RULE
-    return bad;
-}
-
-/* 0 parsed, 1 --help (printed), -1 bad usage (printed). */
-static int parse_args(int argc, char **argv, args *a) {
-    unsigned char seen[N_ARG_SPECS];
-    /* one note per job, not one per rank (parsing comes before MPI starts) */
-    const char *world_rank = getenv("OMPI_COMM_WORLD_RANK");
-    int note_repeats = !world_rank || !strcmp(world_rank, "0");
-    memset(seen, 0, sizeof seen);
-    memset(a, 0, sizeof *a);
-    a->tp = a->pp = 1;
-    a->num_layers = 2, a->hidden_size = 64, a->num_heads = 4, a->seq_length = 32;
-    a->micro_batch_size = 2, a->global_batch_size = 8, a->train_iters = 10;
-    a->lr = 1e-3f, a->seed = 1234, a->vocab_size = 256, a->log_interval = 1;
-    a->clip_grad = 1.0f, a->weight_decay = 0.01f;
-    a->hidden_dropout = a->attention_dropout = 0.1f;   /* Megatron's defaults */
-    a->timeout_minutes = 10;                           /* Megatron's default */
-    for (int i = 1; i < argc; i++) {
-        const arg_spec *s = NULL;
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) { usage(stdout); return 1; }
-        for (int k = 0; k < N_ARG_SPECS; k++)
-            if (!strcmp(argv[i], arg_specs[k].name)) s = &arg_specs[k];
-        if (!s) {
-            fprintf(stderr, "pretrain_gpt: unknown flag \"%s\"\n", argv[i]);
-            usage(stderr);
-            return -1;
-        }
-        /* As Megatron's argparse, the last value counts (scripts append overrides to a base
-           command line), but not silently: the note names the flag and the value kept. */
-        if (seen[s - arg_specs]++ && note_repeats) {
-            int n_values = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
-            fprintf(stderr, "pretrain_gpt: note: %s is given more than once; the last one "
-                    "counts%s%s\n", s->name, n_values && i + 1 < argc ? ": " : "",
-                    n_values && i + 1 < argc ? argv[i + 1] : "");
-        }
-        char *field = (char *)a + s->offset;
-        int need = s->kind == A_FLAG ? 0 : s->kind == A_INT3 ? 3 : 1;
-        if (i + need >= argc + (need == 0)) {
-            fprintf(stderr, "pretrain_gpt: %s needs %d value(s)\n", s->name, need);
-            return -1;
-        }
-        switch (s->kind) {
-        case A_FLAG: *(int *)field = 1; break;
-        case A_STR: *(const char **)field = argv[++i]; break;
-        case A_INT: if (parse_int(s->name, argv[++i], (int *)field)) return -1; break;
-        case A_FLOAT: if (parse_float(s->name, argv[++i], (float *)field)) return -1; break;
-        case A_INT3:
-            for (int k = 0; k < 3; k++)
-                if (parse_int(s->name, argv[++i], (int *)field + k)) return -1;
-            break;
-        case A_RECOMPUTE_G: {
-            const char *v = argv[++i];
-            if (!strcmp(v, "full")) *(int *)field = MC_RECOMPUTE_FULL;
-            else if (!strcmp(v, "selective")) *(int *)field = MC_RECOMPUTE_SELECTIVE;
-            else { fprintf(stderr, "pretrain_gpt: %s must be full or selective, got \"%s\"\n",
-                           s->name, v); return -1; }
-            break;
-        }
-        case A_RECOMPUTE_M: {
-            const char *v = argv[++i];
-            if (!strcmp(v, "uniform")) *(int *)field = MC_RECOMPUTE_UNIFORM;
-            else if (!strcmp(v, "block")) *(int *)field = MC_RECOMPUTE_BLOCK;
-            else { fprintf(stderr, "pretrain_gpt: %s must be uniform or block, got \"%s\"\n",
-                           s->name, v); return -1; }
-            break;
-        }
-        }
-    }
-    if (check_args(a) > 0) return -1;
-    if (a->max_positions == 0) a->max_positions = a->seq_length;
-    /* Megatron's --hidden-dropout 0 switches dropout off; in mc_gpt_config 0 means default. */
-    if (a->hidden_dropout == 0.0f) a->hidden_dropout = MC_DROPOUT_OFF;
-    if (a->attention_dropout == 0.0f) a->attention_dropout = MC_DROPOUT_OFF;
-    if (a->data_path) a->vocab_size = 256;   /* byte-level tokens */
-    return 0;
-}
+#include "pretrain_gpt_args.h"
 
 /* The watchdog's limit: --distributed-timeout-seconds when given, else the minutes. */
 static double timeout_s_from_args(const args *a) {
@@ -437,6 +187,9 @@ typedef struct trainer {
     long long batch_start;     /* first sample of this iteration's global batch */
     int *tokens, *labels;      /* [S, B] of the micro-batch being fed */
     int *sample;               /* [S + 1] scratch */
+    mc_ops ops;                /* the CPU table, counting its memory in `account` */
+    mc_memory_account account;
+    mc_memory_stage estimate;  /* this rank's stage, from check_memory */
 } trainer;
 
 /* Micro-batch m of this DP rank holds samples batch_start + (m * DP + dp_rank) * B + j, j < B
@@ -497,24 +250,6 @@ static int hook_finalize(void *app) {
             return rc_;                                                                       \
         }                                                                                     \
     } while (0)
-
-static mc_gpt_config config_from_args(const args *a) {
-    mc_gpt_config c;
-    memset(&c, 0, sizeof c);
-    c.num_layers = a->num_layers, c.hidden_size = a->hidden_size;
-    c.num_attention_heads = a->num_heads, c.ffn_hidden_size = a->ffn_hidden_size;
-    c.vocab_size = a->vocab_size, c.make_vocab_size_divisible_by = a->vocab_divisible_by;
-    c.seq_length = a->seq_length, c.max_position_embeddings = a->max_positions;
-    c.untie_embeddings_and_output_weights = a->untie;
-    c.hidden_dropout = a->hidden_dropout, c.attention_dropout = a->attention_dropout;
-    c.tensor_model_parallel_size = a->tp, c.pipeline_model_parallel_size = a->pp;
-    c.virtual_pipeline_model_parallel_size = a->vpp, c.sequence_parallel = a->sp;
-    c.recompute_granularity = (mc_recompute_granularity)a->recompute_granularity;
-    c.recompute_method = (mc_recompute_method)a->recompute_method;
-    c.recompute_num_layers = a->recompute_num_layers;
-    c.micro_batch_size = a->micro_batch_size, c.seed = a->seed;
-    return c;
-}
 
 /* Full local m / v in the parameter layout (what checkpoints store); a collective over DP under
    the distributed optimizer. */
@@ -621,37 +356,159 @@ static void log_iteration(const trainer *t, long long it, long long consumed, do
     fflush(stdout);
 }
 
+/* ---------------------------------------------------------------------------------------------
+   the up-front memory check: what every rank is about to allocate (mc_memory_estimate, this
+   library's model), summed over the ranks of each host, against that host's memory. A job that
+   cannot fit stops here, on every rank, before mc_gpt_init allocates anything large. */
+
+/* Physical memory, or a container's (cgroup v2 / v1) limit when that is smaller. On a CUDA
+   table the limit is the device's memory and the ranks that share it (a hook for the GPU
+   recipe: it compares each GPU's ranks with that GPU's total instead). */
+static double host_memory_bytes(void) {
+    static const char *const limits[] = {"/sys/fs/cgroup/memory.max",
+                                         "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    double bytes = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        FILE *f = fopen(limits[i], "r");
+        double limit;
+        if (!f) continue;
+        if (fscanf(f, "%lf", &limit) == 1 && limit > 0 && limit < bytes) bytes = limit;
+        fclose(f);
+    }
+    return bytes;
+}
+
+static int64_t host_id(void) {
+    char name[256] = "";
+    uint64_t h = 1469598103934665603ULL;   /* FNV-1a of the host name */
+    gethostname(name, sizeof name - 1);
+    for (const char *c = name; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ULL;
+    return (int64_t)(h >> 1);
+}
+
+static int check_memory(trainer *t) {
+    mc_memory_stage *est = &t->estimate;
+    mc_comm *world = t->ps.world;
+    mc_memory_desc d = args_memory_desc(&t->a, t->dp_size);
+    d.ops = &t->ops, d.tp_rank = t->ps.coords.tp, d.dp_rank = t->ps.coords.dp;
+    int rc = mc_memory_estimate(&d, t->ps.coords.pp, est);
+    if (rc != MC_OK) {
+        if (world->rank == 0) fprintf(stderr, "pretrain_gpt: %s\n", mc_last_error());
+        return MC_ERR_INVALID_DESC;
+    }
+    double mine = est->total[MC_MEMORY_IMPLEMENTATION], limit = host_memory_bytes();
+    int64_t me[2] = {host_id(), mine < 4e18 ? (int64_t)mine : (int64_t)4e18};
+    int64_t *all = malloc(sizeof *all * 2 * (size_t)world->size);
+    if (!all) return MC_ERR_NO_MEMORY;
+    rc = mc_host_collective(world, MC_COLL_ALL_GATHER, me, all, 2, MC_I64, MC_SUM, 0);
+    double host_total = 0.0;
+    int host_ranks = 0, first_on_host = world->rank;
+    for (int r = 0; rc == MC_OK && r < world->size; r++)
+        if (all[2 * r] == me[0]) {
+            host_total += (double)all[2 * r + 1], host_ranks++;
+            if (r < first_on_host) first_on_host = r;
+        }
+    free(all);
+    if (rc != MC_OK) return rc;
+    int over = host_total > limit, any_over = 0;
+    CHECK(mc_host_collective(world, MC_COLL_ALL_REDUCE, &over, &any_over, 1, MC_I32, MC_MAX, 0));
+    char total_s[32], limit_s[32], mine_s[32], cat_s[MC_MEMORY_CATEGORY_COUNT][32];
+    for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
+        mc_memory_format_bytes(cat_s[c], sizeof cat_s[c], est->bytes[MC_MEMORY_IMPLEMENTATION][c]);
+    mc_memory_format_bytes(total_s, sizeof total_s, host_total);
+    mc_memory_format_bytes(limit_s, sizeof limit_s, limit);
+    mc_memory_format_bytes(mine_s, sizeof mine_s, mine);
+    if (over && world->rank == first_on_host)
+        fprintf(stderr, "pretrain_gpt: not enough memory: the %d rank(s) on this host would "
+                "allocate an estimated %s, more than its %s (rank %d, pipeline stage %d: %s = "
+                "parameters %s + gradients %s + optimizer %s + activations %s + communication "
+                "%s); nothing large was allocated. `./megatron_c memory` with the same flags "
+                "shows every term.\n", host_ranks, total_s, limit_s, world->rank,
+                t->ps.coords.pp, mine_s, cat_s[0], cat_s[1], cat_s[2], cat_s[3], cat_s[4]);
+    else if (world->rank == 0 && !any_over)
+        printf("pretrain_gpt: memory estimate: rank 0 (pipeline stage 0) %s = parameters %s + "
+               "gradients %s + optimizer %s + activations %s + communication %s; %d rank(s) on "
+               "this host, %s of %s\n", mine_s, cat_s[0], cat_s[1], cat_s[2], cat_s[3],
+               cat_s[4], host_ranks, total_s, limit_s);
+    return any_over ? MC_ERR_NO_MEMORY : MC_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------
+   the measured side: at the end, every rank's peak per category (the op table's accounting,
+   from mc_gpt_init on) beside the estimate of its stage. CUDA: the device's own peak too. */
+
+static int report_memory(trainer *t) {
+    enum { PER_RANK = 2 + 2 * MC_MEMORY_CATEGORY_COUNT + 2 };
+    mc_comm *world = t->ps.world;
+    double mine[PER_RANK], *all = malloc(sizeof *all * PER_RANK * (size_t)world->size);
+    int k = 0;
+    if (!all) return MC_ERR_NO_MEMORY;
+    mine[k++] = world->rank, mine[k++] = t->ps.coords.pp;
+    for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++) {
+        mine[k++] = t->account.peak[c];
+        mine[k++] = t->estimate.bytes[MC_MEMORY_IMPLEMENTATION][c];
+    }
+    mine[k++] = t->account.peak_total, mine[k++] = t->estimate.total[MC_MEMORY_IMPLEMENTATION];
+    int rc = mc_host_collective(world, MC_COLL_ALL_GATHER, mine, all, PER_RANK, MC_F64, MC_SUM, 0);
+    if (rc == MC_OK && world->rank == 0) {
+        printf("memory peak per rank in bytes, measured (the op table's accounting since "
+               "mc_gpt_init) / estimated (mc_memory_estimate):\n  rank stage");
+        for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
+            printf(" %23s", mc_memory_category_name(c));
+        printf(" %23s\n", "all at once / sum");
+        for (int r = 0; r < world->size; r++) {
+            const double *v = all + (size_t)r * PER_RANK;
+            printf("  %4.0f %5.0f", v[0], v[1]);
+            for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; c++)
+                printf(" %11.0f/%-11.0f", v[2 + 2 * c], v[3 + 2 * c]);
+            printf(" %11.0f/%-11.0f\n", v[PER_RANK - 2], v[PER_RANK - 1]);
+        }
+    }
+#if defined(MC_ENABLE_CUDA)
+    if (rc == MC_OK && t->ops.device == MC_DEVICE_CUDA)
+        printf("[rank %d] device peak (CUDA allocator): %zu bytes\n", world->rank,
+               mc_ops_cuda_peak_bytes(&t->ops, 0));
+#endif
+    free(all);
+    return rc;
+}
+
 static int train(trainer *t) {
     args *a = &t->a;
     mc_comm *world = t->ps.world;
     int me = world->rank;
 
     /* config: every violated rule at once */
-    mc_gpt_config cfg = config_from_args(a);
-    char report[4096];
-    if (mc_gpt_config_validate(&cfg, report, sizeof report) > 0) {
-        if (me == 0) fprintf(stderr, "pretrain_gpt: invalid configuration:\n%s", report);
+    if (args_check_config(a, me == 0 ? stderr : NULL) > 0) return MC_ERR_INVALID_DESC;
+    if (a->bf16 && a->tp > 1 && world->backend != MC_BACKEND_NCCL) {
+        if (me == 0)
+            fprintf(stderr, "pretrain_gpt: --bf16 with --tensor-model-parallel-size %d needs the "
+                    "nccl backend: tensor parallelism reduces bf16 activations, and the %s "
+                    "backend has no bf16 reductions (MPI has no bf16 type)\n", a->tp,
+                    mc_backend_name(world->backend));
         return MC_ERR_INVALID_DESC;
     }
+    mc_gpt_config cfg = config_from_args(a);
     t->dp_size = t->ps.grid.dp, t->dp_rank = t->ps.coords.dp;
 
     mc_microbatch_calc mb;
-    mc_microbatch_desc mbd = {0};
-    mbd.global_batch_size = a->global_batch_size, mbd.micro_batch_size = a->micro_batch_size;
-    mbd.data_parallel_size = t->dp_size;
-    mbd.rampup.start = a->rampup[0], mbd.rampup.increment = a->rampup[1];
-    mbd.rampup.samples = a->rampup[2];
-    CHECK(mc_microbatch_init(&mb, &mbd));
-    int max_microbatches = a->global_batch_size / (a->micro_batch_size * t->dp_size);
+    if (args_microbatches(a, t->dp_size, &mb, me == 0 ? stderr : NULL) != MC_OK)
+        return MC_ERR_INVALID_DESC;
+    /* before anything large is allocated: would this run fit? */
+    int fits = check_memory(t);
+    if (fits != MC_OK) return fits;
 
+    mc_memory_account_reset_peaks(&t->account);   /* from here: what training needs */
     mc_gpt_desc gd = {0};
-    gd.config = cfg, gd.ps = &t->ps, gd.n_slots = max_microbatches > 0 ? max_microbatches : 1;
+    gd.ops = &t->ops;
+    gd.dtype = a->bf16 ? MC_BF16 : MC_F32;   /* Megatron's --bf16: bf16 params and activations */
+    gd.config = cfg, gd.ps = &t->ps, gd.n_slots = args_n_slots(a, t->dp_size, t->ps.coords.pp);
     gd.distributed_optimizer = a->use_distributed_optimizer;
     gd.bucket_size = (size_t)(a->bucket_size > 0 ? a->bucket_size : 0);
     CHECK(mc_gpt_init(&t->gpt, &gd));
 
     mc_ddp_desc dd = {0};
-    dd.table = &t->gpt.table, dd.grads = t->gpt.grads;
+    dd.table = &t->gpt.table, dd.grads = t->gpt.grads, dd.ops = &t->ops;
     dd.dp = mc_parallel_group(&t->ps, MC_GROUP_DP_CP);
     dd.distributed_optimizer = a->use_distributed_optimizer;
     dd.overlap_grad_reduce = a->overlap_grad_reduce;
@@ -659,7 +516,8 @@ static int train(trainer *t) {
     if (a->overlap_grad_reduce) t->gpt.grad_ready = grad_ready, t->gpt.grad_ready_user = &t->ddp;
 
     mc_optimizer_desc od = {0};
-    od.ddp = &t->ddp, od.params = t->gpt.params, od.ps = &t->ps;
+    od.ddp = &t->ddp, od.params = t->gpt.params, od.ps = &t->ps, od.ops = &t->ops;
+    od.params_dtype = gd.dtype;   /* bf16: fp32 main params in the optimizer */
     od.lr = a->lr, od.min_lr = a->min_lr;
     od.lr_warmup_iters = a->lr_warmup_iters;
     od.lr_decay_iters = a->lr_decay_iters > 0 ? a->lr_decay_iters : a->train_iters;
@@ -687,6 +545,7 @@ static int train(trainer *t) {
     hooks.app = t, hooks.forward_step = hook_forward, hooks.backward_step = hook_backward;
     hooks.grad_sync = hook_grad_sync, hooks.finalize = hook_finalize;
     hooks.tensor_elems = t->gpt.p2p_elems;
+    hooks.tensor_dtype = t->gpt.dtype;
     static mc_schedule_result result;   /* large trace: keep it off the stack */
 
     int skipped_iters = 0, nan_iters = 0;
@@ -725,6 +584,7 @@ static int train(trainer *t) {
     }
     if (a->save && (a->save_interval <= 0 || iteration % a->save_interval != 0))
         CHECK(save_checkpoint(t, iteration, consumed));
+    CHECK(report_memory(t));
     return MC_OK;
 }
 
@@ -750,11 +610,19 @@ static int exit_code_of(int rc) {
 int main(int argc, char **argv) {
     static trainer t;
     int parsed = parse_args(argc, argv, &t.a);
-    if (parsed != 0) return parsed > 0 ? 0 : 2;
+    if (parsed == ARGS_HELP) {
+        usage(stdout);
+        return 0;
+    }
+    if (parsed == ARGS_UNKNOWN) usage(stderr);
+    if (parsed != ARGS_OK) return 2;
     mc_comm *world = NULL;
     mc_comm_desc cd = {0};
     cd.argc = &argc, cd.argv = &argv;
     cd.timeout_s = cd.watchdog_s = timeout_s_from_args(&t.a);
+    t.ops = *mc_ops_cpu();
+    t.ops.account = &t.account;   /* every buffer of the run is counted by category */
+    cd.memory = &t.ops;
     int rc = mc_comm_init_world(&world, &cd);
     if (rc != MC_OK) {
         fprintf(stderr, "pretrain_gpt: %s: %s\n", mc_err_name(rc), mc_last_error());
@@ -789,6 +657,7 @@ int main(int argc, char **argv) {
     if (t.ps.initialized) mc_parallel_destroy(&t.ps);
     mc_comm_destroy(world);
     free(t.data.bytes);
+    mc_memory_account_destroy(&t.account);
     return exit_code_of(rc);
 }
 #endif

@@ -901,7 +901,7 @@ Test(cli, readme_examples_run) {
     cr_assert_not_null(f, "cannot read %s", path);
     char dir[] = "/tmp/mc_readme_XXXXXX";
     cr_assert_not_null(mkdtemp(dir));
-    char line[1024];
+    char line[4096];
     int in_code = 0, ran = 0;
     while (fgets(line, sizeof line, f)) {
         if (strncmp(line, "```", 3) == 0) {
@@ -909,9 +909,13 @@ Test(cli, readme_examples_run) {
             continue;
         }
         if (!in_code || strncmp(line, "./megatron_c ", 13) != 0) continue;
+        line[strcspn(line, "\n")] = '\0';
+        size_t len;   /* a command continued with a backslash takes the next lines too */
+        while ((len = strlen(line)) > 0 && line[len - 1] == '\\' &&
+               fgets(line + len - 1, (int)(sizeof line - len + 1), f))
+            line[strcspn(line, "\n")] = '\0';
         char *hash = strchr(line, '#');
         if (hash) *hash = '\0';
-        line[strcspn(line, "\n")] = '\0';
         char cmd[8400], *out = malloc(CLI_OUT_CAP);
         cr_assert_not_null(out);
         snprintf(cmd, sizeof cmd, "cd %s && '%s' %s >/dev/null", dir, cli_binary(), line + 13);

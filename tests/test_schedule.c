@@ -449,3 +449,58 @@ Test(schedule, simulated_forward_only) {
     cr_expect_float_eq(t.makespan, 8 + 4 - 1, 1e-9, "M + P - 1 forward slots: %g", t.makespan);
     cr_expect_float_eq(t.busy, 8, 1e-9);
 }
+
+/* The most micro-batches a chunk holds at once, against a replay of mc_schedule_ops' own list
+   (a forward adds to its chunk, a backward takes from its chunk). */
+static int held_by_replay(mc_schedule_desc d, int *per_chunk) {
+    static mc_sched_op ops[4096];
+    int held[MC_MAX_VPP] = {0}, best = 0, n = mc_schedule_ops(&d, ops, 4096, NULL);
+    cr_assert_gt(n, 0, "%s", mc_last_error());
+    memset(per_chunk, 0, sizeof(int) * MC_MAX_VPP);
+    for (int i = 0; i < n; i++) {
+        int c = ops[i].chunk;
+        if (ops[i].kind == 'B') {
+            held[c]--;
+            continue;
+        }
+        if (++held[c] > per_chunk[c]) per_chunk[c] = held[c];
+        if (per_chunk[c] > best) best = per_chunk[c];
+        if (d.forward_only) held[c]--;
+    }
+    return best;
+}
+
+Test(schedule, max_in_flight) {
+    int got[MC_MAX_VPP], want[MC_MAX_VPP];
+    for (int r = 0; r < 4; r++) {
+        cr_expect_eq(mc_schedule_max_in_flight(&(mc_schedule_desc){.pp = 4, .pp_rank = r,
+                                                                   .num_microbatches = 8}, NULL),
+                     4 - r, "1F1B stage %d: min(pp - r, M)", r);
+        cr_expect_eq(mc_schedule_max_in_flight(&(mc_schedule_desc){.pp = 4, .pp_rank = r,
+                                                                   .num_microbatches = 2}, NULL),
+                     4 - r < 2 ? 4 - r : 2);
+    }
+    cr_expect_eq(mc_schedule_max_in_flight(&(mc_schedule_desc){.num_microbatches = 8}, NULL), 1);
+    cr_expect_eq(mc_schedule_max_in_flight(
+                     &(mc_schedule_desc){.pp = 4, .num_microbatches = 8, .forward_only = 1}, NULL),
+                 1);
+    static const int cases[][4] = {{2, 2, 4, 0}, {2, 2, 8, 0}, {4, 2, 8, 0}, {4, 4, 8, 0},
+                                   {2, 4, 6, 3}, {4, 2, 8, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (int r = 0; r < cases[i][0]; r++) {
+            mc_schedule_desc d = {.pp = cases[i][0], .pp_rank = r, .vpp = cases[i][1],
+                                  .num_microbatches = cases[i][2], .group_size = cases[i][3]};
+            int best = mc_schedule_max_in_flight(&d, got), expect = held_by_replay(d, want);
+            cr_expect_eq(best, expect, "pp %d vpp %d M %d stage %d", d.pp, d.vpp,
+                         d.num_microbatches, r);
+            for (int c = 0; c < d.vpp; c++)
+                cr_expect_eq(got[c], want[c], "pp %d vpp %d M %d stage %d chunk %d", d.pp, d.vpp,
+                             d.num_microbatches, r, c);
+        }
+    /* stage 0 of pp 2, vpp 2, M 4: chunk 0 holds all four micro-batches at one point (the
+       first backward frees a chunk-1 set), so its slots cannot be fewer than 4 */
+    mc_schedule_desc d = {.pp = 2, .vpp = 2, .num_microbatches = 4};
+    cr_expect_eq(mc_schedule_max_in_flight(&d, got), 4);
+    d.num_microbatches = 3;
+    cr_expect_eq(mc_schedule_max_in_flight(&d, got), MC_ERR_INVALID_DESC, "Megatron's M rule");
+}

@@ -5,6 +5,8 @@
        ./megatron_c layout --world 16 --tp 2 --pp 4 --rank 5      one rank: its groups, neighbours
        ./megatron_c layout --world 16 --tp 2 --pp 4 --json        the same as one JSON object
        ./megatron_c layout --world 16 --tp 2 --pp 4 --svg g.svg   a drawing of the rank grid
+       ./megatron_c memory --num-layers 24 --hidden-size 1024 ...  bytes per rank and stage
+                                                    (pretrain_gpt's flags; --json, --svg)
        ./megatron_c help [command]
 
    Everything is computed by the rank grid of megatron_c.h (Megatron's RankGenerator), which is a
@@ -17,6 +19,7 @@
    `static void usage_<name>(FILE *out)`, then add one row to cli_commands[]. */
 #define MEGATRON_C_IMPLEMENTATION
 #include "megatron_c.h"
+#include "examples/pretrain_gpt_args.h"   /* pretrain_gpt's flags, for `memory` */
 
 #include <errno.h>
 #include <limits.h>
@@ -1330,6 +1333,474 @@ static int cmd_microbatches(int argc, char **argv) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+   memory: the bytes every rank holds (mc_memory_estimate), per pipeline stage, with each term's
+   formula and this config's numbers; pretrain_gpt's flags, parsed and checked by its own code. */
+
+enum { MEM_MAX_SHOWN = 64 };   /* stages shown in full; beyond, the first, middle and last few */
+
+typedef struct memory_args {
+    int world, json;
+    const char *svg_path;
+    args gpt;                  /* pretrain_gpt's flags */
+} memory_args;
+
+static void usage_memory(FILE *out) {
+    fprintf(out,
+            "usage: %s memory [--world N] [--json] [--svg FILE] [pretrain_gpt's flags]\n\n"
+            "Per pipeline stage, the bytes each rank holds: parameters, gradients, optimizer\n"
+            "state, activations and communication buffers, every term as its formula and with\n"
+            "this config's numbers. Two models side by side: the paper (Megatron-LM; Korthikanti\n"
+            "et al. 2022: s*b*h*(34 + 5*a*s/h) per layer, /t with SP, 34*s*b*h/t with selective\n"
+            "recompute, 2*s*b*h with full recompute; micro-batches in flight under 1F1B and\n"
+            "interleaving) and this implementation (what pretrain_gpt allocates, byte for byte).\n"
+            "M = --global-batch-size / (--micro-batch-size x dp). Bad flags are refused exactly as\n"
+            "pretrain_gpt refuses them.\n\n",
+            CLI_NAME);
+    fprintf(out, "  %-20s %s\n", "--world N", "ranks (default tp x pp: dp = 1); dp = world / (tp x pp)");
+    fprintf(out, "  %-20s %s\n", "--json", "print one JSON object (bytes per rank, every term)");
+    fprintf(out, "  %-20s %s\n", "--svg FILE", "also draw a stacked bar per stage (paper | this implementation)");
+    fprintf(out, "  %-20s %s\n", "--help", "show this help");
+    fprintf(out, "\npretrain_gpt's flags (all accepted; these shape the estimate):\n");
+    usage_flags(out);
+    fprintf(out, "\nexample (GPT-2 350M at TP2 x PP2, SP, selective recompute):\n"
+                 "  %s memory --num-layers 24 --hidden-size 1024 --num-attention-heads 16 \\\n"
+                 "      --seq-length 1024 --vocab-size 50257 --micro-batch-size 4 --global-batch-size 32 \\\n"
+                 "      --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 \\\n"
+                 "      --sequence-parallel --recompute-granularity selective --bf16\n",
+            CLI_NAME);
+}
+
+/* Takes --world, --json, --svg (also as --name=value) out of argv; the rest goes to
+   pretrain_gpt's parser. Returns ARGS_OK, ARGS_HELP, ARGS_ERROR or ARGS_UNKNOWN. */
+static int memory_parse(int argc, char **argv, memory_args *a) {
+    char **rest = malloc(sizeof *rest * (size_t)(argc + 1));
+    int n_rest = 0, rc = ARGS_OK;
+    if (!rest) return ARGS_ERROR;
+    memset(a, 0, sizeof *a);
+    rest[n_rest++] = argv[0];
+    for (int i = 1; i < argc && rc == ARGS_OK; ++i) {
+        const char *arg = argv[i];
+        size_t len = strcspn(arg, "=");
+        const char *value = arg[len] == '=' ? arg + len + 1 : NULL;
+        int is_world = strncmp(arg, "--world", len) == 0 && len == 7;
+        int is_svg = strncmp(arg, "--svg", len) == 0 && len == 5;
+        if (strcmp(arg, "--json") == 0) {
+            a->json = 1;
+        } else if (is_world || is_svg) {
+            if (!value) value = i + 1 < argc ? argv[++i] : NULL;
+            if (!value) {
+                fprintf(stderr, "%s: %.*s needs 1 value(s)\n", args_prog, (int)len, arg);
+                rc = ARGS_ERROR;
+            } else if (is_svg) {
+                a->svg_path = value;
+            } else if (parse_int("--world", value, &a->world) != 0) {
+                rc = ARGS_ERROR;
+            } else if (a->world < 1) {
+                fprintf(stderr, "%s: --world must be >= 1, got %d\n", args_prog, a->world);
+                rc = ARGS_ERROR;
+            }
+        } else {
+            rest[n_rest++] = argv[i];
+        }
+    }
+    if (rc == ARGS_OK) rc = parse_args(n_rest, rest, &a->gpt);
+    free(rest);
+    return rc;
+}
+
+/* --- text ------------------------------------------------------------------------------------ */
+
+/* Columns of UTF-8 text (one per character, not per byte). */
+static int utf8_width(const char *s) {
+    int w = 0;
+    for (; *s; ++s) w += ((unsigned char)*s & 0xC0) != 0x80;
+    return w;
+}
+
+static void print_padded(const char *s, int width) {
+    fputs(s, stdout);
+    for (int w = utf8_width(s); w < width; ++w) fputc(' ', stdout);
+}
+
+static const char *memory_recompute_name(const mc_gpt_config *c) {
+    if (c->recompute_granularity == MC_RECOMPUTE_SELECTIVE) return "selective";
+    if (c->recompute_granularity != MC_RECOMPUTE_FULL) return "none";
+    return c->recompute_method == MC_RECOMPUTE_BLOCK ? "full, block" : "full, uniform";
+}
+
+static void memory_print_header(const mc_memory_desc *d, const mc_grid *g, const char *schedule) {
+    const mc_gpt_config *c = &d->config;
+    printf("megatron_c memory: GPT, %d layers, hidden %d, %d heads, ffn %d, seq %d, vocab %d "
+           "(padded %d), max positions %d, micro-batch %d%s\n",
+           c->num_layers, c->hidden_size, c->num_attention_heads, c->ffn_hidden_size,
+           c->seq_length, c->vocab_size, c->padded_vocab_size, c->max_position_embeddings,
+           c->micro_batch_size, c->untie_embeddings_and_output_weights ? ", untied output" : "");
+    char recompute[64];
+    snprintf(recompute, sizeof recompute, "%s", memory_recompute_name(c));
+    if (c->recompute_granularity == MC_RECOMPUTE_FULL)
+        snprintf(recompute, sizeof recompute, "%s, n = %d layers", memory_recompute_name(c),
+                 c->recompute_num_layers);
+    printf("layout: world %d = tp %d x pp %d x dp %d%s; %s, M = %d micro-batches per DP rank; "
+           "recompute %s; distributed optimizer %s\n",
+           g->desc.world, g->desc.tp, g->desc.pp, g->dp,
+           c->virtual_pipeline_model_parallel_size > 1 ? " x vpp chunks" : "", schedule,
+           d->num_microbatches, recompute, d->distributed_optimizer ? "on" : "off");
+    printf("precision (--bf16 %s): %s, in both models\n", d->bf16 ? "on" : "off",
+           d->bf16 ? "bf16 params and activations, fp32 grads and main params" : "fp32");
+    printf("symbols: s %d, b %d, h %d, a %d, F %d, L %d, V %d, Pm %d, t %d, p %d, v %d, d %d, "
+           "M %d%s\n\n",
+           c->seq_length, c->micro_batch_size, c->hidden_size, c->num_attention_heads,
+           c->ffn_hidden_size, c->num_layers, c->padded_vocab_size, c->max_position_embeddings,
+           g->desc.tp, g->desc.pp,
+           c->virtual_pipeline_model_parallel_size > 1 ? c->virtual_pipeline_model_parallel_size : 1,
+           g->dp, d->num_microbatches, c->sequence_parallel ? ", sequence parallel" : "");
+}
+
+static void memory_print_model(const mc_memory_stage *st, mc_memory_model model) {
+    char bytes[32];
+    int last_cat = -1;
+    printf("  %s\n", model == MC_MEMORY_PAPER
+                         ? "paper (Megatron-LM; Korthikanti et al. 2022)"
+                         : "this implementation (what pretrain_gpt allocates)");
+    for (int i = 0; i < st->n_terms; ++i) {
+        const mc_memory_term *t = &st->terms[i];
+        if ((int)t->model != (int)model) continue;
+        printf("    %-14s ", (int)t->category != last_cat ? mc_memory_category_name(t->category) : "");
+        last_cat = (int)t->category;
+        print_padded(t->name, 30);
+        fputc(' ', stdout);
+        print_padded(t->formula, 62);
+        printf(" %11s\n", mc_memory_format_bytes(bytes, sizeof bytes, t->bytes));
+        printf("    %-14s %-30s = %s\n", "", "", t->values);
+    }
+    printf("    %-14s %-30s %-62s %11s\n", "total", "", "",
+           mc_memory_format_bytes(bytes, sizeof bytes, st->total[model]));
+}
+
+static void memory_print_stage(const mc_memory_stage *st, const mc_grid *g) {
+    char first[16];
+    snprintf(first, sizeof first, "%d", st->pp_rank * st->layers / st->chunks);
+    printf("stage %d of %d (pp rank %d): %d layers%s%s%s; each of its %d ranks (tp %d x dp %d) "
+           "holds\n",
+           st->pp_rank, st->pp, st->pp_rank, st->layers,
+           st->chunks > 1 ? " in chunks" : "", st->embedding ? ", the embedding" : "",
+           st->output_layer ? ", the final norm, output layer and loss" : "", st->ranks,
+           g->desc.tp, g->dp);
+    printf("  P  = %s\n     = %s\n     = %.0f parameters", st->params_formula, st->params_values,
+           st->params);
+    if (st->params_padded != st->params)
+        printf("; P' = %.0f with the distributed optimizer's padding", st->params_padded);
+    printf("\n  in flight (paper): %s\n                     = %s\n", st->in_flight_formula,
+           st->in_flight_values);
+    printf("  this implementation: %d activation slot(s) per chunk, %d P2P receive buffer(s) at "
+           "the peak\n", st->n_slots, st->p2p_buffers);
+    memory_print_model(st, MC_MEMORY_PAPER);
+    memory_print_model(st, MC_MEMORY_IMPLEMENTATION);
+    printf("\n");
+    (void)first;
+}
+
+static void memory_print_summary_row(const mc_memory_stage *st, mc_memory_model model) {
+    char b[32];
+    if (model == MC_MEMORY_PAPER) printf("stage %-3d paper              ", st->pp_rank);
+    else printf("          this implementation");
+    for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; ++c)
+        printf(" %13s", mc_memory_format_bytes(b, sizeof b, st->bytes[model][c]));
+    printf(" %11s\n", mc_memory_format_bytes(b, sizeof b, st->total[model]));
+}
+
+/* --- JSON ------------------------------------------------------------------------------------ */
+
+static void json_write_bytes_object(FILE *out, const mc_memory_stage *st, mc_memory_model m) {
+    fputc('{', out);
+    for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; ++c)
+        fprintf(out, "\"%s\": %.0f, ", mc_memory_category_name(c), st->bytes[m][c]);
+    fprintf(out, "\"total\": %.0f}", st->total[m]);
+}
+
+static void json_write_key_string(FILE *out, const char *key, const char *value, int comma) {
+    fprintf(out, "\"%s\": ", key);
+    json_write_string(out, value);
+    if (comma) fputs(", ", out);
+}
+
+static void memory_write_json_stage(FILE *out, const mc_memory_stage *st, int comma) {
+    fprintf(out, "    {\"pp_rank\": %d, \"ranks\": %d, \"layers\": %d, \"chunks\": %d, "
+                 "\"embedding\": %s, \"output_layer\": %s,\n     \"params\": %.0f, "
+                 "\"params_padded\": %.0f, ",
+            st->pp_rank, st->ranks, st->layers, st->chunks, st->embedding ? "true" : "false",
+            st->output_layer ? "true" : "false", st->params, st->params_padded);
+    json_write_key_string(out, "params_formula", st->params_formula, 1);
+    json_write_key_string(out, "params_values", st->params_values, 0);
+    fprintf(out, ",\n     \"in_flight\": %d, ", st->in_flight);
+    json_write_key_string(out, "in_flight_formula", st->in_flight_formula, 1);
+    json_write_key_string(out, "in_flight_values", st->in_flight_values, 0);
+    fprintf(out, ", \"n_slots\": %d, \"p2p_buffers\": %d,\n     \"paper\": ", st->n_slots,
+            st->p2p_buffers);
+    json_write_bytes_object(out, st, MC_MEMORY_PAPER);
+    fputs(",\n     \"implementation\": ", out);
+    json_write_bytes_object(out, st, MC_MEMORY_IMPLEMENTATION);
+    fputs(",\n     \"terms\": [", out);
+    for (int i = 0; i < st->n_terms; ++i) {
+        const mc_memory_term *t = &st->terms[i];
+        fputs(i ? ",\n       {" : "\n       {", out);
+        json_write_key_string(out, "model", mc_memory_model_name(t->model), 1);
+        json_write_key_string(out, "category", mc_memory_category_name(t->category), 1);
+        json_write_key_string(out, "name", t->name, 1);
+        json_write_key_string(out, "formula", t->formula, 1);
+        json_write_key_string(out, "values", t->values, 1);
+        fprintf(out, "\"bytes\": %.0f}", t->bytes);
+    }
+    fprintf(out, "]}%s\n", comma ? "," : "");
+}
+
+/* --- SVG: a stacked bar per stage and model -------------------------------------------------- */
+
+enum { MSVG_LEFT = 96, MSVG_TOP = 86, MSVG_PLOT = 320, MSVG_BAR = 30, MSVG_PAIR_GAP = 6,
+       MSVG_STAGE_GAP = 34 };
+
+static const char *const memory_svg_colours[MC_MEMORY_CATEGORY_COUNT] = {
+    "#4e79a7", "#f28e2b", "#e15759", "#59a14f", "#9c755f"};
+
+/* A tick step of 1, 2 or 5 times a power of 1024-based unit, about max / 5. */
+static double memory_svg_tick(double max) {
+    double unit = 1.0, raw = max / 5.0;
+    while (unit * 1024.0 <= raw) unit *= 1024.0;
+    static const double steps[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1024};
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; ++i)
+        if (unit * steps[i] >= raw) return unit * steps[i];
+    return unit * 1024.0;
+}
+
+static int memory_write_svg(const char *path, const mc_memory_stage *shown, int n_shown,
+                            const mc_memory_desc *d, const mc_grid *g) {
+    FILE *out = fopen(path, "w");
+    if (!out) {
+        fprintf(stderr, "%s memory: cannot write --svg %s: %s\n", CLI_NAME, path, strerror(errno));
+        return MC_ERR_IO;
+    }
+    double max = 1.0;
+    for (int i = 0; i < n_shown; ++i)
+        for (int m = 0; m < MC_MEMORY_MODEL_COUNT; ++m)
+            if (shown[i].total[m] > max) max = shown[i].total[m];
+    double tick = memory_svg_tick(max), top = ceil(max / tick) * tick, scale = MSVG_PLOT / top;
+    int stage_w = 2 * MSVG_BAR + MSVG_PAIR_GAP + MSVG_STAGE_GAP;
+    int width = MSVG_LEFT + n_shown * stage_w + 200, height = MSVG_TOP + MSVG_PLOT + 70;
+    if (width < 960) width = 960;   /* room for the title lines */
+    int base = MSVG_TOP + MSVG_PLOT, legend_x = MSVG_LEFT + n_shown * stage_w + 16;
+    const mc_gpt_config *c = &d->config;
+    char label[48];
+    fprintf(out, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" "
+                 "viewBox=\"0 0 %d %d\" font-family=\"DejaVu Sans, Helvetica, Arial, sans-serif\">\n",
+            width, height, width, height);
+    fputs("<style>text{fill:#222222}.title{font-size:16px;font-weight:bold}"
+          ".sub{font-size:12px;fill:#444444}.tick{font-size:10px;fill:#555555;text-anchor:end}"
+          ".lab{font-size:11px;text-anchor:middle}.small{font-size:9px;text-anchor:middle;"
+          "fill:#555555}.bar{stroke:#ffffff;stroke-width:0.5}</style>\n", out);
+    fputs("<rect class=\"background\" width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n", out);
+    fprintf(out, "<text x=\"%d\" y=\"24\" class=\"title\">memory per rank: %d layers, hidden %d, "
+                 "seq %d, micro-batch %d, M = %d</text>\n",
+            MSVG_LEFT, c->num_layers, c->hidden_size, c->seq_length, c->micro_batch_size,
+            d->num_microbatches);
+    fprintf(out, "<text x=\"%d\" y=\"44\" class=\"sub\">world %d = tp %d x pp %d x dp %d%s%s, "
+                 "recompute %s, distributed optimizer %s; %s</text>\n",
+            MSVG_LEFT, g->desc.world, g->desc.tp, g->desc.pp, g->dp,
+            c->virtual_pipeline_model_parallel_size > 1 ? " (interleaved)" : "",
+            c->sequence_parallel ? ", sequence parallel" : "", memory_recompute_name(c),
+            d->distributed_optimizer ? "on" : "off", d->bf16 ? "bf16" : "fp32");
+    fprintf(out, "<text x=\"%d\" y=\"62\" class=\"sub\">left bar: paper (Megatron-LM, "
+                 "Korthikanti et al. 2022); right bar: this implementation</text>\n", MSVG_LEFT);
+    for (double y = 0.0; y <= top + tick / 2; y += tick) {   /* the axis */
+        double py = base - y * scale;
+        fprintf(out, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#dddddd\"/>\n",
+                MSVG_LEFT - 4, py, MSVG_LEFT + n_shown * stage_w, py);
+        fprintf(out, "<text x=\"%d\" y=\"%.1f\" class=\"tick\">%s</text>\n", MSVG_LEFT - 8,
+                py + 3, mc_memory_format_bytes(label, sizeof label, y));
+    }
+    for (int i = 0; i < n_shown; ++i) {
+        int x0 = MSVG_LEFT + 12 + i * stage_w;
+        for (int m = 0; m < MC_MEMORY_MODEL_COUNT; ++m) {
+            int x = x0 + m * (MSVG_BAR + MSVG_PAIR_GAP);
+            double y = base;
+            for (int k = 0; k < MC_MEMORY_CATEGORY_COUNT; ++k) {
+                double h = shown[i].bytes[m][k] * scale;
+                if (shown[i].bytes[m][k] <= 0.0) continue;
+                y -= h;
+                fprintf(out, "<rect class=\"bar\" x=\"%d\" y=\"%.2f\" width=\"%d\" height=\"%.2f\" "
+                             "fill=\"%s\"><title>stage %d, %s: %s %s</title></rect>\n",
+                        x, y, MSVG_BAR, h, memory_svg_colours[k], shown[i].pp_rank,
+                        m == MC_MEMORY_PAPER ? "paper" : "this implementation",
+                        mc_memory_category_name(k),
+                        mc_memory_format_bytes(label, sizeof label, shown[i].bytes[m][k]));
+            }
+            fprintf(out, "<text x=\"%d\" y=\"%.1f\" class=\"small\">%s</text>\n", x + MSVG_BAR / 2,
+                    y - 4, mc_memory_format_bytes(label, sizeof label, shown[i].total[m]));
+            fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"small\">%s</text>\n", x + MSVG_BAR / 2,
+                    base + 12, m == MC_MEMORY_PAPER ? "paper" : "impl.");
+        }
+        fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"lab\">stage %d</text>\n",
+                x0 + MSVG_BAR + MSVG_PAIR_GAP / 2, base + 28, shown[i].pp_rank);
+    }
+    for (int k = 0; k < MC_MEMORY_CATEGORY_COUNT; ++k) {
+        int y = MSVG_TOP + 10 + k * 20;
+        fprintf(out, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                     "<text x=\"%d\" y=\"%d\" class=\"sub\">%s</text>\n",
+                legend_x, y, memory_svg_colours[k], legend_x + 18, y + 10,
+                mc_memory_category_name(k));
+    }
+    fprintf(out, "<text x=\"%d\" y=\"%d\" class=\"sub\">bytes per rank</text>\n", MSVG_LEFT,
+            base + 52);
+    fputs("</svg>\n", out);
+    if (fclose(out) != 0) {
+        fprintf(stderr, "%s memory: writing --svg %s failed: %s\n", CLI_NAME, path, strerror(errno));
+        return MC_ERR_IO;
+    }
+    return MC_OK;
+}
+
+/* --- the subcommand -------------------------------------------------------------------------- */
+
+/* Which stages get the full report: all of them up to MEM_MAX_SHOWN, else the first three, the
+   middle one, the last three and the largest. */
+static int memory_pick_stages(int pp, int largest, int *pick) {
+    int n = 0;
+    if (pp <= MEM_MAX_SHOWN) {
+        for (int r = 0; r < pp; ++r) pick[n++] = r;
+        return n;
+    }
+    int cand[8] = {0, 1, 2, pp / 2, largest, pp - 3, pp - 2, pp - 1};
+    for (int i = 0; i < 8; ++i) {
+        int dup = 0;
+        for (int j = 0; j < n; ++j) dup |= pick[j] == cand[i];
+        if (!dup) pick[n++] = cand[i];
+    }
+    for (int i = 1; i < n; ++i)   /* ascending */
+        for (int j = i; j > 0 && pick[j - 1] > pick[j]; --j) {
+            int tmp = pick[j];
+            pick[j] = pick[j - 1];
+            pick[j - 1] = tmp;
+        }
+    return n;
+}
+
+static int cmd_memory(int argc, char **argv) {
+    memory_args a;
+    args_prog = CLI_NAME " memory";
+    int parsed = memory_parse(argc, argv, &a);
+    if (parsed == ARGS_HELP) {
+        usage_memory(stdout);
+        return CLI_EXIT_OK;
+    }
+    if (parsed == ARGS_UNKNOWN) usage_memory(stderr);
+    if (parsed != ARGS_OK) return CLI_EXIT_USAGE;
+    const args *ga = &a.gpt;
+    /* the checks pretrain_gpt makes, in its order: the grid, the config, the batch */
+    mc_grid grid;
+    mc_grid_desc gd = {.world = a.world ? a.world : ga->tp * ga->pp, .tp = ga->tp, .pp = ga->pp,
+                       .vpp = ga->vpp > 1 ? ga->vpp : 0};
+    int rc = mc_grid_init(&grid, &gd);
+    if (rc != MC_OK) {
+        fprintf(stderr, "%s: %s: %s\n", args_prog, mc_err_name(rc), mc_last_error());
+        return CLI_EXIT_USAGE;
+    }
+    if (args_check_config(ga, stderr) > 0) return CLI_EXIT_USAGE;
+    mc_microbatch_calc mb;
+    if (args_microbatches(ga, grid.dp, &mb, stderr) != MC_OK) return CLI_EXIT_USAGE;
+    mc_memory_desc d = args_memory_desc(ga, grid.dp);
+    mc_gpt_config_resolve(&d.config, &d.config);
+    /* pass 1: every stage's totals (the job's sum, the largest stage) */
+    static mc_memory_stage st;
+    double job[MC_MEMORY_MODEL_COUNT] = {0, 0};
+    int largest = 0, pp = grid.desc.pp;
+    double largest_total = -1.0;
+    for (int r = 0; r < pp; ++r) {
+        if ((rc = mc_memory_estimate(&d, r, &st)) != MC_OK) {
+            fprintf(stderr, "%s: %s\n", args_prog, mc_last_error());
+            return CLI_EXIT_USAGE;
+        }
+        for (int m = 0; m < MC_MEMORY_MODEL_COUNT; ++m) job[m] += st.total[m] * st.ranks;
+        if (st.total[MC_MEMORY_IMPLEMENTATION] > largest_total)
+            largest_total = st.total[MC_MEMORY_IMPLEMENTATION], largest = r;
+    }
+    /* pass 2: the stages shown */
+    int pick[MEM_MAX_SHOWN];
+    int n_shown = memory_pick_stages(pp, largest, pick);
+    mc_memory_stage *shown = malloc(sizeof *shown * (size_t)n_shown);
+    if (!shown) {
+        fprintf(stderr, "%s: out of memory\n", args_prog);
+        return CLI_EXIT_FAILURE;
+    }
+    for (int i = 0; i < n_shown; ++i) mc_memory_estimate(&d, pick[i], &shown[i]);
+    mc_schedule_desc sd = {.pp = pp, .num_microbatches = d.num_microbatches,
+                           .vpp = grid.desc.vpp};
+    const char *schedule = mc_schedule_name(&sd);
+    const char *schedule_text = pp == 1 ? "no pipelining"
+                                : grid.desc.vpp > 1 ? "interleaved 1F1B" : "1F1B";
+    char b0[32], b1[32], b2[32];
+    if (a.json) {
+        const mc_gpt_config *c = &d.config;
+        printf("{\"model\": {\"num_layers\": %d, \"hidden_size\": %d, \"num_attention_heads\": %d, "
+               "\"ffn_hidden_size\": %d, \"seq_length\": %d, \"vocab_size\": %d, "
+               "\"padded_vocab_size\": %d, \"max_position_embeddings\": %d, "
+               "\"micro_batch_size\": %d, \"untie_embeddings_and_output_weights\": %s},\n",
+               c->num_layers, c->hidden_size, c->num_attention_heads, c->ffn_hidden_size,
+               c->seq_length, c->vocab_size, c->padded_vocab_size, c->max_position_embeddings,
+               c->micro_batch_size, c->untie_embeddings_and_output_weights ? "true" : "false");
+        printf(" \"layout\": {\"world\": %d, \"tp\": %d, \"pp\": %d, \"vpp\": %d, \"dp\": %d, "
+               "\"sequence_parallel\": %s, \"recompute\": \"%s\", \"recompute_num_layers\": %d, "
+               "\"num_microbatches\": %d, \"schedule\": \"%s\", \"distributed_optimizer\": %s, "
+               "\"bf16\": %s},\n",
+               grid.desc.world, grid.desc.tp, pp, grid.desc.vpp > 1 ? grid.desc.vpp : 1, grid.dp,
+               c->sequence_parallel ? "true" : "false", memory_recompute_name(c),
+               c->recompute_num_layers, d.num_microbatches, schedule,
+               d.distributed_optimizer ? "true" : "false", d.bf16 ? "true" : "false");
+        printf(" \"stages_shown\": %d, \"stages\": [\n", n_shown);
+        for (int i = 0; i < n_shown; ++i) memory_write_json_stage(stdout, &shown[i], i + 1 < n_shown);
+        printf(" ],\n \"job\": {\"ranks\": %d, \"paper\": %.0f, \"implementation\": %.0f}}\n",
+               grid.desc.world, job[0], job[1]);
+    } else {
+        memory_print_header(&d, &grid, schedule_text);
+        for (int i = 0; i < n_shown; ++i) memory_print_stage(&shown[i], &grid);
+        if (n_shown < pp)
+            printf("(%d of %d stages shown: the first, middle, last and largest ones)\n\n",
+                   n_shown, pp);
+        printf("per rank                     ");
+        for (int c = 0; c < MC_MEMORY_CATEGORY_COUNT; ++c)
+            printf(" %13s", mc_memory_category_name(c));
+        printf(" %11s\n", "total");
+        for (int i = 0; i < n_shown; ++i) {
+            memory_print_summary_row(&shown[i], MC_MEMORY_PAPER);
+            memory_print_summary_row(&shown[i], MC_MEMORY_IMPLEMENTATION);
+        }
+        printf("job (%d ranks): paper %s, this implementation %s; the largest rank (this "
+               "implementation) is on stage %d: %s\n",
+               grid.desc.world, mc_memory_format_bytes(b0, sizeof b0, job[0]),
+               mc_memory_format_bytes(b1, sizeof b1, job[1]), largest,
+               mc_memory_format_bytes(b2, sizeof b2, largest_total));
+        printf("notes: a category is its peak and a total their sum. The paper's 34 and 5 count "
+               "2-byte activations and\n1-byte dropout masks (%s). This implementation keeps, per "
+               "chunk, slots for the most micro-batches\nthe schedule holds at once, its own "
+               "caches, and receive buffers for the tensors in flight;\npretrain_gpt refuses to "
+               "start when the ranks of a host would need more than its memory.\n",
+               d.bf16 ? "--bf16" : "without --bf16 the same tensors in fp32 give 66 and 9");
+    }
+    int exit_code = CLI_EXIT_OK;
+    if (a.svg_path) {
+        if (memory_write_svg(a.svg_path, shown, n_shown, &d, &grid) != MC_OK)
+            exit_code = CLI_EXIT_FAILURE;
+        else
+            fprintf(stderr, "%s: wrote %s (%d stage(s), paper | this implementation)\n",
+                    args_prog, a.svg_path, n_shown);
+    }
+    free(shown);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "%s: writing to stdout failed\n", args_prog);
+        exit_code = CLI_EXIT_FAILURE;
+    }
+    return exit_code;
+}
+
+/* ---------------------------------------------------------------------------------------------
    The subcommand table and main. */
 
 static int cmd_help(int argc, char **argv);
@@ -1349,6 +1820,8 @@ static const cli_command cli_commands[] = {
      cmd_schedule, usage_schedule},
     {"microbatches", "micro-batch calculator: consumed samples -> global batch, M",
      cmd_microbatches, usage_microbatches},
+    {"memory", "bytes per rank and stage, formula by formula (paper | this implementation)",
+     cmd_memory, usage_memory},
     {"help", "show the help of a command", cmd_help, usage_help},
 };
 #define CLI_N_COMMANDS ((int)(sizeof cli_commands / sizeof cli_commands[0]))
