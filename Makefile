@@ -28,11 +28,23 @@ CRIT_LIBS    = $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriteri
 MPIRUN      ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root,)
 export MC_MPIRUN := $(MPIRUN)
 
+# CUDNN=0 builds the CUDA table without cuDNN (the own attention kernels only); CUDNN_HOME points
+# at a cuDNN outside the CUDA toolkit (include/ and lib/, e.g. the one torch's wheels carry).
+CUDNN       ?= 1
+CUDNN_HOME  ?=
 ifeq ($(CUDA),1)
   CUDA_HOME  ?= /usr/local/cuda
   CPPFLAGS   += -DMC_ENABLE_CUDA -I$(CUDA_HOME)/include
   CUDA_OBJ   := $(BUILD)/megatron_c_cuda.o
-  CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -lnccl -lcudart -lstdc++
+  CUDA_LIBS  := -L$(CUDA_HOME)/lib64 -lnccl -lcublasLt $(if $(filter 1,$(CUDNN)),-lcudnn,) \
+                -lcudart -lstdc++
+  ifneq ($(CUDNN),1)
+    CPPFLAGS += -DMC_NO_CUDNN
+  endif
+  ifneq ($(CUDNN_HOME),)
+    CPPFLAGS  += -I$(CUDNN_HOME)/include
+    CUDA_LIBS := -L$(CUDNN_HOME)/lib -Wl,-rpath,$(CUDNN_HOME)/lib $(CUDA_LIBS)
+  endif
 else
   CUDA_OBJ   :=
   CUDA_LIBS  :=
@@ -42,6 +54,14 @@ endif
 # helpers, the grader. They are named as prerequisites, so make keeps them and rebuilds any
 # that is missing (no .SECONDARY: a bare one let make skip missing objects and call a lab
 # "up to date" without them).
+# The objects depend on the build's configuration (CUDA, CUDNN): switching it rebuilds them
+# instead of linking CPU programs against CUDA objects or the other way round.
+CONFIG_STAMP := $(BUILD)/.config-cuda$(CUDA)-cudnn$(CUDNN)
+$(CONFIG_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.config-*
+	@touch $@
+
 LAB_COMMON  := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/lab_driver.o \
                $(BUILD)/lab_svg.o $(BUILD)/grader.o $(CUDA_OBJ)
 
@@ -54,7 +74,7 @@ LIB_OBJS    := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/lab_driver.o $(
 # Every labs/labNN.c is a lab: `make labs` builds them all, `make labNN` one.
 LABS        := $(patsubst labs/%.c,%,$(wildcard labs/lab[0-9][0-9].c))
 
-.PHONY: help all labs test test-unit test-mpi grade check-header cuda deps clean
+.PHONY: help all labs test test-unit test-mpi grade calibrate check-header cuda deps clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -69,11 +89,11 @@ deps: ## install the Debian packages the build needs (apt-get, as root or with s
 # ---------------------------------------------------------------------------------------------
 # library objects
 
-$(LIB_OBJS): $(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h | $(BUILD)/.deps-ok
+$(LIB_OBJS): $(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI -c $< -o $@
 
-$(BUILD)/megatron_c_cuda.o: megatron_c_cuda.cu megatron_c.h | $(BUILD)/.deps-ok
+$(BUILD)/megatron_c_cuda.o: megatron_c_cuda.cu megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(NVCC) -O2 -arch=$(NVCC_ARCH) -Xcompiler -fPIC $(CPPFLAGS) -DMC_COMM_MPI \
 	  $(shell $(MPICC) --showme:compile 2>/dev/null) -c $< -o $@
@@ -114,7 +134,7 @@ LAB_DEFS_lab10 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab10 := $(BUILD)/mc_impl_faults.o
 lab10: $(LAB_IMPL_lab10)
 
-$(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h | $(BUILD)/.deps-ok
+$(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
 
@@ -156,7 +176,14 @@ $(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUD
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
 	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
 
-test: $(UNIT_TESTS) $(MPI_CASES) labs megatron_c pretrain_gpt check-header ## build and run every test suite
+# gpu_check needs only the library too (no Criterion): the GPU-vs-CPU checks, op by op and for
+# the whole model. make gpu-check && ./build/tests/gpu_check (exit 77: no GPU, skipped)
+$(BUILD)/tests/gpu_check: tests/gpu/gpu_check.c $(BUILD)/mc_impl.o $(CUDA_OBJ)
+	@mkdir -p $(@D)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
+	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
+
+test: $(UNIT_TESTS) $(MPI_CASES) $(BUILD)/tests/gpu_check labs megatron_c pretrain_gpt check-header ## build and run every test suite
 	@./tests/run_all.sh $(UNIT_TESTS)
 
 # make grade            every lab with a rubric and an answer sheet
@@ -170,6 +197,17 @@ $(BUILD)/tests/grade: tests/grade/grade.c $(LAB_COMMON) tests/test_util.h | $(BU
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
 	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
+
+# make calibrate: grades every labelled corpus (tests/calibration/<lab>/) against fresh runs of
+# the lab for the sheets' nonces and prints each sheet's score beside its label. Exit status 0:
+# every lab's test half meets the bar (labs/rubric/SCHEMA.md, Calibration); 1: one misses it.
+calibrate: $(BUILD)/tests/calibrate labs ## grade the labelled sheets of tests/calibration/ against real runs
+	@./$(BUILD)/tests/calibrate
+
+$(BUILD)/tests/calibrate: tests/calibration/calibrate.c tests/calibration/calibrate.h $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI \
+	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # header compile checks: C99, C11, C++, -Wall -Wextra -pedantic, two TUs with one implementation
@@ -215,6 +253,26 @@ endif
 
 .PHONY: bench
 bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (CBLAS=1: with cblas_sgemm)
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the checks and the benchmark (need nvcc here; a GPU to run)
+#   make gpu-check && ./build/tests/gpu_check       GPU against CPU, op by op and the model
+#   make bench-gpu                                  megatron_c 124M / 350M and the peers, a table
+
+.PHONY: gpu-check bench-gpu
+gpu-check: ## build build/tests/gpu_check with the CUDA table (CUDA=1)
+	@command -v $(NVCC) >/dev/null || { echo "gpu-check: nvcc not found"; exit 1; }
+	$(MAKE) CUDA=1 $(BUILD)/tests/gpu_check
+
+$(BUILD)/bench/mc_gpt_bench: bench/gpu/mc_gpt_bench.c $(BUILD)/mc_impl.o $(CUDA_OBJ)
+	@mkdir -p $(@D)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
+	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
+
+bench-gpu: ## GPT-2 124M / 350M tokens/s, MFU, memory on one GPU, beside the PyTorch / Megatron-Core peers
+	@command -v $(NVCC) >/dev/null || { echo "bench-gpu: nvcc not found"; exit 1; }
+	$(MAKE) CUDA=1 $(BUILD)/bench/mc_gpt_bench
+	@bash bench/gpu/bench_gpu.sh
 
 # Rebuilt every time: the CBLAS switch changes the program.
 .PHONY: $(BUILD)/bench/gemm_bench
@@ -293,7 +351,7 @@ fuzz: $(FUZZ_BINS) ## run every libFuzzer target for FUZZ_SECONDS (default 60) f
 # error there (an uninitialised read, an invalid access) fails the target, even in a
 # Criterion worker whose test had already passed. Open MPI's own reports are suppressed
 # with the file it ships.
-VALGRIND_SUITES := config grader lab03_calibration microbatches ops optimizer params rank_grid \
+VALGRIND_SUITES := config grader microbatches ops optimizer params rank_grid \
                    rng schedule
 VALGRIND_LOGS := $(BUILD)/valgrind
 VALGRIND     := valgrind --error-exitcode=99 --quiet --track-origins=yes \

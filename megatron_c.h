@@ -143,6 +143,8 @@
 #else
 #define MC_API extern
 #endif
+/* What megatron_c_cuda.cu defines: external under MC_STATIC too (one definition, in the .cu). */
+#define MC_CUDA_API extern
 
 #ifdef __cplusplus
 extern "C" {
@@ -551,10 +553,13 @@ MC_API void mc_memory_account_destroy(mc_memory_account *a);
 typedef struct mc_cuda_desc {
     int device;                 /* CUDA ordinal; default 0 (-1: the current device) */
     size_t workspace_bytes;     /* cuBLASLt / cuDNN workspace; default 32 MiB */
-    int attention;              /* 0 auto (cuDNN fused SDPA when it can, else the own kernel),
-                                   1 always the own kernel, 2 always cuDNN (an error where it
-                                   cannot); the environment MC_CUDA_ATTENTION=own|cudnn
-                                   overrides auto */
+    int attention;              /* 0 auto: bf16 without dropout runs cuDNN's fused SDPA, or the
+                                   own flash kernel (head dim 32 or 64) where cuDNN cannot
+                                   build the graph; everything else the reference kernel.
+                                   1 own kernels only (flash where it applies), 2 cuDNN only
+                                   (an error where it cannot), 3 the reference kernel only
+                                   (fp32 math, any dtype and dropout). The environment
+                                   MC_CUDA_ATTENTION=auto|own|cudnn|ref overrides it */
     int sync_check;             /* 1: synchronise after every op and check it (slow; also
                                    MC_CUDA_SYNC_CHECK=1 in the environment) */
     int tf32;                   /* 1: allow TF32 in fp32 GEMMs (default off: fp32 GEMMs match
@@ -563,15 +568,30 @@ typedef struct mc_cuda_desc {
 /* Fills *ops (written only on success) with the CUDA table and a new context on desc->device
    (stream, cuBLASLt and cuDNN handles, workspace). MC_ERR_CUDA naming the call when the device
    or a library cannot start. */
-MC_API int mc_ops_cuda_init(mc_ops *ops, const mc_cuda_desc *desc);
-MC_API void mc_ops_cuda_destroy(mc_ops *ops);
+MC_CUDA_API int mc_ops_cuda_init(mc_ops *ops, const mc_cuda_desc *desc);
+MC_CUDA_API void mc_ops_cuda_destroy(mc_ops *ops);
 /* Visible CUDA devices (0 without a driver or a device; never an error). */
-MC_API int mc_cuda_device_count(void);
+MC_CUDA_API int mc_cuda_device_count(void);
 /* One line about the table's device and libraries ("NVIDIA H200, sm_90, 139.8 GiB, cuBLASLt
    13.0, cuDNN 9.14, attention auto"); "" for a table that is not CUDA. */
-MC_API const char *mc_ops_cuda_describe(const mc_ops *ops);
+MC_CUDA_API const char *mc_ops_cuda_describe(const mc_ops *ops);
 /* Peak bytes of device memory allocated through the table since init (or the last reset). */
-MC_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+MC_CUDA_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
+/* The kernels the last attention forward and backward ran ("forward cudnn, backward cudnn";
+   each one of cudnn, flash, reference, or none yet), and after "; " why cuDNN was refused
+   where it was ("" for a table that is not CUDA). */
+MC_CUDA_API const char *mc_ops_cuda_attention_kernels(const mc_ops *ops);
+/* Per-op timing with CUDA events, summed per category (opt-in: it adds two events per op).
+   enable 1 starts a fresh window; read waits for the device, writes the milliseconds of each
+   category since the window opened and opens a new one. Communication is the NCCL operations
+   of communicators whose memory is this table (they overlap compute: the categories need not
+   add up to the step time). */
+typedef enum mc_profile_category {
+    MC_PROF_GEMM = 0, MC_PROF_ATTENTION, MC_PROF_NORM, MC_PROF_LOSS, MC_PROF_OPTIMIZER,
+    MC_PROF_OTHER, MC_PROF_COMM, MC_PROF_COUNT
+} mc_profile_category;
+MC_CUDA_API int mc_ops_cuda_profile(const mc_ops *ops, int enable);
+MC_CUDA_API int mc_ops_cuda_profile_read(const mc_ops *ops, double ms[MC_PROF_COUNT]);
 #endif
 
 /* @ops:declarations end */
@@ -1216,12 +1236,12 @@ MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, 
 
 #if defined(MC_ENABLE_CUDA)
 /* Implemented in megatron_c_cuda.cu. */
-MC_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
+MC_CUDA_API int mc__nccl_available(int local_rank, int local_size);  /* 1 if every local rank has a GPU */
 /* Turns an MPI world into NCCL; memory: the CUDA table for its buffers, or NULL to make one on
    the rank's GPU (owned by the world). */
-MC_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
-MC_API void mc__cuda_backend_info(mc_backend_info *out);        /* the CUDA fields of the query */
-MC_API const mc_comm_ops *mc__nccl_ops(void);
+MC_CUDA_API int mc__nccl_init_world(mc_comm *world_mpi_filled, const struct mc_ops *memory);
+MC_CUDA_API void mc__cuda_backend_info(mc_backend_info *out);        /* the CUDA fields of the query */
+MC_CUDA_API const mc_comm_ops *mc__nccl_ops(void);
 /* Implemented by the header: lets the companion file report through mc_last_error() and the
    logger (level 1). Returns `status`. */
 MC_API int mc__set_error(int status, const char *fmt, ...);

@@ -15,7 +15,14 @@
 
    Data: synthetic by default (a deterministic, learnable token stream drawn from --seed), or
    --data-path FILE: the bytes of a text file as tokens (vocabulary 256), read as consecutive
-   windows of seq_length + 1 bytes. */
+   windows of seq_length + 1 bytes.
+
+   Device: built with `make cuda` and run where every rank has a GPU of its own, the world is
+   NCCL and the model, DDP and optimizer run on the world's CUDA op table (mc_comm_memory);
+   --cpu forces the CPU table (and the MPI communicator). --bf16 is Megatron's: bf16 parameters
+   and activations, fp32 main parameters, gradients and optimizer state. --profile adds a
+   per-step breakdown (GEMM, attention, norms, loss, optimizer, other, communication) timed
+   with CUDA events to every log line. */
 #ifndef MC_COMM_MPI
 #define MC_COMM_MPI
 #endif
@@ -271,14 +278,27 @@ static int scatter_optimizer_state(trainer *t, const float *m, const float *v) {
     return MC_OK;
 }
 
+/* Op memory (device memory on a GPU) for n floats, or NULL. */
+static float *op_floats(const mc_ops *o, size_t n) {
+    void *p = NULL;
+    return o->alloc(o, &p, (n ? n : 1) * sizeof(float)) == MC_OK ? (float *)p : NULL;
+}
+
+/* The fp32 parameter values a checkpoint holds: the model's own, or under --bf16 the
+   optimizer's main parameters (full local shards without the distributed optimizer). */
+static float *checkpoint_params(trainer *t) {
+    return t->gpt.dtype == MC_BF16 ? t->opt.main : (float *)t->gpt.params;
+}
+
 static int save_checkpoint(trainer *t, long long iteration, long long consumed) {
     size_t n = t->gpt.table.total;
-    float *m = calloc(n ? n : 1, sizeof *m), *v = calloc(n ? n : 1, sizeof *v);
+    const mc_ops *o = t->gpt.ops;
+    float *m = op_floats(o, n), *v = op_floats(o, n);
     int rc = m && v ? gather_optimizer_state(t, m, v) : MC_ERR_NO_MEMORY;
     if (rc == MC_OK) {
         mc_checkpoint_desc d = {0};
         d.dir = t->a.save, d.ps = &t->ps, d.config = &t->gpt.config;
-        d.params = &t->gpt.table, d.param_data = t->gpt.params;
+        d.params = &t->gpt.table, d.param_data = checkpoint_params(t), d.ops = o;
         d.exp_avg = m, d.exp_avg_sq = v, d.rng = &t->gpt.rng;
         d.iteration = iteration, d.consumed_samples = consumed;
         d.optimizer_step = t->opt.iteration;
@@ -288,20 +308,21 @@ static int save_checkpoint(trainer *t, long long iteration, long long consumed) 
         else if (t->ps.world->rank == 0)
             printf("saved checkpoint at iteration %8lld to %s\n", iteration, t->a.save);
     }
-    free(m);
-    free(v);
+    if (m) o->free(o, m);
+    if (v) o->free(o, v);
     return rc;
 }
 
 static int load_checkpoint(trainer *t, long long *iteration, long long *consumed) {
     size_t n = t->gpt.table.total;
-    float *m = calloc(n ? n : 1, sizeof *m), *v = calloc(n ? n : 1, sizeof *v);
+    const mc_ops *o = t->gpt.ops;
+    float *m = op_floats(o, n), *v = op_floats(o, n);
     mc_checkpoint_result res;
     int rc = m && v ? MC_OK : MC_ERR_NO_MEMORY;
     if (rc == MC_OK) {
         mc_checkpoint_desc d = {0};
         d.dir = t->a.load, d.ps = &t->ps, d.config = &t->gpt.config;
-        d.params = &t->gpt.table, d.param_data = t->gpt.params;
+        d.params = &t->gpt.table, d.param_data = checkpoint_params(t), d.ops = o;
         d.exp_avg = m, d.exp_avg_sq = v, d.rng = &t->gpt.rng;
         rc = mc_checkpoint_load(&d, t->a.override_math ? MC_CKPT_LOAD_IGNORE_MATH : 0u, &res);
         if (rc == MC_ERR_INVALID_DESC && t->ps.world->rank == 0)
@@ -309,6 +330,9 @@ static int load_checkpoint(trainer *t, long long *iteration, long long *consumed
                     "one (pass --override-math-fingerprint to load it anyway)\n", t->a.load);
     }
     if (rc == MC_OK && res.optimizer_loaded) rc = scatter_optimizer_state(t, m, v);
+    /* --bf16: the loaded fp32 main parameters become the model's bf16 parameters */
+    if (rc == MC_OK && t->gpt.dtype == MC_BF16)
+        rc = o->copy(o, t->gpt.params, t->opt.main, n, MC_BF16, MC_F32);
     if (rc == MC_OK) {
         *iteration = res.iteration, *consumed = res.consumed_samples;
         t->opt.iteration = res.optimizer_step;
@@ -318,8 +342,8 @@ static int load_checkpoint(trainer *t, long long *iteration, long long *consumed
                    res.iteration, res.resharded ? "resharded to this layout" : "same layout",
                    res.math_mismatch_ignored ? "; MATH FINGERPRINT MISMATCH IGNORED" : "");
     }
-    free(m);
-    free(v);
+    if (m) o->free(o, m);
+    if (v) o->free(o, v);
     return rc;
 }
 
@@ -473,10 +497,40 @@ static int report_memory(trainer *t) {
     return rc;
 }
 
+/* --profile: the per-category times of the iterations since the last log line, per iteration
+   (CUDA events around every op; communication overlaps compute, so the parts need not add up to
+   the iteration time). */
+static void log_breakdown(const trainer *t, int iterations) {
+#if defined(MC_ENABLE_CUDA)
+    static const char *const names[MC_PROF_COUNT] = {"gemm", "attention", "norms", "loss",
+                                                     "optimizer", "other", "communication"};
+    double ms[MC_PROF_COUNT];
+    if (!t->a.profile || t->gpt.ops->device != MC_DEVICE_CUDA || iterations < 1) return;
+    if (mc_ops_cuda_profile_read(t->gpt.ops, ms) != MC_OK) return;
+    printf(" step time breakdown (ms per iteration, CUDA events):");
+    for (int k = 0; k < MC_PROF_COUNT; k++)
+        printf(" %s %.2f%s", names[k], ms[k] / iterations, k + 1 < MC_PROF_COUNT ? " |" : "\n");
+    fflush(stdout);
+#else
+    (void)t;
+    (void)iterations;
+#endif
+}
+
 static int train(trainer *t) {
     args *a = &t->a;
     mc_comm *world = t->ps.world;
     int me = world->rank;
+#if defined(MC_ENABLE_CUDA)
+    const mc_ops *ops = &t->ops;   /* the world's memory owner (CPU or GPU), counted */
+#endif
+    mc_dtype dtype = a->bf16 ? MC_BF16 : MC_F32;
+    if (a->bf16 && a->use_distributed_optimizer && (a->save || a->load)) {
+        if (me == 0)
+            fprintf(stderr, "pretrain_gpt: --bf16 with --use-distributed-optimizer cannot --save "
+                    "or --load yet (the fp32 main parameters are sharded); drop one of them\n");
+        return MC_ERR_UNSUPPORTED;
+    }
 
     /* config: every violated rule at once */
     if (args_check_config(a, me == 0 ? stderr : NULL) > 0) return MC_ERR_INVALID_DESC;
@@ -500,8 +554,7 @@ static int train(trainer *t) {
 
     mc_memory_account_reset_peaks(&t->account);   /* from here: what training needs */
     mc_gpt_desc gd = {0};
-    gd.ops = &t->ops;
-    gd.dtype = a->bf16 ? MC_BF16 : MC_F32;   /* Megatron's --bf16: bf16 params and activations */
+    gd.ops = &t->ops, gd.dtype = dtype;   /* Megatron's --bf16: bf16 params and activations */
     gd.config = cfg, gd.ps = &t->ps, gd.n_slots = args_n_slots(a, t->dp_size, t->ps.coords.pp);
     gd.distributed_optimizer = a->use_distributed_optimizer;
     gd.bucket_size = (size_t)(a->bucket_size > 0 ? a->bucket_size : 0);
@@ -517,7 +570,7 @@ static int train(trainer *t) {
 
     mc_optimizer_desc od = {0};
     od.ddp = &t->ddp, od.params = t->gpt.params, od.ps = &t->ps, od.ops = &t->ops;
-    od.params_dtype = gd.dtype;   /* bf16: fp32 main params in the optimizer */
+    od.params_dtype = dtype;   /* bf16: fp32 main params in the optimizer */
     od.lr = a->lr, od.min_lr = a->min_lr;
     od.lr_warmup_iters = a->lr_warmup_iters;
     od.lr_decay_iters = a->lr_decay_iters > 0 ? a->lr_decay_iters : a->train_iters;
@@ -531,21 +584,33 @@ static int train(trainer *t) {
     t->sample = calloc((size_t)a->seq_length + 1, sizeof(int));
     if (!t->tokens || !t->labels || !t->sample) return MC_ERR_NO_MEMORY;
 
-    long long iteration = 0, consumed = 0;
+    long long iteration = 0, consumed = 0, logged = 0;
     if (a->load) CHECK(load_checkpoint(t, &iteration, &consumed));
+    logged = iteration;
     if (me == 0)
         printf("pretrain_gpt: world %d = tp %d x pp %d x dp %d%s%s; %d layers, hidden %d, heads "
                "%d, seq %d, vocab %d (padded %d); %zu parameters on rank 0\n",
                world->size, a->tp, a->pp, t->dp_size, a->vpp > 1 ? " (interleaved)" : "",
                a->sp ? " + sequence parallel" : "", a->num_layers, a->hidden_size, a->num_heads,
                a->seq_length, a->vocab_size, t->gpt.vocab_padded, t->gpt.table.total);
+    if (me == 0) {
+#if defined(MC_ENABLE_CUDA)
+        if (ops->device == MC_DEVICE_CUDA)
+            printf("pretrain_gpt: device %s; %s\n", mc_ops_cuda_describe(ops),
+                   a->bf16 ? "bf16 (fp32 main parameters and grads)" : "fp32");
+        else
+#endif
+            printf("pretrain_gpt: device cpu; %s\n", a->bf16 ? "bf16 storage emulated" : "fp32");
+    }
+#if defined(MC_ENABLE_CUDA)
+    if (a->profile && ops->device == MC_DEVICE_CUDA) CHECK(mc_ops_cuda_profile(ops, 1));
+#endif
 
     mc_forward_backward_func fb = mc_get_forward_backward_func(&t->ps);
     mc_schedule_hooks hooks = {0};
     hooks.app = t, hooks.forward_step = hook_forward, hooks.backward_step = hook_backward;
     hooks.grad_sync = hook_grad_sync, hooks.finalize = hook_finalize;
-    hooks.tensor_elems = t->gpt.p2p_elems;
-    hooks.tensor_dtype = t->gpt.dtype;
+    hooks.tensor_elems = t->gpt.p2p_elems, hooks.tensor_dtype = dtype;
     static mc_schedule_result result;   /* large trace: keep it off the stack */
 
     int skipped_iters = 0, nan_iters = 0;
@@ -554,8 +619,7 @@ static int train(trainer *t) {
         int gbs = mb.current_running_global_batch_size;
         double t0 = now_s();
         t->batch_start = consumed;
-        CHECK(mc_ddp_zero_grad(&t->ddp));
-        mc_gpt_zero_grad(&t->gpt);
+        CHECK(mc_ddp_zero_grad(&t->ddp));   /* the model's grads are the ddp's buffer */
         CHECK(fb(&t->ps, &hooks, mb.num_microbatches, 0, &result));
         int step_rc = mc_optimizer_step(&t->opt);
         int skipped = step_rc == MC_ERR_STATE;   /* non-finite grad norm: Megatron skips */
@@ -575,9 +639,13 @@ static int train(trainer *t) {
         iteration++;
         consumed += gbs;
         double ms = (now_s() - t0) * 1000.0;
-        if (me == 0 && (iteration % a->log_interval == 0 || iteration == a->train_iters)) {
-            log_iteration(t, iteration, consumed, ms, gbs, loss, skipped_iters, nan_iters);
+        if (iteration % a->log_interval == 0 || iteration == a->train_iters) {
+            if (me == 0) {
+                log_iteration(t, iteration, consumed, ms, gbs, loss, skipped_iters, nan_iters);
+                log_breakdown(t, (int)(iteration - logged));
+            }
             skipped_iters = nan_iters = 0;
+            logged = iteration;
         }
         if (a->save && a->save_interval > 0 && iteration % a->save_interval == 0)
             CHECK(save_checkpoint(t, iteration, consumed));
@@ -620,13 +688,26 @@ int main(int argc, char **argv) {
     mc_comm_desc cd = {0};
     cd.argc = &argc, cd.argv = &argv;
     cd.timeout_s = cd.watchdog_s = timeout_s_from_args(&t.a);
+    /* Every buffer of the run is counted by category in the op table's account. AUTO: nccl
+       with its CUDA table when every rank has a GPU (make cuda), else mpi or self on the CPU;
+       --cpu keeps a GPU build on the CPU. The CPU table is handed to the world so that its
+       communication buffers are counted too; a CUDA world makes its own table, and the run
+       takes a counted copy of it after the world exists. */
     t.ops = *mc_ops_cpu();
-    t.ops.account = &t.account;   /* every buffer of the run is counted by category */
+    t.ops.account = &t.account;
+#if defined(MC_ENABLE_CUDA)
+    if (t.a.cpu) cd.backend = MC_BACKEND_MPI, cd.memory = &t.ops;
+#else
     cd.memory = &t.ops;
+#endif
     int rc = mc_comm_init_world(&world, &cd);
     if (rc != MC_OK) {
         fprintf(stderr, "pretrain_gpt: %s: %s\n", mc_err_name(rc), mc_last_error());
         return 1;
+    }
+    if (mc_comm_memory(world) != &t.ops) {   /* the world's own table (CUDA): a counted copy */
+        t.ops = *mc_comm_memory(world);
+        t.ops.account = &t.account;
     }
     char why[512] = "", data_text[512];
     int data_rc = dataset_open(&t.data, &t.a, why, sizeof why);

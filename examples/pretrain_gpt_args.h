@@ -45,7 +45,7 @@ typedef struct args {
     int vocab_divisible_by;
     int overlap_grad_reduce;
     int bucket_size;
-    int bf16;
+    int bf16, cpu, profile;     /* --bf16; --cpu (a GPU build trains on the CPU); --profile */
     int timeout_minutes;        /* --distributed-timeout-minutes (Megatron's, default 10) */
     float timeout_seconds;      /* --distributed-timeout-seconds: overrides the minutes */
 } args;
@@ -69,6 +69,8 @@ static void usage_flags(FILE *f) {
         "               --recompute-num-layers N\n"
         "  checkpoints: --save DIR --load DIR --save-interval N --override-math-fingerprint\n"
         "  data/log:    --data-path FILE --log-interval N\n"
+        "  device:      --cpu (train on the CPU although a GPU is there) --profile (per-step\n"
+        "               breakdown timed with CUDA events)\n"
         "  watchdog:    --distributed-timeout-minutes N (default 10) or\n"
         "               --distributed-timeout-seconds S: a rank that makes no progress for\n"
         "               that long stops every rank with a message naming it\n"
@@ -170,6 +172,8 @@ static const arg_spec arg_specs[] = {
     A("--overlap-grad-reduce", A_FLAG, overlap_grad_reduce),
     A("--ddp-bucket-size", A_INT, bucket_size),
     A("--bf16", A_FLAG, bf16),
+    A("--cpu", A_FLAG, cpu),
+    A("--profile", A_FLAG, profile),
     A("--distributed-timeout-minutes", A_INT, timeout_minutes),
     A("--distributed-timeout-seconds", A_FLOAT, timeout_seconds),
 };

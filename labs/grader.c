@@ -1,31 +1,37 @@
-/* labs/grader.c - the workbook's answer-sheet grader. The rules are described in grader.h and
-   in the rubric files (labs/rubric/labNN.json); this file only knows how to apply them.
+/* labs/grader.c - the workbook's answer-sheet grader. How a sheet is graded is described in
+   grader.h and in labs/rubric/SCHEMA.md; every rule, phrase and threshold comes from the
+   rubric files (labs/rubric/labNN.json and the shared labs/rubric/common/language.json). This
+   file only knows how to apply them.
 
    Sections of this file:
      >>memory      arena + error exit (every allocation of one grading lives in one arena)
      >>text        NFKC + lower-case, tokens (English words, numbers, CJK characters, symbols)
-     >>rubric      loading labs/rubric/labNN.json into concepts, patterns, items
-     >>sheet       parsing the answer sheet with libcmark (sections, sentences, pred blocks)
-     >>results     the measured facts (results/labNN.json), dot paths, flattened values
+     >>rubric      loading the rubric (items, lexicon, language rules, misconceptions)
+     >>sheet       parsing the answer sheet with libcmark (boxes, sentences, list items, pred
+                   blocks)
+     >>results     the measured facts (results/labNN.json), dot paths, values quoted in text
      >>predictions pred blocks vs facts
-     >>concepts    concept matches, negation, pattern conjunctions
-     >>prose       explanation points, anti-stuffing rules, misconceptions, evidence, quality
+     >>ledger      the prediction ledger
+     >>analysis    concept matches, clauses, polarity (negation, denial frames, conditionals),
+                   predicates, back-references, copies, duplicates, lists
+     >>relations   matching a relation (a frame of concept slots) in a sentence
+     >>scoring     claims, misconceptions, evidence bindings, predictions, item totals
      >>report      score table, grade.json, report struct
-     >>api         gr_grade, prediction hash, header, template */
+     >>api         gr_grade, the ledger lock, hash, header, template, rubric items */
 #include "grader.h"
 
 #include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <regex.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <errno.h>
-#include <stdio.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,12 +47,13 @@
 /* Inputs larger than this are read in part (a sheet is a few kilobytes). */
 #define GR__MAX_SHEET_BYTES ((size_t)4 << 20)
 #define GR__MAX_JSON_BYTES ((size_t)16 << 20)
-/* Sentences beyond this many per section are not analysed (protects against pathological
-   sheets; real sections have a few dozen). */
-#define GR__MAX_SENTENCES_PER_SECTION 2000
-#define GR__MAX_CANDIDATES 64    /* concept matches considered per pattern slot */
-#define GR__SEARCH_BUDGET 200000 /* pattern-search steps per sentence and pattern */
-#define GR__TABLE_WIDTH 96
+/* Sentences beyond this many per sheet are not analysed (protects against pathological
+   sheets; real sheets have a few hundred at most). */
+#define GR__MAX_SENTENCES 4000
+#define GR__MAX_CANDIDATES 64    /* concept matches considered per relation slot */
+#define GR__SEARCH_BUDGET 100000 /* relation-search steps per sentence and relation */
+#define GR__MAX_SLOTS 8
+#define GR__TABLE_WIDTH 100
 
 enum { GR__PART_OTHER = -1, GR__PART_MAIN = 0, GR__PART_FOLLOWUP = 1 };
 static const char *const gr__part_name[2] = {"main", "followup"};
@@ -178,8 +185,10 @@ enum { GR__T_WORD, GR__T_NUM, GR__T_CJK, GR__T_SYM };
 
 typedef struct gr__tok {
     uint8_t kind;
-    uint8_t barrier; /* , : ( ) 、 - a clause boundary that negation does not cross */
+    uint8_t barrier; /* , ; : ( ) and dashes: a clause boundary */
     uint8_t prefix;  /* pattern tokens only: "creat*" matches any word starting with "creat" */
+    uint8_t exact;   /* pattern tokens only: "calls=" matches "calls" only, not its stem */
+    uint8_t ident;   /* part of an identifier ("use" in use_local_synchronization, get_x()) */
     int start, len;  /* bytes in the normalised text */
     char *s;         /* the token text */
     char *stem;      /* words: light stem */
@@ -191,9 +200,9 @@ static int gr__is_cjk(ucs4_t u) {
            (u >= 0x3040 && u <= 0x30FF);
 }
 
-/* 0: separator, 1: symbol token, 2: barrier token (commas, colons, parentheses: clause
-   boundaries that negation does not cross). Symbols are kept because a few concepts are
-   symbols ("/" for "divided by", "×" for a product). */
+/* 0: separator, 1: symbol token, 2: barrier token (commas, semicolons, colons, parentheses,
+   dashes: clause boundaries). Symbols are kept because a few concepts are symbols ("/" for
+   "divided by", "×" for a product, "#" for a call index). */
 static int gr__symbol_class(ucs4_t u) {
     switch (u) {
     case '/':
@@ -207,10 +216,12 @@ static int gr__symbol_class(ucs4_t u) {
     case 0xF7:
     case 0x2217: return 1;
     case ',':
+    case ';':
     case ':':
     case '(':
     case ')':
-    case 0x3001: return 2;
+    case 0x2013:
+    case 0x2014: return 2;
     default: return 0;
     }
 }
@@ -320,8 +331,14 @@ static gr__tok *gr__tokenize(gr__ctx *c, const char *t, int pattern_mode, int *n
             k->len = (int)(j - i);
             k->s = gr__strndup(c, t + i, j - i);
             k->stem = gr__stem(c, t + i, (int)(j - i));
+            k->ident = (i > 0 && (t[i - 1] == '_' || t[i - 1] == '.')) ||
+                       (j < len && (t[j] == '_' || t[j] == '(' || (t[j] == '.' && j + 1 < len &&
+                                                                   isalpha((unsigned char)t[j + 1]))));
             if (pattern_mode && j < len && t[j] == '*') {
                 k->prefix = 1;
+                j++;
+            } else if (pattern_mode && j < len && t[j] == '=') {
+                k->exact = 1;
                 j++;
             }
             i = j;
@@ -372,7 +389,7 @@ static double gr__tok_weight(const gr__tok *t) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// >>rubric
+// >>rubric types
 
 typedef struct gr__alt {
     char *src; /* as written in the rubric */
@@ -386,122 +403,161 @@ typedef struct gr__concept {
     char id[48];
     gr__alt *alt;
     int nalt, capalt;
-    int is_term; /* used by a rubric point: counts for the list and density rules */
+    int lexical; /* a lexicon concept (not a language rule): its matches absorb negators */
 } gr__concept;
 
-typedef struct gr__slot { /* one conjunct of a pattern: any of these concepts */
+/* Polarity a slot needs: the concept stated (asserted), denied (negated), or either. */
+enum { GR__POL_ASSERTED, GR__POL_NEGATED, GR__POL_ANY };
+/* Whether a slot may sit in a conditional antecedent ("if ...", "unless ..."). */
+enum { GR__HYP_NO, GR__HYP_ONLY, GR__HYP_ANY };
+
+typedef struct gr__slot { /* one concept slot of a relation: any of these concepts */
     int *concepts;
     int n;
+    int pol;
+    int hyp;
+    char *spec; /* as written, for explanations */
 } gr__slot;
 
-typedef struct gr__pat {
-    gr__slot *slot;
+typedef struct gr__rel { /* a relation: every slot matched, with the constraints below */
+    gr__slot slot[GR__MAX_SLOTS];
     int nslot;
-    int *unless; /* concepts that, anywhere in the sentence, stop the pattern */
+    int *unless; /* concepts that, anywhere in the sentence, stop the relation */
     int nunless;
-    int window;  /* 0 = whole sentence; else max token distance first..last */
-    int ordered; /* slots must appear in the given order */
-    int negated; /* misconceptions: matches only the negated form of the conjunction */
-    int clause;  /* the conjunction may not span a comma (one clause) */
-} gr__pat;
+    double window; /* weighted tokens from the first to the last slot; 0 = no limit */
+    int clause;    /* every slot in one clause */
+    int ordered;   /* slots in the given order */
+    int backref;   /* may take slots from the previous sentence when this one refers back */
+    int agent, verb; /* slot `agent` must be the doer of slot `verb`: before it, in the same
+                        sentence, and not the object of a preposition ("from parallel state");
+                        -1 = no such rule */
+    char *text;    /* "EVERY_RANK + CREATE + SAME_ORDER", for explanations */
+} gr__rel;
 
-typedef struct gr__rsec { /* a rubric section (free text) */
+typedef struct gr__box { /* one answer box (a heading of the sheet) */
     char id[16];
     int part;
+    int graded;
     const char *title;
-    const char *prompt;
-    const char *kind; /* "expl" | "evid" */
-} gr__rsec;
+    const char *prompt; /* the question an older template asked in it (the template file holds
+                           the current ones) */
+    cJSON *match; /* heading prefixes that mean this box (ids of older templates, titles) */
+} gr__box;
 
-typedef struct gr__pitem { /* one prediction item */
+typedef struct gr__pitem { /* one prediction */
     char key[64];
-    char id[48];
+    char id[64];
+    int item;
+    int block; /* part of the pred block it belongs to */
     const char *type;
     const char *path;
     double points;
     cJSON *spec; /* the rubric object (values, fields, tolerances, partial) */
+    cJSON *variants; /* follow-up variants it belongs to; NULL = every variant */
 } gr__pitem;
 
-typedef struct gr__point {
-    char id[48];
-    int section; /* index into rsec */
+typedef struct gr__claim { /* one idea of an item, stated in the text */
+    char id[64];
+    int item;
     double points;
-    gr__pat *pat;
-    int npat;
-    int use_negation;
-    const char *need;
-    const char *title;
+    gr__rel *rel;
+    int nrel;
+    int *denies; /* misconceptions whose denial states this idea */
+    int ndenies;
+    int *same; /* claims of other items that are the same idea: one sentence counts once */
+    int nsame;
     cJSON *variants; /* NULL = every variant */
-} gr__point;
+    const char *need;
+} gr__claim;
+
+enum { GR__BIND_GROUPS, GR__BIND_NUMBER, GR__BIND_ENUM, GR__BIND_MEASURED };
+
+typedef struct gr__bind { /* a measured value quoted in the text, bound to its quantity */
+    char id[64];
+    int item;
+    double points;
+    int type;
+    gr__slot quantity;  /* what the value is said to be ("DP group", "call index") */
+    gr__slot context;   /* must be named in the sentence or the one before ("Experiment B") */
+    int has_context;
+    cJSON *context_boxes; /* ...or the sentence stands in one of these boxes (FU3 is about D) */
+    const char *path;   /* facts it is checked against */
+    const char *rank_path; /* groups: when set, a rank named with the list must be this rank */
+    cJSON *values;      /* enum: {"measured value": "CONCEPT|CONCEPT", ...} */
+    double per_value;   /* measured: points per distinct verified value */
+    cJSON *ignore_paths;   /* measured: parts of the subtree that do not count ("config") */
+    cJSON *ignore_numbers; /* measured: numbers too common to verify anything (0, 1) */
+    cJSON *variants;    /* NULL = every variant */
+    const char *need;
+} gr__bind;
 
 typedef struct gr__misc {
-    char id[16];
+    char id[48];
+    int item;
+    int part;
     const char *title;
     double penalty;
-    gr__pat *pat;
-    int npat;
-    int *claims; /* claim-kind concepts whose wrong group lists fire this */
-    int nclaims;
-    cJSON *scope;  /* section ids */
-    cJSON *pairs;  /* rubric point ids this contradicts */
-    cJSON *refute; /* fact paths printed as the refutation */
+    gr__rel *rel;
+    int nrel;
+    cJSON *group_claims; /* [{"kind": "TP", "groups": "facts.groups.tp"}]: wrong lists fire it */
+    cJSON *not_in_boxes; /* box ids where it cannot fire (older boxes about other layouts) */
+    cJSON *refute;
+    cJSON *voids; /* claim ids ("M1.layout_rule") that earn nothing once it fired */
+    int *claims_unless; /* concepts that keep a sentence's group lists from firing it */
+    int nclaims_unless;
     const char *feedback;
     const char *citation;
 } gr__misc;
 
-typedef struct gr__evid {
-    char id[48];
-    int section;
-    double points, per_value;
-    const char *facts_path;
-    cJSON *ignore_paths;
-    cJSON *ignore_numbers;
-    const char *need;
-} gr__evid;
-
-typedef struct gr__quality {
-    char id[48];
+typedef struct gr__ritem { /* a rubric item: one of the seed's score points */
+    char id[16];
     int part;
-    double points;
-    cJSON *sections;
+    const char *title;
+    const char *seed;
     const char *need;
-} gr__quality;
-
-typedef struct gr__claimkind {
-    int concept;
-    const char *path; /* NULL: lists after this word are not group claims */
-} gr__claimkind;
+    double points;
+    cJSON *boxes; /* the box ids that ask for it */
+} gr__ritem;
 
 typedef struct gr__rules {
-    double negation_window, list_min_terms, density_cap, density_factor;
-    double floor_en_words, floor_cjk_chars, copy_overlap, penalty_cap, unlocked_factor;
-    double max_sentence_tokens, claim_distance;
+    double relation_window, bind_distance, max_claims_per_sentence, dedup_similarity;
+    double copy_overlap, list_min_concepts, list_coverage, penalty_cap, anaphor_reach;
+    double max_sentence_tokens, post_frame_sentence_tokens, list_function_ratio, list_min_words;
+    double short_sentence_words, hedge_factor;
 } gr__rules;
+
+/* The language rules, as concepts so that one matcher serves everything. */
+typedef struct gr__lang {
+    int neg, neg_except, deny_pre, deny_post, report, contrast, cond, cond_neg, brk, anaphor,
+        pred, weak_pred, function_words, prepositions, auxiliaries, verb_negators, amb_verb,
+        hedges;
+} gr__lang;
 
 typedef struct gr__rubric {
     cJSON *root;
+    const char *path;
     const char *lab, *question, *title, *version, *source_version;
     double max_main, max_followup;
     gr__rules rules;
+    gr__lang L;
     gr__concept *concepts;
     int nconcepts, capconcepts;
-    int c_neg, c_neg_except, c_connective;
-    gr__rsec *sec;
-    int nsec, capsec;
-    gr__point *points;
-    int npoints, cappoints;
+    gr__box *box;
+    int nbox, capbox;
+    gr__ritem *item;
+    int nitem, capitem;
+    gr__pitem *pred;
+    int npred, cappred;
+    gr__claim *claim;
+    int nclaim, capclaim;
+    gr__bind *bind;
+    int nbind, capbind;
     gr__misc *misc;
     int nmisc, capmisc;
-    gr__evid *evid;
-    int nevid, capevid;
-    gr__quality *quality;
-    int nquality, capquality;
-    gr__claimkind *claims;
-    int nclaims, capclaims;
-    cJSON *predictions; /* array, read when scoring (variant-dependent) */
-    cJSON *parts;       /* {"main": [...], "followup": [...]} heading keywords */
-    cJSON *variants;    /* {"F1": {"title", "question"}} */
+    cJSON *parts;    /* {"main": [...], "followup": [...]} heading keywords */
+    cJSON *variants; /* {"F1": {"title", "question"}} */
     cJSON *header_fields;
+    char *template_path;
 } gr__rubric;
 
 // ---------------------------------------------------------------------------------------------
@@ -510,32 +566,59 @@ typedef struct gr__rubric {
 typedef struct gr__match {
     int start, end; /* token range [start, end) */
     int alt;
-    int neg; /* a negator stands within the window before it */
+    int neg;    /* 1: under an odd number of plain negations ("not", "never", "不") */
+    int framed; /* 1: inside a denial or report frame ("a common myth is that ...") */
+    int hyp;    /* 1: inside a conditional antecedent or a question */
+    int clause; /* clause of its first token */
+    int prop;   /* proposition: its clause, or for a conditional antecedent ("if no assert
+                   fires,") the clause it conditions ("the config is consistent") */
 } gr__match;
+
+enum {
+    GR__IGN_NONE,
+    GR__IGN_COPY,
+    GR__IGN_DUP,
+    GR__IGN_LIST,
+    GR__IGN_FRAGMENT,
+    GR__IGN_LONG,
+    GR__IGN_UNGRADED
+};
+static const char *const gr__ignore_reason[] = {
+    "",
+    "copies the prompt",
+    "repeats an earlier sentence",
+    "a list of terms, not a statement",
+    "has no verb (a noun phrase or a bullet of keywords states nothing)",
+    "too long to be one sentence",
+    "stands in a box that is not graded"};
 
 typedef struct gr__sent {
     char *raw; /* as written (soft line breaks become spaces), trimmed */
     int line;
+    int box;     /* index into the rubric's boxes, -1 = a heading the rubric does not know */
+    int part;    /* part of the heading it stands under */
+    int in_list; /* a list item of the sheet */
+    int para;    /* paragraph (or list item) number: back-references stay inside one */
     char *norm;
     gr__tok *tok;
     int ntok;
     int words, cjk; /* English words and numbers, CJK characters */
     double *wpos;   /* wpos[i]: weighted position of token i (CJK 0.5, symbols 0, words 1) */
-    int *barriers;  /* barriers[i]: barrier tokens among tokens 0..i-1 */
-    int ignored;    /* 0, or why: 1 copy of the prompt/rubric, 2 list of terms, 3 too long */
-    gr__match **cm; /* per concept, computed on first use */
+    int *clause;    /* clause index of each token */
+    int *negd;      /* negations covering each token (plain negators) */
+    uint8_t *frame; /* 1: the token lies in the scope of a denial or report frame */
+    uint8_t *hyp;   /* 1: the token lies in a conditional antecedent */
+    int nclause;
+    int ignored;    /* 0, or why (GR__IGN_*) */
+    int dup_of;     /* line of the earlier sentence it repeats */
+    int has_pred;   /* holds a verb */
+    int anaphor;    /* refers back to the sentence before (its first words) */
+    int denied_by_next; /* the next sentence is "This is wrong." */
+    int question;
+    gr__match **cm; /* per concept */
     int *ncm;
+    uint8_t *void_clause; /* clauses that state a misconception: they earn nothing */
 } gr__sent;
-
-typedef struct gr__sec {
-    char *heading;
-    int line;
-    int part;
-    int rub; /* rubric section index, -1 if none */
-    gr__sent *sent;
-    int nsent, capsent;
-    int dropped; /* sentences beyond the per-section limit */
-} gr__sec;
 
 typedef struct gr__predblock {
     int part;
@@ -546,8 +629,9 @@ typedef struct gr__predblock {
 typedef struct gr__sheet {
     int present;
     int truncated;
-    gr__sec *sec;
-    int nsec, capsec;
+    gr__sent *sent;
+    int nsent, capsent;
+    int dropped;
     gr__predblock *pb;
     int npb, cappb;
     int has_header;
@@ -565,16 +649,19 @@ typedef struct gr__pv { /* one "key: value" of a pred block */
 } gr__pv;
 
 typedef struct gr__item {
-    char id[48];
-    const char *kind; /* pred | expl | misc | evid | quality */
-    const char *tag;  /* PRED | EXPL | MISC | EVID | QUAL */
+    char id[64];
+    char ritem[16];   /* the rubric item it belongs to ("M1"), "" for none */
+    const char *kind; /* item | pred | claim | evid | misc */
+    const char *tag;  /* ITEM | PRED | TEXT | EVID | MISC */
     int part;
     double score, max;
     int line;
     int fired;
     char *detail; /* short, on the table line */
-    gr__sb more;  /* further lines: excerpt, need, measured, citation */
+    gr__sb more;  /* further lines: excerpt, rule, need, measured, citation */
 } gr__item;
+
+struct gr__lockstate;
 
 struct gr__ctx {
     gr__chunk *chunks;
@@ -598,9 +685,13 @@ struct gr__ctx {
     int nitems, capitems;
     gr__sb warnings;
     /* prompt n-grams (copy detection) */
-    uint64_t *ngram;
+    uint64_t *ngram;       /* open-addressing table of prompt n-gram hashes */
+    uint64_t *ngram_boxes; /* per entry: the boxes whose prompt holds it (bit 63: every box) */
     size_t ngram_cap, ngram_n;
 };
+
+// ---------------------------------------------------------------------------------------------
+// >>rubric
 
 static void *gr__alloc(gr__ctx *c, size_t n) {
     n = (n + 15) & ~(size_t)15;
@@ -641,6 +732,7 @@ static void gr__ctx_free(gr__ctx *c) {
         if (c->iters[i] != NULL) cmark_iter_free(c->iters[i]);
     if (c->doc != NULL) cmark_node_free(c->doc);
     free(c->ngram);
+    free(c->ngram_boxes);
     gr__chunk *ch = c->chunks;
     while (ch != NULL) {
         gr__chunk *next = ch->next;
@@ -667,9 +759,6 @@ static void gr__warn(gr__ctx *c, const char *fmt, ...) {
     gr__sb_add(c, &c->warnings, buf);
     gr__sb_add(c, &c->warnings, "\n");
 }
-
-// ---------------------------------------------------------------------------------------------
-// >>rubric loading
 
 static const char *gr__jstr(const cJSON *o, const char *key, const char *def) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
@@ -745,193 +834,409 @@ static gr__concept *gr__new_concept(gr__ctx *c, const char *id) {
     return k;
 }
 
-static void gr__load_concepts(gr__ctx *c, const cJSON *root) {
-    const cJSON *concepts = cJSON_GetObjectItemCaseSensitive(root, "concepts");
-    if (!cJSON_IsObject(concepts))
-        gr__fail(c, MC_ERR_INVALID_DESC,
-                 "rubric: \"concepts\" must be an object of concept groups");
-    const cJSON *g;
-    cJSON_ArrayForEach(g, concepts) {
-        char where[128];
-        gr__concept *k = gr__new_concept(c, g->string);
-        if (cJSON_IsArray(g)) {
-            snprintf(where, sizeof where, "concepts.%s", g->string);
-            gr__add_alts(c, k, g, where);
-        } else if (cJSON_IsObject(g)) {
-            static const char *const langs[] = {"en", "zh", "re"};
-            for (int i = 0; i < 3; i++) {
-                snprintf(where, sizeof where, "concepts.%s.%s", g->string, langs[i]);
-                const cJSON *list = cJSON_GetObjectItemCaseSensitive(g, langs[i]);
-                if (i == 2 && list != NULL) { /* "re": patterns without the "re:" prefix */
-                    const cJSON *v;
-                    cJSON_ArrayForEach(v, list) {
-                        if (!cJSON_IsString(v))
-                            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s must hold strings", where);
-                        char buf[1024];
-                        snprintf(buf, sizeof buf, "re:%s", v->valuestring);
-                        gr__add_alt(c, k, buf);
-                    }
-                } else {
-                    gr__add_alts(c, k, list, where);
-                }
+/* A list of strings, or an object {"en": [...], "zh": [...], "re": [...]} ("re" entries are
+   POSIX extended regular expressions over the normalised text). */
+static void gr__add_concept_spec(gr__ctx *c, gr__concept *k, const cJSON *g, const char *where) {
+    char w[160];
+    if (cJSON_IsArray(g)) {
+        gr__add_alts(c, k, g, where);
+    } else if (cJSON_IsObject(g)) {
+        static const char *const langs[] = {"en", "zh", "re"};
+        for (int i = 0; i < 3; i++) {
+            snprintf(w, sizeof w, "%s.%s", where, langs[i]);
+            const cJSON *list = cJSON_GetObjectItemCaseSensitive(g, langs[i]);
+            if (list == NULL) continue;
+            if (i < 2) {
+                gr__add_alts(c, k, list, w);
+                continue;
             }
-        } else {
-            gr__fail(c, MC_ERR_INVALID_DESC,
-                     "rubric: concepts.%s must be a list or an object {en, zh, re}", g->string);
+            const cJSON *v;
+            cJSON_ArrayForEach(v, list) {
+                if (!cJSON_IsString(v))
+                    gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s must hold strings", w);
+                gr__sb b = {0};
+                gr__sb_printf(c, &b, "re:%s", v->valuestring);
+                gr__add_alt(c, k, b.s);
+            }
         }
+    } else if (g != NULL) {
+        gr__fail(c, MC_ERR_INVALID_DESC,
+                 "rubric: %s must be a list of phrases or an object {en, zh, re}", where);
+    }
+}
+
+static void gr__load_lexicon(gr__ctx *c, const cJSON *root) {
+    const cJSON *lex = cJSON_GetObjectItemCaseSensitive(root, "lexicon");
+    if (!cJSON_IsObject(lex))
+        gr__fail(c, MC_ERR_INVALID_DESC, "rubric: \"lexicon\" must be an object of concepts");
+    const cJSON *g;
+    cJSON_ArrayForEach(g, lex) {
+        char where[96];
+        snprintf(where, sizeof where, "lexicon.%s", g->string);
+        gr__concept *k = gr__new_concept(c, g->string);
+        k->lexical = 1;
+        gr__add_concept_spec(c, k, g, where);
         if (k->nalt == 0)
-            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: concept %s has no alternatives", k->id);
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: concept %s has no phrases", k->id);
     }
-    /* The language rules become concepts too, so one matcher serves everything. */
-    const cJSON *text = cJSON_GetObjectItemCaseSensitive(root, "text");
-    static const char *const special[3][2] = {{"__NEG", "negators"},
-                                              {"__NEG_EXCEPT", "negator_exceptions"},
-                                              {"__CONNECTIVE", "connectives"}};
-    for (int i = 0; i < 3; i++) {
-        gr__concept *k = gr__new_concept(c, special[i][0]);
-        char where[64];
-        snprintf(where, sizeof where, "text.%s", special[i][1]);
-        gr__add_alts(c, k, cJSON_GetObjectItemCaseSensitive(text, special[i][1]), where);
+}
+
+/* The language rules become concepts named "__<rule>". A rule that is missing is an empty
+   concept (it never matches). */
+static void gr__load_language(gr__ctx *c, const cJSON *root) {
+    const cJSON *lang = cJSON_GetObjectItemCaseSensitive(root, "language");
+    if (!cJSON_IsObject(lang))
+        gr__fail(c, MC_ERR_INVALID_DESC,
+                 "rubric: \"language\" must be an object (include labs/rubric/common/"
+                 "language.json)");
+    static const char *const names[] = {
+        "negators",        "negator_exceptions", "denial_before",      "denial_after",
+        "report_frames",   "contrast_markers",   "conditional_markers", "negative_conditionals",
+        "clause_breaks",   "anaphors",           "predicates",         "weak_predicates",
+        "function_words",  "prepositions",       "auxiliaries",        "verb_negators",
+        "ambiguous_verbs", "hedges"};
+    int *slots[] = {&c->R.L.neg,       &c->R.L.neg_except, &c->R.L.deny_pre, &c->R.L.deny_post,
+                    &c->R.L.report,    &c->R.L.contrast,   &c->R.L.cond,     &c->R.L.cond_neg,
+                    &c->R.L.brk,       &c->R.L.anaphor,    &c->R.L.pred,     &c->R.L.weak_pred,
+                    &c->R.L.function_words, &c->R.L.prepositions, &c->R.L.auxiliaries,
+                    &c->R.L.verb_negators, &c->R.L.amb_verb, &c->R.L.hedges};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char id[48], where[96];
+        snprintf(id, sizeof id, "__%s", names[i]);
+        snprintf(where, sizeof where, "language.%s", names[i]);
+        gr__concept *k = gr__new_concept(c, id);
+        gr__add_concept_spec(c, k, cJSON_GetObjectItemCaseSensitive(lang, names[i]), where);
+        *slots[i] = (int)(k - c->R.concepts);
     }
-    c->R.c_neg = gr__concept_index(&c->R, "__NEG");
-    c->R.c_neg_except = gr__concept_index(&c->R, "__NEG_EXCEPT");
-    c->R.c_connective = gr__concept_index(&c->R, "__CONNECTIVE");
 }
 
 static int gr__need_concept(gr__ctx *c, const char *id, const char *where) {
     int k = gr__concept_index(&c->R, id);
-    if (k < 0)
+    if (k < 0 || !c->R.concepts[k].lexical)
         gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s names unknown concept \"%s\"", where, id);
     return k;
 }
 
-/* "ADJ|STRIDED" -> the two concept indices. */
-static void gr__parse_slot(gr__ctx *c, const char *spec, gr__slot *slot, const char *where) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", spec);
-    int cap = 0;
-    for (char *save = NULL, *p = strtok_r(buf, "|", &save); p != NULL;
-         p = strtok_r(NULL, "|", &save))
-        *GR__PUSH(c, slot->concepts, slot->n, cap) = gr__need_concept(c, p, where);
-    if (slot->n == 0)
-        gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s has an empty concept slot", where);
+static char *gr__trim_ws(char *s) {
+    while (isspace((unsigned char)*s))
+        s++;
+    size_t n = strlen(s);
+    while (n > 0 && isspace((unsigned char)s[n - 1]))
+        s[--n] = '\0';
+    return s;
 }
 
-static void gr__parse_patterns(gr__ctx *c, const cJSON *list, gr__pat **out, int *nout,
-                               const char *where, int mark_terms) {
+/* "!EVERY_RANK|ALL_RANKS": prefixes ! (must be denied), ~ (either polarity), ? (must stand in a
+   conditional antecedent), * (antecedent or not); then concepts separated by |. */
+static void gr__parse_slot(gr__ctx *c, const char *spec, gr__slot *slot, int def_hyp,
+                           const char *where) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", spec);
+    char *p = gr__trim_ws(buf);
+    memset(slot, 0, sizeof *slot);
+    slot->pol = GR__POL_ASSERTED;
+    slot->hyp = def_hyp;
+    slot->spec = gr__strdup(c, p);
+    for (;; p++) {
+        if (*p == '!')
+            slot->pol = GR__POL_NEGATED;
+        else if (*p == '~')
+            slot->pol = GR__POL_ANY;
+        else if (*p == '?')
+            slot->hyp = GR__HYP_ONLY;
+        else if (*p == '*')
+            slot->hyp = GR__HYP_ANY;
+        else
+            break;
+    }
     int cap = 0;
-    *out = NULL;
-    *nout = 0;
-    if (list == NULL) return;
-    if (!cJSON_IsArray(list))
-        gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s.patterns must be a list", where);
-    const cJSON *p;
-    cJSON_ArrayForEach(p, list) {
-        gr__pat *pat = GR__PUSH(c, *out, *nout, cap);
-        memset(pat, 0, sizeof *pat);
-        const cJSON *all = cJSON_GetObjectItemCaseSensitive(p, "all");
+    for (char *save = NULL, *t = strtok_r(p, "|", &save); t != NULL; t = strtok_r(NULL, "|", &save))
+        *GR__PUSH(c, slot->concepts, slot->n, cap) = gr__need_concept(c, gr__trim_ws(t), where);
+    if (slot->n == 0)
+        gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s has an empty concept slot \"%s\"", where, spec);
+}
+
+typedef struct gr__reldefaults {
+    double window;
+    int clause, backref, hyp;
+} gr__reldefaults;
+
+/* A relation: "A + B + !C" or {"all": ["A", "B"], "window": 20, "clause": true, ...}. */
+static void gr__parse_rel(gr__ctx *c, const cJSON *j, gr__rel *r, const gr__reldefaults *d,
+                          const char *where) {
+    memset(r, 0, sizeof *r);
+    r->window = d->window;
+    r->clause = d->clause;
+    r->backref = d->backref;
+    r->agent = r->verb = -1;
+    gr__sb text = {0};
+    if (cJSON_IsString(j)) {
+        char *buf = gr__strdup(c, j->valuestring);
+        for (char *save = NULL, *t = strtok_r(buf, "+", &save); t != NULL;
+             t = strtok_r(NULL, "+", &save)) {
+            if (r->nslot >= GR__MAX_SLOTS)
+                gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s: more than %d slots", where,
+                         GR__MAX_SLOTS);
+            gr__parse_slot(c, t, &r->slot[r->nslot++], d->hyp, where);
+        }
+    } else if (cJSON_IsObject(j)) {
+        const cJSON *all = cJSON_GetObjectItemCaseSensitive(j, "all");
         if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) == 0)
             gr__fail(c, MC_ERR_INVALID_DESC,
-                     "rubric: %s: each pattern needs \"all\": [concept, ...] (one or more)", where);
-        int scap = 0;
+                     "rubric: %s: a relation needs \"all\": [slot, ...] (one or more)", where);
         const cJSON *s;
         cJSON_ArrayForEach(s, all) {
-            if (!cJSON_IsString(s))
-                gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s: \"all\" holds concept names", where);
-            gr__slot *slot = GR__PUSH(c, pat->slot, pat->nslot, scap);
-            memset(slot, 0, sizeof *slot);
-            gr__parse_slot(c, s->valuestring, slot, where);
-            if (mark_terms)
-                for (int i = 0; i < slot->n; i++)
-                    c->R.concepts[slot->concepts[i]].is_term = 1;
+            if (!cJSON_IsString(s) || r->nslot >= GR__MAX_SLOTS)
+                gr__fail(c, MC_ERR_INVALID_DESC,
+                         "rubric: %s: \"all\" holds at most %d slot strings", where,
+                         GR__MAX_SLOTS);
+            gr__parse_slot(c, s->valuestring, &r->slot[r->nslot++], d->hyp, where);
         }
-        int ucap = 0;
-        const cJSON *un = cJSON_GetObjectItemCaseSensitive(p, "unless");
-        cJSON_ArrayForEach(s, un) {
+        int cap = 0;
+        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(j, "unless")) {
             if (cJSON_IsString(s))
-                *GR__PUSH(c, pat->unless, pat->nunless, ucap) =
+                *GR__PUSH(c, r->unless, r->nunless, cap) =
                     gr__need_concept(c, s->valuestring, where);
         }
-        pat->window = (int)gr__jnum(p, "window", 0);
-        pat->ordered = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "ordered"));
-        pat->negated = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "negated"));
-        pat->clause = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "clause"));
-    }
-}
-
-static int gr__rsec_index(const gr__rubric *R, const char *id) {
-    for (int i = 0; i < R->nsec; i++)
-        if (strcasecmp(R->sec[i].id, id) == 0) return i;
-    return -1;
-}
-
-static void gr__load_sections(gr__ctx *c, const cJSON *root) {
-    const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "sections");
-    if (!cJSON_IsArray(list))
+        r->window = gr__jnum(j, "window", d->window);
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "clause");
+        if (cJSON_IsBool(b)) r->clause = cJSON_IsTrue(b);
+        b = cJSON_GetObjectItemCaseSensitive(j, "ordered");
+        if (cJSON_IsBool(b)) r->ordered = cJSON_IsTrue(b);
+        b = cJSON_GetObjectItemCaseSensitive(j, "backref");
+        if (cJSON_IsBool(b)) r->backref = cJSON_IsTrue(b);
+        const cJSON *ag = cJSON_GetObjectItemCaseSensitive(j, "agent");
+        if (ag != NULL) {
+            const cJSON *a0 = cJSON_GetArrayItem(ag, 0), *a1 = cJSON_GetArrayItem(ag, 1);
+            if (!cJSON_IsArray(ag) || !cJSON_IsNumber(a0) || !cJSON_IsNumber(a1) ||
+                a0->valueint < 0 || a1->valueint < 0 || a0->valueint >= r->nslot ||
+                a1->valueint >= r->nslot || a0->valueint == a1->valueint)
+                gr__fail(c, MC_ERR_INVALID_DESC,
+                         "rubric: %s: \"agent\" is [doer slot, verb slot], two slot indices", where);
+            r->agent = a0->valueint;
+            r->verb = a1->valueint;
+        }
+    } else {
         gr__fail(c, MC_ERR_INVALID_DESC,
-                 "rubric: \"sections\" must be a list of {id, part, title}");
-    const cJSON *s;
-    cJSON_ArrayForEach(s, list) {
-        const char *id = gr__jstr(s, "id", NULL);
-        if (id == NULL || strlen(id) >= 16)
-            gr__fail(c, MC_ERR_INVALID_DESC,
-                     "rubric: every section needs an \"id\" (under 16 characters)");
-        gr__rsec *r = GR__PUSH(c, c->R.sec, c->R.nsec, c->R.capsec);
-        memset(r, 0, sizeof *r);
-        snprintf(r->id, sizeof r->id, "%s", id);
-        r->part = gr__part_from_name(gr__jstr(s, "part", NULL));
-        if (r->part == GR__PART_OTHER)
-            gr__fail(c, MC_ERR_INVALID_DESC,
-                     "rubric: section %s: \"part\" must be \"main\" or \"followup\"", id);
-        r->title = gr__jstr(s, "title", "");
-        r->prompt = gr__jstr(s, "prompt", "");
-        r->kind = gr__jstr(s, "kind", "expl");
+                 "rubric: %s: a relation is \"A + B\" or {\"all\": [\"A\", \"B\"], ...}", where);
     }
+    if (r->nslot == 0) gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s: an empty relation", where);
+    for (int i = 0; i < r->nslot; i++)
+        gr__sb_printf(c, &text, "%s%s", i ? " + " : "", r->slot[i].spec);
+    r->text = text.s;
 }
 
-static int gr__need_section(gr__ctx *c, const cJSON *o, const char *where) {
-    const char *sid = gr__jstr(o, "section", NULL);
-    int si = sid != NULL ? gr__rsec_index(&c->R, sid) : -1;
-    if (si < 0)
-        gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s: \"section\" (%s) is not one of the sections",
-                 where, sid != NULL ? sid : "missing");
-    return si;
+static void gr__parse_rels(gr__ctx *c, const cJSON *list, gr__rel **out, int *n,
+                           const gr__reldefaults *d, const char *where) {
+    int cap = 0;
+    *out = NULL;
+    *n = 0;
+    if (list == NULL) return;
+    if (!cJSON_IsArray(list))
+        gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s.relations must be a list", where);
+    const cJSON *j;
+    cJSON_ArrayForEach(j, list) gr__parse_rel(c, j, GR__PUSH(c, *out, *n, cap), d, where);
 }
 
 static void gr__copy_id(gr__ctx *c, char *dst, size_t cap, const cJSON *o, const char *what) {
     const char *id = gr__jstr(o, "id", NULL);
-    if (id == NULL || strlen(id) >= cap)
+    if (id == NULL || id[0] == '\0' || strlen(id) >= cap)
         gr__fail(c, MC_ERR_INVALID_DESC,
                  "rubric: every %s needs an \"id\" shorter than %zu characters", what, cap);
     snprintf(dst, cap, "%s", id);
 }
 
-static void gr__load_points(gr__ctx *c, const cJSON *root) {
-    const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(root, "points")) {
-        gr__point *pt = GR__PUSH(c, c->R.points, c->R.npoints, c->R.cappoints);
-        memset(pt, 0, sizeof *pt);
-        gr__copy_id(c, pt->id, sizeof pt->id, p, "point");
-        char where[64];
-        snprintf(where, sizeof where, "point %s", pt->id);
-        pt->section = gr__need_section(c, p, where);
-        pt->points = gr__jnum(p, "points", -1);
-        if (!(pt->points >= 0))
-            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: point %s needs \"points\" >= 0", pt->id);
-        gr__parse_patterns(c, cJSON_GetObjectItemCaseSensitive(p, "patterns"), &pt->pat, &pt->npat,
-                           pt->id, 1);
-        if (pt->npat == 0)
-            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: point %s needs at least one pattern", pt->id);
-        const cJSON *neg = cJSON_GetObjectItemCaseSensitive(p, "negation");
-        pt->use_negation = !cJSON_IsFalse(neg);
-        pt->need = gr__jstr(p, "need", "");
-        pt->title = gr__jstr(p, "title", "");
-        pt->variants = cJSON_GetObjectItemCaseSensitive(p, "variants");
+static int gr__item_index(const gr__rubric *R, const char *id) {
+    for (int i = 0; id != NULL && i < R->nitem; i++)
+        if (strcmp(R->item[i].id, id) == 0) return i;
+    return -1;
+}
+
+static int gr__misc_index(const gr__rubric *R, const char *id) {
+    for (int i = 0; id != NULL && i < R->nmisc; i++)
+        if (strcmp(R->misc[i].id, id) == 0) return i;
+    return -1;
+}
+
+static void gr__load_boxes(gr__ctx *c, const cJSON *root) {
+    const cJSON *b;
+    cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(root, "boxes")) {
+        gr__box *x = GR__PUSH(c, c->R.box, c->R.nbox, c->R.capbox);
+        memset(x, 0, sizeof *x);
+        gr__copy_id(c, x->id, sizeof x->id, b, "box");
+        x->part = gr__part_from_name(gr__jstr(b, "part", NULL));
+        if (x->part == GR__PART_OTHER)
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: box %s: \"part\" must be main or followup",
+                     x->id);
+        x->title = gr__jstr(b, "title", "");
+        x->prompt = gr__jstr(b, "prompt", NULL);
+        x->graded = !cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(b, "graded"));
+        x->match = cJSON_GetObjectItemCaseSensitive(b, "match");
     }
+}
+
+static void gr__load_predictions(gr__ctx *c, const cJSON *list, int item) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, list) {
+        gr__pitem *p = GR__PUSH(c, c->R.pred, c->R.npred, c->R.cappred);
+        memset(p, 0, sizeof *p);
+        const char *key = gr__jstr(x, "key", NULL);
+        if (key == NULL || strlen(key) >= sizeof p->key)
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: item %s: a prediction needs a \"key\"",
+                     c->R.item[item].id);
+        snprintf(p->key, sizeof p->key, "%s", key);
+        snprintf(p->id, sizeof p->id, "%s.%s", c->R.item[item].id, key);
+        p->item = item;
+        const char *block = gr__jstr(x, "block", NULL);
+        p->block = block != NULL ? gr__part_from_name(block) : c->R.item[item].part;
+        if (p->block == GR__PART_OTHER) p->block = GR__PART_MAIN;
+        p->type = gr__jstr(x, "type", "exact");
+        p->path = gr__jstr(x, "path", "");
+        p->points = gr__jnum(x, "points", -1);
+        if (!(p->points >= 0))
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: prediction %s needs \"points\" >= 0", p->id);
+        p->spec = (cJSON *)x;
+        p->variants = cJSON_GetObjectItemCaseSensitive(x, "variants");
+    }
+}
+
+static void gr__load_claims(gr__ctx *c, const cJSON *list, int item) {
+    const cJSON *x;
+    gr__reldefaults d = {c->R.rules.relation_window, 0, 1, GR__HYP_NO};
+    cJSON_ArrayForEach(x, list) {
+        gr__claim *k = GR__PUSH(c, c->R.claim, c->R.nclaim, c->R.capclaim);
+        memset(k, 0, sizeof *k);
+        char id[48];
+        gr__copy_id(c, id, sizeof id, x, "claim");
+        snprintf(k->id, sizeof k->id, "%s.%s", c->R.item[item].id, id);
+        k->item = item;
+        k->points = gr__jnum(x, "points", -1);
+        if (!(k->points >= 0))
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: claim %s needs \"points\" >= 0", k->id);
+        gr__parse_rels(c, cJSON_GetObjectItemCaseSensitive(x, "relations"), &k->rel, &k->nrel, &d,
+                       k->id);
+        k->need = gr__jstr(x, "need", "");
+        k->variants = cJSON_GetObjectItemCaseSensitive(x, "variants");
+        /* "denies": misconceptions are loaded later; their ids are resolved then */
+    }
+}
+
+static void gr__load_bindings(gr__ctx *c, const cJSON *list, int item) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, list) {
+        gr__bind *b = GR__PUSH(c, c->R.bind, c->R.nbind, c->R.capbind);
+        memset(b, 0, sizeof *b);
+        char id[48];
+        gr__copy_id(c, id, sizeof id, x, "evidence binding");
+        snprintf(b->id, sizeof b->id, "%s.%s", c->R.item[item].id, id);
+        b->item = item;
+        b->points = gr__jnum(x, "points", -1);
+        if (!(b->points >= 0))
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: evidence %s needs \"points\" >= 0", b->id);
+        const char *type = gr__jstr(x, "type", "number");
+        b->type = !strcmp(type, "groups") ? GR__BIND_GROUPS
+                  : !strcmp(type, "enum") ? GR__BIND_ENUM
+                  : !strcmp(type, "number") ? GR__BIND_NUMBER
+                  : !strcmp(type, "measured") ? GR__BIND_MEASURED
+                                            : -1;
+        if (b->type < 0)
+            gr__fail(c, MC_ERR_INVALID_DESC,
+                     "rubric: evidence %s: \"type\" must be groups, number, enum or measured "
+                     "(got %s)", b->id, type);
+        const char *q = gr__jstr(x, "quantity", NULL);
+        if (q == NULL && b->type != GR__BIND_ENUM && b->type != GR__BIND_MEASURED)
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: evidence %s needs a \"quantity\" slot",
+                     b->id);
+        if (q != NULL) {
+            gr__parse_slot(c, q, &b->quantity, GR__HYP_NO, b->id);
+        } else if (b->type == GR__BIND_MEASURED) {
+            /* no quantity named: any term of the lexicon beside the value says what it is */
+            memset(&b->quantity, 0, sizeof b->quantity);
+            b->quantity.pol = GR__POL_ANY;
+            b->quantity.hyp = GR__HYP_NO;
+            b->quantity.spec = "a term of the lexicon";
+            int qcap = 0;
+            for (int k = 0; k < c->R.nconcepts; k++)
+                if (c->R.concepts[k].lexical)
+                    *GR__PUSH(c, b->quantity.concepts, b->quantity.n, qcap) = k;
+        }
+        b->per_value = gr__jnum(x, "per_value", b->points);
+        b->ignore_paths = cJSON_GetObjectItemCaseSensitive(x, "ignore_paths");
+        b->ignore_numbers = cJSON_GetObjectItemCaseSensitive(x, "ignore_numbers");
+        const char *ctxs = gr__jstr(x, "context", NULL);
+        if (ctxs != NULL) {
+            gr__parse_slot(c, ctxs, &b->context, GR__HYP_ANY, b->id);
+            b->context.pol = GR__POL_ANY;
+            b->has_context = 1;
+        }
+        b->context_boxes = cJSON_GetObjectItemCaseSensitive(x, "context_boxes");
+        b->path = gr__jstr(x, "path", NULL);
+        if (b->path == NULL)
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: evidence %s needs a \"path\"", b->id);
+        b->rank_path = gr__jstr(x, "rank_path", NULL);
+        b->values = cJSON_GetObjectItemCaseSensitive(x, "values");
+        if (b->type == GR__BIND_ENUM) {
+            if (!cJSON_IsObject(b->values))
+                gr__fail(c, MC_ERR_INVALID_DESC,
+                         "rubric: evidence %s: an enum needs \"values\": {value: \"CONCEPT|...\"}",
+                         b->id);
+            const cJSON *v;
+            cJSON_ArrayForEach(v, b->values) {
+                gr__slot tmp;
+                if (!cJSON_IsString(v))
+                    gr__fail(c, MC_ERR_INVALID_DESC, "rubric: evidence %s: values hold slot strings",
+                             b->id);
+                gr__parse_slot(c, v->valuestring, &tmp, GR__HYP_NO, b->id); /* checks names */
+            }
+        }
+        b->need = gr__jstr(x, "need", "");
+        b->variants = cJSON_GetObjectItemCaseSensitive(x, "variants");
+    }
+}
+
+static void gr__load_items(gr__ctx *c, const cJSON *root) {
+    const cJSON *x;
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(root, "items");
+    if (!cJSON_IsArray(items) || cJSON_GetArraySize(items) == 0)
+        gr__fail(c, MC_ERR_INVALID_DESC, "rubric: \"items\" must be a non-empty list");
+    cJSON_ArrayForEach(x, items) {
+        gr__ritem *it = GR__PUSH(c, c->R.item, c->R.nitem, c->R.capitem);
+        memset(it, 0, sizeof *it);
+        gr__copy_id(c, it->id, sizeof it->id, x, "item");
+        if (strchr(it->id, '.') != NULL)
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: item id %s may not contain a dot", it->id);
+        for (int i = 0; i + 1 < c->R.nitem; i++)
+            if (strcmp(c->R.item[i].id, it->id) == 0)
+                gr__fail(c, MC_ERR_INVALID_DESC, "rubric: item %s is defined twice", it->id);
+        it->part = gr__part_from_name(gr__jstr(x, "part", NULL));
+        if (it->part == GR__PART_OTHER)
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: item %s: \"part\" must be main or followup",
+                     it->id);
+        it->title = gr__jstr(x, "title", "");
+        it->seed = gr__jstr(x, "seed", "");
+        it->need = gr__jstr(x, "need", "");
+        it->points = gr__jnum(x, "points", -1);
+        if (!(it->points > 0))
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: item %s needs \"points\" > 0", it->id);
+        it->boxes = cJSON_GetObjectItemCaseSensitive(x, "boxes");
+        int idx = c->R.nitem - 1;
+        gr__load_predictions(c, cJSON_GetObjectItemCaseSensitive(x, "predictions"), idx);
+        gr__load_claims(c, cJSON_GetObjectItemCaseSensitive(x, "claims"), idx);
+        gr__load_bindings(c, cJSON_GetObjectItemCaseSensitive(x, "evidence"), idx);
+    }
+    double sum[2] = {0, 0};
+    for (int i = 0; i < c->R.nitem; i++)
+        sum[c->R.item[i].part] += c->R.item[i].points;
+    if (fabs(sum[0] - c->R.max_main) > 1e-9 || fabs(sum[1] - c->R.max_followup) > 1e-9)
+        gr__fail(c, MC_ERR_INVALID_DESC,
+                 "rubric: the items' points add up to %g (main) + %g (follow-up), but \"max\" says "
+                 "%g + %g",
+                 sum[0], sum[1], c->R.max_main, c->R.max_followup);
 }
 
 static void gr__load_misconceptions(gr__ctx *c, const cJSON *root) {
     const cJSON *p;
+    gr__reldefaults d = {c->R.rules.relation_window, 1, 0, GR__HYP_NO};
     cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(root, "misconceptions")) {
         gr__misc *m = GR__PUSH(c, c->R.misc, c->R.nmisc, c->R.capmisc);
         memset(m, 0, sizeof *m);
@@ -941,84 +1246,439 @@ static void gr__load_misconceptions(gr__ctx *c, const cJSON *root) {
         if (!(m->penalty >= 0))
             gr__fail(c, MC_ERR_INVALID_DESC, "rubric: misconception %s needs \"penalty\" >= 0",
                      m->id);
-        gr__parse_patterns(c, cJSON_GetObjectItemCaseSensitive(p, "patterns"), &m->pat, &m->npat,
-                           m->id, 0);
-        int cap = 0;
-        const cJSON *k;
-        cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(p, "claims")) {
-            if (cJSON_IsString(k))
-                *GR__PUSH(c, m->claims, m->nclaims, cap) =
-                    gr__need_concept(c, k->valuestring, m->id);
+        m->item = gr__item_index(&c->R, gr__jstr(p, "item", NULL));
+        if (m->item < 0)
+            gr__fail(c, MC_ERR_INVALID_DESC,
+                     "rubric: misconception %s: \"item\" must name the item it costs", m->id);
+        m->part = c->R.item[m->item].part;
+        gr__parse_rels(c, cJSON_GetObjectItemCaseSensitive(p, "relations"), &m->rel, &m->nrel, &d,
+                       m->id);
+        m->group_claims = cJSON_GetObjectItemCaseSensitive(p, "group_claims");
+        const cJSON *g;
+        cJSON_ArrayForEach(g, m->group_claims) {
+            gr__slot tmp;
+            gr__parse_slot(c, gr__jstr(g, "kind", "?"), &tmp, GR__HYP_NO, m->id);
+            if (gr__jstr(g, "groups", NULL) == NULL)
+                gr__fail(c, MC_ERR_INVALID_DESC,
+                         "rubric: misconception %s: a group claim needs \"groups\" (a path)", m->id);
         }
-        if (m->npat == 0 && m->nclaims == 0)
-            gr__fail(c, MC_ERR_INVALID_DESC, "rubric: misconception %s needs patterns or claims",
-                     m->id);
-        m->scope = cJSON_GetObjectItemCaseSensitive(p, "sections");
-        m->pairs = cJSON_GetObjectItemCaseSensitive(p, "pairs_with");
+        if (m->nrel == 0 && cJSON_GetArraySize(m->group_claims) == 0)
+            gr__fail(c, MC_ERR_INVALID_DESC,
+                     "rubric: misconception %s needs relations or group_claims", m->id);
+        m->not_in_boxes = cJSON_GetObjectItemCaseSensitive(p, "not_in_boxes");
         m->refute = cJSON_GetObjectItemCaseSensitive(p, "refute");
+        m->voids = cJSON_GetObjectItemCaseSensitive(p, "voids");
+        int ucap = 0;
+        const cJSON *cu;
+        cJSON_ArrayForEach(cu, cJSON_GetObjectItemCaseSensitive(p, "claims_unless")) {
+            if (cJSON_IsString(cu))
+                *GR__PUSH(c, m->claims_unless, m->nclaims_unless, ucap) =
+                    gr__need_concept(c, cu->valuestring, m->id);
+        }
         m->feedback = gr__jstr(p, "feedback", "");
         m->citation = gr__jstr(p, "citation", "");
     }
-}
-
-static void gr__load_evidence_quality(gr__ctx *c, const cJSON *root) {
-    const cJSON *p;
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(root, "evidence")) {
-        gr__evid *e = GR__PUSH(c, c->R.evid, c->R.nevid, c->R.capevid);
-        memset(e, 0, sizeof *e);
-        gr__copy_id(c, e->id, sizeof e->id, p, "evidence item");
-        char where[64];
-        snprintf(where, sizeof where, "evidence %s", e->id);
-        e->section = gr__need_section(c, p, where);
-        e->points = gr__jnum(p, "points", 1.0);
-        e->per_value = gr__jnum(p, "per_value", 0.5);
-        e->facts_path = gr__jstr(p, "facts", "facts");
-        e->ignore_paths = cJSON_GetObjectItemCaseSensitive(p, "ignore_paths");
-        e->ignore_numbers = cJSON_GetObjectItemCaseSensitive(p, "ignore_numbers");
-        e->need = gr__jstr(p, "need", "");
+    /* now the claims' "denies" can be resolved */
+    const cJSON *it;
+    int ci = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(root, "items")) {
+        const cJSON *cl;
+        cJSON_ArrayForEach(cl, cJSON_GetObjectItemCaseSensitive(it, "claims")) {
+            gr__claim *k = &c->R.claim[ci++];
+            int cap = 0;
+            const cJSON *dn;
+            cJSON_ArrayForEach(dn, cJSON_GetObjectItemCaseSensitive(cl, "denies")) {
+                int mi = cJSON_IsString(dn) ? gr__misc_index(&c->R, dn->valuestring) : -1;
+                if (mi < 0)
+                    gr__fail(c, MC_ERR_INVALID_DESC,
+                             "rubric: claim %s denies unknown misconception %s", k->id,
+                             cJSON_IsString(dn) ? dn->valuestring : "?");
+                *GR__PUSH(c, k->denies, k->ndenies, cap) = mi;
+            }
+            if (k->nrel == 0 && k->ndenies == 0)
+                gr__fail(c, MC_ERR_INVALID_DESC, "rubric: claim %s needs relations or denies",
+                         k->id);
+            const cJSON *si;
+            int scap = 0;
+            cJSON_ArrayForEach(si, cJSON_GetObjectItemCaseSensitive(cl, "same_idea_as")) {
+                int found = -1;
+                for (int j = 0; cJSON_IsString(si) && j < c->R.nclaim && found < 0; j++)
+                    if (strcmp(c->R.claim[j].id, si->valuestring) == 0) found = j;
+                if (found < 0 || found == ci - 1)
+                    gr__fail(c, MC_ERR_INVALID_DESC, "rubric: claim %s: same_idea_as names no other "
+                             "claim (%s)", k->id, cJSON_IsString(si) ? si->valuestring : "?");
+                *GR__PUSH(c, k->same, k->nsame, scap) = found;
+            }
+        }
     }
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(root, "quality")) {
-        gr__quality *q = GR__PUSH(c, c->R.quality, c->R.nquality, c->R.capquality);
-        memset(q, 0, sizeof *q);
-        gr__copy_id(c, q->id, sizeof q->id, p, "quality item");
-        q->part = gr__part_from_name(gr__jstr(p, "part", "followup"));
-        q->points = gr__jnum(p, "points", 0.5);
-        q->sections = cJSON_GetObjectItemCaseSensitive(p, "sections");
-        q->need = gr__jstr(p, "need", "");
-    }
-    cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(root, "claim_kinds")) {
-        gr__claimkind *k = GR__PUSH(c, c->R.claims, c->R.nclaims, c->R.capclaims);
-        k->concept = gr__need_concept(c, gr__jstr(p, "concept", "?"), "claim_kinds");
-        k->path = gr__jstr(p, "path", NULL);
+    /* the link goes both ways */
+    for (int a = 0; a < c->R.nclaim; a++)
+        for (int i = 0; i < c->R.claim[a].nsame; i++) {
+            gr__claim *b = &c->R.claim[c->R.claim[a].same[i]];
+            int back = 0, cap = b->nsame;
+            for (int j = 0; j < b->nsame && !back; j++)
+                back = b->same[j] == a;
+            if (!back) *GR__PUSH(c, b->same, b->nsame, cap) = a;
+        }
+    for (int mi = 0; mi < c->R.nmisc; mi++) {
+        const cJSON *v;
+        cJSON_ArrayForEach(v, c->R.misc[mi].voids) {
+            int found = 0;
+            for (int k = 0; cJSON_IsString(v) && k < c->R.nclaim && !found; k++)
+                found = strcmp(c->R.claim[k].id, v->valuestring) == 0;
+            if (!found)
+                gr__fail(c, MC_ERR_INVALID_DESC, "rubric: misconception %s voids unknown claim %s",
+                         c->R.misc[mi].id, cJSON_IsString(v) ? v->valuestring : "?");
+        }
     }
 }
 
 static void gr__load_rules(gr__ctx *c, const cJSON *root) {
     const cJSON *r = cJSON_GetObjectItemCaseSensitive(root, "rules");
     gr__rules *x = &c->R.rules;
-    x->negation_window = gr__jnum(r, "negation_window", 3);
-    x->list_min_terms = gr__jnum(r, "list_min_terms", 6);
-    x->density_cap = gr__jnum(r, "density_cap", 0.35);
-    x->density_factor = gr__jnum(r, "density_factor", 0.5);
-    x->floor_en_words = gr__jnum(r, "floor_en_words", 40);
-    x->floor_cjk_chars = gr__jnum(r, "floor_cjk_chars", 80);
-    x->copy_overlap = gr__jnum(r, "copy_overlap", 0.8);
-    x->penalty_cap = gr__jnum(r, "penalty_cap", 3.0);
-    x->unlocked_factor = gr__jnum(r, "unlocked_factor", 0.5);
-    x->max_sentence_tokens = gr__jnum(r, "max_sentence_tokens", 400);
-    x->claim_distance = gr__jnum(r, "claim_distance", 8);
+    x->relation_window = gr__jnum(r, "relation_window", 30);
+    x->bind_distance = gr__jnum(r, "bind_distance", 10);
+    x->max_claims_per_sentence = gr__jnum(r, "max_claims_per_sentence", 2);
+    x->dedup_similarity = gr__jnum(r, "dedup_similarity", 0.8);
+    x->copy_overlap = gr__jnum(r, "copy_overlap", 0.6);
+    x->list_min_concepts = gr__jnum(r, "list_min_concepts", 6);
+    x->list_coverage = gr__jnum(r, "list_coverage", 0.6);
+    x->list_function_ratio = gr__jnum(r, "list_function_ratio", 0.12);
+    x->list_min_words = gr__jnum(r, "list_min_words", 10);
+    x->short_sentence_words = gr__jnum(r, "short_sentence_words", 8);
+    x->hedge_factor = gr__jnum(r, "hedge_factor", 0.5);
+    x->penalty_cap = gr__jnum(r, "penalty_cap", 4.0);
+    x->anaphor_reach = gr__jnum(r, "anaphor_reach", 4);
+    x->max_sentence_tokens = gr__jnum(r, "max_sentence_tokens", 200);
+    x->post_frame_sentence_tokens = gr__jnum(r, "post_frame_sentence_tokens", 6);
 }
 
-/* Parses the rubric file (JSON text) into c->R. Fails with a message naming the field. */
-static void gr__load_rubric_text(gr__ctx *c, const char *path, const char *text) {
+static char *gr__dirname(gr__ctx *c, const char *path) {
+    const char *slash = path != NULL ? strrchr(path, '/') : NULL;
+    return slash != NULL ? gr__strndup(c, path, (size_t)(slash - path)) : gr__strdup(c, ".");
+}
+
+static cJSON *gr__load_json_file(gr__ctx *c, const char *path, const char *what) {
+    size_t n = 0;
+    char *text = gr__read_file(path, GR__MAX_JSON_BYTES, &n, NULL);
+    if (text == NULL)
+        gr__fail(c, MC_ERR_IO, "%s %s cannot be read (run from the repository root)", what,
+                 path != NULL ? path : "(null)");
     cJSON *root = gr__keep_json(c, cJSON_Parse(text));
     if (root == NULL) {
-        const char *at = cJSON_GetErrorPtr();
-        gr__fail(c, MC_ERR_INVALID_DESC, "rubric %s is not valid JSON (near \"%.30s\")", path,
-                 at != NULL ? at : "?");
+        const char *at = cJSON_GetErrorPtr(); /* points into text: copy before freeing it */
+        char near[32];
+        snprintf(near, sizeof near, "%.30s", at != NULL ? at : "?");
+        free(text);
+        gr__fail(c, MC_ERR_INVALID_DESC, "%s %s is not valid JSON (near \"%s\")", what, path,
+                 near);
     }
+    free(text);
+    return root;
+}
+
+/* "include": ["common/language.json"] (paths relative to the rubric's directory, else to
+   labs/rubric/ under the working directory): the included file's "language", "lexicon" and
+   "rules" entries are added where the rubric has none. */
+static void gr__apply_includes(gr__ctx *c, cJSON *root, const char *path) {
+    const cJSON *inc;
+    char *dir = gr__dirname(c, path);
+    cJSON_ArrayForEach(inc, cJSON_GetObjectItemCaseSensitive(root, "include")) {
+        if (!cJSON_IsString(inc))
+            gr__fail(c, MC_ERR_INVALID_DESC, "rubric %s: \"include\" holds paths", path);
+        gr__sb p = {0};
+        if (inc->valuestring[0] == '/') {
+            gr__sb_add(c, &p, inc->valuestring);
+        } else {
+            gr__sb_printf(c, &p, "%s/%s", dir, inc->valuestring);
+            if (access(p.s, R_OK) != 0) { /* a rubric outside labs/rubric/ (a test's copy) */
+                gr__sb q = {0};
+                gr__sb_printf(c, &q, "labs/rubric/%s", inc->valuestring);
+                if (access(q.s, R_OK) == 0) p = q;
+            }
+        }
+        cJSON *doc = gr__load_json_file(c, p.s, "rubric include");
+        static const char *const keys[] = {"language", "lexicon", "rules"};
+        for (int k = 0; k < 3; k++) {
+            const cJSON *src = cJSON_GetObjectItemCaseSensitive(doc, keys[k]);
+            if (!cJSON_IsObject(src)) continue;
+            cJSON *dst = cJSON_GetObjectItemCaseSensitive(root, keys[k]);
+            if (dst == NULL) dst = cJSON_AddObjectToObject(root, keys[k]);
+            const cJSON *e;
+            cJSON_ArrayForEach(e, src) {
+                if (cJSON_GetObjectItemCaseSensitive(dst, e->string) == NULL)
+                    cJSON_AddItemToObject(dst, e->string, cJSON_Duplicate(e, 1));
+            }
+        }
+    }
+}
+
+/* Rubrics of schema 1 (top-level "concepts", "sections", "seed_items", "predictions",
+   "points", "evidence") are read through a translation into schema 2, so that they are graded
+   by the same rules: concepts -> lexicon, sections -> boxes, seed_items -> items holding their
+   predictions, their points as claims (patterns -> relations; "negation": false -> every slot
+   of either polarity) and their evidence as "measured" bindings; misconceptions keep their
+   patterns as relations, "pairs_with" -> "voids", "sections" -> "not_in_boxes". The shared
+   language rules are included; of the old rules only penalty_cap and max_sentence_tokens
+   carry over. */
+static int gr__s1_item_of(const cJSON *items, const char *id) {
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, items) {
+        const char *x = gr__jstr(it, "id", "");
+        size_t n = strlen(x);
+        if (id != NULL && strncmp(id, x, n) == 0 && (id[n] == '\0' || id[n] == '.')) return i;
+        i++;
+    }
+    return -1;
+}
+
+/* Schema 1 knew no conditionals: a pattern may stand in an "if ..." part ("If no assert
+   fires, the config is consistent" states its implication). */
+static cJSON *gr__s1_relations(const cJSON *patterns, int either) {
+    cJSON *rels = cJSON_CreateArray();
+    const cJSON *p;
+    cJSON_ArrayForEach(p, patterns) {
+        cJSON *r = cJSON_Duplicate(p, 1);
+        cJSON *all = cJSON_GetObjectItemCaseSensitive(r, "all");
+        cJSON *na = cJSON_CreateArray();
+        const cJSON *sl;
+        cJSON_ArrayForEach(sl, all) {
+            if (!cJSON_IsString(sl)) continue;
+            char buf[512];
+            snprintf(buf, sizeof buf, "*%s%s", either ? "~" : "", sl->valuestring);
+            cJSON_AddItemToArray(na, cJSON_CreateString(buf));
+        }
+        if (all == NULL || !cJSON_ReplaceItemInObjectCaseSensitive(r, "all", na))
+            cJSON_Delete(na); /* not a pattern: the loader says so */
+        cJSON_AddItemToArray(rels, r);
+    }
+    return rels;
+}
+
+static int gr__json_has_string(const cJSON *list, const char *s);
+
+/* Schema-1 rubrics whose "seed_items" is only a text per section: the items are the sections,
+   each worth what its predictions, points and evidence add up to. */
+static cJSON *gr__s1_items_from_sections(const cJSON *root) {
+    cJSON *items = cJSON_CreateArray();
+    const cJSON *sec, *x, *p;
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed_items");
+    cJSON_ArrayForEach(sec, cJSON_GetObjectItemCaseSensitive(root, "sections")) {
+        const char *id = gr__jstr(sec, "id", "");
+        double pts = 0;
+        size_t idn = strlen(id);
+        cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "predictions")) {
+            const char *pid = gr__jstr(x, "id", "");
+            if (strncmp(pid, id, idn) == 0 && (pid[idn] == '\0' || pid[idn] == '.'))
+                cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(x, "items"))
+                    pts += gr__jnum(p, "points", 0);
+        }
+        static const char *const lists[] = {"points", "evidence"};
+        for (int l = 0; l < 2; l++)
+            cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, lists[l])) {
+                const char *xid = gr__jstr(x, "id", ""), *xs = gr__jstr(x, "section", NULL);
+                size_t n = strlen(id);
+                if ((xs != NULL && strcmp(xs, id) == 0) ||
+                    (xs == NULL && strncmp(xid, id, n) == 0 && xid[n] == '.'))
+                    pts += gr__jnum(x, "points", 0);
+            }
+        if (pts <= 0) continue;
+        cJSON *it = cJSON_CreateObject();
+        cJSON_AddStringToObject(it, "id", id);
+        cJSON_AddStringToObject(it, "part", gr__jstr(sec, "part", "main"));
+        cJSON_AddNumberToObject(it, "points", pts);
+        cJSON_AddStringToObject(it, "title", gr__jstr(sec, "title", ""));
+        cJSON_AddStringToObject(it, "seed", gr__jstr(seed, id, ""));
+        cJSON_AddItemToArray(items, it);
+    }
+    return items;
+}
+
+static void gr__from_schema1(gr__ctx *c, cJSON *root, const char *path) {
+    const cJSON *seed = cJSON_GetObjectItemCaseSensitive(root, "seed_items");
+    cJSON *derived = NULL;
+    if (!cJSON_IsArray(seed)) seed = derived = gr__keep_json(c, gr__s1_items_from_sections(root));
+    if (cJSON_GetArraySize(seed) == 0)
+        gr__fail(c, MC_ERR_INVALID_DESC,
+                 "rubric %s: no \"schema\": 2, and no schema-1 \"seed_items\" or \"sections\" "
+                 "either (see labs/rubric/SCHEMA.md)", path);
+    if (cJSON_GetObjectItemCaseSensitive(root, "include") == NULL) {
+        cJSON *inc = cJSON_AddArrayToObject(root, "include");
+        cJSON_AddItemToArray(inc, cJSON_CreateString("common/language.json"));
+    }
+    const cJSON *concepts = cJSON_GetObjectItemCaseSensitive(root, "concepts");
+    if (concepts != NULL && cJSON_GetObjectItemCaseSensitive(root, "lexicon") == NULL)
+        cJSON_AddItemToObject(root, "lexicon", cJSON_Duplicate(concepts, 1));
+    /* boxes */
+    cJSON *boxes = cJSON_CreateArray();
+    const cJSON *x;
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "sections")) {
+        cJSON *b = cJSON_CreateObject();
+        static const char *const keep[] = {"id", "part", "title", "prompt", "graded", "match"};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, keep[k]);
+            if (v != NULL) cJSON_AddItemToObject(b, keep[k], cJSON_Duplicate(v, 1));
+        }
+        cJSON_AddItemToArray(boxes, b);
+    }
+    /* items */
+    cJSON *items = cJSON_CreateArray();
+    cJSON_ArrayForEach(x, seed) {
+        cJSON *it = cJSON_CreateObject();
+        static const char *const keep[] = {"id", "part", "points", "title", "seed"};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, keep[k]);
+            if (v != NULL) cJSON_AddItemToObject(it, keep[k], cJSON_Duplicate(v, 1));
+        }
+        cJSON *ib = cJSON_AddArrayToObject(it, "boxes");
+        cJSON_AddItemToArray(ib, cJSON_CreateString(gr__jstr(x, "id", "")));
+        cJSON_AddArrayToObject(it, "predictions");
+        cJSON_AddArrayToObject(it, "claims");
+        cJSON_AddArrayToObject(it, "evidence");
+        cJSON_AddItemToArray(items, it);
+    }
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "predictions")) {
+        int i = gr__s1_item_of(items, gr__jstr(x, "id", NULL));
+        if (i < 0) continue;
+        cJSON *dst = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(items, i), "predictions");
+        const cJSON *p;
+        cJSON_ArrayForEach(p, cJSON_GetObjectItemCaseSensitive(x, "items")) {
+            cJSON *q = cJSON_Duplicate(p, 1);
+            const char *part = gr__jstr(x, "part", NULL);
+            if (part != NULL && cJSON_GetObjectItemCaseSensitive(q, "block") == NULL)
+                cJSON_AddStringToObject(q, "block", part);
+            cJSON_AddItemToArray(dst, q);
+        }
+    }
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "points")) {
+        const char *id = gr__jstr(x, "id", "");
+        int i = gr__s1_item_of(items, id);
+        if (i < 0) i = gr__s1_item_of(items, gr__jstr(x, "section", NULL));
+        if (i < 0) continue;
+        cJSON *item = cJSON_GetArrayItem(items, i);
+        const char *dot = strchr(id, '.');
+        char cid[48];
+        snprintf(cid, sizeof cid, "%s", dot != NULL ? dot + 1 : id);
+        for (char *q = cid; *q; q++)
+            if (*q == '.') *q = '_';
+        cJSON *cl = cJSON_CreateObject();
+        cJSON_AddStringToObject(cl, "id", cid);
+        cJSON_AddNumberToObject(cl, "points", gr__jnum(x, "points", 0));
+        int either = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(x, "negation"));
+        cJSON_AddItemToObject(cl, "relations",
+                              gr__s1_relations(cJSON_GetObjectItemCaseSensitive(x, "patterns"),
+                                               either));
+        cJSON_AddStringToObject(cl, "need", gr__jstr(x, "need", ""));
+        const cJSON *var = cJSON_GetObjectItemCaseSensitive(x, "variants");
+        if (var != NULL) cJSON_AddItemToObject(cl, "variants", cJSON_Duplicate(var, 1));
+        cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(item, "claims"), cl);
+    }
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "evidence")) {
+        const char *id = gr__jstr(x, "id", "");
+        int i = gr__s1_item_of(items, id);
+        if (i < 0) i = gr__s1_item_of(items, gr__jstr(x, "section", NULL));
+        if (i < 0) continue;
+        const char *dot = strchr(id, '.');
+        cJSON *ev = cJSON_CreateObject();
+        cJSON_AddStringToObject(ev, "id", dot != NULL ? dot + 1 : id);
+        cJSON_AddStringToObject(ev, "type", "measured");
+        cJSON_AddStringToObject(ev, "path", gr__jstr(x, "facts", "facts"));
+        cJSON_AddNumberToObject(ev, "points", gr__jnum(x, "points", 0));
+        cJSON_AddNumberToObject(ev, "per_value", gr__jnum(x, "per_value", gr__jnum(x, "points", 0)));
+        static const char *const keep[] = {"ignore_paths", "ignore_numbers", "need", "quantity"};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, keep[k]);
+            if (v != NULL) cJSON_AddItemToObject(ev, keep[k], cJSON_Duplicate(v, 1));
+        }
+        cJSON_AddItemToArray(
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(items, i), "evidence"), ev);
+    }
+    /* misconceptions */
+    cJSON *miscs = cJSON_CreateArray();
+    cJSON_ArrayForEach(x, cJSON_GetObjectItemCaseSensitive(root, "misconceptions")) {
+        cJSON *m = cJSON_CreateObject();
+        static const char *const keep[] = {"id", "title", "penalty", "refute", "feedback",
+                                           "citation", "claims_unless", "group_claims"};
+        for (size_t k = 0; k < sizeof keep / sizeof keep[0]; k++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, keep[k]);
+            if (v != NULL) cJSON_AddItemToObject(m, keep[k], cJSON_Duplicate(v, 1));
+        }
+        cJSON_AddItemToObject(m, "relations",
+                              gr__s1_relations(cJSON_GetObjectItemCaseSensitive(x, "patterns"), 0));
+        const cJSON *pairs = cJSON_GetObjectItemCaseSensitive(x, "pairs_with");
+        const cJSON *secs = cJSON_GetObjectItemCaseSensitive(x, "sections");
+        int item = -1;
+        const cJSON *v;
+        cJSON_ArrayForEach(v, pairs) if (item < 0 && cJSON_IsString(v)) item =
+            gr__s1_item_of(items, v->valuestring);
+        cJSON_ArrayForEach(v, secs) if (item < 0 && cJSON_IsString(v)) item =
+            gr__s1_item_of(items, v->valuestring);
+        if (item < 0) item = 0;
+        cJSON_AddStringToObject(m, "item", gr__jstr(cJSON_GetArrayItem(items, item), "id", ""));
+        /* the claims it voids: those of pairs_with that exist as claims */
+        cJSON *voids = cJSON_AddArrayToObject(m, "voids");
+        cJSON_ArrayForEach(v, pairs) {
+            if (!cJSON_IsString(v) || strchr(v->valuestring, '.') == NULL) continue;
+            int i = gr__s1_item_of(items, v->valuestring);
+            if (i < 0) continue;
+            const cJSON *cl;
+            char want[64];
+            snprintf(want, sizeof want, "%s", strchr(v->valuestring, '.') + 1);
+            for (char *q = want; *q; q++)
+                if (*q == '.') *q = '_';
+            cJSON_ArrayForEach(cl, cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(items, i),
+                                                                    "claims"))
+                if (strcmp(gr__jstr(cl, "id", ""), want) == 0) {
+                    char full[128];
+                    snprintf(full, sizeof full, "%s.%s",
+                             gr__jstr(cJSON_GetArrayItem(items, i), "id", ""), want);
+                    cJSON_AddItemToArray(voids, cJSON_CreateString(full));
+                }
+        }
+        if (cJSON_IsArray(secs)) {
+            cJSON *nib = cJSON_AddArrayToObject(m, "not_in_boxes");
+            const cJSON *b;
+            cJSON_ArrayForEach(b, boxes) {
+                const char *bid = gr__jstr(b, "id", "");
+                if (!gr__json_has_string(secs, bid))
+                    cJSON_AddItemToArray(nib, cJSON_CreateString(bid));
+            }
+        }
+        cJSON_AddItemToArray(miscs, m);
+    }
+    /* rules: only those whose meaning did not change */
+    const cJSON *old = cJSON_GetObjectItemCaseSensitive(root, "rules");
+    cJSON *rules = cJSON_CreateObject();
+    static const char *const carry[] = {"penalty_cap", "max_sentence_tokens"};
+    for (size_t k = 0; k < sizeof carry / sizeof carry[0]; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(old, carry[k]);
+        if (cJSON_IsNumber(v)) cJSON_AddNumberToObject(rules, carry[k], v->valuedouble);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "rules");
+    cJSON_AddItemToObject(root, "rules", rules);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "boxes");
+    cJSON_AddItemToObject(root, "boxes", boxes);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "items");
+    cJSON_AddItemToObject(root, "items", items);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "misconceptions");
+    cJSON_AddItemToObject(root, "misconceptions", miscs);
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "schema");
+    cJSON_AddNumberToObject(root, "schema", 2);
+}
+
+static void gr__load_rubric(gr__ctx *c, const char *path) {
+    cJSON *root = gr__load_json_file(c, path, "rubric");
     gr__rubric *R = &c->R;
     R->root = root;
+    R->path = gr__strdup(c, path);
+    int schema = (int)gr__jnum(root, "schema", 1);
+    if (schema == 1) gr__from_schema1(c, root, path);
+    else if (schema != 2)
+        gr__fail(c, MC_ERR_INVALID_DESC,
+                 "rubric %s: \"schema\" must be 2 (or 1, read through a translation; see "
+                 "labs/rubric/SCHEMA.md)", path);
+    gr__apply_includes(c, root, path);
     R->lab = gr__jstr(root, "lab", "lab");
     R->question = gr__jstr(root, "question", "");
     R->title = gr__jstr(root, "title", "");
@@ -1027,27 +1687,24 @@ static void gr__load_rubric_text(gr__ctx *c, const char *path, const char *text)
     const cJSON *max = cJSON_GetObjectItemCaseSensitive(root, "max");
     R->max_main = gr__jnum(max, "main", 10);
     R->max_followup = gr__jnum(max, "followup", 5);
-    R->predictions = cJSON_GetObjectItemCaseSensitive(root, "predictions");
     R->parts = cJSON_GetObjectItemCaseSensitive(root, "parts");
     R->variants = cJSON_GetObjectItemCaseSensitive(root, "variants");
     R->header_fields = cJSON_GetObjectItemCaseSensitive(root, "header_fields");
+    const char *tmpl = gr__jstr(root, "template", NULL);
+    if (tmpl != NULL) {
+        gr__sb t = {0};
+        if (tmpl[0] == '/')
+            gr__sb_add(c, &t, tmpl);
+        else
+            gr__sb_printf(c, &t, "%s/%s", gr__dirname(c, path), tmpl);
+        R->template_path = t.s;
+    }
     gr__load_rules(c, root);
-    gr__load_concepts(c, root);
-    gr__load_sections(c, root);
-    gr__load_points(c, root);
+    gr__load_lexicon(c, root);
+    gr__load_language(c, root);
+    gr__load_boxes(c, root);
+    gr__load_items(c, root);
     gr__load_misconceptions(c, root);
-    gr__load_evidence_quality(c, root);
-}
-
-static void gr__load_rubric(gr__ctx *c, const char *path) {
-    size_t n = 0;
-    char *text = gr__read_file(path, GR__MAX_JSON_BYTES, &n, NULL);
-    if (text == NULL)
-        gr__fail(c, MC_ERR_IO, "rubric %s cannot be read (run from the repository root)",
-                 path != NULL ? path : "(null)");
-    char *copy = gr__strndup(c, text, n);
-    free(text);
-    gr__load_rubric_text(c, path, copy);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1112,7 +1769,6 @@ static char *gr__read_sheet(gr__ctx *c, const char *path, size_t *len, int *trun
     text[check] = '\0';
     return text;
 }
-
 
 /* Finds "nonce: X ; probe_rank: N ; followup: FV" inside an HTML comment. */
 static int gr__parse_header_text(const char *s, char nonce[17], int *probe, char variant[8]) {
@@ -1213,25 +1869,35 @@ static char *gr__inline_text(gr__ctx *c, cmark_node *node, size_t *len) {
     return b.s != NULL ? b.s : gr__strdup(c, "");
 }
 
-static void gr__prepare_sentence(gr__ctx *c, gr__sent *s) {
-    s->norm = gr__normalize(c, s->raw, strlen(s->raw));
-    s->tok = gr__tokenize(c, s->norm, 0, &s->ntok);
-    s->wpos = (double *)gr__alloc(c, sizeof(double) * (size_t)(s->ntok + 1));
-    s->barriers = (int *)gr__alloc(c, sizeof(int) * (size_t)(s->ntok + 1));
-    double w = 0;
-    for (int i = 0; i < s->ntok; i++) {
-        s->wpos[i] = w;
-        s->barriers[i + 1] = s->barriers[i] + s->tok[i].barrier;
-        w += gr__tok_weight(&s->tok[i]);
-        if (s->tok[i].kind == GR__T_WORD || s->tok[i].kind == GR__T_NUM)
-            s->words++;
-        else if (s->tok[i].kind == GR__T_CJK)
-            s->cjk++;
+/* 1 when the character at text[i] ends a sentence; *adv = its length in bytes. */
+static int gr__sentence_end(const char *text, size_t n, size_t i, size_t *adv) {
+    unsigned char ch = (unsigned char)text[i];
+    *adv = 1;
+    if (ch == '\n' || ch == '!' || ch == '?') return 1; /* ';' joins clauses of one sentence */
+    if (ch == '.') {
+        if (i + 1 >= n) return 1;
+        unsigned char next = (unsigned char)text[i + 1];
+        return isspace(next) || next == '\x01' || next >= 0x80;
     }
-    s->wpos[s->ntok] = w;
+    if (ch >= 0x80) {
+        ucs4_t uc;
+        int m = u8_mbtouc(&uc, (const uint8_t *)text + i, n - i);
+        *adv = m > 0 ? (size_t)m : 1;
+        return uc == 0x3002 || uc == 0xFF01 || uc == 0xFF1F || uc == 0xFF61;
+    }
+    return 0;
 }
 
-static void gr__add_sentence(gr__ctx *c, gr__sec *sec, const char *text, size_t n, int line) {
+/* Parser state while walking the document. */
+typedef struct gr__walk {
+    int part; /* part of the current level-2 heading */
+    int box;  /* current box, -1 = none the rubric knows */
+    int box_part;
+    int para; /* paragraph counter */
+} gr__walk;
+
+static void gr__add_sentence(gr__ctx *c, const gr__walk *w, int in_list, const char *text,
+                             size_t n, int line) {
     while (n > 0 && (isspace((unsigned char)*text) || *text == '\x01')) {
         text++;
         n--;
@@ -1239,11 +1905,12 @@ static void gr__add_sentence(gr__ctx *c, gr__sec *sec, const char *text, size_t 
     while (n > 0 && (isspace((unsigned char)text[n - 1]) || text[n - 1] == '\x01'))
         n--;
     if (n == 0) return;
-    if (sec->nsent >= GR__MAX_SENTENCES_PER_SECTION) {
-        sec->dropped++;
+    gr__sheet *S = &c->S;
+    if (S->nsent >= GR__MAX_SENTENCES) {
+        S->dropped++;
         return;
     }
-    gr__sent *s = GR__PUSH(c, sec->sent, sec->nsent, sec->capsent);
+    gr__sent *s = GR__PUSH(c, S->sent, S->nsent, S->capsent);
     memset(s, 0, sizeof *s);
     /* A soft line break becomes a space, except between two non-ASCII characters (Chinese
        text wraps without spaces). */
@@ -1262,30 +1929,16 @@ static void gr__add_sentence(gr__ctx *c, gr__sec *sec, const char *text, size_t 
     raw[k] = '\0';
     s->raw = raw;
     s->line = line;
-    gr__prepare_sentence(c, s);
-}
-
-/* 1 when the character at text[i] ends a sentence; *adv = its length in bytes. */
-static int gr__sentence_end(const char *text, size_t n, size_t i, size_t *adv) {
-    unsigned char ch = (unsigned char)text[i];
-    *adv = 1;
-    if (ch == '\n' || ch == '!' || ch == '?' || ch == ';') return 1;
-    if (ch == '.') {
-        if (i + 1 >= n) return 1;
-        unsigned char next = (unsigned char)text[i + 1];
-        return isspace(next) || next == '\x01' || next >= 0x80;
-    }
-    if (ch >= 0x80) {
-        ucs4_t uc;
-        int m = u8_mbtouc(&uc, (const uint8_t *)text + i, n - i);
-        *adv = m > 0 ? (size_t)m : 1;
-        return uc == 0x3002 || uc == 0xFF01 || uc == 0xFF1F || uc == 0xFF1B || uc == 0xFF61;
-    }
-    return 0;
+    s->box = w->box;
+    s->part = w->box >= 0 ? w->box_part : w->part;
+    s->in_list = in_list;
+    s->para = w->para;
 }
 
 /* Splits a paragraph into sentences on . ! ? ; 。！？； and hard line breaks. */
-static void gr__add_paragraph(gr__ctx *c, gr__sec *sec, const char *text, size_t n, int line0) {
+static void gr__add_paragraph(gr__ctx *c, gr__walk *w, int in_list, const char *text, size_t n,
+                              int line0) {
+    w->para++;
     size_t start = 0;
     int line = line0; /* line of text[start] */
     for (size_t i = 0; i <= n;) {
@@ -1302,7 +1955,7 @@ static void gr__add_paragraph(gr__ctx *c, gr__sec *sec, const char *text, size_t
             if (text[k] == '\x01' || text[k] == '\n') sline++;
             k++;
         }
-        gr__add_sentence(c, sec, text + start, stop - start, sline);
+        gr__add_sentence(c, w, in_list, text + start, stop - start, sline);
         for (size_t j = start; j < stop; j++)
             if (text[j] == '\x01' || text[j] == '\n') line++;
         start = stop;
@@ -1311,50 +1964,68 @@ static void gr__add_paragraph(gr__ctx *c, gr__sec *sec, const char *text, size_t
     }
 }
 
-static gr__sec *gr__new_section(gr__ctx *c, const char *heading, int line, int part, int rub) {
-    gr__sheet *S = &c->S;
-    if (rub >= 0) /* a repeated heading continues the same rubric section */
-        for (int i = 0; i < S->nsec; i++)
-            if (S->sec[i].rub == rub) return &S->sec[i];
-    gr__sec *sec = GR__PUSH(c, S->sec, S->nsec, S->capsec);
-    memset(sec, 0, sizeof *sec);
-    sec->heading = gr__strdup(c, heading);
-    sec->line = line;
-    sec->part = part;
-    sec->rub = rub;
-    return sec;
+/* The box a heading opens: its first word is a box id ("M1", "FU2"), or the heading starts
+   with one of the box's "match" phrases (titles of older templates: "A3 Creation order"). */
+static int gr__box_of_heading(gr__ctx *c, const char *norm) {
+    char hid[16];
+    gr__heading_id(norm, hid, sizeof hid);
+    const gr__rubric *R = &c->R;
+    for (int b = 0; b < R->nbox; b++)
+        if (hid[0] != '\0' && strcasecmp(R->box[b].id, hid) == 0) return b;
+    while (*norm == ' ' || *norm == '#')
+        norm++;
+    /* the heading as written, then without its first word ("A1 Layout rule" -> "layout rule") */
+    const char *after = norm + strcspn(norm, " ");
+    while (*after == ' ')
+        after++;
+    const char *forms[2] = {norm, after};
+    for (int f = 0; f < 2; f++)
+        for (int b = 0; b < R->nbox; b++) {
+            const cJSON *m;
+            cJSON_ArrayForEach(m, R->box[b].match) {
+                if (!cJSON_IsString(m)) continue;
+                char *k = gr__normalize(c, m->valuestring, strlen(m->valuestring));
+                size_t kl = strlen(k);
+                if (kl > 0 && strncmp(forms[f], k, kl) == 0 && !isalnum((unsigned char)forms[f][kl]))
+                    return b;
+            }
+        }
+    return -1;
 }
 
-static void gr__on_heading(gr__ctx *c, cmark_node *node, int *part, int *cur) {
+static void gr__on_heading(gr__ctx *c, cmark_node *node, gr__walk *w) {
     size_t hl = 0;
     char *htext = gr__inline_text(c, node, &hl);
     for (char *p = htext; *p != '\0'; p++)
         if (*p == '\x01' || *p == '\n') *p = ' ';
     int level = cmark_node_get_heading_level(node);
-    int line = cmark_node_get_start_line(node);
     char *norm = gr__normalize(c, htext, hl);
-    char hid[16];
-    gr__heading_id(norm, hid, sizeof hid);
-    int rub = level >= 2 && hid[0] != '\0' ? gr__rsec_index(&c->R, hid) : -1;
-    if (rub >= 0) {
-        *cur = (int)(gr__new_section(c, htext, line, c->R.sec[rub].part, rub) - c->S.sec);
+    int box = level >= 2 ? gr__box_of_heading(c, norm) : -1;
+    if (level <= 2) w->part = level == 1 ? GR__PART_OTHER : gr__heading_part(c, norm);
+    if (box >= 0) {
+        w->box = box;
+        w->box_part = c->R.box[box].part;
+        if (level <= 2) w->part = w->box_part;
         return;
     }
-    if (level <= 2) *part = level == 1 ? GR__PART_OTHER : gr__heading_part(c, norm);
-    if (level <= 3) *cur = (int)(gr__new_section(c, htext, line, *part, -1) - c->S.sec);
-    /* deeper headings stay inside the current section */
+    if (level <= 3) w->box = -1; /* a heading the rubric does not know: its text still counts */
 }
 
-/* Parses the sheet into sections, sentences and pred blocks. */
+/* 1 when node sits inside a list item. */
+static int gr__in_list_item(cmark_node *node) {
+    for (cmark_node *p = cmark_node_parent(node); p != NULL; p = cmark_node_parent(p))
+        if (cmark_node_get_type(p) == CMARK_NODE_ITEM) return 1;
+    return 0;
+}
+
+/* Parses the sheet into sentences (with their box) and pred blocks. */
 static void gr__parse_sheet(gr__ctx *c, const char *text, size_t n) {
     gr__sheet *S = &c->S;
     S->present = 1;
     c->doc = cmark_parse_document(text, n, CMARK_OPT_DEFAULT);
     if (c->doc == NULL) gr__fail(c, MC_ERR_NO_MEMORY, "grader: out of memory");
     S->has_header = gr__parse_header_text(text, S->nonce, &S->probe, S->variant);
-    int part = GR__PART_OTHER;
-    int cur =
-        (int)(gr__new_section(c, "(before the first heading)", 1, GR__PART_OTHER, -1) - S->sec);
+    gr__walk w = {GR__PART_OTHER, -1, GR__PART_OTHER, 0};
     cmark_iter *it = cmark_iter_new(c->doc);
     if (it == NULL) gr__fail(c, MC_ERR_NO_MEMORY, "grader: out of memory");
     c->iters[0] = it;
@@ -1363,11 +2034,12 @@ static void gr__parse_sheet(gr__ctx *c, const char *text, size_t n) {
         if (ev != CMARK_EVENT_ENTER) continue;
         cmark_node *node = cmark_iter_get_node(it);
         switch (cmark_node_get_type(node)) {
-        case CMARK_NODE_HEADING: gr__on_heading(c, node, &part, &cur); break;
+        case CMARK_NODE_HEADING: gr__on_heading(c, node, &w); break;
         case CMARK_NODE_PARAGRAPH: {
             size_t len = 0;
             char *t = gr__inline_text(c, node, &len);
-            gr__add_paragraph(c, &S->sec[cur], t, len, cmark_node_get_start_line(node));
+            gr__add_paragraph(c, &w, gr__in_list_item(node), t, len,
+                              cmark_node_get_start_line(node));
             break;
         }
         case CMARK_NODE_CODE_BLOCK: {
@@ -1376,7 +2048,7 @@ static void gr__parse_sheet(gr__ctx *c, const char *text, size_t n) {
             if (info != NULL) sscanf(info, "%15s", word);
             if (strcasecmp(word, "pred") != 0) break; /* other code blocks are not prose */
             gr__predblock *b = GR__PUSH(c, S->pb, S->npb, S->cappb);
-            int bpart = S->sec[cur].part != GR__PART_OTHER ? S->sec[cur].part : part;
+            int bpart = w.box >= 0 ? w.box_part : w.part;
             if (bpart == GR__PART_OTHER) bpart = S->npb == 1 ? GR__PART_MAIN : GR__PART_FOLLOWUP;
             b->part = bpart;
             b->line = cmark_node_get_start_line(node) + 1;
@@ -1603,54 +2275,7 @@ static void gr__extract_values(gr__ctx *c, const char *s, gr__blist **lists, int
     }
 }
 
-/* Every value the run measured: numbers, integer lists (flat and nested), and the numbers and
-   lists written inside measured strings. */
-typedef struct gr__facts {
-    double *num;
-    int nnum, capnum;
-    char **list;
-    int nlist, caplist;
-} gr__facts;
-
 static char *gr__json_canon(gr__ctx *c, const cJSON *j);
-
-static void gr__facts_add_num(gr__ctx *c, gr__facts *F, double v) {
-    *GR__PUSH(c, F->num, F->nnum, F->capnum) = v;
-}
-
-static void gr__facts_add_list(gr__ctx *c, gr__facts *F, char *canon) {
-    if (canon != NULL) *GR__PUSH(c, F->list, F->nlist, F->caplist) = canon;
-}
-
-static void gr__flatten(gr__ctx *c, const cJSON *j, gr__facts *F, int depth) {
-    if (j == NULL || depth > 32) return;
-    if (cJSON_IsNumber(j)) {
-        gr__facts_add_num(c, F, j->valuedouble);
-    } else if (cJSON_IsString(j) && j->valuestring != NULL) {
-        char *norm = gr__normalize(c, j->valuestring, strlen(j->valuestring));
-        gr__blist *lists = NULL;
-        gr__num *nums = NULL;
-        int nl = 0, lc = 0, nn = 0, nc = 0;
-        gr__extract_values(c, norm, &lists, &nl, &lc, &nums, &nn, &nc);
-        for (int i = 0; i < nl; i++) {
-            gr__facts_add_list(c, F, lists[i].canon);
-            for (int k = 0; k < lists[i].ninner && lists[i].nested; k++)
-                gr__facts_add_list(c, F, lists[i].inner[k]);
-        }
-        for (int i = 0; i < nn; i++)
-            gr__facts_add_num(c, F, nums[i].v);
-    } else if (cJSON_IsArray(j) || cJSON_IsObject(j)) {
-        /* A list of rank ids counts as a list; its elements are not stand-alone measurements
-           (otherwise every small integer would "verify"). */
-        char *canon = cJSON_IsArray(j) ? gr__json_canon(c, j) : NULL;
-        gr__facts_add_list(c, F, canon);
-        const cJSON *e;
-        cJSON_ArrayForEach(e, j) {
-            if (canon != NULL && cJSON_IsNumber(e)) continue;
-            gr__flatten(c, e, F, depth + 1);
-        }
-    }
-}
 
 /* Canonical form of a JSON list of integers, or of a list of such lists; NULL otherwise. */
 static char *gr__json_canon(gr__ctx *c, const cJSON *j) {
@@ -2395,17 +3020,127 @@ static int gr__prediction_locked(gr__ctx *c, const gr__lockstate *L, const gr__p
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// >>concepts
+static uint64_t gr__ngram_hash(gr__tok *const *t, int n) {
+    uint64_t h = gr__fnv1a((const char *)&n, sizeof n, 0xcbf29ce484222325ULL);
+    for (int i = 0; i < n; i++) {
+        const char *w = t[i]->stem != NULL ? t[i]->stem : t[i]->s; /* "builds" = "build" */
+        h = gr__fnv1a(w, strlen(w), h);
+        h = gr__fnv1a("\x1f", 1, h);
+    }
+    return h | 1; /* 0 marks an empty slot */
+}
 
-static int gr__alt_at(const gr__alt *a, const gr__sent *s, int i) {
+#define GR__ALL_BOXES ((uint64_t)1 << 63)
+
+static void gr__ngram_insert(gr__ctx *c, uint64_t h, uint64_t boxes) {
+    if ((c->ngram_n + 1) * 2 > c->ngram_cap) {
+        size_t ncap = c->ngram_cap ? c->ngram_cap * 2 : 4096;
+        uint64_t *nt = (uint64_t *)calloc(ncap, sizeof *nt);
+        uint64_t *nb = (uint64_t *)calloc(ncap, sizeof *nb);
+        if (nt == NULL || nb == NULL) {
+            free(nt);
+            free(nb);
+            gr__fail(c, MC_ERR_NO_MEMORY, "grader: out of memory");
+        }
+        for (size_t i = 0; i < c->ngram_cap; i++) {
+            if (c->ngram[i] == 0) continue;
+            size_t k = c->ngram[i] & (ncap - 1);
+            while (nt[k] != 0)
+                k = (k + 1) & (ncap - 1);
+            nt[k] = c->ngram[i];
+            nb[k] = c->ngram_boxes[i];
+        }
+        free(c->ngram);
+        free(c->ngram_boxes);
+        c->ngram = nt;
+        c->ngram_boxes = nb;
+        c->ngram_cap = ncap;
+    }
+    size_t k = h & (c->ngram_cap - 1);
+    while (c->ngram[k] != 0) {
+        if (c->ngram[k] == h) {
+            c->ngram_boxes[k] |= boxes;
+            return;
+        }
+        k = (k + 1) & (c->ngram_cap - 1);
+    }
+    c->ngram[k] = h;
+    c->ngram_boxes[k] = boxes;
+    c->ngram_n++;
+}
+
+/* The boxes whose prompt holds this n-gram (0 when none). */
+static uint64_t gr__ngram_has(const gr__ctx *c, uint64_t h) {
+    if (c->ngram_cap == 0) return 0;
+    size_t k = h & (c->ngram_cap - 1);
+    while (c->ngram[k] != 0) {
+        if (c->ngram[k] == h) return c->ngram_boxes[k];
+        k = (k + 1) & (c->ngram_cap - 1);
+    }
+    return 0;
+}
+
+/* Content tokens of a text (words, numbers, CJK characters) as pointers. */
+static gr__tok **gr__content_tokens(gr__ctx *c, gr__tok *tok, int ntok, int *n) {
+    gr__tok **out = (gr__tok **)gr__alloc(c, sizeof(gr__tok *) * (size_t)(ntok + 1));
+    *n = 0;
+    for (int i = 0; i < ntok; i++)
+        if (gr__is_content(&tok[i])) out[(*n)++] = &tok[i];
+    return out;
+}
+
+/* Adds a prompt's n-grams; box = the box it asks (-1: every box). */
+static void gr__add_prompt_text(gr__ctx *c, const char *text, int box) {
+    char *norm = gr__normalize(c, text, strlen(text));
+    int ntok = 0, n = 0;
+    gr__tok *tok = gr__tokenize(c, norm, 0, &ntok);
+    gr__tok **ct = gr__content_tokens(c, tok, ntok, &n);
+    uint64_t mask = box < 0 || box >= 63 ? GR__ALL_BOXES : (uint64_t)1 << box;
+    for (int len = 2; len <= 5; len++)
+        for (int i = 0; i + len <= n; i++)
+            gr__ngram_insert(c, gr__ngram_hash(ct + i, len), mask);
+}
+
+/* Printable excerpt of a sentence: at most ~60 columns, cut on a character boundary. */
+static char *gr__excerpt(gr__ctx *c, const char *raw) {
+    size_t n = strlen(raw), i = 0;
+    int cols = 0;
+    while (i < n && cols < 44) {
+        ucs4_t uc;
+        int m = u8_mbtouc(&uc, (const uint8_t *)raw + i, n - i);
+        if (m <= 0) m = 1;
+        cols += gr__is_cjk(uc) || (uc >= 0xFF00 && uc <= 0xFFEF) ? 2 : 1;
+        i += (size_t)m;
+    }
+    gr__sb b = {0};
+    gr__sb_add(c, &b, "\"");
+    gr__sb_addn(c, &b, raw, i);
+    gr__sb_add(c, &b, i < n ? " ...\"" : "\"");
+    return b.s;
+}
+
+static int gr__json_has_string(const cJSON *list, const char *s) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e,
+                       list) if (cJSON_IsString(e) && strcasecmp(e->valuestring, s) == 0) return 1;
+    return 0;
+}
+
+/* no_ing: a word ending in -ing matches only an alternative written with -ing (for verbs:
+   "sharding" in "no model sharding" is a noun, not a predicate). */
+static int gr__alt_at(const gr__alt *a, const gr__sent *s, int i, int no_ing) {
     if (i + a->npt > s->ntok) return 0;
     for (int j = 0; j < a->npt; j++) {
         const gr__tok *p = &a->pt[j], *t = &s->tok[i + j];
         if (p->kind != t->kind) return 0;
+        if (no_ing && p->kind == GR__T_WORD && !p->exact && t->len > 4 &&
+            strcmp(t->s + t->len - 3, "ing") == 0 &&
+            !(p->len > 3 && strcmp(p->s + p->len - 3, "ing") == 0))
+            return 0;
         if (p->kind == GR__T_WORD) {
-            if (p->prefix ? strncmp(t->s, p->s, (size_t)p->len) != 0
-                          : strcmp(t->stem, p->stem) != 0)
+            if (p->prefix   ? strncmp(t->s, p->s, (size_t)p->len) != 0
+                : p->exact ? strcmp(t->s, p->s) != 0
+                           : strcmp(t->stem, p->stem) != 0)
                 return 0;
         } else if (strcmp(t->s, p->s) != 0) {
             return 0;
@@ -2436,6 +3171,29 @@ static void gr__push_match(gr__ctx *c, gr__match **arr, int *n, int *cap, int st
     m->neg = 0;
 }
 
+/* A verb of the predicate list, not a noun that looks like one: never a piece of an
+   identifier (use_local_synchronization), and an -s form matched by its stem ("shards",
+   "calls") is a plural noun after "and", "the", "of" and the like. */
+static int gr__verb_here(gr__ctx *c, const gr__alt *alt, const gr__sent *s, int i) {
+    const gr__tok *t = &s->tok[i];
+    if (t->kind != GR__T_WORD) return 1;
+    if (t->ident) return 0;
+    if (alt->npt != 1 || alt->pt[0].exact || t->len < 3 || t->s[t->len - 1] != 's' ||
+        t->s[t->len - 2] == 's' || alt->pt[0].s[alt->pt[0].len - 1] == 's')
+        return 1;
+    if (i == 0) return 1;
+    const gr__tok *p = &s->tok[i - 1];
+    if (p->kind != GR__T_WORD) return 1;
+    static const char *const before_noun[] = {"and", "or", "the", "a", "an", "of", "its", "their",
+                                              "these", "those", "all", "some", "no", "two", "both",
+                                              "many", "few", "with", "for", "to", "in", "on", "per",
+                                              "by", "from", "our", "his", "her", "my", "your", NULL};
+    for (int k = 0; before_noun[k] != NULL; k++)
+        if (strcmp(p->s, before_noun[k]) == 0) return 0;
+    (void)c;
+    return 1;
+}
+
 static void gr__find_concept(gr__ctx *c, gr__sent *s, int k) {
     const gr__concept *cp = &c->R.concepts[k];
     gr__match *arr = NULL;
@@ -2443,8 +3201,14 @@ static void gr__find_concept(gr__ctx *c, gr__sent *s, int k) {
     for (int a = 0; a < cp->nalt; a++) {
         const gr__alt *alt = &cp->alt[a];
         if (!alt->is_re) {
-            for (int i = 0; i + alt->npt <= s->ntok; i++)
-                if (gr__alt_at(alt, s, i)) gr__push_match(c, &arr, &n, &cap, i, i + alt->npt, a);
+            int verb = k == c->R.L.pred || k == c->R.L.weak_pred || k == c->R.L.amb_verb;
+            for (int i = 0; i + alt->npt <= s->ntok; i++) {
+                /* a one-word phrase does not match a piece of an identifier: "model" in
+                   initialize_model_parallel is not the model */
+                if (alt->npt == 1 && s->tok[i].ident && cp->lexical) continue;
+                if (gr__alt_at(alt, s, i, verb) && (!verb || gr__verb_here(c, alt, s, i)))
+                    gr__push_match(c, &arr, &n, &cap, i, i + alt->npt, a);
+            }
             continue;
         }
         size_t len = strlen(s->norm), off = 0;
@@ -2461,302 +3225,657 @@ static void gr__find_concept(gr__ctx *c, gr__sent *s, int k) {
     s->ncm[k] = n;
 }
 
-/* 1 when a negator (not, never, 不, 没有 ...) stands within the negation window before token
-   `start`, not across a comma, and is not part of an exception ("不同", "not only"). */
-static int gr__negated_at(const gr__ctx *c, const gr__sent *s, int start) {
+
+static int gr__overlaps(const gr__match *a, const gr__match *b) {
+    return a->start < b->end && b->start < a->end;
+}
+
+/* 1 when some match of concept k overlaps m. */
+static int gr__overlaps_concept(const gr__sent *s, int k, const gr__match *m) {
+    for (int i = 0; i < s->ncm[k]; i++)
+        if (gr__overlaps(&s->cm[k][i], m)) return 1;
+    return 0;
+}
+
+/* A negator that is part of a phrase the lexicon knows ("does not matter", "ranks that are
+   not members", "non-member") or of a frame or an exception ("it is not true that", "not
+   only", "不同") has no scope of its own: the phrase carries its meaning. */
+static int gr__negator_absorbed(const gr__ctx *c, const gr__sent *s, const gr__match *n) {
     const gr__rubric *R = &c->R;
-    for (int i = 0; i < s->ncm[R->c_neg]; i++) {
-        const gr__match *ng = &s->cm[R->c_neg][i];
-        if (ng->end > start) continue;
-        int excepted = 0;
-        for (int e = 0; e < s->ncm[R->c_neg_except] && !excepted; e++) {
-            const gr__match *ex = &s->cm[R->c_neg_except][e];
-            excepted = ex->start <= ng->start && ex->end > ng->start;
+    const int frames[] = {R->L.neg_except, R->L.deny_pre, R->L.deny_post, R->L.report,
+                          R->L.cond_neg};
+    for (size_t f = 0; f < sizeof frames / sizeof frames[0]; f++)
+        if (gr__overlaps_concept(s, frames[f], n)) return 1;
+    for (int k = 0; k < R->nconcepts; k++)
+        if (R->concepts[k].lexical && gr__overlaps_concept(s, k, n)) return 1;
+    return 0;
+}
+
+/* Clause index of every token: a clause ends at a comma, semicolon, colon, parenthesis or
+   dash, and a new one starts at a clause-break word ("because", "but", "which", "所以"), a
+   contrast marker or a conditional marker. */
+static void gr__clauses(gr__ctx *c, gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    uint8_t *starts = (uint8_t *)gr__alloc(c, (size_t)s->ntok + 1);
+    const int kinds[] = {R->L.brk, R->L.contrast, R->L.cond, R->L.cond_neg};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int i = 0; i < s->ncm[kinds[k]]; i++)
+            starts[s->cm[kinds[k]][i].start] = 1;
+    int clause = 0, fresh = 1;
+    for (int t = 0; t < s->ntok; t++) {
+        if (starts[t] && !fresh) clause++;
+        s->clause[t] = clause;
+        fresh = 0;
+        if (s->tok[t].barrier) {
+            clause++;
+            fresh = 1;
         }
-        if (excepted) continue;
-        double d = 0;
-        int blocked = 0;
-        for (int t = ng->end; t < start && !blocked; t++) {
-            blocked = s->tok[t].barrier;
-            d += gr__tok_weight(&s->tok[t]);
-        }
-        if (!blocked && d < R->rules.negation_window) return 1;
+    }
+    s->nclause = clause + 1;
+}
+
+/* First token at or after `from` that starts a contrast marker ("but", "in fact", "其实"),
+   or ntok: where a frame's scope ends. */
+static int gr__contrast_after(const gr__ctx *c, const gr__sent *s, int from) {
+    int end = s->ntok;
+    int k = c->R.L.contrast;
+    for (int i = 0; i < s->ncm[k]; i++)
+        if (s->cm[k][i].start >= from && s->cm[k][i].start < end) end = s->cm[k][i].start;
+    return end;
+}
+
+/* 1 when a post-frame ("... is wrong") ends its clause: nothing but punctuation or a new
+   clause follows it. */
+static int gr__ends_clause(const gr__sent *s, const gr__match *m) {
+    if (m->end >= s->ntok) return 1;
+    if (s->tok[m->end].barrier) return 1;
+    if (s->tok[m->end].kind == GR__T_SYM) return 1;
+    return s->clause[m->end] != s->clause[m->start];
+}
+
+/* 1 when negator m negates a verb phrase: it follows an auxiliary or modal ("is not",
+   "would never"), or it is one of the verb negators that need none ("cannot", "never"). */
+static int gr__negates_verb(gr__ctx *c, const gr__sent *s, const gr__match *m) {
+    const gr__rubric *R = &c->R;
+    for (int i = 0; i < s->ncm[R->L.verb_negators]; i++)
+        if (s->cm[R->L.verb_negators][i].start == m->start) return 1;
+    for (int i = 0; i < s->ncm[R->L.auxiliaries]; i++) {
+        const gr__match *a = &s->cm[R->L.auxiliaries][i];
+        if (a->end <= m->start && m->start - a->end <= 1 && s->clause[a->start] == s->clause[m->start])
+            return 1;
     }
     return 0;
 }
 
-static void gr__analyse_sentence(gr__ctx *c, gr__sent *s) {
-    if (s->cm != NULL) return;
-    int nk = c->R.nconcepts;
-    s->cm = (gr__match **)gr__alloc(c, sizeof(gr__match *) * (size_t)nk);
-    s->ncm = (int *)gr__alloc(c, sizeof(int) * (size_t)nk);
-    if (s->ntok > (int)c->R.rules.max_sentence_tokens) return; /* ignored, no matches */
-    gr__find_concept(c, s, c->R.c_neg);
-    gr__find_concept(c, s, c->R.c_neg_except);
-    for (int k = 0; k < nk; k++) {
-        if (k == c->R.c_neg || k == c->R.c_neg_except) continue;
-        gr__find_concept(c, s, k);
-        for (int i = 0; i < s->ncm[k]; i++)
-            s->cm[k][i].neg = gr__negated_at(c, s, s->cm[k][i].start);
+/* Negation depth, frames and conditional antecedents of every token (see grader.h). */
+static void gr__polarity(gr__ctx *c, gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    int n = s->ntok;
+    /* plain negators: to the end of their clause; a negated verb phrase ("does not", "would
+       never", "cannot") negates its whole clause, the subject included */
+    for (int i = 0; i < s->ncm[R->L.neg]; i++) {
+        const gr__match *m = &s->cm[R->L.neg][i];
+        if (gr__negator_absorbed(c, s, m)) continue;
+        /* overlapping negators ("并不是" = 并不 + 不是 + 不) are one negation: the longest, or
+           the first of equally long ones, stands for them */
+        int shadowed = 0;
+        for (int j = 0; j < s->ncm[R->L.neg] && !shadowed; j++) {
+            const gr__match *o = &s->cm[R->L.neg][j];
+            if (j == i || !gr__overlaps(o, m) || gr__negator_absorbed(c, s, o)) continue;
+            int ol = o->end - o->start, ml = m->end - m->start;
+            shadowed = ol > ml || (ol == ml && (o->start < m->start || (o->start == m->start && j < i)));
+        }
+        if (shadowed) continue;
+        int from = m->end, earlier = 0;
+        for (int j = 0; j < s->ncm[R->L.neg] && !earlier; j++) {
+            const gr__match *o = &s->cm[R->L.neg][j];
+            earlier = o->end <= m->start && s->clause[o->start] == s->clause[m->start] &&
+                      !gr__negator_absorbed(c, s, o);
+        }
+        /* back to the clause start, unless an earlier negator of the clause already covers it */
+        if (!earlier && gr__negates_verb(c, s, m))
+            while (from > 0 && s->clause[from - 1] == s->clause[m->start])
+                from--;
+        /* "不切模型、不设种子", "not A and not B": each negator reaches to the next one */
+        int to = n;
+        for (int j = 0; j < s->ncm[R->L.neg]; j++) {
+            const gr__match *o = &s->cm[R->L.neg][j];
+            if (o->start >= m->end && o->start < to && !gr__negator_absorbed(c, s, o) &&
+                !gr__overlaps(o, m))
+                to = o->start;
+        }
+        for (int t = from; t < to && s->clause[t] == s->clause[m->start]; t++)
+            if (t < m->start || t >= m->end) s->negd[t]++;
     }
+    /* conditional antecedents ("if", "unless" = if not): to the end of their clause */
+    const int conds[] = {R->L.cond, R->L.cond_neg};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < s->ncm[conds[k]]; i++) {
+            const gr__match *m = &s->cm[conds[k]][i];
+            for (int t = m->end; t < n && s->clause[t] == s->clause[m->start]; t++) {
+                s->hyp[t] = 1;
+                if (k == 1) s->negd[t]++;
+            }
+        }
+    /* denial and report frames before a statement: to the next contrast marker */
+    const int pre[] = {R->L.deny_pre, R->L.report};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < s->ncm[pre[k]]; i++) {
+            const gr__match *m = &s->cm[pre[k]][i];
+            int end = gr__contrast_after(c, s, m->end);
+            for (int t = m->end; t < end; t++)
+                s->frame[t] = 1;
+        }
+    /* denial after a statement ("... is false", "……是错误的"): back to the last contrast */
+    for (int i = 0; i < s->ncm[R->L.deny_post]; i++) {
+        const gr__match *m = &s->cm[R->L.deny_post][i];
+        if (!gr__ends_clause(s, m)) continue;
+        int from = 0;
+        for (int j = 0; j < s->ncm[R->L.contrast]; j++) {
+            const gr__match *x = &s->cm[R->L.contrast][j];
+            if (x->end <= m->start && x->end > from) from = x->end;
+        }
+        for (int t = from; t < m->start; t++)
+            s->frame[t] = 1;
+    }
+    if (s->question)
+        for (int t = 0; t < n; t++)
+            s->hyp[t] = 1;
 }
 
-typedef struct gr__search {
-    const gr__pat *p;
-    const double *wpos;
-    const int *barriers; /* barriers[i]: barrier tokens before token i */
-    gr__match **cand;
-    int *ncand;
-    gr__match *chosen;
-    int allow_neg;
-    int budget;
-} gr__search;
-
-static int gr__dfs(gr__search *q, int slot, int minstart, int maxend) {
-    if (slot == q->p->nslot) return 1;
-    for (int i = 0; i < q->ncand[slot]; i++) {
-        if (--q->budget < 0) return 0;
-        const gr__match *x = &q->cand[slot][i];
-        if (x->neg && !q->allow_neg) continue;
-        if (q->p->ordered && slot > 0 && x->start < q->chosen[slot - 1].end) continue;
-        int overlap = 0;
-        for (int j = 0; j < slot && !overlap; j++)
-            overlap = x->start < q->chosen[j].end && q->chosen[j].start < x->end;
-        if (overlap) continue;
-        int ms = x->start < minstart ? x->start : minstart;
-        int me = x->end > maxend ? x->end : maxend;
-        /* window: weighted distance from the first to the last token of the conjunction */
-        if (q->p->window > 0 && q->wpos[me - 1] - q->wpos[ms] > q->p->window + 1e-9) continue;
-        if (q->p->clause && q->barriers[me] - q->barriers[ms] > 0) continue;
-        q->chosen[slot] = *x;
-        if (gr__dfs(q, slot + 1, ms, me)) return 1;
-    }
-    return 0;
-}
-
-/* 0: no match; 1: the conjunction holds; 2: it holds only in negated form. */
-static int gr__pattern_eval(gr__ctx *c, gr__sent *s, const gr__pat *p, int use_negation) {
-    gr__analyse_sentence(c, s);
-    for (int u = 0; u < p->nunless; u++)
-        if (s->ncm[p->unless[u]] > 0) return 0;
-    gr__match *cand[16];
-    int ncand[16];
-    gr__match chosen[16];
-    if (p->nslot > 16) return 0;
-    for (int sl = 0; sl < p->nslot; sl++) {
-        int n = 0;
-        for (int k = 0; k < p->slot[sl].n; k++)
-            n += s->ncm[p->slot[sl].concepts[k]];
-        if (n == 0) return 0;
-        if (n > GR__MAX_CANDIDATES) n = GR__MAX_CANDIDATES;
-        cand[sl] = (gr__match *)gr__alloc(c, sizeof(gr__match) * (size_t)n);
-        ncand[sl] = 0;
-        for (int k = 0; k < p->slot[sl].n; k++) {
-            int ci = p->slot[sl].concepts[k];
-            for (int i = 0; i < s->ncm[ci] && ncand[sl] < n; i++) {
-                cand[sl][ncand[sl]] = s->cm[ci][i];
-                if (!use_negation) cand[sl][ncand[sl]].neg = 0;
-                ncand[sl]++;
+/* 1 when m lies inside a phrase of another lexicon concept that holds a negator before m
+   ("报错" inside "不会报错", "matter" inside "does not matter"): the phrase absorbed the
+   negator, but what it says of m is still negated. */
+static int gr__inside_negated_phrase(const gr__ctx *c, const gr__sent *s, int k, const gr__match *m) {
+    const gr__rubric *R = &c->R;
+    for (int j = 0; j < s->ncm[R->L.neg]; j++) {
+        const gr__match *n = &s->cm[R->L.neg][j];
+        if (n->end > m->start) continue;
+        for (int a = 0; a < R->nconcepts; a++) {
+            if (a == k || !R->concepts[a].lexical) continue;
+            for (int i = 0; i < s->ncm[a]; i++) {
+                const gr__match *p = &s->cm[a][i];
+                if (p->start <= n->start && n->end <= p->end && p->start <= m->start &&
+                    m->end <= p->end)
+                    return 1;
             }
         }
     }
-    gr__search q = {p, s->wpos, s->barriers, cand, ncand, chosen, 0, GR__SEARCH_BUDGET};
-    if (gr__dfs(&q, 0, 1 << 30, -1)) return 1;
-    q.allow_neg = 1;
-    q.budget = GR__SEARCH_BUDGET;
-    if (use_negation && gr__dfs(&q, 0, 1 << 30, -1)) return 2;
     return 0;
 }
 
-/* Best result over a list of patterns: 1 beats 2 beats 0. */
-static int gr__patterns_eval(gr__ctx *c, gr__sent *s, const gr__pat *pats, int npat,
-                             int use_negation) {
-    int best = 0;
-    for (int i = 0; i < npat && best != 1; i++) {
-        int r = gr__pattern_eval(c, s, &pats[i], use_negation);
-        if (r == 1 || (r == 2 && best == 0)) best = r;
-    }
-    return best;
-}
-
-// ---------------------------------------------------------------------------------------------
-// >>prose  copy detection (n-grams of the prompt and rubric text), list sentences, density
-
-static uint64_t gr__ngram_hash(gr__tok *const *t, int n) {
-    uint64_t h = gr__fnv1a((const char *)&n, sizeof n, 0xcbf29ce484222325ULL);
-    for (int i = 0; i < n; i++) {
-        h = gr__fnv1a(t[i]->s, strlen(t[i]->s), h);
-        h = gr__fnv1a("\x1f", 1, h);
-    }
-    return h | 1; /* 0 marks an empty slot */
-}
-
-static void gr__ngram_insert(gr__ctx *c, uint64_t h) {
-    if ((c->ngram_n + 1) * 2 > c->ngram_cap) {
-        size_t ncap = c->ngram_cap ? c->ngram_cap * 2 : 4096;
-        uint64_t *nt = (uint64_t *)calloc(ncap, sizeof *nt);
-        if (nt == NULL) gr__fail(c, MC_ERR_NO_MEMORY, "grader: out of memory");
-        for (size_t i = 0; i < c->ngram_cap; i++) {
-            if (c->ngram[i] == 0) continue;
-            size_t k = c->ngram[i] & (ncap - 1);
-            while (nt[k] != 0)
-                k = (k + 1) & (ncap - 1);
-            nt[k] = c->ngram[i];
+static void gr__match_attributes(gr__ctx *c, gr__sent *s) {
+    int *prop = (int *)gr__alloc(c, sizeof(int) * (size_t)(s->nclause + 1));
+    uint8_t *all_hyp = (uint8_t *)gr__alloc(c, (size_t)s->nclause + 1);
+    for (int k = 0; k < s->nclause; k++)
+        all_hyp[k] = 1;
+    uint8_t *marker = (uint8_t *)gr__alloc(c, (size_t)s->ntok + 1);
+    const int conds[] = {c->R.L.cond, c->R.L.cond_neg};
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < s->ncm[conds[k]]; i++)
+            for (int t = s->cm[conds[k]][i].start; t < s->cm[conds[k]][i].end; t++)
+                marker[t] = 1;
+    for (int t = 0; t < s->ntok; t++) /* the marker ("if") itself is not in its antecedent */
+        if (!s->hyp[t] && !marker[t]) all_hyp[s->clause[t]] = 0;
+    for (int k = s->nclause - 1; k >= 0; k--) /* a chain of antecedents joins its consequent */
+        prop[k] = all_hyp[k] && k + 1 < s->nclause ? prop[k + 1] : k;
+    for (int k = 0; k < c->R.nconcepts; k++)
+        for (int i = 0; i < s->ncm[k]; i++) {
+            gr__match *m = &s->cm[k][i];
+            int t = m->start < s->ntok ? m->start : s->ntok - 1;
+            if (t < 0) continue;
+            m->neg = (s->negd[t] + (c->R.concepts[k].lexical && gr__inside_negated_phrase(c, s, k, m))) % 2;
+            m->framed = s->frame[t];
+            m->hyp = s->hyp[t];
+            m->clause = s->clause[t];
+            m->prop = prop[m->clause];
         }
-        free(c->ngram);
-        c->ngram = nt;
-        c->ngram_cap = ncap;
-    }
-    size_t k = h & (c->ngram_cap - 1);
-    while (c->ngram[k] != 0) {
-        if (c->ngram[k] == h) return;
-        k = (k + 1) & (c->ngram_cap - 1);
-    }
-    c->ngram[k] = h;
-    c->ngram_n++;
 }
 
-static int gr__ngram_has(const gr__ctx *c, uint64_t h) {
-    if (c->ngram_cap == 0) return 0;
-    size_t k = h & (c->ngram_cap - 1);
-    while (c->ngram[k] != 0) {
-        if (c->ngram[k] == h) return 1;
-        k = (k + 1) & (c->ngram_cap - 1);
+/* Function words ("the", "of", "on", "的", "了") among the words of a sentence. */
+static double gr__function_ratio(gr__ctx *c, const gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    int words = 0, function = 0;
+    uint8_t *fw = (uint8_t *)gr__alloc(c, (size_t)s->ntok + 1);
+    for (int i = 0; i < s->ncm[R->L.function_words]; i++)
+        for (int t = s->cm[R->L.function_words][i].start; t < s->cm[R->L.function_words][i].end; t++)
+            fw[t] = 1;
+    for (int t = 0; t < s->ntok; t++) {
+        if (s->tok[t].kind == GR__T_SYM || s->tok[t].kind == GR__T_NUM) continue;
+        words++;
+        function += fw[t];
+    }
+    return words > 0 ? (double)function / words : 0;
+}
+
+/* The share of a sentence's words that lexicon concepts cover. */
+static double gr__concept_coverage(gr__ctx *c, const gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    uint8_t *cov = (uint8_t *)gr__alloc(c, (size_t)s->ntok + 1);
+    for (int k = 0; k < R->nconcepts; k++) {
+        if (!R->concepts[k].lexical) continue;
+        for (int i = 0; i < s->ncm[k]; i++)
+            for (int t = s->cm[k][i].start; t < s->cm[k][i].end; t++)
+                cov[t] = 1;
+    }
+    int words = 0, covered = 0;
+    for (int t = 0; t < s->ntok; t++) {
+        if (s->tok[t].kind == GR__T_SYM || s->tok[t].kind == GR__T_NUM) continue;
+        words++;
+        covered += cov[t];
+    }
+    return words > 0 ? (double)covered / words : 0;
+}
+
+/* A keyword list, not a statement: many distinct lexicon concepts that cover most of its
+   words, and hardly any function words ("the", "of", "is", "的", "了") between them. A real
+   technical sentence is dense in terms too, but its function words hold it together. */
+static int gr__is_term_list(gr__ctx *c, const gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    int content = 0, covered = 0, distinct = 0, function = 0;
+    uint8_t *cov = (uint8_t *)gr__alloc(c, (size_t)s->ntok + 1);
+    for (int k = 0; k < R->nconcepts; k++) {
+        if (!R->concepts[k].lexical || s->ncm[k] == 0) continue;
+        distinct++;
+        for (int i = 0; i < s->ncm[k]; i++)
+            for (int t = s->cm[k][i].start; t < s->cm[k][i].end; t++)
+                cov[t] = 1;
+    }
+    for (int i = 0; i < s->ncm[R->L.function_words]; i++)
+        for (int t = s->cm[R->L.function_words][i].start; t < s->cm[R->L.function_words][i].end; t++)
+            cov[t] |= 2;
+    for (int t = 0; t < s->ntok; t++) {
+        const gr__tok *k = &s->tok[t];
+        if (cov[t] & 2) { /* a function word, however short */
+            function++;
+            continue;
+        }
+        /* numbers, one-letter names and formulas say nothing about the prose around them */
+        if (k->kind == GR__T_SYM || k->kind == GR__T_NUM || (k->kind == GR__T_WORD && k->len < 2))
+            continue;
+        content++;
+        covered += (cov[t] & 1) != 0;
+    }
+    content += function;
+    if (s->cjk >= 8) {
+        /* Chinese prose has no spaces between its words; keywords separated by spaces
+           ("所有进程 创建 相同顺序 配对") do */
+        int gaps = 0;
+        for (int t = 0; t + 1 < s->ntok; t++)
+            if (s->tok[t].kind == GR__T_CJK && s->tok[t + 1].kind == GR__T_CJK &&
+                s->tok[t + 1].start > s->tok[t].start + s->tok[t].len)
+                gaps++;
+        return distinct >= R->rules.list_min_concepts && gaps >= 3;
+    }
+    return distinct >= R->rules.list_min_concepts && content >= R->rules.list_min_words &&
+           (double)covered / content >= R->rules.list_coverage &&
+           (double)function / content < R->rules.list_function_ratio;
+}
+
+/* A word that is a noun as often as a verb ("hang", "mismatch", "call") is a verb only after
+   a subject (a pronoun, or a plural noun that is not a function word: "ranks hang") or when
+   it opens the sentence (an imperative: "Log every creation"). */
+static int gr__subject_before(gr__ctx *c, const gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    static const char *const pronouns[] = {"they", "we", "you", "i", "it", "which", "that", "who",
+                                           "he", "she", "everything", "nothing", NULL};
+    for (int i = 0; i < s->ncm[R->L.amb_verb]; i++) {
+        int t = s->cm[R->L.amb_verb][i].start;
+        if (t == 0 && !s->in_list) { /* an imperative ("Hash the plan", "Log each creation") */
+            for (int j = 0; j < s->ncm[R->L.function_words]; j++)
+                if (s->cm[R->L.function_words][j].start == s->cm[R->L.amb_verb][i].end) return 1;
+            continue;
+        }
+        const gr__tok *p = &s->tok[t - 1];
+        if (p->kind != GR__T_WORD || p->ident) continue;
+        for (int k = 0; pronouns[k] != NULL; k++)
+            if (strcmp(p->s, pronouns[k]) == 0) return 1;
+        int fw = 0;
+        for (int j = 0; j < s->ncm[R->L.function_words] && !fw; j++)
+            fw = s->cm[R->L.function_words][j].start == t - 1;
+        if (!fw && p->len > 3 && p->s[p->len - 1] == 's' && p->s[p->len - 2] != 's') return 1;
     }
     return 0;
 }
 
-/* Content tokens of a text (words, numbers, CJK characters) as pointers. */
-static gr__tok **gr__content_tokens(gr__ctx *c, gr__tok *tok, int ntok, int *n) {
-    gr__tok **out = (gr__tok **)gr__alloc(c, sizeof(gr__tok *) * (size_t)(ntok + 1));
-    *n = 0;
-    for (int i = 0; i < ntok; i++)
-        if (gr__is_content(&tok[i])) out[(*n)++] = &tok[i];
-    return out;
-}
-
-static void gr__add_prompt_text(gr__ctx *c, const char *text) {
-    char *norm = gr__normalize(c, text, strlen(text));
-    int ntok = 0, n = 0;
-    gr__tok *tok = gr__tokenize(c, norm, 0, &ntok);
-    gr__tok **ct = gr__content_tokens(c, tok, ntok, &n);
-    for (int len = 2; len <= 5; len++)
-        for (int i = 0; i + len <= n; i++)
-            gr__ngram_insert(c, gr__ngram_hash(ct + i, len));
-}
-
-/* Every string of the rubric (prompts, template, needs, feedback) except the concept lists
-   and language rules: a sentence made of these is a copy, not an answer. */
-static void gr__add_prompt_json(gr__ctx *c, const cJSON *j, int depth) {
-    if (j == NULL || depth > 16) return;
-    if (cJSON_IsString(j) && j->valuestring != NULL) {
-        gr__add_prompt_text(c, j->valuestring);
+/* Concepts, clauses, polarity, predicate and back-reference of one sentence. */
+static void gr__analyse(gr__ctx *c, gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    s->norm = gr__normalize(c, s->raw, strlen(s->raw));
+    s->tok = gr__tokenize(c, s->norm, 0, &s->ntok);
+    size_t nt = (size_t)s->ntok + 1;
+    s->wpos = (double *)gr__alloc(c, sizeof(double) * nt);
+    s->clause = (int *)gr__alloc(c, sizeof(int) * nt);
+    s->negd = (int *)gr__alloc(c, sizeof(int) * nt);
+    s->frame = (uint8_t *)gr__alloc(c, nt);
+    s->hyp = (uint8_t *)gr__alloc(c, nt);
+    double w = 0;
+    for (int i = 0; i < s->ntok; i++) {
+        s->wpos[i] = w;
+        w += gr__tok_weight(&s->tok[i]);
+        if (s->tok[i].kind == GR__T_WORD || s->tok[i].kind == GR__T_NUM)
+            s->words++;
+        else if (s->tok[i].kind == GR__T_CJK)
+            s->cjk++;
+    }
+    s->wpos[s->ntok] = w;
+    size_t rl = strlen(s->raw);
+    s->question = rl > 0 && (s->raw[rl - 1] == '?' ||
+                             (rl >= 3 && memcmp(s->raw + rl - 3, "\xEF\xBC\x9F", 3) == 0));
+    s->cm = (gr__match **)gr__alloc(c, sizeof(gr__match *) * (size_t)R->nconcepts);
+    s->ncm = (int *)gr__alloc(c, sizeof(int) * (size_t)R->nconcepts);
+    if (s->ntok > (int)R->rules.max_sentence_tokens) {
+        s->ignored = GR__IGN_LONG;
         return;
     }
-    const cJSON *e;
-    cJSON_ArrayForEach(e, j) {
-        if (depth == 0 && e->string != NULL &&
-            (!strcmp(e->string, "concepts") || !strcmp(e->string, "text") ||
-             !strcmp(e->string, "parts")))
-            continue;
-        gr__add_prompt_json(c, e, depth + 1);
-    }
+    for (int k = 0; k < R->nconcepts; k++)
+        gr__find_concept(c, s, k);
+    gr__clauses(c, s);
+    s->void_clause = (uint8_t *)gr__alloc(c, (size_t)s->nclause + 1);
+    gr__polarity(c, s);
+    gr__match_attributes(c, s);
+    /* weak predicates (Chinese adjectives used as predicates: 相邻, 一致) count in prose, not
+       in a bullet, where they usually head a noun phrase */
+    s->has_pred = s->ncm[R->L.pred] > 0 || (!s->in_list && s->ncm[R->L.weak_pred] > 0) ||
+                  gr__subject_before(c, s);
+    for (int i = 0; i < s->ncm[R->L.anaphor]; i++)
+        if (s->wpos[s->cm[R->L.anaphor][i].start] < R->rules.anaphor_reach) s->anaphor = 1;
 }
 
+/* Bigrams of content tokens (word stems, numbers, CJK characters) for the duplicate check. */
+static int gr__shingles(gr__ctx *c, const gr__sent *s, uint64_t **out) {
+    int n = 0;
+    gr__tok **ct = gr__content_tokens(c, s->tok, s->ntok, &n);
+    uint64_t *h = (uint64_t *)gr__alloc(c, sizeof(uint64_t) * (size_t)(n + 1));
+    int k = 0;
+    for (int i = 0; i + 1 < n || (n == 1 && i == 0); i++) {
+        const char *a = ct[i]->stem != NULL ? ct[i]->stem : ct[i]->s;
+        uint64_t x = gr__fnv1a(a, strlen(a), 0xcbf29ce484222325ULL);
+        if (i + 1 < n) {
+            const char *b = ct[i + 1]->stem != NULL ? ct[i + 1]->stem : ct[i + 1]->s;
+            x = gr__fnv1a("\x1f", 1, x);
+            x = gr__fnv1a(b, strlen(b), x);
+        }
+        int dup = 0;
+        for (int j = 0; j < k && !dup; j++)
+            dup = h[j] == x;
+        if (!dup) h[k++] = x;
+    }
+    *out = h;
+    return k;
+}
+
+static double gr__jaccard(const uint64_t *a, int na, const uint64_t *b, int nb) {
+    if (na == 0 || nb == 0) return 0;
+    int inter = 0;
+    for (int i = 0; i < na; i++)
+        for (int j = 0; j < nb; j++)
+            if (a[i] == b[j]) {
+                inter++;
+                break;
+            }
+    return (double)inter / (double)(na + nb - inter);
+}
+
+/* A sentence that mostly restates the prompt of its box: most of its words lie in 4-word runs
+   of that box's question ("It maps a global rank to its rank inside each group"). */
 static int gr__is_copy(gr__ctx *c, gr__sent *s) {
     int n = 0;
     gr__tok **ct = gr__content_tokens(c, s->tok, s->ntok, &n);
-    if (n < 2) return 0;
-    if (n < 5) return gr__ngram_has(c, gr__ngram_hash(ct, n));
-    int hits = 0, total = 0;
-    for (int i = 0; i + 5 <= n; i++, total++)
-        hits += gr__ngram_has(c, gr__ngram_hash(ct + i, 5));
-    return (double)hits >= c->R.rules.copy_overlap * total;
+    /* the prompt of the box it stands in (a box the rubric does not know: any prompt) */
+    uint64_t want = GR__ALL_BOXES | (s->box >= 0 && s->box < 63 ? (uint64_t)1 << s->box : ~(uint64_t)0);
+    if (n < 3) return 0;
+    if (n < 4) return (gr__ngram_has(c, gr__ngram_hash(ct, n)) & want) != 0;
+    uint8_t *cov = (uint8_t *)gr__alloc(c, (size_t)n);
+    for (int i = 0; i + 4 <= n; i++)
+        if (gr__ngram_has(c, gr__ngram_hash(ct + i, 4)) & want)
+            for (int k = 0; k < 4; k++)
+                cov[i + k] = 1;
+    int covered = 0;
+    for (int i = 0; i < n; i++)
+        covered += cov[i];
+    return (double)covered >= c->R.rules.copy_overlap * n;
 }
 
-/* Distinct rubric terms in a sentence (alternatives of concepts that rubric points use). */
-static int gr__distinct_terms(gr__ctx *c, const gr__sent *s) {
-    const char *seen[64];
-    int n = 0;
-    for (int k = 0; k < c->R.nconcepts; k++) {
-        if (!c->R.concepts[k].is_term) continue;
-        for (int i = 0; i < s->ncm[k] && n < 64; i++) {
-            const char *src = c->R.concepts[k].alt[s->cm[k][i].alt].src;
-            int dup = 0;
-            for (int j = 0; j < n && !dup; j++)
-                dup = strcmp(seen[j], src) == 0;
-            if (!dup) seen[n++] = src;
+/* Analyses every sentence, then decides which ones cannot earn anything and why. */
+static void gr__analyse_sheet(gr__ctx *c) {
+    gr__sheet *S = &c->S;
+    const gr__rubric *R = &c->R;
+    uint64_t **sh = (uint64_t **)gr__alloc(c, sizeof(uint64_t *) * (size_t)(S->nsent + 1));
+    int *nsh = (int *)gr__alloc(c, sizeof(int) * (size_t)(S->nsent + 1));
+    for (int i = 0; i < S->nsent; i++) {
+        gr__sent *s = &S->sent[i];
+        gr__analyse(c, s);
+        if (s->ignored) continue;
+        if (s->box >= 0 && !R->box[s->box].graded) {
+            s->ignored = GR__IGN_UNGRADED;
+        } else if (gr__is_copy(c, s)) {
+            s->ignored = GR__IGN_COPY;
+        } else {
+            nsh[i] = gr__shingles(c, s, &sh[i]);
+            for (int j = 0; j < i && !s->ignored; j++) {
+                if (S->sent[j].ignored || nsh[j] == 0 || nsh[i] < 2) continue;
+                if (gr__jaccard(sh[i], nsh[i], sh[j], nsh[j]) >= R->rules.dedup_similarity) {
+                    s->ignored = GR__IGN_DUP;
+                    s->dup_of = S->sent[j].line;
+                }
+            }
         }
+        if (!s->ignored && gr__is_term_list(c, s)) s->ignored = GR__IGN_LIST;
     }
-    return n;
-}
-
-/* Term occurrences: matches of term concepts, overlapping ones merged into one. */
-static int gr__term_occurrences(gr__ctx *c, const gr__sent *s) {
-    if (s->ntok == 0) return 0;
-    int *maxend = (int *)gr__alloc(c, sizeof(int) * (size_t)s->ntok);
-    for (int k = 0; k < c->R.nconcepts; k++) {
-        if (!c->R.concepts[k].is_term) continue;
-        for (int i = 0; i < s->ncm[k]; i++) {
-            const gr__match *m = &s->cm[k][i];
-            if (m->end > maxend[m->start]) maxend[m->start] = m->end;
+    /* A paragraph made of very short sentences that are nothing but rubric terms ("Every rank
+       new_group. Same order collective. Hang deadlock Experiment B.") is keyword stuffing. */
+    for (int i = 0; i < S->nsent;) {
+        int j = i, n = 0, stuffed = 0;
+        while (j < S->nsent && S->sent[j].para == S->sent[i].para)
+            j++;
+        for (int k = i; k < j; k++) {
+            const gr__sent *x = &S->sent[k];
+            if (x->ignored == GR__IGN_LONG) continue;
+            n++;
+            stuffed += x->words + x->cjk / 2.0 <= R->rules.short_sentence_words - 2 &&
+                       gr__concept_coverage(c, x) >= R->rules.list_coverage + 0.15;
         }
+        if (stuffed >= 3 && stuffed * 2 >= n)
+            for (int k = i; k < j; k++)
+                if (!S->sent[k].ignored) S->sent[k].ignored = GR__IGN_LIST;
+        i = j;
     }
-    int occ = 0, cur_end = -1;
-    for (int t = 0; t < s->ntok; t++) {
-        if (maxend[t] == 0) continue;
-        if (t >= cur_end) {
-            occ++;
-            cur_end = maxend[t];
-        } else if (maxend[t] > cur_end) {
-            cur_end = maxend[t];
-        }
+    /* "This is wrong." denies the sentence before it; then it is done. */
+    for (int i = 1; i < S->nsent; i++) {
+        gr__sent *s = &S->sent[i];
+        if (s->ignored == GR__IGN_LONG || s->ncm[R->L.deny_post] == 0) continue;
+        int content = 0;
+        gr__content_tokens(c, s->tok, s->ntok, &content);
+        if (content > R->rules.post_frame_sentence_tokens) continue;
+        gr__sent *p = &S->sent[i - 1];
+        if (p->ignored == GR__IGN_LONG) continue;
+        p->denied_by_next = 1;
+        for (int t = 0; t < p->ntok; t++)
+            p->frame[t] = 1;
+        gr__match_attributes(c, p);
     }
-    return occ;
-}
-
-enum { GR__IGN_NONE, GR__IGN_COPY, GR__IGN_LIST, GR__IGN_LONG };
-static const char *const gr__ignore_reason[] = {"", "copies the prompt or rubric text",
-                                                "a list of rubric terms without a connective",
-                                                "too long to be one sentence"};
-
-static void gr__classify(gr__ctx *c, gr__sent *s) {
-    gr__analyse_sentence(c, s);
-    if (s->ntok > (int)c->R.rules.max_sentence_tokens)
-        s->ignored = GR__IGN_LONG;
-    else if (gr__is_copy(c, s))
-        s->ignored = GR__IGN_COPY;
-    else if (gr__distinct_terms(c, s) >= (int)c->R.rules.list_min_terms &&
-             s->ncm[c->R.c_connective] == 0)
-        s->ignored = GR__IGN_LIST;
-}
-
-/* Printable excerpt of a sentence: at most ~60 columns, cut on a character boundary. */
-static char *gr__excerpt(gr__ctx *c, const char *raw) {
-    size_t n = strlen(raw), i = 0;
-    int cols = 0;
-    while (i < n && cols < 44) {
-        ucs4_t uc;
-        int m = u8_mbtouc(&uc, (const uint8_t *)raw + i, n - i);
-        if (m <= 0) m = 1;
-        cols += gr__is_cjk(uc) || (uc >= 0xFF00 && uc <= 0xFFEF) ? 2 : 1;
-        i += (size_t)m;
+    /* A bullet without a verb states nothing (a noun phrase, keywords); in prose a terse
+       phrase without a verb still counts when function words hold it together ("new_group on
+       all ranks, same order, members or not"), but not a row of keywords ("Same order
+       collective."). */
+    for (int i = 0; i < S->nsent; i++) {
+        gr__sent *s = &S->sent[i];
+        if (s->ignored || s->has_pred) continue;
+        if (s->in_list || gr__function_ratio(c, s) < R->rules.list_function_ratio)
+            s->ignored = GR__IGN_FRAGMENT;
     }
-    gr__sb b = {0};
-    gr__sb_add(c, &b, "\"");
-    gr__sb_addn(c, &b, raw, i);
-    gr__sb_add(c, &b, i < n ? " ...\"" : "\"");
-    return b.s;
 }
 
 // ---------------------------------------------------------------------------------------------
-// >>prose  items
+// >>relations
 
-static gr__item *gr__new_item(gr__ctx *c, const char *id, const char *kind, const char *tag,
-                              int part, double max) {
+/* How a relation stands in a sentence. */
+enum { GR__REL_NONE, GR__REL_ASSERTED, GR__REL_DENIED, GR__REL_HYPO };
+static const char *const gr__rel_form[] = {"", "stated", "stated only as denied",
+                                           "stated only as a condition or question"};
+
+/* Search modes: the slots' own polarity and antecedent needs, polarity relaxed, both relaxed. */
+enum { GR__SEARCH_STRICT, GR__SEARCH_ANY_POL, GR__SEARCH_ANY };
+
+/* A unit to search: one sentence (a == NULL) or a sentence b that refers back to a. */
+typedef struct gr__unit {
+    const gr__sent *a, *b;
+} gr__unit;
+
+typedef struct gr__cand {
+    const gr__match *m;
+    int part; /* 0: the earlier sentence a, 1: the sentence b */
+} gr__cand;
+
+typedef struct gr__search {
+    const gr__rel *r;
+    int lang_prep; /* the prepositions concept */
+    gr__unit u;
+    gr__cand *cand[GR__MAX_SLOTS];
+    int ncand[GR__MAX_SLOTS];
+    gr__cand chosen[GR__MAX_SLOTS];
+    int budget;
+} gr__search;
+
+static const gr__sent *gr__unit_part(const gr__unit *u, int part) {
+    return part == 0 ? u->a : u->b;
+}
+
+static int gr__slot_ok(const gr__slot *sl, const gr__match *m, int mode, int framed_ok) {
+    if (!framed_ok && m->framed) return 0;
+    if (mode != GR__SEARCH_ANY) {
+        if (sl->hyp == GR__HYP_NO && m->hyp) return 0;
+        if (sl->hyp == GR__HYP_ONLY && !m->hyp) return 0;
+    }
+    if (mode == GR__SEARCH_STRICT) {
+        if (sl->pol == GR__POL_ASSERTED && m->neg) return 0;
+        if (sl->pol == GR__POL_NEGATED && !m->neg) return 0;
+    }
+    return 1;
+}
+
+/* The doer of a verb stands before it and is not the object of a preposition: in "the model
+   reads the ranks from parallel state and decides ...", parallel state decides nothing. */
+static int gr__is_agent(const gr__search *q, const gr__cand *doer, const gr__cand *verb) {
+    if (doer->part != verb->part) return doer->part < verb->part;
+    if (doer->m->start >= verb->m->start) return 0;
+    const gr__sent *s = gr__unit_part(&q->u, doer->part);
+    for (int i = 0; i < s->ncm[q->lang_prep]; i++) {
+        const gr__match *p = &s->cm[q->lang_prep][i];
+        if (p->end <= doer->m->start && doer->m->start - p->end <= 1) return 0;
+    }
+    return 1;
+}
+
+static int gr__dfs(gr__search *q, int slot) {
+    const gr__rel *r = q->r;
+    if (slot == r->nslot) {
+        int in_a = 0, in_b = 0;
+        double lo = 1e30, hi = -1e30;
+        for (int i = 0; i < r->nslot; i++) {
+            const gr__cand *x = &q->chosen[i];
+            if (x->part == 0) {
+                in_a = 1;
+                continue;
+            }
+            in_b = 1;
+            const gr__sent *s = q->u.b;
+            if (s->wpos[x->m->start] < lo) lo = s->wpos[x->m->start];
+            double e = s->wpos[x->m->end - 1];
+            if (e > hi) hi = e;
+        }
+        if (q->u.a != NULL && !(in_a && in_b)) return 0; /* a plain match is found without a */
+        if (r->window > 0 && in_b && hi - lo > r->window + 1e-9) return 0;
+        if (r->agent >= 0 && !gr__is_agent(q, &q->chosen[r->agent], &q->chosen[r->verb]))
+            return 0;
+        return 1;
+    }
+    for (int i = 0; i < q->ncand[slot]; i++) {
+        if (--q->budget < 0) return 0;
+        const gr__cand *x = &q->cand[slot][i];
+        int bad = 0;
+        for (int j = 0; j < slot && !bad; j++) {
+            const gr__cand *y = &q->chosen[j];
+            if (y->part == x->part && gr__overlaps(y->m, x->m)) bad = 1;
+            if (r->clause && (y->part != x->part || y->m->prop != x->m->prop)) bad = 1;
+        }
+        if (!bad && r->ordered && slot > 0) {
+            const gr__cand *p = &q->chosen[slot - 1];
+            bad = p->part > x->part || (p->part == x->part && x->m->start < p->m->end);
+        }
+        if (bad) continue;
+        q->chosen[slot] = *x;
+        if (gr__dfs(q, slot + 1)) return 1;
+    }
+    return 0;
+}
+
+/* Searches r in u; void clauses are skipped when skip_void. Returns 1 and the chosen matches
+   in q->chosen when found. */
+static int gr__search_rel(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit u, int mode,
+                          int framed_ok, int skip_void) {
+    memset(q, 0, sizeof *q);
+    q->r = r;
+    q->u = u;
+    q->lang_prep = c->R.L.prepositions;
+    q->budget = GR__SEARCH_BUDGET;
+    for (int p = 0; p < 2; p++) {
+        const gr__sent *s = gr__unit_part(&u, p);
+        if (s == NULL) continue;
+        for (int k = 0; k < r->nunless; k++)
+            if (s->ncm[r->unless[k]] > 0) return 0;
+    }
+    for (int sl = 0; sl < r->nslot; sl++) {
+        const gr__slot *slot = &r->slot[sl];
+        int n = 0;
+        q->cand[sl] = (gr__cand *)gr__alloc(c, sizeof(gr__cand) * GR__MAX_CANDIDATES);
+        for (int p = 1; p >= 0; p--) { /* the sentence itself first */
+            const gr__sent *s = gr__unit_part(&u, p);
+            if (s == NULL) continue;
+            for (int k = 0; k < slot->n; k++) {
+                int ci = slot->concepts[k];
+                for (int i = 0; i < s->ncm[ci] && n < GR__MAX_CANDIDATES; i++) {
+                    const gr__match *m = &s->cm[ci][i];
+                    if (!gr__slot_ok(slot, m, mode, framed_ok)) continue;
+                    if (skip_void && s->void_clause != NULL && s->void_clause[m->clause]) continue;
+                    q->cand[sl][n].m = m;
+                    q->cand[sl][n].part = p;
+                    n++;
+                }
+            }
+        }
+        if (n == 0) return 0;
+        q->ncand[sl] = n;
+    }
+    return gr__dfs(q, 0);
+}
+
+/* How r stands in u: stated, stated only as denied, only as a condition, or not at all.
+   Plain negations are checked slot by slot against what each slot needs; a denial frame
+   ("it is not true that ...") negates the whole relation once: a relation stated inside it
+   is denied, and a relation denied inside it is stated (a double negation). */
+static int gr__rel_form_in(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit u,
+                           int skip_void) {
+    if (u.a != NULL && !r->backref) return GR__REL_NONE;
+    if (u.a != NULL && r->clause) return GR__REL_NONE;
+    if (gr__search_rel(c, q, r, u, GR__SEARCH_STRICT, 0, skip_void)) return GR__REL_ASSERTED;
+    if (gr__search_rel(c, q, r, u, GR__SEARCH_STRICT, 1, skip_void)) return GR__REL_DENIED;
+    if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY_POL, 0, skip_void)) return GR__REL_DENIED;
+    if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY_POL, 1, skip_void)) return GR__REL_ASSERTED;
+    if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY, 1, skip_void)) return GR__REL_HYPO;
+    return GR__REL_NONE;
+}
+
+// ---------------------------------------------------------------------------------------------
+// >>scoring
+
+static gr__item *gr__new_item(gr__ctx *c, const char *id, int ritem, const char *kind,
+                              const char *tag, int part, double max) {
     gr__item *it = GR__PUSH(c, c->items, c->nitems, c->capitems);
     memset(it, 0, sizeof *it);
     snprintf(it->id, sizeof it->id, "%s", id);
+    if (ritem >= 0) snprintf(it->ritem, sizeof it->ritem, "%s", c->R.item[ritem].id);
     it->kind = kind;
     it->tag = tag;
     it->part = part;
@@ -2775,548 +3894,919 @@ static void gr__more(gr__ctx *c, gr__item *it, const char *fmt, ...) {
     gr__sb_add(c, &it->more, "\n");
 }
 
-static int gr__json_has_string(const cJSON *list, const char *s) {
-    const cJSON *e;
-    cJSON_ArrayForEach(e,
-                       list) if (cJSON_IsString(e) && strcasecmp(e->valuestring, s) == 0) return 1;
-    return 0;
+static int gr__num_matches(double quoted, int decimals, double measured) {
+    if (decimals == 0) return fabs(quoted - measured) < 1e-9;
+    return fabs(quoted - measured) <= 0.5 * pow(10.0, -decimals) + 1e-9;
 }
 
-static gr__sec *gr__sheet_section(gr__ctx *c, int rub) {
-    for (int i = 0; i < c->S.nsec; i++)
-        if (c->S.sec[i].rub == rub) return &c->S.sec[i];
-    return NULL;
+/* "line 14 "TP ranks are ..."" or, for a back-reference, "lines 13-14 ...". */
+static char *gr__where(gr__ctx *c, const gr__sent *a, const gr__sent *b) {
+    gr__sb w = {0};
+    if (a != NULL)
+        gr__sb_printf(c, &w, "lines %d-%d %s %s", a->line, b->line, gr__excerpt(c, a->raw),
+                      gr__excerpt(c, b->raw));
+    else
+        gr__sb_printf(c, &w, "line %d %s", b->line, gr__excerpt(c, b->raw));
+    return w.s;
 }
 
-static int gr__variant_active(gr__ctx *c, const cJSON *variants) {
+static int gr__sent_index(const gr__ctx *c, const gr__sent *s) { return (int)(s - c->S.sent); }
+
+static int gr__variant_active(const gr__ctx *c, const cJSON *variants) {
     return variants == NULL || gr__json_has_string(variants, c->variant);
 }
 
-/* Per rubric section: size, density, and the floor. */
-typedef struct gr__secstat {
-    gr__sec *sec;
-    int n_ignored;     /* sentences ignored by the copy / list / length rules */
-    int first_ignored; /* index of the first one */
-    double words_eq;   /* English words + CJK characters / 2, over counted sentences */
-    int words, cjk;
-    int floor_ok;
-    double density;
-    int *misc_matched; /* per misconception: matched somewhere in this section */
-} gr__secstat;
-
-static void gr__section_stats(gr__ctx *c, gr__secstat *st) {
-    gr__sec *sec = st->sec;
-    int occ = 0;
-    if (sec != NULL) {
-        for (int i = 0; i < sec->nsent; i++) {
-            gr__sent *s = &sec->sent[i];
-            gr__classify(c, s);
-            if (s->ignored) {
-                if (st->n_ignored++ == 0) st->first_ignored = i;
-                continue;
-            }
-            st->words += s->words;
-            st->cjk += s->cjk;
-            occ += gr__term_occurrences(c, s);
-        }
-    }
-    st->words_eq = st->words + st->cjk / 2.0;
-    st->floor_ok = st->words >= c->R.rules.floor_en_words ||
-                   st->cjk >= c->R.rules.floor_cjk_chars ||
-                   st->words_eq >= c->R.rules.floor_en_words;
-    st->density = st->words_eq > 0 ? occ / st->words_eq : 0;
+/* The sentence before s when s continues it: s refers back to it ("Their members are ..."),
+   or both are short sentences of one paragraph. Both must be usable. */
+static const gr__sent *gr__antecedent(const gr__ctx *c, const gr__sent *s) {
+    int i = gr__sent_index(c, s);
+    if (i == 0) return NULL;
+    const gr__sent *p = &c->S.sent[i - 1];
+    if (p->ignored || p->box != s->box) return NULL;
+    if (s->anaphor) return p;
+    /* a chain of short sentences carries one thought ("The sizes match. The numbers are
+       wrong.") */
+    double lim = c->R.rules.short_sentence_words;
+    if (p->para == s->para && s->words + s->cjk / 2.0 <= lim && p->words + p->cjk / 2.0 <= lim)
+        return p;
+    return NULL;
 }
 
-/* Why a section scores nothing: empty, everything ignored, or below the length floor. */
-static const char *gr__floor_text(gr__ctx *c, const gr__secstat *st) {
-    gr__sb b = {0};
-    if (st->sec == NULL || st->sec->nsent == 0) {
-        gr__sb_add(c, &b, "the section has no text");
-        return b.s;
-    }
-    gr__sb_printf(c, &b,
-                  "section has %d words / %d CJK characters; the floor is %.0f English words or "
-                  "%.0f CJK characters",
-                  st->words, st->cjk, c->R.rules.floor_en_words, c->R.rules.floor_cjk_chars);
-    if (st->n_ignored > 0) {
-        const gr__sent *s = &st->sec->sent[st->first_ignored];
-        gr__sb_printf(c, &b, "\n%d sentence%s not counted, e.g. line %d: %s", st->n_ignored,
-                      st->n_ignored == 1 ? "" : "s", s->line, gr__ignore_reason[s->ignored]);
-    }
-    return b.s;
-}
-
-static const char *gr__floor_label(const gr__secstat *st) {
-    if (st->sec == NULL || st->sec->nsent == 0) return "section empty";
-    if (st->words + st->cjk == 0) return "nothing gradable";
-    return "below the length floor";
+static int gr__box_listed(const gr__ctx *c, const cJSON *ids, int box) {
+    if (box < 0) return 0;
+    return gr__json_has_string(ids, c->R.box[box].id);
 }
 
 /* ---- misconceptions ---- */
 
 typedef struct gr__mcstate {
     int fired;
-    int line;
-    int part;
-    const char *excerpt;
+    const gr__sent *a, *b;
+    const char *rule;
     gr__sb why;
 } gr__mcstate;
 
-/* A bracketed group list attributed to a group kind ("DP group [0,1]") that this run did not
-   measure for that kind. */
-static int gr__wrong_claim(gr__ctx *c, gr__sent *s, const gr__misc *m, gr__sb *why) {
-    gr__blist *lists = NULL;
-    gr__num *nums = NULL;
-    int nl = 0, lc = 0, nn = 0, nc = 0;
-    gr__extract_values(c, s->norm, &lists, &nl, &lc, &nums, &nn, &nc);
-    for (int li = 0; li < nl; li++) {
-        int tokidx = gr__tok_at(s, lists[li].start);
-        const gr__claimkind *best = NULL;
-        const gr__match *bm = NULL;
-        for (int k = 0; k < c->R.nclaims; k++) {
-            const gr__claimkind *ck = &c->R.claims[k];
-            for (int i = 0; i < s->ncm[ck->concept]; i++) {
-                const gr__match *mt = &s->cm[ck->concept][i];
-                if (mt->end > tokidx ||
-                    s->wpos[tokidx] - s->wpos[mt->end] > c->R.rules.claim_distance)
-                    continue;
-                if (bm == NULL || mt->end > bm->end ||
-                    (mt->end == bm->end && mt->start < bm->start)) {
-                    bm = mt;
-                    best = ck;
+/* The match of slot sl nearest to token t in the same clause: before it within the bind
+   distance first, else after it. NULL when none. */
+static const gr__match *gr__near_slot(gr__ctx *c, const gr__sent *s, const gr__slot *sl, int t,
+                                      int mode) {
+    const gr__match *best = NULL;
+    double bestd = 1e30;
+    double maxd = c->R.rules.bind_distance;
+    int tc = t < s->ntok ? s->clause[t] : s->nclause - 1;
+    for (int pass = 0; pass < 2 && best == NULL; pass++)
+        for (int k = 0; k < sl->n; k++) {
+            int ci = sl->concepts[k];
+            for (int i = 0; i < s->ncm[ci]; i++) {
+                const gr__match *m = &s->cm[ci][i];
+                if (m->clause != tc || !gr__slot_ok(sl, m, mode, 0)) continue;
+                double d;
+                if (pass == 0) {
+                    if (m->end > t) continue;
+                    d = s->wpos[t] - s->wpos[m->end];
+                } else {
+                    if (m->start < t) continue;
+                    d = s->wpos[m->start] - s->wpos[t];
+                }
+                if (d <= maxd && d < bestd) {
+                    bestd = d;
+                    best = m;
                 }
             }
         }
-        if (best == NULL || best->path == NULL || gr__negated_at(c, s, tokidx)) continue;
-        int mine = 0;
-        for (int k = 0; k < m->nclaims && !mine; k++)
-        mine = m->claims[k] == best->concept;
-        if (!mine) continue;
-        const cJSON *meas = gr__path(c->results, best->path);
-        if (!cJSON_IsArray(meas)) continue;
-        for (int g = 0; g < lists[li].ninner; g++) {
-            if (lists[li].inner_len[g] < 2) continue;
-            int found = 0;
-            const cJSON *e;
-            cJSON_ArrayForEach(e, meas) {
-                char *mg = gr__json_canon(c, e);
-                if (mg != NULL && strcmp(mg, lists[li].inner[g]) == 0) found = 1;
-            }
-            if (!found) {
-                gr__sb_printf(c, why, "%s group %s was not measured; measured %s = %s",
-                              c->R.concepts[best->concept].id, lists[li].inner[g], best->path,
-                              gr__json_short(c, meas, 60));
-                return 1;
-            }
+    return best;
+}
+
+/* A bracket right after a name is an index ("embedding[0]", "pp[1]"), not a list of ranks. */
+static int gr__is_index(const char *norm, size_t at) {
+    if (at == 0) return 0;
+    unsigned char p = (unsigned char)norm[at - 1];
+    return isalnum(p) || p == '_' || p == ']' || p == ')';
+}
+
+/* "rank 5" (or "rank5", "rank 5的") named in the clause of token t; -1 if none. */
+static int gr__rank_named(const gr__sent *s, int t) {
+    int tc = t < s->ntok ? s->clause[t] : -1;
+    for (int i = 0; i + 1 < s->ntok; i++) {
+        if (s->clause[i] != tc) continue;
+        if (s->tok[i].kind == GR__T_WORD && strcmp(s->tok[i].s, "rank") == 0 &&
+            s->tok[i + 1].kind == GR__T_NUM)
+            return atoi(s->tok[i + 1].s);
+    }
+    return -1;
+}
+
+/* 1 when the list (canonical "[5,7]" or nested) is one of the measured groups at path, or the
+   measured groups themselves. */
+static int gr__list_is_measured(gr__ctx *c, const gr__blist *l, const cJSON *groups) {
+    if (!cJSON_IsArray(groups)) return 0;
+    char *whole = gr__json_canon(c, groups);
+    if (whole != NULL && strcmp(whole, l->canon) == 0) return 1;
+    if (l->nested) return 0;
+    const cJSON *g;
+    cJSON_ArrayForEach(g, groups) {
+        char *one = gr__json_canon(c, g);
+        if (one != NULL && strcmp(one, l->canon) == 0) return 1;
+    }
+    return 0;
+}
+
+static int gr__list_has(const gr__blist *l, int rank) {
+    char want[24];
+    snprintf(want, sizeof want, "%d", rank);
+    for (int k = 0; k < l->ninner; k++) {
+        const char *p = l->inner[k] + 1; /* "[a,b,c]" */
+        while (*p != '\0' && *p != ']') {
+            size_t n = strspn(p, "0123456789");
+            if (n == strlen(want) && strncmp(p, want, n) == 0) return 1;
+            p += n;
+            if (*p == ',') p++;
+            else if (*p != ']') break;
         }
     }
     return 0;
 }
 
-static int gr__misc_in_scope(const gr__misc *m, const gr__rubric *R, int rub) {
-    return m->scope == NULL || gr__json_has_string(m->scope, R->sec[rub].id);
-}
-
-static void gr__detect_misconceptions(gr__ctx *c, gr__secstat *stats, gr__mcstate *mcs) {
-    const gr__rubric *R = &c->R;
-    for (int mi = 0; mi < R->nmisc; mi++) {
-        const gr__misc *m = &R->misc[mi];
-        for (int r = 0; r < R->nsec; r++) {
-            gr__sec *sec = stats[r].sec;
-            if (sec == NULL || !gr__misc_in_scope(m, R, r)) continue;
-            for (int i = 0; i < sec->nsent; i++) {
-                gr__sent *s = &sec->sent[i];
-                if (s->ignored) continue;
-                gr__sb why = {0};
-                int hit = 0;
-                for (int p = 0; p < m->npat && !hit; p++) {
-                    int res = gr__pattern_eval(c, s, &m->pat[p], 1);
-                    hit = m->pat[p].negated ? res == 2 : res == 1;
-                    if (hit && m->pat[p].negated)
-                        gr__sb_add(c, &why, "negated form of a rubric statement");
-                }
-                if (!hit && m->nclaims > 0) hit = gr__wrong_claim(c, s, m, &why);
-                if (!hit) continue;
-                stats[r].misc_matched[mi] = 1;
-                if (!mcs[mi].fired) {
-                    mcs[mi].fired = 1;
-                    mcs[mi].line = s->line;
-                    mcs[mi].part = R->sec[r].part;
-                    mcs[mi].excerpt = gr__excerpt(c, s->raw);
-                    mcs[mi].why = why;
-                }
-            }
-        }
-    }
-}
-
-/* ---- explanation points ---- */
-
-typedef struct gr__pstate {
-    int active;
-    int *cand; /* sentence indices with a positive match */
-    int ncand, capcand;
-    int neg_line; /* a sentence that matched only in negated form */
-    int ign_line; /* an ignored sentence that would have matched */
-    int ign_reason;
-    int sent; /* assigned sentence, -1 if none */
-} gr__pstate;
-
-static int gr__kuhn(int p, gr__pstate *ps, int *owner, char *seen) {
-    for (int i = 0; i < ps[p].ncand; i++) {
-        int s = ps[p].cand[i];
-        if (seen[s]) continue;
-        seen[s] = 1;
-        if (owner[s] < 0 || gr__kuhn(owner[s], ps, owner, seen)) {
-            owner[s] = p;
-            ps[p].sent = s;
+/* A bracketed list the sentence attributes to a group kind that the run did not measure for
+   that kind ("the DP groups are [0,1] ..."). */
+static int gr__wrong_group_claim(gr__ctx *c, gr__sent *s, const gr__misc *m, gr__sb *why,
+                                 int *clause_out) {
+    /* a sentence (or a paragraph) about a deliberate mismatch quotes wrong lists on purpose */
+    for (int i = gr__sent_index(c, s); i >= 0 && c->S.sent[i].para == s->para; i--)
+        for (int k = 0; k < m->nclaims_unless; k++)
+            if (c->S.sent[i].ncm[m->claims_unless[k]] > 0) return 0;
+    gr__blist *lists = NULL;
+    gr__num *nums = NULL;
+    int nl = 0, lc = 0, nn = 0, nc = 0;
+    gr__extract_values(c, s->norm, &lists, &nl, &lc, &nums, &nn, &nc);
+    for (int li = 0; li < nl; li++) {
+        int t = gr__tok_at(s, lists[li].start);
+        if (gr__is_index(s->norm, lists[li].start)) continue;
+        if (t < s->ntok && (s->hyp[t] || (s->negd[t] + s->frame[t]) % 2)) continue;
+        const cJSON *gc;
+        cJSON_ArrayForEach(gc, m->group_claims) {
+            gr__slot kind;
+            gr__parse_slot(c, gr__jstr(gc, "kind", "?"), &kind, GR__HYP_NO, m->id);
+            const gr__match *km = gr__near_slot(c, s, &kind, t, GR__SEARCH_STRICT);
+            if (km == NULL) continue;
+            const cJSON *groups = gr__path(c->results, gr__jstr(gc, "groups", ""));
+            if (groups == NULL) continue;
+            int rank = gr__rank_named(s, t);
+            int ok = gr__list_is_measured(c, &lists[li], groups) &&
+                     (rank < 0 || lists[li].nested || gr__list_has(&lists[li], rank));
+            if (ok) break; /* attributed correctly to the nearest kind */
+            gr__sb_printf(c, why, "%s was not measured as %s (measured: %s)", lists[li].canon,
+                          kind.spec, gr__json_short(c, groups, 60));
+            *clause_out = t < s->ntok ? s->clause[t] : 0;
             return 1;
         }
     }
     return 0;
 }
 
-static int gr__cmp_points_desc(const void *a, const void *b, void *arg) {
-    const gr__point *pts = (const gr__point *)arg;
-    double x = pts[*(const int *)a].points, y = pts[*(const int *)b].points;
-    return (x < y) - (x > y);
+static int gr__misc_may_fire(const gr__ctx *c, const gr__misc *m, const gr__sent *s) {
+    return !s->ignored && !gr__box_listed(c, m->not_in_boxes, s->box);
 }
 
-static void gr__score_section_points(gr__ctx *c, int r, gr__secstat *st) {
+/* Every asserted misconception voids the clauses that state it; each costs its penalty once,
+   at its first statement. */
+static void gr__detect_misconceptions(gr__ctx *c, gr__mcstate *mcs) {
     const gr__rubric *R = &c->R;
-    gr__sec *sec = st->sec;
-    int np = R->npoints;
-    gr__pstate *ps = (gr__pstate *)gr__alloc(c, sizeof(gr__pstate) * (size_t)(np + 1));
-    int *order = (int *)gr__alloc(c, sizeof(int) * (size_t)(np + 1));
-    int nord = 0;
-    double section_max = 0;
-    for (int p = 0; p < np; p++) {
-        const gr__point *pt = &R->points[p];
-        ps[p].sent = -1;
-        if (pt->section != r || !gr__variant_active(c, pt->variants)) continue;
-        ps[p].active = 1;
-        section_max += pt->points;
-        order[nord++] = p;
-        if (sec == NULL || !st->floor_ok) continue;
-        for (int i = 0; i < sec->nsent; i++) {
-            gr__sent *s = &sec->sent[i];
-            if (s->ignored) {
-                if (ps[p].ign_line == 0 && s->ignored != GR__IGN_LONG &&
-                    gr__patterns_eval(c, s, pt->pat, pt->npat, pt->use_negation) == 1) {
-                    ps[p].ign_line = s->line;
-                    ps[p].ign_reason = s->ignored;
+    for (int mi = 0; mi < R->nmisc; mi++) {
+        const gr__misc *m = &R->misc[mi];
+        for (int i = 0; i < c->S.nsent; i++) {
+            gr__sent *s = &c->S.sent[i];
+            if (!gr__misc_may_fire(c, m, s)) continue;
+            for (int r = 0; r < m->nrel; r++) {
+                gr__search q;
+                gr__unit u = {NULL, s};
+                if (gr__rel_form_in(c, &q, &m->rel[r], u, 0) != GR__REL_ASSERTED) continue;
+                /* the whole sentence: its other clauses lean on the wrong statement */
+                for (int cl = 0; cl < s->nclause; cl++)
+                    s->void_clause[cl] = 1;
+                if (!mcs[mi].fired) {
+                    mcs[mi].fired = 1;
+                    mcs[mi].b = s;
+                    mcs[mi].rule = m->rel[r].text;
                 }
-                continue;
+                break;
             }
-            int res = gr__patterns_eval(c, s, pt->pat, pt->npat, pt->use_negation);
-            if (res == 1)
-                *GR__PUSH(c, ps[p].cand, ps[p].ncand, ps[p].capcand) = i;
-            else if (res == 2 && ps[p].neg_line == 0)
-                ps[p].neg_line = s->line;
-        }
-    }
-    if (nord == 0) return;
-    /* One point per sentence: a maximum matching, the heavier points tried first. */
-    qsort_r(order, (size_t)nord, sizeof *order, gr__cmp_points_desc, R->points);
-    if (sec != NULL && sec->nsent > 0) {
-        int *owner = (int *)gr__alloc(c, sizeof(int) * (size_t)sec->nsent);
-        char *seen = (char *)gr__alloc(c, (size_t)sec->nsent);
-        for (int i = 0; i < sec->nsent; i++)
-            owner[i] = -1;
-        for (int k = 0; k < nord; k++) {
-            memset(seen, 0, (size_t)sec->nsent);
-            gr__kuhn(order[k], ps, owner, seen);
-        }
-    }
-    double earned = 0;
-    for (int p = 0; p < np; p++) {
-        if (!ps[p].active || ps[p].sent < 0) continue;
-        const gr__point *pt = &R->points[p];
-        int contradicted = 0;
-        for (int mi = 0; mi < R->nmisc && !contradicted; mi++)
-            contradicted = st->misc_matched[mi] && gr__json_has_string(R->misc[mi].pairs, pt->id);
-        if (!contradicted) earned += pt->points;
-    }
-    int capped =
-        st->density > R->rules.density_cap && earned > R->rules.density_factor * section_max;
-    double scale = capped ? R->rules.density_factor * section_max / earned : 1.0;
-    for (int p = 0; p < np; p++) {
-        if (!ps[p].active) continue;
-        const gr__point *pt = &R->points[p];
-        gr__item *it = gr__new_item(c, pt->id, "expl", "EXPL", R->sec[r].part, pt->points);
-        if (sec == NULL) {
-            it->detail = gr__strdup(c, "section missing");
-            gr__more(c, it, "add the heading \"### %s %s\" and answer there", R->sec[r].id,
-                     R->sec[r].title);
-            continue;
-        }
-        if (!st->floor_ok) {
-            it->detail = gr__strdup(c, gr__floor_label(st));
-            gr__more(c, it, "%s", gr__floor_text(c, st));
-            gr__more(c, it, "need: %s", pt->need);
-            continue;
-        }
-        if (ps[p].sent < 0) {
-            it->detail = gr__strdup(c, "not found");
-            if (ps[p].ncand > 0) {
-                gr__more(c, it,
-                         "line %d matches, but that sentence already earned another point (one "
-                         "point per sentence)",
-                         sec->sent[ps[p].cand[0]].line);
-            } else if (ps[p].neg_line > 0) {
-                gr__more(c, it, "line %d matches only in negated form", ps[p].neg_line);
-            } else if (ps[p].ign_line > 0) {
-                gr__more(c, it, "line %d ignored: %s", ps[p].ign_line,
-                         gr__ignore_reason[ps[p].ign_reason]);
+            int cl = 0;
+            gr__sb why = {0};
+            if (cJSON_GetArraySize(m->group_claims) > 0 && gr__wrong_group_claim(c, s, m, &why, &cl)) {
+                for (int k = 0; k < s->nclause; k++)
+                    s->void_clause[k] = 1;
+                if (!mcs[mi].fired) {
+                    mcs[mi].fired = 1;
+                    mcs[mi].b = s;
+                    mcs[mi].rule = "a group list attributed to the wrong kind";
+                    gr__sb_add(c, &mcs[mi].why, gr__sb_str(&why));
+                }
             }
-            gr__more(c, it, "need: %s", pt->need);
-            continue;
         }
-        const gr__sent *s = &sec->sent[ps[p].sent];
-        it->line = s->line;
-        gr__sb d = {0};
-        gr__sb_printf(c, &d, "line %d %s", s->line, gr__excerpt(c, s->raw));
-        it->detail = d.s;
-        int contradicted = -1;
-        for (int mi = 0; mi < R->nmisc && contradicted < 0; mi++)
-            if (st->misc_matched[mi] && gr__json_has_string(R->misc[mi].pairs, pt->id))
-                contradicted = mi;
-        if (contradicted >= 0) {
-            gr__more(c, it,
-                     "contradicted: %s (%s) also appears in this section, so the point scores 0",
-                     R->misc[contradicted].id, R->misc[contradicted].title);
-            continue;
-        }
-        it->score = pt->points * scale;
-        if (capped)
-            gr__more(
-                c, it,
-                "section capped at %.0f%%: rubric terms are %.0f%% of its words (limit %.0f%%)",
-                R->rules.density_factor * 100, st->density * 100, R->rules.density_cap * 100);
     }
+}
+
+/* ---- claims ---- */
+
+typedef struct gr__ccand {
+    int sent;   /* credited sentence */
+    int in_box; /* it stands in a box of the claim's item */
+    const gr__sent *a;
+    const char *rule;
+} gr__ccand;
+
+typedef struct gr__cstate {
+    gr__ccand *cand;
+    int ncand, capcand;
+    int assigned; /* index into cand, -1 none */
+    /* why nothing counted, for the explanation */
+    const gr__sent *near_sent;
+    const gr__sent *near_a;
+    const char *near_why;
+} gr__cstate;
+
+static int gr__in_item_box(const gr__ctx *c, int item, const gr__sent *s) {
+    return gr__box_listed(c, c->R.item[item].boxes, s->box);
+}
+
+static void gr__note_near(gr__ctx *c, gr__cstate *st, const gr__sent *a, const gr__sent *b,
+                          const char *why) {
+    if (st->near_sent != NULL) return;
+    st->near_sent = b;
+    st->near_a = a;
+    st->near_why = gr__strdup(c, why);
+}
+
+/* The units a sentence offers: itself, and itself with the sentence it refers back to. */
+static int gr__units_of(const gr__ctx *c, const gr__sent *s, gr__unit *u) {
+    u[0].a = NULL;
+    u[0].b = s;
+    const gr__sent *p = gr__antecedent(c, s);
+    if (p == NULL) return 1;
+    u[1].a = p;
+    u[1].b = s;
+    return 2;
+}
+
+static void gr__claim_candidates(gr__ctx *c, int ci, gr__cstate *st) {
+    const gr__rubric *R = &c->R;
+    const gr__claim *k = &R->claim[ci];
+    st->assigned = -1;
+    if (!gr__variant_active(c, k->variants)) return;
+    for (int i = 0; i < c->S.nsent; i++) {
+        gr__sent *s = &c->S.sent[i];
+        gr__unit u[2];
+        int nu = gr__units_of(c, s, u);
+        int found = 0;
+        for (int ui = 0; ui < nu && !found; ui++) {
+            for (int r = 0; r < k->nrel && !found; r++) {
+                gr__search q;
+                const gr__rel *rel = &k->rel[r];
+                if (s->ignored) {
+                    if (s->ignored != GR__IGN_LONG && s->ignored != GR__IGN_UNGRADED &&
+                        gr__rel_form_in(c, &q, rel, u[ui], 0) == GR__REL_ASSERTED) {
+                        gr__sb w = {0};
+                        gr__sb_printf(c, &w, "not counted: it %s", gr__ignore_reason[s->ignored]);
+                        if (s->ignored == GR__IGN_DUP)
+                            gr__sb_printf(c, &w, " (line %d)", s->dup_of);
+                        gr__note_near(c, st, NULL, s, w.s);
+                    }
+                    continue;
+                }
+                int form = gr__rel_form_in(c, &q, rel, u[ui], 1);
+                if (form == GR__REL_ASSERTED) {
+                    gr__ccand *x = GR__PUSH(c, st->cand, st->ncand, st->capcand);
+                    x->sent = i;
+                    x->in_box = gr__in_item_box(c, k->item, s);
+                    x->a = u[ui].a;
+                    x->rule = rel->text;
+                    found = 1;
+                } else if (form != GR__REL_NONE) {
+                    gr__sb w = {0};
+                    gr__sb_printf(c, &w, "%s (%s)", gr__rel_form[form], rel->text);
+                    gr__note_near(c, st, u[ui].a, s, w.s);
+                } else if (gr__rel_form_in(c, &q, rel, u[ui], 0) == GR__REL_ASSERTED) {
+                    gr__note_near(c, st, u[ui].a, s,
+                                  "not counted: the clause also states a misconception");
+                }
+            }
+            /* the denial of a misconception states the idea too */
+            for (int d = 0; d < k->ndenies && !found && ui == 0 && !s->ignored; d++) {
+                const gr__misc *m = &R->misc[k->denies[d]];
+                for (int r = 0; r < m->nrel && !found; r++) {
+                    gr__search q;
+                    if (gr__rel_form_in(c, &q, &m->rel[r], u[ui], 1) != GR__REL_DENIED) continue;
+                    gr__ccand *x = GR__PUSH(c, st->cand, st->ncand, st->capcand);
+                    x->sent = i;
+                    x->in_box = gr__in_item_box(c, k->item, s);
+                    x->a = NULL;
+                    gr__sb w = {0};
+                    gr__sb_printf(c, &w, "denies %s (%s)", m->id, m->rel[r].text);
+                    x->rule = w.s;
+                    found = 1;
+                }
+            }
+        }
+    }
+    /* in-box candidates first, then sheet order (stable) */
+    for (int i = 1; i < st->ncand; i++)
+        for (int j = i; j > 0 && st->cand[j].in_box > st->cand[j - 1].in_box; j--) {
+            gr__ccand t = st->cand[j];
+            st->cand[j] = st->cand[j - 1];
+            st->cand[j - 1] = t;
+        }
+}
+
+/* Sentences hold at most max_claims_per_sentence ideas: a maximum matching of claims to
+   sentences, the heavier claims first. */
+typedef struct gr__assign {
+    const gr__claim *claims;
+    gr__cstate *st;
+    int **owner; /* per sentence, the claims it holds */
+    int *nown;
+    int cap;
+    char *seen;
+} gr__assign;
+
+static int gr__linked(const gr__assign *A, int a, int b) {
+    const gr__claim *k = &A->claims[a];
+    for (int i = 0; i < k->nsame; i++)
+        if (k->same[i] == b) return 1;
+    return 0;
+}
+
+static int gr__augment(gr__assign *A, int ci) {
+    gr__cstate *st = &A->st[ci];
+    for (int j = 0; j < st->ncand; j++) {
+        int s = st->cand[j].sent;
+        if (A->seen[s]) continue;
+        int taken = 0; /* the sentence already counts for the same idea in another item */
+        for (int o = 0; o < A->nown[s] && !taken; o++)
+            taken = gr__linked(A, A->owner[s][o], ci);
+        if (taken) continue;
+        A->seen[s] = 1;
+        if (A->nown[s] < A->cap) {
+            A->owner[s][A->nown[s]++] = ci;
+            st->assigned = j;
+            return 1;
+        }
+        for (int o = 0; o < A->nown[s]; o++) {
+            int other = A->owner[s][o];
+            int keep = A->st[other].assigned;
+            A->st[other].assigned = -1;
+            if (gr__augment(A, other)) {
+                A->owner[s][o] = ci;
+                st->assigned = j;
+                return 1;
+            }
+            A->st[other].assigned = keep;
+        }
+    }
+    return 0;
+}
+
+static void gr__assign_claims(gr__ctx *c, gr__cstate *st) {
+    const gr__rubric *R = &c->R;
+    int ns = c->S.nsent;
+    gr__assign A = {R->claim, st, NULL, NULL, (int)R->rules.max_claims_per_sentence, NULL};
+    if (A.cap < 1) A.cap = 1;
+    A.owner = (int **)gr__alloc(c, sizeof(int *) * (size_t)(ns + 1));
+    A.nown = (int *)gr__alloc(c, sizeof(int) * (size_t)(ns + 1));
+    A.seen = (char *)gr__alloc(c, (size_t)ns + 1);
+    for (int i = 0; i < ns; i++)
+        A.owner[i] = (int *)gr__alloc(c, sizeof(int) * (size_t)A.cap);
+    int *order = (int *)gr__alloc(c, sizeof(int) * (size_t)(R->nclaim + 1));
+    for (int i = 0; i < R->nclaim; i++)
+        order[i] = i;
+    for (int i = 1; i < R->nclaim; i++)
+        for (int j = i; j > 0 && R->claim[order[j]].points > R->claim[order[j - 1]].points; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (int k = 0; k < R->nclaim; k++) {
+        memset(A.seen, 0, (size_t)ns + 1);
+        gr__augment(&A, order[k]);
+    }
+    /* the same idea, credited to an item outside its box while the linked claim whose box holds
+       the sentence went empty: it counts where it stands */
+    for (int a = 0; a < R->nclaim; a++) {
+        if (st[a].assigned < 0 || st[a].cand[st[a].assigned].in_box) continue;
+        int s = st[a].cand[st[a].assigned].sent;
+        for (int i = 0; i < R->claim[a].nsame; i++) {
+            int b = R->claim[a].same[i];
+            if (st[b].assigned >= 0) continue;
+            for (int j = 0; j < st[b].ncand; j++) {
+                if (st[b].cand[j].sent != s || !st[b].cand[j].in_box) continue;
+                for (int o = 0; o < A.nown[s]; o++)
+                    if (A.owner[s][o] == a) A.owner[s][o] = b;
+                st[b].assigned = j;
+                st[a].assigned = -1;
+                memset(A.seen, 0, (size_t)ns + 1);
+                A.seen[s] = 1;
+                gr__augment(&A, a);
+                break;
+            }
+            if (st[a].assigned < 0 || st[b].assigned >= 0) break;
+        }
+    }
+    /* a claim left without a sentence although it had candidates: say why */
+    for (int k = 0; k < R->nclaim; k++)
+        if (st[k].assigned < 0 && st[k].ncand > 0 && st[k].near_sent == NULL) {
+            st[k].near_sent = &c->S.sent[st[k].cand[0].sent];
+            st[k].near_why = gr__strdup(c, "that sentence already counts for other ideas "
+                                           "(at most two ideas per sentence)");
+        }
 }
 
 /* ---- evidence ---- */
 
-static int gr__num_matches(double quoted, int decimals, double measured) {
-    if (decimals == 0) return fabs(quoted - measured) < 1e-9;
-    return fabs(quoted - measured) <= 0.5 * pow(10.0, -decimals) + 1e-9;
+typedef struct gr__estate {
+    int sent; /* verified in this sentence, -1 none */
+    char *value;
+    const gr__sent *wrong_sent;
+    char *wrong;
+    int count;        /* measured: distinct values verified */
+    gr__sb seen;      /* measured: "\x1f"-separated values already counted */
+    int done;         /* nothing more to find */
+} gr__estate;
+
+/* The context ("Experiment B") named in s, in the sentence before it (same box) or earlier in
+   its paragraph. */
+static int gr__has_context(gr__ctx *c, const gr__bind *b, const gr__sent *s) {
+    if (!b->has_context || gr__box_listed(c, b->context_boxes, s->box)) return 1;
+    int i = gr__sent_index(c, s);
+    for (int back = 0; i - back >= 0; back++) {
+        const gr__sent *x = &c->S.sent[i - back];
+        if (back > 0 && x->box != s->box) break;
+        if (back > 1 && x->para != s->para) break;
+        for (int k = 0; k < b->context.n; k++)
+            if (x->ncm[b->context.concepts[k]] > 0) return 1;
+    }
+    return 0;
 }
 
-static void gr__score_evidence(gr__ctx *c, const gr__evid *e, const gr__secstat *st) {
-    const gr__rubric *R = &c->R;
-    gr__item *it = gr__new_item(c, e->id, "evid", "EVID", R->sec[e->section].part, e->points);
-    gr__sec *sec = st->sec;
-    if (sec == NULL) {
-        it->detail = gr__strdup(c, "section missing");
-        gr__more(c, it, "add the heading \"### %s %s\"; need: %s", R->sec[e->section].id,
-                 R->sec[e->section].title, e->need);
-        return;
-    }
-    if (!st->floor_ok) {
-        it->detail = gr__strdup(c, gr__floor_label(st));
-        gr__more(c, it, "%s", gr__floor_text(c, st));
-        gr__more(c, it, "need: %s", e->need);
-        return;
-    }
-    gr__facts F = {0}, ign = {0};
-    gr__flatten(c, gr__path(c->results, e->facts_path), &F, 0);
-    const cJSON *p;
-    cJSON_ArrayForEach(p, e->ignore_paths) if (cJSON_IsString(p))
-        gr__flatten(c, gr__path(c->results, p->valuestring), &ign, 0);
-    cJSON_ArrayForEach(p, e->ignore_numbers) if (cJSON_IsNumber(p))
-        gr__facts_add_num(c, &ign, p->valuedouble);
+static int gr__slot_stated(const gr__sent *s, const gr__slot *sl, int *neg_out) {
+    int any = 0;
+    for (int k = 0; k < sl->n; k++)
+        for (int i = 0; i < s->ncm[sl->concepts[k]]; i++) {
+            const gr__match *m = &s->cm[sl->concepts[k]][i];
+            if (m->hyp || m->framed || s->void_clause[m->clause]) continue;
+            if (!m->neg) return 1;
+            any = 1;
+        }
+    if (neg_out != NULL) *neg_out = any;
+    return 0;
+}
 
-    gr__sb ok = {0}, bad = {0};
-    int nok = 0, nbad = 0, first_line = 0;
-    const char *seen[256];
-    int nseen = 0;
-    for (int i = 0; i < sec->nsent; i++) {
-        gr__sent *s = &sec->sent[i];
-        if (s->ignored == GR__IGN_COPY || s->ignored == GR__IGN_LONG) continue;
-        gr__blist *lists = NULL;
-        gr__num *nums = NULL;
-        int nl = 0, lc = 0, nn = 0, nc = 0;
-        gr__extract_values(c, s->norm, &lists, &nl, &lc, &nums, &nn, &nc);
-        for (int k = 0; k < nl + nn; k++) {
-            const char *key;
-            int verified = 0;
-            if (k < nl) {
-                key = lists[k].canon;
-                for (int f = 0; f < F.nlist && !verified; f++)
-                    verified = strcmp(F.list[f], key) == 0;
-            } else {
-                const gr__num *x = &nums[k - nl];
-                int config = 0;
-                for (int f = 0; f < ign.nnum && !config; f++)
-                    config = fabs(ign.num[f] - x->v) < 1e-9;
-                if (config) continue; /* configuration, not a measurement */
-                key = gr__strdup(c, x->text);
-                for (int f = 0; f < F.nnum && !verified; f++)
-                    verified = gr__num_matches(x->v, x->decimals, F.num[f]);
+/* measured bindings: where in the results a quoted value may stand */
+static int gr__path_ignored(const gr__bind *b, const char *rel) {
+    const cJSON *p;
+    char abs[768];
+    snprintf(abs, sizeof abs, "%s.%s", b->path, rel);
+    cJSON_ArrayForEach(p, b->ignore_paths) {
+        if (!cJSON_IsString(p)) continue;
+        size_t n = strlen(p->valuestring);
+        /* relative to the binding's path ("config"), or from the results' root ("facts.x") */
+        if (strncmp(rel, p->valuestring, n) == 0 && (rel[n] == '\0' || rel[n] == '.')) return 1;
+        if (strncmp(abs, p->valuestring, n) == 0 && (abs[n] == '\0' || abs[n] == '.')) return 1;
+    }
+    return 0;
+}
+
+static int gr__number_ignored(const gr__bind *b, double v) {
+    const cJSON *p;
+    cJSON_ArrayForEach(p, b->ignore_numbers) if (cJSON_IsNumber(p) && fabs(p->valuedouble - v) < 1e-12)
+        return 1;
+    return 0;
+}
+
+/* A list of rank ids (a group, members): its elements do not verify a bare number. */
+static int gr__is_rank_list(const cJSON *arr, const char *key, int in_array) {
+    if (in_array) return 1;
+    if (key == NULL) return 0;
+    return strstr(key, "group") != NULL || strstr(key, "rank") != NULL ||
+           strstr(key, "member") != NULL;
+}
+
+/* 1 when node (at rel, below the binding's path) holds the list canon, or the number v. */
+static int gr__tree_has(gr__ctx *c, const gr__bind *b, const cJSON *node, char *rel, size_t cap,
+                        const char *key, int in_array, const char *canon, double v, int dec) {
+    if (rel[0] != '\0' && gr__path_ignored(b, rel)) return 0;
+    if (canon != NULL && cJSON_IsArray(node)) {
+        char *mine = gr__json_canon(c, node);
+        if (mine != NULL && strcmp(mine, canon) == 0) return 1;
+    }
+    if (canon == NULL && cJSON_IsNumber(node)) return gr__num_matches(v, dec, node->valuedouble);
+    if (canon == NULL && cJSON_IsString(node) && node->valuestring != NULL) {
+        for (const char *q = node->valuestring; *q != '\0'; q++) {
+            if (!isdigit((unsigned char)*q) || (q > node->valuestring && (isalnum((unsigned char)q[-1]) || q[-1] == '.')))
+                continue;
+            char *end;
+            double x = strtod(q, &end);
+            if (gr__num_matches(v, dec, x)) return 1;
+            q = end - 1;
+        }
+        return 0;
+    }
+    if (!cJSON_IsArray(node) && !cJSON_IsObject(node)) return 0;
+    if (canon == NULL && cJSON_IsArray(node) && gr__is_rank_list(node, key, in_array)) {
+        /* a list of rank ids: only lists nested deeper may hold measured numbers */
+        const cJSON *k;
+        int all_int = 1;
+        cJSON_ArrayForEach(k, node) all_int &= cJSON_IsNumber(k) && k->valuedouble == floor(k->valuedouble);
+        if (all_int) return 0;
+    }
+    size_t base = strlen(rel);
+    int idx = 0;
+    const cJSON *k;
+    cJSON_ArrayForEach(k, node) {
+        if (cJSON_IsObject(node))
+            snprintf(rel + base, cap - base, "%s%s", base ? "." : "", k->string);
+        else
+            snprintf(rel + base, cap - base, "%s%d", base ? "." : "", idx);
+        idx++;
+        int hit = gr__tree_has(c, b, k, rel, cap, cJSON_IsObject(node) ? k->string : key,
+                               cJSON_IsArray(node), canon, v, dec);
+        rel[base] = '\0';
+        if (hit) return 1;
+    }
+    return 0;
+}
+
+static int gr__seen_add(gr__ctx *c, gr__sb *seen, const char *v) {
+    const char *p = gr__sb_str(seen);
+    size_t n = strlen(v);
+    while (*p != '\0') {
+        const char *e = strchr(p, '\x1f');
+        size_t l = e != NULL ? (size_t)(e - p) : strlen(p);
+        if (l == n && strncmp(p, v, n) == 0) return 0;
+        p += l + (e != NULL);
+    }
+    gr__sb_add(c, seen, v);
+    gr__sb_add(c, seen, "\x1f");
+    return 1;
+}
+
+static void gr__measured_found(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e,
+                               const char *v) {
+    if (!gr__seen_add(c, &e->seen, v)) return;
+    e->count++;
+    if (e->sent < 0) e->sent = gr__sent_index(c, s);
+    gr__sb w = {0};
+    gr__sb_printf(c, &w, "%s%s%s (line %d)", e->value != NULL ? e->value : "",
+                  e->value != NULL ? ", " : "", v, s->line);
+    e->value = w.s;
+    if (e->count * b->per_value >= b->points - 1e-9) e->done = 1;
+}
+
+static void gr__check_measured(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e,
+                               const cJSON *meas) {
+    gr__blist *lists = NULL;
+    gr__num *nums = NULL;
+    int nl = 0, lc = 0, nn = 0, nc = 0;
+    gr__extract_values(c, s->norm, &lists, &nl, &lc, &nums, &nn, &nc);
+    char rel[512];
+    for (int li = 0; li < nl && !e->done; li++) {
+        int t = gr__tok_at(s, lists[li].start);
+        if (gr__is_index(s->norm, lists[li].start)) continue;
+        if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
+        rel[0] = '\0';
+        if (gr__tree_has(c, b, meas, rel, sizeof rel, NULL, 0, lists[li].canon, 0, 0))
+            gr__measured_found(c, b, s, e, lists[li].canon);
+    }
+    for (int ni = 0; ni < nn && !e->done; ni++) {
+        int t = gr__tok_at(s, nums[ni].start);
+        if (gr__number_ignored(b, nums[ni].v)) continue;
+        if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
+        rel[0] = '\0';
+        if (gr__tree_has(c, b, meas, rel, sizeof rel, NULL, 0, NULL, nums[ni].v, nums[ni].decimals))
+            gr__measured_found(c, b, s, e, nums[ni].text);
+    }
+}
+
+static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e) {
+    if (s->ignored || !gr__has_context(c, b, s)) return;
+    const cJSON *meas = gr__path(c->results, b->path);
+    if (meas == NULL || cJSON_IsNull(meas)) return;
+    if (b->type == GR__BIND_MEASURED) {
+        gr__check_measured(c, b, s, e, meas);
+        return;
+    }
+    if (b->type == GR__BIND_ENUM) {
+        if (!cJSON_IsString(meas)) return;
+        const cJSON *v;
+        cJSON_ArrayForEach(v, b->values) {
+            gr__slot sl;
+            gr__parse_slot(c, v->valuestring, &sl, GR__HYP_NO, b->id);
+            if (!gr__slot_stated(s, &sl, NULL)) continue;
+            if (strcasecmp(v->string, meas->valuestring) == 0) {
+                e->sent = gr__sent_index(c, s);
+                e->value = gr__strdup(c, v->string);
+                return;
             }
-            int dup = 0;
-            for (int j = 0; j < nseen && !dup; j++)
-                dup = strcmp(seen[j], key) == 0;
-            if (dup || nseen >= 256) continue;
-            seen[nseen++] = key;
-            gr__sb *dst = verified ? &ok : &bad;
-            gr__sb_printf(c, dst, "%s\"%s\"", dst->len ? ", " : "", key);
-            if (verified) {
-                nok++;
-                if (first_line == 0) first_line = s->line;
-            } else {
-                nbad++;
+            if (e->wrong_sent == NULL) {
+                e->wrong_sent = s;
+                gr__sb w = {0};
+                gr__sb_printf(c, &w, "says %s, measured %s", v->string, meas->valuestring);
+                e->wrong = w.s;
             }
         }
+        return;
     }
-    it->line = first_line;
-    it->score = fmin(e->points, e->per_value * nok);
-    gr__sb d = {0};
-    gr__sb_printf(c, &d, "%d value%s quoted, %d verified", nok + nbad, nok + nbad == 1 ? "" : "s",
-                  nok);
-    it->detail = d.s;
-    if (nok > 0) gr__more(c, it, "verified: %s", gr__sb_str(&ok));
-    if (nbad > 0) gr__more(c, it, "value not from this run: %s", gr__sb_str(&bad));
-    if (it->score < e->points) gr__more(c, it, "need: %s", e->need);
-}
-
-/* ---- quality ---- */
-
-static void gr__score_quality(gr__ctx *c, const gr__quality *q, const gr__secstat *stats) {
-    const gr__rubric *R = &c->R;
-    gr__item *it = gr__new_item(c, q->id, "quality", "QUAL", q->part, q->points);
-    gr__sb why = {0};
-    const cJSON *sid;
-    cJSON_ArrayForEach(sid, q->sections) {
-        int r = cJSON_IsString(sid) ? gr__rsec_index(R, sid->valuestring) : -1;
-        if (r < 0) continue;
-        if (stats[r].sec == NULL)
-            gr__sb_printf(c, &why, "%s missing; ", R->sec[r].id);
-        else if (!stats[r].floor_ok)
-            gr__sb_printf(c, &why, "%s below the length floor; ", R->sec[r].id);
+    gr__blist *lists = NULL;
+    gr__num *nums = NULL;
+    int nl = 0, lc = 0, nn = 0, nc = 0;
+    gr__extract_values(c, s->norm, &lists, &nl, &lc, &nums, &nn, &nc);
+    if (b->type == GR__BIND_GROUPS) {
+        for (int li = 0; li < nl; li++) {
+            int t = gr__tok_at(s, lists[li].start);
+            if (gr__is_index(s->norm, lists[li].start)) continue;
+            if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+            if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
+            int rank = gr__rank_named(s, t);
+            int want = -1;
+            if (b->rank_path != NULL) {
+                const cJSON *r = gr__path(c->results, b->rank_path);
+                if (cJSON_IsNumber(r)) want = r->valueint;
+            }
+            int ok = gr__list_is_measured(c, &lists[li], meas) &&
+                     (rank < 0 || lists[li].nested || gr__list_has(&lists[li], rank)) &&
+                     (want < 0 || lists[li].nested || gr__list_has(&lists[li], want));
+            if (ok) {
+                e->sent = gr__sent_index(c, s);
+                e->value = lists[li].canon;
+                return;
+            }
+            if (e->wrong_sent == NULL) {
+                e->wrong_sent = s;
+                gr__sb w = {0};
+                gr__sb_printf(c, &w, "%s is not %s%s (measured: %s)", lists[li].canon,
+                              b->quantity.spec, want >= 0 ? " of the probe rank" : "",
+                              gr__json_short(c, meas, 50));
+                e->wrong = w.s;
+            }
+        }
+        return;
     }
-    for (int r = 0; r < R->nsec; r++) {
-        if (R->sec[r].part != q->part) continue;
-        for (int mi = 0; mi < R->nmisc; mi++)
-            if (stats[r].misc_matched[mi])
-                gr__sb_printf(c, &why, "%s in %s; ", R->misc[mi].id, R->sec[r].id);
-    }
-    if (why.len == 0) {
-        it->score = q->points;
-        it->detail = gr__strdup(c, "floors met, no misconception");
-    } else {
-        it->detail = gr__strdup(c, "not earned");
-        gr__more(c, it, "%s", gr__sb_str(&why));
-        gr__more(c, it, "need: %s", q->need);
+    /* a number said to be the quantity */
+    for (int ni = 0; ni < nn; ni++) {
+        int t = gr__tok_at(s, nums[ni].start);
+        if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
+        int ok = 0;
+        if (cJSON_IsNumber(meas))
+            ok = gr__num_matches(nums[ni].v, nums[ni].decimals, meas->valuedouble);
+        if (ok) {
+            e->sent = gr__sent_index(c, s);
+            e->value = gr__strdup(c, nums[ni].text);
+            return;
+        }
+        if (e->wrong_sent == NULL) {
+            e->wrong_sent = s;
+            gr__sb w = {0};
+            gr__sb_printf(c, &w, "%s is not %s (measured: %s)", nums[ni].text, b->quantity.spec,
+                          gr__json_short(c, meas, 30));
+            e->wrong = w.s;
+        }
     }
 }
 
 /* ---- predictions ---- */
 
-static const gr__pv *gr__find_pv(const gr__pv *pv, int n, const char *key) {
+static const gr__pv *gr__find_pv(const gr__pv *pv, int n, const char *key, int part) {
     for (int i = 0; i < n; i++)
-        if (strcmp(pv[i].key, key) == 0) return &pv[i];
+        if (strcmp(pv[i].key, key) == 0 && pv[i].part == part) return &pv[i];
     return NULL;
 }
 
-static void gr__score_prediction_group(gr__ctx *c, const cJSON *g, gr__pv *const *pv,
-                                       const int *npv) {
-    const char *gid = gr__jstr(g, "id", "P");
-    int part = gr__part_from_name(gr__jstr(g, "part", "main"));
-    if (part == GR__PART_OTHER) part = GR__PART_MAIN;
-    const cJSON *items = cJSON_GetObjectItemCaseSensitive(g, "items");
-    const cJSON *byv = cJSON_GetObjectItemCaseSensitive(g, "by_variant");
-    if (byv != NULL) items = cJSON_GetObjectItemCaseSensitive(byv, c->variant);
-    if (!cJSON_IsArray(items)) {
-        gr__item *it = gr__new_item(c, gid, "pred", "PRED", part, gr__jnum(g, "points", 0));
-        it->detail = gr__strdup(c, "no items for this variant");
-        gr__more(c, it, "the rubric has no prediction items for variant \"%s\"", c->variant);
+/* Scores one prediction: found in its own pred block, else in the other one (an answer in
+   the wrong block still counts), then checked against the lock and the facts. */
+static double gr__score_prediction(gr__ctx *c, const gr__pitem *p, const gr__pv *pv, int npv) {
+    const gr__pv *val = gr__find_pv(pv, npv, p->key, p->block);
+    int elsewhere = 0;
+    if (val == NULL || val->placeholder) {
+        const gr__pv *other = gr__find_pv(pv, npv, p->key, !p->block);
+        if (other != NULL && !other->placeholder) {
+            val = other;
+            elsewhere = 1;
+        }
+    }
+    gr__item *it = gr__new_item(c, p->id, p->item, "pred", "PRED", c->R.item[p->item].part,
+                                p->points);
+    it->line = val != NULL ? val->line : 0;
+    gr__sb why = {0};
+    if (val != NULL && !val->placeholder && !gr__prediction_locked(c, c->lock, val, &why)) {
+        c->n_unlocked++;
+        it->detail = gr__strdup(c, "not locked, earns 0");
+        gr__more(c, it, "%s", gr__sb_str(&why));
+        return 0;
+    }
+    gr__verdict v;
+    memset(&v, 0, sizeof v);
+    gr__judge(c, p, val, &v);
+    it->score = v.frac * p->points;
+    it->detail = gr__strdup(c, gr__sb_str(&v.detail));
+    if (v.more.len) gr__more(c, it, "%s", gr__sb_str(&v.more));
+    if (elsewhere) gr__more(c, it, "(found in the other pred block, line %d)", val->line);
+    return it->score;
+}
+
+/* ---- items and totals ---- */
+
+typedef struct gr__totals {
+    double main, main_max, fu, fu_max, penalty;
+    int locked, filled, near_empty, unlocked;
+} gr__totals;
+
+static double gr__round2(double x) { return floor(x * 100.0 + 0.5 + 1e-9) / 100.0; }
+
+static void gr__claim_item(gr__ctx *c, int ci, const gr__cstate *st) {
+    const gr__claim *k = &c->R.claim[ci];
+    gr__item *it = gr__new_item(c, k->id, k->item, "claim", "TEXT", c->R.item[k->item].part,
+                                k->points);
+    if (st->assigned >= 0) {
+        const gr__ccand *x = &st->cand[st->assigned];
+        const gr__sent *s = &c->S.sent[x->sent];
+        it->score = k->points;
+        it->line = s->line;
+        it->detail = gr__where(c, x->a, s);
+        gr__more(c, it, "rule: %s", x->rule);
+        int h = c->R.L.hedges;
+        if (s->ncm[h] > 0 || (x->a != NULL && x->a->ncm[h] > 0)) {
+            it->score = k->points * c->R.rules.hedge_factor;
+            gr__more(c, it, "hedged (\"%s\"): it earns %.0f%%",
+                     c->R.concepts[h].alt[(s->ncm[h] > 0 ? s : x->a)->cm[h][0].alt].src,
+                     c->R.rules.hedge_factor * 100);
+        }
+        if (!x->in_box && s->box >= 0)
+            gr__more(c, it, "(written under %s, counted for %s)", c->R.box[s->box].id,
+                     c->R.item[k->item].id);
         return;
     }
-    const cJSON *x;
-    cJSON_ArrayForEach(x, items) {
-        gr__pitem pi;
-        memset(&pi, 0, sizeof pi);
-        snprintf(pi.key, sizeof pi.key, "%s", gr__jstr(x, "key", "?"));
-        snprintf(pi.id, sizeof pi.id, "%.15s.%.31s", gid, pi.key);
-        pi.type = gr__jstr(x, "type", "exact");
-        pi.path = gr__jstr(x, "path", "");
-        pi.points = gr__jnum(x, "points", 0);
-        pi.spec = (cJSON *)x;
-        gr__verdict v;
-        memset(&v, 0, sizeof v);
-        const gr__pv *val = gr__find_pv(pv[part], npv[part], pi.key);
-        gr__item *it = gr__new_item(c, pi.id, "pred", "PRED", part, pi.points);
-        it->line = val != NULL ? val->line : 0;
-        gr__sb why = {0};
-        if (val != NULL && !val->placeholder && !gr__prediction_locked(c, c->lock, val, &why)) {
-            c->n_unlocked++;
-            it->detail = gr__strdup(c, "0: not locked");
-            gr__more(c, it, "%s", gr__sb_str(&why));
-            continue;
-        }
-        gr__judge(c, &pi, val, &v);
-        it->score = v.frac * pi.points;
-        it->detail = gr__strdup(c, gr__sb_str(&v.detail));
-        if (v.more.len) gr__more(c, it, "%s", gr__sb_str(&v.more));
+    it->detail = gr__strdup(c, "not found");
+    if (st->near_sent != NULL) {
+        it->line = st->near_sent->line;
+        gr__more(c, it, "%s: %s", gr__where(c, st->near_a, st->near_sent), st->near_why);
     }
+    gr__more(c, it, "need: %s", k->need);
 }
 
-static void gr__score_predictions(gr__ctx *c) {
-    gr__pv *pv[2] = {NULL, NULL};
-    int npv[2] = {0, 0}, cap[2] = {0, 0};
-    for (int i = 0; i < c->S.npb; i++) {
-        int part = c->S.pb[i].part == GR__PART_FOLLOWUP ? 1 : 0;
-        gr__parse_pred_block(c, &c->S.pb[i], &pv[part], &npv[part], &cap[part]);
-    }
-    const cJSON *g;
-    cJSON_ArrayForEach(g, c->R.predictions) gr__score_prediction_group(c, g, pv, npv);
-}
-
-/* ---- penalties ---- */
-
-static void gr__misconception_items(gr__ctx *c, const gr__mcstate *mcs) {
-    const gr__rubric *R = &c->R;
-    double left = R->rules.penalty_cap;
-    for (int mi = 0; mi < R->nmisc; mi++) {
-        const gr__misc *m = &R->misc[mi];
-        int part = mcs[mi].fired ? mcs[mi].part : GR__PART_MAIN;
-        if (!mcs[mi].fired && m->scope != NULL) { /* report it where it could have fired */
-            int r = gr__rsec_index(R, cJSON_IsString(cJSON_GetArrayItem(m->scope, 0))
-                                          ? cJSON_GetArrayItem(m->scope, 0)->valuestring
-                                          : "");
-            if (r >= 0) part = R->sec[r].part;
-        }
-        gr__item *it = gr__new_item(c, m->id, "misc", "MISC", part, 0);
-        if (!mcs[mi].fired) {
-            it->detail = gr__strdup(c, "did not fire");
-            continue;
-        }
-        double pen = fmin(m->penalty, left);
-        left -= pen;
-        it->fired = 1;
-        it->score = -pen;
-        it->line = mcs[mi].line;
+static void gr__bind_item(gr__ctx *c, int bi, const gr__estate *e) {
+    const gr__bind *b = &c->R.bind[bi];
+    gr__item *it = gr__new_item(c, b->id, b->item, "evid", "EVID", c->R.item[b->item].part,
+                                b->points);
+    if (e->sent >= 0 && b->type == GR__BIND_MEASURED) {
+        const gr__sent *s = &c->S.sent[e->sent];
+        it->score = fmin(b->points, e->count * b->per_value);
+        it->line = s->line;
         gr__sb d = {0};
-        gr__sb_printf(c, &d, "%s: line %d %s", m->title, mcs[mi].line, mcs[mi].excerpt);
+        gr__sb_printf(c, &d, "line %d %s", s->line, gr__excerpt(c, s->raw));
         it->detail = d.s;
-        if (mcs[mi].why.len) gr__more(c, it, "%s", gr__sb_str(&mcs[mi].why));
-        gr__sb meas = {0};
-        const cJSON *p;
-        cJSON_ArrayForEach(p, m->refute) if (cJSON_IsString(p))
-            gr__sb_printf(c, &meas, "%s%s=%s", meas.len ? "; " : "", p->valuestring,
-                          gr__json_short(c, gr__path(c->results, p->valuestring), 50));
-        if (meas.len) gr__more(c, it, "measured: %s", gr__sb_str(&meas));
-        if (m->feedback[0]) gr__more(c, it, "%s", m->feedback);
-        if (m->citation[0]) gr__more(c, it, "see %s", m->citation);
-        if (pen < m->penalty)
-            gr__more(c, it, "penalty reduced: the total is capped at %.2f", R->rules.penalty_cap);
+        gr__more(c, it, "verified in %s: %s", b->path, e->value);
+        if (it->score < b->points - 1e-9) gr__more(c, it, "need: %s", b->need);
+        return;
     }
+    if (e->sent >= 0) {
+        const gr__sent *s = &c->S.sent[e->sent];
+        it->score = b->points;
+        it->line = s->line;
+        gr__sb d = {0};
+        gr__sb_printf(c, &d, "line %d %s", s->line, gr__excerpt(c, s->raw));
+        it->detail = d.s;
+        gr__more(c, it, "verified: %s = %s (%s)", b->quantity.n ? b->quantity.spec : b->path,
+                 e->value, b->path);
+        return;
+    }
+    it->detail = gr__strdup(c, "not quoted");
+    if (e->wrong_sent != NULL) {
+        it->line = e->wrong_sent->line;
+        gr__more(c, it, "line %d %s: %s", e->wrong_sent->line, gr__excerpt(c, e->wrong_sent->raw),
+                 e->wrong);
+    }
+    gr__more(c, it, "need: %s", b->need);
+}
+
+static void gr__misc_item(gr__ctx *c, int mi, const gr__mcstate *ms, double *left) {
+    const gr__misc *m = &c->R.misc[mi];
+    gr__item *it = gr__new_item(c, m->id, m->item, "misc", "MISC", m->part, 0);
+    if (!ms->fired) {
+        it->detail = gr__strdup(c, "did not fire");
+        return;
+    }
+    double pen = fmin(m->penalty, *left);
+    *left -= pen;
+    it->fired = 1;
+    it->score = -pen;
+    it->line = ms->b->line;
+    gr__sb d = {0};
+    gr__sb_printf(c, &d, "%s: line %d %s", m->title, ms->b->line, gr__excerpt(c, ms->b->raw));
+    it->detail = d.s;
+    gr__more(c, it, "rule: %s%s", ms->rule,
+             " (the clause earns nothing, and the misconception costs its penalty)");
+    if (ms->why.len) gr__more(c, it, "%s", gr__sb_str(&ms->why));
+    gr__sb meas = {0};
+    const cJSON *p;
+    cJSON_ArrayForEach(p, m->refute) if (cJSON_IsString(p))
+        gr__sb_printf(c, &meas, "%s%s=%s", meas.len ? "; " : "", p->valuestring,
+                      gr__json_short(c, gr__path(c->results, p->valuestring), 50));
+    if (meas.len) gr__more(c, it, "measured: %s", gr__sb_str(&meas));
+    if (m->feedback[0]) gr__more(c, it, "%s", m->feedback);
+    if (m->citation[0]) gr__more(c, it, "see %s", m->citation);
+    if (pen < m->penalty)
+        gr__more(c, it, "penalty reduced: penalties are capped at %.2f in total",
+                 c->R.rules.penalty_cap);
+}
+
+/* Grades every item: predictions, claims and evidence add up to at most the item's points. */
+static void gr__score_items(gr__ctx *c, gr__totals *t) {
+    const gr__rubric *R = &c->R;
+    gr__pv *pv = NULL;
+    int npv = 0, cap = 0;
+    for (int i = 0; i < c->S.npb; i++)
+        gr__parse_pred_block(c, &c->S.pb[i], &pv, &npv, &cap);
+    gr__mcstate *mcs = (gr__mcstate *)gr__alloc(c, sizeof(gr__mcstate) * (size_t)(R->nmisc + 1));
+    gr__detect_misconceptions(c, mcs);
+    gr__cstate *cs = (gr__cstate *)gr__alloc(c, sizeof(gr__cstate) * (size_t)(R->nclaim + 1));
+    for (int k = 0; k < R->nclaim; k++)
+        gr__claim_candidates(c, k, &cs[k]);
+    gr__assign_claims(c, cs);
+    /* a claim the sheet also contradicts (its misconception fired somewhere) earns nothing */
+    for (int mi = 0; mi < R->nmisc; mi++) {
+        if (!mcs[mi].fired) continue;
+        for (int k = 0; k < R->nclaim; k++) {
+            if (!gr__json_has_string(R->misc[mi].voids, R->claim[k].id) || cs[k].assigned < 0) continue;
+            cs[k].assigned = -1;
+            cs[k].near_sent = mcs[mi].b;
+            cs[k].near_a = NULL;
+            gr__sb w = {0};
+            gr__sb_printf(c, &w, "not counted: the sheet also states %s (%s)", R->misc[mi].id,
+                          R->misc[mi].title);
+            cs[k].near_why = w.s;
+        }
+    }
+    gr__estate *es = (gr__estate *)gr__alloc(c, sizeof(gr__estate) * (size_t)(R->nbind + 1));
+    for (int b = 0; b < R->nbind; b++) {
+        es[b].sent = -1;
+        int all = R->bind[b].type == GR__BIND_MEASURED; /* several values may count */
+        for (int i = 0; i < c->S.nsent && (all ? !es[b].done : es[b].sent < 0); i++)
+            gr__check_binding(c, &R->bind[b], &c->S.sent[i], &es[b]);
+    }
+    double part_sum[2] = {0, 0};
+    for (int ii = 0; ii < R->nitem; ii++) {
+        const gr__ritem *ri = &R->item[ii];
+        int head_i = c->nitems; /* items may move as the array grows: keep the index */
+        gr__new_item(c, ri->id, ii, "item", "ITEM", ri->part, ri->points);
+        double pred = 0, pred_max = 0, text = 0;
+        for (int p = 0; p < R->npred; p++)
+            if (R->pred[p].item == ii && gr__variant_active(c, R->pred[p].variants)) {
+                pred += gr__score_prediction(c, &R->pred[p], pv, npv);
+                pred_max += R->pred[p].points;
+            }
+        for (int k = 0; k < R->nclaim; k++)
+            if (R->claim[k].item == ii && gr__variant_active(c, R->claim[k].variants)) {
+                gr__claim_item(c, k, &cs[k]);
+                text += c->items[c->nitems - 1].score;
+            }
+        for (int b = 0; b < R->nbind; b++)
+            if (R->bind[b].item == ii && gr__variant_active(c, R->bind[b].variants)) {
+                gr__bind_item(c, b, &es[b]);
+                text += c->items[c->nitems - 1].score;
+            }
+        /* the predictions carry their share of the item: the text cannot earn it instead */
+        double text_cap = fmax(0.0, ri->points - pred_max);
+        gr__item *head = &c->items[head_i];
+        head->score = fmin(ri->points, pred + fmin(text, text_cap));
+        gr__sb d = {0};
+        gr__sb_printf(c, &d, "%s", ri->title);
+        if (ri->seed[0]) gr__sb_printf(c, &d, " (%s)", ri->seed);
+        head->detail = d.s;
+        if (text > text_cap + 1e-9)
+            gr__more(c, head, "text and evidence capped at %.2f (%.2f earned below); the %.2f left "
+                              "is the predictions'",
+                     text_cap, text, pred_max);
+        part_sum[ri->part] += head->score;
+    }
+    double left = R->rules.penalty_cap, pen[2] = {0, 0};
+    for (int mi = 0; mi < R->nmisc; mi++) {
+        gr__misc_item(c, mi, &mcs[mi], &left);
+        pen[R->misc[mi].part] += -c->items[c->nitems - 1].score;
+    }
+    t->main = gr__round2(fmax(0.0, part_sum[0] - pen[0]));
+    t->fu = gr__round2(fmax(0.0, part_sum[1] - pen[1]));
+    t->penalty = pen[0] + pen[1];
+    t->main_max = R->max_main;
+    t->fu_max = R->max_followup;
 }
 
 // ---------------------------------------------------------------------------------------------
 // >>report
+
+static char *gr__substitute(gr__ctx *c, const char *text, const char *const *names,
+                            const char *const *values, int n);
 
 static int gr__display_width(const char *s) {
     int w = 0;
@@ -3341,11 +4831,16 @@ static void gr__dots(gr__ctx *c, gr__sb *out, int from, int to) {
 
 static void gr__print_item(gr__ctx *c, gr__sb *out, const gr__item *it) {
     gr__sb row = {0};
-    gr__sb_printf(c, &row, "[%s] %s", it->tag, it->id);
+    int head = strcmp(it->kind, "item") == 0;
+    if (head)
+        gr__sb_printf(c, &row, "== %s", it->id);
+    else
+        gr__sb_printf(c, &row, "  [%s] %s", it->tag, it->id);
     int col = gr__display_width(gr__sb_str(&row));
-    if (col < 34) {
-        gr__dots(c, &row, col, 35);
-        col = 35;
+    int tab = head ? 8 : 30;
+    if (col < tab - 1) {
+        gr__dots(c, &row, col, tab);
+        col = tab;
     } else {
         gr__sb_add(c, &row, " ");
         col++;
@@ -3369,7 +4864,7 @@ static void gr__print_item(gr__ctx *c, gr__sb *out, const gr__item *it) {
     while (*m != '\0') {
         const char *nl = strchr(m, '\n');
         size_t len = nl != NULL ? (size_t)(nl - m) : strlen(m);
-        gr__sb_add(c, out, "       ");
+        gr__sb_add(c, out, head ? "       " : "         ");
         gr__sb_addn(c, out, m, len);
         gr__sb_add(c, out, "\n");
         m += len + (nl != NULL);
@@ -3377,21 +4872,19 @@ static void gr__print_item(gr__ctx *c, gr__sb *out, const gr__item *it) {
 }
 
 static void gr__print_part(gr__ctx *c, gr__sb *out, int part) {
-    static const char *const kinds[] = {"pred", "expl", "evid", "quality", "misc"};
-    int fired = 0, nmisc = 0;
-    for (int k = 0; k < 5; k++) {
-        for (int i = 0; i < c->nitems; i++) {
-            const gr__item *it = &c->items[i];
-            if (it->part != part || strcmp(it->kind, kinds[k]) != 0) continue;
-            if (strcmp(it->kind, "misc") == 0) {
-                nmisc++;
-                if (!it->fired) continue;
-                fired++;
-            }
-            gr__print_item(c, out, it);
-        }
+    for (int i = 0; i < c->nitems; i++) {
+        const gr__item *it = &c->items[i];
+        if (it->part != part || strcmp(it->kind, "misc") == 0) continue;
+        gr__print_item(c, out, it);
     }
-    if (nmisc > 0 && fired == 0) gr__sb_add(c, out, "[MISC] no misconception fired\n");
+    int fired = 0;
+    for (int i = 0; i < c->nitems; i++) {
+        const gr__item *it = &c->items[i];
+        if (it->part != part || strcmp(it->kind, "misc") != 0 || !it->fired) continue;
+        fired++;
+        gr__print_item(c, out, it);
+    }
+    if (fired == 0) gr__sb_add(c, out, "  [MISC] no misconception fired\n");
 }
 
 static char *gr__config_line(gr__ctx *c) {
@@ -3409,41 +4902,16 @@ static char *gr__config_line(gr__ctx *c) {
     return b.s != NULL ? b.s : gr__strdup(c, "");
 }
 
-typedef struct gr__totals {
-    double main, main_max, fu, fu_max, penalty;
-    int locked, filled, near_empty, unlocked;
-} gr__totals;
-
-static double gr__round2(double x) { return floor(x * 100.0 + 0.5 + 1e-9) / 100.0; }
-
-static void gr__sum(gr__ctx *c, gr__totals *t) {
-    double pos[2] = {0, 0}, pen[2] = {0, 0};
-    for (int i = 0; i < c->nitems; i++) {
-        const gr__item *it = &c->items[i];
-        int p = it->part == GR__PART_FOLLOWUP ? 1 : 0;
-        if (it->score < 0)
-            pen[p] += -it->score;
-        else
-            pos[p] += it->score;
-    }
-    t->main = gr__round2(fmax(0.0, pos[0] - pen[0]));
-    t->fu = gr__round2(fmax(0.0, pos[1] - pen[1]));
-    t->penalty = pen[0] + pen[1];
-    t->main_max = c->R.max_main;
-    t->fu_max = c->R.max_followup;
-}
-
 static void gr__print_report(gr__ctx *c, FILE *out, const gr__totals *t) {
     if (out == NULL) return;
     gr__sb b = {0};
     const gr__rubric *R = &c->R;
+    int locked = t->filled > 0 && t->unlocked == 0 && c->lock->mode != GR__LOCK_NONE;
     gr__sb_printf(c, &b, "%s / %s %s  nonce=%s probe=%s followup=%s  locked=%s\n", R->lab,
                   R->question, gr__config_line(c), gr__jstr(c->results, "nonce", "?"),
                   gr__json_short(c, cJSON_GetObjectItemCaseSensitive(c->results, "probe_rank"), 8),
                   c->variant[0] ? c->variant : "?",
-                  t->locked   ? "yes"
-                  : t->filled ? "NO"
-                              : "no (no predictions)");
+                  locked ? "yes" : t->filled == 0 ? "no (no predictions)" : "no");
     if (t->unlocked > 0 || (t->filled > 0 && c->lock->mode == GR__LOCK_NONE))
         gr__sb_printf(c, &b,
                       "PREDICTIONS NOT LOCKED: %d prediction%s earn 0 (absent at the first "
@@ -3452,11 +4920,18 @@ static void gr__print_report(gr__ctx *c, FILE *out, const gr__totals *t) {
     else if (c->lock->mode == GR__LOCK_LEDGER)
         gr__sb_printf(c, &b, "predictions locked at %s (ledger %s)\n", c->lock->locked_at,
                       c->lock->ledger_path);
+    else if (c->lock->mode == GR__LOCK_LEGACY && t->filled > 0)
+        gr__sb_printf(c, &b, "predictions locked at %s (hash recorded by that run)\n",
+                      c->lock->locked_at);
     if (c->warnings.len) gr__sb_add(c, &b, gr__sb_str(&c->warnings));
     gr__print_part(c, &b, GR__PART_MAIN);
     const cJSON *var = cJSON_GetObjectItemCaseSensitive(R->variants, c->variant);
     gr__sb sep = {0};
-    gr__sb_printf(c, &sep, "-- follow-up %s: %s ", c->variant, gr__jstr(var, "title", ""));
+    char probe[16];
+    snprintf(probe, sizeof probe, "%d", (int)gr__jnum(c->results, "probe_rank", -1));
+    const char *pn[] = {"probe_rank"}, *pv[] = {probe};
+    gr__sb_printf(c, &sep, "-- follow-up %s: %s ", c->variant,
+                  gr__substitute(c, gr__jstr(var, "title", ""), pn, pv, 1));
     while (gr__display_width(gr__sb_str(&sep)) < GR__TABLE_WIDTH)
         gr__sb_add(c, &sep, "-");
     gr__sb_printf(c, &b, "%s\n", gr__sb_str(&sep));
@@ -3563,6 +5038,7 @@ static int gr__fill_report(gr__ctx *c, gr_report *r, const gr__totals *t) {
         const gr__item *it = &c->items[i];
         gr_item *o = &r->items[i];
         snprintf(o->id, sizeof o->id, "%s", it->id);
+        snprintf(o->item, sizeof o->item, "%s", it->ritem);
         snprintf(o->kind, sizeof o->kind, "%s", it->kind);
         snprintf(o->part, sizeof o->part, "%s", gr__part_name[it->part == GR__PART_FOLLOWUP]);
         o->score = it->score;
@@ -3575,9 +5051,6 @@ static int gr__fill_report(gr__ctx *c, gr_report *r, const gr__totals *t) {
     }
     return MC_OK;
 }
-
-// ---------------------------------------------------------------------------------------------
-// >>api
 
 static void gr__load_results(gr__ctx *c, const char *path) {
     size_t n = 0;
@@ -3664,112 +5137,6 @@ static void gr__lock_state(gr__ctx *c, const char *ledger_path, gr__totals *t) {
     L->locked_at = gr__jstr(pr, "time", "?");
 }
 
-/* GR_GRADE_DEBUG=1: per-section sizes and densities, and every sentence with its concepts, on
-   stderr (for writing rubrics and fixtures). */
-static void gr__debug_sections(gr__ctx *c, const gr__secstat *stats) {
-    const gr__rubric *R = &c->R;
-    for (int r = 0; r < R->nsec; r++) {
-        const gr__sec *sec = stats[r].sec;
-        fprintf(stderr, "[debug] %s: %d words, %d cjk, density %.2f, floor %s\n", R->sec[r].id,
-                stats[r].words, stats[r].cjk, stats[r].density,
-                stats[r].floor_ok ? "ok" : "NOT met");
-        for (int i = 0; sec != NULL && i < sec->nsent; i++) {
-            const gr__sent *s = &sec->sent[i];
-            fprintf(stderr, "[debug]   line %d%s%s:", s->line, s->ignored ? " IGNORED " : "",
-                    gr__ignore_reason[s->ignored]);
-            for (int k = 0; k < R->nconcepts; k++)
-                if (s->ncm != NULL && s->ncm[k] > 0)
-                    fprintf(stderr, " %s%s", R->concepts[k].id, s->cm[k][0].neg ? "(neg)" : "");
-            fprintf(stderr, "\n");
-        }
-    }
-}
-
-static void gr__grade_all(gr__ctx *c, const gr_grade_desc *d, FILE *out, gr_report *report) {
-    gr__load_rubric(c, d->rubric_path);
-    gr__load_results(c, d->results_path);
-    size_t n = 0;
-    int truncated = 0, missing = 0;
-    c->answers_path = d->answers_path;
-    char *text = gr__read_sheet(c, d->answers_path, &n, &truncated, &missing);
-    if (!missing) {
-        if (truncated)
-            gr__warn(c, "warning: %s is larger than %zu bytes; only the start is graded",
-                     d->answers_path, n);
-        gr__parse_sheet(c, text, n);
-    } else {
-        gr__warn(c, "no answer sheet at %s: run `%s --init` to create it",
-                 d->answers_path ? d->answers_path : "(none)",
-                 gr__jstr(c->R.root, "lab_binary", "./lab"));
-    }
-    gr__pick_variant(c);
-    gr__add_prompt_json(c, c->R.root, 0);
-
-    gr__totals t;
-    memset(&t, 0, sizeof t);
-    char ledger_path[4200];
-    if (d->ledger_path != NULL)
-        snprintf(ledger_path, sizeof ledger_path, "%s", d->ledger_path);
-    else
-        gr_ledger_path_for(d->results_path, ledger_path, sizeof ledger_path);
-    gr__lock_state(c, gr__strdup(c, ledger_path), &t);
-    gr__score_predictions(c);
-    t.unlocked = c->n_unlocked;
-    t.locked = t.filled > 0 && c->n_unlocked == 0 && c->lock->mode != GR__LOCK_NONE;
-
-    const gr__rubric *R = &c->R;
-    gr__secstat *stats = (gr__secstat *)gr__alloc(c, sizeof(gr__secstat) * (size_t)(R->nsec + 1));
-    double written = 0;
-    for (int r = 0; r < R->nsec; r++) {
-        stats[r].sec = gr__sheet_section(c, r);
-        stats[r].misc_matched = (int *)gr__alloc(c, sizeof(int) * (size_t)(R->nmisc + 1));
-        gr__section_stats(c, &stats[r]);
-        written += stats[r].words_eq;
-        if (stats[r].sec != NULL && stats[r].sec->dropped > 0)
-            gr__warn(c, "warning: section %s has more than %d sentences; the rest is not graded",
-                     R->sec[r].id, GR__MAX_SENTENCES_PER_SECTION);
-    }
-    if (getenv("GR_GRADE_DEBUG") != NULL) gr__debug_sections(c, stats);
-    gr__mcstate *mcs = (gr__mcstate *)gr__alloc(c, sizeof(gr__mcstate) * (size_t)(R->nmisc + 1));
-    gr__detect_misconceptions(c, stats, mcs);
-    for (int r = 0; r < R->nsec; r++)
-        gr__score_section_points(c, r, &stats[r]);
-    for (int e = 0; e < R->nevid; e++)
-        gr__score_evidence(c, &R->evid[e], &stats[R->evid[e].section]);
-    for (int q = 0; q < R->nquality; q++)
-        gr__score_quality(c, &R->quality[q], stats);
-    gr__misconception_items(c, mcs);
-
-    gr__sum(c, &t);
-    t.near_empty = t.filled == 0 && written < R->rules.floor_en_words;
-    gr__print_report(c, out, &t);
-    gr__write_grade_json(c, d->grade_out_path, &t);
-    if (report != NULL) {
-        int rc = gr__fill_report(c, report, &t);
-        if (rc != MC_OK) {
-            gr_report_free(report);
-            gr__fail(c, rc, "grader: out of memory");
-        }
-    }
-}
-
-int gr_grade(const gr_grade_desc *desc, gr_report *report) {
-    if (report != NULL) memset(report, 0, sizeof *report);
-    if (desc == NULL) return MC_ERR_INVALID_ARG;
-    FILE *out = desc->quiet ? NULL : desc->out != NULL ? desc->out : stdout;
-    gr__ctx *c = gr__ctx_new();
-    if (c == NULL) return MC_ERR_NO_MEMORY;
-    int rc = setjmp(c->jmp);
-    if (rc != 0) {
-        if (out != NULL) fprintf(out, "grader: %s\n", c->err);
-        gr__ctx_free(c);
-        return rc;
-    }
-    gr__grade_all(c, desc, out, report);
-    gr__ctx_free(c);
-    return MC_OK;
-}
-
 void gr_report_free(gr_report *report) {
     if (report == NULL) return;
     for (int i = 0; i < report->n_items; i++)
@@ -3854,74 +5221,6 @@ int gr_ledger_locked_value(const char *ledger_path, const char *nonce, const cha
     return found;
 }
 
-static void gr__rubric_items(gr__ctx *c, const char *rubric_path, gr_rubric_item **out,
-                             int *count) {
-    gr__load_rubric(c, rubric_path);
-    const gr__rubric *R = &c->R;
-    gr_rubric_item *items = NULL;
-    int n = 0, cap = 0;
-    /* Rubric format 1: prediction groups, the sections' point groups, evidence, quality,
-       misconceptions, each reported under its id prefix ("A1" for "A1.tp_contiguous"). */
-    const cJSON *g;
-    cJSON_ArrayForEach(g, R->predictions) {
-        gr_rubric_item *it = GR__PUSH(c, items, n, cap);
-        memset(it, 0, sizeof *it);
-        snprintf(it->id, sizeof it->id, "%s", gr__jstr(g, "id", "P"));
-        snprintf(it->part, sizeof it->part, "%s", gr__jstr(g, "part", "main"));
-        snprintf(it->title, sizeof it->title, "predictions %s", it->id);
-    }
-    for (int r = 0; r < R->nsec; r++) {
-        gr_rubric_item *it = GR__PUSH(c, items, n, cap);
-        memset(it, 0, sizeof *it);
-        snprintf(it->id, sizeof it->id, "%s", R->sec[r].id);
-        snprintf(it->part, sizeof it->part, "%s", gr__part_name[R->sec[r].part]);
-        snprintf(it->title, sizeof it->title, "%s", R->sec[r].title);
-        for (int p = 0; p < R->npoints; p++)
-            if (R->points[p].section == r) it->max_score += R->points[p].points;
-        for (int e = 0; e < R->nevid; e++)
-            if (R->evid[e].section == r) it->max_score += R->evid[e].points;
-    }
-    for (int q = 0; q < R->nquality; q++) {
-        gr_rubric_item *it = GR__PUSH(c, items, n, cap);
-        memset(it, 0, sizeof *it);
-        snprintf(it->id, sizeof it->id, "%s", R->quality[q].id);
-        snprintf(it->part, sizeof it->part, "%s", gr__part_name[R->quality[q].part == GR__PART_FOLLOWUP]);
-        snprintf(it->title, sizeof it->title, "quality");
-        it->max_score = R->quality[q].points;
-    }
-    for (int m = 0; m < R->nmisc; m++) {
-        gr_rubric_item *it = GR__PUSH(c, items, n, cap);
-        memset(it, 0, sizeof *it);
-        snprintf(it->id, sizeof it->id, "%s", R->misc[m].id);
-        snprintf(it->part, sizeof it->part, "main");
-        snprintf(it->title, sizeof it->title, "%s", R->misc[m].title);
-        it->is_penalty = 1;
-    }
-    *out = (gr_rubric_item *)malloc(sizeof(gr_rubric_item) * (size_t)(n + 1));
-    if (*out == NULL) gr__fail(c, MC_ERR_NO_MEMORY, "grader: out of memory");
-    if (n > 0) memcpy(*out, items, sizeof(gr_rubric_item) * (size_t)n);
-    *count = n;
-}
-
-int gr_rubric_items(const char *rubric_path, gr_rubric_item **items) {
-    if (items == NULL) return MC_ERR_INVALID_ARG;
-    *items = NULL;
-    gr__ctx *c = gr__ctx_new();
-    if (c == NULL) return MC_ERR_NO_MEMORY;
-    int n = 0;
-    int rc = setjmp(c->jmp);
-    if (rc != 0) {
-        fprintf(stderr, "grader: %s\n", c->err);
-        free(*items);
-        *items = NULL;
-        gr__ctx_free(c);
-        return rc;
-    }
-    gr__rubric_items(c, rubric_path, items, &n);
-    gr__ctx_free(c);
-    return n;
-}
-
 int gr_read_header(const char *answers_path, char nonce_out[17], int *probe_rank,
                          char variant_out[8]) {
     size_t n = 0;
@@ -3959,21 +5258,151 @@ static char *gr__substitute(gr__ctx *c, const char *text, const char *const *nam
     return b.s != NULL ? b.s : gr__strdup(c, "");
 }
 
-static char *gr__join_lines(gr__ctx *c, const cJSON *lines) {
-    gr__sb b = {0};
-    const cJSON *l;
-    cJSON_ArrayForEach(l, lines) {
-        if (!cJSON_IsString(l)) continue;
-        if (b.len) gr__sb_add(c, &b, "\n");
-        gr__sb_add(c, &b, l->valuestring);
+/* GR_GRADE_DEBUG=1: every sentence with its box, flags and concepts (+ stated, - denied,
+   ? conditional) on stderr, for writing rubrics and checking calibration sheets. */
+static void gr__debug_sentences(gr__ctx *c) {
+    const gr__rubric *R = &c->R;
+    for (int i = 0; i < c->S.nsent; i++) {
+        const gr__sent *s = &c->S.sent[i];
+        fprintf(stderr, "[debug] line %d box %s%s%s%s%s: %s\n", s->line,
+                s->box >= 0 ? R->box[s->box].id : "-", s->in_list ? " list" : "",
+                s->anaphor ? " refers-back" : "", s->ignored ? " IGNORED: " : "",
+                gr__ignore_reason[s->ignored], s->raw);
+        if (s->ncm == NULL) continue;
+        fprintf(stderr, "[debug]   ");
+        for (int k = 0; k < R->nconcepts; k++)
+            for (int j = 0; j < s->ncm[k]; j++) {
+                const gr__match *m = &s->cm[k][j];
+                fprintf(stderr, " %s%s@%d(%s)", R->concepts[k].id,
+                        m->hyp ? "?" : m->framed ? (m->neg ? "~+" : "~-") : m->neg ? "-" : "+",
+                        m->clause, R->concepts[k].alt[m->alt].src);
+            }
+        fprintf(stderr, "\n");
     }
-    return b.s != NULL ? b.s : gr__strdup(c, "");
+}
+
+/* The prompt text a sentence must not copy, box by box: the template's headings and the
+   comments under them, each box's "prompt" (older templates), the item titles, the variants'
+   questions. */
+static void gr__add_prompts(gr__ctx *c) {
+    const gr__rubric *R = &c->R;
+    if (R->template_path != NULL) {
+        size_t n = 0;
+        char *t = gr__read_file(R->template_path, GR__MAX_SHEET_BYTES, &n, NULL);
+        cmark_node *doc = t != NULL ? cmark_parse_document(t, n, CMARK_OPT_DEFAULT) : NULL;
+        free(t);
+        cmark_iter *it = doc != NULL ? cmark_iter_new(doc) : NULL;
+        int box = -1;
+        cmark_event_type ev;
+        while (it != NULL && (ev = cmark_iter_next(it)) != CMARK_EVENT_DONE) {
+            if (ev != CMARK_EVENT_ENTER) continue;
+            cmark_node *node = cmark_iter_get_node(it);
+            const char *lit = cmark_node_get_literal(node);
+            switch (cmark_node_get_type(node)) {
+            case CMARK_NODE_HEADING: {
+                cmark_node *tx = cmark_node_first_child(node);
+                const char *h = tx != NULL ? cmark_node_get_literal(tx) : NULL;
+                if (h != NULL) {
+                    char *norm = gr__normalize(c, h, strlen(h));
+                    box = cmark_node_get_heading_level(node) >= 2 ? gr__box_of_heading(c, norm) : -1;
+                    gr__add_prompt_text(c, h, box);
+                }
+                break;
+            }
+            case CMARK_NODE_HTML_BLOCK:
+            case CMARK_NODE_HTML_INLINE:
+                if (lit != NULL) gr__add_prompt_text(c, lit, box);
+                break;
+            default: break;
+            }
+        }
+        if (it != NULL) cmark_iter_free(it);
+        if (doc != NULL) cmark_node_free(doc);
+    }
+    for (int b = 0; b < R->nbox; b++)
+        if (R->box[b].prompt != NULL) gr__add_prompt_text(c, R->box[b].prompt, b);
+    const cJSON *lp;
+    cJSON_ArrayForEach(lp, cJSON_GetObjectItemCaseSensitive(R->root, "legacy_prompts"))
+        if (cJSON_IsString(lp)) gr__add_prompt_text(c, lp->valuestring, -1);
+    for (int i = 0; i < R->nitem; i++)
+        gr__add_prompt_text(c, R->item[i].title, -1);
+    for (int k = 0; k < R->nclaim; k++) /* the rubric file is public: copying a need is no answer */
+        gr__add_prompt_text(c, R->claim[k].need, -1);
+    const cJSON *v;
+    cJSON_ArrayForEach(v, R->variants) gr__add_prompt_text(c, gr__jstr(v, "question", ""), -1);
+}
+
+static void gr__grade_all(gr__ctx *c, const gr_grade_desc *d, FILE *out, gr_report *report) {
+    gr__load_rubric(c, d->rubric_path);
+    gr__load_results(c, d->results_path);
+    size_t n = 0;
+    int truncated = 0, missing = 0;
+    c->answers_path = d->answers_path;
+    char *text = gr__read_sheet(c, d->answers_path, &n, &truncated, &missing);
+    if (!missing) {
+        if (truncated)
+            gr__warn(c, "warning: %s is larger than %zu bytes; only the start is graded",
+                     d->answers_path, n);
+        gr__parse_sheet(c, text, n);
+    } else {
+        gr__warn(c, "no answer sheet at %s: run `%s --init` to create it",
+                 d->answers_path ? d->answers_path : "(none)",
+                 gr__jstr(c->R.root, "lab_binary", "./lab"));
+    }
+    if (c->S.dropped > 0)
+        gr__warn(c, "warning: the sheet has more than %d sentences; the rest is not graded",
+                 GR__MAX_SENTENCES);
+    gr__pick_variant(c);
+    gr__add_prompts(c);
+    gr__analyse_sheet(c);
+    if (getenv("GR_GRADE_DEBUG") != NULL) gr__debug_sentences(c);
+
+    gr__totals t;
+    memset(&t, 0, sizeof t);
+    char ledger_path[4200];
+    if (d->ledger_path != NULL)
+        snprintf(ledger_path, sizeof ledger_path, "%s", d->ledger_path);
+    else
+        gr_ledger_path_for(d->results_path, ledger_path, sizeof ledger_path);
+    gr__lock_state(c, gr__strdup(c, ledger_path), &t);
+    gr__score_items(c, &t);
+    t.unlocked = c->n_unlocked;
+    t.locked = t.filled > 0 && c->n_unlocked == 0 && c->lock->mode != GR__LOCK_NONE;
+    int written = 0;
+    for (int i = 0; i < c->S.nsent; i++)
+        written += c->S.sent[i].ignored == GR__IGN_NONE;
+    t.near_empty = t.filled == 0 && written == 0;
+    gr__print_report(c, out, &t);
+    gr__write_grade_json(c, d->grade_out_path, &t);
+    if (report != NULL) {
+        int rc = gr__fill_report(c, report, &t);
+        if (rc != MC_OK) {
+            gr_report_free(report);
+            gr__fail(c, rc, "grader: out of memory");
+        }
+    }
+}
+
+int gr_grade(const gr_grade_desc *desc, gr_report *report) {
+    if (report != NULL) memset(report, 0, sizeof *report);
+    if (desc == NULL) return MC_ERR_INVALID_ARG;
+    FILE *out = desc->quiet ? NULL : desc->out != NULL ? desc->out : stdout;
+    gr__ctx *c = gr__ctx_new();
+    if (c == NULL) return MC_ERR_NO_MEMORY;
+    int rc = setjmp(c->jmp);
+    if (rc != 0) {
+        if (out != NULL) fprintf(out, "grader: %s\n", c->err);
+        gr__ctx_free(c);
+        return rc;
+    }
+    gr__grade_all(c, desc, out, report);
+    gr__ctx_free(c);
+    return MC_OK;
 }
 
 static int gr__has_content_beyond_template(gr__ctx *c, const char *text, size_t n) {
     gr__parse_sheet(c, text, n);
-    for (int i = 0; i < c->S.nsec; i++)
-        if (c->S.sec[i].nsent > 0) return 1;
+    if (c->S.nsent > 0) return 1;
     char hex[17];
     int filled = 0;
     gr__sheet_pred_hash(c, hex, &filled);
@@ -3982,28 +5411,23 @@ static int gr__has_content_beyond_template(gr__ctx *c, const char *text, size_t 
 
 static int gr__write_template(gr__ctx *c, const char *rubric_path, const char *answers_path,
                               const char *nonce, int probe_rank, const char *variant, int force) {
-    size_t n = 0;
-    char *rt = gr__read_file(rubric_path, GR__MAX_JSON_BYTES, &n, NULL);
-    if (rt == NULL)
-        gr__fail(c, MC_ERR_IO, "rubric %s cannot be read", rubric_path ? rubric_path : "(null)");
-    cJSON *root = gr__keep_json(c, cJSON_Parse(rt));
-    free(rt);
-    if (root == NULL) gr__fail(c, MC_ERR_INVALID_DESC, "rubric %s is not valid JSON", rubric_path);
-    const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(root, "template");
-    if (!cJSON_IsArray(tmpl))
-        gr__fail(c, MC_ERR_INVALID_DESC, "rubric %s has no \"template\" lines", rubric_path);
-    const cJSON *pt = cJSON_GetObjectItemCaseSensitive(root, "pred_template");
-    const cJSON *var = cJSON_GetObjectItemCaseSensitive(
-        cJSON_GetObjectItemCaseSensitive(root, "variants"), variant);
+    gr__load_rubric(c, rubric_path);
+    if (c->R.template_path == NULL)
+        gr__fail(c, MC_ERR_INVALID_DESC, "rubric %s names no \"template\" file", rubric_path);
+    size_t tn = 0;
+    char *raw = gr__read_file(c->R.template_path, GR__MAX_SHEET_BYTES, &tn, NULL);
+    if (raw == NULL)
+        gr__fail(c, MC_ERR_IO, "template %s cannot be read", c->R.template_path);
+    char *tmpl = gr__strndup(c, raw, tn);
+    free(raw);
+    const cJSON *var = cJSON_GetObjectItemCaseSensitive(c->R.variants, variant);
     char probe[16];
     snprintf(probe, sizeof probe, "%d", probe_rank);
     const char *names[] = {"nonce", "probe_rank", "variant", "variant_title", "variant_question"};
     const char *values[] = {nonce, probe, variant, gr__jstr(var, "title", ""),
                             gr__jstr(var, "question", "")};
-    const char *blocks[] = {"pred_main", "pred_followup"};
-    const char *bodies[] = {gr__join_lines(c, cJSON_GetObjectItemCaseSensitive(pt, "main")),
-                            gr__join_lines(c, cJSON_GetObjectItemCaseSensitive(pt, variant))};
-    char *text = gr__substitute(c, gr__join_lines(c, tmpl), blocks, bodies, 2);
+    /* twice: the variant's question names {probe_rank} itself */
+    char *text = gr__substitute(c, tmpl, names, values, 5);
     text = gr__substitute(c, text, names, values, 5);
 
     size_t en = 0;
@@ -4016,19 +5440,64 @@ static int gr__write_template(gr__ctx *c, const char *rubric_path, const char *a
     FILE *f = fopen(answers_path, "w");
     if (f == NULL) gr__fail(c, MC_ERR_IO, "cannot write %s", answers_path);
     fputs(text, f);
-    fputs("\n", f);
     if (fclose(f) != 0) gr__fail(c, MC_ERR_IO, "cannot write %s", answers_path);
     return 0;
 }
 
 int gr_write_template(const char *rubric_path, const char *answers_path, const char *nonce,
-                            int probe_rank, const char *variant, int force) {
+                      int probe_rank, const char *variant, int force) {
     if (answers_path == NULL || nonce == NULL || variant == NULL) return MC_ERR_INVALID_ARG;
     gr__ctx *c = gr__ctx_new();
     if (c == NULL) return MC_ERR_NO_MEMORY;
     int rc = setjmp(c->jmp);
     if (rc == 0)
         rc = gr__write_template(c, rubric_path, answers_path, nonce, probe_rank, variant, force);
+    else
+        fprintf(stderr, "grader: %s\n", c->err);
     gr__ctx_free(c);
     return rc;
+}
+
+static void gr__rubric_items(gr__ctx *c, const char *rubric_path, gr_rubric_item **out,
+                             int *count) {
+    gr__load_rubric(c, rubric_path);
+    const gr__rubric *R = &c->R;
+    int n = R->nitem + R->nmisc;
+    gr_rubric_item *items = (gr_rubric_item *)calloc((size_t)(n + 1), sizeof(gr_rubric_item));
+    if (items == NULL) gr__fail(c, MC_ERR_NO_MEMORY, "grader: out of memory");
+    for (int i = 0; i < R->nitem; i++) {
+        gr_rubric_item *it = &items[i];
+        snprintf(it->id, sizeof it->id, "%s", R->item[i].id);
+        snprintf(it->part, sizeof it->part, "%s", gr__part_name[R->item[i].part]);
+        snprintf(it->title, sizeof it->title, "%s", R->item[i].title);
+        it->max_score = R->item[i].points;
+    }
+    for (int m = 0; m < R->nmisc; m++) {
+        gr_rubric_item *it = &items[R->nitem + m];
+        snprintf(it->id, sizeof it->id, "%s", R->misc[m].id);
+        snprintf(it->part, sizeof it->part, "%s", gr__part_name[R->misc[m].part]);
+        snprintf(it->title, sizeof it->title, "%s", R->misc[m].title);
+        it->is_penalty = 1;
+    }
+    *out = items;
+    *count = n;
+}
+
+int gr_rubric_items(const char *rubric_path, gr_rubric_item **items) {
+    if (items == NULL) return MC_ERR_INVALID_ARG;
+    *items = NULL;
+    gr__ctx *c = gr__ctx_new();
+    if (c == NULL) return MC_ERR_NO_MEMORY;
+    int n = 0;
+    int rc = setjmp(c->jmp);
+    if (rc != 0) {
+        fprintf(stderr, "grader: %s\n", c->err);
+        free(*items);
+        *items = NULL;
+        gr__ctx_free(c);
+        return rc;
+    }
+    gr__rubric_items(c, rubric_path, items, &n);
+    gr__ctx_free(c);
+    return n;
 }

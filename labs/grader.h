@@ -1,22 +1,38 @@
 /* labs/grader.h - the answer-sheet grader shared by every lab of the megatron_c workbook.
 
    A lab measures facts (results/labNN.json); the learner writes answers/labNN.md. The grader
-   scores the sheet against those facts with the lab's rubric (labs/rubric/labNN.json):
+   scores the sheet against those facts with the lab's rubric (labs/rubric/labNN.json, whose
+   format labs/rubric/SCHEMA.md describes). Each rubric item (a score point of the question)
+   earns from three sources, together at most the item's points:
 
-     - prediction items (```pred blocks) are compared with measured facts: exact, int, enum,
-       bool, groups (order-insensitive), set, object fields, numeric with tolerance, interval;
-     - free text is split into sentences and scored by concept groups (English tokens with
-       light stemming / prefix match, Chinese by substring after NFKC) that must co-occur in one
-       sentence, with negation, one point per sentence, list / copy / density / length rules;
-     - misconceptions cost points (each fires at most once, capped in total) and say which
-       measured fact refutes them;
-     - evidence sections must quote values that this run measured;
-     - predictions count only when the prediction ledger (results/labNN.ledger.json) shows
-       them locked, unchanged, by the first measured run for the sheet's nonce (see >>ledger).
+     - predictions (```pred blocks) compared with measured facts: exact, int, enum, bool,
+       groups (order-insensitive), set, object fields, numeric with tolerance, interval; they
+       count only when the prediction ledger shows them locked, unchanged, by the first
+       measured run for the sheet's nonce (see >>ledger);
+     - claims: ideas stated in the free text. A claim is a set of relations, each a frame of
+       concept slots ("every rank" + "create" + "group") that must stand in one clause or
+       within a window of tokens of one sentence, or across a sentence and the one it refers
+       back to ("Consider the TP groups. Their members are neighbouring ranks."). Each slot
+       has a polarity: negation ("not", "never", "不", "并非") scopes over its clause, denial
+       frames ("it is not true that", "a common myth is that", "X is wrong", "误以为",
+       "有人认为…其实不然") deny what they frame, and conditionals ("if", "如果") make a
+       statement hypothetical. A relation stated with the wrong polarity earns nothing. A
+       claim earns where its idea stands, once, wherever the sheet says it;
+     - evidence: a measured value quoted in a sentence that says what it is (a group list
+       bound to its kind and rank, an outcome bound to its experiment); a dump of numbers
+       earns nothing.
 
-   Every rule and threshold lives in the rubric file, so a new lab adds data, not code.
-   Scores are heuristic: no language model is involved, and every awarded or withheld point
-   prints the sentence (line number + excerpt) that decided it.
+   Misconceptions are propositions too (relations such as "collectives are matched by name"):
+   one that is asserted voids the sentence that states it (its right keywords earn nothing)
+   and costs its penalty once (penalties are capped in total); a denied misconception is a
+   correct statement. Sentences that cannot earn: predicate-less bullets and keyword lists,
+   restatements of the box's own question, near-duplicates of an earlier sentence, questions,
+   filler. A sentence holds at most a few ideas; there is no length bonus and no length cliff.
+
+   Every phrase, rule and threshold lives in the rubric files (the lab's rubric and the shared
+   labs/rubric/common/language.json), so a new lab adds data, not code. Grading is
+   deterministic and offline (no language model): every awarded or withheld point prints the
+   sentence (line + excerpt) and the rule that decided it.
 
        gr_report rep;
        int rc = gr_grade(&(gr_grade_desc){ .rubric_path = "labs/rubric/lab03.json",
@@ -32,16 +48,12 @@
    message names the file, the line and the key). Nonsense written in valid text is not an
    error: it is graded (and usually scores 0).
 
-   Text rules worth knowing when writing a sheet or a rubric:
-     - sentences end at . ! ? ; 。！？； and at paragraph, list-item and hard line breaks; a soft
-       line break inside a Markdown paragraph is a space, so wrapped prose stays one sentence;
-     - commas, colons and parentheses end the reach of a negator;
-     - in an evidence section a bracketed list is verified against every measured integer list,
-       a stand-alone number against measured scalars and numbers inside measured strings (rank
-       ids inside group lists do not verify a bare number); configuration values are ignored.
+   Sentences end at . ! ? ; 。！？； and at paragraph, list-item and hard line breaks; a soft
+   line break inside a Markdown paragraph is a space, so wrapped prose stays one sentence.
 
-   GR_GRADE_DEBUG=1 in the environment prints, on stderr, every section's size and density and
-   the concepts found in each sentence (for writing rubrics and calibration fixtures). */
+   GR_GRADE_DEBUG=1 in the environment prints, on stderr, every sentence with its box, its
+   flags and the concepts found in it (+ stated, - denied, ? conditional): for writing rubrics
+   and calibration sheets. */
 #ifndef GR_GRADER_H_INCLUDED
 #define GR_GRADER_H_INCLUDED
 
@@ -65,8 +77,9 @@ typedef struct gr_grade_desc {
 
 /* One line of the score table. */
 typedef struct gr_item {
-    char id[48];       /* rubric id: "P2.tp_groups", "A1.tp_contiguous", "MC1", "A4.evidence" */
-    char kind[12];     /* "pred" | "expl" | "misc" | "evid" | "quality" */
+    char item[16];     /* the rubric item it belongs to ("M1"), "" for none */
+    char id[64];       /* "M1" (the item's total), "M1.dp_size", "FU2.by_sequence", "MC_NAMES" */
+    char kind[12];     /* "item" | "pred" | "claim" | "evid" | "misc" */
     char part[12];     /* "main" | "followup" */
     double score;      /* awarded; a misconception that fired has a negative score */
     double max_score;  /* 0 for misconceptions */
@@ -178,10 +191,6 @@ int gr_read_header(const char *answers_path, char nonce_out[17], int *probe_rank
    errors (unreadable rubric, unwritable path). */
 int gr_write_template(const char *rubric_path, const char *answers_path,
                             const char *nonce, int probe_rank, const char *variant, int force);
-
-/* The names of this interface before it had its own prefix, for labs not yet moved over. */
-#define mc_grade_read_header gr_read_header
-#define mc_grade_prediction_hash gr_prediction_hash
 
 #ifdef __cplusplus
 }

@@ -72,3 +72,22 @@ Test(cuda, nccl_cases_on_two_gpus) {
     cr_expect_eq(rc, 0, "nccl_cases exited with %d:\n%s", rc, out);
 #endif
 }
+
+/* The CUDA op table against the CPU, op by op and for the whole model (tests/gpu/gpu_check.c,
+   a plain program so that it also runs where Criterion is not installed). Without a GPU it
+   exits 77 and this test is reported as skipped, never as passed. */
+Test(cuda, gpu_check_against_the_cpu, .timeout = 600) {
+#if !defined(MC_ENABLE_CUDA)
+    cr_skip_test("no CUDA device (built without MC_ENABLE_CUDA; make gpu-check builds the table)");
+#else
+    if (visible_cuda_devices() < 1) cr_skip_test("no CUDA device visible");
+    char prog[4096], out[1 << 16];
+    int rc = mc_test_run(mc_test_sibling("gpu_check", prog, sizeof prog), 560, out, sizeof out);
+    if (rc == 77) cr_skip_test("gpu_check skipped:\n%s", out);
+    int passed = -1, failed = -1;
+    cr_assert(mc_test_summary(out, &passed, &failed), "no summary line (exit %d):\n%s", rc, out);
+    cr_expect_eq(failed, 0, "%d check(s) failed:\n%s", failed, out);
+    cr_expect_gt(passed, 0, "no check passed:\n%s", out);
+    cr_expect_eq(rc, 0, "gpu_check exited with %d:\n%s", rc, out);
+#endif
+}

@@ -1,9 +1,9 @@
 /* tests/test_grader.c - one test per grading rule of labs/grader.c.
 
    Every test grades a small sheet against a small rubric (tests/fixtures/lab03/unit_rubric.json,
-   rules overridden per test) and small results (unit_results.json), in a private temporary
-   directory, and checks the items of the report. The rubric's length floor is 5 words unless a
-   test raises it, so most sheets can stay one sentence long. */
+   which includes the shared labs/rubric/common/language.json; rules overridden per test) and
+   small results (unit_results.json), in a private temporary directory, and checks the items of
+   the report. The tests of the lab03 rubric on whole sheets are in test_lab03_calibration.c. */
 #include <criterion/criterion.h>
 
 #include <cjson/cJSON.h>
@@ -57,18 +57,26 @@ static void spit(const char *path, const char *text, size_t len) {
 }
 
 static void write_json(const char *path, cJSON *j) {
-    char *text = cJSON_Print(j);
+    char *text = cJSON_PrintUnformatted(j);
     spit(path, text, strlen(text));
     free(text);
     cJSON_Delete(j);
 }
 
-/* rubric.json in the test directory: the unit rubric with its "rules" replaced. */
+/* rubric.json in the test directory: the unit rubric with its "rules" replaced, its include
+   and template pointing into the repository. */
 static void make_rubric(const char *rules_json) {
     char *text = slurp(fixture("unit_rubric.json"));
     cJSON *r = cJSON_Parse(text);
     free(text);
     cr_assert_not_null(r);
+    char lang[PATH_MAX + 64];
+    snprintf(lang, sizeof lang, "%s/labs/rubric/common/language.json", repo_root());
+    cJSON *inc = cJSON_CreateArray();
+    cJSON_AddItemToArray(inc, cJSON_CreateString(lang));
+    cJSON_ReplaceItemInObjectCaseSensitive(r, "include", inc);
+    cJSON_ReplaceItemInObjectCaseSensitive(r, "template",
+                                           cJSON_CreateString(fixture("unit_template.md")));
     if (rules_json != NULL) {
         cJSON *rules = cJSON_Parse(rules_json);
         cr_assert_not_null(rules, "bad rules JSON in the test: %s", rules_json);
@@ -200,311 +208,388 @@ static const char *last_line(const char *text) {
                        score(&(g), id), (double)(want), (g).out)
 
 /* ---------------------------------------------------------------------------------------------
-   free text: concept groups, normalisation, conjunction, window, negation */
+   relations: concepts with their relation in one sentence */
 
-Test(grader, concept_conjunction_in_one_sentence_earns_the_point) {
-    graded g = grade_sheet(sheet(NULL, "The TP ranks are adjacent to each other in this layout.",
-                                 NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
-    cr_expect_eq(item(&g, "S1.tp_adj")->line, 11, "the matched line is reported: %d",
-                 item(&g, "S1.tp_adj")->line);
-    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "adjacent"), "excerpt: %s",
-              item(&g, "S1.tp_adj")->output);
+#define S1(text) sheet(NULL, text, NULL, NULL, NULL, NULL)
+#define FX(text) sheet(NULL, NULL, NULL, NULL, NULL, text)
+#define S2(text) sheet(NULL, NULL, text, NULL, NULL, NULL)
+#define EV(text) sheet(NULL, NULL, NULL, text, NULL, NULL)
+
+static const char *why(const graded *g, const char *id) { return item(g, id)->output; }
+
+Test(grader, a_relation_in_one_sentence_earns_the_claim_and_says_why) {
+    graded g = grade_sheet(S1("The TP ranks are adjacent to each other in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    cr_expect_eq(item(&g, "S.tp_adj")->line, 11, "the matched line is reported: %d",
+                 item(&g, "S.tp_adj")->line);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "adjacent"), "%s", why(&g, "S.tp_adj"));
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "rule: TP + ADJ"), "%s", why(&g, "S.tp_adj"));
     release(&g);
 }
 
 Test(grader, one_concept_alone_earns_nothing) {
-    graded g = grade_sheet(sheet(NULL, "The ranks are adjacent to each other in this layout.", NULL,
-                                 NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
-    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "need: TP with adjacent"));
+    graded g = grade_sheet(S1("The ranks are adjacent to each other in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "need: TP with adjacent ranks"), "%s",
+              why(&g, "S.tp_adj"));
     release(&g);
 }
 
-Test(grader, concepts_in_different_sentences_do_not_combine) {
-    graded g =
-        grade_sheet(sheet(NULL, "TP is the first axis of this grid. Its ranks are adjacent here.",
-                          NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
-    release(&g);
-}
-
-Test(grader, window_limits_the_distance_between_concepts) {
+Test(grader, the_window_limits_the_distance_between_concepts) {
     graded g = grade_sheet(
-        sheet(NULL, "TP ranks in this layout, as the table further below shows, are adjacent.",
-              NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 0.0); /* 10 words apart, window 6 */
+        S1("TP ranks in this layout, as the long table further below shows, are adjacent."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0); /* 10 words apart, window 8 */
     release(&g);
 }
 
-Test(grader, nfkc_makes_full_width_text_match) {
-    graded g =
-        grade_sheet(sheet(NULL, "ＴＰ ranks are ＡＤＪＡＣＥＮＴ in this layout of the grid.", NULL,
-                          NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
+Test(grader, an_ordinary_long_sentence_keeps_its_relation) {
+    /* 30 words: the default window of relations (30) tolerates normal sentence length */
+    graded g = grade_sheet(S2("Because the group creation call is collective over the whole world and "
+                              "nobody may skip it, every rank in this job of eight processes has to "
+                              "create each of the sixty-four groups."));
+    EXPECT_SCORE(g, "S.every_create", 1.0);
     release(&g);
 }
 
-Test(grader, chinese_matches_by_substring) {
-    graded g = grade_sheet(
-        sheet(NULL, "张量并行的两个rank是相邻的，它们在同一台机器上。", NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
+Test(grader, nfkc_stemming_and_chinese_match) {
+    graded g = grade_sheet(sheet(NULL, "ＴＰ ranks are ＡＤＪＡＣＥＮＴ in this layout of the grid.",
+                                 "All ranks created every group.", NULL, NULL, NULL));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    EXPECT_SCORE(g, "S.every_create", 1.0); /* created ~ create */
     release(&g);
-}
-
-Test(grader, stemming_and_prefixes_match_word_forms) {
-    graded g = grade_sheet(
-        sheet(NULL, "Tensor parallelism keeps neighbouring ranks together in a group.",
-              "All ranks created every group in the same sequence here.", NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 1.0);       /* tensor parallel* + neighbo* */
-    EXPECT_SCORE(g, "S2.every_create", 1.0); /* created ~ create */
-    release(&g);
-}
-
-Test(grader, regular_expression_concepts_match_formulas) {
-    graded g =
-        grade_sheet(sheet(NULL, NULL, "The DP size follows from 8 / 4 = 2 in this run of the lab.",
-                          NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S2.formula", 0.5);
-    release(&g);
-}
-
-Test(grader, negation_before_a_concept_withholds_the_point) {
-    graded g =
-        grade_sheet(sheet(NULL, "The TP ranks are not adjacent to each other in this layout.", NULL,
-                          NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
-    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "negated"), "%s",
-              item(&g, "S1.tp_adj")->output);
-    release(&g);
-}
-
-Test(grader, contractions_and_chinese_negators_negate) {
-    graded g = grade_sheet(sheet(NULL, "The TP ranks aren't adjacent to each other in this layout.",
-                                 "所有进程不需要创建这个组，这是我的理解。", NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
-    EXPECT_SCORE(g, "S2.every_create", 0.0);
-    release(&g);
-}
-
-Test(grader, negator_exceptions_and_distant_negators_do_not_negate) {
-    graded g = grade_sheet(
-        sheet(NULL, "Not only TP ranks are adjacent here, their partners are too.",
-              "The job does not stop, since all ranks later create the group.", NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 1.0);       /* "not only" is an exception */
-    EXPECT_SCORE(g, "S2.every_create", 1.0); /* the negator is beyond the comma */
-    release(&g);
-}
-
-Test(grader, points_with_negation_off_accept_negative_phrases) {
-    graded g = grade_sheet(
-        sheet(NULL, NULL, NULL, NULL, NULL,
-              "With one replica the DP all-reduce is not needed at all in this variant."));
-    EXPECT_SCORE(g, "FX.no_reduce", 0.5);
-    release(&g);
-}
-
-/* ---------------------------------------------------------------------------------------------
-   anti-stuffing */
-
-Test(grader, one_point_per_sentence) {
-    graded g =
-        grade_sheet(sheet(NULL, "TP ranks are adjacent and share the same node in this layout.",
-                          NULL, NULL, NULL, NULL));
-    double total = score(&g, "S1.tp_adj") + score(&g, "S1.tp_link");
-    cr_expect_float_eq(total, 1.0, 1e-9, "one sentence, one point: %.2f\n%s", total, g.out);
-    release(&g);
-}
-
-Test(grader, sentences_are_assigned_so_that_most_points_are_earned) {
-    /* The first sentence fits both points, the second only tp_adj: a greedy pass that gives the
-       first sentence to tp_adj would lose tp_link. */
-    graded g = grade_sheet(sheet(
-        NULL,
-        "TP ranks are adjacent and share the same node. Tensor parallel ranks are contiguous here.",
-        NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
-    EXPECT_SCORE(g, "S1.tp_link", 1.0);
-    release(&g);
-}
-
-Test(grader, a_list_of_terms_without_a_connective_is_ignored) {
-    make_rubric("{\"floor_en_words\": 3}");
-    graded g = grade_sheet(sheet(NULL, "TP adjacent contiguous NVLink all ranks create strided.",
-                                 NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
-    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "list of rubric terms"), "%s",
-              item(&g, "S1.tp_adj")->output);
-    release(&g);
-    graded h = grade_sheet(
-        sheet(NULL, "TP adjacent contiguous NVLink all ranks create strided because reasons.", NULL,
-              NULL, NULL, NULL));
-    cr_expect_gt(score(&h, "S1.tp_adj") + score(&h, "S1.tp_link"), 0.0,
-                 "a connective makes it a sentence\n%s", h.out);
+    graded h = grade_sheet(S1("张量并行的两个rank是相邻的，它们在同一台机器上。"));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
     release(&h);
 }
 
-Test(grader, dense_sections_are_capped_at_half) {
-    make_rubric("{\"floor_en_words\": 5, \"density_cap\": 0.35, \"density_factor\": 0.5}");
-    graded g =
-        grade_sheet(sheet(NULL, "TP is adjacent. TP is on NVLink. TP TP.", NULL, NULL, NULL, NULL));
-    double total = score(&g, "S1.tp_adj") + score(&g, "S1.tp_link");
-    cr_expect_float_eq(total, 1.0, 1e-9, "2 points earned, capped to half of 2: %.2f\n%s", total,
-                       g.out);
-    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "capped at 50%"), "%s",
-              item(&g, "S1.tp_adj")->output);
+Test(grader, regular_expression_concepts_match_formulas) {
+    graded g = grade_sheet(S2("The DP size follows from 8 / 4 = 2 in this run of the lab."));
+    EXPECT_SCORE(g, "S.formula", 0.5);
     release(&g);
 }
 
-Test(grader, sections_below_the_length_floor_score_zero) {
-    make_rubric("{\"floor_en_words\": 40, \"floor_cjk_chars\": 80}");
-    graded g = grade_sheet(sheet(NULL, "The TP ranks are adjacent to each other in this layout.",
-                                 NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
-    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output,
-                               "the floor is 40 English words or 80 CJK characters"),
-              "%s", item(&g, "S1.tp_adj")->output);
+Test(grader, a_back_reference_joins_two_sentences) {
+    graded g = grade_sheet(S1("Consider the TP groups. Their members are neighbouring ranks."));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "\"Consider the TP groups.\""), "%s",
+              why(&g, "S.tp_adj"));
+    release(&g);
+    /* two long sentences without a word that refers back do not combine */
+    graded h = grade_sheet(S1("TP is the first axis of the grid in the default order string. "
+                              "The members of every group in this table are adjacent ranks here."));
+    EXPECT_SCORE(h, "S.tp_adj", 0.0);
+    release(&h);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   polarity: negation, denial frames, conditionals */
+
+Test(grader, a_negated_relation_earns_nothing_and_says_so) {
+    graded g = grade_sheet(S1("The TP ranks are not adjacent to each other in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "stated only as denied"), "%s",
+              why(&g, "S.tp_adj"));
+    release(&g);
+    /* the negated verb negates its subject too: "does not" before the relation's words */
+    graded h = grade_sheet(FX("NCCL does not pair the calls by their sequence at all."));
+    EXPECT_SCORE(h, "F.seq", 0.0);
+    release(&h);
+}
+
+Test(grader, english_denial_frames_deny_what_they_frame) {
+    const char *framed[] = {
+        "It is not true that the TP ranks are adjacent in this layout.",
+        "A common myth is that the TP ranks are adjacent in this layout.",
+        "The claim that the TP ranks are adjacent in this layout is false.",
+        "Some people think that the TP ranks are adjacent in this layout.",
+        "The TP ranks are adjacent in this layout. This is wrong.",
+    };
+    for (size_t i = 0; i < sizeof framed / sizeof framed[0]; i++) {
+        graded g = grade_sheet(S1(framed[i]));
+        cr_expect_float_eq(score(&g, "S.tp_adj"), 0.0, 1e-9, "earned by \"%s\":\n%s", framed[i],
+                           g.out);
+        release(&g);
+    }
+}
+
+Test(grader, chinese_denial_frames_deny_what_they_frame) {
+    const char *framed[] = {
+        "并非张量并行的rank是相邻的。",
+        "张量并行的rank不是相邻的。",
+        "错误地认为张量并行的rank是相邻的。",
+        "很多人误以为张量并行的rank是相邻的。",
+        "有人认为张量并行的rank是相邻的，其实不然。",
+    };
+    for (size_t i = 0; i < sizeof framed / sizeof framed[0]; i++) {
+        graded g = grade_sheet(S1(framed[i]));
+        cr_expect_float_eq(score(&g, "S.tp_adj"), 0.0, 1e-9, "earned by \"%s\":\n%s", framed[i],
+                           g.out);
+        release(&g);
+    }
+}
+
+Test(grader, a_contrast_ends_the_frame) {
+    graded g = grade_sheet(S2("Some people think the order is irrelevant, but in fact every rank "
+                              "creates every group."));
+    cr_expect_not(item(&g, "MX_FREE")->fired, "a reported belief is not stated:\n%s", g.out);
+    EXPECT_SCORE(g, "S.every_create", 1.0);
     release(&g);
 }
 
-Test(grader, the_chinese_floor_counts_characters) {
-    make_rubric("{\"floor_en_words\": 40, \"floor_cjk_chars\": 20}");
-    graded g = grade_sheet(sheet(
-        NULL, "张量并行的两个rank是相邻的，因为它们每一层都要做一次通信，所以放在一起最合适。",
-        NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 1.0);
+Test(grader, negator_exceptions_do_not_negate) {
+    graded g = grade_sheet(sheet(NULL, "Not only are the TP ranks adjacent here, they share a node.",
+                                 NULL, NULL, NULL, "数据并行在不同的节点上，但是数据并行的rank相邻。"));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    EXPECT_SCORE(g, "F.dp_adj", 1.0);
     release(&g);
 }
 
-Test(grader, sentences_copied_from_the_prompt_are_ignored) {
-    /* The S1 prompt of the rubric, pasted as the answer, plus a copy with one word changed. */
-    graded g = grade_sheet(
-        sheet(NULL,
-              "Explain why tensor parallel partners share one box in this particular layout. "
-              "Explain why tensor parallel partners share one box in this layout.",
-              NULL, NULL, NULL, NULL));
-    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "copies the prompt"), "%s",
-              item(&g, "S1.tp_adj")->output);
+Test(grader, a_double_negation_states_the_relation) {
+    graded g = grade_sheet(S1("It is not true that the TP ranks are not adjacent in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    release(&g);
+}
+
+Test(grader, a_condition_or_question_states_no_misconception) {
+    graded g = grade_sheet(FX("If the creation order were irrelevant, nothing would hang. Is the "
+                              "order irrelevant?"));
+    cr_expect_not(item(&g, "MX_FREE")->fired, "%s", g.out);
     release(&g);
 }
 
 /* ---------------------------------------------------------------------------------------------
    misconceptions */
 
-Test(grader, a_misconception_fires_with_penalty_feedback_and_citation) {
-    graded g = grade_sheet(sheet(
-        NULL, NULL, "Only member ranks need to create the group in my view.", NULL, NULL, NULL));
-    const gr_item *m = item(&g, "MX2");
+Test(grader, a_misconception_costs_its_penalty_and_voids_its_sentence) {
+    graded g = grade_sheet(
+        S2("Only the members create the new group, and the TP ranks are adjacent anyway."));
+    const gr_item *m = item(&g, "MX_ONLY");
     cr_expect(m->fired);
     cr_expect_float_eq(m->score, -2.0, 1e-9);
     cr_expect(mc_test_contains(m->output, "Every rank creates every group."), "%s", m->output);
     cr_expect(mc_test_contains(m->output, "see unit test"), "%s", m->output);
+    cr_expect(mc_test_contains(m->output, "rule: ONLY + CREATE"), "%s", m->output);
+    EXPECT_SCORE(g, "S.tp_adj", 0.0); /* right keywords in a wrong sentence earn nothing */
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "states a misconception"), "%s",
+              why(&g, "S.tp_adj"));
     release(&g);
 }
 
-Test(grader, a_negated_rubric_statement_becomes_the_misconception) {
-    graded g = grade_sheet(
-        sheet(NULL, NULL, "In my view not all ranks create the group here.", NULL, NULL, NULL));
-    cr_expect(item(&g, "MX2")->fired, "%s", g.out);
-    EXPECT_SCORE(g, "S2.every_create", 0.0);
+Test(grader, a_misconception_is_a_proposition_in_other_words) {
+    graded g = grade_sheet(S2("Not every rank needs to create that group."));
+    cr_expect(item(&g, "MX_ONLY")->fired, "%s", g.out);
+    release(&g);
+    graded h = grade_sheet(FX("NCCL pairs the calls by the name of the buffer."));
+    cr_expect(item(&h, "MX_NAME")->fired, "%s", h.out);
+    release(&h);
+}
+
+Test(grader, denying_a_misconception_states_the_claim) {
+    graded g = grade_sheet(S2("It is not true that only the members create a group."));
+    cr_expect_not(item(&g, "MX_ONLY")->fired, "%s", g.out);
+    EXPECT_SCORE(g, "S.every_create", 1.0);
+    cr_expect(mc_test_contains(why(&g, "S.every_create"), "denies MX_ONLY"), "%s",
+              why(&g, "S.every_create"));
     release(&g);
 }
 
-Test(grader, a_misconception_fires_at_most_once) {
-    graded g = grade_sheet(sheet(
-        NULL, NULL, "Only member ranks need to create the group. Only members create a new group.",
-        NULL, NULL, NULL));
+Test(grader, a_misconception_voids_the_claims_it_contradicts_and_fires_once) {
+    graded g = grade_sheet(sheet(NULL, "The TP ranks are adjacent to each other here.", NULL, NULL,
+                                 NULL, "The TP groups are strided. TP groups are strided again."));
+    cr_expect_not(item(&g, "MX_STRIDE")->fired, "MX_STRIDE cannot fire in FX:\n%s", g.out);
+    release(&g);
+    graded h = grade_sheet(S1("The TP ranks are adjacent to each other here. Then again the TP "
+                              "groups are strided. The TP groups are strided indeed."));
+    cr_expect(item(&h, "MX_STRIDE")->fired, "%s", h.out);
+    EXPECT_SCORE(h, "S.tp_adj", 0.0);
+    cr_expect(mc_test_contains(why(&h, "S.tp_adj"), "also states MX_STRIDE"), "%s",
+              why(&h, "S.tp_adj"));
     int n = 0;
-    for (int i = 0; i < g.rep.n_items; i++)
-        n += strcmp(g.rep.items[i].id, "MX2") == 0;
+    for (int i = 0; i < h.rep.n_items; i++)
+        n += strcmp(h.rep.items[i].id, "MX_STRIDE") == 0;
     cr_expect_eq(n, 1);
-    cr_expect_float_eq(g.rep.penalty_total, 2.0, 1e-9, "%s", g.out);
-    release(&g);
+    cr_expect_float_eq(h.rep.penalty_total, 1.0, 1e-9, "%s", h.out);
+    release(&h);
 }
 
 Test(grader, penalties_are_capped_in_total) {
-    graded g = grade_sheet(
-        sheet(NULL, "TP groups are strided in this layout of ranks.",
-              "Only member ranks need to create the group. The order is irrelevant here.", NULL,
-              NULL, NULL));
-    cr_expect(item(&g, "MX1")->fired && item(&g, "MX2")->fired && item(&g, "MX3")->fired, "%s",
-              g.out);
+    graded g = grade_sheet(sheet(NULL, "TP groups are strided in this layout of ranks.",
+                                 "Only the members create the group.", NULL, NULL,
+                                 "The order is irrelevant here."));
+    cr_expect(item(&g, "MX_STRIDE")->fired && item(&g, "MX_ONLY")->fired &&
+                  item(&g, "MX_FREE")->fired,
+              "%s", g.out);
     cr_expect_float_eq(g.rep.penalty_total, 3.0, 1e-9, "1.0 + 2.0 + 1.5 capped at 3.0:\n%s", g.out);
     cr_expect_float_eq(g.rep.main_score, 0.0, 1e-9, "the score is floored at 0");
     release(&g);
 }
 
-Test(grader, misconceptions_only_fire_in_their_sections) {
-    graded g = grade_sheet(sheet(NULL, NULL, NULL, NULL, NULL,
-                                 "TP groups are strided in this variant of the layout."));
-    cr_expect_not(item(&g, "MX1")->fired, "MX1 is scoped to S1:\n%s", g.out);
+Test(grader, a_group_list_attributed_to_the_wrong_kind_fires) {
+    graded g = grade_sheet(S1("In this run the DP group of rank 0 is [0,1] as far as I can see."));
+    cr_expect(item(&g, "MX_STRIDE")->fired, "%s", g.out);
+    cr_expect(mc_test_contains(why(&g, "MX_STRIDE"), "[0,1] was not measured as DP"), "%s",
+              why(&g, "MX_STRIDE"));
     release(&g);
-}
-
-Test(grader, contradiction_in_one_section_voids_the_point) {
-    graded g = grade_sheet(
-        sheet(NULL, "TP ranks are adjacent in this layout. Then again TP groups are strided.", NULL,
-              NULL, NULL, NULL));
-    EXPECT_SCORE(g, "S1.tp_adj", 0.0);
-    cr_expect(item(&g, "MX1")->fired);
-    cr_expect(mc_test_contains(item(&g, "S1.tp_adj")->output, "contradicted"), "%s",
-              item(&g, "S1.tp_adj")->output);
-    release(&g);
-}
-
-Test(grader, wrong_group_lists_fire_the_layout_misconception) {
-    graded g =
-        grade_sheet(sheet(NULL, "In this run the DP group of rank 0 is [0,1] as far as I can tell.",
-                          NULL, NULL, NULL, NULL));
-    cr_expect(item(&g, "MX1")->fired, "%s", g.out);
-    cr_expect(mc_test_contains(item(&g, "MX1")->output, "[0,1] was not measured"), "%s",
-              item(&g, "MX1")->output);
-    release(&g);
-    graded h = grade_sheet(sheet(
-        NULL, "In this run the DP group of rank 0 is [0,2] and the communicator [0,1] is a TP one.",
-        NULL, NULL, NULL, NULL));
-    cr_expect_not(item(&h, "MX1")->fired,
-                  "right lists, and lists after a neutral word, do not fire:\n%s", h.out);
+    graded h = grade_sheet(S1("In this run the DP group of rank 0 is [0,2], tp[1] is the second "
+                              "TP group and the communicator [0,1] is a TP one."));
+    cr_expect_not(item(&h, "MX_STRIDE")->fired,
+                  "right lists, indices and lists after a neutral word do not fire:\n%s", h.out);
     release(&h);
 }
 
 /* ---------------------------------------------------------------------------------------------
-   evidence */
+   no gaming by form */
 
-Test(grader, evidence_counts_values_measured_in_this_run) {
-    graded g = grade_sheet(sheet(
-        NULL, NULL, NULL,
-        "My probe sat in DP group [1,3] and the bug showed after 0.75 s at n = 6.", NULL, NULL));
-    const gr_item *e = item(&g, "EV.values");
-    cr_expect_float_eq(e->score, 1.0, 1e-9, "%s", e->output);
-    cr_expect(mc_test_contains(e->output, "\"[1,3]\""), "%s", e->output);
-    cr_expect(mc_test_contains(e->output, "\"0.75\""), "%s", e->output);
+Test(grader, predicate_less_bullets_earn_nothing) {
+    graded g = grade_sheet(S1("- TP ranks: adjacent, contiguous\n- TP traffic: NVLink, same node\n"));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    EXPECT_SCORE(g, "S.tp_link", 0.0);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "has no verb"), "%s", why(&g, "S.tp_adj"));
+    release(&g);
+    graded h = grade_sheet(S1("- the TP ranks are adjacent to each other\n"));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0); /* a bullet that states something counts */
+    release(&h);
+}
+
+Test(grader, a_keyword_list_is_not_a_statement) {
+    graded g = grade_sheet(S1("TP adjacent contiguous NVLink same node every rank create strided "
+                              "order irrelevant sequence match."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "a list of terms"), "%s", why(&g, "S.tp_adj"));
+    cr_expect_not(item(&g, "MX_FREE")->fired, "a list states no misconception either");
     release(&g);
 }
 
-Test(grader, values_not_from_this_run_are_flagged) {
-    graded g = grade_sheet(
-        sheet(NULL, NULL, NULL,
-              "My probe sat in DP group [4,7] and the bug showed after 0.9 s in world 8 with tp 2.",
-              NULL, NULL));
-    const gr_item *e = item(&g, "EV.values");
-    cr_expect_float_eq(e->score, 0.0, 1e-9, "%s", e->output);
-    cr_expect(mc_test_contains(e->output, "value not from this run: \"[4,7]\", \"0.9\""), "%s",
-              e->output);
-    cr_expect_not(mc_test_contains(e->output, "\"8\""), "configuration values are not evidence: %s",
-                  e->output);
+Test(grader, near_identical_sentences_count_once) {
+    graded g = grade_sheet(S2("Every rank creates every group here. Every rank creates every group "
+                              "here! Every rank creates each group here."));
+    EXPECT_SCORE(g, "S.every_create", 1.0);
+    release(&g);
+    graded h = grade_sheet(sheet(NULL, NULL, "Every rank creates every group here.", NULL, NULL,
+                                 "Every rank creates every group here."));
+    int dup = mc_test_contains(h.out, "repeats an earlier sentence") ||
+              mc_test_contains(h.out, "line 14");
+    cr_expect(dup, "%s", h.out);
+    release(&h);
+}
+
+Test(grader, sentences_that_restate_the_prompt_are_ignored) {
+    graded g = grade_sheet(sheet(NULL, NULL, NULL, NULL, NULL, NULL));
+    release(&g);
+    /* the prompt of box OLD is "Explain why tensor parallel partners share one box in this
+       particular layout." */
+    const char *text = "# labT\n### A1 Layout rule\nTensor parallel partners share one box on "
+                       "NVLink in this particular layout.\n";
+    graded h = grade_text(text);
+    EXPECT_SCORE(h, "S.tp_link", 0.0);
+    cr_expect(mc_test_contains(why(&h, "S.tp_link"), "copies the prompt"), "%s",
+              why(&h, "S.tp_link"));
+    /* the same words in another box answer a different question: they count */
+    graded k = grade_text("# labT\n### S2 Creation\nTensor parallel partners share one box on "
+                          "NVLink in this particular layout.\n");
+    EXPECT_SCORE(k, "S.tp_link", 1.0);
+    release(&k);
+    release(&h);
+}
+
+Test(grader, a_hedged_claim_earns_half) {
+    graded g = grade_sheet(S1("I think the TP ranks are probably adjacent in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.5);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "hedged"), "%s", why(&g, "S.tp_adj"));
     release(&g);
 }
 
-Test(grader, numbers_inside_strings_and_identifiers) {
-    /* [2,6] and 6 come from the measured detail string; F2 and M003 are names, not values. */
-    graded g = grade_sheet(
-        sheet(NULL, NULL, NULL, "For F2 and M003 the detail mentions [2,6] for rank 6 in this run.",
-              NULL, NULL));
-    const gr_item *e = item(&g, "EV.values");
-    cr_expect_float_eq(e->score, 1.0, 1e-9, "%s", e->output);
-    cr_expect_not(mc_test_contains(e->output, "\"003\""), "%s", e->output);
+/* ---------------------------------------------------------------------------------------------
+   items: wherever the idea stands, once */
+
+Test(grader, an_idea_in_another_box_counts_for_its_item) {
+    graded g = grade_sheet(FX("The TP ranks are adjacent to each other in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "written under FX, counted for S"), "%s",
+              why(&g, "S.tp_adj"));
     release(&g);
+    /* an older template's heading ("A1 Layout rule") still opens its box */
+    graded h = grade_text("# labT\n### A1 Layout rule\nThe TP ranks are adjacent to each other.\n");
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+}
+
+Test(grader, the_same_idea_counts_once_where_it_stands) {
+    graded g = grade_sheet(FX("TP traffic stays on NVLink inside the node."));
+    EXPECT_SCORE(g, "F.tp_link", 1.0);
+    EXPECT_SCORE(g, "S.tp_link", 0.0);
+    release(&g);
+    graded h = grade_sheet(S1("TP traffic stays on NVLink inside the node."));
+    EXPECT_SCORE(h, "S.tp_link", 1.0);
+    EXPECT_SCORE(h, "F.tp_link", 0.0);
+    release(&h);
+}
+
+Test(grader, an_ungraded_box_earns_and_costs_nothing) {
+    char *s = sheet(NULL, NULL, NULL, NULL, NULL, NULL);
+    size_t n = strlen(s);
+    s = realloc(s, n + 256);
+    strcat(s, "\n## Notes\nThe TP ranks are adjacent. Only the members create the group.\n");
+    graded g = grade_sheet(s);
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    cr_expect_not(item(&g, "MX_ONLY")->fired, "%s", g.out);
+    release(&g);
+}
+
+Test(grader, items_are_capped_at_their_points) {
+    /* F: 5 points; here the claims alone would give 2 + 1 + 1 (+ the prediction) */
+    graded g = grade_sheet(FX("Communicators pair the calls by their sequence. TP traffic stays on "
+                              "NVLink. The DP ranks are adjacent here."));
+    EXPECT_SCORE(g, "F", 4.0);
+    release(&g);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   evidence: a value bound to its quantity, in a sentence that says what it shows */
+
+Test(grader, evidence_binds_a_group_to_its_kind_and_rank) {
+    graded g = grade_sheet(EV("In this run the TP group of rank 3 was [2,3]."));
+    EXPECT_SCORE(g, "E.probe_group", 0.5);
+    cr_expect(mc_test_contains(why(&g, "E.probe_group"), "verified: TP = [2,3]"), "%s",
+              why(&g, "E.probe_group"));
+    release(&g);
+    /* a measured TP group, but not rank 3's: no evidence, and a wrong layout claim */
+    graded h = grade_sheet(EV("In this run the TP group of rank 3 was [4,5]."));
+    EXPECT_SCORE(h, "E.probe_group", 0.0);
+    cr_expect(item(&h, "MX_STRIDE")->fired, "%s", h.out);
+    release(&h);
+    /* the probe's group in a sentence that names no rank, or another kind's list */
+    graded k = grade_sheet(EV("My probe rank sits in the TP group [2,3] in this run."));
+    EXPECT_SCORE(k, "E.probe_group", 0.5);
+    release(&k);
+    graded m = grade_sheet(EV("The PP group of my probe was [2,3] in this run."));
+    EXPECT_SCORE(m, "E.probe_group", 0.0); /* [2,3] is the TP group, said of PP */
+    release(&m);
+}
+
+Test(grader, a_dump_of_values_earns_nothing) {
+    graded g = grade_sheet(EV("[2,3] [0,2] [1,3] 0.75 6 hang\n\n- TP [2,3], 0.75 s, hang\n"));
+    EXPECT_SCORE(g, "E.probe_group", 0.0);
+    EXPECT_SCORE(g, "E.outcome", 0.0);
+    EXPECT_SCORE(g, "E.seconds", 0.0);
+    release(&g);
+}
+
+Test(grader, evidence_needs_its_context_and_the_measured_value) {
+    graded g = grade_sheet(EV("Experiment B hung after 0.75 s in this run."));
+    EXPECT_SCORE(g, "E.outcome", 0.25);
+    EXPECT_SCORE(g, "E.seconds", 0.25);
+    release(&g);
+    graded h = grade_sheet(EV("Something hung after 0.75 s in this run."));
+    EXPECT_SCORE(h, "E.outcome", 0.0); /* which experiment? */
+    EXPECT_SCORE(h, "E.seconds", 0.0);
+    release(&h);
+    graded k = grade_sheet(EV("Experiment B was fine and ended after 0.9 s in this run."));
+    EXPECT_SCORE(k, "E.outcome", 0.0);
+    EXPECT_SCORE(k, "E.seconds", 0.0);
+    cr_expect(mc_test_contains(why(&k, "E.outcome"), "says ok, measured hang"), "%s",
+              why(&k, "E.outcome"));
+    release(&k);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -533,18 +618,19 @@ Test(grader, every_prediction_type_scores_a_right_answer) {
     lock_to(k_all_right, "fk: 7");
     graded g = grade_sheet(sheet(k_all_right, NULL, NULL, NULL, "fk: 7", NULL));
     cr_expect(g.rep.locked, "%s", g.out);
-    EXPECT_SCORE(g, "Q1.n", 0.5);
-    EXPECT_SCORE(g, "Q1.outcome", 0.5);
-    EXPECT_SCORE(g, "Q1.flag", 0.5);
-    EXPECT_SCORE(g, "Q1.groups", 1.0);
-    EXPECT_SCORE(g, "Q1.probe", 1.0);
-    EXPECT_SCORE(g, "Q1.t", 0.5);    /* 10.3 within 5% of 10.0 */
-    EXPECT_SCORE(g, "Q1.iv", 1.0);   /* [8, 12] contains 10, 12/8 <= 2 */
-    EXPECT_SCORE(g, "Q1.s", 0.5);    /* sets ignore order */
-    EXPECT_SCORE(g, "Q1.ex", 0.5);   /* strings ignore case */
-    EXPECT_SCORE(g, "Q1.gone", 0.0); /* not measured in this run */
-    cr_expect(mc_test_contains(item(&g, "Q1.gone")->output, "not measured"));
-    EXPECT_SCORE(g, "Q2.fk", 1.0); /* variant F2 reads facts.followup.k2 */
+    EXPECT_SCORE(g, "P.n", 0.5);
+    EXPECT_SCORE(g, "P.outcome", 0.5);
+    EXPECT_SCORE(g, "P.flag", 0.5);
+    EXPECT_SCORE(g, "P.groups", 1.0);
+    EXPECT_SCORE(g, "P.probe", 1.0);
+    EXPECT_SCORE(g, "P.t", 0.5);    /* 10.3 within 5% of 10.0 */
+    EXPECT_SCORE(g, "P.iv", 1.0);   /* [8, 12] contains 10, 12/8 <= 2 */
+    EXPECT_SCORE(g, "P.s", 0.5);    /* sets ignore order */
+    EXPECT_SCORE(g, "P.ex", 0.5);   /* strings ignore case */
+    EXPECT_SCORE(g, "P.gone", 0.0); /* not measured in this run (worth 0 points here) */
+    cr_expect(mc_test_contains(item(&g, "P.gone")->output, "not measured"));
+    EXPECT_SCORE(g, "F.fk", 1.0); /* variant F2 reads facts.followup.k2 */
+    EXPECT_SCORE(g, "P", 5.5); /* 6 points of predictions, the item is worth 5.5 */
     release(&g);
 }
 
@@ -554,8 +640,8 @@ Test(grader, wrong_predictions_score_zero) {
         "probe: {a: 0, b: 1, c: false, d: [1]}\nt: 11\niv: [11, 12]\ns: [1,2]\nex: abd";
     lock_to(wrong, "fk: 4");
     graded g = grade_sheet(sheet(wrong, NULL, NULL, NULL, "fk: 4", NULL));
-    const char *ids[] = {"Q1.n", "Q1.outcome", "Q1.flag", "Q1.groups", "Q1.probe",
-                         "Q1.t", "Q1.iv",      "Q1.s",    "Q1.ex",     "Q2.fk"};
+    const char *ids[] = {"P.n", "P.outcome", "P.flag", "P.groups", "P.probe",
+                         "P.t", "P.iv",      "P.s",    "P.ex",     "F.fk"};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++)
         EXPECT_SCORE(g, ids[i], 0.0);
     release(&g);
@@ -569,67 +655,67 @@ static graded grade_locked(const char *pred) {
 
 Test(grader, group_predictions_earn_half_for_half_the_groups) {
     graded g = grade_locked("groups: [[0,1],[3,2],[4,6],[5,7]]");
-    EXPECT_SCORE(g, "Q1.groups", 0.5); /* 2/4 exact -> half */
+    EXPECT_SCORE(g, "P.groups", 0.5); /* 2/4 exact -> half */
     release(&g);
     /* A repeated group matches one measured group only. */
     graded h = grade_locked("groups: [[0,1],[0,1],[2,3],[2,3]]");
-    EXPECT_SCORE(h, "Q1.groups", 0.5);
+    EXPECT_SCORE(h, "P.groups", 0.5);
     release(&h);
     graded k = grade_locked("groups: [[0,1],[2,5],[3,6],[4,7]]");
-    EXPECT_SCORE(k, "Q1.groups", 0.0); /* 1/4 */
+    EXPECT_SCORE(k, "P.groups", 0.0); /* 1/4 */
     release(&k);
     /* Listing extra groups does not buy credit: 4 right out of 8 listed is half. */
     graded x = grade_locked("groups: [[0,1],[2,3],[4,5],[6,7],[0,2],[1,3],[4,6],[5,7]]");
-    EXPECT_SCORE(x, "Q1.groups", 0.5);
+    EXPECT_SCORE(x, "P.groups", 0.5);
     release(&x);
 }
 
 Test(grader, field_predictions_earn_half_for_three_of_four) {
     graded g = grade_locked("probe: {a: 1, b: 0, c: true, d: [2]}");
-    EXPECT_SCORE(g, "Q1.probe", 0.5);
-    cr_expect(mc_test_contains(item(&g, "Q1.probe")->output, "d: you [2], measured [1,3]"), "%s",
-              item(&g, "Q1.probe")->output);
+    EXPECT_SCORE(g, "P.probe", 0.5);
+    cr_expect(mc_test_contains(item(&g, "P.probe")->output, "d: you [2], measured [1,3]"), "%s",
+              item(&g, "P.probe")->output);
     release(&g);
     graded h = grade_locked("probe: {a: 1, b: 1, c: true, d: [2]}");
-    EXPECT_SCORE(h, "Q1.probe", 0.0);
+    EXPECT_SCORE(h, "P.probe", 0.0);
     release(&h);
 }
 
 Test(grader, interval_width_decides_the_credit) {
     lock_to("iv: [6, 20]", NULL);
     graded g = grade_sheet(sheet("iv: [6, 20]", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "Q1.iv", 0.5); /* contains 10, 20/6 is between 2 and 4 */
+    EXPECT_SCORE(g, "P.iv", 0.5); /* contains 10, 20/6 is between 2 and 4 */
     release(&g);
     lock_to("iv: [1, 100]", NULL);
     graded h = grade_sheet(sheet("iv: [1, 100]", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(h, "Q1.iv", 0.0); /* a wide interval cannot buy credit */
-    cr_expect(mc_test_contains(item(&h, "Q1.iv")->output, "too wide"));
+    EXPECT_SCORE(h, "P.iv", 0.0); /* a wide interval cannot buy credit */
+    cr_expect(mc_test_contains(item(&h, "P.iv")->output, "too wide"));
     release(&h);
 }
 
 Test(grader, numeric_tolerance_is_relative) {
     lock_to("t: 10.6", NULL);
     graded g = grade_sheet(sheet("t: 10.6", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "Q1.t", 0.0); /* 6% off, tolerance 5% */
+    EXPECT_SCORE(g, "P.t", 0.0); /* 6% off, tolerance 5% */
     release(&g);
 }
 
 Test(grader, enum_values_outside_the_list_are_reported) {
     graded g = grade_locked("outcome: crashed");
-    EXPECT_SCORE(g, "Q1.outcome", 0.0);
-    cr_expect(mc_test_contains(item(&g, "Q1.outcome")->output, "not a listed outcome"), "%s",
-              item(&g, "Q1.outcome")->output);
+    EXPECT_SCORE(g, "P.outcome", 0.0);
+    cr_expect(mc_test_contains(item(&g, "P.outcome")->output, "not a listed outcome"), "%s",
+              item(&g, "P.outcome")->output);
     release(&g);
 }
 
 Test(grader, template_placeholders_and_garbage_values_are_not_predictions) {
     graded g = grade_locked("n: ?\noutcome: ok|hang\ngroups: [[..]]\nt: {{{");
     cr_expect_eq(g.rep.predictions_filled, 1, "the block has one non-template line (t)");
-    cr_expect(mc_test_contains(item(&g, "Q1.n")->output, "not filled in"));
-    cr_expect(mc_test_contains(item(&g, "Q1.t")->output, "could not read"), "%s",
-              item(&g, "Q1.t")->output);
-    cr_expect(mc_test_contains(item(&g, "Q1.flag")->output, "no prediction"), "%s",
-              item(&g, "Q1.flag")->output);
+    cr_expect(mc_test_contains(item(&g, "P.n")->output, "not filled in"));
+    cr_expect(mc_test_contains(item(&g, "P.t")->output, "could not read"), "%s",
+              item(&g, "P.t")->output);
+    cr_expect(mc_test_contains(item(&g, "P.flag")->output, "no prediction"), "%s",
+              item(&g, "P.flag")->output);
     release(&g);
 }
 
@@ -637,7 +723,7 @@ Test(grader, multi_line_values_continue_the_previous_key) {
     lock_to("groups: [[0,1],[2,3],\n         [4,5],[6,7]]   # two lines", NULL);
     graded g = grade_sheet(sheet("groups: [[0,1],[2,3],\n         [4,5],[6,7]]   # two lines", NULL,
                                  NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "Q1.groups", 1.0);
+    EXPECT_SCORE(g, "P.groups", 1.0);
     release(&g);
 }
 
@@ -652,11 +738,11 @@ Test(grader, predictions_changed_after_the_first_run_earn_zero_with_the_reason) 
         sheet("n: 6\ngroups: [[0,1],[2,3],[4,5],[6,7]]", NULL, NULL, NULL, NULL, NULL));
     cr_expect_not(g.rep.locked);
     cr_expect_eq(g.rep.n_pred_unlocked, 1);
-    EXPECT_SCORE(g, "Q1.n", 0.0); /* right now, but not what was locked: 0, not half */
-    EXPECT_SCORE(g, "Q1.groups", 1.0);
+    EXPECT_SCORE(g, "P.n", 0.0); /* right now, but not what was locked: 0, not half */
+    EXPECT_SCORE(g, "P.groups", 1.0);
     char want[128];
     snprintf(want, sizeof want, "changed since the first run at %s (locked: 5)", info.locked_at);
-    cr_expect(mc_test_contains(item(&g, "Q1.n")->output, want), "%s", item(&g, "Q1.n")->output);
+    cr_expect(mc_test_contains(item(&g, "P.n")->output, want), "%s", item(&g, "P.n")->output);
     cr_expect(mc_test_contains(g.out, "PREDICTIONS NOT LOCKED: 1 prediction earn"), "%s", g.out);
     release(&g);
 }
@@ -667,10 +753,10 @@ Test(grader, predictions_written_after_the_first_run_earn_zero) {
     cr_expect(first.locked_now);
     cr_expect_eq(first.n_keys, 0, "placeholders are absent: %s", first.message);
     graded g = grade_sheet(sheet("n: 6\noutcome: hang", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "Q1.n", 0.0);
-    EXPECT_SCORE(g, "Q1.outcome", 0.0);
-    cr_expect(mc_test_contains(item(&g, "Q1.outcome")->output, "not predicted before the first run"),
-              "%s", item(&g, "Q1.outcome")->output);
+    EXPECT_SCORE(g, "P.n", 0.0);
+    EXPECT_SCORE(g, "P.outcome", 0.0);
+    cr_expect(mc_test_contains(item(&g, "P.outcome")->output, "not predicted before the first run"),
+              "%s", item(&g, "P.outcome")->output);
     release(&g);
 }
 
@@ -689,7 +775,7 @@ Test(grader, a_rerun_after_copying_predictions_never_relocks) {
     cr_expect_eq(again.n_changed, 1, "%s", again.message);
     cr_expect(mc_test_contains(again.message, "main/n"), "%s", again.message);
     graded g = grade_text(NULL);
-    EXPECT_SCORE(g, "Q1.n", 0.0);
+    EXPECT_SCORE(g, "P.n", 0.0);
     cr_expect_not(g.rep.locked);
     cr_expect(mc_test_contains(g.out, "PREDICTIONS NOT LOCKED"), "%s", g.out);
     release(&g);
@@ -729,9 +815,9 @@ Test(grader, a_corrupt_ledger_is_an_error_and_is_left_alone) {
 Test(grader, no_ledger_for_current_results_means_no_prediction_counts) {
     make_results_v2(NULL);
     graded g = grade_sheet(sheet("n: 6", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "Q1.n", 0.0);
-    cr_expect(mc_test_contains(item(&g, "Q1.n")->output, "no prediction ledger at"), "%s",
-              item(&g, "Q1.n")->output);
+    EXPECT_SCORE(g, "P.n", 0.0);
+    cr_expect(mc_test_contains(item(&g, "P.n")->output, "no prediction ledger at"), "%s",
+              item(&g, "P.n")->output);
     release(&g);
 }
 
@@ -746,19 +832,19 @@ Test(grader, old_results_files_still_grade_by_their_hash) {
     make_results(hex, 1, NULL);
     graded g = grade_text(NULL);
     cr_expect(g.rep.locked, "%s", g.out);
-    EXPECT_SCORE(g, "Q1.n", 0.5);
+    EXPECT_SCORE(g, "P.n", 0.5);
     release(&g);
     graded h = grade_sheet(sheet("n: 5", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(h, "Q1.n", 0.0);
-    cr_expect(mc_test_contains(item(&h, "Q1.n")->output, "changed since the run at "
+    EXPECT_SCORE(h, "P.n", 0.0);
+    cr_expect(mc_test_contains(item(&h, "P.n")->output, "changed since the run at "
                                                          "2026-11-30T04:00:00Z"),
-              "%s", item(&h, "Q1.n")->output);
+              "%s", item(&h, "P.n")->output);
     release(&h);
     make_results("", 0, NULL);
     graded k = grade_sheet(sheet("n: 6", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(k, "Q1.n", 0.0);
-    cr_expect(mc_test_contains(item(&k, "Q1.n")->output, "not predicted before the run"), "%s",
-              item(&k, "Q1.n")->output);
+    EXPECT_SCORE(k, "P.n", 0.0);
+    cr_expect(mc_test_contains(item(&k, "P.n")->output, "not predicted before the run"), "%s",
+              item(&k, "P.n")->output);
     release(&k);
 }
 
@@ -791,31 +877,20 @@ Test(grader, follow_up_items_follow_the_measured_variant) {
     lock_to(NULL, "fk: 4");
     make_results_v2("F1");
     graded g = grade_sheet(sheet(NULL, NULL, NULL, NULL, "fk: 4",
-                                 "TP traffic stays on NVLink in this variant of the grid."));
-    EXPECT_SCORE(g, "Q2.fk", 1.0); /* F1 reads facts.followup.k = 4 */
-    EXPECT_SCORE(g, "FX.tp_link", 1.0);
+                                 "The DP ranks are adjacent in this variant of the grid."));
+    EXPECT_SCORE(g, "F.fk", 1.0); /* F1 reads facts.followup.k = 4 */
     for (int i = 0; i < g.rep.n_items; i++)
-        cr_expect_str_neq(g.rep.items[i].id, "FX.dp_adj", "F2-only points are not graded for F1");
+        cr_expect_str_neq(g.rep.items[i].id, "F.dp_adj", "F2-only claims are not graded for F1");
     cr_expect(mc_test_contains(g.out, "follow-up F1: variant one"), "%s", g.out);
     release(&g);
-    make_results_v2("F9");
-    graded h = grade_sheet(sheet(NULL, NULL, NULL, NULL, "fk: 4", NULL));
-    cr_expect(mc_test_contains(item(&h, "Q2")->output, "no prediction items for variant \"F9\""),
-              "%s", h.out);
-    release(&h);
 }
 
-Test(grader, quality_needs_the_floor_and_no_misconception) {
-    graded g = grade_sheet(sheet(NULL, NULL, NULL, NULL, NULL,
-                                 "DP partners are adjacent ranks in this variant of the grid."));
-    EXPECT_SCORE(g, "FQ", 0.5);
+Test(grader, a_prediction_in_the_other_block_still_counts) {
+    lock_to(NULL, "n: 6");
+    graded g = grade_sheet(sheet(NULL, NULL, NULL, NULL, "n: 6", NULL));
+    EXPECT_SCORE(g, "P.n", 0.5);
+    cr_expect(mc_test_contains(why(&g, "P.n"), "found in the other pred block"), "%s", why(&g, "P.n"));
     release(&g);
-    graded h = grade_sheet(
-        sheet(NULL, NULL, NULL, NULL, NULL,
-              "DP partners are adjacent ranks here. Only member ranks create the new group."));
-    EXPECT_SCORE(h, "FQ", 0.0);
-    cr_expect(mc_test_contains(item(&h, "FQ")->output, "MX2 in FX"), "%s", item(&h, "FQ")->output);
-    release(&h);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -826,7 +901,7 @@ Test(grader, the_last_line_is_the_total_and_grade_json_is_written) {
     graded g = grade_sheet(sheet("n: 6", "The TP ranks are adjacent to each other in this layout.",
                                  NULL, NULL, NULL, NULL));
     cr_expect_str_eq(last_line(g.out), "Total 1.50/15", "%s", g.out);
-    cr_expect_float_eq(g.rep.total, 1.5, 1e-9);
+    cr_expect_float_eq(g.rep.total, 1.5, 1e-9); /* n 0.5 + tp_adj 1.0 */
     char *json = slurp(in_dir("grade.json"));
     cJSON *j = cJSON_Parse(json);
     free(json);
@@ -871,15 +946,33 @@ Test(grader, a_missing_results_file_is_an_error_that_says_what_to_run) {
     release(&g);
 }
 
-Test(grader, a_bad_rubric_is_an_error_naming_the_field) {
-    const char *bad = "{\"concepts\": {\"A\": [\"x\"]}, \"sections\": [], \"points\": [{\"id\": "
-                      "\"P\", \"section\": \"S9\"}]}";
-    spit(in_dir("rubric.json"), bad, strlen(bad));
+static void expect_rubric_error(const char *edit_from, const char *edit_to, const char *want) {
+    make_rubric(NULL);
+    char *text = slurp(in_dir("rubric.json"));
+    char *at = strstr(text, edit_from);
+    cr_assert_not_null(at, "the unit rubric has no \"%s\"", edit_from);
+    size_t n = strlen(text) + strlen(edit_to) + 1;
+    char *out = malloc(n);
+    snprintf(out, n, "%.*s%s%s", (int)(at - text), text, edit_to, at + strlen(edit_from));
+    spit(in_dir("rubric.json"), out, strlen(out));
+    free(text);
+    free(out);
     graded g = grade_text("# nothing\n");
-    cr_expect_lt(g.rc, 0);
-    cr_expect(mc_test_contains(g.out, "point P: \"section\" (S9) is not one of the sections"), "%s",
-              g.out);
+    cr_expect_lt(g.rc, 0, "accepted a rubric with %s", edit_to);
+    cr_expect(mc_test_contains(g.out, want), "want \"%s\" in:\n%s", want, g.out);
     release(&g);
+}
+
+Test(grader, a_bad_rubric_is_an_error_naming_the_field) {
+    expect_rubric_error("\"schema\":2", "\"schema\":3", "\"schema\" must be 2");
+    expect_rubric_error("\"ADJ\"],\"window\":8", "\"NOPE\"],\"window\":8",
+                        "names unknown concept \"NOPE\"");
+    expect_rubric_error("\"EVERY + CREATE\"", "\"EVERY + CREATE + ?\"", "empty concept slot");
+    expect_rubric_error("\"points\":3.5", "\"points\":4.5", "add up to 11 (main) + 5");
+    expect_rubric_error("\"voids\":[\"S.every_create\"]", "\"voids\":[\"S.nope\"]",
+                        "voids unknown claim S.nope");
+    expect_rubric_error("\"item\":\"F\",\"penalty\":1.5", "\"item\":\"Z\",\"penalty\":1.5",
+                        "\"item\" must name the item");
     spit(in_dir("rubric.json"), "{ not json", 10);
     graded h = grade_text("# nothing\n");
     cr_expect_lt(h.rc, 0);
@@ -959,12 +1052,11 @@ Test(grader, rubric_items_are_listed_from_the_rubric) {
     gr_rubric_item *items = NULL;
     int n = gr_rubric_items(in_dir("rubric.json"), &items);
     cr_assert_gt(n, 0);
-    int saw_s1 = 0, saw_penalty = 0;
-    for (int i = 0; i < n; i++) {
-        saw_s1 |= strcmp(items[i].id, "S1") == 0 && items[i].max_score > 0;
-        saw_penalty |= items[i].is_penalty;
-    }
-    cr_expect(saw_s1 && saw_penalty);
+    cr_expect_eq(n, 4 + 4, "4 items and 4 misconceptions");
+    cr_expect_str_eq(items[1].id, "S");
+    cr_expect_float_eq(items[1].max_score, 3.5, 1e-9);
+    cr_expect_str_eq(items[1].part, "main");
+    cr_expect(items[7].is_penalty && strcmp(items[7].id, "MX_NAME") == 0);
     free(items);
     cr_expect_lt(gr_rubric_items(in_dir("nope.json"), &items), 0);
 }
@@ -1030,10 +1122,9 @@ Test(grader, the_template_is_written_and_never_overwrites_answers) {
     cr_assert_eq(gr_write_template(in_dir("rubric.json"), path, "feed42", 6, "F1", 0), 0);
     char *t = slurp(path);
     cr_expect(mc_test_contains(t, "<!-- nonce: feed42 ; probe_rank: 6 ; followup: F1"), "%s", t);
-    cr_expect(mc_test_contains(t, "fk: ?   # variant one"), "%s", t);
-    cr_expect(mc_test_contains(t, "# rank 6"), "%s", t);
-    cr_expect(mc_test_contains(t, "<!-- Question of variant one. -->"), "%s", t);
-    cr_expect_not(mc_test_contains(t, "{pred_main}"), "%s", t);
+    cr_expect(mc_test_contains(t, "## Follow-up (MT-F1)"), "%s", t);
+    cr_expect(mc_test_contains(t, "<!-- Question of variant one for rank 6. -->"), "%s", t);
+    cr_expect_not(mc_test_contains(t, "{variant_question}"), "%s", t);
     free(t);
     char nonce[17], variant[8];
     int probe = -1;
@@ -1073,11 +1164,69 @@ Test(grader, the_lab03_template_round_trips_through_the_grader) {
                       &rep);
     fclose(devnull);
     cr_assert_eq(rc, 0);
-    cr_expect_float_eq(rep.total, 0.0, 1e-9);
+    cr_expect_float_eq(rep.total, 0.0, 1e-9, "the template's own text earns nothing");
     cr_expect(rep.near_empty);
-    int sections_missing = 0;
-    for (int i = 0; i < rep.n_items; i++)
-        sections_missing += mc_test_contains(rep.items[i].output, "heading");
-    cr_expect_eq(sections_missing, 0, "every rubric section has its heading in the template");
     gr_report_free(&rep);
+    char *t = slurp(in_dir("lab03.md"));
+    const char *boxes[] = {"### M1 ", "### M2 ", "### M3 ", "### M4 ", "### FU1 ", "### FU2 ",
+                           "### FU3 ", "### FU4 ", "dp_size: ?", "d_verified_outcome:",
+                           "## Follow-up (M003-F2)"};
+    for (size_t i = 0; i < sizeof boxes / sizeof boxes[0]; i++)
+        cr_expect(mc_test_contains(t, boxes[i]), "the template lacks \"%s\"", boxes[i]);
+    cr_expect_not(mc_test_contains(t, "{probe_rank}"), "placeholders left in the template");
+    free(t);
+}
+
+/* A rubric of schema 1 (no "schema" key: concepts, sections, points, evidence) is read
+   through the translation and graded by the same rules: a claim earns where it is stated,
+   not where it is denied; a measured value counts when the clause says what it is; a
+   misconception voids the claim it pairs with. */
+Test(grader, a_schema1_rubric_is_graded_by_the_same_rules) {
+    static const char rubric[] =
+        "{\"lab\": \"labT\", \"question\": \"MT\", \"rubric_version\": \"t1\","
+        " \"max\": {\"main\": 2, \"followup\": 0},"
+        " \"seed_items\": {\"S1\": \"layout 1.5\", \"S2\": \"evidence 0.5\"},"
+        " \"sections\": [{\"id\": \"S1\", \"part\": \"main\", \"title\": \"Layout\"},"
+        "               {\"id\": \"S2\", \"part\": \"main\", \"title\": \"Evidence\"}],"
+        " \"concepts\": {\"TP\": {\"en\": [\"tp\", \"tensor parallel*\"]},"
+        "               \"ADJ\": {\"en\": [\"adjacent\", \"neighbouring\"]},"
+        "               \"NAME\": {\"en\": [\"by name\", \"tensor name*\"]},"
+        "               \"MATCH\": {\"en\": [\"match*\", \"pair*\"]},"
+        "               \"GROUP\": {\"en\": [\"group*\"]}},"
+        " \"predictions\": [],"
+        " \"points\": [{\"id\": \"S1.adjacent\", \"section\": \"S1\", \"points\": 1.5,"
+        "               \"patterns\": [{\"all\": [\"TP\", \"ADJ\"], \"window\": 10}]}],"
+        " \"evidence\": [{\"id\": \"S2.evidence\", \"section\": \"S2\", \"points\": 0.5,"
+        "                 \"per_value\": 0.5, \"facts\": \"facts\", \"ignore_numbers\": [0, 1]}],"
+        " \"misconceptions\": [{\"id\": \"MC_NAME\", \"title\": \"matched by name\","
+        "   \"penalty\": 0.5, \"sections\": [\"S1\", \"S2\"], \"pairs_with\": [\"S1.adjacent\"],"
+        "   \"patterns\": [{\"all\": [\"MATCH\", \"NAME\"], \"window\": 8}]}]}";
+    spit(in_dir("rubric.json"), rubric, sizeof rubric - 1);
+    make_results_v2(NULL);
+    const char *head = "# labT\n<!-- nonce: abc123 ; probe_rank: 3 ; followup: F2 -->\n";
+    char text[2048];
+
+    snprintf(text, sizeof text, "%s### S1 Layout\nTP ranks are adjacent in the default order.\n"
+             "### S2 Evidence\nThe TP group of rank 3 was [2,3] in this run.\n", head);
+    graded g = grade_text(text);
+    cr_assert_eq(g.rc, 0, "%s", g.out);
+    cr_expect_float_eq(score(&g, "S1.adjacent"), 1.5, 1e-9, "%s", g.out);
+    cr_expect_float_eq(score(&g, "S2.evidence"), 0.5, 1e-9, "%s", g.out);
+    release(&g);
+
+    snprintf(text, sizeof text, "%s### S1 Layout\nIt is not true that TP ranks are adjacent.\n"
+             "### S2 Evidence\n[2,3] [0,1] 7 6\n", head);
+    g = grade_text(text);
+    cr_assert_eq(g.rc, 0, "%s", g.out);
+    cr_expect_float_eq(score(&g, "S1.adjacent"), 0.0, 1e-9, "a denied claim: %s", g.out);
+    cr_expect_float_eq(score(&g, "S2.evidence"), 0.0, 1e-9, "a dump of values: %s", g.out);
+    release(&g);
+
+    snprintf(text, sizeof text, "%s### S1 Layout\nTP ranks are adjacent. Calls are matched by "
+             "the tensor name, not by their order.\n", head);
+    g = grade_text(text);
+    cr_assert_eq(g.rc, 0, "%s", g.out);
+    cr_expect(item(&g, "MC_NAME")->fired, "%s", g.out);
+    cr_expect_float_eq(score(&g, "S1.adjacent"), 0.0, 1e-9, "voided by MC_NAME: %s", g.out);
+    release(&g);
 }

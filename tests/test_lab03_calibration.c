@@ -1,14 +1,18 @@
-/* tests/test_lab03_calibration.c - calibration of the lab03 rubric (AMATI-style).
+/* tests/test_lab03_calibration.c - the lab03 rubric on whole answer sheets.
 
-   Every labelled sheet of tests/fixtures/lab03/ (and the two reference answers) is graded
-   against the frozen results tests/fixtures/lab03/results.json (world 8, TP=2, PP=2; Exp. B
-   wrong_membership, Exp. C ok, plan check error; follow-up F2). expected.tsv gives each sheet a
-   score band, the misconceptions that must (not) fire and the points that must (not) be
-   earned. The summary counts checks that matched, missed positives (expected but not given)
-   and missed negatives (given but not expected), then prints "N passed, N failed".
-
-   The frozen results are also checked against the library's rank grid, so that the fixture
-   cannot drift from what ./lab03 would measure. */
+   1. The calibration corpus (tests/calibration/lab03/: sheets written by authors who never saw
+      the rubric, labelled by a separate rater; see tests/calibration/calibrate.h): every sheet
+      is graded against a fresh run of ./lab03 for its nonce, and each half must meet the bar
+      of grading_design.md A0.7. The test half is held out of rubric work; while it is not in
+      the repository its test says so and is skipped.
+   2. Behaviour on characteristic sheets (tests/fixtures/lab03/expected.tsv), graded against
+      results/lab03.json of a real run (tests/fixtures/lab03/results.json) with their
+      predictions locked as written: the reference answers score >= 14, a sheet of negated
+      truths earns <= 2 on its text, misconceptions in fresh words cost points and are each
+      named, predicate-less bullets earn nothing on their text, a sheet of the older template
+      still grades.
+   3. The re-run after copying predictions: a run locks an empty sheet, the learner copies the
+      measured values in and runs again; the predictions earn 0 and are flagged. */
 #include <criterion/criterion.h>
 
 #include <cjson/cJSON.h>
@@ -19,49 +23,87 @@
 #include <unistd.h>
 
 #include "labs/grader.h"
-#include "megatron_c.h"
+#include "tests/calibration/calibrate.h"
 #include "tests/test_util.h"
-
 
 static const char *repo_root(void) { return mc_test_repo_root(); }
 
 static void path_of(const char *rel, char *out, size_t cap) {
-    snprintf(out, cap, "%s/%s", repo_root(), rel);
-}
-
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static cJSON *load_json(const char *rel) {
-    char p[PATH_MAX + 64];
-    path_of(rel, p, sizeof p);
-    char *text = slurp(p);
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    cr_assert_not_null(j, "%s is not valid JSON", rel);
-    return j;
+    snprintf(out, cap, "%.3000s/%.1000s", repo_root(), rel);
 }
 
 /* ---------------------------------------------------------------------------------------------
-   expected.tsv */
+   1. the calibration corpus */
 
-typedef struct row {
+static cal_corpus g_corpus;
+
+static void grade_corpus(void) {
+    char dir[PATH_MAX + 64], err[1024];
+    path_of("tests/calibration/lab03", dir, sizeof dir);
+    cr_assert_eq(cal_load(&g_corpus, "lab03", dir, err, sizeof err), 0, "%s", err);
+    char work[] = "/tmp/gr_calibration_XXXXXX";
+    cr_assert_not_null(mkdtemp(work));
+    int rc = cal_grade_all(&g_corpus, repo_root(), work, err, sizeof err);
+    char cmd[PATH_MAX];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+    cr_expect_eq(system(cmd), 0);
+    cr_assert_eq(rc, 0, "%s", err);
+    for (int i = 0; i < g_corpus.n; i++)
+        cr_expect(g_corpus.sheet[i].graded, "%s: %s", g_corpus.sheet[i].id, g_corpus.sheet[i].error);
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    cal_print(&g_corpus, f);
+    fclose(f);
+    cr_log_info("%s", table);
+    free(table);
+}
+
+static void expect_bar(const char *split) {
+    cal_bar b = cal_check(&g_corpus, split);
+    if (b.n == 0) cr_skip_test("the %s half of tests/calibration/lab03 is not in the repository", split);
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    cal_print(&g_corpus, f);
+    fclose(f);
+    cr_expect(b.within * 10 >= b.n * 9, "%s: |grader-label| <= 2 on %d/%d sheets (need 90%%)\n%s",
+              split, b.within, b.n, table);
+    cr_expect_eq(b.high_ok, b.high_n, "%s: %d/%d sheets labelled >= 13 graded >= 13\n%s", split,
+                 b.high_ok, b.high_n, table);
+    cr_expect_eq(b.low_ok, b.low_n, "%s: %d/%d sheets labelled <= 3 graded <= 4\n%s", split,
+                 b.low_ok, b.low_n, table);
+    free(table);
+}
+
+TestSuite(calibration, .timeout = 300);
+
+Test(calibration, the_test_half_meets_the_bar) {
+    grade_corpus();
+    expect_bar("test");
+}
+
+Test(calibration, the_dev_half_meets_the_bar) {
+    grade_corpus();
+    expect_bar("dev");
+}
+
+/* ---------------------------------------------------------------------------------------------
+   2. characteristic sheets */
+
+typedef struct fixture_row {
     char sheet[320]; /* path from the repository root */
-    double lo, hi;
-    char fire[512], no_fire[512], award[1024], no_award[1024];
-} row;
+    double lo, hi, text_max;
+    char fire[512], no_fire[512];
+} fixture_row;
 
-static int load_rows(row *rows, int cap) {
+static char *slurp(const char *path) {
+    char *s = cal_slurp(path, NULL);
+    cr_assert_not_null(s, "cannot read %s", path);
+    return s;
+}
+
+static int load_rows(fixture_row *rows, int cap) {
     char p[PATH_MAX + 64];
     path_of("tests/fixtures/lab03/expected.tsv", p, sizeof p);
     char *text = slurp(p);
@@ -69,13 +111,12 @@ static int load_rows(row *rows, int cap) {
     for (char *save = NULL, *line = strtok_r(text, "\n", &save); line != NULL && n < cap;
          line = strtok_r(NULL, "\n", &save)) {
         if (line[0] == '#' || line[0] == '\0') continue;
-        row *r = &rows[n];
+        fixture_row *r = &rows[n];
         memset(r, 0, sizeof *r);
         char sheet[256];
-        int got =
-            sscanf(line, "%255[^\t]\t%lf\t%lf\t%511[^\t]\t%511[^\t]\t%1023[^\t]\t%1023[^\t\n]",
-                   sheet, &r->lo, &r->hi, r->fire, r->no_fire, r->award, r->no_award);
-        cr_assert_eq(got, 7, "expected.tsv: malformed line: %s", line);
+        int got = sscanf(line, "%255[^\t]\t%lf\t%lf\t%lf\t%511[^\t]\t%511[^\t\n]", sheet, &r->lo,
+                         &r->hi, &r->text_max, r->fire, r->no_fire);
+        cr_assert_eq(got, 6, "expected.tsv: malformed line: %s", line);
         if (sheet[0] == '@')
             snprintf(r->sheet, sizeof r->sheet, "%s", sheet + 1);
         else
@@ -86,7 +127,7 @@ static int load_rows(row *rows, int cap) {
     return n;
 }
 
-/* "A,B,C" contains id; "*" contains every id; "-" none. */
+/* "A,B,C" contains id; "*" every id; "-" none. */
 static int list_has(const char *list, const char *id) {
     if (strcmp(list, "*") == 0) return 1;
     size_t n = strlen(id);
@@ -95,292 +136,126 @@ static int list_has(const char *list, const char *id) {
     return 0;
 }
 
-static int grade_quiet(const char *sheet_rel, gr_report *rep) {
+/* Grades a sheet with its predictions locked as written (the first run saw them). */
+static int grade_fixture(const char *sheet_rel, gr_report *rep, char **table) {
     char sheet[PATH_MAX + 64], rub[PATH_MAX + 64], res[PATH_MAX + 64];
     path_of(sheet_rel, sheet, sizeof sheet);
     path_of("labs/rubric/lab03.json", rub, sizeof rub);
     path_of("tests/fixtures/lab03/results.json", res, sizeof res);
-    return gr_grade(
-        &(gr_grade_desc){
-            .rubric_path = rub, .answers_path = sheet, .results_path = res, .quiet = 1},
-        rep);
+    char ledger[] = "/tmp/gr_fixture_ledger_XXXXXX";
+    int fd = mkstemp(ledger);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    remove(ledger);
+    gr_lock_info info;
+    cr_assert_eq(gr_ledger_lock(ledger, rub, sheet, "a1b2c3", &info), 0, "%s", info.message);
+    size_t len = 0;
+    FILE *f = open_memstream(table, &len);
+    int rc = gr_grade(&(gr_grade_desc){.rubric_path = rub,
+                                       .answers_path = sheet,
+                                       .results_path = res,
+                                       .ledger_path = ledger,
+                                       .out = f},
+                      rep);
+    fclose(f);
+    remove(ledger);
+    return rc;
 }
 
-typedef struct tally {
-    int matched, missed_pos, missed_neg;
-} tally;
-
-/* Checks one sheet against its row; returns the number of failed checks (and reports them). */
-static int check_row(const row *r, const gr_report *rep, tally *t) {
-    int failed = 0;
-    if (rep->total < r->lo - 1e-9 || rep->total > r->hi + 1e-9) {
-        cr_expect(0, "%s: total %.2f outside the band [%g, %g]", r->sheet, rep->total, r->lo,
-                  r->hi);
-        failed++;
-    }
-    for (int i = 0; i < rep->n_items; i++) {
-        const gr_item *it = &rep->items[i];
-        int is_misc = strcmp(it->kind, "misc") == 0;
-        int is_point = strcmp(it->kind, "expl") == 0 || strcmp(it->kind, "evid") == 0;
-        if (!is_misc && !is_point) continue;
-        int want_pos = list_has(is_misc ? r->fire : r->award, it->id);
-        int want_neg = list_has(is_misc ? r->no_fire : r->no_award, it->id);
-        if (!want_pos && !want_neg) continue;
-        int got_pos = is_misc ? it->fired : it->score >= it->max_score - 1e-9;
-        int got_any = is_misc ? it->fired : it->score > 1e-9;
-        if (want_pos && !got_pos) {
-            t->missed_pos++;
-            failed++;
-            cr_expect(0, "%s: %s expected %s, got %.2f: %s", r->sheet, it->id,
-                      is_misc ? "to fire" : "in full", it->score, it->output);
-        } else if (want_neg && got_any) {
-            t->missed_neg++;
-            failed++;
-            cr_expect(0, "%s: %s not expected, got %.2f: %s", r->sheet, it->id, it->score,
-                      it->output);
-        } else {
-            t->matched++;
-        }
-    }
-    return failed;
+/* Claims and evidence: what the sheet's text earned, before caps and penalties. */
+static double text_score(const gr_report *rep) {
+    double t = 0;
+    for (int i = 0; i < rep->n_items; i++)
+        if (!strcmp(rep->items[i].kind, "claim") || !strcmp(rep->items[i].kind, "evid"))
+            t += rep->items[i].score;
+    return t;
 }
 
-TestSuite(calibration, .timeout = 60);
-
-Test(calibration, every_sheet_scores_inside_its_band) {
-    row rows[32];
-    int n = load_rows(rows, 32);
-    cr_assert_geq(n, 8, "expected.tsv lists the six fixtures and the two reference answers");
-    tally total = {0, 0, 0};
-    int passed = 0, failed = 0;
-    printf("\nlab03 calibration (rubric labs/rubric/lab03.json, results "
-           "tests/fixtures/lab03/results.json)\n");
-    printf("%-34s %7s %9s %8s %8s %8s  %s\n", "sheet", "total", "band", "matched", "missed+",
-           "missed-", "verdict");
-    for (int i = 0; i < n; i++) {
+Test(calibration, characteristic_sheets_score_as_expected, .timeout = 60) {
+    fixture_row rows[64];
+    int n = load_rows(rows, 64);
+    cr_assert_gt(n, 0);
+    for (int r = 0; r < n; r++) {
         gr_report rep;
-        int rc = grade_quiet(rows[i].sheet, &rep);
-        cr_assert_eq(rc, 0, "grading %s failed with %d", rows[i].sheet, rc);
-        tally t = {0, 0, 0};
-        int bad = check_row(&rows[i], &rep, &t);
-        char band[32];
-        snprintf(band, sizeof band, "[%g,%g]", rows[i].lo, rows[i].hi);
-        const char *name =
-            strrchr(rows[i].sheet, '/') ? strrchr(rows[i].sheet, '/') + 1 : rows[i].sheet;
-        printf("%-34s %7.2f %9s %8d %8d %8d  %s\n",
-               strncmp(rows[i].sheet, "answers/", 8) == 0 ? rows[i].sheet : name, rep.total, band,
-               t.matched, t.missed_pos, t.missed_neg, bad ? "FAIL" : "ok");
-        total.matched += t.matched;
-        total.missed_pos += t.missed_pos;
-        total.missed_neg += t.missed_neg;
-        if (bad)
-            failed++;
-        else
-            passed++;
-        gr_report_free(&rep);
-    }
-    printf("confusion: %d matched, %d missed positive, %d missed negative\n", total.matched,
-           total.missed_pos, total.missed_neg);
-    printf("%d passed, %d failed\n", passed, failed);
-    fflush(stdout);
-    cr_expect_eq(failed, 0);
-}
-
-Test(calibration, the_misconception_sheet_fires_at_least_three_named_penalties) {
-    gr_report rep;
-    cr_assert_eq(grade_quiet("tests/fixtures/lab03/misconception.md", &rep), 0);
-    int fired = 0;
-    for (int i = 0; i < rep.n_items; i++)
-        if (strcmp(rep.items[i].kind, "misc") == 0 && rep.items[i].fired) {
-            fired++;
-            cr_expect(mc_test_contains(rep.items[i].output, "see "), "%s cites its source: %s",
-                      rep.items[i].id, rep.items[i].output);
-            cr_expect(mc_test_contains(rep.items[i].output, "measured: "),
-                      "%s names the refuting fact: %s", rep.items[i].id, rep.items[i].output);
+        char *table = NULL;
+        int rc = grade_fixture(rows[r].sheet, &rep, &table);
+        cr_assert_eq(rc, 0, "%s: grader status %d\n%s", rows[r].sheet, rc, table);
+        double text = text_score(&rep);
+        cr_expect(rep.total >= rows[r].lo - 1e-9 && rep.total <= rows[r].hi + 1e-9,
+                  "%s: total %.2f outside [%g, %g]\n%s", rows[r].sheet, rep.total, rows[r].lo,
+                  rows[r].hi, table);
+        cr_expect(text <= rows[r].text_max + 1e-9, "%s: its text earned %.2f (at most %g)\n%s",
+                  rows[r].sheet, text, rows[r].text_max, table);
+        for (int i = 0; i < rep.n_items; i++) {
+            const gr_item *it = &rep.items[i];
+            if (strcmp(it->kind, "misc") != 0) continue;
+            if (list_has(rows[r].fire, it->id))
+                cr_expect(it->fired, "%s: %s should fire (named)\n%s", rows[r].sheet, it->id, table);
+            if (list_has(rows[r].no_fire, it->id))
+                cr_expect_not(it->fired, "%s: %s fired\n%s", rows[r].sheet, it->id, table);
         }
-    cr_expect_geq(fired, 3);
-    cr_expect_float_eq(rep.penalty_total, 3.0, 1e-9, "penalties are capped at 3.0");
-    gr_report_free(&rep);
-}
-
-Test(calibration, good_sheets_are_locked_and_the_others_are_not) {
-    const char *locked[] = {"tests/fixtures/lab03/gold_en.md", "tests/fixtures/lab03/gold_zh.md",
-                            "answers/reference/lab03.md", "answers/reference/lab03.zh.md"};
-    for (size_t i = 0; i < 4; i++) {
-        gr_report rep;
-        cr_assert_eq(grade_quiet(locked[i], &rep), 0);
-        cr_expect(rep.locked, "%s: its pred blocks hash to the value the frozen run recorded",
-                  locked[i]);
+        cr_log_info("%-45s total %5.2f  text %5.2f", rows[r].sheet, rep.total, text);
         gr_report_free(&rep);
-    }
-    gr_report rep;
-    cr_assert_eq(grade_quiet("tests/fixtures/lab03/stuffed.md", &rep), 0);
-    cr_expect_not(rep.locked);
-    gr_report_free(&rep);
-}
-
-Test(calibration, sheets_carry_the_header_of_the_frozen_run) {
-    cJSON *res = load_json("tests/fixtures/lab03/results.json");
-    const char *nonce = cJSON_GetObjectItem(res, "nonce")->valuestring;
-    int probe = cJSON_GetObjectItem(res, "probe_rank")->valueint;
-    const char *variant = cJSON_GetObjectItem(res, "followup_variant")->valuestring;
-    const char *sheets[] = {"gold_en.md",
-                            "gold_zh.md",
-                            "stuffed.md",
-                            "misconception.md",
-                            "copy_of_prompt.md",
-                            "empty.md",
-                            "@answers/reference/lab03.md",
-                            "@answers/reference/lab03.zh.md"};
-    for (size_t i = 0; i < sizeof sheets / sizeof sheets[0]; i++) {
-        char rel[256], p[PATH_MAX + 300];
-        if (sheets[i][0] == '@')
-            snprintf(rel, sizeof rel, "%s", sheets[i] + 1);
-        else
-            snprintf(rel, sizeof rel, "tests/fixtures/lab03/%s", sheets[i]);
-        path_of(rel, p, sizeof p);
-        char n[17], v[8];
-        int pr = -1;
-        cr_assert_eq(gr_read_header(p, n, &pr, v), 0, "%s has no header", rel);
-        cr_expect_str_eq(n, nonce, "%s", rel);
-        cr_expect_eq(pr, probe, "%s", rel);
-        cr_expect_str_eq(v, variant, "%s", rel);
-    }
-    cJSON_Delete(res);
-}
-
-Test(calibration, reference_answers_say_runs_differ_and_cover_the_other_variants) {
-    const char *refs[] = {"answers/reference/lab03.md", "answers/reference/lab03.zh.md"};
-    for (size_t i = 0; i < 2; i++) {
-        char p[PATH_MAX + 64];
-        path_of(refs[i], p, sizeof p);
-        char *text = slurp(p);
-        char *pred = strstr(text, "## Predictions");
-        cr_assert_not_null(pred);
-        *pred = '\0'; /* the preamble before the first section */
-        cr_expect(mc_test_contains(text, "probe") && mc_test_contains(text, "nonce"),
-                  "%s: the first paragraph explains that a learner's probe rank and variant differ",
-                  refs[i]);
-        *pred = '#';
-        char *notes = strstr(text, "## Notes");
-        cr_assert_not_null(notes, "%s has a Notes appendix", refs[i]);
-        cr_expect(mc_test_contains(notes, "F1") && mc_test_contains(notes, "F3"),
-                  "%s: Notes cover F1 and F3", refs[i]);
-        free(text);
+        free(table);
     }
 }
 
 /* ---------------------------------------------------------------------------------------------
-   the frozen results against the library's rank grid */
+   3. predictions copied after the first run */
 
-static char *grid_groups_canon(const mc_grid *g, mc_group_kind kind) {
-    int ng = mc_grid_num_groups(g, kind);
-    cJSON *arr = cJSON_CreateArray();
-    for (int i = 0; i < ng; i++) {
-        int m[64];
-        int nm = mc_grid_group_members(g, kind, i, m, 64);
-        cr_assert_geq(nm, 0);
-        cJSON_AddItemToArray(arr, cJSON_CreateIntArray(m, nm));
-    }
-    char *s = cJSON_PrintUnformatted(arr);
-    cJSON_Delete(arr);
-    return s;
-}
-
-/* Groups as written in the results, re-printed so that spacing does not matter. */
-static char *json_canon(const cJSON *j) { return cJSON_PrintUnformatted(j); }
-
-static void expect_groups_match(const mc_grid *g, const cJSON *groups, const char *where) {
-    const cJSON *e;
-    int checked = 0;
-    cJSON_ArrayForEach(e, groups) {
-        int kind = mc_group_kind_from_name(e->string);
-        cr_expect_geq(kind, 0, "%s.%s is not a group kind of the library", where, e->string);
-        if (kind < 0) continue;
-        char *want = grid_groups_canon(g, (mc_group_kind)kind);
-        char *got = json_canon(e);
-        cr_expect_str_eq(got, want, "%s.%s: fixture %s, rank grid %s", where, e->string, got, want);
-        free(want);
-        free(got);
-        checked++;
-    }
-    cr_expect_geq(checked, 7, "%s: at least the groups the rubric reads", where);
-}
-
-Test(calibration, the_frozen_results_match_the_rank_grid) {
-    cJSON *res = load_json("tests/fixtures/lab03/results.json");
-    const cJSON *cfg = cJSON_GetObjectItem(res, "config");
-    const cJSON *facts = cJSON_GetObjectItem(res, "facts");
-    cr_expect_eq(cJSON_GetObjectItem(cfg, "world")->valueint, 8);
-    cr_expect_eq(cJSON_GetObjectItem(cfg, "tp")->valueint, 2);
-    cr_expect_eq(cJSON_GetObjectItem(cfg, "pp")->valueint, 2);
-    cr_expect_str_eq(
-        cJSON_GetObjectItem(cJSON_GetObjectItem(facts, "exp_b"), "outcome")->valuestring,
-        "wrong_membership");
-    cr_expect_str_eq(
-        cJSON_GetObjectItem(cJSON_GetObjectItem(facts, "exp_c"), "outcome")->valuestring, "ok");
-    cr_expect_str_eq(
-        cJSON_GetObjectItem(cJSON_GetObjectItem(facts, "plan_check"), "outcome")->valuestring,
-        "error");
-
-    mc_grid g;
-    cr_assert_eq(mc_grid_init(&g, &(mc_grid_desc){.world = 8, .tp = 2, .pp = 2, .etp = 2}), MC_OK);
-    cr_expect_eq(cJSON_GetObjectItem(facts, "dp_size")->valueint, g.dp);
-    expect_groups_match(&g, cJSON_GetObjectItem(facts, "groups"), "facts.groups");
-
-    /* The probe rank's coordinates and groups. */
-    const cJSON *probe = cJSON_GetObjectItem(facts, "probe");
-    int rank = cJSON_GetObjectItem(probe, "rank")->valueint;
-    mc_rank_coords rc;
-    cr_assert_eq(mc_grid_coords(&g, rank, &rc), MC_OK);
-    cr_expect_eq(cJSON_GetObjectItem(probe, "tp_rank")->valueint, rc.tp);
-    cr_expect_eq(cJSON_GetObjectItem(probe, "dp_rank")->valueint, rc.dp);
-    cr_expect_eq(cJSON_GetObjectItem(probe, "pp_rank")->valueint, rc.pp);
-    cr_expect_eq(cJSON_IsTrue(cJSON_GetObjectItem(probe, "is_last_stage")), rc.pp == g.desc.pp - 1);
-    static const struct {
-        const char *field;
-        mc_group_kind kind;
-    } mine[] = {{"tp_group", MC_GROUP_TP},
-                {"dp_group", MC_GROUP_DP},
-                {"pp_group", MC_GROUP_PP},
-                {"mp_group", MC_GROUP_MP},
-                {"embedding_group", MC_GROUP_EMBEDDING}};
-    for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++) {
-        int gi = -1, m[64];
-        cr_assert_eq(mc_grid_group_of(&g, mine[i].kind, rank, &gi, NULL), MC_OK);
-        int nm = mc_grid_group_members(&g, mine[i].kind, gi, m, 64);
-        cJSON *want = cJSON_CreateIntArray(m, nm);
-        char *w = cJSON_PrintUnformatted(want),
-             *got = cJSON_PrintUnformatted(cJSON_GetObjectItem(probe, mine[i].field));
-        cr_expect_str_eq(got, w, "probe.%s", mine[i].field);
-        free(w);
-        free(got);
-        cJSON_Delete(want);
-    }
-
-    /* Experiment B broke the creation call that makes embedding[0]. */
-    mc_plan_entry plan[256];
-    int np = mc_grid_creation_plan(&g, plan, 256);
-    cr_expect_eq(cJSON_GetObjectItem(facts, "groups_created")->valueint, np);
-    int call = cJSON_GetObjectItem(cJSON_GetObjectItem(facts, "exp_b"), "call_index")->valueint;
-    cr_assert(call >= 0 && call < np);
-    char name[64];
-    snprintf(name, sizeof name, "%s[%d]", mc_group_kind_name(plan[call].kind), plan[call].index);
-    cr_expect_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(facts, "exp_b"), "group")->valuestring,
-                     name);
-
-    /* Follow-up F2: the same world with order tp-pp-dp. */
-    const cJSON *fu = cJSON_GetObjectItem(facts, "followup");
-    cr_expect_str_eq(cJSON_GetObjectItem(fu, "variant")->valuestring, "F2");
-    mc_grid f;
-    cr_assert_eq(
-        mc_grid_init(&f, &(mc_grid_desc){.world = 8, .tp = 2, .pp = 2, .order = "tp-pp-dp"}),
-        MC_OK);
-    expect_groups_match(&f, cJSON_GetObjectItem(fu, "groups"), "facts.followup.groups");
-    cr_assert_eq(mc_grid_coords(&f, cJSON_GetObjectItem(fu, "probe_rank")->valueint, &rc), MC_OK);
-    const cJSON *fp = cJSON_GetObjectItem(fu, "probe");
-    cr_expect_eq(cJSON_GetObjectItem(fp, "tp_rank")->valueint, rc.tp);
-    cr_expect_eq(cJSON_GetObjectItem(fp, "dp_rank")->valueint, rc.dp);
-    cr_expect_eq(cJSON_GetObjectItem(fp, "pp_rank")->valueint, rc.pp);
-    cJSON_Delete(res);
+Test(calibration, a_rerun_after_copying_predictions_earns_zero_for_them, .timeout = 60) {
+    char rub[PATH_MAX + 64], res[PATH_MAX + 64], ref[PATH_MAX + 64];
+    path_of("labs/rubric/lab03.json", rub, sizeof rub);
+    path_of("tests/fixtures/lab03/results.json", res, sizeof res);
+    path_of("answers/reference/lab03.md", ref, sizeof ref);
+    char dir[] = "/tmp/gr_rerun_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char sheet[PATH_MAX], ledger[PATH_MAX];
+    snprintf(sheet, sizeof sheet, "%s/answers.md", dir);
+    snprintf(ledger, sizeof ledger, "%s/results.ledger.json", dir);
+    /* first run: the sheet with its predictions still blank */
+    char *full = slurp(ref);
+    char *blank = cal_blank_predictions(full);
+    cr_assert_eq(cal_spit(sheet, blank), 0);
+    gr_lock_info first, again;
+    cr_assert_eq(gr_ledger_lock(ledger, rub, sheet, "a1b2c3", &first), 0, "%s", first.message);
+    cr_expect(first.locked_now);
+    cr_expect_eq(first.n_keys, 0, "%s", first.message);
+    /* the learner copies the measured values in and runs again: no re-lock */
+    cr_assert_eq(cal_spit(sheet, full), 0);
+    cr_assert_eq(gr_ledger_lock(ledger, rub, sheet, "a1b2c3", &again), 0, "%s", again.message);
+    cr_expect_not(again.locked_now);
+    cr_expect_eq(again.n_changed, 11, "%s", again.message);
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    gr_report rep;
+    int rc = gr_grade(&(gr_grade_desc){.rubric_path = rub,
+                                       .answers_path = sheet,
+                                       .results_path = res,
+                                       .ledger_path = ledger,
+                                       .out = f},
+                      &rep);
+    fclose(f);
+    cr_assert_eq(rc, 0, "%s", table);
+    double pred = 0;
+    int flagged = 0;
+    for (int i = 0; i < rep.n_items; i++)
+        if (!strcmp(rep.items[i].kind, "pred")) {
+            pred += rep.items[i].score;
+            flagged += mc_test_contains(rep.items[i].output, "not predicted before the first run");
+        }
+    cr_expect_float_eq(pred, 0.0, 1e-9, "copied predictions earned %.2f\n%s", pred, table);
+    cr_expect_eq(flagged, 11, "each copied prediction says why it earns 0\n%s", table);
+    cr_expect_eq(rep.n_pred_unlocked, 11);
+    cr_expect(mc_test_contains(table, "PREDICTIONS NOT LOCKED: 11 predictions earn 0"), "%s", table);
+    cr_expect(rep.total >= 10.0, "the text still counts: %.2f\n%s", rep.total, table);
+    cr_log_info("re-run after copying predictions:\n%s", table);
+    gr_report_free(&rep);
+    free(table);
+    free(full);
+    free(blank);
+    char cmd[PATH_MAX + 16];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    cr_expect_eq(system(cmd), 0);
 }

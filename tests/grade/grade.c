@@ -171,9 +171,25 @@ static int inputs_ready(const grade_case *t, char *why, size_t cap) {
     return 1;
 }
 
-static int id_matches(const char *report_id, const char *item) {
-    size_t n = strlen(item);
-    return strncmp(report_id, item, n) == 0 && (report_id[n] == '\0' || report_id[n] == '.');
+/* The rows of one test: a misconception is its own row; an item's total is the row of kind
+   "item", and its parts (predictions, claims, evidence) carry the item in gr_item.item. */
+static int row_total(const gr_item *it, const grade_case *t) {
+    if (t->is_penalty) return strcmp(it->kind, "misc") == 0 && strcmp(it->id, t->id) == 0;
+    return strcmp(it->kind, "item") == 0 && strcmp(it->id, t->id) == 0;
+}
+static int row_part(const gr_item *it, const grade_case *t) {
+    return !t->is_penalty && strcmp(it->kind, "item") != 0 && strcmp(it->item, t->id) == 0;
+}
+
+static void append_row(char *msg, size_t cap, size_t *used, const gr_item *it) {
+    if (*used + 64 >= cap) return;
+    *used += (size_t)snprintf(msg + *used, cap - *used, "\n  %s (%.2f/%.2f): ", it->id, it->score,
+                              it->max_score);
+    for (const char *p = it->output; *p != '\0' && *used + 8 < cap; p++) {
+        msg[(*used)++] = *p;
+        if (*p == '\n') *used += (size_t)snprintf(msg + *used, cap - *used, "    ");
+    }
+    msg[*used] = '\0';
 }
 
 static void check_item(const grade_case *t) {
@@ -190,20 +206,14 @@ static void check_item(const grade_case *t) {
     size_t used = 0;
     for (int i = 0; i < rep.n_items; i++) {
         const gr_item *it = &rep.items[i];
-        if (!id_matches(it->id, t->id)) continue;
-        found++;
-        got += it->score;
-        max += it->max_score;
-        fired |= it->fired;
-        int short_of = t->is_penalty ? it->fired : it->score < it->max_score - 1e-9;
-        if (short_of && used + 64 < sizeof msg) {
-            used += (size_t)snprintf(msg + used, sizeof msg - used, "\n  %s (%.2f/%.2f): ", it->id,
-                                     it->score, it->max_score);
-            for (const char *p = it->output; *p != '\0' && used + 8 < sizeof msg; p++) {
-                msg[used++] = *p;
-                if (*p == '\n') used += (size_t)snprintf(msg + used, sizeof msg - used, "    ");
-            }
-            msg[used] = '\0';
+        if (row_total(it, t)) {
+            found++;
+            got += it->score;
+            max += it->max_score;
+            fired |= it->fired;
+            if (t->is_penalty && it->fired) append_row(msg, sizeof msg, &used, it);
+        } else if (row_part(it, t) && it->score < it->max_score - 1e-9) {
+            append_row(msg, sizeof msg, &used, it);
         }
     }
     gr_report_free(&rep);

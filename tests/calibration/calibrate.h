@@ -1,0 +1,404 @@
+/* tests/calibration/calibrate.h - grading a lab's labelled calibration corpus, shared by `make calibrate` (tests/calibration/calibrate.c) and the Criterion suite
+   tests/test_lab03_calibration.c.
+
+   A corpus is tests/calibration/<lab>/sheets/<id>.md with tests/calibration/<lab>/labels.tsv:
+   a header row, then one row per sheet with the columns id, split (dev | test), label (the
+   total out of 15 a separate rater gave from the seed's points), one column per rubric item
+   (M1 ... FU4), ledger (as_written | empty_at_first_run), style and note.
+
+   Every sheet is graded against results that a real run of the lab measured for the sheet's
+   nonce, made at calibrate time (one run per nonce, cached for the corpus), and a ledger that
+   replays how the sheet stood at its first run: as_written locks the sheet's predictions as
+   they are; empty_at_first_run locks the sheet with every prediction blanked (the learner
+   filled them in after seeing the run).
+
+   The bar, on the test half: |grader - label| <= 2 on at least 90% of the sheets, every sheet
+   labelled >= 13 grades >= 13, every sheet labelled <= 3 grades <= 4. */
+#ifndef GR_CALIBRATE_H_INCLUDED
+#define GR_CALIBRATE_H_INCLUDED
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "labs/grader.h"
+#include "tests/test_util.h"
+
+#define CAL_MAX_SHEETS 256
+#define CAL_MAX_ITEMS 16
+
+typedef struct cal_sheet {
+    char id[64];
+    char split[8];
+    double label;
+    int nitems;
+    char item_id[CAL_MAX_ITEMS][16];
+    double item_label[CAL_MAX_ITEMS];
+    char ledger[32];
+    char style[160];
+    /* filled by grading */
+    int graded;      /* 1 when the grader produced a total */
+    double score;
+    double item_score[CAL_MAX_ITEMS];
+    char error[2 * PATH_MAX];
+} cal_sheet;
+
+typedef struct cal_corpus {
+    char lab[32];
+    char dir[PATH_MAX];
+    int n;
+    cal_sheet sheet[CAL_MAX_SHEETS];
+} cal_corpus;
+
+typedef struct cal_bar {
+    int n, within, high_n, high_ok, low_n, low_ok;
+    int pass;
+} cal_bar;
+
+static inline char *cal_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)(n < 0 ? 0 : n) + 1);
+    size_t got = buf != NULL && n > 0 ? fread(buf, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (buf == NULL) return NULL;
+    buf[got] = '\0';
+    if (len != NULL) *len = got;
+    return buf;
+}
+
+static inline int cal_spit(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (f == NULL) return -1;
+    int ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok ? 0 : -1;
+}
+
+/* Splits one TSV line in place. */
+static inline int cal_fields(char *line, char **out, int cap) {
+    int n = 0;
+    for (char *p = line; n < cap;) {
+        out[n++] = p;
+        char *tab = strchr(p, '\t');
+        if (tab == NULL) break;
+        *tab = '\0';
+        p = tab + 1;
+    }
+    return n;
+}
+
+/* Reads <dir>/labels.tsv. Returns 0, or -1 with a message in err. */
+static inline int cal_load(cal_corpus *cp, const char *lab, const char *dir, char *err,
+                           size_t cap) {
+    memset(cp, 0, sizeof *cp);
+    snprintf(cp->lab, sizeof cp->lab, "%s", lab);
+    snprintf(cp->dir, sizeof cp->dir, "%.4000s", dir);
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%.4000s/labels.tsv", dir);
+    char *text = cal_slurp(path, NULL);
+    if (text == NULL) {
+        snprintf(err, cap, "%.700s cannot be read: %s", path, strerror(errno));
+        return -1;
+    }
+    char *cols[64];
+    int ncol = 0, c_id = -1, c_split = -1, c_label = -1, c_ledger = -1, c_style = -1;
+    int item_cols[CAL_MAX_ITEMS], nitem = 0;
+    int lineno = 0;
+    for (char *save = NULL, *line = strtok_r(text, "\n", &save); line != NULL;
+         line = strtok_r(NULL, "\n", &save)) {
+        lineno++;
+        size_t l = strlen(line);
+        if (l > 0 && line[l - 1] == '\r') line[l - 1] = '\0';
+        if (line[0] == '\0' || line[0] == '#') continue;
+        char *f[64];
+        int nf = cal_fields(line, f, 64);
+        if (ncol == 0) { /* header */
+            ncol = nf;
+            for (int i = 0; i < nf; i++) {
+                cols[i] = f[i];
+                if (!strcmp(f[i], "id")) c_id = i;
+                else if (!strcmp(f[i], "split")) c_split = i;
+                else if (!strcmp(f[i], "label")) c_label = i;
+                else if (!strcmp(f[i], "ledger")) c_ledger = i;
+                else if (!strcmp(f[i], "style")) c_style = i;
+                else if (strcmp(f[i], "note") != 0 && nitem < CAL_MAX_ITEMS)
+                    item_cols[nitem++] = i;
+            }
+            if (c_id < 0 || c_split < 0 || c_label < 0 || c_ledger < 0) {
+                snprintf(err, cap, "%.700s: the header needs id, split, label and ledger columns",
+                         path);
+                free(text);
+                return -1;
+            }
+            continue;
+        }
+        if (cp->n >= CAL_MAX_SHEETS) break;
+        if (nf <= c_ledger || nf <= c_label) {
+            snprintf(err, cap, "%.700s line %d: %d columns, the header has %d", path, lineno, nf, ncol);
+            free(text);
+            return -1;
+        }
+        cal_sheet *s = &cp->sheet[cp->n++];
+        snprintf(s->id, sizeof s->id, "%s", f[c_id]);
+        snprintf(s->split, sizeof s->split, "%s", f[c_split]);
+        s->label = strtod(f[c_label], NULL);
+        snprintf(s->ledger, sizeof s->ledger, "%s", f[c_ledger]);
+        snprintf(s->style, sizeof s->style, "%s", c_style >= 0 && c_style < nf ? f[c_style] : "");
+        s->nitems = nitem;
+        for (int i = 0; i < nitem; i++) {
+            snprintf(s->item_id[i], sizeof s->item_id[i], "%s", cols[item_cols[i]]);
+            s->item_label[i] = item_cols[i] < nf ? strtod(f[item_cols[i]], NULL) : 0;
+        }
+        if (strcmp(s->split, "dev") != 0 && strcmp(s->split, "test") != 0) {
+            snprintf(err, cap, "%.700s line %d: split must be dev or test, got '%s'", path, lineno,
+                     s->split);
+            free(text);
+            return -1;
+        }
+        if (strcmp(s->ledger, "as_written") != 0 && strcmp(s->ledger, "empty_at_first_run") != 0) {
+            snprintf(err, cap, "%.700s line %d: ledger must be as_written or empty_at_first_run, got "
+                               "'%s'", path, lineno, s->ledger);
+            free(text);
+            return -1;
+        }
+    }
+    /* the header's strings live in text: copy the item ids out before freeing (done above) */
+    free(text);
+    return 0;
+}
+
+/* The sheet with every prediction value replaced by "?" (how it stood before the learner
+   filled the pred blocks). */
+static inline char *cal_blank_predictions(const char *sheet) {
+    size_t n = strlen(sheet);
+    char *out = malloc(n * 2 + 16);
+    if (out == NULL) return NULL;
+    size_t k = 0;
+    int in_pred = 0;
+    for (const char *p = sheet; *p != '\0';) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol != NULL ? (size_t)(eol - p) : strlen(p);
+        const char *q = p;
+        while (q < p + len && (*q == ' ' || *q == '\t'))
+            q++;
+        int fence = len - (size_t)(q - p) >= 3 && strncmp(q, "```", 3) == 0;
+        const char *colon = memchr(p, ':', len);
+        if (fence) {
+            in_pred = !in_pred && strncmp(q + 3, "pred", 4) == 0;
+            memcpy(out + k, p, len);
+            k += len;
+        } else if (in_pred && colon != NULL) {
+            size_t head = (size_t)(colon - p) + 1;
+            memcpy(out + k, p, head);
+            k += head;
+            memcpy(out + k, " ?", 2);
+            k += 2;
+        } else if (!in_pred) {
+            memcpy(out + k, p, len);
+            k += len;
+        }
+        if (eol == NULL) break;
+        out[k++] = '\n';
+        p = eol + 1;
+    }
+    out[k] = '\0';
+    return out;
+}
+
+/* World size from the rubric's run command ("mpirun ... -np 8 ./lab03"); 8 when absent. */
+static inline int cal_world(const char *rubric_path) {
+    char *text = cal_slurp(rubric_path, NULL);
+    cJSON *r = text != NULL ? cJSON_Parse(text) : NULL;
+    free(text);
+    int np = 8;
+    const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(r, "run_command");
+    if (cJSON_IsString(cmd)) {
+        const char *p = strstr(cmd->valuestring, "-np ");
+        if (p != NULL) np = atoi(p + 4);
+    }
+    cJSON_Delete(r);
+    return np > 0 ? np : 8;
+}
+
+/* Reads "nonce: X" from the sheet's header comment. */
+static inline int cal_nonce(const char *sheet_path, char nonce[17]) {
+    char variant[8];
+    int probe = -1;
+    return gr_read_header(sheet_path, nonce, &probe, variant);
+}
+
+/* Grades every sheet. work is a scratch directory; lab_binary e.g. "./lab03". Returns 0, or -1
+   when the lab could not be run (err says why). Per-sheet problems go to sheet->error. */
+static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *work, char *err,
+                                size_t cap) {
+    char rubric[PATH_MAX + 64], binary[PATH_MAX + 64];
+    snprintf(rubric, sizeof rubric, "%s/labs/rubric/%s.json", root, cp->lab);
+    snprintf(binary, sizeof binary, "%s/%s", root, cp->lab);
+    if (access(binary, X_OK) != 0) {
+        snprintf(err, cap, "%.700s not found: build it first (make %s)", binary, cp->lab);
+        return -1;
+    }
+    int np = cal_world(rubric);
+    static char out[1 << 16];
+    for (int i = 0; i < cp->n; i++) {
+        cal_sheet *s = &cp->sheet[i];
+        char src[PATH_MAX + 96], dir[PATH_MAX + 96], answers[PATH_MAX + 128],
+            results[PATH_MAX + 128], ledger[PATH_MAX + 128], cache[PATH_MAX + 128], cmd[4 * PATH_MAX];
+        snprintf(src, sizeof src, "%s/sheets/%s.md", cp->dir, s->id);
+        char nonce[17] = "";
+        if (cal_nonce(src, nonce) != 0) {
+            snprintf(s->error, sizeof s->error, "%s has no header with a nonce", src);
+            continue;
+        }
+        /* one real run per nonce */
+        snprintf(cache, sizeof cache, "%s/run-%s/results.json", work, nonce);
+        if (access(cache, R_OK) != 0) {
+            snprintf(dir, sizeof dir, "%s/run-%s", work, nonce);
+            mkdir(dir, 0755);
+            snprintf(answers, sizeof answers, "%s/answers.md", dir);
+            char *sheet = cal_slurp(src, NULL);
+            char *blank = sheet != NULL ? cal_blank_predictions(sheet) : NULL;
+            int w = blank != NULL ? cal_spit(answers, blank) : -1;
+            free(sheet);
+            free(blank);
+            if (w != 0) {
+                snprintf(s->error, sizeof s->error, "cannot write %s", answers);
+                continue;
+            }
+            snprintf(cmd, sizeof cmd, "%s --answers '%s' --results '%s'", binary, answers, cache);
+            int rc = mc_test_mpirun(np, cmd, 120, out, sizeof out);
+            if (rc != 0 || access(cache, R_OK) != 0) {
+                snprintf(err, cap, "the run for nonce %s failed (exit %d): %.300s", nonce, rc, out);
+                return -1;
+            }
+        }
+        /* the sheet as it stood at the first run, locked; then the sheet as written */
+        snprintf(dir, sizeof dir, "%s/sheet-%s", work, s->id);
+        mkdir(dir, 0755);
+        snprintf(answers, sizeof answers, "%s/answers.md", dir);
+        snprintf(results, sizeof results, "%s/results.json", dir);
+        snprintf(ledger, sizeof ledger, "%s/results.ledger.json", dir);
+        remove(ledger);
+        char *sheet = cal_slurp(src, NULL);
+        char *res = cal_slurp(cache, NULL);
+        if (sheet == NULL || res == NULL || cal_spit(results, res) != 0) {
+            snprintf(s->error, sizeof s->error, "cannot prepare %s", dir);
+            free(sheet);
+            free(res);
+            continue;
+        }
+        free(res);
+        char *first = strcmp(s->ledger, "empty_at_first_run") == 0 ? cal_blank_predictions(sheet)
+                                                                   : strdup(sheet);
+        gr_lock_info info;
+        int lrc = first != NULL && cal_spit(answers, first) == 0
+                      ? gr_ledger_lock(ledger, rubric, answers, nonce, &info)
+                      : -1;
+        free(first);
+        if (lrc != 0) {
+            snprintf(s->error, sizeof s->error, "lock failed: %s", info.message);
+            free(sheet);
+            continue;
+        }
+        cal_spit(answers, sheet);
+        free(sheet);
+        gr_report rep;
+        const char *show = getenv("GR_CALIBRATE_SHOW"); /* a sheet id, or "all": print its table */
+        int quiet = show == NULL || (strcmp(show, "all") != 0 && strcmp(show, s->id) != 0);
+        if (!quiet) printf("==== %s (%s, label %.2f)\n", s->id, s->split, s->label);
+        fflush(stdout);
+        int grc = gr_grade(&(gr_grade_desc){.rubric_path = rubric,
+                                            .answers_path = answers,
+                                            .results_path = results,
+                                            .ledger_path = ledger,
+                                            .out = stdout,
+                                            .quiet = quiet},
+                           &rep);
+        if (grc != 0) {
+            char lab[sizeof cp->lab];
+            memcpy(lab, cp->lab, sizeof lab);
+            snprintf(s->error, sizeof s->error, "grader status %d (run ./%s --grade-only --answers "
+                                                "%.900s for the message)", grc, lab, src);
+            continue;
+        }
+        s->graded = 1;
+        s->score = rep.total;
+        for (int k = 0; k < s->nitems; k++)
+            for (int j = 0; j < rep.n_items; j++)
+                if (strcmp(rep.items[j].kind, "item") == 0 && strcmp(rep.items[j].id, s->item_id[k]) == 0)
+                    s->item_score[k] = rep.items[j].score;
+        gr_report_free(&rep);
+    }
+    return 0;
+}
+
+/* The bar of A0.7 over the sheets of one split. */
+static inline cal_bar cal_check(const cal_corpus *cp, const char *split) {
+    cal_bar b;
+    memset(&b, 0, sizeof b);
+    for (int i = 0; i < cp->n; i++) {
+        const cal_sheet *s = &cp->sheet[i];
+        if (strcmp(s->split, split) != 0) continue;
+        b.n++;
+        double g = s->graded ? s->score : -100;
+        b.within += fabs(g - s->label) <= 2.0 + 1e-9;
+        if (s->label >= 13 - 1e-9) {
+            b.high_n++;
+            b.high_ok += g >= 13 - 1e-9;
+        }
+        if (s->label <= 3 + 1e-9) {
+            b.low_n++;
+            b.low_ok += s->graded && g <= 4 + 1e-9;
+        }
+    }
+    b.pass = b.n > 0 && b.within * 10 >= b.n * 9 && b.high_ok == b.high_n && b.low_ok == b.low_n;
+    return b;
+}
+
+/* The table: each sheet's grader score beside its label, per split, then the bar. */
+static inline void cal_print(const cal_corpus *cp, FILE *f) {
+    fprintf(f, "%s calibration: %d sheets (%s)\n", cp->lab, cp->n, cp->dir);
+    static const char *const splits[] = {"dev", "test"};
+    for (int sp = 0; sp < 2; sp++) {
+        int any = 0;
+        for (int i = 0; i < cp->n; i++)
+            any |= strcmp(cp->sheet[i].split, splits[sp]) == 0;
+        if (!any) {
+            fprintf(f, "-- %s: no sheets\n", splits[sp]);
+            continue;
+        }
+        fprintf(f, "-- %s\n%-8s %6s %6s %6s  %-44s %s\n", splits[sp], "sheet", "label", "grader",
+                "diff", "per item (label/grader)", "style");
+        for (int i = 0; i < cp->n; i++) {
+            const cal_sheet *s = &cp->sheet[i];
+            if (strcmp(s->split, splits[sp]) != 0) continue;
+            char items[512] = "";
+            size_t u = 0;
+            for (int k = 0; k < s->nitems && u + 24 < sizeof items; k++)
+                u += (size_t)snprintf(items + u, sizeof items - u, "%s%s %g/%g", k ? " " : "",
+                                      s->item_id[k], s->item_label[k], s->item_score[k]);
+            if (s->graded)
+                fprintf(f, "%-8s %6.2f %6.2f %+6.2f%s %-44s %.60s\n", s->id, s->label, s->score,
+                        s->score - s->label, fabs(s->score - s->label) > 2 + 1e-9 ? "!" : " ",
+                        items, s->style);
+            else
+                fprintf(f, "%-8s %6.2f  error  %s\n", s->id, s->label, s->error);
+        }
+        cal_bar b = cal_check(cp, splits[sp]);
+        fprintf(f, "%s bar: |grader-label|<=2 on %d/%d (need >= 90%%), label>=13 -> >=13: %d/%d, "
+                   "label<=3 -> <=4: %d/%d: %s\n",
+                splits[sp], b.within, b.n, b.high_ok, b.high_n, b.low_ok, b.low_n,
+                b.pass ? "PASS" : "FAIL");
+    }
+}
+
+#endif /* GR_CALIBRATE_H_INCLUDED */
