@@ -138,6 +138,12 @@ $(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h $(CONFIG_STAMP) | $(BUILD
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
 
+# lab06: the learner edits labs/lab06_attention.c (an attention module plugged in through the
+# layer spec); labs/lab06_builtin.c holds the built-in module and its broken copies. They are
+# the lab's own sources: the library is the ordinary build.
+LAB_SRCS_lab06 := labs/lab06_attention.c labs/lab06_builtin.c
+lab06: $(LAB_SRCS_lab06)
+
 labs: $(LABS) ## build every lab (each labs/labNN.c)
 
 # ---------------------------------------------------------------------------------------------

@@ -2023,6 +2023,12 @@ typedef struct mc_layer_ctx {
     void *w[MC_GPT_LAYER_TENSORS];          /* the model's dtype */
     float *g[MC_GPT_LAYER_TENSORS];         /* fp32 */
     struct mc__gpt_layer_cache *cache;
+    /* A spec's own attention (see attention_cache_bytes below): op memory for what its
+       forward saves for its backward, one block per layer and micro-batch slot (a recomputed
+       layer gets the replay's block), and one scratch block shared by every layer; NULL when
+       the spec asks for none, or while the local attention runs. */
+    void *attention_cache;
+    void *attention_scratch;
 } mc_layer_ctx;
 
 /* Megatron's layer spec: the submodules of a pre-LN transformer layer as function pointers.
@@ -2033,7 +2039,36 @@ typedef struct mc_layer_ctx {
    In/outputs are [Ns, H] activations (op memory, the model's dtype).
    mc_transformer_spec_local() is Megatron's "local" spec: LayerNorm,
    ColumnParallel QKV + core attention on local heads + RowParallel projection, and a GELU
-   MLP with ColumnParallel fc1 and RowParallel fc2. */
+   MLP with ColumnParallel fc1 and RowParallel fc2.
+
+   A spec that brings its own attention (Megatron's ModuleSpec with another self_attention
+   module) copies the local spec and replaces the two attention functions. The model stays
+   the same code: it registers the same parameters, owns the norms, residuals and hidden
+   dropouts, and calls the module with the layer's weights. The module's contract:
+     inp (Ns, H) -> out (Ns, H) with the weights of MC_GPT_QKV_W .. MC_GPT_PROJ_B (their
+       shapes are fixed by the model: a dim-0 shard of whole heads, per-head [q|k|v] rows);
+       the tensor-parallel communication is the module's (the mc_*_parallel_linear_* calls);
+     attention-probability dropout draws from the model-parallel stream (MC_RNG_MODEL_PARALLEL
+       of gpt->rng), and only while gpt->training and config.attention_dropout > 0;
+     everything the backward needs lives in ctx->attention_cache (per micro-batch slot:
+       pipeline schedules keep several micro-batches in flight) or is recomputed (selective
+       recompute drops only the local attention's probabilities: the module decides what it
+       keeps; full recompute replays its forward into the replay's cache block);
+     backward accumulates (+=) into ctx->g and overwrites dinp.
+   The optional fields (zero = none) describe the module to the model:
+     attention_accepts(gpt, why, cap)  called once by mc_gpt_init with the model's sizes: 0
+         accepts; non-zero refuses this shape and writes the reason. The model then runs the
+         local attention in every layer instead, sets gpt->attention_fallback and the reason,
+         and logs a warning (a feature gate with a fallback, like a fused kernel's);
+     attention_cache_bytes(gpt)  bytes of ctx->attention_cache (while the spec's attention
+         runs, the model keeps none of the local attention's tensors: mc_gpt_memory counts
+         the module's bytes instead);
+     attention_scratch_bytes(gpt)  bytes of ctx->attention_scratch;
+     tensor_names  MC_GPT_LAYER_TENSORS names below "decoder.layers.{L}." (NULL, or a NULL
+         entry: Megatron's name above). Names are the checkpoint keys: a spec that renames a
+         tensor cannot load a checkpoint saved under the old name (and draws another initial
+         value, which is keyed by name); the role (norm, scaled output projection) stays the
+         tensor's. */
 typedef struct mc_transformer_spec {
     const char *name;
     /* which: 0 input_layernorm, 1 pre_mlp_layernorm */
@@ -2046,9 +2081,17 @@ typedef struct mc_transformer_spec {
     int (*mlp_forward)(const mc_layer_ctx *ctx, void *out, const void *inp);
     int (*mlp_backward)(const mc_layer_ctx *ctx, void *dinp, const void *dout,
                         const void *inp);
+    /* optional (see above) */
+    int (*attention_accepts)(const mc_gpt *gpt, char *why, size_t why_cap);
+    size_t (*attention_cache_bytes)(const mc_gpt *gpt);
+    size_t (*attention_scratch_bytes)(const mc_gpt *gpt);
+    const char *const *tensor_names;
 } mc_transformer_spec;
 
 MC_API const mc_transformer_spec *mc_transformer_spec_local(void);
+/* Megatron's key of layer tensor t below "decoder.layers.{L}." ("self_attention.linear_qkv.
+   weight"), whatever a spec calls it; NULL outside 0 .. MC_GPT_LAYER_TENSORS - 1. */
+MC_API const char *mc_gpt_layer_tensor_name(int t);
 
 /* ---------------------------------------------------------------------------------------------
    >>models.gpt.taps  Tensor taps, the analogue of forward and backward hooks on a module: with
@@ -2129,7 +2172,10 @@ struct mc_gpt {
     mc_parallel_state *ps;          /* may be NULL */
     const mc_ops *ops;
     mc_dtype dtype;                 /* of params and activations */
-    const mc_transformer_spec *spec;
+    const mc_transformer_spec *spec;/* as given (the default: the local spec) */
+    int attention_fallback;         /* 1: the spec's attention refused this model's shape
+                                       (attention_accepts) and every layer runs the local one */
+    char attention_fallback_why[256];
     int n_slots;
     int gather_logits;
     /* sizes */
@@ -10188,6 +10234,8 @@ struct mc__gpt_layer_cache {
     float *ln2_mean, *ln2_rstd;  /* (Ns) */
     void *fc1;                   /* (N, Fl) before GELU */
     void *gelu;                  /* (N, Fl) */
+    void *attention;             /* a spec's own attention: its attention_cache_bytes (then
+                                    qkv, atty and attn_stats are not allocated) */
     mc__gpt_draw attn_drop, drop1, drop2;
 };
 
@@ -10220,6 +10268,12 @@ typedef struct mc__gpt_act {
 struct mc__gpt_impl {
     void **host;                 /* host bookkeeping mc_gpt_destroy releases */
     int n_host, cap_host;
+    /* the submodules every layer runs: the given spec, with the local attention in place of
+       a spec's own when that refused the shape (gpt->attention_fallback) */
+    mc_transformer_spec spec;
+    int own_attention;           /* the spec's own attention runs */
+    size_t attention_cache_bytes, attention_scratch_bytes;
+    void *attention_scratch;     /* (attention_scratch_bytes) in the scratch arena */
     /* parameter indices: -1 where absent on this rank */
     int word[MC_GPT_MAX_CHUNKS], pos[MC_GPT_MAX_CHUNKS];
     int lnf_w[MC_GPT_MAX_CHUNKS], lnf_b[MC_GPT_MAX_CHUNKS], out_w[MC_GPT_MAX_CHUNKS];
@@ -10741,6 +10795,7 @@ MC_API const mc_transformer_spec *mc_transformer_spec_local(void) {
         mc__gpt_local_norm_forward,      mc__gpt_local_norm_backward,
         mc__gpt_local_attention_forward, mc__gpt_local_attention_backward,
         mc__gpt_local_mlp_forward,       mc__gpt_local_mlp_backward,
+        NULL, NULL, NULL, NULL,          /* accepts every shape, no own cache, Megatron's names */
     };
     return &spec;
 }
@@ -10763,6 +10818,8 @@ static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_
     ctx->layer = l;
     ctx->global_layer = g->layer_offset[chunk] + l;
     ctx->cache = cache;
+    ctx->attention_cache = cache->attention;
+    ctx->attention_scratch = g->impl->attention_scratch;
     for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
         ctx->w[t] = mc__gpt_p(g, idx[t]);
         ctx->g[t] = mc__gpt_g(g, idx[t]);
@@ -10774,7 +10831,7 @@ static void mc__gpt_layer_ctx(mc_gpt *g, int chunk, int l, struct mc__gpt_layer_
      out  = res1 + dropout(mlp(pre_mlp_layernorm(res1)))         all (Ns, H) */
 static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void *x) {
     mc_gpt *g = ctx->gpt;
-    const mc_transformer_spec *sp = g->spec;
+    const mc_transformer_spec *sp = &g->impl->spec;
     struct mc__gpt_layer_cache *c = ctx->cache;
     struct mc__gpt_impl *im = g->impl;
     size_t n = (size_t)g->Ns * (size_t)g->H;
@@ -10812,7 +10869,7 @@ static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void 
 static int mc__gpt_layer_backward(const mc_layer_ctx *ctx, void *dx, const void *dout,
                                   const void *x) {
     mc_gpt *g = ctx->gpt;
-    const mc_transformer_spec *sp = g->spec;
+    const mc_transformer_spec *sp = &g->impl->spec;
     struct mc__gpt_layer_cache *c = ctx->cache;
     struct mc__gpt_impl *im = g->impl;
     size_t n = (size_t)g->Ns * (size_t)g->H;
@@ -11339,6 +11396,34 @@ static const char *const mc__gpt_layer_names[MC_GPT_LAYER_TENSORS] = {
     "mlp.linear_fc2.weight",            "mlp.linear_fc2.bias",
 };
 
+MC_API const char *mc_gpt_layer_tensor_name(int t) {
+    return t >= 0 && t < MC_GPT_LAYER_TENSORS ? mc__gpt_layer_names[t] : NULL;
+}
+
+/* The key of layer tensor t below "decoder.layers.{L}.": the spec's, or Megatron's. */
+static const char *mc__gpt_tensor_name(const mc_gpt *g, int t) {
+    const char *const *names = g->spec->tensor_names;
+    return names && names[t] ? names[t] : mc__gpt_layer_names[t];
+}
+
+/* The spec's names must make keys: non-empty, printable without spaces (metadata.txt and
+   file names carry them), short enough for MC_PARAM_NAME_MAX with the layer prefix. */
+static int mc__gpt_check_tensor_names(const mc_gpt *g) {
+    int t;
+    for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
+        const char *n = mc__gpt_tensor_name(g, t), *c;
+        int ok = n[0] != '\0' && strlen(n) + 24 < MC_PARAM_NAME_MAX;
+        for (c = n; ok && *c; c++) ok = *c > ' ' && *c < 127 && *c != '/';
+        if (!ok)
+            return MC__FAIL(MC_ERR_INVALID_DESC,
+                            "mc_gpt_init: spec '%s' tensor_names[%d] (\"%s\") must be a "
+                            "non-empty key of printable characters without spaces or '/', "
+                            "shorter than %d with its \"decoder.layers.N.\" prefix",
+                            g->spec->name ? g->spec->name : "?", t, n, MC_PARAM_NAME_MAX - 24);
+    }
+    return MC_OK;
+}
+
 /* Megatron's module order: embedding, decoder layers, final norm, output layer; chunk by
    chunk. Records each parameter's index. */
 static int mc__gpt_register(mc_gpt *g) {
@@ -11366,7 +11451,8 @@ static int mc__gpt_register(mc_gpt *g) {
         for (l = 0; l < g->layers_per_chunk; l++) {
             int global = g->layer_offset[c] + l;
             for (t = 0; t < MC_GPT_LAYER_TENSORS; t++) {
-                snprintf(name, sizeof name, "decoder.layers.%d.%s", global, mc__gpt_layer_names[t]);
+                snprintf(name, sizeof name, "decoder.layers.%d.%s", global,
+                         mc__gpt_tensor_name(g, t));
                 idx = mc__gpt_add_param(g, name, shape[t][0], shape[t][1], shape[t][2],
                                         shape[t][3], shape[t][4], 0, 0, c, global);
                 if (idx < 0) return idx;
@@ -11405,14 +11491,28 @@ static int mc__gpt_init_params(mc_gpt *g) {
     size_t total = g->table.total, k;
     float *host = (float *)mc_calloc(total > 0 ? total : 1, sizeof(float));   /* [total] */
     void *staged = host;
-    int i, rc;
-    if (!host) return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_init: no host memory for %zu "
-                               "parameters", total);
+    /* role[i]: the Megatron name of parameter i (a spec may rename the layer tensors' keys,
+       not what they are) */
+    const char **role = (const char **)mc_calloc((size_t)g->table.count + 1, sizeof *role);
+    int i, c, l, t, rc;
+    if (!host || !role) {
+        mc_free(host);
+        mc_free(role);
+        return MC__FAIL(MC_ERR_NO_MEMORY, "mc_gpt_init: no host memory for %zu parameters",
+                        total);
+    }
+    for (i = 0; i < g->table.count; i++) role[i] = g->table.info[i].name;
+    for (c = 0; c < g->n_chunks; c++)
+        for (l = 0; l < g->layers_per_chunk; l++)
+            for (t = 0; t < MC_GPT_LAYER_TENSORS; t++)
+                role[g->impl->layer_params[((size_t)c * (size_t)g->layers_per_chunk +
+                                            (size_t)l) * MC_GPT_LAYER_TENSORS + (size_t)t]] =
+                    mc__gpt_layer_names[t];
     for (i = 0; i < g->table.count; i++) {
         const mc_param_info *p = &g->table.info[i];
         float *w = host + p->offset;
-        const char *dot = strrchr(p->name, '.');
-        int is_norm = strstr(p->name, "layernorm.") != NULL;
+        const char *dot = strrchr(role[i], '.');
+        int is_norm = strstr(role[i], "layernorm.") != NULL;
         if (is_norm) {
             if (strcmp(dot, ".weight") == 0)
                 for (k = 0; k < p->numel; k++) w[k] = 1.0f;
@@ -11421,8 +11521,8 @@ static int mc__gpt_init_params(mc_gpt *g) {
         if (p->ndim == 1) continue;   /* linear biases 0 */
         if (p->shared) continue;      /* the tied copy: 0 here, the embedding after the tie */
         {
-            int scaled = strstr(p->name, "linear_proj.weight") != NULL ||
-                         strstr(p->name, "linear_fc2.weight") != NULL;
+            int scaled = strstr(role[i], "linear_proj.weight") != NULL ||
+                         strstr(role[i], "linear_fc2.weight") != NULL;
             mc_init_normal_shard(w, p->name, p->global_shape[0], p->global_shape[1],
                                  p->partition_dim, p->partition_stride, g->tp_rank, g->tp,
                                  scaled ? out_std : std, seed);
@@ -11433,6 +11533,7 @@ static int mc__gpt_init_params(mc_gpt *g) {
         for (k = 0; k < total; k++) b[k] = mc_bf16_from_float(host[k]);
     }
     rc = g->ops->upload(g->ops, g->params, staged, mc_dtype_bytes(g->dtype, total));
+    mc_free(role);
     mc_free(host);
     return rc;
 }
@@ -11464,11 +11565,16 @@ static void mc__gpt_point_cache(mc_gpt *g, mc__arena *ar, struct mc__gpt_layer_c
     c->ln1 = mc__gpt_act_take(g, ar, ns * h);
     c->ln1_mean = mc__gpt_f32_take(ar, ns);
     c->ln1_rstd = mc__gpt_f32_take(ar, ns);
-    c->qkv = mc__gpt_act_take(g, ar, n * 3u * (size_t)g->Ql);
-    c->atty = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
-    if (keep_stats)
-        c->attn_stats =
-            mc__gpt_f32_take(ar, g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD));
+    if (g->impl->own_attention) {
+        if (g->impl->attention_cache_bytes)
+            c->attention = mc__arena_take(ar, g->impl->attention_cache_bytes);
+    } else {
+        c->qkv = mc__gpt_act_take(g, ar, n * 3u * (size_t)g->Ql);
+        c->atty = mc__gpt_act_take(g, ar, n * (size_t)g->Ql);
+        if (keep_stats)
+            c->attn_stats = mc__gpt_f32_take(
+                ar, g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD));
+    }
     c->res1 = mc__gpt_act_take(g, ar, ns * h);
     c->ln2 = mc__gpt_act_take(g, ar, ns * h);
     c->ln2_mean = mc__gpt_f32_take(ar, ns);
@@ -11541,6 +11647,9 @@ static void mc__gpt_point_scratch(mc_gpt *g, mc__arena *ar, int any_post) {
     im->tp_scratch = mc__arena_take(ar, mc__gpt_tp_scratch_bytes(g));
     im->pos_ids = (int *)mc__arena_take(ar, n * sizeof(int));
     im->d_logits = any_post ? mc__gpt_act_take(g, ar, n * (size_t)g->vocab_local) : NULL;
+    im->attention_scratch = im->own_attention && im->attention_scratch_bytes
+                                ? mc__arena_take(ar, im->attention_scratch_bytes)
+                                : NULL;
 }
 
 /* One micro-batch slot of one chunk. a->res and a->layer are host arrays set up before. */
@@ -11745,6 +11854,45 @@ static int mc__gpt_check_memory(const mc_gpt *g) {
                     g->ops->name ? g->ops->name : "?", mem && mem->name ? mem->name : "?");
 }
 
+/* The submodules the layers run (impl->spec): the given spec, checked; its own attention
+   unless attention_accepts refuses this model's shape, in which case the local attention
+   runs in every layer and the model says why (gpt->attention_fallback, a warning). */
+static int mc__gpt_resolve_spec(mc_gpt *g) {
+    struct mc__gpt_impl *im = g->impl;
+    const mc_transformer_spec *sp = g->spec, *local = mc_transformer_spec_local();
+    const char *name = sp->name ? sp->name : "(unnamed)";
+    int rc;
+    if (!sp->norm_forward || !sp->norm_backward || !sp->attention_forward ||
+        !sp->attention_backward || !sp->mlp_forward || !sp->mlp_backward)
+        return MC__FAIL(MC_ERR_INVALID_DESC,
+                        "mc_gpt_init: spec '%s' must set all six submodule functions (norm, "
+                        "attention and mlp, forward and backward); copy "
+                        "mc_transformer_spec_local() and replace the ones you bring", name);
+    if ((rc = mc__gpt_check_tensor_names(g)) != MC_OK) return rc;
+    im->spec = *sp;
+    im->own_attention = sp->attention_forward != local->attention_forward;
+    if (im->own_attention && sp->attention_accepts) {
+        char why[sizeof g->attention_fallback_why];
+        why[0] = '\0';
+        if (sp->attention_accepts(g, why, sizeof why) != 0) {
+            g->attention_fallback = 1;
+            snprintf(g->attention_fallback_why, sizeof g->attention_fallback_why, "%s",
+                     why[0] ? why : "(no reason given)");
+            im->spec.attention_forward = local->attention_forward;
+            im->spec.attention_backward = local->attention_backward;
+            im->own_attention = 0;
+            MC__WARN("mc_gpt_init: spec '%s' refuses this model's attention (%s): every "
+                     "layer runs the local attention instead", name, g->attention_fallback_why);
+        }
+    }
+    if (im->own_attention) {
+        im->attention_cache_bytes = sp->attention_cache_bytes ? sp->attention_cache_bytes(g) : 0;
+        im->attention_scratch_bytes =
+            sp->attention_scratch_bytes ? sp->attention_scratch_bytes(g) : 0;
+    }
+    return MC_OK;
+}
+
 MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
     char report[2048];
     int violations, rc, c;
@@ -11785,6 +11933,7 @@ MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
         g, (size_t)g->n_chunks * (size_t)(g->layers_per_chunk + 1) * MC_GPT_LAYER_TENSORS *
                sizeof(int));
     if (!g->impl->layer_params) rc = MC_ERR_NO_MEMORY;
+    if (rc == MC_OK) rc = mc__gpt_resolve_spec(g);
     if (rc == MC_OK) rc = mc__gpt_register(g);
     if (rc == MC_OK) {
         mc_param_layout_desc lay;

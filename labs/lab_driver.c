@@ -536,7 +536,10 @@ static int lab__make_grid(lab_ctx *cx) {
     if ((spec->min_world > 0 && W < spec->min_world) ||
         (spec->max_world > 0 && W > spec->max_world)) {
         int low = spec->min_world > 0 ? spec->min_world : 1;
-        if (spec->max_world > 0)
+        if (spec->max_world > 0 && spec->max_world == low)
+            lab_printf0("%s needs exactly %d ranks: got %d; try mpirun -np %d\n", spec->name, low,
+                        W, spec->default_world);
+        else if (spec->max_world > 0)
             lab_printf0("%s needs %d to %d ranks: got %d; try mpirun -np %d\n", spec->name, low,
                         spec->max_world, W, spec->default_world);
         else

@@ -748,6 +748,302 @@ Test(model, tensor_taps_see_every_module_in_call_order_and_change_nothing) {
 }
 
 /* ---------------------------------------------------------------------------------------------
+   the spec: a spec's own attention, its fallback on a refused shape, renamed tensors
+
+   own_attention re-assembles the local attention from public calls only (column-parallel QKV,
+   the op table's core attention with a model-parallel draw, row-parallel projection), keeping
+   what its backward needs in ctx->attention_cache and its gradients in ctx->attention_scratch.
+   Running the same ops in the same order, it must give the local model's losses and gradients
+   bit for bit, with dropout and with full recompute (the replay gets its own cache block). */
+
+typedef struct own_layout {
+    size_t qkv, atty, stats, draw, total;   /* bytes from the start of the cache block */
+} own_layout;
+
+static own_layout own_layout_of(const mc_gpt *g) {
+    own_layout L;
+    size_t n = (size_t)g->N;
+    L.qkv = 0;
+    L.atty = L.qkv + n * 3 * (size_t)g->Ql * sizeof(float);
+    L.stats = L.atty + n * (size_t)g->Ql * sizeof(float);
+    L.draw = L.stats + g->ops->attention_stats(g->ops, g->S, g->B, g->NHl, g->HD) * sizeof(float);
+    L.total = L.draw + 3 * sizeof(uint64_t);
+    return L;
+}
+
+static int own_calls, own_blocks_n;
+static void *own_blocks[64];
+
+static int own_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
+    mc_gpt *g = ctx->gpt;
+    own_layout L = own_layout_of(g);
+    char *c = (char *)ctx->attention_cache;
+    uint64_t draw[3] = {0, 0, 0};   /* seed, offset, p as bits */
+    float p = g->config.attention_dropout;
+    int rc;
+    own_calls++;
+    int seen = 0;
+    for (int i = 0; i < own_blocks_n; i++) seen |= own_blocks[i] == c;
+    if (!seen && own_blocks_n < 64) own_blocks[own_blocks_n++] = c;
+    if ((rc = mc_column_parallel_linear_forward(c + L.qkv, NULL, inp, ctx->w[MC_GPT_QKV_W],
+                                                ctx->w[MC_GPT_QKV_B], g->S, g->B, g->H, 3 * g->Q,
+                                                0, g->dtype, NULL, g->ops)) != MC_OK)
+        return rc;
+    if (g->training && p > 0.0f) {
+        size_t n = (size_t)g->B * g->NHl * g->S * g->S;
+        cr_assert_eq(mc_rng_tracker_fork(&g->rng, MC_RNG_MODEL_PARALLEL), MC_OK);
+        mc_rng *r = mc_rng_tracker_current(&g->rng);
+        draw[0] = r->seed;
+        draw[1] = r->offset;
+        r->offset += (n + 3u) & ~(uint64_t)3u;
+        cr_assert_eq(mc_rng_tracker_unfork(&g->rng, MC_RNG_MODEL_PARALLEL), MC_OK);
+        memcpy(&draw[2], &p, sizeof p);
+    }
+    memcpy(c + L.draw, draw, sizeof draw);   /* the CPU table: op memory is host memory */
+    if ((rc = g->ops->attention_forward(g->ops, c + L.atty, (float *)(c + L.stats), c + L.qkv,
+                                        g->S, g->B, g->NHl, g->HD, draw[2] ? p : 0.0f, draw[0],
+                                        draw[1], g->dtype)) != MC_OK)
+        return rc;
+    return mc_row_parallel_linear_forward(out, NULL, c + L.atty, ctx->w[MC_GPT_PROJ_W],
+                                          ctx->w[MC_GPT_PROJ_B], g->S, g->B, g->Q, g->H,
+                                          MC_TP_INPUT_IS_PARALLEL, g->dtype, NULL, g->ops);
+}
+
+static int own_backward(const mc_layer_ctx *ctx, void *dinp, const void *dout, const void *inp) {
+    mc_gpt *g = ctx->gpt;
+    own_layout L = own_layout_of(g);
+    char *c = (char *)ctx->attention_cache;
+    float *d_atty = (float *)ctx->attention_scratch, *d_qkv = d_atty + (size_t)g->N * g->Ql;
+    uint64_t draw[3];
+    float p;
+    int rc;
+    memcpy(draw, c + L.draw, sizeof draw);
+    memcpy(&p, &draw[2], sizeof p);
+    if ((rc = mc_row_parallel_linear_backward(d_atty, ctx->g[MC_GPT_PROJ_W], ctx->g[MC_GPT_PROJ_B],
+                                              NULL, dout, c + L.atty, ctx->w[MC_GPT_PROJ_W],
+                                              g->S, g->B, g->Q, g->H, MC_TP_INPUT_IS_PARALLEL,
+                                              g->dtype, NULL, g->ops)) != MC_OK)
+        return rc;
+    if ((rc = g->ops->attention_backward(g->ops, d_qkv, d_atty, c + L.qkv, c + L.atty,
+                                         (const float *)(c + L.stats), g->S, g->B, g->NHl, g->HD,
+                                         draw[2] ? p : 0.0f, draw[0], draw[1], g->dtype)) != MC_OK)
+        return rc;
+    return mc_column_parallel_linear_backward(dinp, ctx->g[MC_GPT_QKV_W], ctx->g[MC_GPT_QKV_B],
+                                              NULL, d_qkv, inp, ctx->w[MC_GPT_QKV_W], g->S, g->B,
+                                              g->H, 3 * g->Q, 0, g->dtype, NULL, g->ops);
+}
+
+static size_t own_cache_bytes(const mc_gpt *g) { return own_layout_of(g).total; }
+static size_t own_scratch_bytes(const mc_gpt *g) {
+    return (size_t)g->N * 4 * (size_t)g->Ql * sizeof(float);
+}
+static int own_refuse_reason_given;
+static int own_refuses_odd_heads(const mc_gpt *g, char *why, size_t cap) {
+    if (g->HD % 2 == 0) return 0;
+    own_refuse_reason_given = snprintf(why, cap, "head_dim %d is odd", g->HD) > 0;
+    return 1;
+}
+
+static mc_transformer_spec own_spec(void) {
+    mc_transformer_spec s = *mc_transformer_spec_local();
+    s.name = "own";
+    s.attention_forward = own_forward;
+    s.attention_backward = own_backward;
+    s.attention_cache_bytes = own_cache_bytes;
+    s.attention_scratch_bytes = own_scratch_bytes;
+    s.attention_accepts = own_refuses_odd_heads;
+    return s;
+}
+
+static void init_with_spec(mc_gpt *g, const mc_gpt_config *cfg, int n_slots,
+                           const mc_transformer_spec *spec) {
+    mc_gpt_desc d;
+    memset(&d, 0, sizeof d);
+    d.config = *cfg;
+    d.n_slots = n_slots;
+    d.spec = spec;
+    int rc = mc_gpt_init(g, &d);
+    cr_assert_eq(rc, MC_OK, "mc_gpt_init: %s: %s", mc_err_name(rc), mc_last_error());
+}
+
+/* run_three's steps on a model built with `spec` */
+static void run_three_with(const mc_gpt_config *cfg, const mc_transformer_spec *spec,
+                           double *losses, float **grads, size_t *n_grads) {
+    mc_gpt g;
+    init_with_spec(&g, cfg, 3, spec);
+    int tokens[3][12], labels[3][12];
+    for (int m = 0; m < 3; m++) make_batch(tokens[m], labels[m], 12, 40, 11 + (unsigned)m);
+    mc_gpt_zero_grad(&g);
+    for (int m = 0; m < 3; m++) {
+        float *out;
+        cr_assert_eq(mc_gpt_forward(&g, 0, m, tokens[m], labels[m], NULL, &out, &losses[m]), MC_OK,
+                     "%s", mc_last_error());
+    }
+    for (int m = 2; m >= 0; m--) {
+        float *dinp;
+        cr_assert_eq(mc_gpt_backward(&g, 0, m, NULL, 1.0f / 36.0f, &dinp), MC_OK, "%s",
+                     mc_last_error());
+    }
+    *n_grads = g.table.total;
+    *grads = malloc(g.table.total * sizeof(float));
+    memcpy(*grads, g.grads, g.table.total * sizeof(float));
+    mc_gpt_destroy(&g);
+}
+
+static void expect_own_equals_local(const char *what, const mc_gpt_config *cfg) {
+    mc_transformer_spec own = own_spec();
+    double l0[3], l1[3];
+    float *g0, *g1;
+    size_t n0, n1;
+    run_three(cfg, l0, &g0, &n0);
+    own_calls = own_blocks_n = 0;
+    run_three_with(cfg, &own, l1, &g1, &n1);
+    cr_expect_gt(own_calls, 0, "%s: the spec's attention never ran", what);
+    for (int m = 0; m < 3; m++)
+        cr_expect_eq(l0[m], l1[m], "%s: micro-batch %d loss %.9g vs local %.9g", what, m, l1[m],
+                     l0[m]);
+    cr_assert_eq(n0, n1);
+    size_t bad = 0;
+    for (size_t i = 0; i < n0; i++) bad += memcmp(&g0[i], &g1[i], sizeof(float)) != 0;
+    cr_expect_eq(bad, 0, "%s: %zu of %zu grad elements differ from the local spec", what, bad, n0);
+    free(g0);
+    free(g1);
+}
+
+Test(model, spec_own_attention_equals_the_local_one_bit_for_bit) {
+    mc_gpt_config cfg = dropout_config();
+    expect_own_equals_local("dropout, no recompute", &cfg);
+    /* 4 layers x 3 slots, each with its own cache block */
+    cr_expect_eq(own_calls, 12);
+    cr_expect_eq(own_blocks_n, 12, "cache blocks seen: %d (one per layer and slot)", own_blocks_n);
+    cfg.recompute_granularity = MC_RECOMPUTE_FULL;
+    cfg.recompute_method = MC_RECOMPUTE_UNIFORM;
+    cfg.recompute_num_layers = 2;
+    expect_own_equals_local("dropout, full recompute", &cfg);
+    cr_expect_eq(own_calls, 24, "every layer's forward ran twice under full recompute");
+}
+
+Test(model, spec_own_attention_keeps_its_bytes_instead_of_the_local_ones) {
+    mc_gpt_config cfg = tiny_config();
+    mc_transformer_spec own = own_spec();
+    mc_gpt a, b;
+    size_t act_a, act_b;
+    init_model(&a, &cfg, 2);
+    init_with_spec(&b, &cfg, 2, &own);
+    mc_gpt_memory(&a, &act_a);
+    mc_gpt_memory(&b, &act_b);
+    /* the local attention keeps qkv, atty and stats as three 256-aligned tensors; own keeps one
+       block of the same bytes plus 24 for the draw, and a scratch of 4 N Ql floats */
+    size_t per_local = 0, per_own = 0, align = 256;
+    size_t sizes[3] = {(size_t)a.N * 3 * a.Ql * 4, (size_t)a.N * a.Ql * 4,
+                       a.ops->attention_stats(a.ops, a.S, a.B, a.NHl, a.HD) * 4};
+    for (int i = 0; i < 3; i++) per_local += (sizes[i] + align - 1) / align * align;
+    per_own = (own_cache_bytes(&b) + align - 1) / align * align;
+    size_t layers_slots = (size_t)cfg.num_layers * 2;
+    long long want = (long long)layers_slots * ((long long)per_own - (long long)per_local);
+    long long got = (long long)act_b - (long long)act_a;
+    long long scratch = (long long)own_scratch_bytes(&b);
+    /* the scratch block is the last one of the scratch arena: its start is aligned */
+    cr_expect(got >= want + scratch && got < want + scratch + (long long)align,
+              "activation bytes: own %zu - local %zu = %lld, want %lld + scratch %lld (+ < 256)",
+              act_b, act_a, got, want, scratch);
+    mc_gpt_destroy(&a);
+    mc_gpt_destroy(&b);
+}
+
+Test(model, spec_that_refuses_the_shape_falls_back_to_the_local_attention) {
+    mc_gpt_config cfg = dropout_config();
+    cfg.hidden_size = 18;   /* 2 heads of 9: own refuses an odd head_dim */
+    mc_transformer_spec own = own_spec();
+    mc_gpt g;
+    own_refuse_reason_given = 0;
+    init_with_spec(&g, &cfg, 3, &own);
+    cr_expect_eq(g.attention_fallback, 1);
+    cr_expect(strstr(g.attention_fallback_why, "head_dim 9 is odd") != NULL, "why: \"%s\"",
+              g.attention_fallback_why);
+    cr_expect(own_refuse_reason_given);
+    cr_expect_eq(g.spec, &own, "the model keeps the spec it was given");
+    mc_gpt_destroy(&g);
+    double l0[3], l1[3];
+    float *g0, *g1;
+    size_t n0, n1;
+    run_three(&cfg, l0, &g0, &n0);
+    own_calls = 0;
+    run_three_with(&cfg, &own, l1, &g1, &n1);
+    cr_expect_eq(own_calls, 0, "the refused attention ran %d times", own_calls);
+    for (int m = 0; m < 3; m++) cr_expect_eq(l0[m], l1[m], "micro-batch %d", m);
+    cr_expect(n0 == n1 && memcmp(g0, g1, n0 * sizeof(float)) == 0, "grads differ from local");
+    free(g0);
+    free(g1);
+    /* an accepted shape: no fallback, the own attention runs */
+    cfg = tiny_config();
+    init_with_spec(&g, &cfg, 1, &own);
+    cr_expect_eq(g.attention_fallback, 0);
+    cr_expect_str_eq(g.attention_fallback_why, "");
+    mc_gpt_destroy(&g);
+}
+
+static const char *const renamed[MC_GPT_LAYER_TENSORS] = {
+    [MC_GPT_LN1_W] = "ln_1.weight",
+    [MC_GPT_QKV_W] = "attn.c_attn.weight",
+    [MC_GPT_PROJ_W] = "attn.c_proj.weight",
+};
+
+Test(model, spec_tensor_names_rename_the_keys_and_keep_the_roles) {
+    mc_gpt_config cfg = tiny_config();
+    mc_transformer_spec s = *mc_transformer_spec_local();
+    s.tensor_names = renamed;
+    mc_gpt g, ref;
+    init_with_spec(&g, &cfg, 1, &s);
+    init_model(&ref, &cfg, 1);
+    cr_expect_eq(g.table.count, ref.table.count);
+    cr_expect_geq(mc_param_table_find(&g.table, "decoder.layers.1.ln_1.weight"), 0);
+    cr_expect_lt(mc_param_table_find(&g.table, "decoder.layers.1.input_layernorm.weight"), 0);
+    cr_expect_geq(mc_param_table_find(&g.table, "decoder.layers.0.self_attention.linear_qkv.bias"),
+                  0, "an entry left NULL keeps Megatron's name");
+    cr_expect_str_eq(mc_gpt_layer_tensor_name(MC_GPT_QKV_W), "self_attention.linear_qkv.weight");
+    cr_expect_null(mc_gpt_layer_tensor_name(MC_GPT_LAYER_TENSORS));
+    /* roles: the renamed norm weight starts at 1, the renamed projection has the scaled std */
+    const float *ln = (const float *)mc_gpt_param(&g, "decoder.layers.1.ln_1.weight");
+    cr_assert_not_null(ln);
+    for (int i = 0; i < cfg.hidden_size; i++) cr_expect_eq(ln[i], 1.0f, "ln_1.weight[%d]", i);
+    int i = mc_param_table_find(&g.table, "decoder.layers.0.attn.c_proj.weight");
+    cr_assert_geq(i, 0);
+    const float *w = (const float *)g.params + g.table.info[i].offset;
+    double ss = 0.0;
+    for (size_t k = 0; k < g.table.info[i].numel; k++) ss += (double)w[k] * w[k];
+    double std = sqrt(ss / (double)g.table.info[i].numel);
+    double want = 0.2 / sqrt(2.0 * cfg.num_layers);   /* init_method_std / sqrt(2 L) */
+    cr_expect(std > 0.6 * want && std < 1.4 * want, "c_proj std %.4f, scaled std %.4f", std, want);
+    mc_gpt_destroy(&g);
+    mc_gpt_destroy(&ref);
+}
+
+Test(model, spec_errors_name_the_field) {
+    mc_gpt_config cfg = tiny_config();
+    mc_transformer_spec s = *mc_transformer_spec_local();
+    mc_gpt g;
+    mc_gpt_desc d;
+    memset(&d, 0, sizeof d);
+    d.config = cfg;
+    d.spec = &s;
+    s.name = "half";
+    s.attention_backward = NULL;
+    cr_expect_eq(mc_gpt_init(&g, &d), MC_ERR_INVALID_DESC);
+    cr_expect(strstr(mc_last_error(), "spec 'half' must set all six") != NULL, "%s",
+              mc_last_error());
+    s = *mc_transformer_spec_local();
+    static const char *const spaced[MC_GPT_LAYER_TENSORS] = {[MC_GPT_FC1_W] = "mlp.fc 1.weight"};
+    s.tensor_names = spaced;
+    cr_expect_eq(mc_gpt_init(&g, &d), MC_ERR_INVALID_DESC);
+    cr_expect(strstr(mc_last_error(), "tensor_names[8] (\"mlp.fc 1.weight\")") != NULL, "%s",
+              mc_last_error());
+    static const char *const twice[MC_GPT_LAYER_TENSORS] = {[MC_GPT_LN2_W] = "input_layernorm.weight"};
+    s.tensor_names = twice;
+    cr_expect_neq(mc_gpt_init(&g, &d), MC_OK, "two tensors under one key are refused");
+}
+
+/* ---------------------------------------------------------------------------------------------
    multi-rank: tests/mpi_cases/model_cases under mpirun (never this binary) */
 
 #include <criterion/parameterized.h>
