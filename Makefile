@@ -128,6 +128,12 @@ LAB_DEFS_lab02 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab02 := $(BUILD)/mc_impl_faults.o
 lab02: $(LAB_IMPL_lab02)
 
+# lab07: the tied-embedding experiment skips the embedding-group all-reduce in one of its runs
+# (mc_fault_finalize_skip_embedding_sync), so it links the same MC_FAULT_HOOKS build.
+LAB_DEFS_lab07 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab07 := $(BUILD)/mc_impl_faults.o
+lab07: $(LAB_IMPL_lab07)
+
 # lab10: "one global seed", "a seed per rank" and recompute without its RNG handling are
 # library faults (mc_fault_dropout_stream, mc_fault_recompute_rng): the MC_FAULT_HOOKS build.
 LAB_DEFS_lab10 := -DMC_FAULT_HOOKS

@@ -2410,6 +2410,16 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
                                    const mc_param_table *table, float *grads,
                                    int sequence_parallel, double *num_tokens);
 
+#if defined(MC_FAULT_HOOKS)
+/* Fault injection, compiled only with MC_FAULT_HOOKS (lab07 and tests; ordinary builds have
+   none of it). Process-wide while skip != 0: mc_finalize_model_grads leaves out step 4, the
+   all-reduce of the tied word embedding's grads over the embedding group. The first stage's
+   word embedding then steps with its embedding-lookup gradient only and the last stage's
+   output-layer copy with its logits gradient only, so the two replicas drift apart (the
+   untying of Megatron-LM #656). 0 turns it off. */
+MC_API void mc_fault_finalize_skip_embedding_sync(int skip);
+#endif
+
 /* @ddp:declarations end */
 
 /* @optimizer:declarations begin */
@@ -12313,6 +12323,13 @@ static int mc__finalize_per_token(const mc_parallel_state *ps, mc_comm *dp, cons
     return MC_OK;
 }
 
+#if defined(MC_FAULT_HOOKS)
+static int mc__fault_skip_embedding_sync = 0;
+MC_API void mc_fault_finalize_skip_embedding_sync(int skip) {
+    mc__fault_skip_embedding_sync = skip != 0;
+}
+#endif
+
 MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
                                    const mc_param_table *table, float *grads,
                                    int sequence_parallel, double *num_tokens) {
@@ -12332,6 +12349,9 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
     if (sequence_parallel && tp && tp->size > 1 &&                                  /* 3 */
         (rc = mc__finalize_sequence_parallel(ops, tp, table, grads)) != MC_OK)
         return rc;
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_skip_embedding_sync) embd = NULL;   /* the fault: step 4 left out */
+#endif
     if (embd && embd->size > 1 && (rc = mc__finalize_embedding(embd, table, grads)) != MC_OK)
         return rc;                                                                  /* 4 */
     /* 5: the position-embedding group has one member (the first stage) in a GPT. */
