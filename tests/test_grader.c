@@ -302,6 +302,8 @@ Test(grader, english_denial_frames_deny_what_they_frame) {
         "A common myth is that the TP ranks are adjacent in this layout.",
         "The claim that the TP ranks are adjacent in this layout is false.",
         "Some people think that the TP ranks are adjacent in this layout.",
+        "Some people wrongly believe that the TP ranks are adjacent in this layout.",
+        "Beginners mistakenly assume that the TP ranks are adjacent in this layout.",
         "The TP ranks are adjacent in this layout. This is wrong.",
     };
     for (size_t i = 0; i < sizeof framed / sizeof framed[0]; i++) {

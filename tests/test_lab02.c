@@ -598,6 +598,54 @@ Test(lab02, an_empty_sheet_scores_near_zero_and_says_what_to_do_next) {
     cr_expect(mc_test_contains(out, "What to do next"), "%s", out);
 }
 
+/* The adversarial sheets of tests/fixtures/lab02 (nonce 107bbc, the English reference's),
+   graded against one run of that nonce: each returns the grader's output in `out`. */
+static double grade_fixture(const char *fixture) {
+    char cmd[1024], res[256];
+    snprintf(res, sizeof res, "%s/results/lab02.json", tmp_dir);
+    snprintf(cmd, sizeof cmd, "./lab02 --grade-only --answers '%s' --results '%s'", fixture, res);
+    cr_assert_eq(mc_test_run(cmd, 30, out, OUT_CAP), 0, "%s\n%s", fixture, out);
+    return total_score(out);
+}
+
+static void run_for_fixtures(void) {
+    char sheet[256];
+    snprintf(sheet, sizeof sheet, "%s/f.md", tmp_dir);
+    char *text = read_file("tests/fixtures/lab02/negated.md");
+    cr_assert_not_null(text);
+    write_file(sheet, text);
+    free(text);
+    cr_assert_eq(run_lab_in(tmp_dir, 4, sheet, NULL, NULL), 0, "%s", out);
+}
+
+Test(lab02, negated_truths_and_keyword_lists_earn_nothing) {
+    run_for_fixtures();
+    /* a conditional under "it is not true that" still earns its claims (the engine ends the
+       denial at "if"): at most 1.5 */
+    double negated = grade_fixture("tests/fixtures/lab02/negated.md");
+    cr_expect_leq(negated, 1.5, "negated sheet scored %.2f\n%s", negated, out);
+    cr_expect(mc_test_contains(out, "stated only as denied"), "%s", out);
+    double keywords = grade_fixture("tests/fixtures/lab02/keywords.md");
+    cr_expect_leq(keywords, 0.5, "keyword sheet scored %.2f\n%s", keywords, out);
+}
+
+Test(lab02, every_misconception_fires_in_english_and_chinese) {
+    static const char *const ids[] = {"MC1", "MC2", "MC3", "MC4", "MC5", "MC6", "MC7", "MC8"};
+    static const char *const sheets[] = {"tests/fixtures/lab02/misconceptions.md",
+                                         "tests/fixtures/lab02/misconceptions.zh.md"};
+    run_for_fixtures();
+    for (int s = 0; s < 2; s++) {
+        double total = grade_fixture(sheets[s]);
+        cr_expect_leq(total, 0.5, "%s scored %.2f\n%s", sheets[s], total, out);
+        for (int i = 0; i < 8; i++) {
+            char want[32];
+            snprintf(want, sizeof want, "[MISC] %s ", ids[i]);
+            cr_expect(mc_test_contains(out, want), "%s: %s did not fire\n%s", sheets[s], ids[i],
+                      out);
+        }
+    }
+}
+
 static void expect_reference_scores(const char *ref) {
     char sheet[256], cmd[512];
     snprintf(sheet, sizeof sheet, "%s/ref.md", tmp_dir);
