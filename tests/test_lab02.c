@@ -629,6 +629,16 @@ Test(lab02, negated_truths_and_keyword_lists_earn_nothing) {
     cr_expect_leq(keywords, 0.5, "keyword sheet scored %.2f\n%s", keywords, out);
 }
 
+Test(lab02, a_symptom_value_counts_only_under_its_own_name) {
+    /* the run's step-0 loss called a grad norm and its grad norm called a loss: the sentence
+       still earns its comparison with TP=1, the values nothing */
+    run_for_fixtures();
+    grade_fixture("tests/fixtures/lab02/evidence_misnamed.md");
+    cr_expect(mc_test_contains(out, "M4.symptom_loss .... not quoted"), "%s", out);
+    cr_expect(mc_test_contains(out, "M4.symptom_grad_norm not quoted"), "%s", out);
+    cr_expect(mc_test_contains(out, "M4.against_a_reference line"), "%s", out);
+}
+
 Test(lab02, every_misconception_fires_in_english_and_chinese) {
     static const char *const ids[] = {"MC1", "MC2", "MC3", "MC4", "MC5", "MC6", "MC7", "MC8"};
     static const char *const sheets[] = {"tests/fixtures/lab02/misconceptions.md",
