@@ -629,6 +629,27 @@ Test(lab02, negated_truths_and_keyword_lists_earn_nothing) {
     cr_expect_leq(keywords, 0.5, "keyword sheet scored %.2f\n%s", keywords, out);
 }
 
+Test(lab02, package_duties_earn_their_item_and_not_the_cross_links) {
+    run_for_fixtures();
+    grade_fixture("tests/fixtures/lab02/duties_only.md");
+    static const char *const earned[] = {"M1.parallel_state ..", "M1.tensor_parallel .",
+                                         "M1.pipeline_parallel", "M1.grads_optimizer .",
+                                         "M1.dist_checkpointing"};
+    for (int i = 0; i < 5; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s line", earned[i]);
+        cr_expect(mc_test_contains(out, want), "%s not earned\n%s", earned[i], out);
+    }
+    static const char *const not_earned[] = {"M3.optimizer_on_grads", "M3.checkpoint_layout",
+                                             "FU3.the_collective ."};
+    for (int i = 0; i < 3; i++) {
+        char want[64];
+        snprintf(want, sizeof want, "%s not found", not_earned[i]);
+        cr_expect(mc_test_contains(out, want), "%s earned by a duty sentence\n%s",
+                  not_earned[i], out);
+    }
+}
+
 Test(lab02, a_symptom_value_counts_only_under_its_own_name) {
     /* the run's step-0 loss called a grad norm and its grad norm called a loss: the sentence
        still earns its comparison with TP=1, the values nothing */
