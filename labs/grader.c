@@ -523,7 +523,7 @@ typedef struct gr__rules {
     double relation_window, bind_distance, max_claims_per_sentence, dedup_similarity;
     double copy_overlap, list_min_concepts, list_coverage, penalty_cap, anaphor_reach;
     double max_sentence_tokens, post_frame_sentence_tokens, list_function_ratio, list_min_words;
-    double short_sentence_words, hedge_factor;
+    double short_sentence_words, hedge_factor, list_bare_min_words;
 } gr__rules;
 
 /* The language rules, as concepts so that one matcher serves everything. */
@@ -1345,6 +1345,7 @@ static void gr__load_rules(gr__ctx *c, const cJSON *root) {
     x->list_coverage = gr__jnum(r, "list_coverage", 0.6);
     x->list_function_ratio = gr__jnum(r, "list_function_ratio", 0.12);
     x->list_min_words = gr__jnum(r, "list_min_words", 10);
+    x->list_bare_min_words = gr__jnum(r, "list_bare_min_words", 6);
     x->short_sentence_words = gr__jnum(r, "short_sentence_words", 8);
     x->hedge_factor = gr__jnum(r, "hedge_factor", 0.5);
     x->penalty_cap = gr__jnum(r, "penalty_cap", 4.0);
@@ -3186,8 +3187,8 @@ static int gr__overlaps_concept(const gr__sent *s, int k, const gr__match *m) {
     return 0;
 }
 
-/* A negator that is part of a phrase the lexicon knows ("does not matter", "ranks that are
-   not members", "non-member") or of a frame or an exception ("it is not true that", "not
+/* A negator that is part of a phrase the lexicon knows, inside it ("does not matter", "ranks
+   that are not members", "non-member") or of a frame or an exception ("it is not true that", "not
    only", "不同") has no scope of its own: the phrase carries its meaning. */
 static int gr__negator_absorbed(const gr__ctx *c, const gr__sent *s, const gr__match *n) {
     const gr__rubric *R = &c->R;
@@ -3195,8 +3196,14 @@ static int gr__negator_absorbed(const gr__ctx *c, const gr__sent *s, const gr__m
                           R->L.cond_neg};
     for (size_t f = 0; f < sizeof frames / sizeof frames[0]; f++)
         if (gr__overlaps_concept(s, frames[f], n)) return 1;
-    for (int k = 0; k < R->nconcepts; k++)
-        if (R->concepts[k].lexical && gr__overlaps_concept(s, k, n)) return 1;
+    /* a lexicon phrase carries the negation only when it goes on after the negator ("not
+       members", "does not matter"); one that ends with it ("need not", or "not" alone) leaves
+       the negator its scope: "the states need not be saved" does not say they are saved */
+    for (int k = 0; k < R->nconcepts; k++) {
+        if (!R->concepts[k].lexical) continue;
+        for (int i = 0; i < s->ncm[k]; i++)
+            if (gr__overlaps(&s->cm[k][i], n) && s->cm[k][i].end > n->end) return 1;
+    }
     return 0;
 }
 
@@ -3210,6 +3217,21 @@ static void gr__clauses(gr__ctx *c, gr__sent *s) {
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int i = 0; i < s->ncm[kinds[k]]; i++)
             starts[s->cm[kinds[k]][i].start] = 1;
+    /* A contrast marker between a subject and its verb ("ModuleSpec 其实就是一个配置",
+       "the spec in fact is the config") is a sentence adverb inside one clause: nothing
+       before it in the clause is a verb, and a verb follows within two tokens. */
+    for (int i = 0; i < s->ncm[R->L.contrast]; i++) {
+        const gr__match *m = &s->cm[R->L.contrast][i];
+        int t0 = m->start, verb_before = 0, verb_after = 0;
+        while (t0 > 0 && !s->tok[t0 - 1].barrier)
+            t0--;
+        for (int j = 0; j < s->ncm[R->L.pred]; j++) {
+            const gr__match *p = &s->cm[R->L.pred][j];
+            if (p->start >= t0 && p->end <= m->start) verb_before = 1;
+            if (p->start >= m->end && p->start - m->end <= 2) verb_after = 1;
+        }
+        if (t0 < m->start && !verb_before && verb_after) starts[m->start] = 0;
+    }
     int clause = 0, fresh = 1;
     for (int t = 0; t < s->ntok; t++) {
         if (starts[t] && !fresh) clause++;
@@ -3416,6 +3438,21 @@ static double gr__concept_coverage(gr__ctx *c, const gr__sent *s) {
     return words > 0 ? (double)covered / words : 0;
 }
 
+/* 1 when a verb of the language's predicate lists stands in an inflected form ("restores",
+   "created", "gives"): a finite verb, so the words around it form a clause. */
+static int gr__has_inflected_verb(gr__ctx *c, const gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    const int kinds[] = {R->L.pred, R->L.amb_verb, R->L.weak_pred};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int i = 0; i < s->ncm[kinds[k]]; i++)
+            for (int t = s->cm[kinds[k]][i].start; t < s->cm[kinds[k]][i].end; t++) {
+                const gr__tok *w = &s->tok[t];
+                if (w->kind == GR__T_WORD && w->stem != NULL && strcmp(w->stem, w->s) != 0)
+                    return 1;
+            }
+    return 0;
+}
+
 /* A keyword list, not a statement: many distinct lexicon concepts that cover most of its
    words, and hardly any function words ("the", "of", "is", "的", "了") between them. A real
    technical sentence is dense in terms too, but its function words hold it together. */
@@ -3456,7 +3493,13 @@ static int gr__is_term_list(gr__ctx *c, const gr__sent *s) {
                 gaps++;
         return distinct >= R->rules.list_min_concepts && gaps >= 3;
     }
-    return distinct >= R->rules.list_min_concepts && content >= R->rules.list_min_words &&
+    /* a line without a single function word or inflected verb ("save before forward restore
+       recompute snapshot RNG states backward") has no clause structure: bare nouns and verbs
+       in a row are a keyword list however short */
+    int min_words = (int)R->rules.list_min_words;
+    if (function == 0 && !gr__has_inflected_verb(c, s) && R->rules.list_bare_min_words < min_words)
+        min_words = (int)R->rules.list_bare_min_words;
+    return distinct >= R->rules.list_min_concepts && content >= min_words &&
            (double)covered / content >= R->rules.list_coverage &&
            (double)function / content < R->rules.list_function_ratio;
 }
@@ -3470,7 +3513,9 @@ static int gr__subject_before(gr__ctx *c, const gr__sent *s) {
                                            "he", "she", "everything", "nothing", NULL};
     for (int i = 0; i < s->ncm[R->L.amb_verb]; i++) {
         int t = s->cm[R->L.amb_verb][i].start;
-        if (t == 0 && !s->in_list) { /* an imperative ("Hash the plan", "Log each creation") */
+        if (t == 0) { /* nothing stands before it: an imperative ("Hash the plan") in prose,
+                         a noun heading a bullet ("call order within a group") */
+            if (s->in_list) continue;
             for (int j = 0; j < s->ncm[R->L.function_words]; j++)
                 if (s->cm[R->L.function_words][j].start == s->cm[R->L.amb_verb][i].end) return 1;
             continue;
@@ -3664,8 +3709,9 @@ enum { GR__REL_NONE, GR__REL_ASSERTED, GR__REL_DENIED, GR__REL_HYPO };
 static const char *const gr__rel_form[] = {"", "stated", "stated only as denied",
                                            "stated only as a condition or question"};
 
-/* Search modes: the slots' own polarity and antecedent needs, polarity relaxed, both relaxed. */
-enum { GR__SEARCH_STRICT, GR__SEARCH_ANY_POL, GR__SEARCH_ANY };
+/* Search modes: the slots' own polarity and antecedent needs, polarity relaxed, both relaxed;
+   a double negation (a slot of the wrong polarity only inside a denial frame, at least one). */
+enum { GR__SEARCH_STRICT, GR__SEARCH_ANY_POL, GR__SEARCH_ANY, GR__SEARCH_DOUBLE_NEG };
 
 /* A unit to search: one sentence (a == NULL) or a sentence b that refers back to a. */
 typedef struct gr__unit {
@@ -3685,10 +3731,18 @@ typedef struct gr__search {
     int ncand[GR__MAX_SLOTS];
     gr__cand chosen[GR__MAX_SLOTS];
     int budget;
+    int mode;
 } gr__search;
 
 static const gr__sent *gr__unit_part(const gr__unit *u, int part) {
     return part == 0 ? u->a : u->b;
+}
+
+/* 1 when m has the polarity slot sl needs. */
+static int gr__pol_ok(const gr__slot *sl, const gr__match *m) {
+    if (sl->pol == GR__POL_ASSERTED && m->neg) return 0;
+    if (sl->pol == GR__POL_NEGATED && !m->neg) return 0;
+    return 1;
 }
 
 static int gr__slot_ok(const gr__slot *sl, const gr__match *m, int mode, int framed_ok) {
@@ -3697,10 +3751,9 @@ static int gr__slot_ok(const gr__slot *sl, const gr__match *m, int mode, int fra
         if (sl->hyp == GR__HYP_NO && m->hyp) return 0;
         if (sl->hyp == GR__HYP_ONLY && !m->hyp) return 0;
     }
-    if (mode == GR__SEARCH_STRICT) {
-        if (sl->pol == GR__POL_ASSERTED && m->neg) return 0;
-        if (sl->pol == GR__POL_NEGATED && !m->neg) return 0;
-    }
+    if (mode == GR__SEARCH_STRICT) return gr__pol_ok(sl, m);
+    /* a negation counts twice only inside the frame that denies it */
+    if (mode == GR__SEARCH_DOUBLE_NEG) return gr__pol_ok(sl, m) || m->framed;
     return 1;
 }
 
@@ -3738,6 +3791,12 @@ static int gr__dfs(gr__search *q, int slot) {
         if (r->window > 0 && in_b && hi - lo > r->window + 1e-9) return 0;
         if (r->agent >= 0 && !gr__is_agent(q, &q->chosen[r->agent], &q->chosen[r->verb]))
             return 0;
+        if (q->mode == GR__SEARCH_DOUBLE_NEG) {
+            int flipped = 0;
+            for (int i = 0; i < r->nslot; i++)
+                flipped += !gr__pol_ok(&r->slot[i], q->chosen[i].m);
+            if (flipped == 0) return 0;
+        }
         return 1;
     }
     for (int i = 0; i < q->ncand[slot]; i++) {
@@ -3769,6 +3828,7 @@ static int gr__search_rel(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit 
     q->u = u;
     q->lang_prep = c->R.L.prepositions;
     q->budget = GR__SEARCH_BUDGET;
+    q->mode = mode;
     for (int p = 0; p < 2; p++) {
         const gr__sent *s = gr__unit_part(&u, p);
         if (s == NULL) continue;
@@ -3803,7 +3863,9 @@ static int gr__search_rel(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit 
 /* How r stands in u: stated, stated only as denied, only as a condition, or not at all.
    Plain negations are checked slot by slot against what each slot needs; a denial frame
    ("it is not true that ...") negates the whole relation once: a relation stated inside it
-   is denied, and a relation denied inside it is stated (a double negation). */
+   is denied, and a relation denied inside it is stated (a double negation), but only when
+   every slot of the wrong polarity stands inside the frame: a frame in one sentence and a
+   negation in the next deny two things. */
 static int gr__rel_form_in(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit u,
                            int skip_void) {
     if (u.a != NULL && !r->backref) return GR__REL_NONE;
@@ -3811,7 +3873,8 @@ static int gr__rel_form_in(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit
     if (gr__search_rel(c, q, r, u, GR__SEARCH_STRICT, 0, skip_void)) return GR__REL_ASSERTED;
     if (gr__search_rel(c, q, r, u, GR__SEARCH_STRICT, 1, skip_void)) return GR__REL_DENIED;
     if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY_POL, 0, skip_void)) return GR__REL_DENIED;
-    if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY_POL, 1, skip_void)) return GR__REL_ASSERTED;
+    if (gr__search_rel(c, q, r, u, GR__SEARCH_DOUBLE_NEG, 1, skip_void)) return GR__REL_ASSERTED;
+    if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY_POL, 1, skip_void)) return GR__REL_DENIED;
     if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY, 1, skip_void)) return GR__REL_HYPO;
     return GR__REL_NONE;
 }

@@ -85,6 +85,21 @@ static void make_rubric(const char *rules_json) {
     write_json(in_dir("rubric.json"), r);
 }
 
+/* rubric.json as make_rubric(NULL) writes it, with one more lexicon concept. */
+static void make_rubric_with_concept(const char *id, const char *phrases_json) {
+    make_rubric(NULL);
+    char *text = slurp(in_dir("rubric.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(r);
+    cJSON *lex = cJSON_GetObjectItemCaseSensitive(r, "lexicon");
+    cr_assert_not_null(lex, "the unit rubric has no lexicon");
+    cJSON *phrases = cJSON_Parse(phrases_json);
+    cr_assert_not_null(phrases, "bad phrases JSON in the test: %s", phrases_json);
+    cJSON_AddItemToObject(lex, id, phrases);
+    write_json(in_dir("rubric.json"), r);
+}
+
 /* results.json in the test directory, with the recorded prediction hash and variant. */
 static void make_results(const char *hash, int present, const char *variant) {
     char *text = slurp(fixture("unit_results.json"));
@@ -344,6 +359,39 @@ Test(grader, negator_exceptions_do_not_negate) {
     release(&g);
 }
 
+Test(grader, a_phrase_that_ends_with_its_negator_leaves_it_its_scope) {
+    /* a concept phrase that is the negator alone, or ends with it, does not swallow it */
+    make_rubric_with_concept("ELSEWHERE", "{\"en\": [\"never\", \"elsewhere\"]}");
+    graded g = grade_sheet(S1("The TP ranks never sit adjacent in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+    make_rubric_with_concept("NO_NEED", "{\"en\": [\"need not\"]}");
+    graded h = grade_sheet(S1("The TP ranks need not be adjacent in this layout."));
+    EXPECT_SCORE(h, "S.tp_adj", 0.0);
+    release(&h);
+    /* a phrase that goes on after its negator still carries it: "does not matter" */
+    make_rubric(NULL);
+    graded k = grade_sheet(FX("The creation order does not matter at all here."));
+    cr_expect(item(&k, "MX_FREE")->fired, "\"does not matter\" states the order is free:\n%s",
+              k.out);
+    release(&k);
+}
+
+Test(grader, a_contrast_adverb_between_subject_and_verb_keeps_one_clause) {
+    const char *said[] = {"The creation order in fact is irrelevant here.",
+                          "组的顺序其实是无关的。"};
+    for (int i = 0; i < 2; i++) {
+        graded g = grade_sheet(FX(said[i]));
+        cr_expect(item(&g, "MX_FREE")->fired, "not read as one clause: \"%s\"\n%s", said[i],
+                  g.out);
+        release(&g);
+    }
+    /* a contrast after a verb still opens a clause */
+    graded h = grade_sheet(FX("The order is kept, but in fact irrelevant things may differ."));
+    cr_expect_not(item(&h, "MX_FREE")->fired, "%s", h.out);
+    release(&h);
+}
+
 Test(grader, a_double_negation_states_the_relation) {
     graded g = grade_sheet(S1("It is not true that the TP ranks are not adjacent in this layout."));
     EXPECT_SCORE(g, "S.tp_adj", 1.0);
@@ -457,6 +505,28 @@ Test(grader, a_keyword_list_is_not_a_statement) {
     EXPECT_SCORE(g, "S.tp_adj", 0.0);
     cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "a list of terms"), "%s", why(&g, "S.tp_adj"));
     cr_expect_not(item(&g, "MX_FREE")->fired, "a list states no misconception either");
+    release(&g);
+}
+
+Test(grader, a_line_of_bare_nouns_and_verbs_is_a_keyword_list_however_short) {
+    /* nine words, no function word, no inflected verb: terms in a row, not a clause */
+    graded g = grade_sheet(S1("sequence keep DP ordering TP ranks adjacent via NVLink"));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "a list of terms"), "%s", why(&g, "S.tp_adj"));
+    release(&g);
+    /* the same words around a finite verb ("keeps") form a clause and keep their relation */
+    graded h = grade_sheet(S1("sequence keeps DP ordering TP ranks adjacent via NVLink"));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+}
+
+Test(grader, a_bullet_opening_with_a_noun_verb_is_read_safely) {
+    /* "hang", "match", "order" head these bullets: there is no word before them to be a
+       subject (this read before the sentence's first token) */
+    graded g = grade_sheet(S1("- hang forever\n- match by name\n- order irrelevant\n"));
+    cr_expect_eq(g.rc, 0);
+    EXPECT_SCORE(g, "S", 0.0);
+    cr_expect_not(item(&g, "MX_NAME")->fired, "a bullet without a verb states nothing:\n%s", g.out);
     release(&g);
 }
 
@@ -1229,4 +1299,24 @@ Test(grader, a_schema1_rubric_is_graded_by_the_same_rules) {
     cr_expect(item(&g, "MC_NAME")->fired, "%s", g.out);
     cr_expect_float_eq(score(&g, "S1.adjacent"), 0.0, 1e-9, "voided by MC_NAME: %s", g.out);
     release(&g);
+}
+
+Test(grader, a_double_negation_needs_the_negation_inside_the_frame) {
+    /* "it is false that" is a denial frame, not also a negator of what it frames */
+    graded g = grade_sheet(S1("It is false that the TP ranks are adjacent in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+    graded h = grade_sheet(S1("It is false that the TP ranks are not adjacent in this layout."));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+    /* a frame in one sentence and a negation in the next are two denials of two things, not a
+       double negation of one */
+    graded k = grade_sheet(S1("It is false that we consider the TP groups. Their members are not "
+                              "neighbouring ranks."));
+    EXPECT_SCORE(k, "S.tp_adj", 0.0);
+    release(&k);
+    graded m = grade_sheet(S1("Consider the TP groups. It is false that their members are not "
+                              "neighbouring ranks."));
+    EXPECT_SCORE(m, "S.tp_adj", 1.0);
+    release(&m);
 }
