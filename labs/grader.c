@@ -3232,6 +3232,12 @@ static void gr__clauses(gr__ctx *c, gr__sent *s) {
         }
         if (t0 < m->start && !verb_before && verb_after) starts[m->start] = 0;
     }
+    /* a clause-break word right after a negator is what the negator denies ("it knows the
+       order, not which group the caller meant", "not because ...", "不是因为"): no new clause */
+    for (int i = 0; i < s->ncm[R->L.neg]; i++) {
+        const gr__match *m = &s->cm[R->L.neg][i];
+        if (m->end < s->ntok && !s->tok[m->end - 1].barrier) starts[m->end] = 0;
+    }
     int clause = 0, fresh = 1;
     for (int t = 0; t < s->ntok; t++) {
         if (starts[t] && !fresh) clause++;
@@ -3532,6 +3538,29 @@ static int gr__subject_before(gr__ctx *c, const gr__sent *s) {
     return 0;
 }
 
+/* Matches of a predicate list that stand as verbs: not right after an article or a possessive
+   ("the sorted rank list", "its run") and not the first half of a hyphenated compound
+   ("output-layer grads", "start-up check"). */
+static int gr__verbs(gr__ctx *c, const gr__sent *s, int k) {
+    static const char *const determiners[] = {"the", "a", "an", "its", "their", "our", "your",
+                                              "my", "his", "her", NULL};
+    int n = 0;
+    for (int i = 0; i < s->ncm[k]; i++) {
+        const gr__match *m = &s->cm[k][i];
+        const gr__tok *last = &s->tok[m->end - 1];
+        if (last->kind == GR__T_WORD && s->norm[last->start + last->len] == '-' &&
+            isalpha((unsigned char)s->norm[last->start + last->len + 1]))
+            continue;
+        int det = 0;
+        if (m->start > 0 && s->tok[m->start - 1].kind == GR__T_WORD)
+            for (int d = 0; determiners[d] != NULL && !det; d++)
+                det = strcmp(s->tok[m->start - 1].s, determiners[d]) == 0;
+        if (!det) n++;
+    }
+    (void)c;
+    return n;
+}
+
 /* Concepts, clauses, polarity, predicate and back-reference of one sentence. */
 static void gr__analyse(gr__ctx *c, gr__sent *s) {
     const gr__rubric *R = &c->R;
@@ -3570,7 +3599,7 @@ static void gr__analyse(gr__ctx *c, gr__sent *s) {
     gr__match_attributes(c, s);
     /* weak predicates (Chinese adjectives used as predicates: 相邻, 一致) count in prose, not
        in a bullet, where they usually head a noun phrase */
-    s->has_pred = s->ncm[R->L.pred] > 0 || (!s->in_list && s->ncm[R->L.weak_pred] > 0) ||
+    s->has_pred = gr__verbs(c, s, R->L.pred) > 0 || (!s->in_list && gr__verbs(c, s, R->L.weak_pred) > 0) ||
                   gr__subject_before(c, s);
     for (int i = 0; i < s->ncm[R->L.anaphor]; i++)
         if (s->wpos[s->cm[R->L.anaphor][i].start] < R->rules.anaphor_reach) s->anaphor = 1;
@@ -3997,11 +4026,26 @@ static int gr__is_index(const char *norm, size_t at) {
 }
 
 /* "rank 5" (or "rank5", "rank 5的") named in the clause of token t; -1 if none. */
-static int gr__rank_named(const gr__sent *s, int t) {
+/* 1 when token i lies in a match of a lexicon concept ("TP" in "TP rank 1"). */
+static int gr__in_concept(const gr__ctx *c, const gr__sent *s, int i) {
+    for (int k = 0; k < c->R.nconcepts; k++) {
+        if (!c->R.concepts[k].lexical) continue;
+        for (int j = 0; j < s->ncm[k]; j++)
+            if (s->cm[k][j].start <= i && i < s->cm[k][j].end) return 1;
+    }
+    return 0;
+}
+
+static int gr__rank_named(const gr__ctx *c, const gr__sent *s, int t) {
     int tc = t < s->ntok ? s->clause[t] : -1;
     for (int i = 0; i + 1 < s->ntok; i++) {
         if (s->clause[i] != tc) continue;
-        if (s->tok[i].kind == GR__T_WORD && strcmp(s->tok[i].s, "rank") == 0 &&
+        /* "TP rank 1", "local rank 0": a coordinate inside a group, not a rank of the world */
+        if (i > 0 && s->tok[i - 1].kind == GR__T_WORD && strcmp(s->tok[i - 1].s, "global") != 0 &&
+            gr__in_concept(c, s, i - 1))
+            continue;
+        /* "rank 5", not the piece of an identifier ("tp_rank 1" gives a coordinate) */
+        if (s->tok[i].kind == GR__T_WORD && !s->tok[i].ident && strcmp(s->tok[i].s, "rank") == 0 &&
             s->tok[i + 1].kind == GR__T_NUM)
             return atoi(s->tok[i + 1].s);
     }
@@ -4039,6 +4083,27 @@ static int gr__list_has(const gr__blist *l, int rank) {
     return 0;
 }
 
+/* 1 when the word right before token t is a noun that a list can belong to, other than
+   ranks, groups or members: a content word that no language rule knows ("layers [0]",
+   "shape [128,64]"), so the list is that noun's, not a group's. */
+static int gr__list_follows_other_noun(gr__ctx *c, const gr__sent *s, int t) {
+    const gr__rubric *R = &c->R;
+    if (t <= 0 || t > s->ntok) return 0;
+    const gr__tok *p = &s->tok[t - 1];
+    if (p->kind != GR__T_WORD || p->barrier) return 0;
+    const char *w = p->stem != NULL ? p->stem : p->s;
+    static const char *const owners[] = {"rank", "group", "member", "list", "set", "process",
+                                         NULL};
+    for (int i = 0; owners[i] != NULL; i++)
+        if (strncmp(w, owners[i], strlen(owners[i])) == 0) return 0;
+    const int lang[] = {R->L.function_words, R->L.pred, R->L.amb_verb, R->L.prepositions,
+                        R->L.auxiliaries, R->L.weak_pred, R->L.neg};
+    for (size_t k = 0; k < sizeof lang / sizeof lang[0]; k++)
+        for (int i = 0; i < s->ncm[lang[k]]; i++)
+            if (s->cm[lang[k]][i].start <= t - 1 && t - 1 < s->cm[lang[k]][i].end) return 0;
+    return 1;
+}
+
 /* A bracketed list the sentence attributes to a group kind that the run did not measure for
    that kind ("the DP groups are [0,1] ..."). */
 static int gr__wrong_group_claim(gr__ctx *c, gr__sent *s, const gr__misc *m, gr__sb *why,
@@ -4055,20 +4120,35 @@ static int gr__wrong_group_claim(gr__ctx *c, gr__sent *s, const gr__misc *m, gr_
         int t = gr__tok_at(s, lists[li].start);
         if (gr__is_index(s->norm, lists[li].start)) continue;
         if (t < s->ntok && (s->hyp[t] || (s->negd[t] + s->frame[t]) % 2)) continue;
-        const cJSON *gc;
+        /* the list is attributed to the kind named nearest to it ("tp_rank 1 in [6,7], dp_rank
+           1 in [5,7]": [5,7] belongs to dp, however near tp stands too) */
+        const cJSON *gc, *best = NULL;
+        gr__slot best_kind;
+        double bestd = 1e30;
         cJSON_ArrayForEach(gc, m->group_claims) {
             gr__slot kind;
             gr__parse_slot(c, gr__jstr(gc, "kind", "?"), &kind, GR__HYP_NO, m->id);
             const gr__match *km = gr__near_slot(c, s, &kind, t, GR__SEARCH_STRICT);
-            if (km == NULL) continue;
-            const cJSON *groups = gr__path(c->results, gr__jstr(gc, "groups", ""));
-            if (groups == NULL) continue;
-            int rank = gr__rank_named(s, t);
-            int ok = gr__list_is_measured(c, &lists[li], groups) &&
-                     (rank < 0 || lists[li].nested || gr__list_has(&lists[li], rank));
-            if (ok) break; /* attributed correctly to the nearest kind */
+            if (km == NULL || gr__path(c->results, gr__jstr(gc, "groups", "")) == NULL) continue;
+            double d = km->end <= t ? s->wpos[t] - s->wpos[km->end] : s->wpos[km->start] - s->wpos[t];
+            if (km->end <= t) d -= 0.5; /* a kind before the list names it ("the TP group [0,1]") */
+            if (d < bestd) {
+                bestd = d;
+                best = gc;
+                best_kind = kind;
+            }
+        }
+        if (best == NULL) continue;
+        /* a kind named only after the list does not own a list that follows another noun
+           ("rank 1 built layers [0] plus the embedding": [0] are layers) */
+        if (bestd > 0 && gr__list_follows_other_noun(c, s, t)) continue;
+        const cJSON *groups = gr__path(c->results, gr__jstr(best, "groups", ""));
+        int rank = gr__rank_named(c, s, t);
+        int ok = gr__list_is_measured(c, &lists[li], groups) &&
+                 (rank < 0 || lists[li].nested || gr__list_has(&lists[li], rank));
+        if (!ok) {
             gr__sb_printf(c, why, "%s was not measured as %s (measured: %s)", lists[li].canon,
-                          kind.spec, gr__json_short(c, groups, 60));
+                          best_kind.spec, gr__json_short(c, groups, 60));
             *clause_out = t < s->ntok ? s->clause[t] : 0;
             return 1;
         }
@@ -4539,7 +4619,7 @@ static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__es
             if (gr__is_index(s->norm, lists[li].start)) continue;
             if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
             if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
-            int rank = gr__rank_named(s, t);
+            int rank = gr__rank_named(c, s, t);
             int want = -1;
             if (b->rank_path != NULL) {
                 const cJSON *r = gr__path(c->results, b->rank_path);

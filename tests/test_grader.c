@@ -392,6 +392,13 @@ Test(grader, a_contrast_adverb_between_subject_and_verb_keeps_one_clause) {
     release(&h);
 }
 
+Test(grader, a_negator_before_a_clause_word_denies_that_clause) {
+    /* "not which ...": the negator's scope runs into the clause it introduces */
+    graded g = grade_sheet(S1("TP is the first axis, not which ranks are adjacent in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+}
+
 Test(grader, a_double_negation_states_the_relation) {
     graded g = grade_sheet(S1("It is not true that the TP ranks are not adjacent in this layout."));
     EXPECT_SCORE(g, "S.tp_adj", 1.0);
@@ -485,6 +492,21 @@ Test(grader, a_group_list_attributed_to_the_wrong_kind_fires) {
     release(&h);
 }
 
+Test(grader, a_group_list_belongs_to_the_kind_named_nearest_it) {
+    /* each list beside its own kind; "TP rank 1" is a coordinate, not the world's rank 1 */
+    graded g = grade_sheet(S1("Rank 3 sits at TP rank 1 in [2,3], DP rank 1 in [1,3] of this grid."));
+    cr_expect_not(item(&g, "MX_STRIDE")->fired, "%s", g.out);
+    release(&g);
+    /* a list after another noun is that noun's, even with a kind named after it */
+    graded h = grade_sheet(S1("Rank 3 built layers [0] plus the TP shard of this model."));
+    cr_expect_not(item(&h, "MX_STRIDE")->fired, "%s", h.out);
+    release(&h);
+    /* and the nearest kind still judges: [1,3] is no TP group */
+    graded k = grade_sheet(S1("Rank 3 sits at DP rank 1 in [2,3], TP rank 1 in [1,3] of this grid."));
+    cr_expect(item(&k, "MX_STRIDE")->fired, "%s", k.out);
+    release(&k);
+}
+
 /* ---------------------------------------------------------------------------------------------
    no gaming by form */
 
@@ -506,6 +528,18 @@ Test(grader, a_keyword_list_is_not_a_statement) {
     cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "a list of terms"), "%s", why(&g, "S.tp_adj"));
     cr_expect_not(item(&g, "MX_FREE")->fired, "a list states no misconception either");
     release(&g);
+}
+
+Test(grader, an_article_or_a_hyphen_makes_a_verb_form_a_noun_phrase_in_bullets) {
+    /* "the sorted", "output-layer": no verb, so these bullets state nothing */
+    graded g = grade_sheet(S1("- TP ranks adjacent in the sorted order\n"
+                              "- TP groups on output-layer NVLink same node\n"));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    EXPECT_SCORE(g, "S.tp_link", 0.0);
+    release(&g);
+    graded h = grade_sheet(S1("- TP ranks are adjacent in the sorted order\n"));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
 }
 
 Test(grader, a_line_of_bare_nouns_and_verbs_is_a_keyword_list_however_short) {
