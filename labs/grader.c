@@ -3761,10 +3761,39 @@ typedef struct gr__search {
     gr__cand chosen[GR__MAX_SLOTS];
     int budget;
     int mode;
+    int unless; /* an `unless` concept stands in the unit: check the parts the match spans */
 } gr__search;
+
 
 static const gr__sent *gr__unit_part(const gr__unit *u, int part) {
     return part == 0 ? u->a : u->b;
+}
+
+/* Which part of its sentence token t stands in: semicolons join independent statements into
+   one sentence ("B failed only because of the shim; with NCCL only members create groups"). */
+static int gr__semi_part(const gr__sent *s, int t) {
+    int part = 0;
+    for (int i = 0; i < t && i < s->ntok; i++)
+        part += s->tok[i].barrier && s->tok[i].s[0] == ';';
+    return part;
+}
+
+/* 1 when an `unless` concept of r stands in a semicolon part of the unit that the chosen
+   matches touch. */
+static int gr__unless_near(const gr__search *q) {
+    const gr__rel *r = q->r;
+    for (int p = 0; p < 2; p++) {
+        const gr__sent *s = gr__unit_part(&q->u, p);
+        if (s == NULL) continue;
+        for (int k = 0; k < r->nunless; k++)
+            for (int i = 0; i < s->ncm[r->unless[k]]; i++) {
+                int up = gr__semi_part(s, s->cm[r->unless[k]][i].start);
+                for (int j = 0; j < r->nslot; j++)
+                    if (q->chosen[j].part == p && gr__semi_part(s, q->chosen[j].m->start) == up)
+                        return 1;
+            }
+    }
+    return 0;
 }
 
 /* 1 when m has the polarity slot sl needs. */
@@ -3820,6 +3849,7 @@ static int gr__dfs(gr__search *q, int slot) {
         if (r->window > 0 && in_b && hi - lo > r->window + 1e-9) return 0;
         if (r->agent >= 0 && !gr__is_agent(q, &q->chosen[r->agent], &q->chosen[r->verb]))
             return 0;
+        if (q->unless && gr__unless_near(q)) return 0;
         if (q->mode == GR__SEARCH_DOUBLE_NEG) {
             int flipped = 0;
             for (int i = 0; i < r->nslot; i++)
@@ -3858,12 +3888,14 @@ static int gr__search_rel(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit 
     q->lang_prep = c->R.L.prepositions;
     q->budget = GR__SEARCH_BUDGET;
     q->mode = mode;
+    int any_unless = 0;
     for (int p = 0; p < 2; p++) {
         const gr__sent *s = gr__unit_part(&u, p);
         if (s == NULL) continue;
         for (int k = 0; k < r->nunless; k++)
-            if (s->ncm[r->unless[k]] > 0) return 0;
+            any_unless |= s->ncm[r->unless[k]] > 0;
     }
+    q->unless = any_unless;
     for (int sl = 0; sl < r->nslot; sl++) {
         const gr__slot *slot = &r->slot[sl];
         int n = 0;

@@ -399,6 +399,30 @@ Test(grader, a_negator_before_a_clause_word_denies_that_clause) {
     release(&g);
 }
 
+Test(grader, an_unless_concept_keeps_only_its_own_semicolon_part_from_matching) {
+    /* MX_FREE with "unless": ["EXPB"]: a statement about experiment B quotes a state on
+       purpose, but a second statement after a semicolon is the writer's own */
+    make_rubric(NULL);
+    char *text = slurp(in_dir("rubric.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(r, "misconceptions")) {
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(m, "id")->valuestring, "MX_FREE") != 0) continue;
+        cJSON *rel = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "relations"), 0);
+        cJSON *unless = cJSON_CreateArray();
+        cJSON_AddItemToArray(unless, cJSON_CreateString("EXPB"));
+        cJSON_AddItemToObject(rel, "unless", unless);
+    }
+    write_json(in_dir("rubric.json"), r);
+    graded g = grade_sheet(FX("In experiment B the creation order was irrelevant to the result."));
+    cr_expect_not(item(&g, "MX_FREE")->fired, "%s", g.out);
+    release(&g);
+    graded h = grade_sheet(FX("Experiment B hung for a while; the creation order is irrelevant."));
+    cr_expect(item(&h, "MX_FREE")->fired, "%s", h.out);
+    release(&h);
+}
+
 Test(grader, a_double_negation_states_the_relation) {
     graded g = grade_sheet(S1("It is not true that the TP ranks are not adjacent in this layout."));
     EXPECT_SCORE(g, "S.tp_adj", 1.0);
