@@ -370,7 +370,10 @@ static gr__tok *gr__tokenize(gr__ctx *c, const char *t, int pattern_mode, int *n
             gr__tok *k = GR__PUSH(c, tok, n, cap);
             memset(k, 0, sizeof *k);
             k->kind = gr__is_cjk(uc) ? GR__T_CJK : GR__T_SYM;
-            k->barrier = sym == 2;
+            /* "get_rank()": empty parentheses after a name are call notation, not a clause
+               boundary */
+            k->barrier = sym == 2 && !(uc == '(' && i + 1 < len && t[i + 1] == ')') &&
+                         !(uc == ')' && i > 0 && t[i - 1] == '(');
             k->start = (int)i;
             k->len = m;
             k->s = gr__strndup(c, t + i, (size_t)m);

@@ -394,7 +394,7 @@ Test(grader, a_contrast_adverb_between_subject_and_verb_keeps_one_clause) {
 
 Test(grader, a_negator_before_a_clause_word_denies_that_clause) {
     /* "not which ...": the negator's scope runs into the clause it introduces */
-    graded g = grade_sheet(S1("TP is the first axis, not which ranks are adjacent in this layout."));
+    graded g = grade_sheet(S1("TP is first, not which ranks are adjacent here."));
     EXPECT_SCORE(g, "S.tp_adj", 0.0);
     release(&g);
 }
@@ -420,6 +420,26 @@ Test(grader, an_unless_concept_keeps_only_its_own_semicolon_part_from_matching) 
     release(&g);
     graded h = grade_sheet(FX("Experiment B hung for a while; the creation order is irrelevant."));
     cr_expect(item(&h, "MX_FREE")->fired, "%s", h.out);
+    release(&h);
+}
+
+Test(grader, no_problem_judges_what_it_follows_and_negates_nothing) {
+    /* "没问题" / "no problem" says the statement before it is fine: it is still stated */
+    const char *fine[] = {"只有成员创建这个组没问题。", "Only the members create the group, no problem."};
+    for (int i = 0; i < 2; i++) {
+        graded g = grade_sheet(S2(fine[i]));
+        cr_expect(item(&g, "MX_ONLY")->fired, "\"%s\" states the misconception:\n%s", fine[i], g.out);
+        EXPECT_SCORE(g, "S.every_create", 0.0);
+        release(&g);
+    }
+}
+
+Test(grader, empty_parentheses_of_a_call_do_not_end_a_clause) {
+    graded g = grade_sheet(FX("The order of the get_rank() calls is irrelevant here."));
+    cr_expect(item(&g, "MX_FREE")->fired, "%s", g.out);
+    release(&g);
+    graded h = grade_sheet(FX("The order (of the calls) and what is irrelevant here differ."));
+    cr_expect_not(item(&h, "MX_FREE")->fired, "a real parenthesis still ends a clause:\n%s", h.out);
     release(&h);
 }
 
