@@ -3522,8 +3522,7 @@ static int gr__subject_before(gr__ctx *c, const gr__sent *s) {
                                            "he", "she", "everything", "nothing", NULL};
     for (int i = 0; i < s->ncm[R->L.amb_verb]; i++) {
         int t = s->cm[R->L.amb_verb][i].start;
-        if (t == 0) { /* nothing stands before it: an imperative ("Hash the plan") in prose,
-                         a noun heading a bullet ("call order within a group") */
+        if (t == 0) { /* an imperative ("Hash the plan"); a list item's first word is a label */
             if (s->in_list) continue;
             for (int j = 0; j < s->ncm[R->L.function_words]; j++)
                 if (s->cm[R->L.function_words][j].start == s->cm[R->L.amb_verb][i].end) return 1;
