@@ -370,7 +370,10 @@ static gr__tok *gr__tokenize(gr__ctx *c, const char *t, int pattern_mode, int *n
             gr__tok *k = GR__PUSH(c, tok, n, cap);
             memset(k, 0, sizeof *k);
             k->kind = gr__is_cjk(uc) ? GR__T_CJK : GR__T_SYM;
-            k->barrier = sym == 2;
+            /* "get_rank()": empty parentheses after a name are call notation, not a clause
+               boundary */
+            k->barrier = sym == 2 && !(uc == '(' && i + 1 < len && t[i + 1] == ')') &&
+                         !(uc == ')' && i > 0 && t[i - 1] == '(');
             k->start = (int)i;
             k->len = m;
             k->s = gr__strndup(c, t + i, (size_t)m);
@@ -528,7 +531,7 @@ typedef struct gr__rules {
     double relation_window, bind_distance, max_claims_per_sentence, dedup_similarity;
     double copy_overlap, list_min_concepts, list_coverage, penalty_cap, anaphor_reach;
     double max_sentence_tokens, post_frame_sentence_tokens, list_function_ratio, list_min_words;
-    double short_sentence_words, hedge_factor;
+    double short_sentence_words, hedge_factor, list_bare_min_words;
 } gr__rules;
 
 /* The language rules, as concepts so that one matcher serves everything. */
@@ -1370,6 +1373,7 @@ static void gr__load_rules(gr__ctx *c, const cJSON *root) {
     x->list_coverage = gr__jnum(r, "list_coverage", 0.6);
     x->list_function_ratio = gr__jnum(r, "list_function_ratio", 0.12);
     x->list_min_words = gr__jnum(r, "list_min_words", 10);
+    x->list_bare_min_words = gr__jnum(r, "list_bare_min_words", 6);
     x->short_sentence_words = gr__jnum(r, "short_sentence_words", 8);
     x->hedge_factor = gr__jnum(r, "hedge_factor", 0.5);
     x->penalty_cap = gr__jnum(r, "penalty_cap", 4.0);
@@ -3281,8 +3285,8 @@ static int gr__overlaps_concept(const gr__sent *s, int k, const gr__match *m) {
     return 0;
 }
 
-/* A negator that is part of a phrase the lexicon knows ("does not matter", "ranks that are
-   not members", "non-member") or of a frame or an exception ("it is not true that", "not
+/* A negator that is part of a phrase the lexicon knows, inside it ("does not matter", "ranks
+   that are not members", "non-member") or of a frame or an exception ("it is not true that", "not
    only", "不同") has no scope of its own: the phrase carries its meaning. */
 static int gr__negator_absorbed(const gr__ctx *c, const gr__sent *s, const gr__match *n) {
     const gr__rubric *R = &c->R;
@@ -3290,8 +3294,14 @@ static int gr__negator_absorbed(const gr__ctx *c, const gr__sent *s, const gr__m
                           R->L.cond_neg};
     for (size_t f = 0; f < sizeof frames / sizeof frames[0]; f++)
         if (gr__overlaps_concept(s, frames[f], n)) return 1;
-    for (int k = 0; k < R->nconcepts; k++)
-        if (R->concepts[k].lexical && gr__overlaps_concept(s, k, n)) return 1;
+    /* a lexicon phrase carries the negation only when it goes on after the negator ("not
+       members", "does not matter"); one that ends with it ("need not", or "not" alone) leaves
+       the negator its scope: "the states need not be saved" does not say they are saved */
+    for (int k = 0; k < R->nconcepts; k++) {
+        if (!R->concepts[k].lexical) continue;
+        for (int i = 0; i < s->ncm[k]; i++)
+            if (gr__overlaps(&s->cm[k][i], n) && s->cm[k][i].end > n->end) return 1;
+    }
     return 0;
 }
 
@@ -3305,6 +3315,27 @@ static void gr__clauses(gr__ctx *c, gr__sent *s) {
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int i = 0; i < s->ncm[kinds[k]]; i++)
             starts[s->cm[kinds[k]][i].start] = 1;
+    /* A contrast marker between a subject and its verb ("ModuleSpec 其实就是一个配置",
+       "the spec in fact is the config") is a sentence adverb inside one clause: nothing
+       before it in the clause is a verb, and a verb follows within two tokens. */
+    for (int i = 0; i < s->ncm[R->L.contrast]; i++) {
+        const gr__match *m = &s->cm[R->L.contrast][i];
+        int t0 = m->start, verb_before = 0, verb_after = 0;
+        while (t0 > 0 && !s->tok[t0 - 1].barrier)
+            t0--;
+        for (int j = 0; j < s->ncm[R->L.pred]; j++) {
+            const gr__match *p = &s->cm[R->L.pred][j];
+            if (p->start >= t0 && p->end <= m->start) verb_before = 1;
+            if (p->start >= m->end && p->start - m->end <= 2) verb_after = 1;
+        }
+        if (t0 < m->start && !verb_before && verb_after) starts[m->start] = 0;
+    }
+    /* a clause-break word right after a negator is what the negator denies ("it knows the
+       order, not which group the caller meant", "not because ...", "不是因为"): no new clause */
+    for (int i = 0; i < s->ncm[R->L.neg]; i++) {
+        const gr__match *m = &s->cm[R->L.neg][i];
+        if (m->end < s->ntok && !s->tok[m->end - 1].barrier) starts[m->end] = 0;
+    }
     int clause = 0, fresh = 1;
     for (int t = 0; t < s->ntok; t++) {
         if (starts[t] && !fresh) clause++;
@@ -3511,6 +3542,21 @@ static double gr__concept_coverage(gr__ctx *c, const gr__sent *s) {
     return words > 0 ? (double)covered / words : 0;
 }
 
+/* 1 when a verb of the language's predicate lists stands in an inflected form ("restores",
+   "created", "gives"): a finite verb, so the words around it form a clause. */
+static int gr__has_inflected_verb(gr__ctx *c, const gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    const int kinds[] = {R->L.pred, R->L.amb_verb, R->L.weak_pred};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int i = 0; i < s->ncm[kinds[k]]; i++)
+            for (int t = s->cm[kinds[k]][i].start; t < s->cm[kinds[k]][i].end; t++) {
+                const gr__tok *w = &s->tok[t];
+                if (w->kind == GR__T_WORD && w->stem != NULL && strcmp(w->stem, w->s) != 0)
+                    return 1;
+            }
+    return 0;
+}
+
 /* A keyword list, not a statement: many distinct lexicon concepts that cover most of its
    words, and hardly any function words ("the", "of", "is", "的", "了") between them. A real
    technical sentence is dense in terms too, but its function words hold it together. */
@@ -3551,7 +3597,13 @@ static int gr__is_term_list(gr__ctx *c, const gr__sent *s) {
                 gaps++;
         return distinct >= R->rules.list_min_concepts && gaps >= 3;
     }
-    return distinct >= R->rules.list_min_concepts && content >= R->rules.list_min_words &&
+    /* a line without a single function word or inflected verb ("save before forward restore
+       recompute snapshot RNG states backward") has no clause structure: bare nouns and verbs
+       in a row are a keyword list however short */
+    int min_words = (int)R->rules.list_min_words;
+    if (function == 0 && !gr__has_inflected_verb(c, s) && R->rules.list_bare_min_words < min_words)
+        min_words = (int)R->rules.list_bare_min_words;
+    return distinct >= R->rules.list_min_concepts && content >= min_words &&
            (double)covered / content >= R->rules.list_coverage &&
            (double)function / content < R->rules.list_function_ratio;
 }
@@ -3581,6 +3633,29 @@ static int gr__subject_before(gr__ctx *c, const gr__sent *s) {
         if (!fw && p->len > 3 && p->s[p->len - 1] == 's' && p->s[p->len - 2] != 's') return 1;
     }
     return 0;
+}
+
+/* Matches of a predicate list that stand as verbs: not right after an article or a possessive
+   ("the sorted rank list", "its run") and not the first half of a hyphenated compound
+   ("output-layer grads", "start-up check"). */
+static int gr__verbs(gr__ctx *c, const gr__sent *s, int k) {
+    static const char *const determiners[] = {"the", "a", "an", "its", "their", "our", "your",
+                                              "my", "his", "her", NULL};
+    int n = 0;
+    for (int i = 0; i < s->ncm[k]; i++) {
+        const gr__match *m = &s->cm[k][i];
+        const gr__tok *last = &s->tok[m->end - 1];
+        if (last->kind == GR__T_WORD && s->norm[last->start + last->len] == '-' &&
+            isalpha((unsigned char)s->norm[last->start + last->len + 1]))
+            continue;
+        int det = 0;
+        if (m->start > 0 && s->tok[m->start - 1].kind == GR__T_WORD)
+            for (int d = 0; determiners[d] != NULL && !det; d++)
+                det = strcmp(s->tok[m->start - 1].s, determiners[d]) == 0;
+        if (!det) n++;
+    }
+    (void)c;
+    return n;
 }
 
 /* Concepts, clauses, polarity, predicate and back-reference of one sentence. */
@@ -3621,7 +3696,7 @@ static void gr__analyse(gr__ctx *c, gr__sent *s) {
     gr__match_attributes(c, s);
     /* weak predicates (Chinese adjectives used as predicates: 相邻, 一致) count in prose, not
        in a bullet, where they usually head a noun phrase */
-    s->has_pred = s->ncm[R->L.pred] > 0 || (!s->in_list && s->ncm[R->L.weak_pred] > 0) ||
+    s->has_pred = gr__verbs(c, s, R->L.pred) > 0 || (!s->in_list && gr__verbs(c, s, R->L.weak_pred) > 0) ||
                   gr__subject_before(c, s);
     for (int i = 0; i < s->ncm[R->L.anaphor]; i++)
         if (s->wpos[s->cm[R->L.anaphor][i].start] < R->rules.anaphor_reach) s->anaphor = 1;
@@ -3760,8 +3835,9 @@ enum { GR__REL_NONE, GR__REL_ASSERTED, GR__REL_DENIED, GR__REL_HYPO };
 static const char *const gr__rel_form[] = {"", "stated", "stated only as denied",
                                            "stated only as a condition or question"};
 
-/* Search modes: the slots' own polarity and antecedent needs, polarity relaxed, both relaxed. */
-enum { GR__SEARCH_STRICT, GR__SEARCH_ANY_POL, GR__SEARCH_ANY };
+/* Search modes: the slots' own polarity and antecedent needs, polarity relaxed, both relaxed;
+   a double negation (a slot of the wrong polarity only inside a denial frame, at least one). */
+enum { GR__SEARCH_STRICT, GR__SEARCH_ANY_POL, GR__SEARCH_ANY, GR__SEARCH_DOUBLE_NEG };
 
 /* A unit to search: one sentence (a == NULL) or a sentence b that refers back to a. */
 typedef struct gr__unit {
@@ -3781,10 +3857,47 @@ typedef struct gr__search {
     int ncand[GR__MAX_SLOTS];
     gr__cand chosen[GR__MAX_SLOTS];
     int budget;
+    int mode;
+    int unless; /* an `unless` concept stands in the unit: check the parts the match spans */
 } gr__search;
+
 
 static const gr__sent *gr__unit_part(const gr__unit *u, int part) {
     return part == 0 ? u->a : u->b;
+}
+
+/* Which part of its sentence token t stands in: semicolons join independent statements into
+   one sentence ("B failed only because of the shim; with NCCL only members create groups"). */
+static int gr__semi_part(const gr__sent *s, int t) {
+    int part = 0;
+    for (int i = 0; i < t && i < s->ntok; i++)
+        part += s->tok[i].barrier && s->tok[i].s[0] == ';';
+    return part;
+}
+
+/* 1 when an `unless` concept of r stands in a semicolon part of the unit that the chosen
+   matches touch. */
+static int gr__unless_near(const gr__search *q) {
+    const gr__rel *r = q->r;
+    for (int p = 0; p < 2; p++) {
+        const gr__sent *s = gr__unit_part(&q->u, p);
+        if (s == NULL) continue;
+        for (int k = 0; k < r->nunless; k++)
+            for (int i = 0; i < s->ncm[r->unless[k]]; i++) {
+                int up = gr__semi_part(s, s->cm[r->unless[k]][i].start);
+                for (int j = 0; j < r->nslot; j++)
+                    if (q->chosen[j].part == p && gr__semi_part(s, q->chosen[j].m->start) == up)
+                        return 1;
+            }
+    }
+    return 0;
+}
+
+/* 1 when m has the polarity slot sl needs. */
+static int gr__pol_ok(const gr__slot *sl, const gr__match *m) {
+    if (sl->pol == GR__POL_ASSERTED && m->neg) return 0;
+    if (sl->pol == GR__POL_NEGATED && !m->neg) return 0;
+    return 1;
 }
 
 static int gr__slot_ok(const gr__slot *sl, const gr__match *m, int mode, int framed_ok) {
@@ -3793,10 +3906,9 @@ static int gr__slot_ok(const gr__slot *sl, const gr__match *m, int mode, int fra
         if (sl->hyp == GR__HYP_NO && m->hyp) return 0;
         if (sl->hyp == GR__HYP_ONLY && !m->hyp) return 0;
     }
-    if (mode == GR__SEARCH_STRICT) {
-        if (sl->pol == GR__POL_ASSERTED && m->neg) return 0;
-        if (sl->pol == GR__POL_NEGATED && !m->neg) return 0;
-    }
+    if (mode == GR__SEARCH_STRICT) return gr__pol_ok(sl, m);
+    /* a negation counts twice only inside the frame that denies it */
+    if (mode == GR__SEARCH_DOUBLE_NEG) return gr__pol_ok(sl, m) || m->framed;
     return 1;
 }
 
@@ -3834,6 +3946,13 @@ static int gr__dfs(gr__search *q, int slot) {
         if (r->window > 0 && in_b && hi - lo > r->window + 1e-9) return 0;
         if (r->agent >= 0 && !gr__is_agent(q, &q->chosen[r->agent], &q->chosen[r->verb]))
             return 0;
+        if (q->unless && gr__unless_near(q)) return 0;
+        if (q->mode == GR__SEARCH_DOUBLE_NEG) {
+            int flipped = 0;
+            for (int i = 0; i < r->nslot; i++)
+                flipped += !gr__pol_ok(&r->slot[i], q->chosen[i].m);
+            if (flipped == 0) return 0;
+        }
         return 1;
     }
     for (int i = 0; i < q->ncand[slot]; i++) {
@@ -3865,12 +3984,15 @@ static int gr__search_rel(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit 
     q->u = u;
     q->lang_prep = c->R.L.prepositions;
     q->budget = GR__SEARCH_BUDGET;
+    q->mode = mode;
+    int any_unless = 0;
     for (int p = 0; p < 2; p++) {
         const gr__sent *s = gr__unit_part(&u, p);
         if (s == NULL) continue;
         for (int k = 0; k < r->nunless; k++)
-            if (s->ncm[r->unless[k]] > 0) return 0;
+            any_unless |= s->ncm[r->unless[k]] > 0;
     }
+    q->unless = any_unless;
     for (int sl = 0; sl < r->nslot; sl++) {
         const gr__slot *slot = &r->slot[sl];
         int n = 0;
@@ -3899,7 +4021,9 @@ static int gr__search_rel(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit 
 /* How r stands in u: stated, stated only as denied, only as a condition, or not at all.
    Plain negations are checked slot by slot against what each slot needs; a denial frame
    ("it is not true that ...") negates the whole relation once: a relation stated inside it
-   is denied, and a relation denied inside it is stated (a double negation). */
+   is denied, and a relation denied inside it is stated (a double negation), but only when
+   every slot of the wrong polarity stands inside the frame: a frame in one sentence and a
+   negation in the next deny two things. */
 static int gr__rel_form_in(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit u,
                            int skip_void) {
     if (u.a != NULL && !r->backref) return GR__REL_NONE;
@@ -3907,7 +4031,8 @@ static int gr__rel_form_in(gr__ctx *c, gr__search *q, const gr__rel *r, gr__unit
     if (gr__search_rel(c, q, r, u, GR__SEARCH_STRICT, 0, skip_void)) return GR__REL_ASSERTED;
     if (gr__search_rel(c, q, r, u, GR__SEARCH_STRICT, 1, skip_void)) return GR__REL_DENIED;
     if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY_POL, 0, skip_void)) return GR__REL_DENIED;
-    if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY_POL, 1, skip_void)) return GR__REL_ASSERTED;
+    if (gr__search_rel(c, q, r, u, GR__SEARCH_DOUBLE_NEG, 1, skip_void)) return GR__REL_ASSERTED;
+    if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY_POL, 1, skip_void)) return GR__REL_DENIED;
     if (gr__search_rel(c, q, r, u, GR__SEARCH_ANY, 1, skip_void)) return GR__REL_HYPO;
     return GR__REL_NONE;
 }
@@ -4032,11 +4157,26 @@ static int gr__is_index(const char *norm, size_t at) {
 }
 
 /* "rank 5" (or "rank5", "rank 5的") named in the clause of token t; -1 if none. */
-static int gr__rank_named(const gr__sent *s, int t) {
+/* 1 when token i lies in a match of a lexicon concept ("TP" in "TP rank 1"). */
+static int gr__in_concept(const gr__ctx *c, const gr__sent *s, int i) {
+    for (int k = 0; k < c->R.nconcepts; k++) {
+        if (!c->R.concepts[k].lexical) continue;
+        for (int j = 0; j < s->ncm[k]; j++)
+            if (s->cm[k][j].start <= i && i < s->cm[k][j].end) return 1;
+    }
+    return 0;
+}
+
+static int gr__rank_named(const gr__ctx *c, const gr__sent *s, int t) {
     int tc = t < s->ntok ? s->clause[t] : -1;
     for (int i = 0; i + 1 < s->ntok; i++) {
         if (s->clause[i] != tc) continue;
-        if (s->tok[i].kind == GR__T_WORD && strcmp(s->tok[i].s, "rank") == 0 &&
+        /* "TP rank 1", "local rank 0": a coordinate inside a group, not a rank of the world */
+        if (i > 0 && s->tok[i - 1].kind == GR__T_WORD && strcmp(s->tok[i - 1].s, "global") != 0 &&
+            gr__in_concept(c, s, i - 1))
+            continue;
+        /* "rank 5", not the piece of an identifier ("tp_rank 1" gives a coordinate) */
+        if (s->tok[i].kind == GR__T_WORD && !s->tok[i].ident && strcmp(s->tok[i].s, "rank") == 0 &&
             s->tok[i + 1].kind == GR__T_NUM)
             return atoi(s->tok[i + 1].s);
     }
@@ -4074,6 +4214,27 @@ static int gr__list_has(const gr__blist *l, int rank) {
     return 0;
 }
 
+/* 1 when the word right before token t is a noun that a list can belong to, other than
+   ranks, groups or members: a content word that no language rule knows ("layers [0]",
+   "shape [128,64]"), so the list is that noun's, not a group's. */
+static int gr__list_follows_other_noun(gr__ctx *c, const gr__sent *s, int t) {
+    const gr__rubric *R = &c->R;
+    if (t <= 0 || t > s->ntok) return 0;
+    const gr__tok *p = &s->tok[t - 1];
+    if (p->kind != GR__T_WORD || p->barrier) return 0;
+    const char *w = p->stem != NULL ? p->stem : p->s;
+    static const char *const owners[] = {"rank", "group", "member", "list", "set", "process",
+                                         NULL};
+    for (int i = 0; owners[i] != NULL; i++)
+        if (strncmp(w, owners[i], strlen(owners[i])) == 0) return 0;
+    const int lang[] = {R->L.function_words, R->L.pred, R->L.amb_verb, R->L.prepositions,
+                        R->L.auxiliaries, R->L.weak_pred, R->L.neg};
+    for (size_t k = 0; k < sizeof lang / sizeof lang[0]; k++)
+        for (int i = 0; i < s->ncm[lang[k]]; i++)
+            if (s->cm[lang[k]][i].start <= t - 1 && t - 1 < s->cm[lang[k]][i].end) return 0;
+    return 1;
+}
+
 /* A bracketed list the sentence attributes to a group kind that the run did not measure for
    that kind ("the DP groups are [0,1] ..."). */
 static int gr__wrong_group_claim(gr__ctx *c, gr__sent *s, const gr__misc *m, gr__sb *why,
@@ -4090,20 +4251,35 @@ static int gr__wrong_group_claim(gr__ctx *c, gr__sent *s, const gr__misc *m, gr_
         int t = gr__tok_at(s, lists[li].start);
         if (gr__is_index(s->norm, lists[li].start)) continue;
         if (t < s->ntok && (s->hyp[t] || (s->negd[t] + s->frame[t]) % 2)) continue;
-        const cJSON *gc;
+        /* the list is attributed to the kind named nearest to it ("tp_rank 1 in [6,7], dp_rank
+           1 in [5,7]": [5,7] belongs to dp, however near tp stands too) */
+        const cJSON *gc, *best = NULL;
+        gr__slot best_kind;
+        double bestd = 1e30;
         cJSON_ArrayForEach(gc, m->group_claims) {
             gr__slot kind;
             gr__parse_slot(c, gr__jstr(gc, "kind", "?"), &kind, GR__HYP_NO, m->id);
             const gr__match *km = gr__near_slot(c, s, &kind, t, GR__SEARCH_STRICT);
-            if (km == NULL) continue;
-            const cJSON *groups = gr__path(c->results, gr__jstr(gc, "groups", ""));
-            if (groups == NULL) continue;
-            int rank = gr__rank_named(s, t);
-            int ok = gr__list_is_measured(c, &lists[li], groups) &&
-                     (rank < 0 || lists[li].nested || gr__list_has(&lists[li], rank));
-            if (ok) break; /* attributed correctly to the nearest kind */
+            if (km == NULL || gr__path(c->results, gr__jstr(gc, "groups", "")) == NULL) continue;
+            double d = km->end <= t ? s->wpos[t] - s->wpos[km->end] : s->wpos[km->start] - s->wpos[t];
+            if (km->end <= t) d -= 0.5; /* a kind before the list names it ("the TP group [0,1]") */
+            if (d < bestd) {
+                bestd = d;
+                best = gc;
+                best_kind = kind;
+            }
+        }
+        if (best == NULL) continue;
+        /* a kind named only after the list does not own a list that follows another noun
+           ("rank 1 built layers [0] plus the embedding": [0] are layers) */
+        if (bestd > 0 && gr__list_follows_other_noun(c, s, t)) continue;
+        const cJSON *groups = gr__path(c->results, gr__jstr(best, "groups", ""));
+        int rank = gr__rank_named(c, s, t);
+        int ok = gr__list_is_measured(c, &lists[li], groups) &&
+                 (rank < 0 || lists[li].nested || gr__list_has(&lists[li], rank));
+        if (!ok) {
             gr__sb_printf(c, why, "%s was not measured as %s (measured: %s)", lists[li].canon,
-                          kind.spec, gr__json_short(c, groups, 60));
+                          best_kind.spec, gr__json_short(c, groups, 60));
             *clause_out = t < s->ntok ? s->clause[t] : 0;
             return 1;
         }
@@ -4840,7 +5016,7 @@ static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__es
             if (gr__is_index(s->norm, lists[li].start)) continue;
             if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
             if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
-            int rank = gr__rank_named(s, t);
+            int rank = gr__rank_named(c, s, t);
             int want = -1;
             if (b->rank_path != NULL) {
                 const cJSON *r = gr__path(c->results, b->rank_path);

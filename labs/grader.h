@@ -48,8 +48,9 @@
    message names the file, the line and the key). Nonsense written in valid text is not an
    error: it is graded (and usually scores 0).
 
-   Sentences end at . ! ? ; 。！？； and at paragraph, list-item and hard line breaks; a soft
-   line break inside a Markdown paragraph is a space, so wrapped prose stays one sentence.
+   Sentences end at . ! ? 。！？ and at paragraph, list-item and hard line breaks (a semicolon
+   joins two statements of one sentence); a soft line break inside a Markdown paragraph is a
+   space, so wrapped prose stays one sentence.
 
    GR_GRADE_DEBUG=1 in the environment prints, on stderr, every sentence with its box, its
    flags and the concepts found in it (+ stated, - denied, ? conditional): for writing rubrics

@@ -85,6 +85,21 @@ static void make_rubric(const char *rules_json) {
     write_json(in_dir("rubric.json"), r);
 }
 
+/* rubric.json as make_rubric(NULL) writes it, with one more lexicon concept. */
+static void make_rubric_with_concept(const char *id, const char *phrases_json) {
+    make_rubric(NULL);
+    char *text = slurp(in_dir("rubric.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(r);
+    cJSON *lex = cJSON_GetObjectItemCaseSensitive(r, "lexicon");
+    cr_assert_not_null(lex, "the unit rubric has no lexicon");
+    cJSON *phrases = cJSON_Parse(phrases_json);
+    cr_assert_not_null(phrases, "bad phrases JSON in the test: %s", phrases_json);
+    cJSON_AddItemToObject(lex, id, phrases);
+    write_json(in_dir("rubric.json"), r);
+}
+
 /* results.json in the test directory, with the recorded prediction hash and variant. */
 static void make_results(const char *hash, int present, const char *variant) {
     char *text = slurp(fixture("unit_results.json"));
@@ -346,6 +361,90 @@ Test(grader, negator_exceptions_do_not_negate) {
     release(&g);
 }
 
+Test(grader, a_phrase_that_ends_with_its_negator_leaves_it_its_scope) {
+    /* a concept phrase that is the negator alone, or ends with it, does not swallow it */
+    make_rubric_with_concept("ELSEWHERE", "{\"en\": [\"never\", \"elsewhere\"]}");
+    graded g = grade_sheet(S1("The TP ranks never sit adjacent in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+    make_rubric_with_concept("NO_NEED", "{\"en\": [\"need not\"]}");
+    graded h = grade_sheet(S1("The TP ranks need not be adjacent in this layout."));
+    EXPECT_SCORE(h, "S.tp_adj", 0.0);
+    release(&h);
+    /* a phrase that goes on after its negator still carries it: "does not matter" */
+    make_rubric(NULL);
+    graded k = grade_sheet(FX("The creation order does not matter at all here."));
+    cr_expect(item(&k, "MX_FREE")->fired, "\"does not matter\" states the order is free:\n%s",
+              k.out);
+    release(&k);
+}
+
+Test(grader, a_contrast_adverb_between_subject_and_verb_keeps_one_clause) {
+    const char *said[] = {"The creation order in fact is irrelevant here.",
+                          "组的顺序其实是无关的。"};
+    for (int i = 0; i < 2; i++) {
+        graded g = grade_sheet(FX(said[i]));
+        cr_expect(item(&g, "MX_FREE")->fired, "not read as one clause: \"%s\"\n%s", said[i],
+                  g.out);
+        release(&g);
+    }
+    /* a contrast after a verb still opens a clause */
+    graded h = grade_sheet(FX("The order is kept, but in fact irrelevant things may differ."));
+    cr_expect_not(item(&h, "MX_FREE")->fired, "%s", h.out);
+    release(&h);
+}
+
+Test(grader, a_negator_before_a_clause_word_denies_that_clause) {
+    /* "not which ...": the negator's scope runs into the clause it introduces */
+    graded g = grade_sheet(S1("TP is first, not which ranks are adjacent here."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+}
+
+Test(grader, an_unless_concept_keeps_only_its_own_semicolon_part_from_matching) {
+    /* MX_FREE with "unless": ["EXPB"]: a statement about experiment B quotes a state on
+       purpose, but a second statement after a semicolon is the writer's own */
+    make_rubric(NULL);
+    char *text = slurp(in_dir("rubric.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(r, "misconceptions")) {
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(m, "id")->valuestring, "MX_FREE") != 0) continue;
+        cJSON *rel = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "relations"), 0);
+        cJSON *unless = cJSON_CreateArray();
+        cJSON_AddItemToArray(unless, cJSON_CreateString("EXPB"));
+        cJSON_AddItemToObject(rel, "unless", unless);
+    }
+    write_json(in_dir("rubric.json"), r);
+    graded g = grade_sheet(FX("In experiment B the creation order was irrelevant to the result."));
+    cr_expect_not(item(&g, "MX_FREE")->fired, "%s", g.out);
+    release(&g);
+    graded h = grade_sheet(FX("Experiment B hung for a while; the creation order is irrelevant."));
+    cr_expect(item(&h, "MX_FREE")->fired, "%s", h.out);
+    release(&h);
+}
+
+Test(grader, no_problem_judges_what_it_follows_and_negates_nothing) {
+    /* "没问题" / "no problem" says the statement before it is fine: it is still stated */
+    const char *fine[] = {"只有成员创建这个组没问题。", "Only the members create the group, no problem."};
+    for (int i = 0; i < 2; i++) {
+        graded g = grade_sheet(S2(fine[i]));
+        cr_expect(item(&g, "MX_ONLY")->fired, "\"%s\" states the misconception:\n%s", fine[i], g.out);
+        EXPECT_SCORE(g, "S.every_create", 0.0);
+        release(&g);
+    }
+}
+
+Test(grader, empty_parentheses_of_a_call_do_not_end_a_clause) {
+    graded g = grade_sheet(FX("The order of the get_rank() calls is irrelevant here."));
+    cr_expect(item(&g, "MX_FREE")->fired, "%s", g.out);
+    release(&g);
+    graded h = grade_sheet(FX("The order (of the calls) and what is irrelevant here differ."));
+    cr_expect_not(item(&h, "MX_FREE")->fired, "a real parenthesis still ends a clause:\n%s", h.out);
+    release(&h);
+}
+
 Test(grader, a_double_negation_states_the_relation) {
     graded g = grade_sheet(S1("It is not true that the TP ranks are not adjacent in this layout."));
     EXPECT_SCORE(g, "S.tp_adj", 1.0);
@@ -439,6 +538,21 @@ Test(grader, a_group_list_attributed_to_the_wrong_kind_fires) {
     release(&h);
 }
 
+Test(grader, a_group_list_belongs_to_the_kind_named_nearest_it) {
+    /* each list beside its own kind; "TP rank 1" is a coordinate, not the world's rank 1 */
+    graded g = grade_sheet(S1("Rank 3 sits at TP rank 1 in [2,3], DP rank 1 in [1,3] of this grid."));
+    cr_expect_not(item(&g, "MX_STRIDE")->fired, "%s", g.out);
+    release(&g);
+    /* a list after another noun is that noun's, even with a kind named after it */
+    graded h = grade_sheet(S1("Rank 3 built layers [0] plus the TP shard of this model."));
+    cr_expect_not(item(&h, "MX_STRIDE")->fired, "%s", h.out);
+    release(&h);
+    /* and the nearest kind still judges: [1,3] is no TP group */
+    graded k = grade_sheet(S1("Rank 3 sits at DP rank 1 in [2,3], TP rank 1 in [1,3] of this grid."));
+    cr_expect(item(&k, "MX_STRIDE")->fired, "%s", k.out);
+    release(&k);
+}
+
 /* ---------------------------------------------------------------------------------------------
    no gaming by form */
 
@@ -466,6 +580,40 @@ Test(grader, a_keyword_list_is_not_a_statement) {
     EXPECT_SCORE(g, "S.tp_adj", 0.0);
     cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "a list of terms"), "%s", why(&g, "S.tp_adj"));
     cr_expect_not(item(&g, "MX_FREE")->fired, "a list states no misconception either");
+    release(&g);
+}
+
+Test(grader, an_article_or_a_hyphen_makes_a_verb_form_a_noun_phrase_in_bullets) {
+    /* "the sorted", "output-layer": no verb, so these bullets state nothing */
+    graded g = grade_sheet(S1("- TP ranks adjacent in the sorted order\n"
+                              "- TP groups on output-layer NVLink same node\n"));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    EXPECT_SCORE(g, "S.tp_link", 0.0);
+    release(&g);
+    graded h = grade_sheet(S1("- TP ranks are adjacent in the sorted order\n"));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+}
+
+Test(grader, a_line_of_bare_nouns_and_verbs_is_a_keyword_list_however_short) {
+    /* nine words, no function word, no inflected verb: terms in a row, not a clause */
+    graded g = grade_sheet(S1("sequence keep DP ordering TP ranks adjacent via NVLink"));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "a list of terms"), "%s", why(&g, "S.tp_adj"));
+    release(&g);
+    /* the same words around a finite verb ("keeps") form a clause and keep their relation */
+    graded h = grade_sheet(S1("sequence keeps DP ordering TP ranks adjacent via NVLink"));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+}
+
+Test(grader, a_bullet_opening_with_a_noun_verb_is_read_safely) {
+    /* "hang", "match", "order" head these bullets: there is no word before them to be a
+       subject (this read before the sentence's first token) */
+    graded g = grade_sheet(S1("- hang forever\n- match by name\n- order irrelevant\n"));
+    cr_expect_eq(g.rc, 0);
+    EXPECT_SCORE(g, "S", 0.0);
+    cr_expect_not(item(&g, "MX_NAME")->fired, "a bullet without a verb states nothing:\n%s", g.out);
     release(&g);
 }
 
@@ -1332,6 +1480,26 @@ Test(grader, a_schema1_rubric_is_graded_by_the_same_rules) {
     cr_expect(item(&g, "MC_NAME")->fired, "%s", g.out);
     cr_expect_float_eq(score(&g, "S1.adjacent"), 0.0, 1e-9, "voided by MC_NAME: %s", g.out);
     release(&g);
+}
+
+Test(grader, a_double_negation_needs_the_negation_inside_the_frame) {
+    /* "it is false that" is a denial frame, not also a negator of what it frames */
+    graded g = grade_sheet(S1("It is false that the TP ranks are adjacent in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+    graded h = grade_sheet(S1("It is false that the TP ranks are not adjacent in this layout."));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+    /* a frame in one sentence and a negation in the next are two denials of two things, not a
+       double negation of one */
+    graded k = grade_sheet(S1("It is false that we consider the TP groups. Their members are not "
+                              "neighbouring ranks."));
+    EXPECT_SCORE(k, "S.tp_adj", 0.0);
+    release(&k);
+    graded m = grade_sheet(S1("Consider the TP groups. It is false that their members are not "
+                              "neighbouring ranks."));
+    EXPECT_SCORE(m, "S.tp_adj", 1.0);
+    release(&m);
 }
 
 /* ---------------------------------------------------------------------------------------------
