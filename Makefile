@@ -266,9 +266,11 @@ clean: ## remove build outputs
 bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (reference, fast table, BLAS)
 
 LLMC        ?= /tmp/llmc/train_gpt2
+LLMC_DRIVER ?= /tmp/llmc/llmc_bench
 BENCH_STEPS ?= 6
 bench-cpu: pretrain_gpt $(BUILD)/bench/gemm_bench ## pretrain_gpt tokens/s and GEMM GFLOP/s beside llm.c (LLMC=path to train_gpt2)
-	@LLMC="$(LLMC)" BENCH_STEPS=$(BENCH_STEPS) MPIRUN="$(MPIRUN)" bash bench/bench_cpu.sh
+	@LLMC="$(LLMC)" LLMC_DRIVER="$(LLMC_DRIVER)" BENCH_STEPS=$(BENCH_STEPS) MPIRUN="$(MPIRUN)" \
+	  bash bench/bench_cpu.sh
 
 # ---------------------------------------------------------------------------------------------
 # GPU: the checks and the benchmark (need nvcc here; a GPU to run)

@@ -18,6 +18,10 @@
                           communicator backend, both implemented in megatron_c_cuda.cu (compile
                           that file with nvcc and link it: -lnccl -lcublasLt -lcublas -lcudnn
                           -lcudart).
+       MC_USE_CBLAS       the fast CPU table's GEMM calls cblas_sgemm (<cblas.h>; link a CBLAS,
+                          e.g. -lopenblas). Without it: the own blocked kernel.
+       -fopenmp           (a compiler flag) the fast CPU table runs its ops on several threads
+                          (mc_cpu_threads); without it, on one.
        MC_STATIC          make every public function static (private copy per translation unit).
        MC_ASSERT(c)       override assert() for internal invariants.
 
@@ -34,7 +38,8 @@
            and a dependency simulation of them that measures the bubble,
          - Philox4x32-10 random streams and Megatron's model-parallel RNG tracker
            (named streams, nested forks, save/restore, Megatron's seeds),
-         - the training core on an op table (the CPU reference, or CUDA: cuBLASLt GEMMs,
+         - the training core on an op table (the fast CPU table, threaded and with a BLAS
+           GEMM, held to the plain CPU reference loops; or CUDA: cuBLASLt GEMMs,
            fused kernels, cuDNN attention), which also owns the memory every communicator
            and module works on; fp32, or Megatron's --bf16 (bf16 parameters and activations,
            fp32 main parameters, gradients and optimizer state): the GPT config with
@@ -4120,15 +4125,25 @@ MC_API int mc_cpu_threads(void) {
 
 MC_API void mc_cpu_set_threads(int n) { mc__cpu_threads_set = n > 0 ? n : 0; }
 
+MC_API const char *mc_cpu_blas(void) {
 #if defined(MC_USE_CBLAS) && defined(OPENBLAS_VERSION)
-#define MC__BLAS_NAME "OpenBLAS " OPENBLAS_VERSION
+    static char name[64];   /* OPENBLAS_VERSION is " OpenBLAS 0.3.21 " */
+    if (!name[0]) {
+        const char *v = OPENBLAS_VERSION;
+        size_t n;
+        while (*v == ' ') v++;
+        n = strlen(v) < sizeof name - 1 ? strlen(v) : sizeof name - 1;
+        while (n > 0 && v[n - 1] == ' ') n--;
+        memcpy(name, v, n);
+        name[n] = '\0';
+    }
+    return name;
 #elif defined(MC_USE_CBLAS)
-#define MC__BLAS_NAME "CBLAS"
+    return "CBLAS";
 #else
-#define MC__BLAS_NAME NULL
+    return NULL;
 #endif
-
-MC_API const char *mc_cpu_blas(void) { return MC__BLAS_NAME; }
+}
 
 /* Threads for a loop over n units of `grain` elements each: 1 below MC__PAR_MIN elements. */
 static int mc__par_threads(size_t n, size_t grain) {
