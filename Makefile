@@ -3,7 +3,8 @@
 #   make lab03 && mpirun --oversubscribe -np 8 ./lab03      run a lab (add --allow-run-as-root as root)
 #   make test                                               build and run every test suite
 #
-# Switches: CUDA=1 (NCCL backend, needs nvcc), NVCC_ARCH=sm_90, NO_DEPS=1 (never call apt-get).
+# Switches: CUDA=1 (NCCL backend, needs nvcc), NVCC_ARCH=sm_90, NO_DEPS=1 (never call apt-get),
+#           WITH_CBLAS=0 (no OpenBLAS: mc_ops_cpu_cblas() is then NULL; `make clean` first).
 
 SHELL       := /bin/bash
 CC          ?= cc
@@ -44,6 +45,18 @@ CRIT_LIBS    = $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriteri
 # The MPI runner used by tests and examples (root needs the allow flags).
 MPIRUN      ?= mpirun --oversubscribe $(if $(filter 0,$(shell id -u)),--allow-run-as-root,)
 export MC_MPIRUN := $(MPIRUN)
+
+# The CBLAS-backed CPU op table beside the reference one (mc_ops_cpu_cblas, MC_WITH_CBLAS):
+# OpenBLAS from Debian. Only the programs that need it link it (lab01, tests/test_ops_cblas):
+# the library's own object, the other labs, the tests and pretrain_gpt are built without it.
+WITH_CBLAS  ?= 1
+ifeq ($(WITH_CBLAS),1)
+  CBLAS_CPPFLAGS := -DMC_WITH_CBLAS
+  CBLAS_LIBS     := -lopenblas
+else
+  CBLAS_CPPFLAGS :=
+  CBLAS_LIBS     :=
+endif
 
 # CUDNN=0 builds the CUDA table without cuDNN (the own attention kernels only); CUDNN_HOME points
 # at a cuDNN outside the CUDA toolkit (include/ and lib/, e.g. the one torch's wheels carry).
@@ -130,7 +143,7 @@ lab_objs = $(subst $(BUILD)/mc_impl.o,$(or $(LAB_IMPL_$(1)),$(BUILD)/mc_impl.o),
 
 lab%: labs/lab%.c $(LAB_COMMON) $(wildcard labs/*.h) | $(BUILD)/.deps-ok ## build ./labNN (e.g. make lab03)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $(LAB_DEFS_$@) \
-	  $< $(LAB_SRCS_$@) $(call lab_objs,$@) -o $@ $(LDFLAGS) $(FAST_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
+	  $< $(LAB_SRCS_$@) $(call lab_objs,$@) -o $@ $(LDFLAGS) $(FAST_LIBS) $(GRADER_LIBS) $(LAB_LIBS_$@) $(CUDA_LIBS)
 
 # lab11: the learner edits labs/lab11_task.c (its forward_step and loss_func), and the lab
 # injects a library fault, so it links the library built with MC_FAULT_HOOKS (ordinary builds
@@ -139,6 +152,18 @@ LAB_SRCS_lab11 := labs/lab11_task.c
 LAB_DEFS_lab11 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab11 := $(BUILD)/mc_impl_faults.o
 lab11: $(LAB_SRCS_lab11) $(LAB_IMPL_lab11)
+
+# lab07: the tied-embedding experiment skips the embedding-group all-reduce in one of its runs
+# (mc_fault_finalize_skip_embedding_sync), so it links the same MC_FAULT_HOOKS build.
+LAB_DEFS_lab07 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab07 := $(BUILD)/mc_impl_faults.o
+lab07: $(LAB_IMPL_lab07)
+
+# lab08: the broken mode steps the optimizer before finish_grad_sync through the library's fault
+# hook, so it links the same build.
+LAB_DEFS_lab08 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab08 := $(BUILD)/mc_impl_faults.o
+lab08: $(LAB_IMPL_lab08)
 
 # lab10: "one global seed", "a seed per rank" and recompute without its RNG handling are
 # library faults (mc_fault_dropout_stream, mc_fault_recompute_rng): the MC_FAULT_HOOKS build.
@@ -155,6 +180,16 @@ $(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h $(CONFIG_STAMP) | $(BUILD
 # the lab's own sources: the library is the ordinary build.
 LAB_SRCS_lab06 := labs/lab06_attention.c labs/lab06_builtin.c
 lab06: $(LAB_SRCS_lab06)
+
+# lab01 compiles examples/pretrain_gpt.c into itself (the recipe path) and runs the CBLAS-backed
+# CPU table beside the reference one, so it links the library built with MC_WITH_CBLAS.
+LAB_IMPL_lab01 := $(BUILD)/mc_impl_cblas.o
+LAB_LIBS_lab01 := $(CBLAS_LIBS)
+lab01: examples/pretrain_gpt.c $(LAB_IMPL_lab01)
+
+$(BUILD)/mc_impl_cblas.o: labs/mc_impl.c megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
+	@mkdir -p $(@D)
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $(CBLAS_CPPFLAGS) -c $< -o $@
 
 labs: $(LABS) ## build every lab (each labs/labNN.c)
 
@@ -177,10 +212,23 @@ megatron_c: tools/megatron_c.c megatron_c.h examples/pretrain_gpt_args.h | $(BUI
 UNIT_TESTS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/test_*.c))
 MPI_CASES  := $(patsubst tests/mpi_cases/%.c,$(BUILD)/tests/%,$(wildcard tests/mpi_cases/*.c))
 
+# A suite may add defines (TEST_DEFS_<name>), libraries (TEST_LIBS_<name>) and link another
+# build of the library (TEST_IMPL_<name>) in place of $(BUILD)/mc_impl.o, as labs do.
+test_objs = $(subst $(BUILD)/mc_impl.o,$(or $(TEST_IMPL_$(1)),$(BUILD)/mc_impl.o),$(LAB_COMMON))
+
 $(UNIT_TESTS): $(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) $(wildcard tests/*.h) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
-	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(FAST_LIBS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
+	  $(TEST_DEFS_$*) $< $(call test_objs,$*) -o $@ $(LDFLAGS) $(FAST_LIBS) $(CRIT_LIBS) $(GRADER_LIBS) \
+	  $(TEST_LIBS_$*) $(CUDA_LIBS)
+
+# the CBLAS-backed CPU table (mc_ops_cpu_cblas) against fp64 references
+TEST_IMPL_ops_cblas := $(BUILD)/mc_impl_cblas.o
+TEST_DEFS_ops_cblas := $(CBLAS_CPPFLAGS)
+TEST_LIBS_ops_cblas := $(CBLAS_LIBS)
+$(BUILD)/tests/test_ops_cblas: $(TEST_IMPL_ops_cblas)
+# test_lab01 expects the accelerated table lab01 was built with
+TEST_DEFS_lab01 := $(CBLAS_CPPFLAGS)
 
 $(filter-out $(BUILD)/tests/nccl_cases,$(MPI_CASES)): $(BUILD)/tests/%: tests/mpi_cases/%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
@@ -230,6 +278,7 @@ $(BUILD)/tests/calibrate: tests/calibration/calibrate.c tests/calibration/calibr
 # ---------------------------------------------------------------------------------------------
 # header compile checks: C99, C11, C++, -Wall -Wextra -pedantic, two TUs with one implementation
 
+comma := ,
 HDR_FLAGS := -Wall -Wextra -pedantic -Wpointer-arith -Werror -I.
 check-header: | $(BUILD)/.deps-ok
 check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two TUs
@@ -240,15 +289,16 @@ check-header: ## compile megatron_c.h as C99, C11, C++, MPI, MC_STATIC, and two 
 	$(CXX) -std=c++17 $(HDR_FLAGS) -x c++ tests/compile/impl.c -o $(BUILD)/compile/cxx -lm
 	$(MPICC) -std=c99 $(HDR_FLAGS) -DMC_COMM_MPI tests/compile/impl.c -o $(BUILD)/compile/c99_mpi -lm
 	$(CC)  -std=c99   $(HDR_FLAGS) tests/compile/two_a.c tests/compile/two_b.c -o $(BUILD)/compile/two_tu -lm
-	@for b in c99 c11 c11_static cxx two_tu; do ./$(BUILD)/compile/$$b >/dev/null || exit 1; done
-	@echo "check-header: 6 builds clean (C99, C11, MC_STATIC, C++17, MPI, two TUs)"
+	$(if $(CBLAS_LIBS),$(CXX) -std=c++17 $(HDR_FLAGS) $(CBLAS_CPPFLAGS) -x c++ tests/compile/impl.c -o $(BUILD)/compile/cxx_cblas -lm $(CBLAS_LIBS),@true)
+	@for b in c99 c11 c11_static cxx two_tu $(if $(CBLAS_LIBS),cxx_cblas,); do ./$(BUILD)/compile/$$b >/dev/null || exit 1; done
+	@echo "check-header: $(if $(CBLAS_LIBS),7,6) builds clean (C99, C11, MC_STATIC, C++17, MPI, two TUs$(if $(CBLAS_LIBS),$(comma) C++17 with MC_WITH_CBLAS,))"
 
 # ---------------------------------------------------------------------------------------------
 # CUDA / NCCL (needs nvcc; the GPU machine has CUDA 13 and NCCL 2.28)
 
 cuda: ## rebuild the labs and the tests with the NCCL backend (CUDA=1)
 	@command -v $(NVCC) >/dev/null || { echo "cuda: nvcc not found (install the CUDA toolkit)"; exit 1; }
-	rm -f $(LABS) $(LAB_COMMON) $(BUILD)/mc_impl_faults.o
+	rm -f $(LABS) $(LAB_COMMON) $(BUILD)/mc_impl_faults.o $(BUILD)/mc_impl_cblas.o
 	$(MAKE) CUDA=1 labs $(MPI_CASES)
 
 clean: ## remove build outputs

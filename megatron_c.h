@@ -22,6 +22,8 @@
                           e.g. -lopenblas). Without it: the own blocked kernel.
        -fopenmp           (a compiler flag) the fast CPU table runs its ops on several threads
                           (mc_cpu_threads); without it, on one.
+       MC_WITH_CBLAS      also build mc_ops_cpu_cblas(): the CPU table with its GEMM routed
+                          through cblas_sgemm (needs <cblas.h>; link a CBLAS, e.g. -lopenblas).
        MC_STATIC          make every public function static (private copy per translation unit).
        MC_ASSERT(c)       override assert() for internal invariants.
 
@@ -58,7 +60,8 @@
    SECTIONS (grep ">>name"; declarations first, then the implementation in the same order),
    named and ordered after Megatron-Core's packages:
        core                errors, setup, ops (the op table: memory and numerics; the CPU
-                           table), config, num_microbatches, params (the flat buffer's table)
+                           table), timeline (what ran when: call, return and completion times),
+                           config, num_microbatches, params (the flat buffer's table)
        parallel_state      rank_grid, comm (self and mpi here, nccl in megatron_c_cuda.cu),
                            the groups of initialize_model_parallel
        tensor_parallel     mappings, Column/Row parallel linear, vocab-parallel embedding and
@@ -75,7 +78,7 @@
          negative on error) and the details go to the logger callback and to
          mc_last_error() (a per-thread string naming the field, the value and the rule).
        - keep hidden global state, apart from the optional process-wide logger and
-         allocator set with mc_setup().
+         allocator set with mc_setup() and the timeline started with mc_timeline_start().
 
    STEP BY STEP
        1. mc_comm_init_world(&world, &(mc_comm_desc){0})       // MPI_Init if needed
@@ -251,6 +254,9 @@ MC_API void mc_free(void *ptr);
    fast one: the same formulas on several threads (OpenMP, -fopenmp), and with MC_USE_CBLAS
    (link a CBLAS, e.g. -lopenblas) its gemm is cblas_sgemm, whose summation order is the
    BLAS's own; its results do not depend on the thread count (>>core.ops cpu fast).
+   Build with MC_WITH_CBLAS (implied by MC_USE_CBLAS) to also get mc_ops_cpu_cblas: this
+   reference table with only its gemm through cblas_sgemm, so that one program can run both
+   and compare them.
 
    Dropout (dropout_* and the attention probabilities): element i is kept iff
    mc_rng_uniform_at(seed, offset + i) >= p, and kept values are scaled by 1 / (1 - p); p = 0
@@ -419,6 +425,18 @@ struct mc_ops {
     /* NULL, or the account that counts this table's memory by category (see below); set it
        on a copy of the table, which still is the same memory */
     struct mc_memory_account *account;
+
+    /* Completion markers for the timeline (>>core.timeline); optional: NULL where an op has
+       finished when it returns (the CPU table). Called only while a timeline records.
+       mark_record queues a marker behind every op queued on ctx so far and returns it in
+       *mark (CUDA: a timing event recorded on the stream); mark_time waits until the marker
+       is reached and writes when that was, in seconds of mc_timeline_now() (CUDA:
+       cudaEventSynchronize, then cudaEventElapsedTime from a reference event recorded on the
+       stream right after a synchronisation at a known mc_timeline_now()); mark_release frees
+       it (also when it was never waited for). */
+    int (*mark_record)(const mc_ops *o, void **mark);
+    int (*mark_time)(const mc_ops *o, void *mark, double *t);
+    void (*mark_release)(const mc_ops *o, void *mark);
 };
 
 /* The CPU tables. mc_ops_cpu() is the fast one (threads, a BLAS when built with MC_USE_CBLAS;
@@ -441,6 +459,13 @@ MC_API const char *mc_cpu_blas(void);
    fp32, row-major, same contract as mc_ops.gemm without bias. */
 MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
                                 int trans_a, int trans_b, float alpha, float beta);
+/* The CPU table with one op swapped for an accelerated library: gemm is cblas_sgemm (fp32
+   storage: bf16 operands are widened first, as in the reference). Same memory as
+   mc_ops_cpu_reference() (host, ctx NULL), so it drops in wherever the reference table goes;
+   every other op is the reference one (single-threaded). Its sums run in the BLAS library's
+   order, so results match the reference to rounding, not bit for bit. NULL in builds without
+   MC_WITH_CBLAS or MC_USE_CBLAS (a caller falls back to mc_ops_cpu_reference()). */
+MC_API const mc_ops *mc_ops_cpu_cblas(void);
 /* 1 when the two tables work on the same memory (the same table, or the same device and
    context), so that one's buffers are valid for the other. */
 MC_API int mc_ops_same_memory(const mc_ops *a, const mc_ops *b);
@@ -544,6 +569,144 @@ MC_CUDA_API int mc_ops_cuda_profile_read(const mc_ops *ops, double ms[MC_PROF_CO
 #endif
 
 /* @ops:declarations end */
+
+/* @timeline:declarations begin */
+/* ---------------------------------------------------------------------------------------------
+   >>core.timeline  What ran when: Megatron's timers, per event instead of per name. While a
+   timeline is started the library records one event per schedule op, collective, wait and
+   phase of finalize_model_grads, the optimizer and checkpoints, each with three times:
+       t_call      the host made the call
+       t_return    the call returned to the host
+       t_complete  the work it started had finished: on the device for the op table's work,
+                   on the network for a collective (0 while that is not known)
+   An application records its own phases (data, logging, ...) with mc_timeline_begin / _end.
+   While no timeline is started nothing is recorded: every trace point is one pointer test.
+
+       static mc_timeline_event events[1 << 14];
+       mc_timeline tl;
+       mc_timeline_start(&tl, &(mc_timeline_desc){ .events = events, .capacity = 1 << 14 });
+       ... one iteration ...
+       mc_timeline_stop(&tl);                    // waits for the markers still pending
+       for (long long id = mc_timeline_first(&tl); id < tl.n_events; id++) {
+           const mc_timeline_event *e = mc_timeline_event_at(&tl, id);
+           ... e->kind, e->name, e->comm, e->t_call, e->t_return, e->t_complete ...
+       }
+
+   Events by kind, with the names the library gives them:
+     SPAN        a phase: "finalize_model_grads" and inside it "finish_grad_sync",
+                 "sp_grad_all_reduce", "embedding_grad_all_reduce", "num_tokens";
+                 "ddp_bucket" (index = bucket, chunk: its scale and its launch);
+                 "optimizer_step" and inside it "grad_norm", "clip_grads" (index 1 when the
+                 grads were scaled, else 0), "adamw", "param_all_gather";
+                 "checkpoint_save", "checkpoint_load"; and the application's own
+     COMPUTE     a schedule op, "forward" / "backward" (index = micro-batch, chunk), from the
+                 forward_step / backward_step call to its return (taken next to the schedule
+                 trace's op_start / op_end, mc_schedule_hooks.clock)
+     COLLECTIVE  a blocking communication call on `comm`: "all_reduce", "all_gather",
+                 "reduce_scatter", "broadcast", "send", "recv", "batch_send_recv", "barrier"
+     ASYNC       the same, started by an _async call: t_return is the launch's return
+     WAIT        mc_wait, or an mc_test that found the operation done, named after the
+                 operation (ref = its ASYNC event)
+     MARK        an instant: "grad_sync_on" (index = chunk: the schedule enabled grad sync
+                 before that chunk's last backward), "lr_scheduler_step"
+   Every event records the span or schedule op open around it (parent, depth): a collective
+   inside a backward, or a wait inside finish_grad_sync, says where it ran.
+
+   Completion (t_complete):
+     - where the work is done when the call returns (the CPU op table; the self and mpi
+       backends' blocking calls): t_complete = t_return;
+     - an ASYNC operation has completed when a wait or a test finds it finished: t_complete is
+       the return of that wait (on mpi an upper bound: MPI moves the operation along inside
+       other MPI calls in between); 0 until then;
+     - a span or schedule op has completed when its own work and every synchronous event
+       inside it have (ASYNC events outlive the span that started them: their completion is
+       their own);
+     - op tables and communicators with completion markers (mc_ops.mark_record,
+       mc_comm_ops.mark_record: e.g. CUDA events on a stream): when the call returns the
+       library records a marker behind the work the call queued (on the op table's context
+       for spans and schedule ops, on the communicator for collectives, asynchronous ones
+       included); mc_timeline_flush (and stop) waits for the markers and sets t_complete to
+       their times. A kernel or an NCCL collective still running when the host went on then
+       shows as such, and t_complete may also come before t_return.
+   Times are seconds of mc_timeline_now() (CLOCK_MONOTONIC where the build has it; marker
+   implementations report in the same clock).
+
+   The ring keeps the last `capacity` events (n_events counts every one; those before
+   mc_timeline_first are gone, their markers waited for and released). One timeline per
+   process and not thread-safe; flush it before destroying a communicator or an op table
+   whose markers may still be pending. */
+typedef enum mc_timeline_kind {
+    MC_TIMELINE_SPAN = 0,
+    MC_TIMELINE_COMPUTE,
+    MC_TIMELINE_COLLECTIVE,
+    MC_TIMELINE_ASYNC,
+    MC_TIMELINE_WAIT,
+    MC_TIMELINE_MARK,
+    MC_TIMELINE_KIND_COUNT
+} mc_timeline_kind;
+
+#define MC_TIMELINE_NAME_MAX 32
+#define MC_TIMELINE_MAX_DEPTH 16
+
+typedef struct mc_timeline_event {
+    long long id;                   /* 0, 1, ... since mc_timeline_start */
+    mc_timeline_kind kind;
+    char name[MC_TIMELINE_NAME_MAX];
+    char comm[48];                  /* the communicator (mc_comm.name), or "" */
+    int index;                      /* micro-batch, bucket, chunk of a mark, ...; -1 */
+    int chunk;                      /* model chunk of a schedule op or a bucket; -1 */
+    int depth;                      /* spans and schedule ops open around it */
+    long long parent;               /* the innermost of them; -1 at top level */
+    long long ref;                  /* WAIT: the ASYNC event it finished; -1 */
+    size_t bytes;                   /* the data a communication call hands over on this rank
+                                       (reduce_scatter: its whole input; a batch: every op) */
+    int status;                     /* what the call returned (MC_OK or the error) */
+    double t_call, t_return, t_complete;
+    /* Private: a completion marker not resolved yet, and whose it is. */
+    void *mark;
+    const struct mc_ops *mark_ops;
+    struct mc_comm *mark_comm;
+} mc_timeline_event;
+
+typedef struct mc_timeline_desc {
+    mc_timeline_event *events;      /* required: the ring [capacity], owned by the caller */
+    int capacity;                   /* required, >= 1 */
+} mc_timeline_desc;
+
+typedef struct mc_timeline {
+    mc_timeline_desc desc;
+    long long n_events;             /* recorded since start; the ring holds the last capacity */
+    int recording;                  /* 1 between start and stop */
+    /* Private: the spans and schedule ops open now. */
+    int depth;
+    long long open[MC_TIMELINE_MAX_DEPTH];
+} mc_timeline;
+
+/* Seconds on the timeline's clock (monotonic; only differences mean something). */
+MC_API double mc_timeline_now(void);
+/* Initialises *tl (never read) and makes it the process's timeline; a timeline recording
+   before is flushed and stopped. MC_ERR_INVALID_DESC naming the field for a bad desc. */
+MC_API int mc_timeline_start(mc_timeline *tl, const mc_timeline_desc *desc);
+/* Waits for every pending marker, fills the completion times and completes the spans from
+   their events; recording goes on. Returns the first marker error (the others still
+   resolve). */
+MC_API int mc_timeline_flush(mc_timeline *tl);
+/* Flushes, then stops recording (the events stay readable). */
+MC_API int mc_timeline_stop(mc_timeline *tl);
+/* The first id the ring still holds, and the event of an id (NULL when gone or not yet
+   recorded). */
+MC_API long long mc_timeline_first(const mc_timeline *tl);
+MC_API const mc_timeline_event *mc_timeline_event_at(const mc_timeline *tl, long long id);
+/* An application's own phase: begin returns its id (-1 while nothing records; end ignores
+   -1), end closes it and whatever was opened inside it and left open. ops (may be NULL): the
+   op table whose queued work the span's completion waits for. */
+MC_API long long mc_timeline_begin(const char *name, int index);
+MC_API void mc_timeline_end(long long span, const struct mc_ops *ops);
+/* An instant. */
+MC_API void mc_timeline_mark(const char *name, int index);
+MC_API const char *mc_timeline_kind_name(int kind);   /* "span", "compute", ... */
+
+/* @timeline:declarations end */
 
 /* @config:declarations begin */
 /* ---------------------------------------------------------------------------------------------
@@ -955,6 +1118,7 @@ typedef struct mc_request mc_request;   /* handle of an async operation; mc_wait
 typedef struct mc_request_head {
     mc_comm *comm;       /* the communicator the operation runs on */
     const char *op;      /* "all_reduce", "send", ...: named in timeout messages */
+    long long timeline_id;   /* its ASYNC event (>>core.timeline), -1; set by the generic layer */
 } mc_request_head;
 
 typedef struct mc_p2p_op {
@@ -996,6 +1160,13 @@ typedef struct mc_comm_ops {
     /* Releases the backend's own state (impl). mc_comm_destroy then frees `mpi`
        (MPI_Comm_free + mc_free), `world_ranks` and the mc_comm itself. */
     void (*destroy)(mc_comm *c);
+    /* Completion markers for the timeline (>>core.timeline), optional (NULL for self and mpi,
+       whose blocking calls have finished when they return): the same contract as
+       mc_ops.mark_record / mark_time / mark_release, on the communicator's own stream (nccl:
+       a timing event recorded there right after the operation, asynchronous ones included). */
+    int (*mark_record)(mc_comm *c, void **mark);
+    int (*mark_time)(mc_comm *c, void *mark, double *t);
+    void (*mark_release)(mc_comm *c, void *mark);
 } mc_comm_ops;
 
 struct mc_comm {
@@ -2305,6 +2476,24 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
                                    const mc_param_table *table, float *grads,
                                    int sequence_parallel, double *num_tokens);
 
+#if defined(MC_FAULT_HOOKS)
+/* Fault injection, compiled only with MC_FAULT_HOOKS (labs 07 and 08 and tests; ordinary
+   builds have none of it). Process-wide while on: mc_finalize_model_grads skips step 1 (the DP
+   finish_grad_sync) and runs the others, as a training loop that steps the optimizer before
+   finish_grad_sync does: the optimizer then reads grads that are not reduced over DP (with
+   overlap off nothing was launched yet, so each DP replica steps on its own gradient; with
+   overlap on, collectives still in flight write the buffer meanwhile). The caller closes the
+   collectives with mc_ddp_finish_grad_sync after the step, too late to matter, so that the
+   next zero_grad finds nothing in flight. 0 turns it off. */
+MC_API void mc_fault_finalize_skip_grad_sync(int on);
+/* Process-wide while skip != 0: mc_finalize_model_grads leaves out step 4, the
+   all-reduce of the tied word embedding's grads over the embedding group. The first stage's
+   word embedding then steps with its embedding-lookup gradient only and the last stage's
+   output-layer copy with its logits gradient only, so the two replicas drift apart (the
+   untying of Megatron-LM #656). 0 turns it off. */
+MC_API void mc_fault_finalize_skip_embedding_sync(int skip);
+#endif
+
 /* @ddp:declarations end */
 
 /* @optimizer:declarations begin */
@@ -3018,7 +3207,10 @@ static float mc__rng_to_uniform(uint32_t bits);
 // storage.
 
 #include <math.h>
-#if defined(MC_USE_CBLAS)
+#if defined(MC_USE_CBLAS) && !defined(MC_WITH_CBLAS)
+#define MC_WITH_CBLAS
+#endif
+#if defined(MC_WITH_CBLAS)
 #include <cblas.h>
 #endif
 
@@ -3361,7 +3553,21 @@ MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M,
     mc__gemm_blocked_range(C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 0, M, 0, N);
 }
 
-/* The reference table always runs the blocked kernel (the fast table may take a BLAS). */
+#if defined(MC_WITH_CBLAS)
+static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, int N, int K,
+                               int trans_a, int trans_b, float alpha, float beta) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) {   /* some BLAS builds reject K = 0 with ldb = 0 */
+        mc_cpu_gemm_blocked(C, A, B, M, N, K, trans_a, trans_b, alpha, beta);
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, trans_a ? M : K, B,
+                trans_b ? K : N, beta, C, N);
+}
+#endif
+/* The reference table always runs the blocked kernel (mc_ops_cpu_cblas and the fast table may
+   take a BLAS). */
 #define MC__CPU_GEMM mc_cpu_gemm_blocked
 
 // ---------------------------------------------------------------------------------------------
@@ -3410,6 +3616,16 @@ static int mc__cpu_gemm(const mc_ops *o, void *C, const void *A, const void *B, 
     return mc__cpu_gemm_with(MC__CPU_GEMM, mc__cpu_add_bias_f32, C, A, B, bias, M, N, K, trans_a,
                              trans_b, alpha, beta, c_dt, ab_dt);
 }
+
+#if defined(MC_WITH_CBLAS)
+static int mc__cpu_gemm_cblas_op(const mc_ops *o, void *C, const void *A, const void *B,
+                                 const void *bias, int M, int N, int K, int trans_a, int trans_b,
+                                 float alpha, float beta, mc_dtype c_dt, mc_dtype ab_dt) {
+    (void)o;
+    return mc__cpu_gemm_with(mc__cpu_gemm_cblas, mc__cpu_add_bias_f32, C, A, B, bias, M, N, K,
+                             trans_a, trans_b, alpha, beta, c_dt, ab_dt);
+}
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // >>core.ops cpu bias, layernorm, gelu
@@ -4010,45 +4226,27 @@ static int mc__cpu_adamw(const mc_ops *o, float *main, const float *grad, float 
     return MC_OK;
 }
 
-/* In mc_ops field order (positional: C++17 has no designated initializers). */
-static const mc_ops mc__cpu_ops = {
-    "cpu",
-    MC_DEVICE_CPU,
-    NULL,
-    mc__cpu_alloc,
-    mc__cpu_free,
-    mc__cpu_copy_bytes,
-    mc__cpu_copy_bytes,
-    mc__cpu_copy_2d,
-    mc__cpu_synchronize,
-    mc__cpu_fill,
-    mc__cpu_copy,
-    mc__cpu_axpy,
-    mc__cpu_scale,
-    mc__cpu_sum_squares,
-    mc__cpu_gemm,
-    mc__cpu_bias_backward,
-    mc__cpu_layernorm_forward,
-    mc__cpu_layernorm_backward,
-    mc__cpu_gelu_forward,
-    mc__cpu_gelu_backward,
-    mc__cpu_attention_stats,
-    mc__cpu_attention_forward,
-    mc__cpu_attention_backward,
-    mc__cpu_dropout_forward,
-    mc__cpu_dropout_backward,
-    mc__cpu_check_ids,
-    mc__cpu_embedding_forward,
-    mc__cpu_embedding_backward,
-    mc__cpu_row_max,
-    mc__cpu_target_logit,
-    mc__cpu_sum_exp,
-    mc__cpu_row_sum,
-    mc__cpu_cross_entropy_loss,
-    mc__cpu_cross_entropy_backward,
-    mc__cpu_adamw,
-    NULL,   /* no account: give a copy of the table one */
-};
+/* In mc_ops field order (positional: C++17 has no designated initializers). The tables
+   differ in their name and their gemm only. */
+#define MC__CPU_OPS_TABLE(name, gemm) {                                                     \
+    name, MC_DEVICE_CPU, NULL, mc__cpu_alloc, mc__cpu_free, mc__cpu_copy_bytes,                 \
+    mc__cpu_copy_bytes, mc__cpu_copy_2d, mc__cpu_synchronize, mc__cpu_fill, mc__cpu_copy,       \
+    mc__cpu_axpy, mc__cpu_scale, mc__cpu_sum_squares, gemm, mc__cpu_bias_backward,              \
+    mc__cpu_layernorm_forward, mc__cpu_layernorm_backward, mc__cpu_gelu_forward,                \
+    mc__cpu_gelu_backward, mc__cpu_attention_stats, mc__cpu_attention_forward,                  \
+    mc__cpu_attention_backward, mc__cpu_dropout_forward, mc__cpu_dropout_backward,              \
+    mc__cpu_check_ids, mc__cpu_embedding_forward, mc__cpu_embedding_backward,                   \
+    mc__cpu_row_max, mc__cpu_target_logit, mc__cpu_sum_exp, mc__cpu_row_sum,                    \
+    mc__cpu_cross_entropy_loss, mc__cpu_cross_entropy_backward, mc__cpu_adamw,                  \
+    NULL, /* no account: give a copy of the table one */                                        \
+    NULL, /* no completion markers: a CPU op has finished when it returns */                    \
+    NULL, NULL                                                                                  \
+}
+
+static const mc_ops mc__cpu_ops = MC__CPU_OPS_TABLE("cpu", mc__cpu_gemm);
+#if defined(MC_WITH_CBLAS)
+static const mc_ops mc__cpu_cblas_ops = MC__CPU_OPS_TABLE("cpu-cblas", mc__cpu_gemm_cblas_op);
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // >>core.ops cpu fast  The default CPU table: the reference's formulas, run by the threads of
@@ -4647,6 +4845,9 @@ static const mc_ops mc__cpu_fast_ops = {
     mc__cpu_cross_entropy_loss,
     mc__fast_cross_entropy_backward,
     mc__fast_adamw,
+    NULL, /* no account: give a copy of the table one */
+    NULL, /* no completion markers: a CPU op has finished when it returns */
+    NULL,
     NULL,
 };
 
@@ -4664,6 +4865,14 @@ MC_API const mc_ops *mc_ops_cpu_reference(void) { return &mc__cpu_ops; }
 MC_API const mc_ops *mc_ops_cpu_fast(void) { return &mc__cpu_fast_ops; }
 MC_API const mc_ops *mc_ops_cpu(void) {
     return mc__cpu_reference_env() ? &mc__cpu_ops : &mc__cpu_fast_ops;
+}
+
+MC_API const mc_ops *mc_ops_cpu_cblas(void) {
+#if defined(MC_WITH_CBLAS)
+    return &mc__cpu_cblas_ops;
+#else
+    return NULL;
+#endif
 }
 
 // >>core.ops memory accounting
@@ -4793,6 +5002,215 @@ static void mc__ops_free(const mc_ops *o, void *p) {
 }
 
 /* @ops:implementation end */
+
+/* @timeline:implementation begin */
+// ---------------------------------------------------------------------------------------------
+// >>core.timeline  (see the declarations). One process-wide pointer; every trace point tests it
+// first (MC__TL_ON), so a program without a timeline pays one load and one branch per point.
+
+#include <time.h>
+
+static mc_timeline *mc__tl = NULL;
+#define MC__TL_ON (mc__tl != NULL)
+
+MC_API double mc_timeline_now(void) {
+#if defined(CLOCK_MONOTONIC)
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#elif defined(MC_COMM_MPI)
+    return MPI_Wtime();
+#elif defined(TIME_UTC)
+    struct timespec ts;
+    timespec_get(&ts, TIME_UTC);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+#else
+    return (double)clock() / (double)CLOCKS_PER_SEC;   /* processor time: a poor last resort */
+#endif
+}
+
+MC_API const char *mc_timeline_kind_name(int kind) {
+    static const char *const names[MC_TIMELINE_KIND_COUNT] = {"span",  "compute", "collective",
+                                                              "async", "wait",    "mark"};
+    return kind >= 0 && kind < MC_TIMELINE_KIND_COUNT ? names[kind] : "?";
+}
+
+static mc_timeline_event *mc__tl_find(const mc_timeline *tl, long long id) {
+    if (!tl || id < 0 || id >= tl->n_events || id < tl->n_events - tl->desc.capacity) return NULL;
+    return &tl->desc.events[id % tl->desc.capacity];
+}
+
+/* Waits for the event's marker and takes its time as the completion. */
+static int mc__tl_resolve(mc_timeline_event *e) {
+    double t = 0.0;
+    int rc = MC_OK;
+    if (!e->mark) return MC_OK;
+    if (e->mark_ops) {
+        rc = e->mark_ops->mark_time(e->mark_ops, e->mark, &t);
+        if (e->mark_ops->mark_release) e->mark_ops->mark_release(e->mark_ops, e->mark);
+    } else if (e->mark_comm) {
+        rc = e->mark_comm->ops->mark_time(e->mark_comm, e->mark, &t);
+        if (e->mark_comm->ops->mark_release) e->mark_comm->ops->mark_release(e->mark_comm, e->mark);
+    }
+    e->mark = NULL;
+    e->mark_ops = NULL;
+    e->mark_comm = NULL;
+    /* a marker that failed leaves what the host saw */
+    e->t_complete = rc == MC_OK ? t : (e->kind == MC_TIMELINE_ASYNC ? 0.0 : e->t_return);
+    return rc;
+}
+
+/* A new event (pushed on the open stack when it encloses others). -1 while nothing records. */
+static long long mc__tl_open(mc_timeline_kind kind, const char *name, int index, int chunk,
+                             const mc_comm *c, size_t bytes, int encloses) {
+    mc_timeline *tl = mc__tl;
+    mc_timeline_event *e;
+    long long id;
+    if (!tl) return -1;
+    id = tl->n_events++;
+    e = &tl->desc.events[id % tl->desc.capacity];
+    if (e->mark && id >= tl->desc.capacity) mc__tl_resolve(e);   /* the overwritten event's */
+    memset(e, 0, sizeof *e);
+    e->id = id;
+    e->kind = kind;
+    snprintf(e->name, sizeof e->name, "%s", name ? name : "");
+    if (c) snprintf(e->comm, sizeof e->comm, "%s", c->name);
+    e->index = index;
+    e->chunk = chunk;
+    e->depth = tl->depth;
+    e->parent = tl->depth > 0 ? tl->open[tl->depth - 1] : -1;
+    e->ref = -1;
+    e->bytes = bytes;
+    e->t_call = mc_timeline_now();
+    if (encloses && tl->depth < MC_TIMELINE_MAX_DEPTH) tl->open[tl->depth++] = id;
+    return id;
+}
+
+/* The call of event `id` returned with `status`: its return time, the open stack popped down
+   to it, and its completion (now, or a marker on the op table or the communicator; async
+   operations complete later). */
+static void mc__tl_close(long long id, int status, const mc_ops *ops, mc_comm *c) {
+    mc_timeline *tl = mc__tl;
+    mc_timeline_event *e = mc__tl_find(tl, id);
+    void *mark = NULL;
+    int k;
+    if (!e) return;
+    e->t_return = mc_timeline_now();
+    e->status = status;
+    for (k = tl->depth - 1; k >= 0; k--)
+        if (tl->open[k] == id) {
+            /* spans opened inside it and left open end with it */
+            while (tl->depth > k + 1) {
+                mc_timeline_event *inner = mc__tl_find(tl, tl->open[--tl->depth]);
+                if (inner && inner->t_return == 0.0) {
+                    inner->t_return = e->t_return;
+                    if (!inner->mark) inner->t_complete = e->t_return;
+                }
+            }
+            tl->depth = k;
+            break;
+        }
+    if (status == MC_OK && ops && ops->mark_record && ops->mark_time &&
+        ops->mark_record(ops, &mark) == MC_OK && mark) {
+        e->mark = mark;
+        e->mark_ops = ops;
+    } else if (status == MC_OK && c && c->ops && c->ops->mark_record && c->ops->mark_time &&
+               c->ops->mark_record(c, &mark) == MC_OK && mark) {
+        e->mark = mark;
+        e->mark_comm = c;
+    } else if (e->kind != MC_TIMELINE_ASYNC) {
+        e->t_complete = e->t_return;
+    }
+}
+
+/* A wait or a test found async event `id` finished at time t. */
+static void mc__tl_async_done(long long id, double t) {
+    mc_timeline_event *e = mc__tl_find(mc__tl, id);
+    if (e && e->kind == MC_TIMELINE_ASYNC && !e->mark && e->t_complete == 0.0) e->t_complete = t;
+}
+
+MC_API int mc_timeline_start(mc_timeline *tl, const mc_timeline_desc *desc) {
+    if (!tl || !desc)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_timeline_start: tl and desc must be set");
+    if (!desc->events)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_timeline_desc.events is required (the ring)");
+    if (desc->capacity < 1)
+        return MC__FAIL(MC_ERR_INVALID_DESC, "mc_timeline_desc.capacity (%d) must be >= 1",
+                        desc->capacity);
+    if (mc__tl) mc_timeline_stop(mc__tl);
+    memset(tl, 0, sizeof *tl);
+    tl->desc = *desc;
+    memset(desc->events, 0, sizeof *desc->events * (size_t)desc->capacity);
+    tl->recording = 1;
+    mc__tl = tl;
+    return MC_OK;
+}
+
+MC_API int mc_timeline_flush(mc_timeline *tl) {
+    long long id, first;
+    int rc = MC_OK, r;
+    if (!tl) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_timeline_flush: tl is NULL");
+    first = mc_timeline_first(tl);
+    for (id = first; id < tl->n_events; id++) {
+        mc_timeline_event *e = &tl->desc.events[id % tl->desc.capacity];
+        if (e->mark && (r = mc__tl_resolve(e)) != MC_OK && rc == MC_OK) rc = r;
+    }
+    /* children before parents (a child's id is larger): a span completes with its synchronous
+       events, never with the asynchronous operations it started */
+    for (id = tl->n_events - 1; id >= first; id--) {
+        const mc_timeline_event *e = &tl->desc.events[id % tl->desc.capacity];
+        mc_timeline_event *p = mc__tl_find(tl, e->parent);
+        if (p && e->kind != MC_TIMELINE_ASYNC && p->t_return > 0.0 && e->t_complete > p->t_complete)
+            p->t_complete = e->t_complete;
+    }
+    return rc;
+}
+
+MC_API int mc_timeline_stop(mc_timeline *tl) {
+    int rc;
+    if (!tl) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_timeline_stop: tl is NULL");
+    rc = mc_timeline_flush(tl);
+    tl->recording = 0;
+    tl->depth = 0;
+    if (mc__tl == tl) mc__tl = NULL;
+    return rc;
+}
+
+MC_API long long mc_timeline_first(const mc_timeline *tl) {
+    if (!tl) return 0;
+    return tl->n_events > tl->desc.capacity ? tl->n_events - tl->desc.capacity : 0;
+}
+
+MC_API const mc_timeline_event *mc_timeline_event_at(const mc_timeline *tl, long long id) {
+    return mc__tl_find(tl, id);
+}
+
+MC_API long long mc_timeline_begin(const char *name, int index) {
+    return MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, name, index, -1, NULL, 0, 1) : -1;
+}
+
+MC_API void mc_timeline_end(long long span, const struct mc_ops *ops) {
+    if (MC__TL_ON && span >= 0) mc__tl_close(span, MC_OK, ops, NULL);
+}
+
+MC_API void mc_timeline_mark(const char *name, int index) {
+    long long id;
+    if (!MC__TL_ON) return;
+    id = mc__tl_open(MC_TIMELINE_MARK, name, index, -1, NULL, 0, 0);
+    mc__tl_close(id, MC_OK, NULL, NULL);
+}
+
+/* A communicator about to be destroyed: its pending markers are resolved first. */
+static void mc__tl_forget_comm(const mc_comm *c) {
+    long long id;
+    if (!MC__TL_ON) return;
+    for (id = mc_timeline_first(mc__tl); id < mc__tl->n_events; id++) {
+        mc_timeline_event *e = &mc__tl->desc.events[id % mc__tl->desc.capacity];
+        if (e->mark && e->mark_comm == c) mc__tl_resolve(e);
+    }
+}
+
+/* @timeline:implementation end */
 
 /* @config:implementation begin */
 // ---------------------------------------------------------------------------------------------
@@ -6693,7 +7111,10 @@ static const mc_comm_ops *mc__self_ops(void) {
         /* wait            */ mc__self_wait,
         /* test            */ mc__self_test,
         /* create_child    */ mc__self_create_child,
-        /* destroy         */ mc__self_destroy
+        /* destroy         */ mc__self_destroy,
+        /* mark_record     */ NULL,   /* blocking calls have finished when they return */
+        /* mark_time       */ NULL,
+        /* mark_release    */ NULL
     };
     return &ops;
 }
@@ -7400,7 +7821,10 @@ static const mc_comm_ops *mc__mpi_ops(void) {
         /* wait            */ mc__mpi_wait,
         /* test            */ mc__mpi_test,
         /* create_child    */ mc__mpi_create_child,
-        /* destroy         */ mc__mpi_destroy
+        /* destroy         */ mc__mpi_destroy,
+        /* mark_record     */ NULL,   /* blocking calls have finished when they return */
+        /* mark_time       */ NULL,
+        /* mark_release    */ NULL
     };
     return &ops;
 }
@@ -7603,6 +8027,7 @@ MC_API int mc_comm_init_world(mc_comm **world, const mc_comm_desc *desc) {
 MC_API void mc_comm_destroy(mc_comm *c) {
     int owns_mpi, broken = 0;
     if (!c) return;
+    mc__tl_forget_comm(c);   /* its pending timeline markers, before the stream goes */
     owns_mpi = c->owns_mpi_init;
 #if defined(MC_COMM_MPI)
     /* After a watchdog verdict MPI_Comm_free and MPI_Finalize could wait for the stuck rank:
@@ -7888,6 +8313,26 @@ static int mc__check_req(const mc_comm *c, const char *fn, mc_request **req) {
     return MC_OK;
 }
 
+/* Every communication call of the generic layer goes through here: `call` is the backend's,
+   recorded on the timeline (>>core.timeline) as a collective, or as an async operation whose
+   request carries the event's id to mc_wait / mc_test. */
+static int mc__tl_comm_done(long long ev, mc_comm *c, mc_request **req, int rc) {
+    mc_timeline_event *e;
+    if (req && rc == MC_OK && *req) ((mc_request_head *)*req)->timeline_id = ev;
+    if (ev < 0) return rc;
+    mc__tl_close(ev, rc, NULL, c);
+    e = mc__tl_find(mc__tl, ev);
+    if (e && req && rc == MC_OK && !*req) mc__tl_async_done(ev, e->t_return);   /* done at once */
+    return rc;
+}
+#define MC__TL_COMM(c, req, name, bytes, call)                                                  \
+    do {                                                                                        \
+        long long ev_ = MC__TL_ON ? mc__tl_open((req) ? MC_TIMELINE_ASYNC : MC_TIMELINE_COLLECTIVE, \
+                                                (name), -1, -1, (c), (bytes), 0)               \
+                                  : -1;                                                         \
+        return mc__tl_comm_done(ev_, (c), (req), (call));                                       \
+    } while (0)
+
 static int mc__do_all_reduce(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
                              mc_reduce_op op, mc_request **req, const char *fn) {
     int rc;
@@ -7895,7 +8340,8 @@ static int mc__do_all_reduce(mc_comm *c, const void *send, void *recv, size_t co
     if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
     if ((rc = mc__check_data(c, fn, send, recv, count, dt)) != MC_OK) return rc;
     if ((rc = mc__check_reduce_op(c, fn, op)) != MC_OK) return rc;
-    return c->ops->all_reduce(c, send, recv, count, dt, op, req);
+    MC__TL_COMM(c, req, "all_reduce", mc_dtype_bytes(dt, count),
+                c->ops->all_reduce(c, send, recv, count, dt, op, req));
 }
 
 static int mc__do_all_gather(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
@@ -7904,7 +8350,8 @@ static int mc__do_all_gather(mc_comm *c, const void *send, void *recv, size_t co
     if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
     if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
     if ((rc = mc__check_data(c, fn, send, recv, count, dt)) != MC_OK) return rc;
-    return c->ops->all_gather(c, send, recv, count, dt, req);
+    MC__TL_COMM(c, req, "all_gather", mc_dtype_bytes(dt, count),
+                c->ops->all_gather(c, send, recv, count, dt, req));
 }
 
 static int mc__do_reduce_scatter(mc_comm *c, const void *send, void *recv, size_t recv_count,
@@ -7914,7 +8361,8 @@ static int mc__do_reduce_scatter(mc_comm *c, const void *send, void *recv, size_
     if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
     if ((rc = mc__check_data(c, fn, send, recv, recv_count, dt)) != MC_OK) return rc;
     if ((rc = mc__check_reduce_op(c, fn, op)) != MC_OK) return rc;
-    return c->ops->reduce_scatter(c, send, recv, recv_count, dt, op, req);
+    MC__TL_COMM(c, req, "reduce_scatter", mc_dtype_bytes(dt, recv_count) * (size_t)c->size,
+                c->ops->reduce_scatter(c, send, recv, recv_count, dt, op, req));
 }
 
 static int mc__do_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, int root,
@@ -7924,7 +8372,8 @@ static int mc__do_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, in
     if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
     if ((rc = mc__check_data(c, fn, buf, buf, count, dt)) != MC_OK) return rc;
     if ((rc = mc__check_peer(c, fn, "root", root)) != MC_OK) return rc;
-    return c->ops->broadcast(c, buf, count, dt, root, req);
+    MC__TL_COMM(c, req, "broadcast", mc_dtype_bytes(dt, count),
+                c->ops->broadcast(c, buf, count, dt, root, req));
 }
 
 static int mc__check_p2p(const mc_comm *c, const char *fn, const mc_p2p_op *op) {
@@ -7950,28 +8399,34 @@ static int mc__do_p2p(mc_comm *c, int is_send, const void *buf, size_t count, mc
     op.peer = peer;
     op.tag = tag;
     if ((rc = mc__check_p2p(c, fn, &op)) != MC_OK) return rc;
-    if (is_send) return c->ops->send(c, buf, count, dt, peer, tag, req);
-    return c->ops->recv(c, op.buf, count, dt, peer, tag, req);
+    if (is_send)
+        MC__TL_COMM(c, req, "send", mc_dtype_bytes(dt, count),
+                    c->ops->send(c, buf, count, dt, peer, tag, req));
+    MC__TL_COMM(c, req, "recv", mc_dtype_bytes(dt, count),
+                c->ops->recv(c, op.buf, count, dt, peer, tag, req));
 }
 
 static int mc__do_batch(mc_comm *c, const mc_p2p_op *ops, int n_ops, mc_request **req,
                         const char *fn) {
+    size_t bytes;
     int rc, i;
     if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
     if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
     if (n_ops < 0 || (n_ops > 0 && !ops))
         return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: n_ops (%d) must be >= 0 with ops set", fn,
                         c->name, n_ops);
-    for (i = 0; i < n_ops; i++)
+    for (i = 0, bytes = 0; i < n_ops; i++) {
         if ((rc = mc__check_p2p(c, fn, &ops[i])) != MC_OK) return rc;
-    return c->ops->batch_send_recv(c, ops, n_ops, req);
+        bytes += mc_dtype_bytes(ops[i].dtype, ops[i].count);
+    }
+    MC__TL_COMM(c, req, "batch_send_recv", bytes, c->ops->batch_send_recv(c, ops, n_ops, req));
 }
 
 static int mc__do_barrier(mc_comm *c, mc_request **req, const char *fn) {
     int rc;
     if ((rc = mc__check_comm(c, fn)) != MC_OK) return rc;
     if (req && (rc = mc__check_req(c, fn, req)) != MC_OK) return rc;
-    return c->ops->barrier(c, req);
+    MC__TL_COMM(c, req, "barrier", 0, c->ops->barrier(c, req));
 }
 
 MC_API int mc_all_reduce(mc_comm *c, const void *send, void *recv, size_t count, mc_dtype dt,
@@ -8039,19 +8494,58 @@ MC_API int mc_barrier_async(mc_comm *c, mc_request **req) {
     return mc__do_barrier(c, req, "mc_barrier_async");
 }
 
+/* The wait (or successful test) of an async operation on the timeline; the request is freed
+   by the backend, so its head is read before. */
+static long long mc__tl_wait_open(const mc_request_head *h) {
+    long long ev = mc__tl_open(MC_TIMELINE_WAIT, h->op, -1, -1, h->comm, 0, 0);
+    mc_timeline_event *e = mc__tl_find(mc__tl, ev);
+    if (e) e->ref = h->timeline_id;
+    return ev;
+}
+static void mc__tl_wait_close(long long ev, long long async_id, int rc) {
+    mc_timeline_event *e;
+    mc__tl_close(ev, rc, NULL, NULL);
+    e = mc__tl_find(mc__tl, ev);
+    if (e && rc == MC_OK) mc__tl_async_done(async_id, e->t_return);
+}
+
 MC_API int mc_wait(mc_request *req) {
     mc_comm *c;
+    long long ev = -1, async_id = -1;
+    int rc;
     if (!req) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_wait: req must not be NULL");
     c = ((mc_request_head *)req)->comm;
-    return c->ops->wait(req, c->timeout_s);
+    if (MC__TL_ON) {
+        async_id = ((mc_request_head *)req)->timeline_id;
+        ev = mc__tl_wait_open((mc_request_head *)req);
+    }
+    rc = c->ops->wait(req, c->timeout_s);
+    if (ev >= 0) mc__tl_wait_close(ev, async_id, rc);
+    return rc;
 }
 
 /* *done = 1 means the operation finished and the request has been freed. */
 MC_API int mc_test(mc_request *req, int *done) {
     mc_comm *c;
+    long long ev = -1, async_id = -1;
+    int rc;
     if (!req || !done) return MC__FAIL(MC_ERR_INVALID_ARG, "mc_test: req and done must be set");
     c = ((mc_request_head *)req)->comm;
-    return c->ops->test(req, done);
+    if (!MC__TL_ON) return c->ops->test(req, done);
+    async_id = ((mc_request_head *)req)->timeline_id;
+    {
+        mc_request_head head = *(mc_request_head *)req;
+        double t0 = mc_timeline_now();
+        rc = c->ops->test(req, done);
+        if (*done) {   /* only a test that finds it done is recorded */
+            mc_timeline_event *e;
+            ev = mc__tl_wait_open(&head);
+            e = mc__tl_find(mc__tl, ev);
+            if (e) e->t_call = t0;
+            mc__tl_wait_close(ev, async_id, rc);
+        }
+    }
+    return rc;
 }
 
 MC_API const mc_ops *mc_comm_memory(const mc_comm *c) { return c ? c->mem : NULL; }
@@ -10186,6 +10680,8 @@ typedef struct mc__pipe {
     int dry;                     /* 1 during the dry run */
     mc_sched_op *expect;         /* (n_expect) mc_schedule_ops of this stage */
     int n_expect, n_checked;
+    const mc_ops *ops;           /* the world's memory owner: the timeline marks ops on it */
+    long long tl_op;             /* the timeline event of the op running now, or -1 */
 } mc__pipe;
 
 #if defined(MC_FAULT_HOOKS)
@@ -10316,13 +10812,18 @@ static void mc__pipe_trace(mc__pipe *p, char kind, int mb, int chunk) {
         if (p->h->clock) p->res->op_start[p->res->n_ops] = p->h->clock(p->h->app);
     }
     p->res->n_ops++;
+    p->tl_op = MC__TL_ON ? mc__tl_open(MC_TIMELINE_COMPUTE, kind == 'F' ? "forward" : "backward",
+                                       mc__pipe_app_mb(p, mb), chunk, NULL, 0, 1)
+                         : -1;
 }
 
 /* The end time of the op traced last (its hook has just returned). */
-static void mc__pipe_trace_end(mc__pipe *p) {
+static void mc__pipe_trace_end(mc__pipe *p, int rc) {
     int i = p->res->n_ops - 1;
     if (p->h->clock && i >= 0 && i < MC_SCHEDULE_TRACE_MAX)
         p->res->op_end[i] = p->h->clock(p->h->app);
+    if (p->tl_op >= 0) mc__tl_close(p->tl_op, rc, p->ops, NULL);
+    p->tl_op = -1;
 }
 
 /* Forward of virtual micro-batch k. *output: what to send next (NULL on the last virtual
@@ -10347,7 +10848,7 @@ static int mc__pipe_forward(mc__pipe *p, int k, float **output) {
         loss = tokens = 0.0;
         rc = p->h->loss_func(p->h->app, mc__pipe_app_mb(p, mb), out, &loss, &tokens);
     }
-    mc__pipe_trace_end(p);   /* the forward op ends with its loss */
+    mc__pipe_trace_end(p, rc);   /* the forward op ends with its loss */
     if (rc != MC_OK) return rc;
     if (last) {
         p->res->loss_sum += loss;
@@ -10385,11 +10886,14 @@ static int mc__pipe_backward(mc__pipe *p, int k, float **input_grad) {
         double tokens = p->tokens[mb] > 1.0 ? p->tokens[mb] : 1.0;
         scale = (float)(1.0 / (tokens * (double)mc__pipe_caller_m(p)));
     }
-    if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 1);
+    if (last_mb && p->h->grad_sync) {
+        p->h->grad_sync(p->h->app, chunk, 1);
+        mc_timeline_mark("grad_sync_on", chunk);
+    }
     mc__pipe_trace(p, 'B', mb, chunk);
     rc = p->h->backward_step(p->h->app, chunk, mc__pipe_app_mb(p, mb),
                              last ? NULL : p->out_grad[slot], scale, &grad);
-    mc__pipe_trace_end(p);
+    mc__pipe_trace_end(p, rc);
     if (last_mb && p->h->grad_sync) p->h->grad_sync(p->h->app, chunk, 0);
     if (rc != MC_OK) return rc;
     mc__pipe_release(p, &p->input[slot]);
@@ -10424,6 +10928,8 @@ static int mc__pipe_init(mc__pipe *p, const mc_parallel_state *ps, const mc_sche
     p->h = h;
     p->res = res;
     p->dropped = -1;
+    p->ops = mc_comm_memory(ps->world);
+    p->tl_op = -1;
 #if defined(MC_FAULT_HOOKS)
     if (mc__fault_drop >= 0 && mc__fault_drop < m && m > 1 && vpp <= 1) {
         p->dropped = mc__fault_drop;
@@ -12420,7 +12926,7 @@ static void mc__ddp_log(mc_ddp *ddp, mc_ddp_event_kind kind, int bucket) {
 
 /* Scales bucket b (by 1/DP or the desc's factor) and starts (async) or runs (blocking) its SUM
    collective. */
-static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
+static int mc__ddp_launch_bucket(mc_ddp *ddp, int b, int async) {
     const mc_bucket *bk = &ddp->desc.table->buckets[b];
     float *data = ddp->desc.grads + bk->start;                 /* [end - start] */
     size_t n = bk->end - bk->start, shard_start, shard_end;
@@ -12443,6 +12949,16 @@ static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
     ddp->bucket_state[b] = async && ddp->requests[b] ? MC__DDP_IN_FLIGHT : MC__DDP_DONE;
     mc__ddp_log(ddp, async ? MC_DDP_LAUNCH : MC_DDP_SYNC, b);
     return MC_OK;
+}
+
+/* The launch as a timeline span "ddp_bucket" (its collective inside it). */
+static int mc__ddp_launch(mc_ddp *ddp, int b, int async) {
+    long long span = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "ddp_bucket", b,
+                                             ddp->desc.table->buckets[b].chunk, NULL, 0, 1)
+                               : -1;
+    int rc = mc__ddp_launch_bucket(ddp, b, async);
+    if (span >= 0) mc__tl_close(span, rc, ddp->desc.ops, NULL);
+    return rc;
 }
 
 MC_API int mc_ddp_register_grad_ready(mc_ddp *ddp, int param) {
@@ -12477,11 +12993,21 @@ MC_API int mc_ddp_start_grad_sync(mc_ddp *ddp) {
     return MC_OK;
 }
 
+static int mc__ddp_finish(mc_ddp *ddp);
+
 MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp) {
-    const mc_param_table *t;
-    int rc, b;
+    long long span;
+    int rc;
     if ((rc = mc__ddp_check(ddp, "mc_ddp_finish_grad_sync")) != MC_OK) return rc;
-    t = ddp->desc.table;
+    span = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "finish_grad_sync", -1, -1, NULL, 0, 1) : -1;
+    rc = mc__ddp_finish(ddp);
+    if (span >= 0) mc__tl_close(span, rc, ddp->desc.ops, NULL);
+    return rc;
+}
+
+static int mc__ddp_finish(mc_ddp *ddp) {
+    const mc_param_table *t = ddp->desc.table;
+    int rc, b;
     if (ddp->finished)
         return MC__FAIL(MC_ERR_STATE, "mc_ddp_finish_grad_sync: the grads are already reduced; "
                         "call mc_ddp_zero_grad before the next iteration");
@@ -12497,6 +13023,11 @@ MC_API int mc_ddp_finish_grad_sync(mc_ddp *ddp) {
     ddp->finished = 1;
     return MC_OK;
 }
+
+#if defined(MC_FAULT_HOOKS)
+static int mc__fault_skip_grad_sync = 0;
+MC_API void mc_fault_finalize_skip_grad_sync(int on) { mc__fault_skip_grad_sync = on != 0; }
+#endif
 
 /* Step 3 of finalize: one all-reduce over TP of every sequence_parallel param's grad, packed. */
 static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
@@ -12568,6 +13099,13 @@ static int mc__finalize_per_token(const mc_parallel_state *ps, mc_comm *dp, cons
     return MC_OK;
 }
 
+#if defined(MC_FAULT_HOOKS)
+static int mc__fault_skip_embedding_sync = 0;
+MC_API void mc_fault_finalize_skip_embedding_sync(int skip) {
+    mc__fault_skip_embedding_sync = skip != 0;
+}
+#endif
+
 MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
                                    const mc_param_table *table, float *grads,
                                    int sequence_parallel, double *num_tokens) {
@@ -12575,6 +13113,7 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
     mc_comm *tp = ps ? mc_parallel_group(ps, MC_GROUP_TP) : NULL;
     mc_comm *embd = ps ? mc_parallel_group(ps, MC_GROUP_EMBEDDING) : NULL;
     mc_comm *dp = ddp ? ddp->desc.dp : (ps ? mc_parallel_group(ps, MC_GROUP_DP_CP) : NULL);
+    long long span, step;
     int rc;
     if (!table && ddp) table = ddp->desc.table;
     if (!grads && ddp) grads = ddp->desc.grads;
@@ -12583,17 +13122,37 @@ MC_API int mc_finalize_model_grads(const mc_parallel_state *ps, mc_ddp *ddp,
                         "them, or a ddp that holds them)");
     if (!table->order && table->count > 0)
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_finalize_model_grads: the table has no layout");
-    if (ddp && (rc = mc_ddp_finish_grad_sync(ddp)) != MC_OK) return rc;            /* 1 */
-    if (sequence_parallel && tp && tp->size > 1 &&                                  /* 3 */
-        (rc = mc__finalize_sequence_parallel(ops, tp, table, grads)) != MC_OK)
-        return rc;
-    if (embd && embd->size > 1 && (rc = mc__finalize_embedding(embd, table, grads)) != MC_OK)
-        return rc;                                                                  /* 4 */
+    span = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "finalize_model_grads", -1, -1, NULL, 0, 1)
+                     : -1;
+    rc = MC_OK;
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_skip_grad_sync) ddp = NULL;   /* the fault: step 1 left to the caller */
+#endif
+    if (ddp) rc = mc_ddp_finish_grad_sync(ddp);                                    /* 1 */
+    if (rc == MC_OK && sequence_parallel && tp && tp->size > 1) {                   /* 3 */
+        step = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "sp_grad_all_reduce", -1, -1, NULL, 0, 1)
+                         : -1;
+        rc = mc__finalize_sequence_parallel(ops, tp, table, grads);
+        if (step >= 0) mc__tl_close(step, rc, ops, NULL);
+    }
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_skip_embedding_sync) embd = NULL;   /* the fault: step 4 left out */
+#endif
+    if (rc == MC_OK && embd && embd->size > 1) {                                    /* 4 */
+        step = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "embedding_grad_all_reduce", -1, -1, NULL,
+                                       0, 1)
+                         : -1;
+        rc = mc__finalize_embedding(embd, table, grads);
+        if (step >= 0) mc__tl_close(step, rc, ops, NULL);
+    }
     /* 5: the position-embedding group has one member (the first stage) in a GPT. */
-    if (num_tokens &&                                                               /* 7 */
-        (rc = mc__finalize_per_token(ps, dp, ops, table, grads, num_tokens)) != MC_OK)
-        return rc;
-    return MC_OK;
+    if (rc == MC_OK && num_tokens) {                                                /* 7 */
+        step = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "num_tokens", -1, -1, NULL, 0, 1) : -1;
+        rc = mc__finalize_per_token(ps, dp, ops, table, grads, num_tokens);
+        if (step >= 0) mc__tl_close(step, rc, ops, NULL);
+    }
+    if (span >= 0) mc__tl_close(span, rc, ops, NULL);
+    return rc;
 }
 
 /* @ddp:implementation end */
@@ -12830,14 +13389,24 @@ MC_API void mc_optimizer_destroy(mc_optimizer *opt) {
     memset(opt, 0, sizeof *opt);
 }
 
+static int mc__opt_grad_norm(mc_optimizer *opt, double *norm);
+
 MC_API int mc_optimizer_grad_norm(mc_optimizer *opt, double *norm) {
-    const mc_ops *o;
-    double sum = 0.0;
+    long long span;
     int rc;
     if (!opt || !opt->m || !norm)
         return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_grad_norm: opt (initialised) and norm "
                         "must be set");
-    o = opt->desc.ops;
+    span = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "grad_norm", -1, -1, NULL, 0, 1) : -1;
+    rc = mc__opt_grad_norm(opt, norm);
+    if (span >= 0) mc__tl_close(span, rc, opt->desc.ops, NULL);
+    return rc;
+}
+
+static int mc__opt_grad_norm(mc_optimizer *opt, double *norm) {
+    const mc_ops *o = opt->desc.ops;
+    double sum = 0.0;
+    int rc;
     if ((rc = o->sum_squares(o, opt->norm_sum, opt->desc.ddp->desc.grads, opt->norm_spans,
                              opt->n_norm_spans)) != MC_OK)
         return rc;
@@ -12880,17 +13449,38 @@ static int mc__opt_gather_params(mc_optimizer *opt) {
     return MC_OK;
 }
 
+/* A timeline span around one call of the step (-1 while nothing records). */
+#define MC__OPT_SPAN(name, index, call, ops)                                                  \
+    do {                                                                                     \
+        long long sp_ = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, (name), (index), -1, NULL, 0, 1) \
+                                  : -1;                                                      \
+        rc = (call);                                                                         \
+        if (sp_ >= 0) mc__tl_close(sp_, rc, (ops), NULL);                                    \
+    } while (0)
+
+static int mc__opt_step(mc_optimizer *opt);
+
 MC_API int mc_optimizer_step(mc_optimizer *opt) {
-    const mc_optimizer_desc *d;
-    const mc_ops *o;
+    long long span;
+    int rc;
+    if (!opt || !opt->m)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_step: opt is NULL or not initialised");
+    span = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "optimizer_step", -1, -1, NULL, 0, 1) : -1;
+    rc = mc__opt_step(opt);
+    if (span >= 0) mc__tl_close(span, rc, opt->desc.ops, NULL);
+    return rc;
+}
+
+/* Megatron's order: grad norm (the non-finite check skips the step, as found_inf does),
+   clipping, the update (fp32 main params, then the model's copy), the distributed optimizer's
+   param all-gather, and the scheduler's step. */
+static int mc__opt_step(mc_optimizer *opt) {
+    const mc_optimizer_desc *d = &opt->desc;
+    const mc_ops *o = d->ops;
     mc_adamw_step h;
     float lr, coeff = 1.0f;
     double norm = 0.0;
     int rc;
-    if (!opt || !opt->m)
-        return MC__FAIL(MC_ERR_INVALID_ARG, "mc_optimizer_step: opt is NULL or not initialised");
-    d = &opt->desc;
-    o = d->ops;
     lr = (float)mc_optimizer_lr_at(d, opt->lr_steps);
     if (d->clip_grad > 0.0f) {
         if ((rc = mc_optimizer_grad_norm(opt, &norm)) != MC_OK) return rc;
@@ -12898,24 +13488,29 @@ MC_API int mc_optimizer_step(mc_optimizer *opt) {
             return MC__FAIL(MC_ERR_STATE, "mc_optimizer_step: grad norm is %g at iteration %lld; "
                             "the step is skipped", norm, opt->iteration + 1);
         coeff = (float)(d->clip_grad / (norm + MC__OPT_CLIP_EPS));
-        if (coeff < 1.0f) {
-            if ((rc = mc__opt_scale_grads(opt, coeff)) != MC_OK) return rc;
-        } else {
-            coeff = 1.0f;
-        }
+        if (coeff >= 1.0f) coeff = 1.0f;
+        MC__OPT_SPAN("clip_grads", coeff < 1.0f,
+                     coeff < 1.0f ? mc__opt_scale_grads(opt, coeff) : MC_OK, o);
+        if (rc != MC_OK) return rc;
     }
     h.lr = lr;
     h.beta1 = d->beta1;
     h.beta2 = d->beta2;
     h.eps = d->eps;
     h.step = (int)(opt->iteration + 1);
-    rc = o->adamw(o, opt->main ? opt->main : (float *)d->params, d->ddp->desc.grads, opt->m,
-                  opt->v, opt->main ? d->params : NULL, opt->adamw_spans, opt->n_adamw_spans, &h,
-                  d->params_dtype);
+    MC__OPT_SPAN("adamw", -1,
+                 o->adamw(o, opt->main ? opt->main : (float *)d->params, d->ddp->desc.grads,
+                          opt->m, opt->v, opt->main ? d->params : NULL, opt->adamw_spans,
+                          opt->n_adamw_spans, &h, d->params_dtype),
+                 o);
     if (rc != MC_OK) return rc;
-    if ((rc = mc__opt_gather_params(opt)) != MC_OK) return rc;
+    if (d->ddp->desc.distributed_optimizer && d->ddp->desc.dp) {
+        MC__OPT_SPAN("param_all_gather", -1, mc__opt_gather_params(opt), o);
+        if (rc != MC_OK) return rc;
+    }
     opt->iteration++;
     opt->lr_steps++;
+    mc_timeline_mark("lr_scheduler_step", (int)opt->lr_steps);
     opt->last_lr = lr;
     opt->last_grad_norm = norm;
     opt->last_clip_coeff = coeff;
@@ -14932,7 +15527,7 @@ static int mc__ckpt_unstage(const mc_checkpoint_desc *desc, float *mirror[3], in
     return rc;
 }
 
-MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+static int mc__ckpt_save(const mc_checkpoint_desc *desc) {
     mc_checkpoint_desc host;
     float *mirror[3];
     int rc;
@@ -14944,8 +15539,8 @@ MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
     return rc;
 }
 
-MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
-                              mc_checkpoint_result *result) {
+static int mc__ckpt_load(const mc_checkpoint_desc *desc, unsigned flags,
+                         mc_checkpoint_result *result) {
     mc_checkpoint_desc host;
     float *mirror[3];
     int rc, up;
@@ -14955,6 +15550,23 @@ MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
     if (rc == MC_OK) rc = mc__ckpt_load_host(&host, flags, result);
     up = mc__ckpt_unstage(desc, mirror, rc == MC_OK);
     return rc != MC_OK ? rc : up;
+}
+
+MC_API int mc_checkpoint_save(const mc_checkpoint_desc *desc) {
+    long long span = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "checkpoint_save", -1, -1, NULL, 0, 1)
+                               : -1;
+    int rc = mc__ckpt_save(desc);
+    if (span >= 0) mc__tl_close(span, rc, desc ? desc->ops : NULL, NULL);
+    return rc;
+}
+
+MC_API int mc_checkpoint_load(const mc_checkpoint_desc *desc, unsigned flags,
+                              mc_checkpoint_result *result) {
+    long long span = MC__TL_ON ? mc__tl_open(MC_TIMELINE_SPAN, "checkpoint_load", -1, -1, NULL, 0, 1)
+                               : -1;
+    int rc = mc__ckpt_load(desc, flags, result);
+    if (span >= 0) mc__tl_close(span, rc, desc ? desc->ops : NULL, NULL);
+    return rc;
 }
 
 /* @checkpoint:implementation end */

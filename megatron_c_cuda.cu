@@ -82,6 +82,57 @@ struct mc__cuda_alloc {
     size_t bytes;
 };
 
+/* Timeline completion markers (megatron_c.h >>core.timeline): a marker is a timing event
+   recorded on a stream; its time on the timeline's clock is the stream's reference event's
+   host time plus the elapsed time between the two. The reference is recorded when the stream
+   is made (idle, so its host time is its completion time); the GPU's clock and the host's are
+   assumed not to drift apart over a run. */
+typedef struct mc__mark_clock {
+    cudaEvent_t ref;              // NULL: this stream records no markers
+    double ref_t;                 // mc_timeline_now() when ref completed
+} mc__mark_clock;
+
+static void mc__mark_clock_init(mc__mark_clock *k, cudaStream_t stream) {
+    k->ref = NULL;
+    if (cudaEventCreate(&k->ref) != cudaSuccess || cudaEventRecord(k->ref, stream) != cudaSuccess ||
+        cudaEventSynchronize(k->ref) != cudaSuccess) {
+        if (k->ref != NULL) cudaEventDestroy(k->ref);
+        k->ref = NULL;
+        (void)cudaGetLastError();   // no markers: the timeline keeps the host's times
+        return;
+    }
+    k->ref_t = mc_timeline_now();
+}
+
+static void mc__mark_clock_destroy(mc__mark_clock *k) {
+    if (k->ref != NULL) cudaEventDestroy(k->ref);
+    k->ref = NULL;
+}
+
+static int mc__mark_record(const mc__mark_clock *k, cudaStream_t stream, void **mark) {
+    cudaEvent_t ev = NULL;
+    if (k->ref == NULL) return MC_ERR_UNSUPPORTED;
+    if (cudaEventCreate(&ev) != cudaSuccess || cudaEventRecord(ev, stream) != cudaSuccess) {
+        if (ev != NULL) cudaEventDestroy(ev);
+        (void)cudaGetLastError();
+        return MC_ERR_CUDA;
+    }
+    *mark = (void *)ev;
+    return MC_OK;
+}
+
+static int mc__mark_time(const mc__mark_clock *k, void *mark, double *t) {
+    float ms = 0.0f;
+    cudaError_t err = cudaEventSynchronize((cudaEvent_t)mark);
+    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, k->ref, (cudaEvent_t)mark);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return MC_ERR_CUDA;
+    }
+    *t = k->ref_t + 1e-3 * (double)ms;
+    return MC_OK;
+}
+
 /* The context of one CUDA op table: what mc_ops.ctx points at. */
 typedef struct mc__cuda_ctx {
     int device;
@@ -96,6 +147,7 @@ typedef struct mc__cuda_ctx {
     size_t live_bytes, peak_bytes;
     char describe[256];
     void *compute;                // the compute half's handles (mc__cuda_compute), or NULL
+    mc__mark_clock marks;         // the timeline's completion markers on `stream`
 } mc__cuda_ctx;
 
 static mc__cuda_ctx *mc__cuda_get(const mc_ops *o) { return (mc__cuda_ctx *)o->ctx; }
@@ -3034,6 +3086,20 @@ static void mc__cuda_prof_comm_end(const mc_ops *mem, int idx, cudaStream_t stre
 // ---------------------------------------------------------------------------------------------
 // >>cuda table: mc_ops_cuda_init / mc_ops_cuda_destroy
 
+/* The timeline's markers on the table's stream (see mc__mark_clock). */
+static int mc__cuda_mark_record_op(const mc_ops *o, void **mark) {
+    int rc = mc__cuda_use(o, "mark_record");
+    return rc != MC_OK ? rc : mc__mark_record(&mc__cuda_get(o)->marks, mc__cuda_get(o)->stream, mark);
+}
+static int mc__cuda_mark_time_op(const mc_ops *o, void *mark, double *t) {
+    int rc = mc__cuda_use(o, "mark_time");
+    return rc != MC_OK ? rc : mc__mark_time(&mc__cuda_get(o)->marks, mark, t);
+}
+static void mc__cuda_mark_release_op(const mc_ops *o, void *mark) {
+    if (mc__cuda_use(o, "mark_release") == MC_OK && mark != NULL) cudaEventDestroy((cudaEvent_t)mark);
+    (void)cudaGetLastError();
+}
+
 static void mc__cuda_fill_table(mc_ops *t) {
     memset(t, 0, sizeof *t);
     t->name = "cuda";
@@ -3044,6 +3110,9 @@ static void mc__cuda_fill_table(mc_ops *t) {
     t->download = mc__cuda_download_op;
     t->copy_2d = mc__cuda_copy_2d_op;
     t->synchronize = mc__cuda_synchronize_op;
+    t->mark_record = mc__cuda_mark_record_op;
+    t->mark_time = mc__cuda_mark_time_op;
+    t->mark_release = mc__cuda_mark_release_op;
     mc__cuda_fill_compute(t);
 }
 
@@ -3056,6 +3125,7 @@ static void mc__cuda_release(mc__cuda_ctx *cx) {
     if (cx == NULL) return;
     cudaSetDevice(cx->device);
     mc__cuda_compute_destroy(cx);
+    mc__mark_clock_destroy(&cx->marks);
     if (cx->workspace != NULL) cudaFree(cx->workspace);
     if (cx->stream != NULL) cudaStreamDestroy(cx->stream);
     for (int i = 0; i < cx->n_allocs; i++) cudaFree(cx->allocs[i].ptr);   // leaked by the user
@@ -3075,6 +3145,7 @@ static int mc__cuda_open(mc__cuda_ctx *cx, const mc_cuda_desc *d) {
                              count);
     MC__CU("init", cudaSetDevice(cx->device), "device %d", cx->device);
     MC__CU("init", cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking), "");
+    mc__mark_clock_init(&cx->marks, cx->stream);
     cx->workspace_bytes = d->workspace_bytes ? d->workspace_bytes : (size_t)32 << 20;
     MC__CU("init", cudaMalloc(&cx->workspace, cx->workspace_bytes), "workspace %zu bytes",
            cx->workspace_bytes);
@@ -3241,6 +3312,7 @@ typedef struct mc__nccl_state {
     float *barrier_scratch;   // one device float that barrier() all-reduces
     cudaEvent_t follow;       // recorded on the memory owner's stream before every operation
     int prof_idx;             // the profile record of the operation being started (-1: none)
+    mc__mark_clock marks;     // the timeline's completion markers on `stream`
     /* The MPI backend this communicator was built on: destroy hands the communicator back to
        it, and children get their MPI side from its create_child. */
     const mc_comm_ops *mpi_ops;
@@ -3712,6 +3784,7 @@ static int mc__nccl_open(mc_comm *c, mc__nccl_state *st, const ncclUniqueId *id)
     if (status != MC_OK) return status;
     err = cudaStreamCreateWithFlags(&st->stream, cudaStreamNonBlocking);
     if (err != cudaSuccess) return mc__nccl_fail_cuda(err, "cudaStreamCreateWithFlags", c->name);
+    mc__mark_clock_init(&st->marks, st->stream);
     err = cudaMalloc((void **)&st->barrier_scratch, sizeof(float));
     if (err != cudaSuccess) return mc__nccl_fail_cuda(err, "cudaMalloc (barrier)", c->name);
     err = cudaEventCreateWithFlags(&st->follow, cudaEventDisableTiming);
@@ -3734,6 +3807,7 @@ static void mc__nccl_close(mc_comm *c, mc__nccl_state *st) {
         }
     }
     if (st->nccl != NULL) mc__nccl_abort(st);
+    mc__mark_clock_destroy(&st->marks);
     if (st->stream != NULL) cudaStreamDestroy(st->stream);
     if (st->barrier_scratch != NULL) cudaFree(st->barrier_scratch);
     if (st->follow != NULL) cudaEventDestroy(st->follow);
@@ -3825,6 +3899,20 @@ static void mc__nccl_destroy(mc_comm *c) {
     if (c->ops != NULL && c->ops->destroy != NULL) c->ops->destroy(c);
 }
 
+/* The timeline's markers on the communicator's stream (see mc__mark_clock). */
+static int mc__nccl_mark_record(mc_comm *c, void **mark) {
+    int rc = mc__nccl_use_device(c);
+    return rc != MC_OK ? rc : mc__mark_record(&mc__nccl_get(c)->marks, mc__nccl_get(c)->stream, mark);
+}
+static int mc__nccl_mark_time(mc_comm *c, void *mark, double *t) {
+    int rc = mc__nccl_use_device(c);
+    return rc != MC_OK ? rc : mc__mark_time(&mc__nccl_get(c)->marks, mark, t);
+}
+static void mc__nccl_mark_release(mc_comm *c, void *mark) {
+    if (mc__nccl_use_device(c) == MC_OK && mark != NULL) cudaEventDestroy((cudaEvent_t)mark);
+    (void)cudaGetLastError();
+}
+
 /* --- the table and the entry points -------------------------------------------------------- */
 
 static const mc_comm_ops mc__nccl_table = {
@@ -3841,6 +3929,9 @@ static const mc_comm_ops mc__nccl_table = {
     /* test            */ mc__nccl_op_test,
     /* create_child    */ mc__nccl_create_child,
     /* destroy         */ mc__nccl_destroy,
+    /* mark_record     */ mc__nccl_mark_record,
+    /* mark_time       */ mc__nccl_mark_time,
+    /* mark_release    */ mc__nccl_mark_release,
 };
 
 extern "C" const mc_comm_ops *mc__nccl_ops(void) {

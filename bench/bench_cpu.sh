@@ -12,11 +12,14 @@
 #
 # Each run trains BENCH_STEPS + 1 steps (forward, backward, optimizer); the first is dropped.
 # megatron_c: Megatron's defaults (AdamW, grad-norm clipping at 1.0) with dropout off, fp32.
-# llm.c: LLMC=path of train_gpt2 (built outside this repository with llm.c's own Makefile);
-# its main trains B=4, T=64 on ./gpt2_124M.bin, so for the L4 shape it runs at T=64 (and so
-# does an extra megatron_c row beside it) unless LLMC_DRIVER names a program with the interface
-# "DRIVER L C NH V T B STEPS MAXT" printing "llmc step N: ... X ms" (then T=128). Its input
-# files (random weights, random tokens) are written by build/bench/llmc_inputs.
+# llm.c: LLMC_DRIVER (default /tmp/llmc/llmc_bench), a program built outside this repository
+# around llm.c's train_gpt2.c with the interface "DRIVER L C NH V T B STEPS MAXT" that times
+# gpt2_forward + zero_grad + backward + update per step and prints "llmc step N: ... X ms";
+# else LLMC=path of train_gpt2 itself (llm.c's own Makefile), whose main trains B=4, T=64 on
+# ./gpt2_124M.bin after a validation pass: the L4 shape then runs at T=64 (and so does an extra
+# megatron_c row beside it). Its input files (random weights, random tokens) are written by
+# bench/llmc_inputs.c. BENCH_CONFIGS: the megatron_c rows, RANKSxTHREADS (default
+# "1x1 1x2 2x1 2x2"); BENCH_SHAPES: "L4 124M".
 set -u
 cd "$(dirname "$0")/.."
 STEPS=${BENCH_STEPS:-6}
@@ -57,7 +60,7 @@ mc_run() {   # mc_run RANKS THREADS FLAGS...
 }
 llmc_run() {   # llmc_run THREADS DIR T  (train_gpt2 at T=64, or the driver)
     local threads=$1 dir=$2 T=$3
-    if [ "$T" != 64 ] && [ $have_driver = 1 ]; then
+    if [ $have_driver = 1 ]; then
         OMP_NUM_THREADS=$threads "$LLMC_DRIVER" $(cat "$dir/shape") "$T" 4 $((STEPS + 1)) "$T" \
             2>&1 | sed -n 's/^llmc step \([0-9]*\):.* \([0-9.]*\) ms.*/\2/p' | tail -n +2
         return
@@ -78,7 +81,8 @@ for shape in $SHAPES; do
 --max-position-embeddings $MAXT"
     llmc_T=$T
     [ "$T" != 64 ] && [ $have_driver = 0 ] && llmc_T=64
-    rows=("mc 1 1 $T" "mc 1 2 $T" "mc 2 1 $T" "mc 2 2 $T")
+    rows=()
+    for cfg in ${BENCH_CONFIGS:-1x1 1x2 2x1 2x2}; do rows+=("mc ${cfg%x*} ${cfg#*x} $T"); done
     [ "$llmc_T" != "$T" ] && rows+=("mc 1 1 $llmc_T" "mc 1 2 $llmc_T")
     if [ $have_llmc = 1 ] || [ $have_driver = 1 ]; then
         mkdir -p "$work/$shape"

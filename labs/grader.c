@@ -3470,7 +3470,8 @@ static int gr__subject_before(gr__ctx *c, const gr__sent *s) {
                                            "he", "she", "everything", "nothing", NULL};
     for (int i = 0; i < s->ncm[R->L.amb_verb]; i++) {
         int t = s->cm[R->L.amb_verb][i].start;
-        if (t == 0 && !s->in_list) { /* an imperative ("Hash the plan", "Log each creation") */
+        if (t == 0) { /* an imperative ("Hash the plan"); a list item's first word is a label */
+            if (s->in_list) continue;
             for (int j = 0; j < s->ncm[R->L.function_words]; j++)
                 if (s->cm[R->L.function_words][j].start == s->cm[R->L.amb_verb][i].end) return 1;
             continue;

@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "grader.h"
@@ -81,6 +82,24 @@ static void lab__logger(const char *tag, uint32_t level, int item, const char *m
 
 /* ---------------------------------------------------------------------------------------------
    >>small */
+
+void lab_meet_idle(lab_ctx *cx, double timeout_s) {
+    mc_request *req = NULL;
+    double deadline = lab_now() + (timeout_s > 0 ? timeout_s : 600.0);
+    MC_CHECK(mc_barrier_async(cx->world, &req));
+    for (;;) {
+        int done = 0;
+        MC_CHECK(mc_test(req, &done));
+        if (done) return;
+        if (lab_now() > deadline) {
+            fprintf(stderr, "%s: rank %d waited %.0f s for the other ranks at a meeting point; "
+                    "stopping\n", cx->spec->name, cx->me, timeout_s > 0 ? timeout_s : 600.0);
+            lab_abort(LAB_EXIT_FAILED);
+        }
+        struct timespec nap = {0, 5 * 1000 * 1000};
+        nanosleep(&nap, NULL);
+    }
+}
 
 double lab_round_s(double seconds) { return (double)(long long)(seconds * 1e4 + 0.5) / 1e4; }
 double lab_round_ms(double ms) { return (double)(long long)(ms * 1e3 + 0.5) / 1e3; }

@@ -197,6 +197,12 @@ void lab_heap_peak_reset(void);
 /* Calls fn for every block the library frees from now on (NULL stops it). */
 void lab_heap_watch_frees(void (*fn)(void *ptr, void *user), void *user);
 
+/* A barrier over the world whose waiting ranks sleep (a few ms between tests) instead of
+   polling: while some ranks run alone (a single-rank reference, a sub-world), the others
+   leave them the cores. Every rank calls it; a rank still waiting after `timeout_s` seconds
+   (<= 0: 600) stops the run with a message. */
+void lab_meet_idle(lab_ctx *cx, double timeout_s);
+
 /* Rounding for results: seconds to 0.1 ms, milliseconds to 1 us (the rest is noise). */
 double lab_round_s(double seconds);
 double lab_round_ms(double ms);

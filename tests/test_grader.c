@@ -451,6 +451,13 @@ Test(grader, predicate_less_bullets_earn_nothing) {
     release(&h);
 }
 
+Test(grader, a_list_item_opening_with_an_ambiguous_verb_is_read_safely) {
+    /* "Split ..." / "Order ..." as a bullet's first word: no token before it to inspect */
+    graded g = grade_sheet(S1("- split: TP ranks adjacent\n- order of creation\n- match by sequence\n"));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+}
+
 Test(grader, a_keyword_list_is_not_a_statement) {
     graded g = grade_sheet(S1("TP adjacent contiguous NVLink same node every rank create strided "
                               "order irrelevant sequence match."));

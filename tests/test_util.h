@@ -617,4 +617,15 @@ static inline cJSON *mc_test_json_load(const char *path) {
 }
 #endif /* cJSON__h */
 
+/* ---------------------------------------------------------------------------------------------
+   mc_test_lab_total: the score of a lab's grading table, from its last line "Total x/15"
+   (the last such line in out), or -1 when there is none. */
+static inline double mc_test_lab_total(const char *out) {
+    const char *last = NULL;
+    for (const char *p = out; p != NULL && (p = strstr(p, "\nTotal ")) != NULL; p++) last = p + 1;
+    double v = -1.0;
+    if (last == NULL || sscanf(last, "Total %lf/15", &v) != 1) return -1.0;
+    return v;
+}
+
 #endif /* MC_TEST_UTIL_H_INCLUDED */
