@@ -101,6 +101,22 @@ LAB_COMMON  := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/lab_driver.o \
 LIB_OBJS    := $(BUILD)/mc_impl.o $(BUILD)/lab_common.o $(BUILD)/lab_driver.o $(BUILD)/lab_svg.o \
                $(BUILD)/grader.o
 
+# The commit the binaries are built from (every lab's results, lab12's probe): git rev-parse
+# at build time, "unknown" outside a git checkout (a release tarball); dirty 1 when tracked files
+# differ from that commit, 0 when not, -1 when unknown. The stamp file changes only when one of
+# the two does, so lab_common.o (which holds them) is rebuilt exactly then.
+BUILD_COMMIT := $(or $(shell git rev-parse HEAD 2>/dev/null),unknown)
+BUILD_DIRTY  := $(shell git rev-parse --git-dir >/dev/null 2>&1 && \
+                  { git diff --quiet HEAD -- 2>/dev/null && echo 0 || echo 1; } || echo -1)
+
+.PHONY: FORCE
+$(BUILD)/build_commit.txt: FORCE
+	@mkdir -p $(@D)
+	@echo '$(BUILD_COMMIT) $(BUILD_DIRTY)' > $@.tmp; cmp -s $@.tmp $@ || mv -f $@.tmp $@; rm -f $@.tmp
+
+$(BUILD)/lab_common.o: $(BUILD)/build_commit.txt
+$(BUILD)/lab_common.o: CPPFLAGS += -DLAB_BUILD_COMMIT='"$(BUILD_COMMIT)"' -DLAB_BUILD_DIRTY=$(BUILD_DIRTY)
+
 # Every labs/labNN.c is a lab: `make labs` builds them all, `make labNN` one.
 LABS        := $(patsubst labs/%.c,%,$(wildcard labs/lab[0-9][0-9].c))
 

@@ -141,6 +141,14 @@
 #define MC_VERSION_PATCH 0
 #define MC_VERSION_HEX ((MC_VERSION_MAJOR << 16) | (MC_VERSION_MINOR << 8) | MC_VERSION_PATCH)
 
+/* The Megatron-LM source whose rules, names and numbers this version reproduces, for version
+   statements: the commit read, its `git describe` and megatron/core/package_info.py there; the
+   batch-size ramp-up (absent from core 0.18 on) is read at MC_MEGATRON_RAMPUP_TAG. */
+#define MC_MEGATRON_COMMIT "d98e8a64ddf34856e74b24714e3bedb2f5a39553"
+#define MC_MEGATRON_DESCRIBE "core_v0.15.0rc7-2333-gd98e8a64dd"
+#define MC_MEGATRON_PACKAGE "0.20.0"
+#define MC_MEGATRON_RAMPUP_TAG "core_v0.17.0"
+
 #if defined(MC_STATIC) && defined(__GNUC__)
 #define MC_API static __attribute__((unused))   /* a TU may use only some of them */
 #elif defined(MC_STATIC)

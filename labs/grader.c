@@ -470,7 +470,10 @@ typedef struct gr__claim { /* one idea of an item, stated in the text */
     const char *need;
 } gr__claim;
 
-enum { GR__BIND_GROUPS, GR__BIND_NUMBER, GR__BIND_ENUM, GR__BIND_MEASURED };
+enum {
+    GR__BIND_GROUPS, GR__BIND_NUMBER, GR__BIND_ENUM, GR__BIND_MEASURED,
+    GR__BIND_VERSION, GR__BIND_COMMIT, GR__BIND_COUNT, GR__BIND_TEXT
+};
 
 typedef struct gr__bind { /* a measured value quoted in the text, bound to its quantity */
     char id[64];
@@ -487,6 +490,7 @@ typedef struct gr__bind { /* a measured value quoted in the text, bound to its q
     double per_value;   /* measured: points per distinct verified value */
     cJSON *ignore_paths;   /* measured: parts of the subtree that do not count ("config") */
     cJSON *ignore_numbers; /* measured: numbers too common to verify anything (0, 1) */
+    cJSON *paths;       /* version, commit, count, text: further facts that verify it too */
     cJSON *variants;    /* NULL = every variant */
     const char *need;
 } gr__bind;
@@ -503,6 +507,7 @@ typedef struct gr__misc {
     cJSON *not_in_boxes; /* box ids where it cannot fire (older boxes about other layouts) */
     cJSON *refute;
     cJSON *voids; /* claim ids ("M1.layout_rule") that earn nothing once it fired */
+    cJSON *when;  /* {"path", "equals" | "in" | "not_in"}: it applies only where the fact holds */
     int *claims_unless; /* concepts that keep a sentence's group lists from firing it */
     int nclaims_unless;
     const char *feedback;
@@ -1134,15 +1139,19 @@ static void gr__load_bindings(gr__ctx *c, const cJSON *list, int item) {
         if (!(b->points >= 0))
             gr__fail(c, MC_ERR_INVALID_DESC, "rubric: evidence %s needs \"points\" >= 0", b->id);
         const char *type = gr__jstr(x, "type", "number");
-        b->type = !strcmp(type, "groups") ? GR__BIND_GROUPS
-                  : !strcmp(type, "enum") ? GR__BIND_ENUM
-                  : !strcmp(type, "number") ? GR__BIND_NUMBER
+        b->type = !strcmp(type, "groups")     ? GR__BIND_GROUPS
+                  : !strcmp(type, "enum")     ? GR__BIND_ENUM
+                  : !strcmp(type, "number")   ? GR__BIND_NUMBER
                   : !strcmp(type, "measured") ? GR__BIND_MEASURED
-                                            : -1;
+                  : !strcmp(type, "version")  ? GR__BIND_VERSION
+                  : !strcmp(type, "commit")   ? GR__BIND_COMMIT
+                  : !strcmp(type, "count")    ? GR__BIND_COUNT
+                  : !strcmp(type, "text")     ? GR__BIND_TEXT
+                                              : -1;
         if (b->type < 0)
             gr__fail(c, MC_ERR_INVALID_DESC,
-                     "rubric: evidence %s: \"type\" must be groups, number, enum or measured "
-                     "(got %s)", b->id, type);
+                     "rubric: evidence %s: \"type\" must be groups, number, enum, measured, "
+                     "version, commit, count or text (got %s)", b->id, type);
         const char *q = gr__jstr(x, "quantity", NULL);
         if (q == NULL && b->type != GR__BIND_ENUM && b->type != GR__BIND_MEASURED)
             gr__fail(c, MC_ERR_INVALID_DESC, "rubric: evidence %s needs a \"quantity\" slot",
@@ -1174,6 +1183,13 @@ static void gr__load_bindings(gr__ctx *c, const cJSON *list, int item) {
         if (b->path == NULL)
             gr__fail(c, MC_ERR_INVALID_DESC, "rubric: evidence %s needs a \"path\"", b->id);
         b->rank_path = gr__jstr(x, "rank_path", NULL);
+        b->paths = cJSON_GetObjectItemCaseSensitive(x, "paths");
+        const cJSON *pp;
+        cJSON_ArrayForEach(pp, b->paths) {
+            if (!cJSON_IsString(pp))
+                gr__fail(c, MC_ERR_INVALID_DESC, "rubric: evidence %s: \"paths\" holds paths",
+                         b->id);
+        }
         b->values = cJSON_GetObjectItemCaseSensitive(x, "values");
         if (b->type == GR__BIND_ENUM) {
             if (!cJSON_IsObject(b->values))
@@ -1268,6 +1284,15 @@ static void gr__load_misconceptions(gr__ctx *c, const cJSON *root) {
         m->not_in_boxes = cJSON_GetObjectItemCaseSensitive(p, "not_in_boxes");
         m->refute = cJSON_GetObjectItemCaseSensitive(p, "refute");
         m->voids = cJSON_GetObjectItemCaseSensitive(p, "voids");
+        m->when = cJSON_GetObjectItemCaseSensitive(p, "when");
+        if (m->when != NULL &&
+            (gr__jstr(m->when, "path", NULL) == NULL ||
+             (cJSON_GetObjectItemCaseSensitive(m->when, "equals") == NULL &&
+              !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m->when, "in")) &&
+              !cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(m->when, "not_in")))))
+            gr__fail(c, MC_ERR_INVALID_DESC,
+                     "rubric: misconception %s: \"when\" needs a \"path\" and one of "
+                     "\"equals\", \"in\" or \"not_in\" (a list)", m->id);
         int ucap = 0;
         const cJSON *cu;
         cJSON_ArrayForEach(cu, cJSON_GetObjectItemCaseSensitive(p, "claims_unless")) {
@@ -2214,9 +2239,10 @@ static int gr__parse_blist(gr__ctx *c, const char *s, size_t n, size_t at, gr__b
 /* A number quoted in text, with the decimals it was written with. */
 typedef struct gr__num {
     double v;
-    int decimals;
+    int decimals;     /* the digits written after the point (1.5e-06: 7) */
     char text[32];
     size_t start;
+    int zero_word;    /* count bindings: "no" / "无" before the quantity, meaning 0 */
 } gr__num;
 
 static int gr__is_unit(const char *w, size_t n) {
@@ -2256,6 +2282,24 @@ static void gr__extract_values(gr__ctx *c, const char *s, gr__blist **lists, int
             }
             int glued_before =
                 i > 0 && (isalpha((unsigned char)s[i - 1]) || s[i - 1] == '_' || s[i - 1] == '.');
+            /* scientific notation: "3.8e-09" is 3.8e-09 written to 10 decimals */
+            size_t x = j + 1;
+            if (j < n && s[j] == 'e' && x < n && (s[x] == '-' || s[x] == '+')) x++;
+            if (j < n && s[j] == 'e' && x < n && isdigit((unsigned char)s[x])) {
+                size_t y = x;
+                while (y < n && isdigit((unsigned char)s[y])) y++;
+                if (!glued_before && (y == n || !isalnum((unsigned char)s[y])) && y - i < 30) {
+                    gr__num *q = GR__PUSH(c, *nums, *nnums, *ncap);
+                    memset(q, 0, sizeof *q);
+                    memcpy(q->text, s + i, y - i);
+                    q->v = strtod(q->text, NULL);
+                    int exp10 = atoi(s + j + 1);
+                    q->decimals = dec - exp10 > 0 ? dec - exp10 : 0;
+                    q->start = i;
+                    i = y;
+                    continue;
+                }
+            }
             size_t w = j;
             while (w < n && isalpha((unsigned char)s[w]))
                 w++;
@@ -3846,7 +3890,9 @@ static void gr__more(gr__ctx *c, gr__item *it, const char *fmt, ...) {
 
 static int gr__num_matches(double quoted, int decimals, double measured) {
     if (decimals == 0) return fabs(quoted - measured) < 1e-9;
-    return fabs(quoted - measured) <= 0.5 * pow(10.0, -decimals) + 1e-9;
+    /* half a unit of the last digit written, with a relative margin for the binary value
+       (not an absolute one: 3.8e-09 is written to 10 decimals) */
+    return fabs(quoted - measured) <= 0.5 * pow(10.0, -decimals) * (1 + 1e-6) + 1e-15;
 }
 
 /* "line 14 "TP ranks are ..."" or, for a back-reference, "lines 13-14 ...". */
@@ -4018,12 +4064,34 @@ static int gr__misc_may_fire(const gr__ctx *c, const gr__misc *m, const gr__sent
     return !s->ignored && !gr__box_listed(c, m->not_in_boxes, s->box);
 }
 
+/* 1 when misconception m applies to this run: it has no "when", or the measured fact at
+   when.path equals when.equals, is one of when.in, or is none of when.not_in ("claims FP8
+   ran here" applies only where FP8 was not exercised). A fact the results lack: it does not
+   apply. */
+static int gr__misc_applies(gr__ctx *c, const gr__misc *m) {
+    if (m->when == NULL) return 1;
+    const cJSON *v = gr__path(c->results, gr__jstr(m->when, "path", ""));
+    if (v == NULL || cJSON_IsNull(v)) return 0;
+    const cJSON *eq = cJSON_GetObjectItemCaseSensitive(m->when, "equals"), *e;
+    if (eq != NULL) return gr__loose_eq(c, eq, v);
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(m->when, "in")) {
+        if (gr__loose_eq(c, e, v)) return 1;
+    }
+    const cJSON *not_in = cJSON_GetObjectItemCaseSensitive(m->when, "not_in");
+    if (not_in == NULL) return 0;
+    cJSON_ArrayForEach(e, not_in) {
+        if (gr__loose_eq(c, e, v)) return 0;
+    }
+    return 1;
+}
+
 /* Every asserted misconception voids the clauses that state it; each costs its penalty once,
    at its first statement. */
 static void gr__detect_misconceptions(gr__ctx *c, gr__mcstate *mcs) {
     const gr__rubric *R = &c->R;
     for (int mi = 0; mi < R->nmisc; mi++) {
         const gr__misc *m = &R->misc[mi];
+        if (!gr__misc_applies(c, m)) continue;
         for (int i = 0; i < c->S.nsent; i++) {
             gr__sent *s = &c->S.sent[i];
             if (!gr__misc_may_fire(c, m, s)) continue;
@@ -4438,12 +4506,256 @@ static void gr__check_measured(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__e
     }
 }
 
+/* ---- version, commit, count and text bindings: the words of a version statement ---- */
+
+#define GR__MAX_VCOMP 6
+
+/* "4.1.4", "v12.2.0", "0.15.0rc7-2333-gd98e8a64" at s[i]: two or more components (into comp),
+   and where it ends; 0 when none starts there. */
+static int gr__version_at(const char *s, size_t n, size_t i, long *comp, int *ncomp,
+                          size_t *end) {
+    size_t j = i;
+    if (i > 0 && (isalnum((unsigned char)s[i - 1]) || s[i - 1] == '.')) return 0;
+    if (j < n && s[j] == 'v') j++;
+    if (j >= n || !isdigit((unsigned char)s[j])) return 0;
+    int nc = 0;
+    for (;;) {
+        long x = 0;
+        size_t d = j;
+        while (j < n && isdigit((unsigned char)s[j]) && j - d < 9) x = x * 10 + (s[j++] - '0');
+        if (j == d) return 0;
+        if (nc < GR__MAX_VCOMP) comp[nc++] = x;
+        if (j + 1 < n && s[j] == '.' && isdigit((unsigned char)s[j + 1])) {
+            j++;
+            continue;
+        }
+        break;
+    }
+    if (nc < 2) return 0;
+    if (j + 2 < n && s[j] == 'r' && s[j + 1] == 'c' && isdigit((unsigned char)s[j + 2]))
+        for (j += 2; j < n && isdigit((unsigned char)s[j]); j++) {   /* "0.15.0rc7" */
+        }
+    if (j + 1 < n && s[j] == '-' && isdigit((unsigned char)s[j + 1])) {   /* git describe */
+        size_t k = j + 1;
+        while (k < n && isdigit((unsigned char)s[k])) k++;
+        if (k == n || !isalnum((unsigned char)s[k])) j = k;
+        if (j == k && k + 2 < n && s[k] == '-' && s[k + 1] == 'g' &&
+            isxdigit((unsigned char)s[k + 2]))
+            for (j = k + 2; j < n && isxdigit((unsigned char)s[j]); j++) {
+            }
+    }
+    if (j < n && isalpha((unsigned char)s[j])) return 0;
+    *ncomp = nc;
+    *end = j;
+    return 1;
+}
+
+/* A commit at s[i]: 7 to 40 hex digits, at least one a digit (a short commit may have no
+   letter: "8704574"), or the word "unknown". */
+static int gr__commit_at(const char *s, size_t n, size_t i, size_t *end) {
+    if (i > 0 && isalnum((unsigned char)s[i - 1])) return 0;
+    size_t j = i;
+    int digits = 0, hex = 1;
+    while (j < n && isalnum((unsigned char)s[j])) {
+        char ch = s[j++];
+        digits += isdigit((unsigned char)ch) != 0;
+        hex = hex && isxdigit((unsigned char)ch);
+    }
+    *end = j;
+    if (j - i == 7 && strncmp(s + i, "unknown", 7) == 0) return 1;
+    return hex && digits > 0 && j - i >= 7 && j - i <= 40;
+}
+
+/* The facts a binding may be verified against: its path, then its further paths. */
+static int gr__bind_facts(gr__ctx *c, const gr__bind *b, const cJSON **out, int cap) {
+    int n = 0;
+    const cJSON *f = gr__path(c->results, b->path), *p;
+    if (f != NULL && !cJSON_IsNull(f)) out[n++] = f;
+    cJSON_ArrayForEach(p, b->paths) {
+        f = gr__path(c->results, p->valuestring);
+        if (n < cap && f != NULL && !cJSON_IsNull(f)) out[n++] = f;
+    }
+    return n;
+}
+
+/* 1 when a measured string (or number) writes a version whose components start with comp. */
+static int gr__fact_has_version(gr__ctx *c, const cJSON *f, const long *comp, int nc) {
+    char num[64];
+    const char *raw = cJSON_IsString(f) ? f->valuestring : NULL;
+    if (raw == NULL && cJSON_IsNumber(f)) snprintf(num, sizeof num, "%.15g", f->valuedouble);
+    if (raw == NULL && cJSON_IsNumber(f)) raw = num;
+    if (raw == NULL) return 0;
+    char *norm = gr__normalize(c, raw, strlen(raw));
+    size_t n = strlen(norm);
+    for (size_t i = 0; i < n; i++) {
+        long mc[GR__MAX_VCOMP];
+        int mn = 0;
+        size_t end = i;
+        if (!gr__version_at(norm, n, i, mc, &mn, &end)) continue;
+        int same = mn >= nc;
+        for (int k = 0; k < nc && same; k++) same = mc[k] == comp[k];
+        if (same) return 1;
+        i = end;
+    }
+    return 0;
+}
+
+static int gr__fact_has_commit(gr__ctx *c, const cJSON *f, const char *quoted, size_t len) {
+    if (!cJSON_IsString(f)) return 0;
+    char *norm = gr__normalize(c, f->valuestring, strlen(f->valuestring));
+    if (len == 7 && strncmp(quoted, "unknown", 7) == 0) return strncmp(norm, "unknown", 7) == 0;
+    return strlen(norm) >= len && strncmp(norm, quoted, len) == 0 &&
+           strspn(norm, "0123456789abcdef") >= len;
+}
+
+static void gr__bind_found(gr__ctx *c, gr__sent *s, gr__estate *e, const char *v, size_t n) {
+    e->sent = gr__sent_index(c, s);
+    e->value = gr__strndup(c, v, n);
+}
+
+static void gr__bind_wrong(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e,
+                           const char *v, size_t n, const cJSON *const *facts, int nf) {
+    if (e->wrong_sent != NULL) return;
+    e->wrong_sent = s;
+    gr__sb w = {0};
+    gr__sb_printf(c, &w, "%.*s is not %s (measured: %s)", (int)n, v, b->quantity.spec,
+                  nf > 0 ? gr__json_short(c, facts[0], 50) : "nothing");
+    e->wrong = w.s;
+}
+
+/* A version or a commit said to be the quantity. */
+static void gr__check_token_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e) {
+    const cJSON *facts[8];
+    int nf = gr__bind_facts(c, b, facts, 8);
+    const char *t = s->norm;
+    size_t n = strlen(t);
+    for (size_t i = 0; i < n; i++) {
+        long comp[GR__MAX_VCOMP];
+        int nc = 0;
+        size_t end = i;
+        int is = b->type == GR__BIND_VERSION ? gr__version_at(t, n, i, comp, &nc, &end)
+                                             : gr__commit_at(t, n, i, &end);
+        if (!is) {
+            if (end > i) i = end - 1;
+            continue;
+        }
+        int tk = gr__tok_at(s, i);
+        size_t at = i;
+        i = end - 1;
+        if (tk < s->ntok && (s->hyp[tk] || s->void_clause[s->clause[tk]])) continue;
+        if (gr__near_slot(c, s, &b->quantity, tk, GR__SEARCH_STRICT) == NULL) continue;
+        int ok = 0;
+        for (int k = 0; k < nf && !ok; k++)
+            ok = b->type == GR__BIND_VERSION ? gr__fact_has_version(c, facts[k], comp, nc)
+                                             : gr__fact_has_commit(c, facts[k], t + at, end - at);
+        if (ok) {
+            gr__bind_found(c, s, e, t + at, end - at);
+            return;
+        }
+        gr__bind_wrong(c, b, s, e, t + at, end - at, facts, nf);
+    }
+}
+
+/* A count said to be the quantity: a number, or "no" / "zero" / "without" / 无 / 没有 right
+   before the quantity's name ("no GPU", "无 GPU": 0). */
+static void gr__check_count_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e) {
+    const cJSON *facts[8];
+    int nf = gr__bind_facts(c, b, facts, 8);
+    gr__blist *lists = NULL;
+    gr__num *nums = NULL;
+    int nl = 0, lc = 0, nn = 0, ncap = 0;
+    gr__extract_values(c, s->norm, &lists, &nl, &lc, &nums, &nn, &ncap);
+    static const char *const zero_words[] = {"no", "zero", "none", "without", "\xe6\x97\xa0",
+                                             "\xe9\x9b\xb6", NULL};   /* 无 零 */
+    for (int k = 0; k < s->ntok; k++) {
+        const gr__tok *tk = &s->tok[k];
+        int zero = 0;
+        for (int w = 0; zero_words[w] != NULL && !zero; w++) zero = strcmp(tk->s, zero_words[w]) == 0;
+        int len = tk->len;
+        if (!zero && strcmp(tk->s, "\xe6\xb2\xa1") == 0 && k + 1 < s->ntok &&
+            strcmp(s->tok[k + 1].s, "\xe6\x9c\x89") == 0)   /* 没有 */
+            zero = 1, len = s->tok[k + 1].start + s->tok[k + 1].len - tk->start;
+        if (!zero || s->hyp[k] || s->void_clause[s->clause[k]]) continue;
+        /* the quantity's name within two tokens after it, whatever its polarity ("no" negates
+           it: that is what the zero says) */
+        int named = 0;
+        for (int q = 0; q < b->quantity.n && !named; q++)
+            for (int i = 0; i < s->ncm[b->quantity.concepts[q]] && !named; i++) {
+                const gr__match *m = &s->cm[b->quantity.concepts[q]][i];
+                named = m->start > k && m->start <= k + 3 && m->clause == s->clause[k] &&
+                        !m->framed;   /* "it is not true that no GPU ..." */
+            }
+        if (!named) continue;
+        gr__num *x = GR__PUSH(c, nums, nn, ncap);
+        memset(x, 0, sizeof *x);
+        snprintf(x->text, sizeof x->text, "%.*s", len, s->norm + tk->start);
+        x->v = 0;
+        x->start = (size_t)tk->start;
+        x->zero_word = 1;
+    }
+    for (int ni = 0; ni < nn; ni++) {
+        int t = gr__tok_at(s, nums[ni].start);
+        if (nums[ni].decimals != 0) continue;
+        if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (!nums[ni].zero_word && gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL)
+            continue;
+        int ok = 0;
+        for (int k = 0; k < nf && !ok; k++)
+            ok = cJSON_IsNumber(facts[k]) && fabs(facts[k]->valuedouble - nums[ni].v) < 1e-9;
+        if (ok) {
+            gr__bind_found(c, s, e, nums[ni].text, strlen(nums[ni].text));
+            return;
+        }
+        gr__bind_wrong(c, b, s, e, nums[ni].text, strlen(nums[ni].text), facts, nf);
+    }
+}
+
+/* A measured text (a GPU or CPU model, a backend) written in the sentence beside the name of
+   its quantity. */
+static void gr__check_text_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e) {
+    const cJSON *facts[8];
+    int nf = gr__bind_facts(c, b, facts, 8);
+    for (int k = 0; k < nf; k++) {
+        if (!cJSON_IsString(facts[k]) || strlen(facts[k]->valuestring) < 2) continue;
+        char *want = gr__normalize(c, facts[k]->valuestring, strlen(facts[k]->valuestring));
+        for (const char *at = strstr(s->norm, want); at != NULL; at = strstr(at + 1, want)) {
+            size_t off = (size_t)(at - s->norm), len = strlen(want);
+            if ((off > 0 && isalnum((unsigned char)at[-1])) || isalnum((unsigned char)at[len]))
+                continue;   /* a whole word or phrase, not a piece of one */
+            int t = gr__tok_at(s, off);
+            if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+            int named = gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) != NULL;
+            for (int q = 0; q < b->quantity.n && !named; q++)   /* the text names it itself */
+                for (int i = 0; i < s->ncm[b->quantity.concepts[q]] && !named; i++) {
+                    const gr__match *m = &s->cm[b->quantity.concepts[q]][i];
+                    named = m->start >= t && m->start < gr__tok_at(s, off + len) &&
+                            gr__slot_ok(&b->quantity, m, GR__SEARCH_STRICT, 0);
+                }
+            if (!named) continue;
+            gr__bind_found(c, s, e, facts[k]->valuestring, strlen(facts[k]->valuestring));
+            return;
+        }
+    }
+}
+
 static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e) {
     if (s->ignored || !gr__has_context(c, b, s)) return;
     const cJSON *meas = gr__path(c->results, b->path);
     if (meas == NULL || cJSON_IsNull(meas)) return;
     if (b->type == GR__BIND_MEASURED) {
         gr__check_measured(c, b, s, e, meas);
+        return;
+    }
+    if (b->type == GR__BIND_VERSION || b->type == GR__BIND_COMMIT) {
+        gr__check_token_binding(c, b, s, e);
+        return;
+    }
+    if (b->type == GR__BIND_COUNT) {
+        gr__check_count_binding(c, b, s, e);
+        return;
+    }
+    if (b->type == GR__BIND_TEXT) {
+        gr__check_text_binding(c, b, s, e);
         return;
     }
     if (b->type == GR__BIND_ENUM) {
@@ -4643,6 +4955,14 @@ static void gr__bind_item(gr__ctx *c, int bi, const gr__estate *e) {
 static void gr__misc_item(gr__ctx *c, int mi, const gr__mcstate *ms, double *left) {
     const gr__misc *m = &c->R.misc[mi];
     gr__item *it = gr__new_item(c, m->id, m->item, "misc", "MISC", m->part, 0);
+    if (!ms->fired && !gr__misc_applies(c, m)) {
+        const char *wp = gr__jstr(m->when, "path", "");
+        gr__sb d = {0};
+        gr__sb_printf(c, &d, "not applicable in this run (%s = %s)", wp,
+                      gr__json_short(c, gr__path(c->results, wp), 30));
+        it->detail = d.s;
+        return;
+    }
     if (!ms->fired) {
         it->detail = gr__strdup(c, "did not fire");
         return;

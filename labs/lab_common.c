@@ -22,6 +22,20 @@
 _Static_assert(sizeof(int) == 4, "lab_common assumes 32-bit int");
 
 /* ---------------------------------------------------------------------------------------------
+   >>build  The Makefile passes the commit (see BUILD_COMMIT there); a compiler run without it
+   (a hand-written link line, a tarball's own build) reads "unknown". */
+
+#ifndef LAB_BUILD_COMMIT
+#define LAB_BUILD_COMMIT "unknown"
+#endif
+#ifndef LAB_BUILD_DIRTY
+#define LAB_BUILD_DIRTY -1
+#endif
+
+const char *lab_build_commit(void) { return LAB_BUILD_COMMIT[0] ? LAB_BUILD_COMMIT : "unknown"; }
+int lab_build_dirty(void) { return LAB_BUILD_DIRTY; }
+
+/* ---------------------------------------------------------------------------------------------
    >>print */
 
 static int lab__rank = -1;   /* -1 until the world exists */

@@ -56,6 +56,13 @@ void lab_nccl_check(int nccl_status, const char *expr, const char *file, int lin
 void lab_abort(int code);
 
 /* ---------------------------------------------------------------------------------------------
+   >>build  The git commit these binaries were built from (the Makefile embeds it at build
+   time): 40 hex digits, or "unknown" outside a git checkout (e.g. a release tarball). dirty:
+   1 when tracked files differed from that commit at build time, 0 when not, -1 unknown. */
+const char *lab_build_commit(void);
+int lab_build_dirty(void);
+
+/* ---------------------------------------------------------------------------------------------
    >>args  Flags every lab understands. Zero / NULL means "the lab's default". A lab adds its
    own flags as a table of lab_flag; their values land in lab_args.flag_values. */
 

@@ -699,6 +699,9 @@ static cJSON *lab__results_json(lab_ctx *cx, cJSON *facts, int all_checks_held) 
     cJSON_AddStringToObject(doc, "question", spec->question);
     cJSON_AddStringToObject(doc, "rubric_version", lab__json_str(rubric, "rubric_version", ""));
     cJSON_AddStringToObject(doc, "megatron_c_version", mc_version_string());
+    cJSON *build = cJSON_AddObjectToObject(doc, "build");   /* what built this binary */
+    cJSON_AddStringToObject(build, "commit", lab_build_commit());
+    cJSON_AddNumberToObject(build, "dirty", lab_build_dirty());
     cJSON_Delete(rubric);
     cJSON_AddStringToObject(doc, "title", spec->title);
     cJSON_AddItemToObject(doc, "config", lab__config_json(cx));

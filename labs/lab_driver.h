@@ -28,8 +28,8 @@
      5. the experiments, in order, on every rank (they are collective), each one timed (the
         slowest rank's seconds go into the results);
      6. rank 0 writes results/labNN.json: the versioned envelope (format 2: lab, question,
-        config, backend, nonce, probe, predictions, ledger, run with per-experiment times and
-        every check) around the object the spec's `facts` returns;
+        build (the git commit), config, backend, nonce, probe, predictions, ledger, run with
+        per-experiment times and every check) around the object the spec's `facts` returns;
      7. grades answers/labNN.md against it and prints the score table (last line "Total x/15");
      8. exits 0 when every check held, 1 when one failed (or the results could not be written
         or graded), 2 for bad flags or a world the lab cannot use.

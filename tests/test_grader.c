@@ -1237,3 +1237,155 @@ Test(grader, a_schema1_rubric_is_graded_by_the_same_rules) {
     cr_expect_float_eq(score(&g, "S1.adjacent"), 0.0, 1e-9, "voided by MC_NAME: %s", g.out);
     release(&g);
 }
+
+/* ---------------------------------------------------------------------------------------------
+   evidence that quotes a version, a commit, a count or a text of the run, and misconceptions
+   that apply only where a measured fact holds ("when") */
+
+/* The unit rubric with four bindings of the new kinds in item E, their quantities, a number
+   binding to read scientific notation, and a misconception that applies only where
+   facts.fp8 is "absent"; the unit results with the facts they read. */
+static void make_version_rubric(const char *fp8_level) {
+    char *text = slurp(in_dir("rubric.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(r);
+    cJSON *items = cJSON_GetObjectItemCaseSensitive(r, "items"), *it;
+    cJSON_ArrayForEach(it, items) {
+        if (strcmp(cJSON_GetObjectItemCaseSensitive(it, "id")->valuestring, "E") != 0) continue;
+        cJSON *ev = cJSON_GetObjectItemCaseSensitive(it, "evidence");
+        const char *add[] = {
+            "{\"id\":\"mpi\",\"type\":\"version\",\"quantity\":\"QMPI\",\"path\":\"facts.mpi\","
+            "\"paths\":[\"facts.mpi_standard\"],\"points\":0.25,\"need\":\"the MPI version\"}",
+            "{\"id\":\"commit\",\"type\":\"commit\",\"quantity\":\"QCOMMIT\",\"path\":"
+            "\"facts.commit\",\"points\":0.25,\"need\":\"the commit\"}",
+            "{\"id\":\"gpus\",\"type\":\"count\",\"quantity\":\"QGPU\",\"path\":\"facts.gpus\","
+            "\"points\":0.25,\"need\":\"the GPU count\"}",
+            "{\"id\":\"cpu\",\"type\":\"text\",\"quantity\":\"QCPU\",\"path\":\"facts.cpu\","
+            "\"points\":0.25,\"need\":\"the CPU model\"}",
+            "{\"id\":\"diff\",\"type\":\"number\",\"quantity\":\"QDIFF\",\"path\":\"facts.diff\","
+            "\"points\":0.25,\"need\":\"the relative difference\"}"};
+        for (size_t i = 0; i < sizeof add / sizeof add[0]; i++)
+            cJSON_AddItemToArray(ev, cJSON_Parse(add[i]));
+    }
+    cJSON *lx = cJSON_GetObjectItemCaseSensitive(r, "lexicon");
+    cJSON_AddItemToObject(lx, "QMPI", cJSON_Parse("{\"en\":[\"open mpi\",\"mpi\"],\"zh\":[]}"));
+    cJSON_AddItemToObject(lx, "QCOMMIT", cJSON_Parse("{\"en\":[\"commit\"],\"zh\":[\"提交\"]}"));
+    cJSON_AddItemToObject(lx, "QGPU", cJSON_Parse("{\"en\":[\"gpu*\"],\"zh\":[]}"));
+    cJSON_AddItemToObject(lx, "QCPU", cJSON_Parse("{\"en\":[\"cpu*\"],\"zh\":[]}"));
+    cJSON_AddItemToObject(lx, "QDIFF", cJSON_Parse("{\"en\":[\"relative difference\"],\"zh\":[]}"));
+    cJSON_AddItemToObject(lx, "FP8W", cJSON_Parse("{\"en\":[\"fp8\"],\"zh\":[]}"));
+    cJSON_AddItemToObject(lx, "RANW", cJSON_Parse("{\"en\":[\"ran\"],\"zh\":[]}"));
+    cJSON_AddItemToArray(cJSON_GetObjectItemCaseSensitive(r, "misconceptions"),
+                         cJSON_Parse("{\"id\":\"MX_FP8\",\"item\":\"E\",\"penalty\":1.0,"
+                                     "\"title\":\"claims FP8 ran\",\"relations\":[{\"all\":"
+                                     "[\"FP8W\",\"RANW\"]}],\"when\":{\"path\":\"facts.fp8\","
+                                     "\"in\":[\"absent\",\"not_built\"]},\"feedback\":\"FP8 is "
+                                     "not in this build.\",\"citation\":\"unit test\"}"));
+    write_json(in_dir("rubric.json"), r);
+
+    text = slurp(in_dir("results.json"));
+    cJSON *res = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(res);
+    cJSON *facts = cJSON_GetObjectItemCaseSensitive(res, "facts");
+    cJSON_AddStringToObject(facts, "mpi", "Open MPI v4.1.4, package: Debian OpenMPI");
+    cJSON_AddStringToObject(facts, "mpi_standard", "3.1");
+    cJSON_AddStringToObject(facts, "commit", "8704574651b82f10b1f5ee5002ef92815220710b");
+    cJSON_AddNumberToObject(facts, "gpus", 0);
+    cJSON_AddStringToObject(facts, "cpu", "AMD EPYC");
+    cJSON_AddNumberToObject(facts, "diff", 3.832433802419795e-09);
+    cJSON_AddStringToObject(facts, "fp8", fp8_level);
+    write_json(in_dir("results.json"), res);
+}
+
+Test(grader, a_version_counts_beside_its_name_and_only_when_measured) {
+    make_version_rubric("absent");
+    graded g = grade_sheet(EV("This run used Open MPI 4.1.4 on 4 ranks."));
+    EXPECT_SCORE(g, "E.mpi", 0.25);
+    cr_expect(mc_test_contains(why(&g, "E.mpi"), "verified"), "%s", why(&g, "E.mpi"));
+    release(&g);
+    graded h = grade_sheet(EV("This run used Open MPI 4.1.5 on 4 ranks."));
+    EXPECT_SCORE(h, "E.mpi", 0.0);
+    cr_expect(mc_test_contains(why(&h, "E.mpi"), "4.1.5 is not"), "%s", why(&h, "E.mpi"));
+    release(&h);
+    /* the right number, but not said to be the MPI version; a further path (the standard) */
+    graded k = grade_sheet(EV("Version 4.1.4 is what this run printed for the build."));
+    EXPECT_SCORE(k, "E.mpi", 0.0);
+    release(&k);
+    graded m = grade_sheet(EV("The MPI standard of this run is MPI 3.1."));
+    EXPECT_SCORE(m, "E.mpi", 0.25);
+    release(&m);
+}
+
+Test(grader, a_commit_counts_as_a_prefix_of_the_measured_one) {
+    make_version_rubric("absent");
+    graded g = grade_sheet(EV("This binary was built from commit 8704574 of the repository."));
+    EXPECT_SCORE(g, "E.commit", 0.25);
+    release(&g);
+    graded h = grade_sheet(EV("This binary was built from commit 4e45e84 of the repository."));
+    EXPECT_SCORE(h, "E.commit", 0.0);
+    cr_expect(mc_test_contains(why(&h, "E.commit"), "4e45e84 is not"), "%s", why(&h, "E.commit"));
+    release(&h);
+    graded k = grade_sheet(EV("This binary was built from commit unknown of the repository."));
+    EXPECT_SCORE(k, "E.commit", 0.0); /* measured a commit, not "unknown" */
+    release(&k);
+}
+
+Test(grader, a_count_reads_no_as_zero_and_a_text_needs_its_name) {
+    make_version_rubric("absent");
+    graded g = grade_sheet(EV("This run had no GPU at all; the CPU is an AMD EPYC."));
+    EXPECT_SCORE(g, "E.gpus", 0.25);
+    EXPECT_SCORE(g, "E.cpu", 0.25);
+    release(&g);
+    graded h = grade_sheet(EV("This run used 2 GPUs; the machine is an AMD EPYC."));
+    EXPECT_SCORE(h, "E.gpus", 0.0);   /* measured 0 */
+    EXPECT_SCORE(h, "E.cpu", 0.0);    /* the model without the word CPU */
+    release(&h);
+    graded k = grade_sheet(EV("This run used 0 GPUs."));
+    EXPECT_SCORE(k, "E.gpus", 0.25);
+    release(&k);
+    /* denied, the values state nothing */
+    graded m = grade_sheet(EV("It is not true that this run had no GPU and an AMD EPYC CPU."));
+    EXPECT_SCORE(m, "E.gpus", 0.0);
+    EXPECT_SCORE(m, "E.cpu", 0.0);
+    release(&m);
+}
+
+Test(grader, scientific_notation_is_a_value_with_its_decimals) {
+    make_version_rubric("absent");
+    graded g = grade_sheet(EV("The relative difference was 3.8e-09 in this run."));
+    EXPECT_SCORE(g, "E.diff", 0.25);
+    release(&g);
+    graded h = grade_sheet(EV("The relative difference was 4.8e-09 in this run."));
+    EXPECT_SCORE(h, "E.diff", 0.0);
+    release(&h);
+}
+
+Test(grader, a_misconception_with_when_applies_only_where_the_fact_holds) {
+    make_version_rubric("absent");
+    graded g = grade_sheet(EV("In this run FP8 ran on every rank and was fast."));
+    cr_expect(item(&g, "MX_FP8")->fired, "%s", g.out);
+    release(&g);
+    make_rubric(NULL);
+    make_results("0000000000000000", 1, NULL);
+    make_version_rubric("measured");
+    graded h = grade_sheet(EV("In this run FP8 ran on every rank and was fast."));
+    cr_expect(!item(&h, "MX_FP8")->fired, "%s", h.out);
+    cr_expect(mc_test_contains(why(&h, "MX_FP8"), "not applicable in this run (facts.fp8"), "%s",
+              why(&h, "MX_FP8"));
+    release(&h);
+}
+
+Test(grader, a_when_without_a_path_or_a_test_is_a_rubric_error) {
+    make_version_rubric("absent");
+    char *text = slurp(in_dir("rubric.json"));
+    char *at = strstr(text, "\"in\":[\"absent\",\"not_built\"]");
+    cr_assert_not_null(at, "%s", text);
+    memcpy(at, "\"xx\"", 4);   /* "in" -> "xx": no test left */
+    spit(in_dir("rubric.json"), text, strlen(text));
+    free(text);
+    graded g = grade_text(EV("In this run FP8 ran on every rank."));
+    cr_expect_neq(g.rc, 0, "%s", g.out);
+    release(&g);
+}
