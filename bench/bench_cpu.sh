@@ -105,9 +105,9 @@ for shape in $SHAPES; do
     done
     echo "load after:  $(uptime | sed 's/.*load average/load average/')"
     echo
-    printf '| %-10s | %5s | %5s | %7s | %3s | %10s | %10s | %9s |\n' program ranks "thr." \
-        "threads" T "ms / step" "tokens/s" "vs llm.c"
-    printf '|%s|\n' "------------|-------|-------|---------|-----|------------|------------|-----------"
+    printf '| %-10s | %5s | %8s | %9s | %3s | %10s | %10s | %9s |\n' program ranks "thr/rank" \
+        "total thr" T "ms / step" "tokens/s" "vs llm.c"
+    printf '|%s|\n' "------------|-------|----------|-----------|-----|------------|------------|-----------"
     declare -A tps=()
     for i in "${!rows[@]}"; do
         read -r who ranks threads t <<<"${rows[$i]}"
@@ -124,7 +124,7 @@ for shape in $SHAPES; do
         ref=${!ref_var:-nan}
         ratio=$(awk -v a="${tps[$i]}" -v b="$ref" 'BEGIN {if (a == "nan" || b == "nan" || b <= 0) print "-"; else printf "%.2fx", a / b}')
         name=$([ "$who" = mc ] && echo megatron_c || echo llm.c)
-        printf '| %-10s | %5s | %5s | %7s | %3s | %10s | %10s | %9s |\n' "$name" "$ranks" \
+        printf '| %-10s | %5s | %8s | %9s | %3s | %10s | %10s | %9s |\n' "$name" "$ranks" \
             "$threads" "$total" "$t" "$ms" "${tps[$i]}" "$ratio"
     done
     unset tps
