@@ -34,7 +34,7 @@ have_llmc=0
 [ -x "$LLMC" ] && have_llmc=1
 have_driver=0
 [ -n "$LLMC_DRIVER" ] && [ -x "$LLMC_DRIVER" ] && have_driver=1
-if [ $have_llmc = 1 ] || [ $have_driver = 1 ]; then
+if [ $have_llmc = 1 ] && [ $have_driver = 0 ]; then   # train_gpt2 reads files; the driver not
     cc -std=c11 -O2 -o "$work/llmc_inputs" bench/llmc_inputs.c -lm || exit 1
 fi
 
@@ -86,7 +86,7 @@ for shape in $SHAPES; do
     [ "$llmc_T" != "$T" ] && rows+=("mc 1 1 $llmc_T" "mc 1 2 $llmc_T")
     if [ $have_llmc = 1 ] || [ $have_driver = 1 ]; then
         mkdir -p "$work/$shape"
-        "$work/llmc_inputs" "$work/$shape" $L $C $NH $V $MAXT || exit 1
+        if [ $have_driver = 0 ]; then "$work/llmc_inputs" "$work/$shape" $L $C $NH $V $MAXT || exit 1; fi
         echo "$L $C $NH $V" > "$work/$shape/shape"
         rows+=("llmc 1 1 $llmc_T" "llmc 1 2 $llmc_T")
     fi
