@@ -35,6 +35,8 @@ BLAS        ?= 1
 BLAS_FOUND   = $(if $(filter 1,$(BLAS)),$(shell pkg-config --exists openblas 2>/dev/null && echo 1),)
 IMPL_FLAGS   = $(OPENMP) $(if $(BLAS_FOUND),-DMC_USE_CBLAS $(shell pkg-config --cflags openblas),)
 FAST_LIBS    = $(OPENMP) $(if $(BLAS_FOUND),$(shell pkg-config --libs openblas),)
+# (tests that link a program from build/mc_impl.o themselves read it: tests/test_lab06.c)
+export MC_FAST_LIBS = $(FAST_LIBS)
 
 # Libraries the grader and the tests use (each one is justified in README.md). The Criterion
 # flags are expanded late, after $(BUILD)/.deps-ok may have installed the package.
