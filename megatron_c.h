@@ -355,6 +355,22 @@ struct mc_ops {
     int (*gelu_forward)(const mc_ops *o, void *out, const void *inp, size_t n, mc_dtype dt);
     int (*gelu_backward)(const mc_ops *o, void *dinp, const void *inp, const void *dout,
                          size_t n, mc_dtype dt);                       /* dinp = */
+    /* The MLP's GELU fused with the GEMM beside it (Megatron's bias-GELU fusion; CUDA runs it
+       in cuBLASLt's epilogue). A, B, bias, pre and out are dt; alpha 1, beta 0, fp32
+       accumulation; op(A), op(B) as in gemm.
+       gemm_gelu_forward:  pre[M,N] = op(A) op(B) (+ bias[N] when bias != NULL),
+                           out[M,N] = gelu(pre)  (=, out != pre; pre is kept for the backward)
+       gemm_gelu_backward: dpre[M,N] = gelu'(pre) * (op(A) op(B))  (=, dpre != pre)
+       The CPU table composes them from gemm and gelu_forward / gelu_backward (the unfused
+       numbers, bit for bit). A fused backend takes gelu of the fp32 accumulator instead of the
+       rounded pre, so under bf16 the two differ by bf16 rounding. A table may leave both NULL:
+       the tensor-parallel layers then compose them from gemm and gelu themselves. */
+    int (*gemm_gelu_forward)(const mc_ops *o, void *out, void *pre, const void *A, const void *B,
+                             const void *bias, int M, int N, int K, int trans_a, int trans_b,
+                             mc_dtype dt);
+    int (*gemm_gelu_backward)(const mc_ops *o, void *dpre, const void *pre, const void *A,
+                              const void *B, int M, int N, int K, int trans_a, int trans_b,
+                              mc_dtype dt);
     /* Causal self-attention on local heads. qkv [S,B,NH*3*HD] with per-head [q|k|v] blocks
        (Megatron's fused layout, so a TP shard of whole heads is a contiguous slice);
        out [S,B,NH*HD] (=); stats: attention_stats() floats the forward writes for the
@@ -546,6 +562,11 @@ typedef struct mc_cuda_desc {
                                    MC_CUDA_SYNC_CHECK=1 in the environment) */
     int tf32;                   /* 1: allow TF32 in fp32 GEMMs (default off: fp32 GEMMs match
                                    the CPU to 1e-5) */
+    int unfused;                /* 1: gemm_gelu_forward / _backward run as a GEMM and a GELU
+                                   kernel (default 0: under bf16, GELU in cuBLASLt's epilogue
+                                   where cuBLASLt has an algorithm; fp32 always unfused).
+                                   MC_CUDA_FUSE=0 in the environment turns the fusion off
+                                   without a rebuild */
 } mc_cuda_desc;
 /* Fills *ops (written only on success) with the CUDA table and a new context on desc->device
    (stream, cuBLASLt and cuDNN handles, workspace). MC_ERR_CUDA naming the call when the device
@@ -563,6 +584,10 @@ MC_CUDA_API size_t mc_ops_cuda_peak_bytes(const mc_ops *ops, int reset);
    each one of cudnn, flash, reference, or none yet), and after "; " why cuDNN was refused
    where it was ("" for a table that is not CUDA). */
 MC_CUDA_API const char *mc_ops_cuda_attention_kernels(const mc_ops *ops);
+/* "on: GELU in the GEMM epilogue, forward 24 fused / 0 unfused, backward 24 fused / 0
+   unfused" (the calls since init), "off: ..." when fusion is off, and after "; last
+   unfused: " why the last call with fusion on ran unfused ("" for a table that is not CUDA). */
+MC_CUDA_API const char *mc_ops_cuda_fusion(const mc_ops *ops);
 /* Per-op timing with CUDA events, summed per category (opt-in: it adds two events per op).
    enable 1 starts a fresh window; read waits for the device, writes the milliseconds of each
    category since the window opened and opens a new one. Communication is the NCCL operations
@@ -1551,6 +1576,16 @@ MC_API int mc_column_parallel_linear_backward(void *dinp, float *dweight, float 
                                               const void *weight, int S, int B, int C, int OC,
                                               int flags, mc_dtype dt, mc_comm *tp,
                                               const mc_ops *ops);
+/* The same followed by GELU (Megatron's MLP: fc1 -> activation, its bias-GELU fusion): pre
+   [shape of out] (=) receives X A^T + b, out (=) gelu(pre), from one ops->gemm_gelu_forward
+   (cuBLASLt's epilogue on CUDA). Not with MC_TP_GATHER_OUTPUT or MC_TP_SKIP_BIAS_ADD; the
+   backward is mc_column_parallel_linear_backward with dout = the gradient of pre (see
+   mc_row_parallel_linear_gelu_backward). */
+MC_API int mc_column_parallel_linear_gelu_forward(void *out, void *pre, void *scratch,
+                                                  const void *inp, const void *weight,
+                                                  const void *bias, int S, int B, int C, int OC,
+                                                  int flags, mc_dtype dt, mc_comm *tp,
+                                                  const mc_ops *ops);
 /* Floats of scratch that both passes of the layer need (0 when none). */
 MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
                                                 int tp_size);
@@ -1574,6 +1609,14 @@ MC_API int mc_row_parallel_linear_backward(void *dinp, float *dweight, float *db
                                            const void *weight, int S, int B, int C, int OC,
                                            int flags, mc_dtype dt, mc_comm *tp,
                                            const mc_ops *ops);
+/* The backward of a row-parallel layer whose input was gelu(pre) (the MLP's fc2): dpre [shape
+   of inp] (=) = gelu'(pre) * dX from one ops->gemm_gelu_backward (the GELU's backward in the
+   dgrad GEMM's epilogue on CUDA); dweight, dbias as above. Needs MC_TP_INPUT_IS_PARALLEL. */
+MC_API int mc_row_parallel_linear_gelu_backward(void *dpre, float *dweight, float *dbias,
+                                                void *scratch, const void *dout, const void *inp,
+                                                const void *pre, const void *weight, int S,
+                                                int B, int C, int OC, int flags, mc_dtype dt,
+                                                mc_comm *tp, const mc_ops *ops);
 MC_API size_t mc_row_parallel_linear_scratch(int S, int B, int C, int OC, int flags,
                                              int tp_size);
 
@@ -3776,6 +3819,27 @@ static int mc__cpu_gelu_backward(const mc_ops *o, void *dinp, const void *inp, c
     return mc__f32_done(&s, rc);
 }
 
+/* The fused MLP ops as their composition through the table (o->gemm may be a BLAS): exactly
+   the numbers of gemm then gelu. */
+static int mc__cpu_gemm_gelu_forward(const mc_ops *o, void *out, void *pre, const void *A,
+                                     const void *B, const void *bias, int M, int N, int K,
+                                     int trans_a, int trans_b, mc_dtype dt) {
+    int rc = o->gemm(o, pre, A, B, bias, M, N, K, trans_a, trans_b, 1.0f, 0.0f, dt, dt);
+    if (rc != MC_OK) return rc;
+    return o->gelu_forward(o, out, pre, (size_t)(M > 0 ? M : 0) * (size_t)(N > 0 ? N : 0), dt);
+}
+
+/* dpre first holds the product (rounded to dt as the unfused path stores it), then in place
+   gelu'(pre) times it. */
+static int mc__cpu_gemm_gelu_backward(const mc_ops *o, void *dpre, const void *pre, const void *A,
+                                      const void *B, int M, int N, int K, int trans_a,
+                                      int trans_b, mc_dtype dt) {
+    int rc = o->gemm(o, dpre, A, B, NULL, M, N, K, trans_a, trans_b, 1.0f, 0.0f, dt, dt);
+    if (rc != MC_OK) return rc;
+    return o->gelu_backward(o, dpre, pre, dpre, (size_t)(M > 0 ? M : 0) * (size_t)(N > 0 ? N : 0),
+                            dt);
+}
+
 // ---------------------------------------------------------------------------------------------
 // >>core.ops cpu dropout  (the keep rule of mc_rng_dropout_mask, element by element)
 
@@ -4241,7 +4305,8 @@ static int mc__cpu_adamw(const mc_ops *o, float *main, const float *grad, float 
     mc__cpu_copy_bytes, mc__cpu_copy_2d, mc__cpu_synchronize, mc__cpu_fill, mc__cpu_copy,       \
     mc__cpu_axpy, mc__cpu_scale, mc__cpu_sum_squares, gemm, mc__cpu_bias_backward,              \
     mc__cpu_layernorm_forward, mc__cpu_layernorm_backward, mc__cpu_gelu_forward,                \
-    mc__cpu_gelu_backward, mc__cpu_attention_stats, mc__cpu_attention_forward,                  \
+    mc__cpu_gelu_backward, mc__cpu_gemm_gelu_forward, mc__cpu_gemm_gelu_backward,               \
+    mc__cpu_attention_stats, mc__cpu_attention_forward,                                         \
     mc__cpu_attention_backward, mc__cpu_dropout_forward, mc__cpu_dropout_backward,              \
     mc__cpu_check_ids, mc__cpu_embedding_forward, mc__cpu_embedding_backward,                   \
     mc__cpu_row_max, mc__cpu_target_logit, mc__cpu_sum_exp, mc__cpu_row_sum,                    \
@@ -9572,11 +9637,33 @@ MC_API size_t mc_column_parallel_linear_scratch(int S, int B, int C, int OC, int
     return fwd > bwd ? fwd : bwd;
 }
 
-MC_API int mc_column_parallel_linear_forward(void *out, void *scratch, const void *inp,
-                                             const void *weight, const void *bias, int S, int B,
-                                             int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
-                                             const mc_ops *ops) {
-    static const char fn[] = "column_parallel_linear_forward";
+/* Y = X A^T + b and the GEMM beside it; with pre != NULL the MLP's fc1 -> GELU: pre = Y and
+   y = gelu(Y) from one fused op. */
+static int mc__tp_linear_fwd_act(void *y, void *pre, const void *x, const void *w, const void *b,
+                                 int N, int IN, int OUT, mc_dtype dt, const mc_ops *ops) {
+    int rc;
+    if (!pre) return mc__tp_linear_fwd(y, x, w, b, N, IN, OUT, dt, ops);
+    if (ops->gemm_gelu_forward)
+        return ops->gemm_gelu_forward(ops, y, pre, x, w, b, N, OUT, IN, 0, 1, dt);
+    rc = mc__tp_linear_fwd(pre, x, w, b, N, IN, OUT, dt, ops);   /* a table without the op */
+    return rc == MC_OK ? ops->gelu_forward(ops, y, pre, (size_t)N * (size_t)OUT, dt) : rc;
+}
+
+/* dX = dY A; with pre != NULL (the input was gelu(pre)) dX = gelu'(pre) * dY A, fused. */
+static int mc__tp_linear_dgrad_act(void *dx, const void *pre, const void *dy, const void *w,
+                                   int N, int IN, int OUT, mc_dtype dt, const mc_ops *ops) {
+    int rc;
+    if (!pre) return mc__tp_linear_dgrad(dx, dy, w, N, IN, OUT, dt, ops);
+    if (ops->gemm_gelu_backward)
+        return ops->gemm_gelu_backward(ops, dx, pre, dy, w, N, IN, OUT, 0, 0, dt);
+    rc = mc__tp_linear_dgrad(dx, dy, w, N, IN, OUT, dt, ops);
+    return rc == MC_OK ? ops->gelu_backward(ops, dx, pre, dx, (size_t)N * (size_t)IN, dt) : rc;
+}
+
+static int mc__tp_column_forward(const char *fn, void *out, void *pre, void *scratch,
+                                 const void *inp, const void *weight, const void *bias, int S,
+                                 int B, int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
+                                 const mc_ops *ops) {
     int sp, rc, tp_size = mc__tp_size(tp);
     int gather = (flags & MC_TP_GATHER_OUTPUT) && tp_size > 1;
     int N = S * B, OCl;
@@ -9602,12 +9689,37 @@ MC_API int mc_column_parallel_linear_forward(void *out, void *scratch, const voi
         y = next;
         next += mc_dtype_bytes(dt, (size_t)N * OCl);
     }
-    rc = mc__tp_linear_fwd(y, x, weight, (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : bias, N, C, OCl,
-                           dt, ops);
+    rc = mc__tp_linear_fwd_act(y, pre, x, weight, (flags & MC_TP_SKIP_BIAS_ADD) ? NULL : bias, N,
+                               C, OCl, dt, ops);
     if (rc == MC_OK && gather) rc = mc__tp_gather_last(out, next, y, N, OC, dt, tp, ops);
 done:
     mc__tp_scratch_put(&s, ops);
     return rc;
+}
+
+MC_API int mc_column_parallel_linear_forward(void *out, void *scratch, const void *inp,
+                                             const void *weight, const void *bias, int S, int B,
+                                             int C, int OC, int flags, mc_dtype dt, mc_comm *tp,
+                                             const mc_ops *ops) {
+    return mc__tp_column_forward("column_parallel_linear_forward", out, NULL, scratch, inp,
+                                 weight, bias, S, B, C, OC, flags, dt, tp, ops);
+}
+
+MC_API int mc_column_parallel_linear_gelu_forward(void *out, void *pre, void *scratch,
+                                                  const void *inp, const void *weight,
+                                                  const void *bias, int S, int B, int C, int OC,
+                                                  int flags, mc_dtype dt, mc_comm *tp,
+                                                  const mc_ops *ops) {
+    static const char fn[] = "column_parallel_linear_gelu_forward";
+    if (!out || !pre || out == pre)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: out (%p) and pre (%p) must be two buffers", fn,
+                        out, pre);
+    if (flags & (MC_TP_GATHER_OUTPUT | MC_TP_SKIP_BIAS_ADD))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: flags (%d) must not hold MC_TP_GATHER_OUTPUT or "
+                        "MC_TP_SKIP_BIAS_ADD (the GELU takes this rank's columns, bias added)",
+                        fn, flags);
+    return mc__tp_column_forward(fn, out, pre, scratch, inp, weight, bias, S, B, C, OC, flags, dt,
+                                 tp, ops);
 }
 
 MC_API int mc_column_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
@@ -9742,12 +9854,10 @@ done:
     return rc;
 }
 
-MC_API int mc_row_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
-                                           void *scratch, const void *dout, const void *inp,
-                                           const void *weight, int S, int B, int C, int OC,
-                                           int flags, mc_dtype dt, mc_comm *tp,
-                                           const mc_ops *ops) {
-    static const char fn[] = "row_parallel_linear_backward";
+static int mc__tp_row_backward(const char *fn, void *dinp, float *dweight, float *dbias,
+                               void *scratch, const void *dout, const void *inp, const void *pre,
+                               const void *weight, int S, int B, int C, int OC, int flags,
+                               mc_dtype dt, mc_comm *tp, const mc_ops *ops) {
     int sp, rc, tp_size = mc__tp_size(tp);
     int split = !(flags & MC_TP_INPUT_IS_PARALLEL) && tp_size > 1;
     int N = S * B, Cl;
@@ -9782,7 +9892,9 @@ MC_API int mc_row_parallel_linear_backward(void *dinp, float *dweight, float *db
         dx = next + mc_dtype_bytes(dt, (size_t)N * Cl);
         next += 2 * mc_dtype_bytes(dt, (size_t)N * Cl);
     }
-    if ((rc = mc__tp_linear_dgrad(dx, dy, weight, N, Cl, OC, dt, ops)) != MC_OK) goto done;
+    /* pre only with the input parallel (checked by the caller): dx is dinp, nothing split */
+    if ((rc = mc__tp_linear_dgrad_act(dx, pre, dy, weight, N, Cl, OC, dt, ops)) != MC_OK)
+        goto done;
     if (split) {   /* the split's backward: all-gather dX [N, C/TP] while dA runs */
         rc = mc_all_gather_async(tp, dx, next, (size_t)N * Cl, dt, &req);
         if (rc != MC_OK) goto done;
@@ -9796,6 +9908,31 @@ MC_API int mc_row_parallel_linear_backward(void *dinp, float *dweight, float *db
 done:
     mc__tp_scratch_put(&s, ops);
     return rc;
+}
+
+MC_API int mc_row_parallel_linear_backward(void *dinp, float *dweight, float *dbias,
+                                           void *scratch, const void *dout, const void *inp,
+                                           const void *weight, int S, int B, int C, int OC,
+                                           int flags, mc_dtype dt, mc_comm *tp,
+                                           const mc_ops *ops) {
+    return mc__tp_row_backward("row_parallel_linear_backward", dinp, dweight, dbias, scratch,
+                               dout, inp, NULL, weight, S, B, C, OC, flags, dt, tp, ops);
+}
+
+MC_API int mc_row_parallel_linear_gelu_backward(void *dpre, float *dweight, float *dbias,
+                                                void *scratch, const void *dout, const void *inp,
+                                                const void *pre, const void *weight, int S,
+                                                int B, int C, int OC, int flags, mc_dtype dt,
+                                                mc_comm *tp, const mc_ops *ops) {
+    static const char fn[] = "row_parallel_linear_gelu_backward";
+    if (!dpre || !pre || dpre == pre)
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: dpre (%p) and pre (%p) must be two buffers", fn,
+                        dpre, pre);
+    if (!(flags & MC_TP_INPUT_IS_PARALLEL))
+        return MC__FAIL(MC_ERR_INVALID_ARG, "%s: flags (%d) must hold MC_TP_INPUT_IS_PARALLEL "
+                        "(the GELU's output is this rank's slice of the input)", fn, flags);
+    return mc__tp_row_backward(fn, dpre, dweight, dbias, scratch, dout, inp, pre, weight, S, B, C,
+                               OC, flags, dt, tp, ops);
 }
 
 // Vocab-parallel embedding and cross entropy (§4, §5).
@@ -11583,16 +11720,16 @@ static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, void *dinp,
                                    im->d_qkv, inp, ctx->w[MC_GPT_QKV_W], 3 * g->Ql, g->H);
 }
 
-/* fc1 column-parallel -> GELU -> fc2 row-parallel (+ bias). out (Ns, H). */
+/* fc1 column-parallel -> GELU (one fused op: the GEMM's epilogue on CUDA) -> fc2 row-parallel
+   (+ bias). out (Ns, H). */
 static int mc__gpt_local_mlp_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_layer_cache *c = ctx->cache;
     int rc;
-    if ((rc = mc__gpt_column_forward(g, c->fc1, inp, ctx->w[MC_GPT_FC1_W], ctx->w[MC_GPT_FC1_B],
-                                     g->Fl, g->H)) != MC_OK)
-        return rc;
-    if ((rc = g->ops->gelu_forward(g->ops, c->gelu, c->fc1, (size_t)g->N * (size_t)g->Fl,
-                                   g->dtype)) != MC_OK)
+    if ((rc = mc_column_parallel_linear_gelu_forward(
+             c->gelu, c->fc1, g->impl->tp_scratch, inp, ctx->w[MC_GPT_FC1_W],
+             ctx->w[MC_GPT_FC1_B], g->S, g->B, g->H, g->Fl * g->tp, mc__gpt_tp_flags(g), g->dtype,
+             mc__gpt_tp_comm(g), g->ops)) != MC_OK)
         return rc;
     return mc__gpt_row_forward(g, out, c->gelu, ctx->w[MC_GPT_FC2_W], ctx->w[MC_GPT_FC2_B],
                                g->H, g->Fl);
@@ -11604,11 +11741,12 @@ static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, void *dinp, const
     struct mc__gpt_impl *im = g->impl;
     struct mc__gpt_layer_cache *c = ctx->cache;
     int rc;
-    if ((rc = mc__gpt_row_backward(g, im->d_fc_a, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B],
-                                   dout, c->gelu, ctx->w[MC_GPT_FC2_W], g->H, g->Fl)) != MC_OK)
-        return rc;
-    if ((rc = g->ops->gelu_backward(g->ops, im->d_fc_b, c->fc1, im->d_fc_a,
-                                    (size_t)g->N * (size_t)g->Fl, g->dtype)) != MC_OK)
+    /* d fc1 = gelu'(fc1) * (d gelu), the GELU's backward in fc2's dgrad GEMM */
+    if ((rc = mc_row_parallel_linear_gelu_backward(
+             im->d_fc_b, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B], im->tp_scratch, dout,
+             c->gelu, c->fc1, ctx->w[MC_GPT_FC2_W], g->S, g->B, g->Fl * g->tp, g->H,
+             mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL, g->dtype, mc__gpt_tp_comm(g),
+             g->ops)) != MC_OK)
         return rc;
     return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_FC1_W], ctx->g[MC_GPT_FC1_B],
                                    im->d_fc_b, inp, ctx->w[MC_GPT_FC1_W], g->Fl, g->H);

@@ -140,6 +140,7 @@ typedef struct mc__cuda_ctx {
     int sync_check;               // synchronise and check after every op
     int attention;                // 0 auto, 1 own kernel, 2 cuDNN
     int tf32;                     // fp32 GEMMs may use TF32
+    int fuse;                     // GELU in the GEMM epilogues (MC_CUDA_FUSE=0 turns it off)
     void *workspace;              // cuBLASLt / cuDNN workspace
     size_t workspace_bytes;
     struct mc__cuda_alloc *allocs;   // live allocations (for the peak; a small linear table)
@@ -1585,6 +1586,9 @@ typedef struct mc__cuda_compute {
     int att_last[2];                 /* last forward / backward: 0 none, 1 ref, 2 flash, 3 cuDNN */
     char kernels[400];
     char describe[160];
+    long gelu_fused[2], gelu_unfused[2];   /* gemm_gelu_forward / _backward calls, each way */
+    char fuse_why[200];              /* why the last call with fusion on ran unfused */
+    char fusion[400];
     int warned_fallback;
     /* profiling (mc_ops_cuda_profile) */
     int prof_on;
@@ -2012,6 +2016,8 @@ static int mc__dnn_build_bwd(cudnnHandle_t h, int S, int B, int NH, int HD,
 
 struct mc__lt_plan {
     int M, N, K, ta, tb, bias, align;
+    int epi;                         /* 0 none / bias, 1 GELU_AUX(_BIAS), 2 DGELU */
+    int unsupported;                 /* an epilogue plan cuBLASLt refused: run unfused */
     mc_dtype c_dt, ab_dt;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
@@ -2069,7 +2075,31 @@ static int mc__lt_make(mc__cuda_ctx *cx, mc__cuda_compute *cc, struct mc__lt_pla
            "%s", shape);
     MC__LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb),
            "%s", shape);
-    if (p->bias) {
+    if (p->epi) {
+        /* GELU's forward keeps its input (the pre-activation) in the aux matrix, laid out as
+           D (ld N); the backward reads it. A refusal here is not an error: the op runs
+           unfused. */
+        cublasLtEpilogue_t epi = p->epi == 2 ? CUBLASLT_EPILOGUE_DGELU
+                                 : p->bias   ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                             : CUBLASLT_EPILOGUE_GELU_AUX;
+        cudaDataType_t bt = mc__cuda_type(p->ab_dt);
+        int64_t ld = p->N;
+        /* the heuristic reads the aux pointer's value for its alignment: a stand-in aligned
+           exactly as the plan's class, so that every call of the class (aux checked to it)
+           fits the algorithm; the real pointer is set per call */
+        void *aux_hint = (void *)(uintptr_t)p->align;
+        if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+                                           sizeof epi) != CUBLAS_STATUS_SUCCESS ||
+            (p->bias && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+                                                       &bt, sizeof bt) != CUBLAS_STATUS_SUCCESS) ||
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                           sizeof ld) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                           &aux_hint, sizeof aux_hint) != CUBLAS_STATUS_SUCCESS) {
+            p->unsupported = 1;
+            return MC_OK;
+        }
+    } else if (p->bias) {
         cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
         cudaDataType_t bt = mc__cuda_type(p->ab_dt);
         MC__LT(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
@@ -2104,6 +2134,10 @@ static int mc__lt_make(mc__cuda_ctx *cx, mc__cuda_compute *cc, struct mc__lt_pla
     cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cc->lt, p->op, p->a, p->b, p->c, p->c, pref,
                                                        1, &res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    if ((st != CUBLAS_STATUS_SUCCESS || found == 0) && p->epi) {
+        p->unsupported = 1;
+        return MC_OK;
+    }
     if (st != CUBLAS_STATUS_SUCCESS || found == 0)
         return mc__set_error(MC_ERR_CUDA, "cuda gemm: no cuBLASLt algorithm (%s) for %s",
                              mc__lt_status(st), shape);
@@ -2117,6 +2151,7 @@ static int mc__lt_find(mc__cuda_ctx *cx, mc__cuda_compute *cc, const struct mc__
         struct mc__lt_plan *p = &cc->lt_plans[i];
         if (p->M == key->M && p->N == key->N && p->K == key->K && p->ta == key->ta &&
             p->tb == key->tb && p->bias == key->bias && p->align == key->align &&
+            p->epi == key->epi &&
             p->c_dt == key->c_dt && p->ab_dt == key->ab_dt) {
             *out = p;
             return MC_OK;
@@ -2150,11 +2185,11 @@ static int mc__lt_find(mc__cuda_ctx *cx, mc__cuda_compute *cc, const struct mc__
 }
 
 static void mc__lt_free(mc__cuda_compute *cc) {
-    for (int i = 0; i < cc->n_lt; i++) {
-        cublasLtMatmulDescDestroy(cc->lt_plans[i].op);
-        cublasLtMatrixLayoutDestroy(cc->lt_plans[i].a);
-        cublasLtMatrixLayoutDestroy(cc->lt_plans[i].b);
-        cublasLtMatrixLayoutDestroy(cc->lt_plans[i].c);
+    for (int i = 0; i < cc->n_lt; i++) {   /* a refused epilogue plan may lack its layouts */
+        if (cc->lt_plans[i].op) cublasLtMatmulDescDestroy(cc->lt_plans[i].op);
+        if (cc->lt_plans[i].a) cublasLtMatrixLayoutDestroy(cc->lt_plans[i].a);
+        if (cc->lt_plans[i].b) cublasLtMatrixLayoutDestroy(cc->lt_plans[i].b);
+        if (cc->lt_plans[i].c) cublasLtMatrixLayoutDestroy(cc->lt_plans[i].c);
     }
     mc_free(cc->lt_plans);
     cc->lt_plans = NULL;
@@ -2400,6 +2435,92 @@ static int mc__cu_gemm(const mc_ops *o, void *C, const void *A, const void *B, c
                                   K, trans_a, trans_b, (int)c_dt, (int)ab_dt, bias != NULL));
     MC__OP_END("M %d N %d K %d ta %d tb %d alpha %g beta %g c_dt %d ab_dt %d", M, N, K, trans_a,
                trans_b, (double)alpha, (double)beta, (int)c_dt, (int)ab_dt);
+}
+
+/* gemm_gelu_forward (bwd 0: D = gelu(pre), aux = pre written) and gemm_gelu_backward (bwd 1:
+   D = dpre, aux = pre read): one cuBLASLt call with the GELU epilogue when the switch, the
+   shape (N % 8 == 0: the aux matrix's leading dimension), 16-byte alignment and the heuristic
+   allow it, under bf16 (fp32 stays the 1e-5 reference path); otherwise the composition of gemm
+   and the GELU kernels, which is the unfused path exactly. cuBLASLt's GELU is the tanh
+   approximation of gelu_forward, taken of the fp32 accumulator (the unfused path takes it of
+   the bf16-rounded pre). */
+static int mc__cu_gemm_gelu(const mc_ops *o, int bwd, void *D, const void *aux_in, const void *A,
+                            const void *B, const void *bias, int M, int N, int K, int trans_a,
+                            int trans_b, mc_dtype dt) {
+    const char *name = bwd ? "gemm_gelu_backward" : "gemm_gelu_forward";
+    int rc = mc__cuda_use(o, name);
+    if (rc != MC_OK) return rc;
+    mc__cuda_ctx *ctx = mc__cuda_get(o);
+    mc__cuda_compute *cc = mc__comp(o);
+    void *aux = (void *)(uintptr_t)aux_in;
+    if (M < 0 || N < 0 || K < 0)
+        return mc__set_error(MC_ERR_INVALID_ARG, "cuda %s: M (%d), N (%d), K (%d) must be >= 0",
+                             name, M, N, K);
+    if (dt != MC_F32 && dt != MC_BF16)
+        return mc__set_error(MC_ERR_INVALID_ARG, "cuda %s: dtype (%d) must be MC_F32 or MC_BF16",
+                             name, (int)dt);
+    if (D == NULL || aux == NULL || D == aux)
+        return mc__set_error(MC_ERR_INVALID_ARG, "cuda %s: the output (%p) and pre (%p) must be "
+                             "two buffers", name, D, aux);
+    const char *why = NULL;
+    struct mc__lt_plan key, *p = NULL;
+    memset(&key, 0, sizeof key);
+    key.M = M, key.N = N, key.K = K, key.ta = trans_a ? 1 : 0, key.tb = trans_b ? 1 : 0;
+    key.bias = bias != NULL, key.c_dt = dt, key.ab_dt = dt, key.epi = bwd ? 2 : 1;
+    key.align = mc__align_of(A, B, D, bias);
+    int aux_align = mc__align_of(aux, NULL, NULL, NULL);
+    if (aux_align < key.align) key.align = aux_align;
+    if (!ctx->fuse) why = "off";
+    else if (dt != MC_BF16) why = "fp32 (fused under bf16 only: fp32 stays the 1e-5 path)";
+    else if (M == 0 || N == 0 || K == 0) why = "an empty product";
+    else if (N % 8 != 0) why = "N not a multiple of 8 (the aux leading dimension)";
+    else if (key.align < 16) why = "a pointer not 16-byte aligned";
+    else if ((rc = mc__lt_find(ctx, cc, &key, &p)) != MC_OK) return rc;
+    else if (p->unsupported) why = "no cuBLASLt algorithm with the GELU epilogue";
+    if (why != NULL) {
+        size_t n = (size_t)M * (size_t)N;
+        cc->gelu_unfused[bwd]++;
+        if (ctx->fuse)
+            snprintf(cc->fuse_why, sizeof cc->fuse_why, "%s M %d N %d K %d %s: %s", name, M, N,
+                     K, dt == MC_BF16 ? "bf16" : "f32", why);
+        if (!bwd) {   /* pre = op(A) op(B) + bias, out = gelu(pre) */
+            rc = o->gemm(o, aux, A, B, bias, M, N, K, trans_a, trans_b, 1.0f, 0.0f, dt, dt);
+            return rc == MC_OK ? o->gelu_forward(o, D, aux, n, dt) : rc;
+        }
+        rc = o->gemm(o, D, A, B, NULL, M, N, K, trans_a, trans_b, 1.0f, 0.0f, dt, dt);
+        return rc == MC_OK ? o->gelu_backward(o, D, aux, D, n, dt) : rc;
+    }
+    cc->gelu_fused[bwd]++;
+    MC__OP_BEGIN(name, MC_PROF_GEMM);
+    (void)mc__rc;
+    const float alpha = 1.0f, beta = 0.0f;
+    if (bias && cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                               sizeof bias) != CUBLAS_STATUS_SUCCESS)
+        MC__OP_FAIL(mc__set_error(MC_ERR_CUDA, "cuda %s: setting the bias pointer failed", name));
+    if (cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                       sizeof aux) != CUBLAS_STATUS_SUCCESS)
+        MC__OP_FAIL(mc__set_error(MC_ERR_CUDA, "cuda %s: setting the aux pointer failed", name));
+    cublasStatus_t st = cublasLtMatmul(cc->lt, p->op, &alpha, B, p->a, A, p->b, &beta, D, p->c, D,
+                                       p->c, &p->algo, cx->workspace, cx->workspace_bytes,
+                                       cx->stream);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        MC__OP_FAIL(mc__set_error(MC_ERR_CUDA, "cuda %s: cublasLtMatmul failed: %s [M %d N %d K "
+                                  "%d ta %d tb %d dt %d bias %d]", name, mc__lt_status(st), M, N,
+                                  K, trans_a, trans_b, (int)dt, bias != NULL));
+    MC__OP_END("M %d N %d K %d ta %d tb %d dt %d bias %d (GELU epilogue)", M, N, K, trans_a,
+               trans_b, (int)dt, bias != NULL);
+}
+
+static int mc__cu_gemm_gelu_forward(const mc_ops *o, void *out, void *pre, const void *A,
+                                    const void *B, const void *bias, int M, int N, int K,
+                                    int trans_a, int trans_b, mc_dtype dt) {
+    return mc__cu_gemm_gelu(o, 0, out, pre, A, B, bias, M, N, K, trans_a, trans_b, dt);
+}
+
+static int mc__cu_gemm_gelu_backward(const mc_ops *o, void *dpre, const void *pre, const void *A,
+                                     const void *B, int M, int N, int K, int trans_a, int trans_b,
+                                     mc_dtype dt) {
+    return mc__cu_gemm_gelu(o, 1, dpre, pre, A, B, NULL, M, N, K, trans_a, trans_b, dt);
 }
 
 /* The vectorised LayerNorm kernels: bf16, C a multiple of 256 up to 1024, 16-byte aligned rows. */
@@ -3024,6 +3145,8 @@ static void mc__cuda_fill_compute(mc_ops *t) {
     t->layernorm_backward = mc__cu_layernorm_backward;
     t->gelu_forward = mc__cu_gelu_forward;
     t->gelu_backward = mc__cu_gelu_backward;
+    t->gemm_gelu_forward = mc__cu_gemm_gelu_forward;
+    t->gemm_gelu_backward = mc__cu_gemm_gelu_backward;
     t->attention_stats = mc__cu_attention_stats;
     t->attention_forward = mc__cu_attention_forward;
     t->attention_backward = mc__cu_attention_backward;
@@ -3151,6 +3274,8 @@ static int mc__cuda_open(mc__cuda_ctx *cx, const mc_cuda_desc *d) {
            cx->workspace_bytes);
     cx->sync_check = d->sync_check || mc__cuda_env_flag("MC_CUDA_SYNC_CHECK");
     cx->tf32 = d->tf32;
+    const char *fz = getenv("MC_CUDA_FUSE");   /* 0 / off: the switch without a rebuild */
+    cx->fuse = !d->unfused && !(fz != NULL && (strcmp(fz, "0") == 0 || strcmp(fz, "off") == 0));
     cx->attention = d->attention;
     const char *att = getenv("MC_CUDA_ATTENTION");
     if (att != NULL && strcmp(att, "auto") == 0) cx->attention = 0;
@@ -3215,6 +3340,17 @@ extern "C" const char *mc_ops_cuda_attention_kernels(const mc_ops *ops) {
     return cc->kernels;
 }
 
+extern "C" const char *mc_ops_cuda_fusion(const mc_ops *ops) {
+    if (ops == NULL || ops->device != MC_DEVICE_CUDA || ops->ctx == NULL) return "";
+    mc__cuda_ctx *cx = mc__cuda_get(ops);
+    mc__cuda_compute *cc = mc__comp(ops);
+    snprintf(cc->fusion, sizeof cc->fusion, "%s: GELU in the GEMM epilogue, forward %ld fused / "
+             "%ld unfused, backward %ld fused / %ld unfused%s%s", cx->fuse ? "on" : "off",
+             cc->gelu_fused[0], cc->gelu_unfused[0], cc->gelu_fused[1], cc->gelu_unfused[1],
+             cc->fuse_why[0] ? "; last unfused: " : "", cc->fuse_why);
+    return cc->fusion;
+}
+
 extern "C" const char *mc_ops_cuda_describe(const mc_ops *ops) {
     if (ops == NULL || ops->device != MC_DEVICE_CUDA || ops->ctx == NULL) return "";
     mc__cuda_ctx *cx = mc__cuda_get(ops);
@@ -3224,11 +3360,12 @@ extern "C" const char *mc_ops_cuda_describe(const mc_ops *ops) {
     int rt = 0;
     cudaRuntimeGetVersion(&rt);
     snprintf(cx->describe, sizeof cx->describe, "%s, sm_%d%d, %.1f GiB, CUDA runtime %d.%d, %s, "
-             "attention %s%s", prop.name, prop.major, prop.minor,
+             "attention %s, GELU %s%s", prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), rt / 1000,
              (rt % 1000) / 10, mc__cuda_compute_describe(cx),
              cx->attention == 0 ? "auto" : cx->attention == 1 ? "own kernels"
                                  : cx->attention == 2 ? "cuDNN" : "reference kernel",
+             cx->fuse ? "fused into the GEMMs" : "unfused (MC_CUDA_FUSE=0)",
              cx->sync_check ? ", sync check on" : "");
     return cx->describe;
 }

@@ -91,3 +91,25 @@ Test(cuda, gpu_check_against_the_cpu, .timeout = 600) {
     cr_expect_eq(rc, 0, "gpu_check exited with %d:\n%s", rc, out);
 #endif
 }
+
+/* The switch that answers a failed fused path without a rebuild: with MC_CUDA_FUSE=0 the
+   auto table runs GELU as its own kernels (gpu_check then expects every gemm_gelu call
+   unfused, and still compares with the CPU and the unfused table). */
+Test(cuda, gpu_check_with_fusion_off, .timeout = 400) {
+#if !defined(MC_ENABLE_CUDA)
+    cr_skip_test("no CUDA device (built without MC_ENABLE_CUDA; make gpu-check builds the table)");
+#else
+    if (visible_cuda_devices() < 1) cr_skip_test("no CUDA device visible");
+    char prog[4096], cmd[4300], out[1 << 16];
+    snprintf(cmd, sizeof cmd, "env MC_CUDA_FUSE=0 %s --section ops --section model",
+             mc_test_sibling("gpu_check", prog, sizeof prog));
+    int rc = mc_test_run(cmd, 360, out, sizeof out);
+    if (rc == 77) cr_skip_test("gpu_check skipped:\n%s", out);
+    int passed = -1, failed = -1;
+    cr_assert(mc_test_summary(out, &passed, &failed), "no summary line (exit %d):\n%s", rc, out);
+    cr_expect(mc_test_contains(out, "gelu fusion off"), "fusion not reported off:\n%s", out);
+    cr_expect_eq(failed, 0, "%d check(s) failed:\n%s", failed, out);
+    cr_expect_gt(passed, 0, "no check passed:\n%s", out);
+    cr_expect_eq(rc, 0, "gpu_check exited with %d:\n%s", rc, out);
+#endif
+}

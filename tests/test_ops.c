@@ -389,6 +389,67 @@ Test(ops, gelu_forward_backward_vs_fp64) {
     free(x), free(out), free(dout), free(dx), free(want), free(xd), free(fd), free(ctx.dout);
 }
 
+/* The fused MLP ops (gemm_gelu_forward / _backward) against fp64, and bit for bit against
+   their composition from gemm and gelu (the CPU table's contract: the unfused numbers). */
+static void check_gemm_gelu(mc_dtype dt, int with_bias) {
+    const mc_ops *ops = mc_ops_cpu();
+    enum { M = 13, N = 24, K = 37 };
+    float a[M * K], b[K * N], bias[N], pre_in[M * N];
+    seed_inputs(11 + (uint64_t)dt + 2u * (uint64_t)with_bias);
+    fill_rand(a, M * K, -0.4, 0.4);
+    fill_rand(b, K * N, -0.4, 0.4);
+    fill_rand(bias, N, -1, 1);
+    fill_rand(pre_in, M * N, -4, 4);
+    size_t es = mc_dtype_size(dt);
+    char *ha = malloc(M * K * es), *hb = malloc(K * N * es), *hbias = malloc(N * es);
+    char *hpre_in = malloc(M * N * es);
+    cr_assert_eq(ops->copy(ops, ha, a, M * K, dt, MC_F32), MC_OK);
+    cr_assert_eq(ops->copy(ops, hb, b, K * N, dt, MC_F32), MC_OK);
+    cr_assert_eq(ops->copy(ops, hbias, bias, N, dt, MC_F32), MC_OK);
+    cr_assert_eq(ops->copy(ops, hpre_in, pre_in, M * N, dt, MC_F32), MC_OK);
+    char *out = malloc(M * N * es), *pre = malloc(M * N * es), *dpre = malloc(M * N * es);
+    char *out2 = malloc(M * N * es), *pre2 = malloc(M * N * es), *dpre2 = malloc(M * N * es);
+    const void *bp = with_bias ? hbias : NULL;
+    /* A [M, K] row-major, B stored [N, K] (trans_b): the fc1 forward; the backward as fc2's
+       dgrad, B stored [K, N] */
+    cr_assert_eq(ops->gemm_gelu_forward(ops, out, pre, ha, hb, bp, M, N, K, 0, 1, dt), MC_OK);
+    cr_assert_eq(ops->gemm(ops, pre2, ha, hb, bp, M, N, K, 0, 1, 1.0f, 0.0f, dt, dt), MC_OK);
+    cr_assert_eq(ops->gelu_forward(ops, out2, pre2, M * N, dt), MC_OK);
+    cr_expect_eq(memcmp(pre, pre2, M * N * es), 0, "pre differs from gemm's (dt %d)", (int)dt);
+    cr_expect_eq(memcmp(out, out2, M * N * es), 0, "out differs from gemm + gelu (dt %d)",
+                 (int)dt);
+    cr_assert_eq(ops->gemm_gelu_backward(ops, dpre, hpre_in, ha, hb, M, N, K, 0, 0, dt), MC_OK);
+    cr_assert_eq(ops->gemm(ops, dpre2, ha, hb, NULL, M, N, K, 0, 0, 1.0f, 0.0f, dt, dt), MC_OK);
+    cr_assert_eq(ops->gelu_backward(ops, out2, hpre_in, dpre2, M * N, dt), MC_OK);
+    cr_expect_eq(memcmp(dpre, out2, M * N * es), 0, "dpre differs from gemm + gelu_backward "
+                 "(dt %d)", (int)dt);
+    if (dt == MC_F32) {   /* the numbers themselves, against fp64 */
+        double want_out[M * N], want_d[M * N];
+        for (int m = 0; m < M; m++)
+            for (int n = 0; n < N; n++) {
+                double y = with_bias ? bias[n] : 0.0, g = 0.0;
+                for (int k = 0; k < K; k++) {
+                    y += (double)a[m * K + k] * b[n * K + k];
+                    g += (double)a[m * K + k] * b[k * N + n];
+                }
+                double x = pre_in[m * N + n], h = 1e-4;
+                want_out[m * N + n] = ref_gelu1(y);
+                want_d[m * N + n] = g * (ref_gelu1(x + h) - ref_gelu1(x - h)) / (2 * h);
+            }
+        expect_close("gemm_gelu_forward out", (const float *)out, want_out, M * N, 1e-5, 1e-4);
+        expect_close("gemm_gelu_backward dpre", (const float *)dpre, want_d, M * N, 1e-4, 1e-3);
+    }
+    free(ha), free(hb), free(hbias), free(hpre_in);
+    free(out), free(pre), free(dpre), free(out2), free(pre2), free(dpre2);
+}
+
+Test(ops, gemm_gelu_is_gemm_then_gelu) {
+    check_gemm_gelu(MC_F32, 1);
+    check_gemm_gelu(MC_F32, 0);
+    check_gemm_gelu(MC_BF16, 1);
+    check_gemm_gelu(MC_BF16, 0);
+}
+
 /* ---------------------------------------------------------------------------------------------
    dropout */
 

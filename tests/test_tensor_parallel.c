@@ -438,6 +438,48 @@ Test(tensor_parallel, mappings_are_identity_on_a_group_of_one) {
     mc_comm_destroy(self);
 }
 
+/* The MLP's fused pair on one rank: column forward + GELU and the row backward through GELU
+   equal the plain layers with gelu_forward / gelu_backward between them, bit for bit; a table
+   without the fused ops (NULL slots) gives the same numbers. */
+Test(tensor_parallel, gelu_fused_layers_equal_the_composition) {
+    enum { S = 5, B = 2, C = 8, F = 12, N = S * B };
+    float X[N * C], W1[F * C], b1[F], W2[C * F], dY[N * C];
+    uint32_t r = 77u;
+#define TP_RAND() ((float)((r = r * 1664525u + 1013904223u) >> 8) / 16777216.0f - 0.5f)
+    for (int i = 0; i < N * C; i++) X[i] = 2.0f * TP_RAND(), dY[i] = TP_RAND();
+    for (int i = 0; i < F * C; i++) W1[i] = TP_RAND(), W2[i] = TP_RAND();
+    for (int i = 0; i < F; i++) b1[i] = TP_RAND();
+#undef TP_RAND
+    mc_ops bare = *ops();
+    bare.gemm_gelu_forward = NULL;
+    bare.gemm_gelu_backward = NULL;
+    const mc_ops *tables[2] = {ops(), &bare};
+    float pre0[N * F], act0[N * F], dact0[N * F], dpre0[N * F];
+    float dW0[C * F] = {0}, db0[C] = {0};
+    int flags = MC_TP_INPUT_IS_PARALLEL;
+    cr_assert_eq(mc_column_parallel_linear_forward(pre0, NULL, X, W1, b1, S, B, C, F, 0, MC_F32,
+                                                   NULL, ops()), MC_OK);
+    cr_assert_eq(ops()->gelu_forward(ops(), act0, pre0, N * F, MC_F32), MC_OK);
+    cr_assert_eq(mc_row_parallel_linear_backward(dact0, dW0, db0, NULL, dY, act0, W2, S, B, F, C,
+                                                 flags, MC_F32, NULL, ops()), MC_OK);
+    cr_assert_eq(ops()->gelu_backward(ops(), dpre0, pre0, dact0, N * F, MC_F32), MC_OK);
+    for (int t = 0; t < 2; t++) {
+        float pre[N * F], act[N * F], dpre[N * F], dW[C * F] = {0}, db[C] = {0};
+        cr_assert_eq(mc_column_parallel_linear_gelu_forward(act, pre, NULL, X, W1, b1, S, B, C, F,
+                                                            0, MC_F32, NULL, tables[t]), MC_OK,
+                     "%s", mc_last_error());
+        cr_expect_eq(memcmp(pre, pre0, sizeof pre), 0, "table %d: pre", t);
+        cr_expect_eq(memcmp(act, act0, sizeof act), 0, "table %d: gelu(pre)", t);
+        cr_assert_eq(mc_row_parallel_linear_gelu_backward(dpre, dW, db, NULL, dY, act, pre, W2, S,
+                                                          B, F, C, flags, MC_F32, NULL,
+                                                          tables[t]), MC_OK,
+                     "%s", mc_last_error());
+        cr_expect_eq(memcmp(dpre, dpre0, sizeof dpre), 0, "table %d: dpre", t);
+        cr_expect_eq(memcmp(dW, dW0, sizeof dW), 0, "table %d: dW", t);
+        cr_expect_eq(memcmp(db, db0, sizeof db), 0, "table %d: db", t);
+    }
+}
+
 /* ---------------------------------------------------------------------------------------------
    errors and sizes */
 
@@ -475,6 +517,16 @@ Test(tensor_parallel, error_messages_name_the_rule) {
                                                          NULL, ops()),
                  "label_smoothing (1) must be in [0, 1)");
     expect_error(mc_copy_to_tp_region_forward(buf, buf, 4, MC_F32, NULL, NULL), "ops is NULL");
+    expect_error(mc_column_parallel_linear_gelu_forward(buf, buf + 32, NULL, buf, buf, NULL, 2, 1,
+                                                        4, 2, MC_TP_GATHER_OUTPUT, MC_F32, NULL,
+                                                        ops()),
+                 "must not hold MC_TP_GATHER_OUTPUT");
+    expect_error(mc_column_parallel_linear_gelu_forward(buf, buf, NULL, buf, buf, NULL, 2, 1, 4, 2,
+                                                        0, MC_F32, NULL, ops()),
+                 "must be two buffers");
+    expect_error(mc_row_parallel_linear_gelu_backward(buf, buf, NULL, NULL, buf, buf, buf + 32, buf,
+                                                      2, 1, 4, 2, 0, MC_F32, NULL, ops()),
+                 "must hold MC_TP_INPUT_IS_PARALLEL");
     int start = -1, end = -1;
     cr_expect_eq(mc_vocab_range(16, 2, 4, &start, &end), MC_OK);
     cr_expect(start == 8 && end == 12, "rank 2 of 4 owns [%d, %d), want [8, 12)", start, end);

@@ -6,10 +6,11 @@
 #   bash bench/gpu/bench_gpu.sh          # after make CUDA=1 build/bench/mc_gpt_bench
 #
 # Settings (environment): BENCH_MODELS ("124M 350M"), BENCH_BATCH (16), BENCH_WARMUP (5),
-# BENCH_STEPS (20), BENCH_PROFILE (1: one extra profiled step per model), BENCH_PEERS (1: run
-# run_peers.sh when it is there), PEERS_BUDGET_S (passed on), BENCH_LOG (build/bench-gpu/bench.txt:
-# every BENCH line of this call, appended). Exit status: 0 when every megatron_c run printed
-# status=ok.
+# BENCH_STEPS (20), BENCH_PROFILE (1: one extra profiled step per model), BENCH_UNFUSED_MODELS
+# ("124M": these models again with MC_CUDA_FUSE=0, impl=megatron_c-unfused; "" none),
+# BENCH_PEERS (1: run run_peers.sh when it is there), PEERS_BUDGET_S (passed on), BENCH_LOG
+# (build/bench-gpu/bench.txt: every BENCH line of this call, appended). Exit status: 0 when
+# every megatron_c run printed status=ok.
 set -u
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -19,6 +20,7 @@ batch=${BENCH_BATCH:-16}
 warmup=${BENCH_WARMUP:-5}
 steps=${BENCH_STEPS:-20}
 profile=${BENCH_PROFILE:-1}
+unfused_models=${BENCH_UNFUSED_MODELS-124M}
 log=${BENCH_LOG:-$root/build/bench-gpu/bench.txt}
 mkdir -p "$(dirname "$log")"
 lines=$(mktemp)
@@ -29,20 +31,30 @@ if [ ! -x "$bin" ]; then
     echo "bench_gpu.sh: $bin is missing (make CUDA=1 build/bench/mc_gpt_bench)" >&2
     exit 2
 fi
-for model in $models; do
-    extra=()
+run_megatron_c() {   # model impl [env assignments...]: one run, its BENCH line to $lines
+    local model=$1 impl=$2 extra=()
+    shift 2
     [ "$profile" = 1 ] && extra=(--profile)
-    out=$(timeout --kill-after=10 150 "$bin" --model "$model" --batch "$batch" --warmup "$warmup" \
-          --steps "$steps" "${extra[@]}" 2>&1)
+    out=$(env "$@" timeout --kill-after=10 150 "$bin" --model "$model" --batch "$batch" \
+          --warmup "$warmup" --steps "$steps" "${extra[@]}" 2>&1)
     rc=$?
     echo "$out" | grep -v '^BENCH ' | sed 's/^/  /'
     line=$(echo "$out" | grep '^BENCH ' | tail -n 1)
     if [ -z "$line" ]; then
-        line="BENCH impl=megatron_c model=$model tok_s=- mfu=- peak_gib=- ms_step=- steps=$steps warmup=$warmup batch=$batch seq=1024 params=- warmup_s=- loss_first=- loss_last=- status=fail-rc$rc"
+        line="BENCH impl=$impl model=$model tok_s=- mfu=- peak_gib=- ms_step=- steps=$steps warmup=$warmup batch=$batch seq=1024 params=- warmup_s=- loss_first=- loss_last=- status=fail-rc$rc"
     fi
     echo "$line"
     echo "$line" >>"$lines"
     case "$line" in *" status=ok") ;; *) status=1 ;; esac
+}
+for model in $models; do
+    run_megatron_c "$model" megatron_c
+done
+# the same with GELU outside the GEMMs (MC_CUDA_FUSE=0): what the fusion is worth, and the
+# numbers to fall back on if the fused path has to be switched off
+for model in $unfused_models; do
+    echo "# megatron_c $model with MC_CUDA_FUSE=0 (GELU as its own kernels):"
+    run_megatron_c "$model" megatron_c-unfused MC_CUDA_FUSE=0
 done
 
 if [ "${BENCH_PEERS:-1}" = 1 ] && [ -f "$here/run_peers.sh" ]; then
@@ -67,7 +79,7 @@ cols = ["impl", "model", "tok_s", "mfu", "peak_gib", "ms_step", "loss_last", "st
 print()
 print("| " + " | ".join(cols) + " | vs megatron_c |")
 print("|" + "---|" * (len(cols) + 1))
-ours = {r["model"]: r for r in rows if r.get("impl", "").startswith("megatron_c")}
+ours = {r["model"]: r for r in rows if r.get("impl", "") == "megatron_c"}
 for r in rows:
     ratio = "-"
     me = ours.get(r.get("model"))

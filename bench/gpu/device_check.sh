@@ -13,8 +13,10 @@
 #   4 model      gpu_check model: the whole GPT on CUDA against the CPU (fp32 1e-5, bf16)
 #   5 curve      gpu_check curve: bf16 against fp32 over 200 steps on the GPU
 #   6 recipe     pretrain_gpt on the GPU (fp32 against --cpu, then --bf16 --profile)
-#   7 bench      bench/gpu/bench_gpu.sh: megatron_c 124M and 350M, then the peers (PyTorch eager,
-#                torch.compile, Megatron-Core) in what is left of the budget; one table
+#   7 bench      bench/gpu/bench_gpu.sh: megatron_c 124M and 350M (GELU fused into the GEMMs),
+#                124M again with MC_CUDA_FUSE=0 (impl=megatron_c-unfused), then the peers
+#                (PyTorch eager, torch.compile, Megatron-Core) in what is left of the budget;
+#                one table
 # The last lines are a summary table (step, status, seconds, what it found). Total budget:
 # DEVICE_BUDGET_S (default 450 s); the peers get what is left after the rest (DEVICE_PEERS=0
 # skips them).
@@ -167,7 +169,7 @@ fi
 # --- 7 bench ---------------------------------------------------------------------------------------
 step_begin bench "make bench-gpu's script: megatron_c 124M / 350M, then the peers"
 if [ -x build/bench/mc_gpt_bench ]; then
-    peers_budget=$(( $(left) - 110 ))   # megatron_c's two runs take about 60-90 s
+    peers_budget=$(( $(left) - 150 ))   # megatron_c's three runs take about 80-120 s
     [ $peers_budget -gt 235 ] && peers_budget=235
     peers=1
     if [ $peers_budget -lt 40 ]; then peers=0; echo "+ only $(left) s left: the peers are skipped"; fi
@@ -176,7 +178,10 @@ if [ -x build/bench/mc_gpt_bench ]; then
         run $(( $(left) > 60 ? $(left) : 60 )) "$out/bench.log" bash bench/gpu/bench_gpu.sh
     rc=$?
     grep -E '^(# |BENCH|\||ratio|  #|bench_gpu|run_peers|mc_gpt_bench)' "$out/bench.log" | head -n 60
-    note=$(grep -E '^BENCH impl=megatron_c ' "$out/bench.log" | awk '{print $3, $4, $5}' | tr '\n' ';')
+    echo "+ megatron_c fused and unfused (MC_CUDA_FUSE=0):"
+    grep -E '^(  # megatron_c .* gelu fusion|BENCH impl=megatron_c(-unfused)? )' "$out/bench.log"
+    note=$(grep -E '^BENCH impl=megatron_c(-unfused)? ' "$out/bench.log" |
+           awk '{print $2, $3, $4, $5}' | sed 's/impl=//' | tr '\n' ';')
     [ $rc -eq 0 ] && step_end bench ok "$note" || step_end bench FAIL "${note:-exit $rc}"
 else
     step_end bench SKIP "mc_gpt_bench not built"

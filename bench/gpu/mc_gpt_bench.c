@@ -20,7 +20,9 @@
    after); mfu in percent = tok_s * (72 L h^2 + 12 L h T + 6 h V) / 989.4e12 (PaLM appendix B,
    V = 50304); peak_gib = the most device memory allocated through the op table at once (model,
    grads, optimizer state, activations, workspaces). --profile prints the per-category times
-   (CUDA events) of one timed step. A failure prints the line with '-' and status=fail. */
+   (CUDA events) of one timed step. A failure prints the line with '-' and status=fail. With
+   MC_CUDA_FUSE=0 (GELU not fused into the GEMMs) the impl reads megatron_c-unfused; the line
+   before it says how many GELU GEMMs ran fused. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -191,11 +193,14 @@ int main(int argc, char **argv) {
     double mfu = 100.0 * tok_s * fpt / PEAK_FLOPS;
     double peak = (double)mc_ops_cuda_peak_bytes(&ops, 0) / (1024.0 * 1024.0 * 1024.0);
     int finite = isfinite(loss_last) && isfinite(loss_first);
-    printf("BENCH impl=megatron_c%s model=%s tok_s=%.0f mfu=%.2f peak_gib=%.2f ms_step=%.2f "
+    const char *fusion = mc_ops_cuda_fusion(&ops);
+    int unfused = strncmp(fusion, "off", 3) == 0;
+    printf("# megatron_c %s gelu fusion %s\n", o.model, fusion);
+    printf("BENCH impl=megatron_c%s%s model=%s tok_s=%.0f mfu=%.2f peak_gib=%.2f ms_step=%.2f "
            "steps=%d warmup=%d batch=%d seq=%d params=%zu warmup_s=%.1f loss_first=%.4f "
            "loss_last=%.4f status=%s\n",
-           o.fp32 ? "-fp32" : "", o.model, tok_s, mfu, peak, 1e3 * t_steps / o.steps, o.steps,
-           o.warmup, o.batch, o.seq, params, t_warm, loss_first, loss_last,
+           o.fp32 ? "-fp32" : "", unfused ? "-unfused" : "", o.model, tok_s, mfu, peak,
+           1e3 * t_steps / o.steps, o.steps, o.warmup, o.batch, o.seq, params, t_warm, loss_first, loss_last,
            finite ? "ok" : "nan-loss");
     fflush(stdout);
     mc_optimizer_destroy(&opt);

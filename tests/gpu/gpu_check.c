@@ -37,6 +37,8 @@ static mc_ops g_gpu;        /* auto attention */
 static mc_ops g_gpu_own;    /* own kernels (flash where it applies) */
 static mc_ops g_gpu_ref;    /* the reference attention kernel */
 static mc_ops g_gpu_dnn;    /* cuDNN forced (may not start: then skipped with a line) */
+static mc_ops g_gpu_unfused; /* auto attention, GELU never fused (mc_cuda_desc.unfused) */
+static int g_fuse_on;       /* the auto table fuses (MC_CUDA_FUSE is not 0) */
 static int g_have_dnn;
 
 static double now_s(void) {
@@ -425,12 +427,103 @@ static void check_adamw(mc_dtype model_dt) {
     free(p), free(g), free(m), free(v), free(hmodel);
 }
 
+// the fused MLP ops: GELU in the GEMM's epilogue against the CPU and against the unfused table
+
+/* The calls mc_ops_cuda_fusion counted: fused / unfused, forward [0] and backward [1]. */
+static void fusion_counts(const mc_ops *o, long fused[2], long unfused[2]) {
+    fused[0] = fused[1] = unfused[0] = unfused[1] = -1;
+    sscanf(mc_ops_cuda_fusion(o), "%*[^,], forward %ld fused / %ld unfused, backward %ld fused / "
+           "%ld unfused", &fused[0], &unfused[0], &fused[1], &unfused[1]);
+}
+
+/* One forward (pre = op(A) op(B) + bias, out = gelu(pre)) and one backward (dpre = gelu'(pre)
+   op(A) op(B)) on the auto table, the unfused table and the CPU. expect_fused: the auto table
+   must have run both in the epilogue (bf16, N % 8 == 0, fusion on), else both unfused. */
+static void check_gemm_gelu_case(int M, int N, int K, int ta, int tb, int with_bias, mc_dtype dt,
+                                 int expect_fused) {
+    char what[160], shape[96];
+    size_t mn = (size_t)M * N;
+    snprintf(shape, sizeof shape, "%s M%d N%d K%d ta%d tb%d%s", dt_name(dt), M, N, K, ta, tb,
+             with_bias ? " bias" : "");
+    seed_inputs((uint64_t)(M * 3 + N * 5 + K * 7 + ta + 2 * tb + (int)dt * 17));
+    float *a = frand((size_t)M * K, -0.3, 0.3), *b = frand((size_t)K * N, -0.3, 0.3);
+    float *bias = frand((size_t)N, -1, 1), *pre = frand(mn, -3, 3);
+    void *ha = as_dt(a, (size_t)M * K, dt), *hb = as_dt(b, (size_t)K * N, dt);
+    void *hbias = as_dt(bias, (size_t)N, dt), *hpre_in = as_dt(pre, mn, dt);
+    void *hout = as_dt(pre, mn, dt), *hpre = as_dt(pre, mn, dt), *hd = as_dt(pre, mn, dt);
+    void *da = dev_of(ha, mc_dtype_bytes(dt, (size_t)M * K));
+    void *db = dev_of(hb, mc_dtype_bytes(dt, (size_t)K * N));
+    void *dbias = dev_of(hbias, mc_dtype_bytes(dt, (size_t)N));
+    void *dpre_in = dev_of(hpre_in, mc_dtype_bytes(dt, mn));
+    void *out[2], *pr[2], *dd[2];
+    const mc_ops *tab[2] = {&g_gpu, &g_gpu_unfused};
+    long f0[2], u0[2], f1[2], u1[2];
+    for (int t = 0; t < 2; t++) {
+        out[t] = dev_of(hout, mc_dtype_bytes(dt, mn));
+        pr[t] = dev_of(hout, mc_dtype_bytes(dt, mn));
+        dd[t] = dev_of(hout, mc_dtype_bytes(dt, mn));
+    }
+    MUST(g_gpu.synchronize(&g_gpu));
+    fusion_counts(&g_gpu, f0, u0);
+    for (int t = 0; t < 2; t++) {
+        const mc_ops *o = tab[t];
+        MUST(o->gemm_gelu_forward(o, out[t], pr[t], da, db, with_bias ? dbias : NULL, M, N, K, ta,
+                                  tb, dt));
+        MUST(o->gemm_gelu_backward(o, dd[t], dpre_in, da, db, M, N, K, ta, tb, dt));
+        MUST(o->synchronize(o));
+    }
+    fusion_counts(&g_gpu, f1, u1);
+    MUST(g_cpu->gemm_gelu_forward(g_cpu, hout, hpre, ha, hb, with_bias ? hbias : NULL, M, N, K,
+                                  ta, tb, dt));
+    MUST(g_cpu->gemm_gelu_backward(g_cpu, hd, hpre_in, ha, hb, M, N, K, ta, tb, dt));
+    double tol = tol_of(dt);
+    void *got[2][3];
+    for (int t = 0; t < 2; t++) {
+        got[t][0] = back(out[t], mc_dtype_bytes(dt, mn));
+        got[t][1] = back(pr[t], mc_dtype_bytes(dt, mn));
+        got[t][2] = back(dd[t], mc_dtype_bytes(dt, mn));
+    }
+    const char *names[3] = {"gelu out", "pre", "backward dpre"};
+    const void *want[3] = {hout, hpre, hd};
+    for (int k = 0; k < 3; k++) {
+        snprintf(what, sizeof what, "gemm_gelu %s %s vs cpu", names[k], shape);
+        compare(what, got[0][k], want[k], mn, dt, tol);
+        snprintf(what, sizeof what, "gemm_gelu %s %s unfused vs cpu", names[k], shape);
+        compare(what, got[1][k], want[k], mn, dt, tol);
+        snprintf(what, sizeof what, "gemm_gelu %s %s fused vs unfused", names[k], shape);
+        compare(what, got[0][k], got[1][k], mn, dt, tol);
+    }
+    int fused = f1[0] - f0[0] == 1 && f1[1] - f0[1] == 1;
+    int unfused = f1[0] == f0[0] && f1[1] == f0[1] && u1[0] - u0[0] == 1 && u1[1] - u0[1] == 1;
+    snprintf(what, sizeof what, "gemm_gelu %s ran %s", shape,
+             expect_fused ? "fused (GELU epilogue)" : "unfused (gemm + gelu kernel)");
+    verdict(expect_fused ? fused : unfused, "%-46s %s", what, mc_ops_cuda_fusion(&g_gpu));
+    for (int t = 0; t < 2; t++) {
+        for (int k = 0; k < 3; k++) free(got[t][k]);
+        dfree(out[t]), dfree(pr[t]), dfree(dd[t]);
+    }
+    dfree(da), dfree(db), dfree(dbias), dfree(dpre_in);
+    free(a), free(b), free(bias), free(pre);
+    free(ha), free(hb), free(hbias), free(hpre_in), free(hout), free(hpre), free(hd);
+}
+
+static void check_gemm_gelu(void) {
+    int on = g_fuse_on;
+    check_gemm_gelu_case(256, 3072, 768, 0, 1, 1, MC_BF16, on);   /* fc1 forward, fc2 dgrad */
+    check_gemm_gelu_case(256, 3072, 768, 0, 0, 1, MC_BF16, on);   /* fc2's dgrad layout */
+    check_gemm_gelu_case(64, 512, 128, 0, 1, 0, MC_BF16, on);     /* no bias: GELU_AUX */
+    check_gemm_gelu_case(37, 100, 64, 0, 1, 1, MC_BF16, 0);       /* N % 8 != 0: unfused */
+    check_gemm_gelu_case(64, 256, 128, 0, 1, 1, MC_F32, 0);       /* fp32 stays unfused */
+    printf("  gelu fusion: %s\n", mc_ops_cuda_fusion(&g_gpu));
+}
+
 static void section_ops(void) {
     printf("== ops: CUDA against the CPU table\n");
     check_elementwise(MC_F32);
     check_elementwise(MC_BF16);
     check_sum_squares();
     check_gemm();
+    check_gemm_gelu();
     check_norm_and_bias(MC_F32);
     check_norm_and_bias(MC_BF16);
     check_embedding_and_ce(MC_F32, 500);
@@ -649,14 +742,16 @@ static void *download_all(const mc_ops *o, const void *dev, size_t bytes) {
    updates proportional to the gradient and the comparison meaningful at 1e-5. */
 #define MODEL_EPS 1e-4f
 
-/* CPU and CUDA models from the same config and data: losses, grads, params after steps. */
-static void check_model(const char *name, mc_gpt_config cfg, mc_dtype dt, mc_parallel_state *ps,
-                        const mc_ops *gpu) {
+/* A reference model (the CPU, or another CUDA table) and a CUDA model from the same config and
+   data: losses, grads, params after steps. */
+static void check_model_vs(const mc_ops *ref, const char *name, mc_gpt_config cfg, mc_dtype dt,
+                           mc_parallel_state *ps, const mc_ops *gpu) {
     trainer c, g;
     char what[128];
-    int rc = trainer_init(&c, &cfg, g_cpu, dt, NULL, MODEL_EPS);
+    const char *ref_name = ref == g_cpu ? "cpu" : "ref";
+    int rc = trainer_init(&c, &cfg, ref, dt, NULL, MODEL_EPS);
     if (rc != MC_OK) {
-        verdict(0, "%s: CPU model: %s", name, mc_last_error());
+        verdict(0, "%s: reference model: %s", name, mc_last_error());
         return;
     }
     rc = trainer_init(&g, &cfg, gpu, dt, ps, MODEL_EPS);
@@ -681,11 +776,12 @@ static void check_model(const char *name, mc_gpt_config cfg, mc_dtype dt, mc_par
         }
         const float *lcd = mc_gpt_losses(&c.gpt, 0), *lgd = mc_gpt_losses(&g.gpt, 0);
         float *lgh = (float *)download_all(gpu, lgd, N * sizeof(float));
+        float *lch = (float *)download_all(ref, lcd, N * sizeof(float));
         snprintf(what, sizeof what, "%s step %d per-token losses", name, step);
-        compare(what, lgh, lcd, N, MC_F32, rtol);
-        free(lgh);
-        verdict(fabs(lg - lc) <= rtol * fabs(lc), "%-46s cuda %.9g cpu %.9g",
-                "  loss sum", lg, lc);
+        compare(what, lgh, lch, N, MC_F32, rtol);
+        free(lgh), free(lch);
+        verdict(fabs(lg - lc) <= rtol * fabs(lc), "%-46s cuda %.9g %s %.9g",
+                "  loss sum", lg, ref_name, lc);
         rc1 = mc_gpt_backward(&c.gpt, 0, 0, NULL, 1.0f / (float)N, NULL);
         rc2 = mc_gpt_backward(&g.gpt, 0, 0, NULL, 1.0f / (float)N, NULL);
         if (rc1 != MC_OK || rc2 != MC_OK) {
@@ -693,9 +789,10 @@ static void check_model(const char *name, mc_gpt_config cfg, mc_dtype dt, mc_par
             break;
         }
         float *gg = (float *)download_all(gpu, g.gpt.grads, total * sizeof(float));
+        float *gc = (float *)download_all(ref, c.gpt.grads, total * sizeof(float));
         snprintf(what, sizeof what, "%s step %d grads (flat, fp32)", name, step);
-        compare(what, gg, c.gpt.grads, total, MC_F32, dt == MC_F32 ? 1e-5 : 5e-2);
-        free(gg);
+        compare(what, gg, gc, total, MC_F32, dt == MC_F32 ? 1e-5 : 5e-2);
+        free(gg), free(gc);
         rc1 = mc_finalize_model_grads(NULL, &c.ddp, NULL, NULL, 0, NULL);
         rc2 = mc_finalize_model_grads(ps, &g.ddp, NULL, NULL, 0, NULL);
         if (rc1 == MC_OK) rc1 = mc_optimizer_step(&c.opt);
@@ -706,16 +803,22 @@ static void check_model(const char *name, mc_gpt_config cfg, mc_dtype dt, mc_par
         }
         verdict(fabs(g.opt.last_grad_norm - c.opt.last_grad_norm) <=
                     (dt == MC_F32 ? 1e-5 : 5e-2) * c.opt.last_grad_norm,
-                "%-46s cuda %.9g cpu %.9g", "  grad norm", g.opt.last_grad_norm,
+                "%-46s cuda %.9g %s %.9g", "  grad norm", g.opt.last_grad_norm, ref_name,
                 c.opt.last_grad_norm);
     }
     void *pg = download_all(gpu, g.gpt.params, mc_dtype_bytes(dt, total));
+    void *pc = download_all(ref, c.gpt.params, mc_dtype_bytes(dt, total));
     snprintf(what, sizeof what, "%s params after 3 steps", name);
-    compare(what, pg, c.gpt.params, total, dt, dt == MC_F32 ? 1e-5 : 3e-2);
-    free(pg);
+    compare(what, pg, pc, total, dt, dt == MC_F32 ? 1e-5 : 3e-2);
+    free(pg), free(pc);
     free(tokens), free(labels);
     trainer_destroy(&g);
     trainer_destroy(&c);
+}
+
+static void check_model(const char *name, mc_gpt_config cfg, mc_dtype dt, mc_parallel_state *ps,
+                        const mc_ops *gpu) {
+    check_model_vs(g_cpu, name, cfg, dt, ps, gpu);
 }
 
 static void section_model(void) {
@@ -726,8 +829,19 @@ static void section_model(void) {
     check_model("gpt L2 H64 NH4 S32 B2 V100 f32 no dropout",
                 tiny_config(2, 64, 4, 32, 2, 100, 0.0f), MC_F32, NULL, &g_gpu);
     /* bf16: the CPU's bf16 emulation against the GPU (flash / cuDNN attention, HD 64) */
+    long f0[2], u0[2], f1[2], u1[2];
+    fusion_counts(&g_gpu, f0, u0);
     check_model("gpt L2 H128 NH2 S64 B2 V256 bf16",
                 tiny_config(2, 128, 2, 64, 2, 256, 0.0f), MC_BF16, NULL, &g_gpu);
+    fusion_counts(&g_gpu, f1, u1);
+    /* 2 layers x 3 steps: every MLP forward and backward through the GELU epilogue (or none) */
+    verdict(g_fuse_on ? f1[0] - f0[0] == 6 && f1[1] - f0[1] == 6 && u1[0] == u0[0]
+                      : f1[0] == f0[0] && f1[1] == f0[1] && u1[0] - u0[0] == 6,
+            "%-46s %s", g_fuse_on ? "  bf16 model MLPs ran fused" : "  bf16 model MLPs ran unfused",
+            mc_ops_cuda_fusion(&g_gpu));
+    /* the fused table against the unfused one (GELU's epilogue vs gemm + gelu kernel) */
+    check_model_vs(&g_gpu_unfused, "gpt L2 H128 bf16 fused vs unfused CUDA",
+                   tiny_config(2, 128, 2, 64, 2, 256, 0.0f), MC_BF16, NULL, &g_gpu);
     /* the same through a parallel state on a size-1 world whose memory is the CUDA table */
     mc_comm *world = NULL;
     mc_comm_desc cd;
@@ -857,12 +971,17 @@ int main(int argc, char **argv) {
     int rc2 = mc_ops_cuda_init(&g_gpu_ref, &d);
     d.attention = 2;
     g_have_dnn = mc_ops_cuda_init(&g_gpu_dnn, &d) == MC_OK;
-    if (rc1 != MC_OK || rc2 != MC_OK) {
+    d.attention = 0;
+    d.unfused = 1;
+    int rc3 = mc_ops_cuda_init(&g_gpu_unfused, &d);
+    g_fuse_on = strncmp(mc_ops_cuda_fusion(&g_gpu), "on", 2) == 0;
+    if (rc1 != MC_OK || rc2 != MC_OK || rc3 != MC_OK) {
         printf("FAIL: mc_ops_cuda_init (attention tables): %s\n0 passed, 1 failed\n",
                mc_last_error());
         return 1;
     }
     printf("gpu_check: %s\n", mc_ops_cuda_describe(&g_gpu));
+    printf("gpu_check: gelu fusion %s (MC_CUDA_FUSE=0 turns it off)\n", g_fuse_on ? "on" : "off");
     double t0 = now_s();
     if (run[0]) section_ops();
     if (run[1]) section_attention();
@@ -871,7 +990,9 @@ int main(int argc, char **argv) {
     if (run[4]) section_curve(curve_steps);
     printf("gpu_check: %.1f s, peak %.1f MiB through the auto table\n", now_s() - t0,
            (double)mc_ops_cuda_peak_bytes(&g_gpu, 0) / 1048576.0);
+    printf("gpu_check: gelu fusion of the auto table: %s\n", mc_ops_cuda_fusion(&g_gpu));
     printf("%d passed, %d failed\n", g_passed, g_failed);
+    mc_ops_cuda_destroy(&g_gpu_unfused);
     mc_ops_cuda_destroy(&g_gpu_own);
     mc_ops_cuda_destroy(&g_gpu_ref);
     if (g_have_dnn) mc_ops_cuda_destroy(&g_gpu_dnn);
