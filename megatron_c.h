@@ -4903,6 +4903,8 @@ static const mc_ops mc__cpu_fast_ops = {
     mc__fast_layernorm_backward,
     mc__fast_gelu_forward,
     mc__fast_gelu_backward,
+    mc__cpu_gemm_gelu_forward,   /* gemm then gelu_forward of this table */
+    mc__cpu_gemm_gelu_backward,
     mc__cpu_attention_stats,
     mc__fast_attention_forward,
     mc__fast_attention_backward,
