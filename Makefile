@@ -171,6 +171,11 @@ LAB_DEFS_lab11 := -DMC_FAULT_HOOKS
 LAB_IMPL_lab11 := $(BUILD)/mc_impl_faults.o
 lab11: $(LAB_SRCS_lab11) $(LAB_IMPL_lab11)
 
+# lab02: a hidden model fault (mc_fault_inject) in the same fault build of the library.
+LAB_DEFS_lab02 := -DMC_FAULT_HOOKS
+LAB_IMPL_lab02 := $(BUILD)/mc_impl_faults.o
+lab02: $(LAB_IMPL_lab02)
+
 # lab07: the tied-embedding experiment skips the embedding-group all-reduce in one of its runs
 # (mc_fault_finalize_skip_embedding_sync), so it links the same MC_FAULT_HOOKS build.
 LAB_DEFS_lab07 := -DMC_FAULT_HOOKS

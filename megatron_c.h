@@ -25,6 +25,9 @@
        MC_WITH_CBLAS      also build mc_ops_cpu_cblas(): the CPU table with its GEMM routed
                           through cblas_sgemm (needs <cblas.h>; link a CBLAS, e.g. -lopenblas).
        MC_STATIC          make every public function static (private copy per translation unit).
+       MC_FAULT_HOOKS     build the fault injection the labs use (>>core.faults, and the
+                          schedule's mc_fault_schedule_drop_microbatch); ordinary builds have
+                          none of it.
        MC_ASSERT(c)       override assert() for internal invariants.
 
    WHAT IT IS
@@ -222,6 +225,75 @@ MC_API int mc_setup(const mc_desc *desc);   /* may be called again to replace th
 MC_API void *mc_malloc(size_t size);
 MC_API void *mc_calloc(size_t count, size_t size);
 MC_API void mc_free(void *ptr);
+
+#if defined(MC_FAULT_HOOKS)
+/* ---------------------------------------------------------------------------------------------
+   >>core.faults  Model faults, compiled only with MC_FAULT_HOOKS (lab02 and tests; ordinary
+   builds have none of it, like mc_fault_schedule_drop_microbatch at >>pipeline_parallel.
+   schedules). One fault at a time, process-wide, for every call while it is set. Each breaks
+   one real code path the way a bug there would, forward and backward consistently (the
+   backward is the exact gradient of the broken forward), so nothing errors or hangs:
+
+     MC_FAULT_QKV_SHARD        layer `layer`: the linear_qkv output of TP rank `tp_rank` is
+                               multiplied by `factor` (a corrupted shard)
+     MC_FAULT_SOFTMAX_SCALE    layer `layer`: the attention scores are multiplied by `factor`
+                               (the softmax scale is factor / sqrt(kv_channels)); q is scaled
+                               in the layer, d q by the same factor
+     MC_FAULT_ROW_NO_REDUCE    layer `layer`, `submodule`: its row-parallel linear (linear_proj
+                               or linear_fc2) skips the forward reduction over TP (the
+                               all-reduce, or under SP the reduce-scatter): every rank keeps
+                               its own partial sum (its sequence rows of it under SP)
+     MC_FAULT_COLUMN_NO_DGRAD_REDUCE  layer `layer`, `submodule`: its column-parallel linear
+                               (linear_qkv or linear_fc1) skips the TP reduction of the input
+                               grad in backward (all-reduce; reduce-scatter under SP)
+     MC_FAULT_CE_SUM_EXP_MAX   vocab-parallel cross entropy: the sums of exp are all-reduced
+                               with MAX instead of SUM (every rank's loss misses the other
+                               ranks' probability mass)
+     MC_FAULT_CE_MAX_SUM       vocab-parallel cross entropy: the row maxima are all-reduced
+                               with SUM instead of MAX. Harmless while exp does not under- or
+                               overflow: every rank subtracts the same shift, and the loss
+                               log(sum exp(l - m)) + m - l_t does not depend on m
+     MC_FAULT_NO_EMBEDDING_GRAD_SYNC  finalize_model_grads skips the embedding-group
+                               all-reduce of the tied word embedding's grads
+     MC_FAULT_NO_SP_GRAD_SYNC  finalize_model_grads leaves the parameters whose names start
+                               with `param` (a LayerNorm's weight and bias, say) out of the
+                               sequence-parallel TP all-reduce: their grads stay partial sums
+     MC_FAULT_OPTIMIZER_SKIPS_PARAM  mc_optimizer_step leaves the parameters whose names start
+                               with `param` unchanged (their grads are computed as usual)
+
+       mc_fault_inject(&(mc_fault_desc){ .kind = MC_FAULT_ROW_NO_REDUCE, .layer = 2,
+                                         .submodule = MC_FAULT_MLP });
+       ... train ...
+       mc_fault_inject(NULL);                           // off again */
+typedef enum mc_fault_kind {
+    MC_FAULT_OFF = 0,
+    MC_FAULT_QKV_SHARD,
+    MC_FAULT_SOFTMAX_SCALE,
+    MC_FAULT_ROW_NO_REDUCE,
+    MC_FAULT_COLUMN_NO_DGRAD_REDUCE,
+    MC_FAULT_CE_SUM_EXP_MAX,
+    MC_FAULT_CE_MAX_SUM,
+    MC_FAULT_NO_EMBEDDING_GRAD_SYNC,
+    MC_FAULT_NO_SP_GRAD_SYNC,
+    MC_FAULT_OPTIMIZER_SKIPS_PARAM
+} mc_fault_kind;
+
+#define MC_FAULT_ATTENTION 0   /* submodule: self_attention (linear_qkv, linear_proj) */
+#define MC_FAULT_MLP 1         /* submodule: mlp (linear_fc1, linear_fc2) */
+
+typedef struct mc_fault_desc {
+    mc_fault_kind kind;
+    int layer;                 /* global layer index (the layer faults) */
+    int submodule;             /* MC_FAULT_ATTENTION or MC_FAULT_MLP */
+    int tp_rank;               /* MC_FAULT_QKV_SHARD */
+    float factor;              /* MC_FAULT_QKV_SHARD, MC_FAULT_SOFTMAX_SCALE (0 means 1) */
+    const char *param;         /* a Megatron parameter name or its prefix (copied), e.g.
+                                  "decoder.final_layernorm" (weight and bias) */
+} mc_fault_desc;
+
+/* Sets the fault (a copy of *desc); NULL or MC_FAULT_OFF turns it off. */
+MC_API void mc_fault_inject(const mc_fault_desc *desc);
+#endif
 
 /* @ops:declarations begin */
 /* ---------------------------------------------------------------------------------------------
@@ -2265,6 +2337,56 @@ MC_API const mc_transformer_spec *mc_transformer_spec_local(void);
 MC_API const char *mc_gpt_layer_tensor_name(int t);
 
 /* ---------------------------------------------------------------------------------------------
+   >>models.gpt.taps  Tensor taps, the analogue of forward and backward hooks on a module: with
+   mc_gpt_desc.tap set, the model calls it at the end of every module's forward and backward
+   with that module's tensors, so a debugger can compare them with a reference run (the
+   tensor oracle of lab02). Unset (the default) a tap costs one pointer test per module.
+
+   The tensors are op memory, valid only during the call (download what you keep), never to
+   be written. In a backward tap `in` is the gradient of the module's input and `out` the
+   gradient of its output. Modules, with Megatron's names and GLOBAL layer indices L:
+
+     module                               forward in / out           backward in / out (grads)
+     embedding                            - / res[0] [Ns, H]         - / d res[0]
+     decoder.layers.L                     layer input / output       d input / d output
+     decoder.layers.L.input_layernorm     x / ln [Ns, H]             - / d ln (the input grad
+     decoder.layers.L.pre_mlp_layernorm   (likewise)                   also flows round the
+                                                                      residual, so none here)
+     decoder.layers.L.self_attention      ln / out, before dropout   d ln / d out
+     decoder.layers.L.mlp                 (likewise)                 (likewise)
+       the local spec also taps inside them:
+       .self_attention.linear_qkv         ln / qkv [N, 3 Ql]         d ln / d qkv
+       .self_attention.core_attention     qkv / context [N, Ql]      d qkv / d context
+       .self_attention.linear_proj        context / out              d context / d out
+       .mlp.linear_fc1                    ln / fc1 [N, Fl] (pre-GELU) d ln / d fc1
+       .mlp.linear_fc2                    GELU(fc1) [N, Fl] / out    d GELU(fc1) / d out
+     decoder.final_layernorm              block output / ln [Ns, H]  d block output / d ln
+     output_layer                         ln / logits [N, Vl]        d ln / d logits
+     loss                                 logits / losses [N] fp32   d logits / d losses
+
+   [Ns, H] rows are this TP rank's sequence piece under SP (row_shard); the columns of
+   [N, Vl], [N, 3 Ql], [N, Ql] and [N, Fl] are its vocab, head or ffn piece (col_shard).
+   Under full recompute the replayed forwards call no tap. */
+typedef struct mc_gpt_tap_tensor {
+    const void *data;               /* op memory; NULL where the table above has "-" */
+    mc_dtype dtype;
+    int rows, cols;                 /* the local shape */
+    int row_shard;                  /* rows are piece tp_rank of rows * TP (sequence parallel) */
+    int col_shard;                  /* cols are piece tp_rank of cols * TP (vocab parallel) */
+} mc_gpt_tap_tensor;
+
+typedef struct mc_gpt_tap {
+    const char *module;             /* "decoder.layers.2.self_attention" */
+    int backward;                   /* 0: forward, 1: backward */
+    int chunk, slot;
+    int microbatch;                 /* the slot's micro-batch (mc_gpt_forward_step's), or -1 */
+    int layer;                      /* global layer index, -1 outside the decoder layers */
+    mc_gpt_tap_tensor in, out;
+} mc_gpt_tap;
+
+typedef void (*mc_gpt_tap_fn)(void *user, const mc_gpt_tap *tap);
+
+/* ---------------------------------------------------------------------------------------------
    >>models.gpt  GPTModel (the shapes, stages and initialisation are described above). */
 
 /* Zero means default. */
@@ -2284,6 +2406,8 @@ typedef struct mc_gpt_desc {
                                        1: mc_gpt_logits returns them gathered [N, Vp] */
     int distributed_optimizer;      /* passed to mc_param_table_layout */
     size_t bucket_size;             /* DDP bucket size in elements; 0 = one bucket per chunk */
+    mc_gpt_tap_fn tap;              /* tensor taps (>>models.gpt.taps); NULL: none */
+    void *tap_user;
 } mc_gpt_desc;
 
 struct mc_gpt {
@@ -2322,6 +2446,8 @@ struct mc_gpt {
     void (*grad_ready)(void *user, int param_index);
     void *grad_ready_user;
     int grad_sync[MC_GPT_MAX_CHUNKS];
+    mc_gpt_tap_fn tap;              /* tensor taps (>>models.gpt.taps), may be set any time */
+    void *tap_user;
     /* Debug tap, NULL (off) after init: called with every dropout draw of a forward, and of a
        recompute's replay, after its stream has advanced (one pointer test per draw when
        off). For reading masks, e.g. comparing them across TP ranks. */
@@ -3219,6 +3345,35 @@ MC_API void mc_free(void *ptr) {
     else
         free(ptr);
 }
+
+#if defined(MC_FAULT_HOOKS)
+// ---------------------------------------------------------------------------------------------
+// >>core.faults  (the list is at the declaration)
+
+static mc_fault_desc mc__fault;
+static char mc__fault_param[MC_PARAM_NAME_MAX];
+
+MC_API void mc_fault_inject(const mc_fault_desc *desc) {
+    memset(&mc__fault, 0, sizeof mc__fault);
+    mc__fault_param[0] = '\0';
+    if (!desc || desc->kind == MC_FAULT_OFF) return;
+    mc__fault = *desc;
+    if (desc->param) snprintf(mc__fault_param, sizeof mc__fault_param, "%s", desc->param);
+    mc__fault.param = mc__fault_param;
+    if (mc__fault.factor == 0.0f) mc__fault.factor = 1.0f;
+}
+
+/* The fault `kind` is set for this layer and submodule. */
+static int mc__fault_at(mc_fault_kind kind, int layer, int submodule) {
+    return mc__fault.kind == kind && mc__fault.layer == layer && mc__fault.submodule == submodule;
+}
+
+/* The fault `kind` is set for the parameter `name` (a prefix match). */
+static int mc__fault_on_param(mc_fault_kind kind, const char *name) {
+    size_t n = strlen(mc__fault_param);
+    return mc__fault.kind == kind && n > 0 && strncmp(name, mc__fault_param, n) == 0;
+}
+#endif
 
 // FNV-1a (64 bit): the fingerprints of the group plan, the config and the init streams.
 
@@ -9259,6 +9414,16 @@ MC_API int mc_parallel_src_rank(const mc_parallel_state *ps, mc_group_kind kind)
 
 #include <math.h>
 
+/* Fault flags (see >>core.faults): the model passes them to the layer it breaks. They are 0
+   in ordinary builds, so the branches that test them compile away. */
+#if defined(MC_FAULT_HOOKS)
+#define MC__TP_FAULT_NO_REDUCE (1 << 28)         /* row forward: no reduction over TP */
+#define MC__TP_FAULT_NO_DGRAD_REDUCE (1 << 29)   /* column backward: no reduction of dX */
+#else
+#define MC__TP_FAULT_NO_REDUCE 0
+#define MC__TP_FAULT_NO_DGRAD_REDUCE 0
+#endif
+
 static int mc__tp_size(const mc_comm *tp) { return tp ? tp->size : 1; }
 static int mc__tp_rank(const mc_comm *tp) { return tp ? tp->rank : 0; }
 
@@ -9765,18 +9930,22 @@ MC_API int mc_column_parallel_linear_backward(void *dinp, float *dweight, float 
             goto done;
         }
         if ((rc = mc_wait(req)) != MC_OK) goto done;
-        rc = mc_reduce_scatter_async(tp, dx_full, dinp, (size_t)(S / tp_size) * B * C, dt,
-                                     MC_SUM, &req);
+        req = NULL;
+        if (flags & MC__TP_FAULT_NO_DGRAD_REDUCE)   /* this rank's rows, not reduced */
+            rc = mc__tp_split_first(dinp, dx_full, S, (size_t)B * C, tp_size, tp->rank, dt, ops);
+        else
+            rc = mc_reduce_scatter_async(tp, dx_full, dinp, (size_t)(S / tp_size) * B * C, dt,
+                                         MC_SUM, &req);
         if (rc != MC_OK) goto done;
         rc = mc__tp_linear_wgrad(dweight, db, dy, x_full, N, C, OCl, dt, ops);
-        {
+        if (req) {
             int wrc = mc_wait(req);
             if (rc == MC_OK) rc = wrc;
         }
         goto done;
     }
     if ((rc = mc__tp_linear_dgrad(dinp, dy, weight, N, C, OCl, dt, ops)) != MC_OK) goto done;
-    if (tp_size > 1) {
+    if (tp_size > 1 && !(flags & MC__TP_FAULT_NO_DGRAD_REDUCE)) {
         /* Every rank holds a partial dX (its OC/TP outputs' share): sum it over TP while the
            weight gradient is computed, the overlap Megatron's allreduce_dgrad exists for. */
         rc = mc_all_reduce_async(tp, dinp, dinp, (size_t)N * C, dt, MC_SUM, &req);
@@ -9841,12 +10010,16 @@ MC_API int mc_row_parallel_linear_forward(void *out, void *scratch, const void *
     }
     if (sp) {   /* partial [S, B, OC] -> summed [S/TP, B, OC] */
         rc = mc__tp_linear_fwd(next, x, weight, NULL, N, Cl, OC, dt, ops);
-        if (rc == MC_OK) rc = mc__tp_reduce_scatter_first(out, next, S, (size_t)B * OC, dt, tp);
+        if (rc == MC_OK && (flags & MC__TP_FAULT_NO_REDUCE))   /* this rank's rows, not summed */
+            rc = mc__tp_split_first(out, next, S, (size_t)B * OC, tp_size, tp->rank, dt, ops);
+        else if (rc == MC_OK)
+            rc = mc__tp_reduce_scatter_first(out, next, S, (size_t)B * OC, dt, tp);
         /* After the reduction, so that the replicated bias is counted once, not TP times. */
         if (rc == MC_OK && b) rc = mc__tp_add_bias(out, b, N / tp_size, OC, dt, ops);
     } else if (tp_size > 1) {   /* partial [S, B, OC] -> summed in place, then the bias */
         rc = mc__tp_linear_fwd(out, x, weight, NULL, N, Cl, OC, dt, ops);
-        if (rc == MC_OK) rc = mc__tp_all_reduce(out, out, (size_t)N * OC, dt, tp);
+        if (rc == MC_OK && !(flags & MC__TP_FAULT_NO_REDUCE))
+            rc = mc__tp_all_reduce(out, out, (size_t)N * OC, dt, tp);
         if (rc == MC_OK && b) rc = mc__tp_add_bias(out, b, N, OC, dt, ops);
     } else {   /* one rank: the bias rides in the GEMM's epilogue */
         rc = mc__tp_linear_fwd(out, x, weight, b, N, Cl, OC, dt, ops);
@@ -10013,6 +10186,16 @@ static int mc__tp_ce_check(const char *fn, const int *targets, int N, int V,
 
 /* Megatron's label_smoothing a as the weight s of the uniform part: the target gets 1 - a and
    each of the K - 1 others a / (K - 1), i.e. (1 - s) onehot + s / K with s = a K / (K - 1). */
+/* The reduction of the cross entropy's row-max (MC_MAX) or sum-of-exp (MC_SUM) all-reduce;
+   a CE fault swaps one of them (>>core.faults). */
+static mc_reduce_op mc__ce_reduce_op(mc_reduce_op op) {
+#if defined(MC_FAULT_HOOKS)
+    if (op == MC_MAX && mc__fault.kind == MC_FAULT_CE_MAX_SUM) return MC_SUM;
+    if (op == MC_SUM && mc__fault.kind == MC_FAULT_CE_SUM_EXP_MAX) return MC_MAX;
+#endif
+    return op;
+}
+
 static float mc__tp_smoothing_s(float label_smoothing, int K) {
     if (label_smoothing <= 0.0f) return 0.0f;
     return (float)((double)label_smoothing * K / (K - 1.0));
@@ -10042,7 +10225,8 @@ MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, double *loss_s
 
     /* 1. The global row maximum, so that no rank's exp overflows. */
     if ((rc = ops->row_max(ops, max, logits, N, Vl, dt)) != MC_OK) goto done;
-    if (tp_size > 1 && (rc = mc_all_reduce(tp, max, max, (size_t)N, MC_F32, MC_MAX)) != MC_OK)
+    if (tp_size > 1 && (rc = mc_all_reduce(tp, max, max, (size_t)N, MC_F32,
+                                           mc__ce_reduce_op(MC_MAX))) != MC_OK)
         goto done;
     /* 2. The target logit: only its owner contributes, the others add 0. */
     if ((rc = ops->target_logit(ops, target_logit, logits, targets, N, Vl, start, dt)) != MC_OK)
@@ -10063,7 +10247,8 @@ MC_API int mc_vocab_parallel_cross_entropy_forward(float *losses, double *loss_s
     } else {
         if ((rc = ops->sum_exp(ops, sum_exp, logits, max, N, Vl, dt)) != MC_OK) goto done;
         if (tp_size > 1 &&
-            (rc = mc__tp_all_reduce(sum_exp, sum_exp, (size_t)N, MC_F32, tp)) != MC_OK)
+            (rc = mc_all_reduce(tp, sum_exp, sum_exp, (size_t)N, MC_F32,
+                                mc__ce_reduce_op(MC_SUM))) != MC_OK)
             goto done;
     }
     /* 4. The per-token loss (and its sum) from the pieces, an op: nothing is read back. */
@@ -11435,6 +11620,7 @@ struct mc__gpt_impl {
     void *tp_scratch;            /* scratch of the tensor-parallel layers (their _scratch()) */
     int *pos_ids;                /* (N) position of each token: s, uploaded at init */
     int replaying;               /* 1 while a full-recompute group re-runs its forward */
+    int tap_slot, tap_microbatch;   /* tensor taps: the call in progress (slot, micro-batch) */
 };
 
 #define MC__GPT_LN_EPS(g) ((g)->config.layernorm_epsilon)
@@ -11504,6 +11690,114 @@ static void *mc__gpt_at(const mc_gpt *g, const void *p, size_t i) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// tensor taps (>>models.gpt.taps)
+
+/* A tap tensor: an activation of the model's dtype, rows x cols, row_shard when its rows are
+   the sequence piece of this rank (SP), col_shard when its columns are the vocab piece. */
+static mc_gpt_tap_tensor mc__gpt_tt(const mc_gpt *g, const void *data, mc_dtype dt, int rows,
+                                   int cols, int col_shard) {
+    mc_gpt_tap_tensor t;
+    t.data = data;
+    t.dtype = dt;
+    t.rows = rows;
+    t.cols = cols;
+    t.row_shard = data && rows == g->Ns && g->sequence_parallel && g->tp > 1;
+    t.col_shard = data && col_shard && g->tp > 1;
+    return t;
+}
+
+/* [Ns, H] in the model's dtype (the residual stream and the norm outputs) */
+static mc_gpt_tap_tensor mc__gpt_tt_hidden(const mc_gpt *g, const void *data) {
+    return mc__gpt_tt(g, data, g->dtype, g->Ns, g->H, 0);
+}
+
+static const mc_gpt_tap_tensor mc__gpt_tt_none = {NULL, MC_F32, 0, 0, 0, 0};
+
+/* Calls the tap for module `name` (a printf format with one %d for the global layer, or a
+   plain name when layer < 0). */
+static void mc__gpt_tap(mc_gpt *g, int chunk, const char *name, int layer, int backward,
+                        mc_gpt_tap_tensor in, mc_gpt_tap_tensor out) {
+    char module[MC_PARAM_NAME_MAX];
+    mc_gpt_tap t;
+    if (!g->tap || g->impl->replaying) return;
+    if (layer >= 0)
+        snprintf(module, sizeof module, name, layer);
+    else
+        snprintf(module, sizeof module, "%s", name);
+    t.module = module;
+    t.backward = backward;
+    t.chunk = chunk;
+    t.slot = g->impl->tap_slot;
+    t.microbatch = g->impl->tap_microbatch;
+    t.layer = layer;
+    t.in = in;
+    t.out = out;
+    g->tap(g->tap_user, &t);
+}
+
+// ---------------------------------------------------------------------------------------------
+// faults (>>core.faults): the model's part
+
+#define MC__GPT_ATTENTION 0   /* the submodules, numbered as MC_FAULT_ATTENTION / MC_FAULT_MLP */
+#define MC__GPT_MLP 1
+
+/* TP flags of the fault set for this layer's submodule: the row-parallel layer's forward
+   (backward == 0) or the column-parallel layer's backward (backward == 1). */
+static int mc__gpt_fault_flags(const mc_layer_ctx *ctx, int submodule, int backward) {
+#if defined(MC_FAULT_HOOKS)
+    if (!backward && mc__fault_at(MC_FAULT_ROW_NO_REDUCE, ctx->global_layer, submodule))
+        return MC__TP_FAULT_NO_REDUCE;
+    if (backward && mc__fault_at(MC_FAULT_COLUMN_NO_DGRAD_REDUCE, ctx->global_layer, submodule))
+        return MC__TP_FAULT_NO_DGRAD_REDUCE;
+#endif
+    (void)ctx;
+    (void)submodule;
+    (void)backward;
+    return 0;
+}
+
+#if defined(MC_FAULT_HOOKS)
+/* qkv (N, 3 Ql) [q|k|v] per head: every q (q_only) or every element times f. */
+static int mc__gpt_fault_scale_qkv(mc_gpt *g, void *qkv, float f, int q_only) {
+    const mc_ops *o = g->ops;
+    size_t es = mc_dtype_bytes(g->dtype, 1), hd = (size_t)g->HD, pitch = 3 * (size_t)g->Ql * es;
+    void *tmp;
+    int h, rc = MC_OK;
+    if (!q_only) return o->scale(o, qkv, f, (size_t)g->N * 3 * (size_t)g->Ql, g->dtype);
+    if (!(tmp = mc__ops_alloc(o, MC_MEMORY_ACTIVATIONS, (size_t)g->N * hd * es)))
+        return MC_ERR_NO_MEMORY;
+    for (h = 0; rc == MC_OK && h < g->NHl; h++) {
+        char *q = (char *)qkv + (size_t)h * 3 * hd * es;   /* head h's q columns */
+        rc = o->copy_2d(o, tmp, hd * es, q, pitch, hd * es, (size_t)g->N);
+        if (rc == MC_OK) rc = o->scale(o, tmp, f, (size_t)g->N * hd, g->dtype);
+        if (rc == MC_OK) rc = o->copy_2d(o, q, pitch, tmp, hd * es, hd * es, (size_t)g->N);
+    }
+    mc__ops_free(o, tmp);
+    return rc;
+}
+
+/* MC_FAULT_QKV_SHARD on this rank and layer: the linear_qkv output (forward) and, in backward,
+   the grad reaching the linear (d raw = factor x d corrupted) are multiplied by the factor. */
+static int mc__gpt_fault_qkv_shard(const mc_layer_ctx *ctx, void *qkv) {
+    mc_gpt *g = ctx->gpt;
+    if (mc__fault.kind != MC_FAULT_QKV_SHARD || mc__fault.layer != ctx->global_layer ||
+        g->tp_rank != mc__fault.tp_rank)
+        return MC_OK;
+    return mc__gpt_fault_scale_qkv(g, qkv, mc__fault.factor, 0);
+}
+
+/* MC_FAULT_SOFTMAX_SCALE in this layer: core attention runs on q times the factor (times
+   1 / factor to undo it afterwards, so the cache keeps linear_qkv's output), and d q is
+   multiplied by the factor. */
+static int mc__gpt_fault_softmax(const mc_layer_ctx *ctx, void *buf, float power) {
+    if (mc__fault.kind != MC_FAULT_SOFTMAX_SCALE || mc__fault.layer != ctx->global_layer)
+        return MC_OK;
+    return mc__gpt_fault_scale_qkv(ctx->gpt, buf, power > 0 ? mc__fault.factor
+                                                             : 1.0f / mc__fault.factor, 1);
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
 // TP glue: the model's calls into the tensor-parallel layers (>>tensor_parallel), which hold
 // the communication; sizes here are the model's local ones.
 
@@ -11520,21 +11814,22 @@ static int mc__gpt_column_forward(mc_gpt *g, void *out, const void *in, const vo
                                              mc__gpt_tp_comm(g), g->ops);
 }
 
-/* din (Ns, K) (=), dW += dY^T X, db += column sums of dY */
+/* din (Ns, K) (=), dW += dY^T X, db += column sums of dY; fault: mc__gpt_fault_flags */
 static int mc__gpt_column_backward(mc_gpt *g, void *din, float *dw, float *db, const void *dout,
-                                   const void *in, const void *w, int O, int K) {
+                                   const void *in, const void *w, int O, int K, int fault) {
     return mc_column_parallel_linear_backward(din, dw, db, g->impl->tp_scratch, dout, in, w,
-                                              g->S, g->B, K, O * g->tp, mc__gpt_tp_flags(g),
-                                              g->dtype, mc__gpt_tp_comm(g), g->ops);
+                                              g->S, g->B, K, O * g->tp,
+                                              mc__gpt_tp_flags(g) | fault, g->dtype,
+                                              mc__gpt_tp_comm(g), g->ops);
 }
 
 /* RowParallelLinear with input_is_parallel: out (Ns, O) = sum over TP of X W^T, then the bias
-   once; X (N, K) is this rank's slice of the input features, W (O, K). */
+   once; X (N, K) is this rank's slice of the input features, W (O, K); fault: as above. */
 static int mc__gpt_row_forward(mc_gpt *g, void *out, const void *in, const void *w,
-                               const void *b, int O, int K) {
+                               const void *b, int O, int K, int fault) {
     return mc_row_parallel_linear_forward(out, g->impl->tp_scratch, in, w, b, g->S, g->B,
                                           K * g->tp, O,
-                                          mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL,
+                                          mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL | fault,
                                           g->dtype, mc__gpt_tp_comm(g), g->ops);
 }
 
@@ -11670,27 +11965,48 @@ static int mc__gpt_local_norm_backward(const mc_layer_ctx *ctx, int which, void 
 }
 
 /* QKV column-parallel -> causal attention on the local heads (probability dropout under the
-   model-parallel stream) -> projection row-parallel (+ bias). out (Ns, H). */
+   model-parallel stream) -> projection row-parallel (+ bias). out (Ns, H). The three steps
+   are tapped as linear_qkv, core_attention and linear_proj. */
 static int mc__gpt_local_attention_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_layer_cache *c = ctx->cache;
     size_t n_probs = (size_t)g->B * (size_t)g->NHl * (size_t)g->S * (size_t)g->S;
     float *stats = c->attn_stats ? c->attn_stats : g->impl->stats_scratch;
-    int rc;
+    int L = ctx->global_layer, rc;
+    mc_gpt_tap_tensor qkv = mc__gpt_tt(g, c->qkv, g->dtype, g->N, 3 * g->Ql, 1);
+    mc_gpt_tap_tensor atty = mc__gpt_tt(g, c->atty, g->dtype, g->N, g->Ql, 1);
     if ((rc = mc__gpt_column_forward(g, c->qkv, inp, ctx->w[MC_GPT_QKV_W], ctx->w[MC_GPT_QKV_B],
                                      3 * g->Ql, g->H)) != MC_OK)
         return rc;
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_qkv_shard(ctx, c->qkv)) != MC_OK) return rc;
+#endif
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.linear_qkv", L, 0,
+                mc__gpt_tt_hidden(g, inp), qkv);
     if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_PROBS, ctx->chunk,
                                 ctx->global_layer, MC_RNG_MODEL_PARALLEL, n_probs,
                                 mc__gpt_dropout_p(g->config.attention_dropout),
                                 &c->attn_drop)) != MC_OK)
         return rc;
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_softmax(ctx, c->qkv, 1)) != MC_OK) return rc;
+#endif
     if ((rc = g->ops->attention_forward(g->ops, c->atty, stats, c->qkv, g->S, g->B, g->NHl,
                                         g->HD, c->attn_drop.p, c->attn_drop.seed,
                                         c->attn_drop.offset, g->dtype)) != MC_OK)
         return rc;
-    return mc__gpt_row_forward(g, out, c->atty, ctx->w[MC_GPT_PROJ_W], ctx->w[MC_GPT_PROJ_B],
-                               g->H, g->Ql);
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_softmax(ctx, c->qkv, -1)) != MC_OK) return rc;
+#endif
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.core_attention", L, 0, qkv,
+                atty);
+    if ((rc = mc__gpt_row_forward(g, out, c->atty, ctx->w[MC_GPT_PROJ_W], ctx->w[MC_GPT_PROJ_B],
+                                  g->H, g->Ql, mc__gpt_fault_flags(ctx, MC__GPT_ATTENTION, 0))) !=
+        MC_OK)
+        return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.linear_proj", L, 0, atty,
+                mc__gpt_tt_hidden(g, out));
+    return MC_OK;
 }
 
 static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, void *dinp,
@@ -11700,10 +12016,17 @@ static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, void *dinp,
     struct mc__gpt_layer_cache *c = ctx->cache;
     const float *stats = c->attn_stats;
     const void *atty = c->atty;
-    int rc;
+    int L = ctx->global_layer, rc;
+    mc_gpt_tap_tensor d_qkv = mc__gpt_tt(g, im->d_qkv, g->dtype, g->N, 3 * g->Ql, 1);
+    mc_gpt_tap_tensor d_atty = mc__gpt_tt(g, im->d_atty, g->dtype, g->N, g->Ql, 1);
     if ((rc = mc__gpt_row_backward(g, im->d_atty, ctx->g[MC_GPT_PROJ_W], ctx->g[MC_GPT_PROJ_B],
                                    dout, c->atty, ctx->w[MC_GPT_PROJ_W], g->H, g->Ql)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.linear_proj", L, 1, d_atty,
+                mc__gpt_tt_hidden(g, dout));
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_softmax(ctx, c->qkv, 1)) != MC_OK) return rc;
+#endif
     if (!stats) {
         /* selective recompute: the probabilities again, from the same inputs and draw */
         if ((rc = g->ops->attention_forward(g->ops, im->atty_scratch, im->stats_scratch, c->qkv,
@@ -11718,23 +12041,44 @@ static int mc__gpt_local_attention_backward(const mc_layer_ctx *ctx, void *dinp,
                                          g->B, g->NHl, g->HD, c->attn_drop.p, c->attn_drop.seed,
                                          c->attn_drop.offset, g->dtype)) != MC_OK)
         return rc;
-    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_QKV_W], ctx->g[MC_GPT_QKV_B],
-                                   im->d_qkv, inp, ctx->w[MC_GPT_QKV_W], 3 * g->Ql, g->H);
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_softmax(ctx, c->qkv, -1)) != MC_OK) return rc;
+    if ((rc = mc__gpt_fault_softmax(ctx, im->d_qkv, 1)) != MC_OK) return rc;
+#endif
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.core_attention", L, 1, d_qkv,
+                d_atty);
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__gpt_fault_qkv_shard(ctx, im->d_qkv)) != MC_OK) return rc;
+#endif
+    if ((rc = mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_QKV_W], ctx->g[MC_GPT_QKV_B],
+                                      im->d_qkv, inp, ctx->w[MC_GPT_QKV_W], 3 * g->Ql, g->H,
+                                      mc__gpt_fault_flags(ctx, MC__GPT_ATTENTION, 1))) != MC_OK)
+        return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.self_attention.linear_qkv", L, 1,
+                mc__gpt_tt_hidden(g, dinp), d_qkv);
+    return MC_OK;
 }
 
 /* fc1 column-parallel -> GELU (one fused op: the GEMM's epilogue on CUDA) -> fc2 row-parallel
-   (+ bias). out (Ns, H). */
+   (+ bias). out (Ns, H). Tapped as linear_fc1 (its output before the GELU, kept by the fused op)
+   and linear_fc2 (its input after it). */
 static int mc__gpt_local_mlp_forward(const mc_layer_ctx *ctx, void *out, const void *inp) {
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_layer_cache *c = ctx->cache;
-    int rc;
+    int L = ctx->global_layer, rc;
     if ((rc = mc_column_parallel_linear_gelu_forward(
              c->gelu, c->fc1, g->impl->tp_scratch, inp, ctx->w[MC_GPT_FC1_W],
              ctx->w[MC_GPT_FC1_B], g->S, g->B, g->H, g->Fl * g->tp, mc__gpt_tp_flags(g), g->dtype,
              mc__gpt_tp_comm(g), g->ops)) != MC_OK)
         return rc;
-    return mc__gpt_row_forward(g, out, c->gelu, ctx->w[MC_GPT_FC2_W], ctx->w[MC_GPT_FC2_B],
-                               g->H, g->Fl);
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.mlp.linear_fc1", L, 0, mc__gpt_tt_hidden(g, inp),
+                mc__gpt_tt(g, c->fc1, g->dtype, g->N, g->Fl, 1));
+    if ((rc = mc__gpt_row_forward(g, out, c->gelu, ctx->w[MC_GPT_FC2_W], ctx->w[MC_GPT_FC2_B],
+                                  g->H, g->Fl, mc__gpt_fault_flags(ctx, MC__GPT_MLP, 0))) != MC_OK)
+        return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.mlp.linear_fc2", L, 0,
+                mc__gpt_tt(g, c->gelu, g->dtype, g->N, g->Fl, 1), mc__gpt_tt_hidden(g, out));
+    return MC_OK;
 }
 
 static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, void *dinp, const void *dout,
@@ -11742,16 +12086,32 @@ static int mc__gpt_local_mlp_backward(const mc_layer_ctx *ctx, void *dinp, const
     mc_gpt *g = ctx->gpt;
     struct mc__gpt_impl *im = g->impl;
     struct mc__gpt_layer_cache *c = ctx->cache;
-    int rc;
-    /* d fc1 = gelu'(fc1) * (d gelu), the GELU's backward in fc2's dgrad GEMM */
-    if ((rc = mc_row_parallel_linear_gelu_backward(
-             im->d_fc_b, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B], im->tp_scratch, dout,
-             c->gelu, c->fc1, ctx->w[MC_GPT_FC2_W], g->S, g->B, g->Fl * g->tp, g->H,
-             mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL, g->dtype, mc__gpt_tp_comm(g),
-             g->ops)) != MC_OK)
+    int L = ctx->global_layer, rc;
+    if (!g->tap || im->replaying) {
+        /* d fc1 = gelu'(fc1) * (d gelu), the GELU's backward in fc2's dgrad GEMM */
+        rc = mc_row_parallel_linear_gelu_backward(
+            im->d_fc_b, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B], im->tp_scratch, dout, c->gelu,
+            c->fc1, ctx->w[MC_GPT_FC2_W], g->S, g->B, g->Fl * g->tp, g->H,
+            mc__gpt_tp_flags(g) | MC_TP_INPUT_IS_PARALLEL, g->dtype, mc__gpt_tp_comm(g), g->ops);
+    } else { /* a tap sees d gelu, fc2's input grad, which the fused op never writes */
+        if ((rc = mc__gpt_row_backward(g, im->d_fc_a, ctx->g[MC_GPT_FC2_W], ctx->g[MC_GPT_FC2_B],
+                                       dout, c->gelu, ctx->w[MC_GPT_FC2_W], g->H, g->Fl)) != MC_OK)
+            return rc;
+        mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.mlp.linear_fc2", L, 1,
+                    mc__gpt_tt(g, im->d_fc_a, g->dtype, g->N, g->Fl, 1),
+                    mc__gpt_tt_hidden(g, dout));
+        rc = g->ops->gelu_backward(g->ops, im->d_fc_b, c->fc1, im->d_fc_a,
+                                   (size_t)g->N * (size_t)g->Fl, g->dtype);
+    }
+    if (rc != MC_OK)
         return rc;
-    return mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_FC1_W], ctx->g[MC_GPT_FC1_B],
-                                   im->d_fc_b, inp, ctx->w[MC_GPT_FC1_W], g->Fl, g->H);
+    if ((rc = mc__gpt_column_backward(g, dinp, ctx->g[MC_GPT_FC1_W], ctx->g[MC_GPT_FC1_B],
+                                      im->d_fc_b, inp, ctx->w[MC_GPT_FC1_W], g->Fl, g->H,
+                                      mc__gpt_fault_flags(ctx, MC__GPT_MLP, 1))) != MC_OK)
+        return rc;
+    mc__gpt_tap(g, ctx->chunk, "decoder.layers.%d.mlp.linear_fc1", L, 1, mc__gpt_tt_hidden(g, dinp),
+                mc__gpt_tt(g, im->d_fc_b, g->dtype, g->N, g->Fl, 1));
+    return MC_OK;
 }
 
 MC_API const mc_transformer_spec *mc_transformer_spec_local(void) {
@@ -11802,9 +12162,13 @@ static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void 
     size_t n = (size_t)g->Ns * (size_t)g->H;
     float p = mc__gpt_dropout_p(g->config.hidden_dropout);
     const void *sub;
-    int rc;
+    int L = ctx->global_layer, ch = ctx->chunk, rc;
     if ((rc = sp->norm_forward(ctx, 0, c->ln1, x)) != MC_OK) return rc;
+    mc__gpt_tap(g, ch, "decoder.layers.%d.input_layernorm", L, 0, mc__gpt_tt_hidden(g, x),
+                mc__gpt_tt_hidden(g, c->ln1));
     if ((rc = sp->attention_forward(ctx, im->tmp_a, c->ln1)) != MC_OK) return rc;
+    mc__gpt_tap(g, ch, "decoder.layers.%d.self_attention", L, 0, mc__gpt_tt_hidden(g, c->ln1),
+                mc__gpt_tt_hidden(g, im->tmp_a));
     if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_ATTENTION_OUT, ctx->chunk,
                                 ctx->global_layer, mc__gpt_hidden_stream(g), n, p,
                                 &c->drop1)) != MC_OK)
@@ -11813,7 +12177,11 @@ static int mc__gpt_layer_forward(const mc_layer_ctx *ctx, void *out, const void 
     if (rc == MC_OK) rc = mc__gpt_residual(g, c->res1, x, sub, n);
     if (rc != MC_OK) return rc;
     if ((rc = sp->norm_forward(ctx, 1, c->ln2, c->res1)) != MC_OK) return rc;
+    mc__gpt_tap(g, ch, "decoder.layers.%d.pre_mlp_layernorm", L, 0,
+                mc__gpt_tt_hidden(g, c->res1), mc__gpt_tt_hidden(g, c->ln2));
     if ((rc = sp->mlp_forward(ctx, im->tmp_a, c->ln2)) != MC_OK) return rc;
+    mc__gpt_tap(g, ch, "decoder.layers.%d.mlp", L, 0, mc__gpt_tt_hidden(g, c->ln2),
+                mc__gpt_tt_hidden(g, im->tmp_a));
     if ((rc = mc__gpt_draw_from(g, MC_GPT_DROPOUT_MLP_OUT, ctx->chunk, ctx->global_layer,
                                 mc__gpt_hidden_stream(g), n, p, &c->drop2)) != MC_OK)
         return rc;
@@ -11832,18 +12200,27 @@ static int mc__gpt_layer_backward(const mc_layer_ctx *ctx, void *dx, const void 
     size_t n = (size_t)g->Ns * (size_t)g->H;
     void *d_res1 = im->d_b;
     const void *d_sub;
-    int rc = MC_OK;
+    int L = ctx->global_layer, ch = ctx->chunk, rc = MC_OK;
     /* out = res1 + dropout(mlp): the residual passes dout through */
     d_sub = mc__gpt_dropout_backward(g, im->d_c, dout, n, &c->drop2, &rc);
     if (rc != MC_OK || (rc = sp->mlp_backward(ctx, im->d_ln, d_sub, c->ln2)) != MC_OK) return rc;
+    mc__gpt_tap(g, ch, "decoder.layers.%d.mlp", L, 1, mc__gpt_tt_hidden(g, im->d_ln),
+                mc__gpt_tt_hidden(g, d_sub));
     if ((rc = g->ops->copy(g->ops, d_res1, dout, n, g->dtype, g->dtype)) != MC_OK) return rc;
     if ((rc = sp->norm_backward(ctx, 1, d_res1, im->d_ln, c->res1)) != MC_OK) return rc;
+    mc__gpt_tap(g, ch, "decoder.layers.%d.pre_mlp_layernorm", L, 1, mc__gpt_tt_none,
+                mc__gpt_tt_hidden(g, im->d_ln));
     /* res1 = x + dropout(attention) */
     d_sub = mc__gpt_dropout_backward(g, im->d_c, d_res1, n, &c->drop1, &rc);
     if (rc != MC_OK || (rc = sp->attention_backward(ctx, im->d_ln, d_sub, c->ln1)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, ch, "decoder.layers.%d.self_attention", L, 1, mc__gpt_tt_hidden(g, im->d_ln),
+                mc__gpt_tt_hidden(g, d_sub));
     if ((rc = g->ops->copy(g->ops, dx, d_res1, n, g->dtype, g->dtype)) != MC_OK) return rc;
-    return sp->norm_backward(ctx, 0, dx, im->d_ln, x);
+    if ((rc = sp->norm_backward(ctx, 0, dx, im->d_ln, x)) != MC_OK) return rc;
+    mc__gpt_tap(g, ch, "decoder.layers.%d.input_layernorm", L, 1, mc__gpt_tt_none,
+                mc__gpt_tt_hidden(g, im->d_ln));
+    return MC_OK;
 }
 
 static struct mc__gpt_layer_cache *mc__gpt_cache_of(mc_gpt *g, mc__gpt_act *a, int l) {
@@ -11857,6 +12234,8 @@ static int mc__gpt_run_layers(mc_gpt *g, int chunk, mc__gpt_act *a, int first, i
     for (l = first; l < first + count; l++) {
         mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
         if ((rc = mc__gpt_layer_forward(&ctx, a->res[l + 1], a->res[l])) != MC_OK) return rc;
+        mc__gpt_tap(g, chunk, "decoder.layers.%d", ctx.global_layer, 0,
+                    mc__gpt_tt_hidden(g, a->res[l]), mc__gpt_tt_hidden(g, a->res[l + 1]));
     }
     return MC_OK;
 }
@@ -11907,7 +12286,7 @@ static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const vo
             if (!MC__FAULT_RECOMPUTE(MC_FAULT_RECOMPUTE_NO_SNAPSHOT) &&
                 (rc = mc_rng_tracker_set_states(&g->rng, &a->group_rng[grp])) != MC_OK)
                 return rc;
-            im->replaying = 1;
+            im->replaying = 1;   /* a replay, not a new call of the modules: no tensor taps */
             rc = mc__gpt_run_layers(g, chunk, a, im->group_start[grp], im->group_len[grp]);
             im->replaying = 0;
             if (rc != MC_OK) return rc;
@@ -11917,6 +12296,8 @@ static int mc__gpt_block_backward(mc_gpt *g, int chunk, mc__gpt_act *a, const vo
         }
         mc__gpt_layer_ctx(g, chunk, l, mc__gpt_cache_of(g, a, l), &ctx);
         if ((rc = mc__gpt_layer_backward(&ctx, bufs[k], dout, a->res[l])) != MC_OK) return rc;
+        mc__gpt_tap(g, chunk, "decoder.layers.%d", ctx.global_layer, 1,
+                    mc__gpt_tt_hidden(g, bufs[k]), mc__gpt_tt_hidden(g, dout));
         dout = bufs[k];
         k ^= 1;
         idx = im->layer_params +
@@ -11962,6 +12343,8 @@ static int mc__gpt_embedding_forward(mc_gpt *g, mc__gpt_act *a) {
     dropped = mc__gpt_dropout_forward(g, a->res[0], emb, n, &a->emb_drop, &rc);
     if (rc == MC_OK && dropped != a->res[0])
         rc = o->copy(o, a->res[0], dropped, n, g->dtype, g->dtype);
+    if (rc == MC_OK)
+        mc__gpt_tap(g, 0, "embedding", -1, 0, mc__gpt_tt_none, mc__gpt_tt_hidden(g, a->res[0]));
     return rc;
 }
 
@@ -11989,6 +12372,7 @@ static int mc__gpt_embedding_backward(mc_gpt *g, mc__gpt_act *a) {
     if ((rc = o->embedding_backward(o, mc__gpt_g(g, im->pos[0]), d_emb, im->pos_ids, g->N, g->H,
                                     0, g->config.max_position_embeddings, g->dtype)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, 0, "embedding", -1, 1, mc__gpt_tt_none, mc__gpt_tt_hidden(g, a->dinput));
     mc__gpt_report_ready(g, 0, im->word[0]);
     mc__gpt_report_ready(g, 0, im->pos[0]);
     return MC_OK;
@@ -12009,10 +12393,14 @@ static int mc__gpt_head_forward(mc_gpt *g, int chunk, mc__gpt_act *a, const void
                                    mc__gpt_p(g, im->lnf_w[chunk]), mc__gpt_p(g, im->lnf_b[chunk]),
                                    g->Ns, g->H, MC__GPT_LN_EPS(g), g->dtype)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, chunk, "decoder.final_layernorm", -1, 0, mc__gpt_tt_hidden(g, h),
+                mc__gpt_tt_hidden(g, a->lnf));
     if ((rc = mc__gpt_column_forward(g, a->logits, a->lnf,
                                      mc__gpt_p(g, mc__gpt_output_weight(g, chunk)), NULL,
                                      g->vocab_local, g->H)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, chunk, "output_layer", -1, 0, mc__gpt_tt_hidden(g, a->lnf),
+                mc__gpt_tt(g, a->logits, g->dtype, g->N, g->vocab_local, 1));
     if (!a->has_labels) return MC_OK;
     /* vocab-parallel cross entropy: three TP all-reduces, never the full logits; the loss sum
        stays in op memory and is read back only when the caller asks for it */
@@ -12022,6 +12410,9 @@ static int mc__gpt_head_forward(mc_gpt *g, int chunk, mc__gpt_act *a, const void
                                                       g->vocab_padded, 0.0f, g->dtype,
                                                       mc__gpt_tp_comm(g), o)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, chunk, "loss", -1, 0,
+                mc__gpt_tt(g, a->logits, g->dtype, g->N, g->vocab_local, 1),
+                mc__gpt_tt(g, a->losses, MC_F32, g->N, 1, 0));
     if (loss_sum) return o->download(o, loss_sum, a->loss_sum, sizeof(double));
     return MC_OK;
 }
@@ -12038,15 +12429,22 @@ static int mc__gpt_head_backward(mc_gpt *g, int chunk, mc__gpt_act *a, float los
                                                        g->vocab_padded, 0.0f, g->dtype,
                                                        mc__gpt_tp_comm(g), o)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, chunk, "loss", -1, 1,
+                mc__gpt_tt(g, im->d_logits, g->dtype, g->N, g->vocab_local, 1),
+                mc__gpt_tt(g, im->d_loss, MC_F32, g->N, 1, 0));
     if ((rc = mc__gpt_column_backward(g, im->d_ln, mc__gpt_g(g, w), NULL, im->d_logits, a->lnf,
-                                      mc__gpt_p(g, w), g->vocab_local, g->H)) != MC_OK)
+                                      mc__gpt_p(g, w), g->vocab_local, g->H, 0)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, chunk, "output_layer", -1, 1, mc__gpt_tt_hidden(g, im->d_ln),
+                mc__gpt_tt(g, im->d_logits, g->dtype, g->N, g->vocab_local, 1));
     if ((rc = o->fill(o, d, 0.0f, (size_t)g->Ns * (size_t)g->H, g->dtype)) != MC_OK) return rc;
     if ((rc = o->layernorm_backward(o, d, mc__gpt_g(g, im->lnf_w[chunk]),
                                     mc__gpt_g(g, im->lnf_b[chunk]), im->d_ln,
                                     a->res[g->layers_per_chunk], mc__gpt_p(g, im->lnf_w[chunk]),
                                     a->lnf_mean, a->lnf_rstd, g->Ns, g->H, g->dtype)) != MC_OK)
         return rc;
+    mc__gpt_tap(g, chunk, "decoder.final_layernorm", -1, 1, mc__gpt_tt_hidden(g, d),
+                mc__gpt_tt_hidden(g, im->d_ln));
     mc__gpt_report_ready(g, chunk, im->out_w[chunk]);
     mc__gpt_report_ready(g, chunk, im->lnf_w[chunk]);
     mc__gpt_report_ready(g, chunk, im->lnf_b[chunk]);
@@ -12092,6 +12490,8 @@ MC_API int mc_gpt_forward(mc_gpt *g, int chunk, int slot, const int *tokens, con
     if (output) *output = NULL;
     if (loss_sum) *loss_sum = 0.0;
     a->forward_done = 0;
+    g->impl->tap_slot = slot;
+    g->impl->tap_microbatch = a->microbatch;
     if (mc_gpt_is_pre_process(g, chunk)) {
         if (!tokens)
             return MC__FAIL(MC_ERR_INVALID_ARG,
@@ -12134,6 +12534,8 @@ MC_API int mc_gpt_backward(mc_gpt *g, int chunk, int slot, const float *output_g
     im = g->impl;
     a = &im->act[chunk * g->n_slots + slot];
     if (input_grad) *input_grad = NULL;
+    im->tap_slot = slot;
+    im->tap_microbatch = a->microbatch;
     if (!a->forward_done)
         return MC__FAIL(MC_ERR_STATE,
                         "mc_gpt_backward: slot %d of chunk %d holds no forward to go back "
@@ -12837,6 +13239,8 @@ MC_API int mc_gpt_init(mc_gpt *g, const mc_gpt_desc *desc) {
     g->n_slots = MC__DEF(desc->n_slots, 1);
     g->gather_logits = desc->gather_logits;
     g->dtype = desc->dtype;
+    g->tap = desc->tap;
+    g->tap_user = desc->tap_user;
     g->training = 1;
     if (g->n_slots < 1)
         return MC__FAIL(MC_ERR_INVALID_DESC, "mc_gpt_init: n_slots (%d) must be >= 1",
@@ -13172,6 +13576,14 @@ static int mc__ddp_finish(mc_ddp *ddp) {
     return MC_OK;
 }
 
+/* The params finalize all-reduces over TP under SP (a fault may leave some out). */
+static int mc__finalize_sp_param(const mc_param_info *p) {
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault_on_param(MC_FAULT_NO_SP_GRAD_SYNC, p->name)) return 0;
+#endif
+    return p->sequence_parallel;
+}
+
 #if defined(MC_FAULT_HOOKS)
 static int mc__fault_skip_grad_sync = 0;
 MC_API void mc_fault_finalize_skip_grad_sync(int on) { mc__fault_skip_grad_sync = on != 0; }
@@ -13184,20 +13596,20 @@ static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
     float *packed;
     int i, rc;
     for (i = 0; i < t->count; i++)
-        if (t->info[i].sequence_parallel) n += t->info[i].numel;
+        if (mc__finalize_sp_param(&t->info[i])) n += t->info[i].numel;
     if (n == 0) return MC_OK;
     packed = (float *)mc__ops_alloc(ops, MC_MEMORY_COMMUNICATION, n * sizeof *packed);   /* [n]: the flagged grads */
     if (!packed) return MC__FAIL(MC_ERR_NO_MEMORY, "finalize_model_grads: out of memory packing "
                                  "%zu sequence-parallel grads", n);
     for (i = 0, rc = MC_OK; rc == MC_OK && i < t->count; i++)
-        if (t->info[i].sequence_parallel) {
+        if (mc__finalize_sp_param(&t->info[i])) {
             rc = ops->copy(ops, packed + at, grads + t->info[i].offset, t->info[i].numel, MC_F32,
                            MC_F32);
             at += t->info[i].numel;
         }
     if (rc == MC_OK) rc = mc_all_reduce(tp, packed, packed, n, MC_F32, MC_SUM);
     for (i = 0, at = 0; rc == MC_OK && i < t->count; i++)
-        if (t->info[i].sequence_parallel) {
+        if (mc__finalize_sp_param(&t->info[i])) {
             rc = ops->copy(ops, grads + t->info[i].offset, packed + at, t->info[i].numel, MC_F32,
                            MC_F32);
             at += t->info[i].numel;
@@ -13220,6 +13632,9 @@ static int mc__finalize_sequence_parallel(const mc_ops *ops, mc_comm *tp,
    stale, unreduced one. */
 static int mc__finalize_embedding(mc_comm *embd, const mc_param_table *t, float *grads) {
     int i, rc;
+#if defined(MC_FAULT_HOOKS)
+    if (mc__fault.kind == MC_FAULT_NO_EMBEDDING_GRAD_SYNC) return MC_OK;
+#endif
     for (i = 0; i < t->count; i++) {
         if (!t->info[i].shared_embedding) continue;
         rc = mc_all_reduce(embd, grads + t->info[i].offset, grads + t->info[i].offset,
@@ -13597,6 +14012,44 @@ static int mc__opt_gather_params(mc_optimizer *opt) {
     return MC_OK;
 }
 
+#if defined(MC_FAULT_HOOKS)
+/* MC_FAULT_OPTIMIZER_SKIPS_PARAM: the matching params (and their fp32 main copies) are saved
+   before the update (restore 0) and put back after it (restore 1). */
+static int mc__opt_fault_keep(mc_optimizer *opt, int restore) {
+    static void *saved[2];
+    const mc_param_table *t = opt->desc.ddp->desc.table;
+    const mc_ops *o = opt->desc.ops;
+    mc_dtype dt = opt->desc.params_dtype;
+    size_t bytes = mc_dtype_bytes(dt, t->total), main_bytes = opt->state_numel * sizeof(float);
+    int i, rc = MC_OK;
+    if (mc__fault.kind != MC_FAULT_OPTIMIZER_SKIPS_PARAM) return MC_OK;
+    if (!restore) {   /* a copy of the whole buffers: simple, and this is a fault path */
+        if (!(saved[0] = mc__ops_alloc(o, MC_MEMORY_PARAMETERS, bytes))) return MC_ERR_NO_MEMORY;
+        rc = o->copy(o, saved[0], opt->desc.params, t->total, dt, dt);
+        if (rc == MC_OK && opt->main) {
+            if (!(saved[1] = mc__ops_alloc(o, MC_MEMORY_OPTIMIZER, main_bytes)))
+                return MC_ERR_NO_MEMORY;
+            rc = o->copy(o, saved[1], opt->main, opt->state_numel, MC_F32, MC_F32);
+        }
+        return rc;
+    }
+    for (i = 0; rc == MC_OK && i < t->count; i++) {
+        const mc_param_info *p = &t->info[i];
+        size_t lo, hi, at;
+        if (!mc__fault_on_param(MC_FAULT_OPTIMIZER_SKIPS_PARAM, p->name)) continue;
+        rc = o->copy(o, (char *)opt->desc.params + mc_dtype_bytes(dt, p->offset),
+                     (char *)saved[0] + mc_dtype_bytes(dt, p->offset), p->numel, dt, dt);
+        mc__opt_param_span(opt, i, &lo, &hi, &at);
+        if (rc == MC_OK && opt->main && hi > lo)
+            rc = o->copy(o, opt->main + at, (float *)saved[1] + at, hi - lo, MC_F32, MC_F32);
+    }
+    mc__ops_free(o, saved[0]);
+    mc__ops_free(o, saved[1]);
+    saved[0] = saved[1] = NULL;
+    return rc;
+}
+#endif
+
 /* A timeline span around one call of the step (-1 while nothing records). */
 #define MC__OPT_SPAN(name, index, call, ops)                                                  \
     do {                                                                                     \
@@ -13646,11 +14099,17 @@ static int mc__opt_step(mc_optimizer *opt) {
     h.beta2 = d->beta2;
     h.eps = d->eps;
     h.step = (int)(opt->iteration + 1);
+#if defined(MC_FAULT_HOOKS)
+    if ((rc = mc__opt_fault_keep(opt, 0)) != MC_OK) return rc;
+#endif
     MC__OPT_SPAN("adamw", -1,
                  o->adamw(o, opt->main ? opt->main : (float *)d->params, d->ddp->desc.grads,
                           opt->m, opt->v, opt->main ? d->params : NULL, opt->adamw_spans,
                           opt->n_adamw_spans, &h, d->params_dtype),
                  o);
+#if defined(MC_FAULT_HOOKS)
+    if (rc == MC_OK) rc = mc__opt_fault_keep(opt, 1);
+#endif
     if (rc != MC_OK) return rc;
     if (d->ddp->desc.distributed_optimizer && d->ddp->desc.dp) {
         MC__OPT_SPAN("param_all_gather", -1, mc__opt_gather_params(opt), o);

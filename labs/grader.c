@@ -2517,8 +2517,9 @@ static cJSON *gr__parse_value(gr__ctx *c, const char *v) {
             in_str = 1;
             gr__sb_addn(c, &b, &v[i++], 1);
         } else if (isalpha((unsigned char)ch) || ch == '_') {
-            size_t j2 = i;
-            while (isalnum((unsigned char)v[j2]) || v[j2] == '_' || v[j2] == '-')
+            size_t j2 = i;   /* a bare word; dotted names (decoder.layers.2.mlp) are one */
+            while (isalnum((unsigned char)v[j2]) || v[j2] == '_' || v[j2] == '-' ||
+                   (v[j2] == '.' && isalnum((unsigned char)v[j2 + 1])))
                 j2++;
             int literal = (j2 - i == 4 &&
                            (strncmp(v + i, "true", 4) == 0 || strncmp(v + i, "null", 4) == 0)) ||
@@ -2899,6 +2900,38 @@ static int gr__nonce_ok(const char *nonce) {
     return 1;
 }
 
+/* The rubric's findings ("lock_when_filled": ["followup/faulty_module", ...]): keys a learner
+   can only fill after looking at a run (a diagnosis). A finding absent from the lock is added
+   at the first measured run that sees it filled; the lab keeps the answer hidden until then.
+   Returns how many were locked now; their names go to *names. */
+static int gr__lock_findings(gr__ctx *c, cJSON *entry, const cJSON *now, const char *when,
+                             gr__sb *names) {
+    const cJSON *list = cJSON_GetObjectItemCaseSensitive(c->R.root, "lock_when_filled");
+    cJSON *keys = cJSON_GetObjectItemCaseSensitive(entry, "keys");
+    cJSON *late = cJSON_GetObjectItemCaseSensitive(entry, "late_locks");
+    const cJSON *k;
+    int n = 0;
+    cJSON_ArrayForEach(k, list) {
+        if (!cJSON_IsString(k)) continue;
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(now, k->valuestring);
+        if (!cJSON_IsString(v) || cJSON_GetObjectItemCaseSensitive(keys, k->valuestring) != NULL)
+            continue;
+        cJSON_AddStringToObject(keys, k->valuestring, v->valuestring);
+        if (late == NULL) late = cJSON_AddObjectToObject(entry, "late_locks");
+        cJSON_AddStringToObject(late, k->valuestring, when);
+        gr__sb_printf(c, names, "%s%s", names->len ? ", " : "", k->valuestring);
+        n++;
+    }
+    return n;
+}
+
+static int gr__is_finding(const gr__ctx *c, const char *ledger_key) {
+    const cJSON *k;
+    cJSON_ArrayForEach(k, cJSON_GetObjectItemCaseSensitive(c->R.root, "lock_when_filled"))
+        if (cJSON_IsString(k) && strcmp(k->valuestring, ledger_key) == 0) return 1;
+    return 0;
+}
+
 static void gr__ledger_lock(gr__ctx *c, const char *ledger_path, const char *answers_path,
                             const char *nonce, gr_lock_info *info) {
     if (!gr__nonce_ok(nonce))
@@ -2941,7 +2974,15 @@ static void gr__ledger_lock(gr__ctx *c, const char *ledger_path, const char *ans
                  info->n_keys == 0 ? "; none was filled in, so no prediction can earn points "
                                      "for this nonce"
                                    : "");
+        const cJSON *findings = cJSON_GetObjectItemCaseSensitive(c->R.root, "lock_when_filled");
+        if (info->n_keys == 0 && cJSON_GetArraySize(findings) > 0) {
+            size_t used = strlen(info->message);
+            snprintf(info->message + used, sizeof info->message - used,
+                     " (its findings still lock when first filled)");
+        }
     } else {
+        gr__sb found = {0};
+        int n_found = gr__lock_findings(c, entry, now, when, &found);
         const cJSON *keys = cJSON_GetObjectItemCaseSensitive(entry, "keys");
         gr__sb names = {0};
         info->locked_now = 0;
@@ -2965,6 +3006,11 @@ static void gr__ledger_lock(gr__ctx *c, const char *ledger_path, const char *ans
                      "and earn 0: %s",
                      nonce, info->locked_at, info->n_keys, info->n_keys == 1 ? "" : "s",
                      info->n_changed, info->n_changed == 1 ? "s" : "", gr__sb_str(&names));
+        if (n_found > 0) {
+            size_t used = strlen(info->message);
+            snprintf(info->message + used, sizeof info->message - used,
+                     "; locked now (findings): %.200s", gr__sb_str(&found));
+        }
     }
     gr__ledger_write(c, ledger_path, root);
 }
@@ -2990,6 +3036,11 @@ static int gr__prediction_locked(gr__ctx *c, const gr__lockstate *L, const gr__p
         char key[96];
         gr__ledger_key(pv, key, sizeof key);
         const cJSON *l = cJSON_GetObjectItemCaseSensitive(L->keys, key);
+        if (!cJSON_IsString(l) && gr__is_finding(c, key)) {
+            gr__sb_printf(c, why, "not locked yet: a finding locks at the first run that sees it "
+                          "filled (run the lab once more)");
+            return 0;
+        }
         if (!cJSON_IsString(l)) {
             gr__sb_printf(c, why, "not predicted before the first run at %s", L->locked_at);
             return 0;
@@ -5464,6 +5515,31 @@ int gr_ledger_lock(const char *ledger_path, const char *rubric_path, const char 
     gr__ledger_lock(c, path, answers_path, nonce, inf);
     gr__ctx_free(c);
     return MC_OK;
+}
+
+int gr_ledger_locked_value(const char *ledger_path, const char *nonce, const char *key,
+                           char *value, size_t cap) {
+    if (value != NULL && cap > 0) value[0] = '\0';
+    gr__ctx *c = gr__ctx_new();
+    if (c == NULL) return MC_ERR_NO_MEMORY;
+    volatile int found = 0;
+    int rc = setjmp(c->jmp);
+    if (rc != 0) {
+        fprintf(stderr, "%s\n", c->err);
+        gr__ctx_free(c);
+        return rc;
+    }
+    const cJSON *root = gr__ledger_load(c, ledger_path != NULL ? ledger_path : "");
+    const cJSON *entry =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(root, "nonces"), nonce);
+    const cJSON *v =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(entry, "keys"), key);
+    if (cJSON_IsString(v)) {
+        found = 1;
+        if (value != NULL && cap > 0) snprintf(value, cap, "%s", v->valuestring);
+    }
+    gr__ctx_free(c);
+    return found;
 }
 
 int gr_read_header(const char *answers_path, char nonce_out[17], int *probe_rank,

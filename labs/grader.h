@@ -149,6 +149,16 @@ int gr_ledger_lock(const char *ledger_path, const char *rubric_path, const char 
 /* "results/lab03.json" -> "results/lab03.ledger.json" (the ledger next to the results). */
 void gr_ledger_path_for(const char *results_path, char *out, size_t cap);
 
+/* Findings: a rubric may list prediction keys (ledger names, "followup/faulty_module") under
+   "lock_when_filled": a learner fills them only after looking at runs (a diagnosis). Such a
+   key locks at the first measured run that sees it filled (recorded in the entry's
+   "late_locks"), and never changes after; the lab keeps the answer hidden until it is
+   locked. gr_ledger_locked_value says whether `key` is locked for `nonce`: 1 (its locked
+   value copied into value, which may be NULL), 0 (not locked, or no ledger yet), negative
+   when the ledger cannot be read (the message on stderr). */
+int gr_ledger_locked_value(const char *ledger_path, const char *nonce, const char *key,
+                           char *value, size_t cap);
+
 /* Hash of the answer sheet's pred blocks (normalised: whitespace/comments stripped), 16 hex
    chars, and how many pred blocks have any non-template content: the lock record of results
    format 1, still written for older readers. Returns 0, or negative when the sheet cannot be

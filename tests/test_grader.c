@@ -302,6 +302,8 @@ Test(grader, english_denial_frames_deny_what_they_frame) {
         "A common myth is that the TP ranks are adjacent in this layout.",
         "The claim that the TP ranks are adjacent in this layout is false.",
         "Some people think that the TP ranks are adjacent in this layout.",
+        "Some people wrongly believe that the TP ranks are adjacent in this layout.",
+        "Beginners mistakenly assume that the TP ranks are adjacent in this layout.",
         "The TP ranks are adjacent in this layout. This is wrong.",
     };
     for (size_t i = 0; i < sizeof framed / sizeof framed[0]; i++) {
@@ -793,6 +795,100 @@ Test(grader, a_rerun_after_copying_predictions_never_relocks) {
                  0);
     cr_expect(other.locked_now);
     cr_expect_eq(other.n_keys, 1);
+}
+
+/* The unit rubric with "lock_when_filled" (findings): follow-up keys a learner fills only after
+   looking at runs, locked at the first measured run that sees them filled. */
+static void make_rubric_with_findings(const char *findings_json) {
+    char *text = slurp(in_dir("rubric.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(r);
+    cJSON_AddItemToObject(r, "lock_when_filled", cJSON_Parse(findings_json));
+    write_json(in_dir("rubric.json"), r);
+}
+
+static gr_lock_info relock(const char *pred_main, const char *pred_fu) {
+    char *s = sheet(pred_main, NULL, NULL, NULL, pred_fu, NULL);
+    spit(in_dir("answers.md"), s, strlen(s));
+    free(s);
+    gr_lock_info info;
+    cr_assert_eq(gr_ledger_lock(in_dir("results.ledger.json"), in_dir("rubric.json"),
+                                in_dir("answers.md"), "abc123", &info),
+                 0, "%s", info.message);
+    return info;
+}
+
+Test(grader, a_finding_locks_at_the_first_run_that_sees_it_filled_and_never_after) {
+    make_rubric_with_findings("[\"followup/fk\"]");
+    char value[32];
+    /* the first run: the main block filled, the finding still empty */
+    gr_lock_info first = lock_to("n: 6", NULL);
+    cr_expect(first.locked_now);
+    cr_expect_eq(gr_ledger_locked_value(in_dir("results.ledger.json"), "abc123", "followup/fk",
+                                        value, sizeof value),
+                 0, "an empty finding is not locked");
+    graded g = grade_sheet(sheet("n: 6", NULL, NULL, NULL, "fk: 7", NULL));
+    EXPECT_SCORE(g, "F.fk", 0.0);
+    cr_expect(mc_test_contains(item(&g, "F.fk")->output, "a finding locks at the first run"),
+              "%s", item(&g, "F.fk")->output);
+    release(&g);
+    /* the learner fills the finding and runs again: it locks now, the main block does not */
+    gr_lock_info second = relock("n: 6", "fk: 7");
+    cr_expect(mc_test_contains(second.message, "locked now (findings): followup/fk"), "%s",
+              second.message);
+    cr_expect_eq(gr_ledger_locked_value(in_dir("results.ledger.json"), "abc123", "followup/fk",
+                                        value, sizeof value),
+                 1);
+    cr_expect_str_eq(value, "7");
+    graded h = grade_text(NULL);
+    EXPECT_SCORE(h, "F.fk", 1.0);
+    EXPECT_SCORE(h, "P.n", 0.5);
+    release(&h);
+    /* a changed finding keeps its first value and earns 0; a main key written late never
+       locks (it is not a finding) */
+    relock("n: 6\noutcome: hang", "fk: 4");
+    cr_expect_eq(gr_ledger_locked_value(in_dir("results.ledger.json"), "abc123", "followup/fk",
+                                        value, sizeof value),
+                 1);
+    cr_expect_str_eq(value, "7");
+    cr_expect_eq(gr_ledger_locked_value(in_dir("results.ledger.json"), "abc123", "main/outcome",
+                                        NULL, 0),
+                 0);
+    graded k = grade_text(NULL);
+    EXPECT_SCORE(k, "F.fk", 0.0);
+    EXPECT_SCORE(k, "P.outcome", 0.0);
+    release(&k);
+    /* no ledger, or another nonce: not locked */
+    cr_expect_eq(gr_ledger_locked_value(in_dir("results.ledger.json"), "feed42", "followup/fk",
+                                        NULL, 0),
+                 0);
+    cr_expect_eq(gr_ledger_locked_value(in_dir("none.json"), "abc123", "followup/fk", NULL, 0), 0);
+}
+
+Test(grader, a_dotted_bare_word_is_one_value) {
+    /* module names such as decoder.layers.2.mlp are written without quotes */
+    make_results_v2(NULL);
+    char *text = slurp(in_dir("results.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cJSON_ReplaceItemInObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(r, "facts"), "name",
+                                           cJSON_CreateString("decoder.layers.2.mlp"));
+    write_json(in_dir("results.json"), r);
+    const char *pred = "ex: decoder.layers.2.mlp";
+    char *s = sheet(pred, NULL, NULL, NULL, NULL, NULL);
+    spit(in_dir("answers.md"), s, strlen(s));
+    free(s);
+    remove(in_dir("results.ledger.json"));
+    gr_lock_info info;
+    cr_assert_eq(gr_ledger_lock(in_dir("results.ledger.json"), in_dir("rubric.json"),
+                                in_dir("answers.md"), "abc123", &info),
+                 0, "%s", info.message);
+    graded g = grade_text(NULL);
+    EXPECT_SCORE(g, "P.ex", 0.5);
+    cr_expect(mc_test_contains(item(&g, "P.ex")->output, "decoder.layers.2.mlp"), "%s",
+              item(&g, "P.ex")->output);
+    release(&g);
 }
 
 Test(grader, a_corrupt_ledger_is_an_error_and_is_left_alone) {

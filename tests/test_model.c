@@ -6,7 +6,8 @@
    fp64 GPT written below with naive loops: the loss must agree (1e-5 relative) and the
    model's gradients must agree with central finite differences of the fp64 loss on a sample of
    elements of EVERY parameter. Dropout masks must be reproducible, and every recompute mode
-   must give bit-identical losses and gradients. The multi-rank equivalence runs in
+   must give bit-identical losses and gradients, and the tensor taps must see every module once
+   per direction in call order without changing a bit. The multi-rank equivalence runs in
    tests/mpi_cases/model_cases.c, launched from the end of this file. */
 #include <criterion/criterion.h>
 
@@ -657,6 +658,93 @@ Test(model, grad_ready_reports_every_parameter_once_in_backward_order) {
     run_step(&g, 0, tokens, labels);
     cr_expect_eq(ready_n, 0);
     mc_gpt_destroy(&g);
+}
+
+/* ---------------------------------------------------------------------------------------------
+   tensor taps (>>models.gpt.taps) */
+
+typedef struct tap_log {
+    int n;
+    char names[128][64];
+    int backward[128];
+    int out_rows[128], out_cols[128];
+    float losses[12];
+} tap_log;
+
+static void on_tap(void *user, const mc_gpt_tap *t) {
+    tap_log *log = user;
+    if (log->n < 128) {
+        snprintf(log->names[log->n], 64, "%s", t->module);
+        log->backward[log->n] = t->backward;
+        log->out_rows[log->n] = t->out.rows;
+        log->out_cols[log->n] = t->out.cols;
+        log->n++;
+    }
+    if (!t->backward && strcmp(t->module, "loss") == 0)
+        memcpy(log->losses, t->out.data, sizeof log->losses);   /* CPU table: host memory */
+}
+
+static int tap_index(const tap_log *log, const char *name, int backward) {
+    for (int i = 0; i < log->n; i++)
+        if (log->backward[i] == backward && strcmp(log->names[i], name) == 0) return i;
+    return -1;
+}
+
+Test(model, tensor_taps_see_every_module_in_call_order_and_change_nothing) {
+    static const char *const in_layer[] = {"input_layernorm", "self_attention.linear_qkv",
+                                           "self_attention.core_attention",
+                                           "self_attention.linear_proj", "self_attention",
+                                           "pre_mlp_layernorm", "mlp.linear_fc1",
+                                           "mlp.linear_fc2", "mlp"};
+    mc_gpt_config cfg = tiny_config();
+    mc_gpt plain, tapped;
+    init_model(&plain, &cfg, 1);
+    init_model(&tapped, &cfg, 1);
+    static tap_log log;
+    memset(&log, 0, sizeof log);
+    tapped.tap = on_tap;
+    tapped.tap_user = &log;
+    int tokens[12], labels[12];
+    make_batch(tokens, labels, 12, 40, 3);
+    double a = run_step(&plain, 0, tokens, labels), b = run_step(&tapped, 0, tokens, labels);
+    cr_expect_eq(a, b, "a tap changed the loss: %.9g vs %.9g", a, b);
+    cr_expect_eq(memcmp(plain.grads, tapped.grads, plain.table.total * sizeof(float)), 0,
+                 "a tap changed the gradients");
+    /* every module once per direction: embedding, 2 x (9 in the layer + the layer), head 3 */
+    int per_direction = 1 + 2 * 10 + 3;
+    cr_expect_eq(log.n, 2 * per_direction, "%d taps", log.n);
+    int prev = -1;
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < 9; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "decoder.layers.%d.%s", l, in_layer[i]);
+            int at = tap_index(&log, name, 0);
+            cr_expect_gt(at, prev, "%s out of forward order", name);
+            cr_expect_geq(tap_index(&log, name, 1), 0, "no backward tap for %s", name);
+            prev = at;
+        }
+    cr_expect_eq(tap_index(&log, "embedding", 0), 0);
+    cr_expect_eq(tap_index(&log, "loss", 1), per_direction, "backward starts at the loss");
+    cr_expect_eq(tap_index(&log, "embedding", 1), log.n - 1, "backward ends at the embedding");
+    int out = tap_index(&log, "output_layer", 0), loss = tap_index(&log, "loss", 0);
+    cr_expect(out >= 0 && log.out_rows[out] == 12 && log.out_cols[out] == 40);
+    cr_expect(loss >= 0 && log.out_rows[loss] == 12 && log.out_cols[loss] == 1);
+    const float *losses = mc_gpt_losses(&tapped, 0);
+    for (int n = 0; n < 12; n++) cr_expect_eq(log.losses[n], losses[n]);
+    /* a recomputed forward is a replay: no second forward tap */
+    mc_gpt_destroy(&tapped);
+    mc_gpt_config rc_cfg = cfg;
+    rc_cfg.recompute_granularity = MC_RECOMPUTE_FULL;
+    rc_cfg.recompute_method = MC_RECOMPUTE_UNIFORM;
+    rc_cfg.recompute_num_layers = 2;
+    init_model(&tapped, &rc_cfg, 1);
+    memset(&log, 0, sizeof log);
+    tapped.tap = on_tap;
+    tapped.tap_user = &log;
+    run_step(&tapped, 0, tokens, labels);
+    cr_expect_eq(log.n, 2 * per_direction, "%d taps under full recompute", log.n);
+    mc_gpt_destroy(&tapped);
+    mc_gpt_destroy(&plain);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -166,7 +166,46 @@ else
     step_end recipe SKIP "pretrain_gpt not built"
 fi
 
-# --- 7 bench ---------------------------------------------------------------------------------------
+# --- 7 memory ----------------------------------------------------------------------------------
+step_begin memory "pretrain_gpt GPT-2 124M bf16 on the GPU: measured peak per category against mc_memory_estimate"
+if [ -x pretrain_gpt ]; then
+    run 90 "$out/memory_124m.log" ./pretrain_gpt --num-layers 12 --hidden-size 768 \
+        --num-attention-heads 12 --seq-length 1024 --vocab-size 50257 --micro-batch-size 16 \
+        --global-batch-size 16 --train-iters 2 --bf16 --log-interval 1
+    rc=$?
+    grep -A3 -E '^(pretrain_gpt: memory estimate|memory peak per rank)' "$out/memory_124m.log" | cut -c1-300
+    row=$(grep -A2 '^memory peak per rank' "$out/memory_124m.log" | tail -n 1 | awk '{print $NF}')
+    if [ $rc -eq 0 ] && [ -n "$row" ]; then
+        step_end memory ok "measured/estimated all at once: $row bytes"
+    else
+        step_end memory FAIL "exit $rc (see memory_124m.log)"
+    fi
+else
+    step_end memory SKIP "pretrain_gpt not built"
+fi
+
+# --- 8 lab12 -----------------------------------------------------------------------------------
+# lab12 built with CUDA probes this machine and runs its CUDA op table (rank 0's GPU) against the
+# CPU reference; it needs cJSON, cmark and libunistring, carried as .device-libs
+# (../shared/device/pack-libs.sh) when the machine lacks them.
+step_begin lab12 "lab12 (M012) built with CUDA: the probe, the smoke runs and the CUDA op table"
+L=$root/.device-libs
+libflags=()
+[ -d "$L" ] && libflags=(CPPFLAGS="-I. -D_GNU_SOURCE -I$L/include -I$L/include/cjson"
+                         LDFLAGS="-L$L/lib -Wl,--disable-new-dtags,-rpath,$L/lib")
+if run 120 "$out/lab12_build.log" make -j"$jobs" CUDA=1 NO_DEPS=1 "${cudnn_flags[@]}" "${libflags[@]}" lab12; then
+    run 90 "$out/lab12.log" mpirun --allow-run-as-root --oversubscribe -np 4 ./lab12 \
+        --answers "$out/lab12_answers.md" --results "$out/lab12.json"
+    rc=$?
+    grep -E '^(megatron_c|build|compiler|MPI|CUDA|devices|op tables|  *(cuda|nccl|gpu)|.*cuda_ops|.*nccl|.*CHECK|.*checks)' "$out/lab12.log" | head -n 40
+    checks=$(grep -cE 'FAIL' "$out/lab12.log")
+    [ $rc -eq 0 ] && step_end lab12 ok "exit 0, $checks FAIL lines" || step_end lab12 FAIL "exit $rc"
+else
+    grep -E 'error' "$out/lab12_build.log" | head -n 10
+    step_end lab12 FAIL "build failed (see lab12_build.log)"
+fi
+
+# --- 9 bench ---------------------------------------------------------------------------------------
 step_begin bench "make bench-gpu's script: megatron_c 124M / 350M, then the peers"
 if [ -x build/bench/mc_gpt_bench ]; then
     peers_budget=$(( $(left) - 150 ))   # megatron_c's three runs take about 80-120 s
