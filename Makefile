@@ -13,12 +13,30 @@ NVCC        ?= nvcc
 NVCC_ARCH   ?= sm_90
 CUDA        ?= 0
 CSTD        ?= -std=c11
-CFLAGS      ?= -O2 -g
+# -O3 and the build machine's instruction set (AVX2/FMA where it has them): programs are built
+# where they run (make labNN && mpirun ./labNN), never shipped as binaries. MARCH= (empty) or
+# MARCH=x86-64-v2 builds for other machines, e.g. a cluster whose nodes differ from this one.
+# -std=c11 keeps -ffp-contract=off, so -march=native fuses no multiply-adds in the library's
+# own loops (the reference loops give the same bits as at -O2).
+MARCH       ?= native
+CFLAGS      ?= -O3 -g $(if $(MARCH),-march=$(MARCH),)
 WARN        := -Wall -Wextra -Wno-unused-parameter -Wpointer-arith
 CPPFLAGS    += -I. -D_GNU_SOURCE
 BUILD       := build
 DEB_PACKAGES := g++ libopenmpi-dev openmpi-bin libcriterion-dev libcjson-dev libcmark-dev libunistring-dev pkg-config \
                 libopenblas-dev
+
+# The fast CPU table (>>core.ops cpu fast): OpenMP threads inside a rank (OPENMP= builds it
+# single-threaded) and its GEMM through OpenBLAS when pkg-config finds it (BLAS=0: the own
+# blocked kernel, threaded). Expanded late, after $(BUILD)/.deps-ok may have installed it.
+# The library objects are compiled with IMPL_FLAGS; every program links FAST_LIBS.
+OPENMP      ?= -fopenmp
+BLAS        ?= 1
+BLAS_FOUND   = $(if $(filter 1,$(BLAS)),$(shell pkg-config --exists openblas 2>/dev/null && echo 1),)
+IMPL_FLAGS   = $(OPENMP) $(if $(BLAS_FOUND),-DMC_USE_CBLAS $(shell pkg-config --cflags openblas),)
+FAST_LIBS    = $(OPENMP) $(if $(BLAS_FOUND),$(shell pkg-config --libs openblas),)
+# (tests that link a program from build/mc_impl.o themselves read it: tests/test_lab06.c)
+export MC_FAST_LIBS = $(FAST_LIBS)
 
 # Libraries the grader and the tests use (each one is justified in README.md). The Criterion
 # flags are expanded late, after $(BUILD)/.deps-ok may have installed the package.
@@ -70,7 +88,7 @@ endif
 # "up to date" without them).
 # The objects depend on the build's configuration (CUDA, CUDNN): switching it rebuilds them
 # instead of linking CPU programs against CUDA objects or the other way round.
-CONFIG_STAMP := $(BUILD)/.config-cuda$(CUDA)-cudnn$(CUDNN)
+CONFIG_STAMP := $(BUILD)/.config-cuda$(CUDA)-cudnn$(CUDNN)-blas$(BLAS)-omp$(if $(OPENMP),1,0)-march$(MARCH)
 $(CONFIG_STAMP):
 	@mkdir -p $(BUILD)
 	@rm -f $(BUILD)/.config-*
@@ -121,7 +139,7 @@ deps: ## install the Debian packages the build needs (apt-get, as root or with s
 
 $(LIB_OBJS): $(BUILD)/%.o: labs/%.c $(wildcard labs/*.h) megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
-	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI -c $< -o $@
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(IMPL_FLAGS) -I/usr/include/cjson -DMC_COMM_MPI -c $< -o $@
 
 $(BUILD)/megatron_c_cuda.o: megatron_c_cuda.cu megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
@@ -143,7 +161,7 @@ lab_objs = $(subst $(BUILD)/mc_impl.o,$(or $(LAB_IMPL_$(1)),$(BUILD)/mc_impl.o),
 
 lab%: labs/lab%.c $(LAB_COMMON) $(wildcard labs/*.h) | $(BUILD)/.deps-ok ## build ./labNN (e.g. make lab03)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $(LAB_DEFS_$@) \
-	  $< $(LAB_SRCS_$@) $(call lab_objs,$@) -o $@ $(LDFLAGS) $(GRADER_LIBS) $(LAB_LIBS_$@) $(CUDA_LIBS)
+	  $< $(LAB_SRCS_$@) $(call lab_objs,$@) -o $@ $(LDFLAGS) $(FAST_LIBS) $(GRADER_LIBS) $(LAB_LIBS_$@) $(CUDA_LIBS)
 
 # lab11: the learner edits labs/lab11_task.c (its forward_step and loss_func), and the lab
 # injects a library fault, so it links the library built with MC_FAULT_HOOKS (ordinary builds
@@ -178,7 +196,7 @@ lab10: $(LAB_IMPL_lab10)
 
 $(BUILD)/mc_impl_faults.o: labs/mc_impl.c megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
-	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
+	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(IMPL_FLAGS) -DMC_COMM_MPI -DMC_FAULT_HOOKS -c $< -o $@
 
 # lab06: the learner edits labs/lab06_attention.c (an attention module plugged in through the
 # layer spec); labs/lab06_builtin.c holds the built-in module and its broken copies. They are
@@ -203,13 +221,13 @@ labs: $(LABS) ## build every lab (each labs/labNN.c)
 
 pretrain_gpt: examples/pretrain_gpt.c examples/pretrain_gpt_args.h $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok ## build ./pretrain_gpt (train a GPT, Megatron's flags)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
-	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
+	  -o $@ $(LDFLAGS) $(FAST_LIBS) -lm $(CUDA_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # the command-line calculator (no MPI)
 
 megatron_c: tools/megatron_c.c megatron_c.h examples/pretrain_gpt_args.h | $(BUILD)/.deps-ok ## build ./megatron_c (layout, schedule, memory calculator)
-	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $< -o $@ -lm
+	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(IMPL_FLAGS) $< -o $@ -lm $(FAST_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # tests
@@ -224,7 +242,7 @@ test_objs = $(subst $(BUILD)/mc_impl.o,$(or $(TEST_IMPL_$(1)),$(BUILD)/mc_impl.o
 $(UNIT_TESTS): $(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) $(wildcard tests/*.h) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
-	  $(TEST_DEFS_$*) $< $(call test_objs,$*) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) \
+	  $(TEST_DEFS_$*) $< $(call test_objs,$*) -o $@ $(LDFLAGS) $(FAST_LIBS) $(CRIT_LIBS) $(GRADER_LIBS) \
 	  $(TEST_LIBS_$*) $(CUDA_LIBS)
 
 # the CBLAS-backed CPU table (mc_ops_cpu_cblas) against fp64 references
@@ -238,21 +256,21 @@ TEST_DEFS_lab01 := $(CBLAS_CPPFLAGS)
 $(filter-out $(BUILD)/tests/nccl_cases,$(MPI_CASES)): $(BUILD)/tests/%: tests/mpi_cases/%.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI $< $(LAB_COMMON) \
-	  -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
+	  -o $@ $(LDFLAGS) $(FAST_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
 
 # nccl_cases needs only the library, so that it builds on GPU machines that lack the grader's
 # libraries: make CUDA=1 build/tests/nccl_cases && mpirun -np 2 build/tests/nccl_cases
 $(BUILD)/tests/nccl_cases: tests/mpi_cases/nccl_cases.c $(BUILD)/mc_impl.o $(CUDA_OBJ) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
-	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
+	  -o $@ $(LDFLAGS) $(FAST_LIBS) -lm $(CUDA_LIBS)
 
 # gpu_check needs only the library too (no Criterion): the GPU-vs-CPU checks, op by op and for
 # the whole model. make gpu-check && ./build/tests/gpu_check (exit 77: no GPU, skipped)
 $(BUILD)/tests/gpu_check: tests/gpu/gpu_check.c $(BUILD)/mc_impl.o $(CUDA_OBJ)
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
-	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
+	  -o $@ $(LDFLAGS) $(FAST_LIBS) -lm $(CUDA_LIBS)
 
 test: $(UNIT_TESTS) $(MPI_CASES) $(BUILD)/tests/gpu_check labs megatron_c pretrain_gpt check-header ## build and run every test suite
 	@./tests/run_all.sh $(UNIT_TESTS)
@@ -267,7 +285,7 @@ grade: $(BUILD)/tests/grade ## self-grade answers/ with Criterion, one test per 
 $(BUILD)/tests/grade: tests/grade/grade.c $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
-	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
+	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(FAST_LIBS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
 
 # make calibrate: grades every labelled corpus (tests/calibration/<lab>/) against fresh runs of
 # the lab for the sheets' nonces and prints each sheet's score beside its label. Exit status 0:
@@ -278,7 +296,7 @@ calibrate: $(BUILD)/tests/calibrate labs ## grade the labelled sheets of tests/c
 $(BUILD)/tests/calibrate: tests/calibration/calibrate.c tests/calibration/calibrate.h $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson -DMC_COMM_MPI \
-	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(GRADER_LIBS) $(CUDA_LIBS)
+	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(FAST_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # header compile checks: C99, C11, C++, -Wall -Wextra -pedantic, two TUs with one implementation
@@ -310,22 +328,22 @@ clean: ## remove build outputs
 	rm -rf $(BUILD) lab[0-9][0-9] megatron_c pretrain_gpt
 
 # ---------------------------------------------------------------------------------------------
-# bench: the CPU GEMM benchmark (plain program, not a test)
-#   make bench && ./build/bench/gemm_bench
-#   make bench CBLAS=1 && OPENBLAS_NUM_THREADS=1 ./build/bench/gemm_bench   (side by side with
-#   cblas_sgemm; needs libopenblas-dev)
+# bench: the CPU GEMM benchmark and the CPU training benchmark (plain programs, not tests)
+#   make bench && ./build/bench/gemm_bench     GFLOP/s: reference kernel, the fast table at 1
+#                                              and 2 threads, the BLAS itself at 1 and 2 threads
+#   make bench-cpu [LLMC=/tmp/llmc/train_gpt2] pretrain_gpt tokens/s on two shapes, 1/2 ranks,
+#                                              1/2 threads, beside llm.c's CPU trainer (when
+#                                              built) and the GEMM table: docs/performance.md
 
-CBLAS ?= 0
-ifeq ($(CBLAS),1)
-  BENCH_CPPFLAGS := -DMC_USE_CBLAS
-  BENCH_LIBS     := -lopenblas
-else
-  BENCH_CPPFLAGS :=
-  BENCH_LIBS     :=
-endif
+.PHONY: bench bench-cpu
+bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (reference, fast table, BLAS)
 
-.PHONY: bench
-bench: $(BUILD)/bench/gemm_bench ## build the GEMM benchmark (CBLAS=1: with cblas_sgemm)
+LLMC        ?= /tmp/llmc/train_gpt2
+LLMC_DRIVER ?= /tmp/llmc/llmc_bench
+BENCH_STEPS ?= 6
+bench-cpu: pretrain_gpt $(BUILD)/bench/gemm_bench ## pretrain_gpt tokens/s and GEMM GFLOP/s beside llm.c (LLMC=path to train_gpt2)
+	@LLMC="$(LLMC)" LLMC_DRIVER="$(LLMC_DRIVER)" BENCH_STEPS=$(BENCH_STEPS) MPIRUN="$(MPIRUN)" \
+	  bash bench/bench_cpu.sh
 
 # ---------------------------------------------------------------------------------------------
 # GPU: the checks and the benchmark (need nvcc here; a GPU to run)
@@ -340,18 +358,16 @@ gpu-check: ## build build/tests/gpu_check with the CUDA table (CUDA=1)
 $(BUILD)/bench/mc_gpt_bench: bench/gpu/mc_gpt_bench.c $(BUILD)/mc_impl.o $(CUDA_OBJ)
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -DMC_COMM_MPI $< $(BUILD)/mc_impl.o $(CUDA_OBJ) \
-	  -o $@ $(LDFLAGS) -lm $(CUDA_LIBS)
+	  -o $@ $(LDFLAGS) $(FAST_LIBS) -lm $(CUDA_LIBS)
 
 bench-gpu: ## GPT-2 124M / 350M tokens/s, MFU, memory on one GPU, beside the PyTorch / Megatron-Core peers
 	@command -v $(NVCC) >/dev/null || { echo "bench-gpu: nvcc not found"; exit 1; }
 	$(MAKE) CUDA=1 $(BUILD)/bench/mc_gpt_bench
 	@bash bench/gpu/bench_gpu.sh
 
-# Rebuilt every time: the CBLAS switch changes the program.
-.PHONY: $(BUILD)/bench/gemm_bench
-$(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h | $(BUILD)/.deps-ok
+$(BUILD)/bench/gemm_bench: bench/gemm_bench.c megatron_c.h $(CONFIG_STAMP) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
-	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(BENCH_CPPFLAGS) $< -o $@ -lm $(BENCH_LIBS)
+	$(CC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) $(IMPL_FLAGS) $< -o $@ -lm $(FAST_LIBS)
 
 # ---------------------------------------------------------------------------------------------
 # CI checks beyond `make test` (.ci/run runs them after it; each one alone works too):

@@ -18,6 +18,10 @@
                           communicator backend, both implemented in megatron_c_cuda.cu (compile
                           that file with nvcc and link it: -lnccl -lcublasLt -lcublas -lcudnn
                           -lcudart).
+       MC_USE_CBLAS       the fast CPU table's GEMM calls cblas_sgemm (<cblas.h>; link a CBLAS,
+                          e.g. -lopenblas). Without it: the own blocked kernel.
+       -fopenmp           (a compiler flag) the fast CPU table runs its ops on several threads
+                          (mc_cpu_threads); without it, on one.
        MC_WITH_CBLAS      also build mc_ops_cpu_cblas(): the CPU table with its GEMM routed
                           through cblas_sgemm (needs <cblas.h>; link a CBLAS, e.g. -lopenblas).
        MC_STATIC          make every public function static (private copy per translation unit).
@@ -39,7 +43,8 @@
            and a dependency simulation of them that measures the bubble,
          - Philox4x32-10 random streams and Megatron's model-parallel RNG tracker
            (named streams, nested forks, save/restore, Megatron's seeds),
-         - the training core on an op table (the CPU reference, or CUDA: cuBLASLt GEMMs,
+         - the training core on an op table (the fast CPU table, threaded and with a BLAS
+           GEMM, held to the plain CPU reference loops; or CUDA: cuBLASLt GEMMs,
            fused kernels, cuDNN attention), which also owns the memory every communicator
            and module works on; fp32, or Megatron's --bf16 (bf16 parameters and activations,
            fp32 main parameters, gradients and optimizer state): the GPT config with
@@ -325,10 +330,13 @@ MC_API void mc_fault_inject(const mc_fault_desc *desc);
    row-parallel split of K changes the order (the partial sums meet in the TP all-reduce), which
    is the only source of TP-vs-single-rank rounding differences in the linear layers. Build with
    MC_CPU_GEMM_ACC_F64 to accumulate the reference GEMM in double (smaller such differences).
-   Build with MC_USE_CBLAS (link a CBLAS, e.g. -lopenblas) to route the table's gemm through
-   cblas_sgemm; multi-threaded BLAS libraries need not be deterministic across shapes. Build
-   with MC_WITH_CBLAS to keep the reference table as it is and get the BLAS one beside it
-   (mc_ops_cpu_cblas), so that one program can run both and compare them.
+   This is the reference table (mc_ops_cpu_reference). The default table (mc_ops_cpu) is the
+   fast one: the same formulas on several threads (OpenMP, -fopenmp), and with MC_USE_CBLAS
+   (link a CBLAS, e.g. -lopenblas) its gemm is cblas_sgemm, whose summation order is the
+   BLAS's own; its results do not depend on the thread count (>>core.ops cpu fast).
+   Build with MC_WITH_CBLAS (implied by MC_USE_CBLAS) to also get mc_ops_cpu_cblas: this
+   reference table with only its gemm through cblas_sgemm, so that one program can run both
+   and compare them.
 
    Dropout (dropout_* and the attention probabilities): element i is kept iff
    mc_rng_uniform_at(seed, offset + i) >= p, and kept values are scaled by 1 / (1 - p); p = 0
@@ -527,18 +535,32 @@ struct mc_ops {
     void (*mark_release)(const mc_ops *o, void *mark);
 };
 
+/* The CPU tables. mc_ops_cpu() is the fast one (threads, a BLAS when built with MC_USE_CBLAS;
+   see >>core.ops cpu fast for what it changes), or the reference when MC_CPU_REFERENCE=1 is
+   in the environment. mc_ops_cpu_reference(): the plain single-threaded loops described above,
+   the oracle the fast table is tested against. mc_ops_cpu_fast(): the fast one, whatever the
+   environment. All three are the same (host) memory. */
 MC_API const mc_ops *mc_ops_cpu(void);
-/* The cache-blocked reference GEMM of the CPU table (the table's gemm unless MC_USE_CBLAS);
-   public so that benchmarks can compare it with a BLAS side by side. fp32, row-major, same
-   contract as mc_ops.gemm without bias. */
+MC_API const mc_ops *mc_ops_cpu_reference(void);
+MC_API const mc_ops *mc_ops_cpu_fast(void);
+/* Threads the fast table runs (1 without OpenMP): MC_CPU_THREADS, else OMP_NUM_THREADS, else
+   this rank's share of the host's cores (cores / ranks on the host, at least 1).
+   mc_cpu_set_threads(n) overrides it for the process (0: back to the default). */
+MC_API int mc_cpu_threads(void);
+MC_API void mc_cpu_set_threads(int n);
+/* The BLAS the fast table's GEMM calls ("OpenBLAS 0.3.21"), or NULL (the blocked kernel). */
+MC_API const char *mc_cpu_blas(void);
+/* The cache-blocked reference GEMM of the CPU table (the reference table's gemm, and the fast
+   table's without a BLAS); public so that benchmarks can compare it with a BLAS side by side.
+   fp32, row-major, same contract as mc_ops.gemm without bias. */
 MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
                                 int trans_a, int trans_b, float alpha, float beta);
 /* The CPU table with one op swapped for an accelerated library: gemm is cblas_sgemm (fp32
    storage: bf16 operands are widened first, as in the reference). Same memory as
-   mc_ops_cpu() (host, ctx NULL), so it drops in wherever the reference table goes; every
-   other op is the reference one. Its sums run in the BLAS library's order, so results match
-   the reference to rounding, not bit for bit. NULL in builds without MC_WITH_CBLAS or
-   MC_USE_CBLAS (a caller falls back to mc_ops_cpu()). */
+   mc_ops_cpu_reference() (host, ctx NULL), so it drops in wherever the reference table goes;
+   every other op is the reference one (single-threaded). Its sums run in the BLAS library's
+   order, so results match the reference to rounding, not bit for bit. NULL in builds without
+   MC_WITH_CBLAS or MC_USE_CBLAS (a caller falls back to mc_ops_cpu_reference()). */
 MC_API const mc_ops *mc_ops_cpu_cblas(void);
 /* 1 when the two tables work on the same memory (the same table, or the same device and
    context), so that one's buffers are valid for the other. */
@@ -3700,16 +3722,19 @@ static void mc__gemm_kernel(mc__gemm_acc *MC__RESTRICT acc, const float *MC__RES
     }
 }
 
-MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
-                                int trans_a, int trans_b, float alpha, float beta) {
+/* The rows [ilo, ihi) and columns [jlo, jhi) of C (block-aligned or not: each element's sum
+   is the same either way), so that threads can share one product. */
+static void mc__gemm_blocked_range(float *C, const float *A, const float *B, int M, int N, int K,
+                                   int trans_a, int trans_b, float alpha, float beta, int ilo,
+                                   int ihi, int jlo, int jhi) {
     float Ap[MC__GEMM_MB * MC__GEMM_KB];
     float Bp[MC__GEMM_KB * MC__GEMM_NB];
     mc__gemm_acc acc[MC__GEMM_MB * MC__GEMM_NB];
     int i0, j0, k0, i, j;
-    for (i0 = 0; i0 < M; i0 += MC__GEMM_MB) {
-        const int mb = M - i0 < MC__GEMM_MB ? M - i0 : MC__GEMM_MB;
-        for (j0 = 0; j0 < N; j0 += MC__GEMM_NB) {
-            const int nb = N - j0 < MC__GEMM_NB ? N - j0 : MC__GEMM_NB;
+    for (i0 = ilo; i0 < ihi; i0 += MC__GEMM_MB) {
+        const int mb = ihi - i0 < MC__GEMM_MB ? ihi - i0 : MC__GEMM_MB;
+        for (j0 = jlo; j0 < jhi; j0 += MC__GEMM_NB) {
+            const int nb = jhi - j0 < MC__GEMM_NB ? jhi - j0 : MC__GEMM_NB;
             for (i = 0; i < mb * MC__GEMM_NB; i++) acc[i] = 0;
             for (k0 = 0; k0 < K; k0 += MC__GEMM_KB) {
                 const int kb = K - k0 < MC__GEMM_KB ? K - k0 : MC__GEMM_KB;
@@ -3729,6 +3754,11 @@ MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M,
     }
 }
 
+MC_API void mc_cpu_gemm_blocked(float *C, const float *A, const float *B, int M, int N, int K,
+                                int trans_a, int trans_b, float alpha, float beta) {
+    mc__gemm_blocked_range(C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 0, M, 0, N);
+}
+
 #if defined(MC_WITH_CBLAS)
 static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, int N, int K,
                                int trans_a, int trans_b, float alpha, float beta) {
@@ -3742,11 +3772,9 @@ static void mc__cpu_gemm_cblas(float *C, const float *A, const float *B, int M, 
                 trans_b ? K : N, beta, C, N);
 }
 #endif
-#if defined(MC_USE_CBLAS)
-#define MC__CPU_GEMM mc__cpu_gemm_cblas
-#else
+/* The reference table always runs the blocked kernel (mc_ops_cpu_cblas and the fast table may
+   take a BLAS). */
 #define MC__CPU_GEMM mc_cpu_gemm_blocked
-#endif
 
 // ---------------------------------------------------------------------------------------------
 /* out[N,C] += bias[C] */
@@ -3757,13 +3785,15 @@ static void mc__cpu_add_bias_f32(float *out, const float *bias, int N, int C) {
         for (c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
 }
 
-typedef void (*mc__cpu_gemm_f32)(float *C, const float *A, const float *B, int M, int N, int K,
-                                 int trans_a, int trans_b, float alpha, float beta);
+typedef void (*mc__gemm_f32_fn)(float *C, const float *A, const float *B, int M, int N, int K,
+                                int trans_a, int trans_b, float alpha, float beta);
+typedef void (*mc__add_bias_fn)(float *out, const float *bias, int N, int C);
 
-/* The gemm op around an fp32 kernel: dtype views, the kernel, the bias. */
-static int mc__cpu_gemm_with(mc__cpu_gemm_f32 kernel, void *C, const void *A, const void *B,
-                             const void *bias, int M, int N, int K, int trans_a, int trans_b,
-                             float alpha, float beta, mc_dtype c_dt, mc_dtype ab_dt) {
+/* The table's gemm around an fp32 kernel: checks, the fp32 views of bf16 operands, the bias. */
+static int mc__cpu_gemm_with(mc__gemm_f32_fn gemm, mc__add_bias_fn add_bias, void *C,
+                             const void *A, const void *B, const void *bias, int M, int N, int K,
+                             int trans_a, int trans_b, float alpha, float beta, mc_dtype c_dt,
+                             mc_dtype ab_dt) {
     mc__f32_set s = MC__F32_SET_EMPTY;
     int rc = MC_OK;
     size_t mk = (size_t)(M > 0 ? M : 0) * (size_t)(K > 0 ? K : 0);
@@ -3779,8 +3809,8 @@ static int mc__cpu_gemm_with(mc__cpu_gemm_f32 kernel, void *C, const void *A, co
     fb = mc__f32_add(&s, &rc, B, kn, ab_dt, MC__IN, "gemm");
     fbias = mc__f32_add(&s, &rc, bias, (size_t)N, ab_dt, MC__IN, "gemm");
     if (rc == MC_OK) {
-        kernel(fc, fa, fb, M, N, K, trans_a, trans_b, alpha, beta);
-        mc__cpu_add_bias_f32(fc, fbias, M, N);
+        gemm(fc, fa, fb, M, N, K, trans_a, trans_b, alpha, beta);
+        add_bias(fc, fbias, M, N);
     }
     return mc__f32_done(&s, rc);
 }
@@ -3789,8 +3819,8 @@ static int mc__cpu_gemm(const mc_ops *o, void *C, const void *A, const void *B, 
                         int M, int N, int K, int trans_a, int trans_b, float alpha, float beta,
                         mc_dtype c_dt, mc_dtype ab_dt) {
     (void)o;
-    return mc__cpu_gemm_with(MC__CPU_GEMM, C, A, B, bias, M, N, K, trans_a, trans_b, alpha, beta,
-                             c_dt, ab_dt);
+    return mc__cpu_gemm_with(MC__CPU_GEMM, mc__cpu_add_bias_f32, C, A, B, bias, M, N, K, trans_a,
+                             trans_b, alpha, beta, c_dt, ab_dt);
 }
 
 #if defined(MC_WITH_CBLAS)
@@ -3798,8 +3828,8 @@ static int mc__cpu_gemm_cblas_op(const mc_ops *o, void *C, const void *A, const 
                                  const void *bias, int M, int N, int K, int trans_a, int trans_b,
                                  float alpha, float beta, mc_dtype c_dt, mc_dtype ab_dt) {
     (void)o;
-    return mc__cpu_gemm_with(mc__cpu_gemm_cblas, C, A, B, bias, M, N, K, trans_a, trans_b, alpha,
-                             beta, c_dt, ab_dt);
+    return mc__cpu_gemm_with(mc__cpu_gemm_cblas, mc__cpu_add_bias_f32, C, A, B, bias, M, N, K,
+                             trans_a, trans_b, alpha, beta, c_dt, ab_dt);
 }
 #endif
 
@@ -4062,43 +4092,53 @@ static size_t mc__cpu_attention_stats(const mc_ops *o, int S, int B, int NH, int
     return (size_t)B * (size_t)NH * (size_t)S * (size_t)S;
 }
 
+/* One (sequence b, head h) of the forward: its rows of out and its [S,S] block of probs.
+   Different (b, h) write disjoint memory, so they may run in any order or at once. */
+static void mc__cpu_attention_forward_bh(float *out, float *probs, const float *qkv, int S,
+                                         int B, int NH, int HD, float dropout_p, uint64_t seed,
+                                         uint64_t offset, int b, int h) {
+    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
+    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
+    mc__keep_cache kc;
+    int t, t2, d;
+    mc__keep_cache_init(&kc, seed);
+    for (t = 0; t < S; t++) {
+        const float *q = qkv + ((size_t)t * B + b) * C3 + (size_t)h * 3 * HD;
+        const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
+        float *row = probs + row_index;
+        float *o = out + ((size_t)t * B + b) * C + (size_t)h * HD;
+        float max = -INFINITY, sum = 0.0f, inv;
+        for (t2 = 0; t2 <= t; t2++) {
+            const float *k = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + HD;
+            row[t2] = mc__dot(q, k, HD) * scale;
+            if (row[t2] > max) max = row[t2];
+        }
+        for (t2 = 0; t2 <= t; t2++) {
+            row[t2] = expf(row[t2] - max);
+            sum += row[t2];
+        }
+        inv = 1.0f / sum;
+        for (t2 = 0; t2 <= t; t2++) row[t2] *= inv;
+        for (t2 = t + 1; t2 < S; t2++) row[t2] = 0.0f;   /* masked (future) keys */
+        for (d = 0; d < HD; d++) o[d] = 0.0f;
+        for (t2 = 0; t2 <= t; t2++) {
+            const float *v = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + 2 * HD;
+            const float w = mc__attn_weight(&kc, row[t2], offset + row_index + t2, dropout_p,
+                                            keep_scale);
+            for (d = 0; d < HD; d++) o[d] += w * v[d];
+        }
+    }
+}
+
 /* out[S,B,NH*HD] (=), probs[B,NH,S,S] (=) <- qkv[S,B,NH*3*HD] */
 static void mc__cpu_attention_forward_f32(float *out, float *probs, const float *qkv, int S,
                                           int B, int NH, int HD, float dropout_p, uint64_t seed,
                                           uint64_t offset) {
-    const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
-    const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
-    mc__keep_cache kc;
-    int b, h, t, t2, d;
-    mc__keep_cache_init(&kc, seed);
+    int b, h;
     for (b = 0; b < B; b++)
         for (h = 0; h < NH; h++)
-            for (t = 0; t < S; t++) {
-                const float *q = qkv + ((size_t)t * B + b) * C3 + (size_t)h * 3 * HD;
-                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
-                float *row = probs + row_index;
-                float *o = out + ((size_t)t * B + b) * C + (size_t)h * HD;
-                float max = -INFINITY, sum = 0.0f, inv;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + HD;
-                    row[t2] = mc__dot(q, k, HD) * scale;
-                    if (row[t2] > max) max = row[t2];
-                }
-                for (t2 = 0; t2 <= t; t2++) {
-                    row[t2] = expf(row[t2] - max);
-                    sum += row[t2];
-                }
-                inv = 1.0f / sum;
-                for (t2 = 0; t2 <= t; t2++) row[t2] *= inv;
-                for (t2 = t + 1; t2 < S; t2++) row[t2] = 0.0f;   /* masked (future) keys */
-                for (d = 0; d < HD; d++) o[d] = 0.0f;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)t2 * B + b) * C3 + (size_t)h * 3 * HD + 2 * HD;
-                    const float w = mc__attn_weight(&kc, row[t2], offset + row_index + t2,
-                                                    dropout_p, keep_scale);
-                    for (d = 0; d < HD; d++) o[d] += w * v[d];
-                }
-            }
+            mc__cpu_attention_forward_bh(out, probs, qkv, S, B, NH, HD, dropout_p, seed, offset,
+                                         b, h);
 }
 
 static int mc__cpu_attention_forward(const mc_ops *o, void *out, float *stats, const void *qkv,
@@ -4118,56 +4158,66 @@ static int mc__cpu_attention_forward(const mc_ops *o, void *out, float *stats, c
     return mc__f32_done(&s, rc);
 }
 
-/* dqkv[S,B,NH*3*HD] (=) <- dout[S,B,NH*HD], qkv, probs[B,NH,S,S]. Per row t:
+/* dqkv[S,B,NH*3*HD] (+=) of one (sequence b, head h) <- dout[S,B,NH*HD], qkv,
+   probs[B,NH,S,S]. Per row t:
      dv_t2 += D[t2] dout_t,  dP[t2] = (dout_t . v_t2) * mask / (1 - p),
      dscore[t2] = P[t2] (dP[t2] - sum_u P[u] dP[u]),
      dq_t += dscore[t2] k_t2 / sqrt(HD),  dk_t2 += dscore[t2] q_t / sqrt(HD).
-   dP is computed twice (once for the sum, once for dscore) instead of being stored. */
-static void mc__cpu_attention_backward_f32(float *dqkv, const float *dout, const float *qkv,
-                                           const float *probs, int S, int B, int NH, int HD,
-                                           float dropout_p, uint64_t seed, uint64_t offset) {
+   dP is computed twice (once for the sum, once for dscore) instead of being stored. Different
+   (b, h) touch disjoint columns of dqkv, so they may run in any order or at once. */
+static void mc__cpu_attention_backward_bh(float *dqkv, const float *dout, const float *qkv,
+                                          const float *probs, int S, int B, int NH, int HD,
+                                          float dropout_p, uint64_t seed, uint64_t offset, int b,
+                                          int h) {
     const size_t C3 = (size_t)NH * 3 * HD, C = (size_t)NH * HD;
     const float scale = 1.0f / sqrtf((float)HD), keep_scale = mc__dropout_scale(dropout_p);
     mc__keep_cache kc;
-    int b, h, t, t2, d;
+    int t, t2, d;
     mc__keep_cache_init(&kc, seed);
-    mc__cpu_fill_f32(dqkv, 0.0f, (size_t)S * B * C3);
+    for (t = 0; t < S; t++) {
+        const size_t head = (size_t)h * 3 * HD;
+        const float *q = qkv + ((size_t)t * B + b) * C3 + head;
+        float *dq = dqkv + ((size_t)t * B + b) * C3 + head;
+        const float *dy = dout + ((size_t)t * B + b) * C + (size_t)h * HD;
+        const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
+        const float *P = probs + row_index;
+        float p_dp = 0.0f;
+        for (t2 = 0; t2 <= t; t2++) {
+            const size_t tok = ((size_t)t2 * B + b) * C3 + head;
+            const float *v = qkv + tok + 2 * HD;
+            float *dv = dqkv + tok + 2 * HD;
+            const float w = mc__attn_weight(&kc, P[t2], offset + row_index + t2, dropout_p,
+                                            keep_scale);
+            const float dP = mc__attn_weight(&kc, mc__dot(dy, v, HD), offset + row_index + t2,
+                                             dropout_p, keep_scale);
+            for (d = 0; d < HD; d++) dv[d] += w * dy[d];
+            p_dp += P[t2] * dP;
+        }
+        for (t2 = 0; t2 <= t; t2++) {
+            const size_t tok = ((size_t)t2 * B + b) * C3 + head;
+            const float *k = qkv + tok + HD;
+            float *dk = dqkv + tok + HD;
+            const float dP = mc__attn_weight(&kc, mc__dot(dy, qkv + tok + 2 * HD, HD),
+                                             offset + row_index + t2, dropout_p, keep_scale);
+            const float ds = P[t2] * (dP - p_dp) * scale;
+            for (d = 0; d < HD; d++) {
+                dq[d] += ds * k[d];
+                dk[d] += ds * q[d];
+            }
+        }
+    }
+}
+
+/* dqkv[S,B,NH*3*HD] (=) <- dout[S,B,NH*HD], qkv, probs[B,NH,S,S] */
+static void mc__cpu_attention_backward_f32(float *dqkv, const float *dout, const float *qkv,
+                                           const float *probs, int S, int B, int NH, int HD,
+                                           float dropout_p, uint64_t seed, uint64_t offset) {
+    int b, h;
+    mc__cpu_fill_f32(dqkv, 0.0f, (size_t)S * B * NH * 3 * HD);
     for (b = 0; b < B; b++)
         for (h = 0; h < NH; h++)
-            for (t = 0; t < S; t++) {
-                const size_t head = (size_t)h * 3 * HD;
-                const float *q = qkv + ((size_t)t * B + b) * C3 + head;
-                float *dq = dqkv + ((size_t)t * B + b) * C3 + head;
-                const float *dy = dout + ((size_t)t * B + b) * C + (size_t)h * HD;
-                const size_t row_index = (((size_t)b * NH + h) * S + t) * S;
-                const float *P = probs + row_index;
-                float p_dp = 0.0f;
-                for (t2 = 0; t2 <= t; t2++) {
-                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
-                    const float *v = qkv + tok + 2 * HD;
-                    float *dv = dqkv + tok + 2 * HD;
-                    const float w = mc__attn_weight(&kc, P[t2], offset + row_index + t2,
-                                                    dropout_p, keep_scale);
-                    const float dP = mc__attn_weight(&kc, mc__dot(dy, v, HD),
-                                                     offset + row_index + t2, dropout_p,
-                                                     keep_scale);
-                    for (d = 0; d < HD; d++) dv[d] += w * dy[d];
-                    p_dp += P[t2] * dP;
-                }
-                for (t2 = 0; t2 <= t; t2++) {
-                    const size_t tok = ((size_t)t2 * B + b) * C3 + head;
-                    const float *k = qkv + tok + HD;
-                    float *dk = dqkv + tok + HD;
-                    const float dP = mc__attn_weight(&kc, mc__dot(dy, qkv + tok + 2 * HD, HD),
-                                                     offset + row_index + t2, dropout_p,
-                                                     keep_scale);
-                    const float ds = P[t2] * (dP - p_dp) * scale;
-                    for (d = 0; d < HD; d++) {
-                        dq[d] += ds * k[d];
-                        dk[d] += ds * q[d];
-                    }
-                }
-            }
+            mc__cpu_attention_backward_bh(dqkv, dout, qkv, probs, S, B, NH, HD, dropout_p, seed,
+                                          offset, b, h);
 }
 
 static int mc__cpu_attention_backward(const mc_ops *o, void *dqkv, const void *dout,
@@ -4426,7 +4476,626 @@ static const mc_ops mc__cpu_ops = MC__CPU_OPS_TABLE("cpu", mc__cpu_gemm);
 static const mc_ops mc__cpu_cblas_ops = MC__CPU_OPS_TABLE("cpu-cblas", mc__cpu_gemm_cblas_op);
 #endif
 
-MC_API const mc_ops *mc_ops_cpu(void) { return &mc__cpu_ops; }
+// ---------------------------------------------------------------------------------------------
+// >>core.ops cpu fast  The default CPU table: the reference's formulas, run by the threads of
+// this process (OpenMP, when the library is compiled with -fopenmp) and with the GEMM through
+// a BLAS (MC_USE_CBLAS) or the blocked kernel above, split across the threads.
+//
+// Results do not depend on the number of threads: every op splits its work into pieces fixed
+// by the shapes alone (rows, (sequence, head) pairs, column slices, fixed-size chunks), each
+// piece is computed as the reference computes it, and partial sums are added in piece order.
+// So the element-wise ops, layernorm, attention, dropout, embedding, cross entropy and AdamW
+// give the reference's bits; sum_squares adds fp64 partials of 32768-element chunks (not one
+// running sum: ~1e-16 relative). The GEMM splits C into one block of rows (or columns) per
+// thread: the blocked kernel gives the reference's bits whatever the split; a BLAS sums in its
+// own order and may choose another kernel for a narrower block, so its results are within
+// 1e-5 * sum_k |a_ik b_kj| of the reference at any thread count (tests/test_ops.c checks
+// both), not bit-identical across thread counts.
+// bf16 tensors take the reference ops (the bf16 CPU path is an emulation for checking).
+//
+// Threads (mc_cpu_threads): MC_CPU_THREADS in the environment, else OMP_NUM_THREADS, else the
+// cores this process may run on, shared with the other ranks of the host: a rank that the
+// launcher bound to some cores uses those; an unbound one uses online cores / local ranks
+// (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS, at least 1 thread), so `mpirun -np 8` on 2
+// cores runs 1 thread per rank. A multi-threaded BLAS is set to 1 thread (OpenBLAS): the
+// threads of the table are the only ones.
+
+#if defined(_OPENMP)
+#include <omp.h>
+#define MC__PRAGMA(x) _Pragma(#x)
+#define MC__OMP(x) MC__PRAGMA(omp x)
+#else
+#define MC__OMP(x)
+#endif
+#include <unistd.h>   /* defines: sysconf (online cores) */
+
+#define MC__PAR_MIN 32768       /* elements below which a loop stays on one thread */
+#define MC__SUMSQ_CHUNK 32768   /* sum_squares: elements per fp64 partial */
+#define MC__COL_SLICE 64        /* column-sliced reductions: columns per piece */
+
+static int mc__cpu_threads_set = 0;   /* 0: the default (mc_cpu_set_threads) */
+
+#if defined(_OPENMP)
+static int mc__env_int(const char *name) {
+    const char *v = getenv(name);
+    long n;
+    char *end;
+    if (!v || !*v) return 0;
+    n = strtol(v, &end, 10);
+    return *end == '\0' && n > 0 && n < 4096 ? (int)n : 0;
+}
+
+static int mc__cpu_default_threads(void) {
+    static int cached = 0;
+    int n, avail, online, local;
+    if (cached > 0) return cached;
+    if ((n = mc__env_int("MC_CPU_THREADS")) > 0) return cached = n;
+    if (mc__env_int("OMP_NUM_THREADS") > 0) return cached = omp_get_max_threads();
+    avail = omp_get_num_procs();   /* the cores of this process's affinity mask */
+    online = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    local = mc__env_int("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (local <= 0) local = mc__env_int("MPI_LOCALNRANKS");
+    if (local <= 0) local = 1;
+    n = avail < online ? avail : (online > 0 ? online : avail) / local;   /* bound: its cores */
+    return cached = n > 0 ? n : 1;
+}
+#endif
+
+MC_API int mc_cpu_threads(void) {
+#if defined(_OPENMP)
+    return mc__cpu_threads_set > 0 ? mc__cpu_threads_set : mc__cpu_default_threads();
+#else
+    return 1;
+#endif
+}
+
+MC_API void mc_cpu_set_threads(int n) { mc__cpu_threads_set = n > 0 ? n : 0; }
+
+MC_API const char *mc_cpu_blas(void) {
+#if defined(MC_USE_CBLAS) && defined(OPENBLAS_VERSION)
+    static char name[64];   /* OPENBLAS_VERSION is " OpenBLAS 0.3.21 " */
+    if (!name[0]) {
+        const char *v = OPENBLAS_VERSION;
+        size_t n;
+        while (*v == ' ') v++;
+        n = strlen(v) < sizeof name - 1 ? strlen(v) : sizeof name - 1;
+        while (n > 0 && v[n - 1] == ' ') n--;
+        memcpy(name, v, n);
+        name[n] = '\0';
+    }
+    return name;
+#elif defined(MC_USE_CBLAS)
+    return "CBLAS";
+#else
+    return NULL;
+#endif
+}
+
+/* Threads for a loop over n units of `grain` elements each: 1 below MC__PAR_MIN elements. */
+static int mc__par_threads(size_t n, size_t grain) {
+    int nt = mc_cpu_threads();
+    if (nt <= 1 || n * grain < MC__PAR_MIN) return 1;
+    return (size_t)nt < n ? nt : (int)(n > 0 ? n : 1);
+}
+
+/* The BLAS runs single-threaded inside the table's own threads. */
+static void mc__blas_single_thread(void) {
+#if defined(MC_USE_CBLAS) && defined(OPENBLAS_VERSION)
+    static int done = 0;
+    if (!done) {
+        openblas_set_num_threads(1);
+        done = 1;
+    }
+#endif
+}
+
+// fast element-wise
+
+static int mc__fast_fill(const mc_ops *o, void *x, float value, size_t n, mc_dtype dt) {
+    const int nt = mc__par_threads(n, 1);
+    ptrdiff_t i;
+    if (dt != MC_F32 || nt == 1) return mc__cpu_fill(o, x, value, n, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) ((float *)x)[i] = value;
+    return MC_OK;
+}
+
+static int mc__fast_copy(const mc_ops *o, void *dst, const void *src, size_t n, mc_dtype dst_dt,
+                         mc_dtype src_dt) {
+    const int nt = mc__par_threads(n, 1);
+    ptrdiff_t i;
+    if (dst_dt != MC_F32 || src_dt != MC_F32 || nt == 1 || dst == src ||
+        ((uintptr_t)dst < (uintptr_t)src + n * sizeof(float) &&
+         (uintptr_t)src < (uintptr_t)dst + n * sizeof(float)))
+        return mc__cpu_copy(o, dst, src, n, dst_dt, src_dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) ((float *)dst)[i] = ((const float *)src)[i];
+    return MC_OK;
+}
+
+static int mc__fast_axpy(const mc_ops *o, void *y, float a, const void *x, size_t n, mc_dtype dt) {
+    const int nt = mc__par_threads(n, 1);
+    float *fy = (float *)y;
+    const float *fx = (const float *)x;
+    ptrdiff_t i;
+    if (dt != MC_F32 || nt == 1) return mc__cpu_axpy(o, y, a, x, n, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) fy[i] += a * fx[i];
+    return MC_OK;
+}
+
+static int mc__fast_scale(const mc_ops *o, void *x, float a, size_t n, mc_dtype dt) {
+    const int nt = mc__par_threads(n, 1);
+    float *fx = (float *)x;
+    ptrdiff_t i;
+    if (dt != MC_F32 || nt == 1) return mc__cpu_scale(o, x, a, n, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) fx[i] *= a;
+    return MC_OK;
+}
+
+/* The fp64 sum of squares in chunks of MC__SUMSQ_CHUNK elements per span, partials added in
+   order: the same value with any number of threads. */
+static int mc__fast_sum_squares(const mc_ops *o, double *out, const float *x, const size_t *spans,
+                                int n_spans) {
+    double total = 0.0, part[64];
+    int k;
+    if (!out) return MC__FAIL(MC_ERR_INVALID_ARG, "cpu sum_squares: out is NULL");
+    for (k = 0; k < n_spans; k++) {
+        size_t lo = spans[2 * k], hi = spans[2 * k + 1], at;
+        for (at = lo; at < hi; at += (size_t)64 * MC__SUMSQ_CHUNK) {   /* 64 chunks at a time */
+            size_t end = hi - at < (size_t)64 * MC__SUMSQ_CHUNK ? hi : at + (size_t)64 * MC__SUMSQ_CHUNK;
+            ptrdiff_t nc = (ptrdiff_t)((end - at + MC__SUMSQ_CHUNK - 1) / MC__SUMSQ_CHUNK), c;
+            const int nt = mc__par_threads((size_t)nc, MC__SUMSQ_CHUNK);
+            (void)nt;
+            MC__OMP(parallel for num_threads(nt) schedule(static))
+            for (c = 0; c < nc; c++) {
+                size_t i = at + (size_t)c * MC__SUMSQ_CHUNK, e = i + MC__SUMSQ_CHUNK;
+                double s = 0.0;
+                if (e > end) e = end;
+                for (; i < e; i++) s += (double)x[i] * (double)x[i];
+                part[c] = s;
+            }
+            for (c = 0; c < nc; c++) total += part[c];
+        }
+    }
+    (void)o;
+    *out = total;
+    return MC_OK;
+}
+
+// fast gemm: C split into row (or column) blocks, one per thread; each block is one call of
+// the BLAS (or of the blocked kernel) on its piece of op(A) (or op(B)).
+
+static void mc__fast_gemm_piece(float *C, const float *A, const float *B, int M, int N, int K,
+                                int trans_a, int trans_b, float alpha, float beta, int i0, int mi,
+                                int j0, int nj) {
+#if defined(MC_USE_CBLAS)
+    if (K > 0) {
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+                    trans_b ? CblasTrans : CblasNoTrans, mi, nj, K, alpha,
+                    trans_a ? A + i0 : A + (size_t)i0 * K, trans_a ? M : K,
+                    trans_b ? B + (size_t)j0 * K : B + j0, trans_b ? K : N, beta,
+                    C + (size_t)i0 * N + j0, N);
+        return;
+    }
+#endif
+    mc__gemm_blocked_range(C, A, B, M, N, K, trans_a, trans_b, alpha, beta, i0, i0 + mi, j0,
+                           j0 + nj);
+}
+
+static void mc__fast_gemm_f32(float *C, const float *A, const float *B, int M, int N, int K,
+                              int trans_a, int trans_b, float alpha, float beta) {
+    const int by_rows = M >= N;
+    const int len = by_rows ? M : N;
+    /* pieces are whole multiples of 16 rows / columns, at most one per thread */
+    const size_t work = (size_t)M * (size_t)N * (size_t)(K > 0 ? K : 1);
+    int nt = mc_cpu_threads(), pieces, step;
+    ptrdiff_t p;
+    if (work < (size_t)MC__PAR_MIN * 8) nt = 1;
+    pieces = nt < (len + 15) / 16 ? nt : (len + 15) / 16;
+    if (pieces < 1) pieces = 1;
+    step = ((len + pieces - 1) / pieces + 15) / 16 * 16;
+    mc__blas_single_thread();
+    MC__OMP(parallel for num_threads(pieces) schedule(static) if(pieces > 1))
+    for (p = 0; p < pieces; p++) {
+        int lo = (int)p * step, n = len - lo < step ? len - lo : step;
+        if (n <= 0) continue;
+        if (by_rows)
+            mc__fast_gemm_piece(C, A, B, M, N, K, trans_a, trans_b, alpha, beta, lo, n, 0, N);
+        else
+            mc__fast_gemm_piece(C, A, B, M, N, K, trans_a, trans_b, alpha, beta, 0, M, lo, n);
+    }
+}
+
+/* out[N,C] += bias[C], rows split across the threads */
+static void mc__fast_add_bias(float *out, const float *bias, int N, int C) {
+    const int nt = mc__par_threads((size_t)N, (size_t)C);
+    ptrdiff_t n;
+    int c;
+    (void)nt;
+    if (!bias) return;
+    MC__OMP(parallel for num_threads(nt) schedule(static) private(c))
+    for (n = 0; n < N; n++)
+        for (c = 0; c < C; c++) out[(size_t)n * C + c] += bias[c];
+}
+
+static int mc__fast_gemm(const mc_ops *o, void *C, const void *A, const void *B, const void *bias,
+                         int M, int N, int K, int trans_a, int trans_b, float alpha, float beta,
+                         mc_dtype c_dt, mc_dtype ab_dt) {
+    (void)o;
+    return mc__cpu_gemm_with(mc__fast_gemm_f32, mc__fast_add_bias, C, A, B, bias, M, N, K,
+                             trans_a, trans_b, alpha, beta, c_dt, ab_dt);
+}
+
+// fast column-sliced reductions (the rows of a column added in order, as the reference does)
+
+static int mc__fast_bias_backward(const mc_ops *o, float *dbias, const void *dout, int N, int C,
+                                  mc_dtype dt) {
+    const ptrdiff_t slices = (C + MC__COL_SLICE - 1) / MC__COL_SLICE;
+    const int nt = mc__par_threads((size_t)slices, (size_t)N * MC__COL_SLICE);
+    const float *dy = (const float *)dout;
+    ptrdiff_t sl;
+    if (dt != MC_F32 || nt == 1) return mc__cpu_bias_backward(o, dbias, dout, N, C, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (sl = 0; sl < slices; sl++) {
+        const int c0 = (int)sl * MC__COL_SLICE;
+        const int c1 = c0 + MC__COL_SLICE < C ? c0 + MC__COL_SLICE : C;
+        int n, c;
+        for (n = 0; n < N; n++)
+            for (c = c0; c < c1; c++) dbias[c] += dy[(size_t)n * C + c];
+    }
+    return MC_OK;
+}
+
+static int mc__fast_layernorm_forward(const mc_ops *o, void *out, float *mean, float *rstd,
+                                      const void *inp, const void *weight, const void *bias,
+                                      int N, int C, float eps, mc_dtype dt) {
+    const int nt = mc__par_threads((size_t)N, (size_t)C);
+    ptrdiff_t n;
+    if (dt != MC_F32 || nt == 1)
+        return mc__cpu_layernorm_forward(o, out, mean, rstd, inp, weight, bias, N, C, eps, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (n = 0; n < N; n++)
+        mc__cpu_layernorm_forward_f32((float *)out + (size_t)n * C, mean ? mean + n : NULL,
+                                      rstd ? rstd + n : NULL, (const float *)inp + (size_t)n * C,
+                                      (const float *)weight, (const float *)bias, 1, C, eps);
+    return MC_OK;
+}
+
+/* dinp row by row (rows split across the threads), then dweight and dbias column slice by
+   column slice, rows in order: the reference's sums. */
+static int mc__fast_layernorm_backward(const mc_ops *o, void *dinp, float *dweight, float *dbias,
+                                       const void *dout, const void *inp, const void *weight,
+                                       const float *mean, const float *rstd, int N, int C,
+                                       mc_dtype dt) {
+    const int nt = mc__par_threads((size_t)N, (size_t)C);
+    const ptrdiff_t slices = (C + MC__COL_SLICE - 1) / MC__COL_SLICE;
+    const float *dy = (const float *)dout, *x = (const float *)inp;
+    ptrdiff_t n, sl;
+    if (dt != MC_F32 || nt == 1)
+        return mc__cpu_layernorm_backward(o, dinp, dweight, dbias, dout, inp, weight, mean, rstd,
+                                          N, C, dt);
+    if (dinp) {
+        MC__OMP(parallel for num_threads(nt) schedule(static))
+        for (n = 0; n < N; n++)
+            mc__cpu_layernorm_backward_f32((float *)dinp + (size_t)n * C, NULL, NULL,
+                                           dy + (size_t)n * C, x + (size_t)n * C,
+                                           (const float *)weight, mean + n, rstd + n, 1, C);
+    }
+    if (!dweight && !dbias) return MC_OK;
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (sl = 0; sl < slices; sl++) {
+        const int c0 = (int)sl * MC__COL_SLICE;
+        const int c1 = c0 + MC__COL_SLICE < C ? c0 + MC__COL_SLICE : C;
+        int r, c;
+        for (r = 0; r < N; r++) {
+            const float *dyr = dy + (size_t)r * C, *xr = x + (size_t)r * C;
+            const float m = mean[r], s = rstd[r];
+            for (c = c0; c < c1; c++) {
+                const float xhat = (xr[c] - m) * s;
+                if (dbias) dbias[c] += dyr[c];
+                if (dweight) dweight[c] += xhat * dyr[c];
+            }
+        }
+    }
+    return MC_OK;
+}
+
+static int mc__fast_gelu_forward(const mc_ops *o, void *out, const void *inp, size_t n,
+                                 mc_dtype dt) {
+    const int nt = mc__par_threads(n, 8);   /* tanhf: a few elements are worth a thread */
+    float *y = (float *)out;
+    const float *x = (const float *)inp;
+    ptrdiff_t i;
+    if (dt != MC_F32 || nt == 1) return mc__cpu_gelu_forward(o, out, inp, n, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        const float v = x[i];
+        y[i] = 0.5f * v * (1.0f + tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v)));
+    }
+    return MC_OK;
+}
+
+static int mc__fast_gelu_backward(const mc_ops *o, void *dinp, const void *inp, const void *dout,
+                                  size_t n, mc_dtype dt) {
+    const int nt = mc__par_threads(n, 8);
+    const float *x = (const float *)inp, *dy = (const float *)dout;
+    float *dx = (float *)dinp;
+    ptrdiff_t i;
+    if (dt != MC_F32 || nt == 1) return mc__cpu_gelu_backward(o, dinp, inp, dout, n, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (i = 0; i < (ptrdiff_t)n; i++) {
+        const float v = x[i];
+        const float t = tanhf(MC__GELU_SCALE * (v + MC__GELU_CUBIC * v * v * v));
+        const float dtanh = (1.0f - t * t) * MC__GELU_SCALE * (1.0f + 3.0f * MC__GELU_CUBIC * v * v);
+        dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * dtanh);
+    }
+    return MC_OK;
+}
+
+/* dropout in chunks of MC__SUMSQ_CHUNK elements, each with its own Philox cache */
+static int mc__fast_dropout_apply(void *out, const void *inp, size_t n, float p, uint64_t seed,
+                                  uint64_t offset, mc_dtype dt) {
+    const ptrdiff_t chunks = (ptrdiff_t)((n + MC__SUMSQ_CHUNK - 1) / MC__SUMSQ_CHUNK);
+    const int nt = mc__par_threads((size_t)chunks, MC__SUMSQ_CHUNK);
+    const float scale = mc__dropout_scale(p);
+    ptrdiff_t c;
+    if (dt != MC_F32 || p <= 0.0f || nt == 1)
+        return mc__cpu_dropout_apply(out, inp, n, p, seed, offset, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (c = 0; c < chunks; c++) {
+        const float *x = (const float *)inp;
+        float *y = (float *)out;
+        size_t i = (size_t)c * MC__SUMSQ_CHUNK, e = i + MC__SUMSQ_CHUNK;
+        mc__keep_cache kc;
+        mc__keep_cache_init(&kc, seed);
+        if (e > n) e = n;
+        for (; i < e; i++) y[i] = mc__keep(&kc, offset + i, p) ? x[i] * scale : 0.0f;
+    }
+    return MC_OK;
+}
+
+static int mc__fast_dropout_forward(const mc_ops *o, void *out, const void *inp, size_t n, float p,
+                                    uint64_t seed, uint64_t offset, mc_dtype dt) {
+    (void)o;
+    return mc__fast_dropout_apply(out, inp, n, p, seed, offset, dt);
+}
+
+static int mc__fast_dropout_backward(const mc_ops *o, void *dinp, const void *dout, size_t n,
+                                     float p, uint64_t seed, uint64_t offset, mc_dtype dt) {
+    (void)o;
+    return mc__fast_dropout_apply(dinp, dout, n, p, seed, offset, dt);
+}
+
+// fast attention: one (sequence, head) pair per piece
+
+static int mc__fast_attention_forward(const mc_ops *o, void *out, float *stats, const void *qkv,
+                                      int S, int B, int NH, int HD, float dropout_p,
+                                      uint64_t seed, uint64_t offset, mc_dtype dt) {
+    const ptrdiff_t pairs = (ptrdiff_t)B * NH;
+    const int nt = mc__par_threads((size_t)pairs, (size_t)S * S * HD / 2);
+    ptrdiff_t bh;
+    if (dt != MC_F32 || nt == 1 || !stats)
+        return mc__cpu_attention_forward(o, out, stats, qkv, S, B, NH, HD, dropout_p, seed,
+                                         offset, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(dynamic, 1))
+    for (bh = 0; bh < pairs; bh++)
+        mc__cpu_attention_forward_bh((float *)out, stats, (const float *)qkv, S, B, NH, HD,
+                                     dropout_p, seed, offset, (int)(bh / NH), (int)(bh % NH));
+    return MC_OK;
+}
+
+static int mc__fast_attention_backward(const mc_ops *o, void *dqkv, const void *dout,
+                                       const void *qkv, const void *out, const float *stats,
+                                       int S, int B, int NH, int HD, float dropout_p,
+                                       uint64_t seed, uint64_t offset, mc_dtype dt) {
+    const ptrdiff_t pairs = (ptrdiff_t)B * NH;
+    const int nt = mc__par_threads((size_t)pairs, (size_t)S * S * HD);
+    ptrdiff_t bh;
+    if (dt != MC_F32 || nt == 1 || !stats)
+        return mc__cpu_attention_backward(o, dqkv, dout, qkv, out, stats, S, B, NH, HD,
+                                          dropout_p, seed, offset, dt);
+    mc__fast_fill(o, dqkv, 0.0f, (size_t)S * B * NH * 3 * HD, MC_F32);
+    MC__OMP(parallel for num_threads(nt) schedule(dynamic, 1))
+    for (bh = 0; bh < pairs; bh++)
+        mc__cpu_attention_backward_bh((float *)dqkv, (const float *)dout, (const float *)qkv,
+                                      stats, S, B, NH, HD, dropout_p, seed, offset,
+                                      (int)(bh / NH), (int)(bh % NH));
+    return MC_OK;
+}
+
+// fast embedding backward (column slices, tokens in order) and cross-entropy rows
+
+static int mc__fast_embedding_backward(const mc_ops *o, float *dtable, const void *dout,
+                                       const int *ids, int N, int C, int vocab_start,
+                                       int vocab_end, mc_dtype dt) {
+    const ptrdiff_t slices = (C + MC__COL_SLICE - 1) / MC__COL_SLICE;
+    const int nt = mc__par_threads((size_t)slices, (size_t)N * MC__COL_SLICE);
+    const float *dy = (const float *)dout;
+    ptrdiff_t sl;
+    if (dt != MC_F32 || nt == 1)
+        return mc__cpu_embedding_backward(o, dtable, dout, ids, N, C, vocab_start, vocab_end, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (sl = 0; sl < slices; sl++) {
+        const int c0 = (int)sl * MC__COL_SLICE;
+        const int c1 = c0 + MC__COL_SLICE < C ? c0 + MC__COL_SLICE : C;
+        int n, c;
+        for (n = 0; n < N; n++) {
+            const int id = ids[n];
+            if (id < vocab_start || id >= vocab_end) continue;
+            for (c = c0; c < c1; c++)
+                dtable[(size_t)(id - vocab_start) * C + c] += dy[(size_t)n * C + c];
+        }
+    }
+    return MC_OK;
+}
+
+/* The row-wise cross-entropy pieces: the reference op on a block of rows at a time. */
+#define MC__FAST_ROWS 16
+
+static int mc__fast_row_max(const mc_ops *o, float *max, const void *logits, int N, int V,
+                            mc_dtype dt) {
+    const ptrdiff_t blocks = (N + MC__FAST_ROWS - 1) / MC__FAST_ROWS;
+    const int nt = mc__par_threads((size_t)blocks, (size_t)MC__FAST_ROWS * V);
+    ptrdiff_t k;
+    if (dt != MC_F32 || nt == 1) return mc__cpu_row_max(o, max, logits, N, V, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (k = 0; k < blocks; k++) {
+        const int r0 = (int)k * MC__FAST_ROWS, nr = N - r0 < MC__FAST_ROWS ? N - r0 : MC__FAST_ROWS;
+        (void)mc__cpu_row_max(o, max + r0, (const float *)logits + (size_t)r0 * V, nr, V, MC_F32);
+    }
+    return MC_OK;
+}
+
+static int mc__fast_sum_exp(const mc_ops *o, float *sum, const void *logits, const float *max,
+                            int N, int V, mc_dtype dt) {
+    const ptrdiff_t blocks = (N + MC__FAST_ROWS - 1) / MC__FAST_ROWS;
+    const int nt = mc__par_threads((size_t)blocks, (size_t)MC__FAST_ROWS * V * 8);
+    ptrdiff_t k;
+    if (dt != MC_F32 || nt == 1) return mc__cpu_sum_exp(o, sum, logits, max, N, V, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (k = 0; k < blocks; k++) {
+        const int r0 = (int)k * MC__FAST_ROWS, nr = N - r0 < MC__FAST_ROWS ? N - r0 : MC__FAST_ROWS;
+        (void)mc__cpu_sum_exp(o, sum + r0, (const float *)logits + (size_t)r0 * V, max + r0, nr,
+                              V, MC_F32);
+    }
+    return MC_OK;
+}
+
+static int mc__fast_row_sum(const mc_ops *o, float *sum, const void *logits, int N, int V,
+                            mc_dtype dt) {
+    const ptrdiff_t blocks = (N + MC__FAST_ROWS - 1) / MC__FAST_ROWS;
+    const int nt = mc__par_threads((size_t)blocks, (size_t)MC__FAST_ROWS * V);
+    ptrdiff_t k;
+    if (dt != MC_F32 || nt == 1) return mc__cpu_row_sum(o, sum, logits, N, V, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (k = 0; k < blocks; k++) {
+        const int r0 = (int)k * MC__FAST_ROWS, nr = N - r0 < MC__FAST_ROWS ? N - r0 : MC__FAST_ROWS;
+        (void)mc__cpu_row_sum(o, sum + r0, (const float *)logits + (size_t)r0 * V, nr, V, MC_F32);
+    }
+    return MC_OK;
+}
+
+static int mc__fast_cross_entropy_backward(const mc_ops *o, void *dlogits, const void *logits,
+                                           const float *max, const float *sum,
+                                           const int *targets, const float *dloss, int N, int V,
+                                           int vocab_start, float smoothing, int vocab_global,
+                                           mc_dtype dt) {
+    const ptrdiff_t blocks = (N + MC__FAST_ROWS - 1) / MC__FAST_ROWS;
+    const int nt = mc__par_threads((size_t)blocks, (size_t)MC__FAST_ROWS * V * 8);
+    ptrdiff_t k;
+    if (dt != MC_F32 || nt == 1)
+        return mc__cpu_cross_entropy_backward(o, dlogits, logits, max, sum, targets, dloss, N, V,
+                                              vocab_start, smoothing, vocab_global, dt);
+    MC__OMP(parallel for num_threads(nt) schedule(static))
+    for (k = 0; k < blocks; k++) {
+        const int r0 = (int)k * MC__FAST_ROWS, nr = N - r0 < MC__FAST_ROWS ? N - r0 : MC__FAST_ROWS;
+        const size_t at = (size_t)r0 * V;
+        (void)mc__cpu_cross_entropy_backward(o, (float *)dlogits + at, (const float *)logits + at,
+                                             max + r0, sum + r0, targets + r0, dloss + r0, nr, V,
+                                             vocab_start, smoothing, vocab_global, MC_F32);
+    }
+    return MC_OK;
+}
+
+/* AdamW: the reference's update, each span's elements split across the threads. */
+static int mc__fast_adamw(const mc_ops *o, float *main, const float *grad, float *m, float *v,
+                          void *model_param, const mc_adamw_span *spans, int n_spans,
+                          const mc_adamw_step *h, mc_dtype model_dt) {
+    const float beta1 = h->beta1, beta2 = h->beta2, lr = h->lr, eps = h->eps;
+    const float bc1 = (float)(1.0 - pow((double)beta1, (double)h->step));
+    const float bc2 = (float)(1.0 - pow((double)beta2, (double)h->step));
+    int k, rc;
+    if (model_param && model_dt != MC_F32)
+        return mc__cpu_adamw(o, main, grad, m, v, model_param, spans, n_spans, h, model_dt);
+    for (k = 0; k < n_spans; k++) {
+        const mc_adamw_span *sp = &spans[k];
+        const float weight_decay = sp->weight_decay;
+        const float *gr = grad + sp->grad_at;
+        float *p = main + sp->main_at, *mk = m + sp->state_at, *vk = v + sp->state_at;
+        const int nt = mc__par_threads(sp->n, 4);
+        ptrdiff_t i;
+        (void)nt;
+        MC__OMP(parallel for num_threads(nt) schedule(static))
+        for (i = 0; i < (ptrdiff_t)sp->n; i++) {
+            const float g = gr[i];
+            const float mi = beta1 * mk[i] + (1.0f - beta1) * g;
+            const float vi = beta2 * vk[i] + (1.0f - beta2) * g * g;
+            const float m_hat = mi / bc1, v_hat = vi / bc2;
+            mk[i] = mi;
+            vk[i] = vi;
+            p[i] -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p[i]);
+        }
+        if (model_param) {
+            float *dst = (float *)model_param + sp->grad_at;
+            if (dst != p && (rc = mc__fast_copy(o, dst, p, sp->n, MC_F32, MC_F32)) != MC_OK)
+                return rc;
+        }
+    }
+    return MC_OK;
+}
+
+/* The fast table: the reference's memory ops, the fast numerics. */
+static const mc_ops mc__cpu_fast_ops = {
+    "cpu",
+    MC_DEVICE_CPU,
+    NULL,
+    mc__cpu_alloc,
+    mc__cpu_free,
+    mc__cpu_copy_bytes,
+    mc__cpu_copy_bytes,
+    mc__cpu_copy_2d,
+    mc__cpu_synchronize,
+    mc__fast_fill,
+    mc__fast_copy,
+    mc__fast_axpy,
+    mc__fast_scale,
+    mc__fast_sum_squares,
+    mc__fast_gemm,
+    mc__fast_bias_backward,
+    mc__fast_layernorm_forward,
+    mc__fast_layernorm_backward,
+    mc__fast_gelu_forward,
+    mc__fast_gelu_backward,
+    mc__cpu_gemm_gelu_forward,   /* gemm then gelu_forward of this table */
+    mc__cpu_gemm_gelu_backward,
+    mc__cpu_attention_stats,
+    mc__fast_attention_forward,
+    mc__fast_attention_backward,
+    mc__fast_dropout_forward,
+    mc__fast_dropout_backward,
+    mc__cpu_check_ids,
+    mc__cpu_embedding_forward,
+    mc__fast_embedding_backward,
+    mc__fast_row_max,
+    mc__cpu_target_logit,
+    mc__fast_sum_exp,
+    mc__fast_row_sum,
+    mc__cpu_cross_entropy_loss,
+    mc__fast_cross_entropy_backward,
+    mc__fast_adamw,
+    NULL, /* no account: give a copy of the table one */
+    NULL, /* no completion markers: a CPU op has finished when it returns */
+    NULL,
+    NULL,
+};
+
+/* MC_CPU_REFERENCE=1 in the environment makes mc_ops_cpu() the reference table. */
+static int mc__cpu_reference_env(void) {
+    static int cached = -1;
+    if (cached < 0) {
+        const char *v = getenv("MC_CPU_REFERENCE");
+        cached = v && *v && strcmp(v, "0") != 0;
+    }
+    return cached;
+}
+
+MC_API const mc_ops *mc_ops_cpu_reference(void) { return &mc__cpu_ops; }
+MC_API const mc_ops *mc_ops_cpu_fast(void) { return &mc__cpu_fast_ops; }
+MC_API const mc_ops *mc_ops_cpu(void) {
+    return mc__cpu_reference_env() ? &mc__cpu_ops : &mc__cpu_fast_ops;
+}
 
 MC_API const mc_ops *mc_ops_cpu_cblas(void) {
 #if defined(MC_WITH_CBLAS)
@@ -9473,7 +10142,7 @@ MC_API int mc_vocab_parallel_embedding_forward(void *out, const int *ids, const 
                                                int N, int C, int V, mc_dtype dt, mc_comm *tp,
                                                const mc_ops *ops) {
     static const char fn[] = "vocab_parallel_embedding_forward";
-    int start, end, rc;
+    int start = 0, end = 0, rc;
     if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, dt, tp, ops, &start, &end)) != MC_OK)
         return rc;
     /* Ids outside [start, end) give zero rows, so the sum over TP is the full lookup. */
@@ -9487,7 +10156,7 @@ MC_API int mc_vocab_parallel_embedding_backward(float *dtable, const void *dout,
                                                 int N, int C, int V, mc_dtype dt, mc_comm *tp,
                                                 const mc_ops *ops) {
     static const char fn[] = "vocab_parallel_embedding_backward";
-    int start, end, rc;
+    int start = 0, end = 0, rc;
     if ((rc = mc__tp_embedding_check(fn, ids, N, C, V, dt, tp, ops, &start, &end)) != MC_OK)
         return rc;
     return ops->embedding_backward(ops, dtable, dout, ids, N, C, start, end, dt);
@@ -13329,7 +13998,7 @@ static int mc__opt_scale_grads(mc_optimizer *opt, float coeff) {
 static int mc__opt_gather_params(mc_optimizer *opt) {
     const mc_ddp *ddp = opt->desc.ddp;
     mc_dtype dt = opt->desc.params_dtype;
-    size_t s0, s1;
+    size_t s0 = 0, s1 = 0;
     int b, rc;
     if (!ddp->desc.distributed_optimizer || !ddp->desc.dp) return MC_OK;
     for (b = 0; b < ddp->desc.table->n_buckets; b++) {

@@ -239,7 +239,7 @@ static void lab01_op_done(int op, double t0) {
 
 #define LAB01_SEEN(slot)                                                                      \
     lab01_op_seen(LAB01_OP_##slot,                                                            \
-                  (lab01_tr ? lab01_tr->inner : lab01_inner_last)->slot != mc_ops_cpu()->slot)
+                  (lab01_tr ? lab01_tr->inner : lab01_inner_last)->slot != mc_ops_cpu_reference()->slot)
 #define LAB01_FWD(slot, params, args)                                                         \
     static int lab01_op_##slot params {                                                       \
         const mc_ops *in = LAB01_SEEN(slot);                                                  \
@@ -446,7 +446,8 @@ static int lab01_seam_host_collective(const char *file, const char *func, mc_com
    counted and forwarded to the path's table. */
 static const mc_ops *lab01_seam_ops_cpu(const char *file, const char *func) {
     lab01_core_enter("mc_ops_cpu", file, func);
-    const mc_ops *t = lab01_tr != NULL ? &lab01_tr->table : (mc_ops_cpu)();
+    /* the reference loops: the lab compares them with the accelerated table */
+    const mc_ops *t = lab01_tr != NULL ? &lab01_tr->table : mc_ops_cpu_reference();
     lab01_core_leave();
     return t;
 }

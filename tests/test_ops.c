@@ -951,3 +951,186 @@ Test(ops, check_ids_names_the_bad_id) {
               "%s", mc_last_error());
     cr_expect_eq(ops->check_ids(ops, ids, 2, 8, "embedding", "ids"), MC_OK);
 }
+
+/* ---------------------------------------------------------------------------------------------
+   the fast table (mc_ops_cpu's default) against the reference table
+
+   Shapes large enough that every op splits its work across the threads. Each op runs on the
+   reference table, then on the fast table with 1, 2 and 3 threads. The documented contract:
+   every op but gemm and sum_squares gives the reference's bits; gemm (a BLAS's summation
+   order) is within GEMM_TOL * sum_k |a_ik b_kj| of it, sum_squares within 1e-12 relative; and
+   whatever the thread count, the fast table gives the same bits as with 1 thread, except a
+   BLAS gemm, which stays within the same tolerance of the reference at every thread count. */
+
+#define GEMM_TOL 1e-5
+
+static const int fast_threads[] = {1, 2, 3};
+#define N_FAST ((int)(sizeof fast_threads / sizeof fast_threads[0]))
+
+/* a[i] and b[i] have the same bits for every i < n; names the first that does not */
+static int expect_same_bits(const char *what, int threads, const float *a, const float *b,
+                            size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&a[i], &b[i], sizeof(float)) != 0) {
+            cr_expect(0, "%s (fast, %d threads): element %zu is %.9g, the reference %.9g", what,
+                      threads, i, (double)a[i], (double)b[i]);
+            return 1;
+        }
+    return 0;
+}
+
+Test(ops, fast_elementwise_rows_and_attention_give_the_reference_bits) {
+    enum { N = 300, C = 200, S = 33, B = 3, NH = 4, HD = 16, V = 700 };
+    const size_t nc = (size_t)N * C, nqkv = (size_t)S * B * NH * 3 * HD;
+    const mc_ops *ref = mc_ops_cpu_reference(), *fast = mc_ops_cpu_fast();
+    float *x = falloc(nc), *dy = falloc(nc), *w = falloc(C), *bias = falloc(C);
+    float *qkv = falloc(nqkv), *dout = falloc((size_t)S * B * NH * HD);
+    float *logits = falloc((size_t)N * V);
+    int ids[N], targets[N];
+    seed_inputs(77);
+    fill_rand(x, nc, -3, 3);
+    fill_rand(dy, nc, -1, 1);
+    fill_rand(w, C, 0.5, 1.5);
+    fill_rand(bias, C, -0.5, 0.5);
+    fill_rand(qkv, nqkv, -1, 1);
+    fill_rand(dout, (size_t)S * B * NH * HD, -1, 1);
+    fill_rand(logits, (size_t)N * V, -4, 4);
+    for (int i = 0; i < N; i++) ids[i] = (int)(urand() * 50), targets[i] = (int)(urand() * V);
+    /* outputs per table: [0] the reference, [1 + k] fast with fast_threads[k] */
+#define N_OUT 16
+    float *out[1 + N_FAST][N_OUT];
+    size_t len[N_OUT];
+    for (int t = 0; t <= N_FAST; t++) {
+        const mc_ops *o = t == 0 ? ref : fast;
+        if (t > 0) mc_cpu_set_threads(fast_threads[t - 1]);
+        int k = 0;
+        float *y;
+#define OUT(n_) (len[k] = (n_), y = out[t][k++] = falloc(n_))
+        OUT(nc); o->copy(o, y, x, nc, MC_F32, MC_F32); o->axpy(o, y, -0.5f, dy, nc, MC_F32);
+        o->scale(o, y, 1.25f, nc, MC_F32);
+        OUT(nc); o->gelu_forward(o, y, x, nc, MC_F32);
+        OUT(nc); o->gelu_backward(o, y, x, dy, nc, MC_F32);
+        OUT(nc); o->dropout_forward(o, y, x, nc, 0.3f, 99, 12345, MC_F32);
+        OUT(nc + 2 * N); o->layernorm_forward(o, y, y + nc, y + nc + N, x, w, bias, N, C, 1e-5f,
+                                              MC_F32);
+        float *stats = y + nc;
+        OUT(nc + 2 * C);
+        o->layernorm_backward(o, y, y + nc, y + nc + C, dy, x, w, stats, stats + N, N, C, MC_F32);
+        OUT(C); o->bias_backward(o, y, dy, N, C, MC_F32);
+        size_t ns = o->attention_stats(o, S, B, NH, HD);
+        OUT((size_t)S * B * NH * HD + ns);
+        o->attention_forward(o, y, y + (size_t)S * B * NH * HD, qkv, S, B, NH, HD, 0.1f, 5, 7,
+                             MC_F32);
+        float *att = y;
+        OUT(nqkv);
+        o->attention_backward(o, y, dout, qkv, att, att + (size_t)S * B * NH * HD, S, B, NH, HD,
+                              0.1f, 5, 7, MC_F32);
+        OUT((size_t)50 * C); o->embedding_backward(o, y, dy, ids, N, C, 0, 50, MC_F32);
+        OUT(3 * N);
+        o->row_max(o, y, logits, N, V, MC_F32);
+        o->sum_exp(o, y + N, logits, y, N, V, MC_F32);
+        o->row_sum(o, y + 2 * N, logits, N, V, MC_F32);
+        float *ce = y;
+        OUT((size_t)N * V);
+        o->cross_entropy_backward(o, y, logits, ce, ce + N, targets, dy, N, V, 0, 0.1f, V, MC_F32);
+        OUT(3 * nc);   /* AdamW: params, m, v over two spans */
+        memcpy(y, x, nc * sizeof(float));
+        mc_adamw_span spans[2] = {{0, 0, 0, nc / 2, 0.1f}, {nc / 2, nc / 2, nc / 2, nc / 2, 0.0f}};
+        mc_adamw_step h = {1e-3f, 0.9f, 0.95f, 1e-8f, 3};
+        o->adamw(o, y, dy, y + nc, y + 2 * nc, NULL, spans, 2, &h, MC_F32);
+        o->fill(o, y + nc, 0.0f, nc / 3, MC_F32);
+#undef OUT
+        cr_assert_leq(k, N_OUT);
+    }
+    mc_cpu_set_threads(0);
+    static const char *const names[] = {"copy/axpy/scale", "gelu_forward", "gelu_backward",
+        "dropout", "layernorm_forward", "layernorm_backward", "bias_backward",
+        "attention_forward", "attention_backward", "embedding_backward", "cross-entropy rows",
+        "cross_entropy_backward", "adamw/fill"};
+    for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++)
+        for (int t = 1; t <= N_FAST; t++)
+            expect_same_bits(names[k], fast_threads[t - 1], out[t][k], out[0][k], len[k]);
+    for (int t = 0; t <= N_FAST; t++)
+        for (int k = 0; k < (int)(sizeof names / sizeof names[0]); k++) free(out[t][k]);
+    free(x), free(dy), free(w), free(bias), free(qkv), free(dout), free(logits);
+}
+
+Test(ops, fast_gemm_and_sum_squares_within_tolerance_and_thread_independent) {
+    /* the transformer's shapes (NT forward, TN weight grad, NN input grad) and odd ones */
+    static const int shapes[][5] = {{256, 384, 128, 0, 1}, {384, 128, 256, 1, 0},
+                                    {256, 128, 384, 0, 0}, {37, 301, 129, 1, 1},
+                                    {300, 7, 513, 0, 1}};
+    const mc_ops *ref = mc_ops_cpu_reference(), *fast = mc_ops_cpu_fast();
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        const int M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+        const int ta = shapes[s][3], tb = shapes[s][4];
+        float *A = falloc((size_t)M * K), *B = falloc((size_t)K * N), *bias = falloc(N);
+        float *Cr = falloc((size_t)M * N), *C1 = falloc((size_t)M * N), *Ct = falloc((size_t)M * N);
+        seed_inputs(100 + s);
+        fill_rand(A, (size_t)M * K, -1, 1);
+        fill_rand(B, (size_t)K * N, -1, 1);
+        fill_rand(bias, N, -1, 1);
+        fill_rand(Cr, (size_t)M * N, -1, 1);
+        memcpy(C1, Cr, (size_t)M * N * sizeof(float));
+        ref->gemm(ref, Cr, A, B, bias, M, N, K, ta, tb, 0.5f, 1.0f, MC_F32, MC_F32);
+        double *bound = dalloc((size_t)M * N);
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double b = 0.0;
+                for (int k = 0; k < K; k++)
+                    b += fabs((double)(ta ? A[(size_t)k * M + i] : A[(size_t)i * K + k]) *
+                              (double)(tb ? B[(size_t)j * K + k] : B[(size_t)k * N + j]));
+                bound[(size_t)i * N + j] = GEMM_TOL * b + 1e-6;
+            }
+        float *init = falloc((size_t)M * N);
+        memcpy(init, C1, (size_t)M * N * sizeof(float));
+        for (int t = 0; t < N_FAST; t++) {
+            float *C = t == 0 ? C1 : Ct;
+            memcpy(C, init, (size_t)M * N * sizeof(float));
+            mc_cpu_set_threads(fast_threads[t]);
+            fast->gemm(fast, C, A, B, bias, M, N, K, ta, tb, 0.5f, 1.0f, MC_F32, MC_F32);
+            size_t bad = 0;
+            for (size_t i = 0; i < (size_t)M * N; i++)
+                bad += !(fabs((double)C[i] - (double)Cr[i]) <= bound[i]);
+            cr_expect_eq(bad, 0, "gemm %dx%dx%d (%d%d), %d threads: %zu elements beyond the "
+                         "tolerance", M, N, K, ta, tb, fast_threads[t], bad);
+            /* without a BLAS the split changes no bit; a BLAS may pick another kernel for a
+               narrower piece (still within the tolerance above) */
+            if (t > 0 && !mc_cpu_blas())
+                expect_same_bits("gemm against 1 thread", fast_threads[t], C, C1,
+                                 (size_t)M * N);
+        }
+        mc_cpu_set_threads(0);
+        free(A), free(B), free(bias), free(Cr), free(C1), free(Ct), free(bound), free(init);
+    }
+    /* sum_squares over 3 spans of a 300000-element buffer */
+    const size_t n = 300000;
+    float *x = falloc(n);
+    fill_rand(x, n, -2, 2);
+    size_t spans[6] = {0, 1000, 5000, 200001, 200001, n};
+    double want, got1 = 0.0, got;
+    ref->sum_squares(ref, &want, x, spans, 3);
+    for (int t = 0; t < N_FAST; t++) {
+        mc_cpu_set_threads(fast_threads[t]);
+        fast->sum_squares(fast, t == 0 ? &got1 : &got, x, spans, 3);
+        if (t == 0) got = got1;
+        cr_expect(fabs(got - want) <= 1e-12 * want, "sum_squares %.17g vs %.17g", got, want);
+        cr_expect(memcmp(&got, &got1, sizeof got) == 0, "sum_squares with %d threads %.17g, "
+                  "with 1 thread %.17g", fast_threads[t], got, got1);
+    }
+    mc_cpu_set_threads(0);
+    free(x);
+}
+
+Test(ops, default_table_is_the_fast_one_unless_reference_is_asked) {
+    /* MC_CPU_REFERENCE=1 in the environment selects the reference for the whole process */
+    const char *env = getenv("MC_CPU_REFERENCE");
+    int want_ref = env && *env && strcmp(env, "0") != 0;
+    cr_expect(mc_ops_cpu() == (want_ref ? mc_ops_cpu_reference() : mc_ops_cpu_fast()));
+    cr_expect(mc_ops_same_memory(mc_ops_cpu_reference(), mc_ops_cpu_fast()));
+    cr_expect_geq(mc_cpu_threads(), 1);
+    mc_cpu_set_threads(3);
+    cr_expect_eq(mc_cpu_threads(), 3);
+    mc_cpu_set_threads(0);
+    cr_expect_geq(mc_cpu_threads(), 1);
+}

@@ -46,7 +46,7 @@ static const mc_ops *table(void) {
 }
 
 Test(ops_cblas, is_the_reference_table_with_gemm_swapped) {
-    const mc_ops *ref = mc_ops_cpu(), *t = table();
+    const mc_ops *ref = mc_ops_cpu_reference(), *t = table();
     cr_expect_str_eq(t->name, "cpu-cblas");
     cr_expect_eq(t->device, MC_DEVICE_CPU);
     cr_expect(mc_ops_same_memory(ref, t) && mc_ops_same_memory(t, ref), "one memory");
@@ -99,7 +99,7 @@ Test(ops_cblas, gemm_matches_fp64_for_every_transpose_and_beta) {
 }
 
 Test(ops_cblas, gemm_k_zero_and_bf16_operands) {
-    const mc_ops *t = table(), *ref = mc_ops_cpu();
+    const mc_ops *t = table(), *ref = mc_ops_cpu_reference();
     /* K = 0: beta C + bias, A and B never read */
     float C[6] = {1, 2, 3, 4, 5, 6}, bias[3] = {10, 20, 30};
     cr_assert_eq(t->gemm(t, C, NULL, NULL, bias, 2, 3, 0, 0, 0, 1.0f, 0.5f, MC_F32, MC_F32), MC_OK);

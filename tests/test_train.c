@@ -74,14 +74,20 @@ static int parse_losses(const char *out, double *loss, int cap) {
     return n;
 }
 
-static int run_training(int np, const char *flags, const char *common, const char *save,
-                        double *loss, char *out, size_t cap) {
+/* env: "" or variables for the ranks ("MC_CPU_REFERENCE=1"), set through env(1) */
+static int run_training_env(int np, const char *env, const char *flags, const char *common,
+                            const char *save, double *loss, char *out, size_t cap) {
     char cmd[1024];
-    snprintf(cmd, sizeof cmd, "./pretrain_gpt " MODEL_FLAGS " --train-iters %d %s %s --save %s",
-             N_ITERS, common, flags, save);
+    snprintf(cmd, sizeof cmd, "%s%s%s./pretrain_gpt " MODEL_FLAGS " --train-iters %d %s %s "
+             "--save %s", *env ? "env " : "", env, *env ? " " : "", N_ITERS, common, flags, save);
     int rc = mc_test_mpirun(np, cmd, 240.0, out, cap);
     cr_assert_eq(rc, 0, "mpirun -np %d %s exited with %d:\n%s", np, cmd, rc, out);
     return parse_losses(out, loss, N_ITERS + 1);
+}
+
+static int run_training(int np, const char *flags, const char *common, const char *save,
+                        double *loss, char *out, size_t cap) {
+    return run_training_env(np, "", flags, common, save, loss, out, cap);
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -137,7 +143,7 @@ static double compare_checkpoints(const char *ref_dir, const char *dir, char *wo
         if (strcmp(ta->kind, "model") != 0) continue;
         const mc_checkpoint_tensor *tb = mc_checkpoint_meta_find(&b, "model", ta->name);
         cr_assert_not_null(tb, "tensor %s missing from the parallel checkpoint", ta->name);
-        size_t na, nb;
+        size_t na = 0, nb = 0;
         float *va = read_tensor(ia, ta, &na), *vb = read_tensor(ib, tb, &nb);
         cr_assert(va && vb && na == nb, "tensor %s: %zu vs %zu elements", ta->name, na, nb);
         for (size_t k = 0; k < na; k++) {
@@ -183,6 +189,56 @@ ParameterizedTest(layout_case *c, train, matches_single_rank, .timeout = 600) {
                   diff, worst);
     cr_log_info("np %d %s %s: max relative loss difference %.2e, max |parameter difference| "
                 "%.2e", c->np, c->flags, c->common, worst_rel, diff);
+    char rm[1200];
+    snprintf(rm, sizeof rm, "rm -rf %s", dir);
+    if (system(rm) != 0) cr_log_warn("could not remove %s", dir);
+}
+
+/* The default (fast) CPU table against the reference loops, through the whole recipe: the
+   single-rank run with MC_CPU_REFERENCE=1 against the fast table at 1 and 2 threads and at
+   DP 2 (one thread per rank), within the same bounds as the layouts above (the GEMM's BLAS
+   summation order is the only difference); and the fast table at 1 and 2 threads agree. */
+typedef struct cpu_run { int np; const char *env, *flags; } cpu_run;
+
+Test(train, fast_cpu_table_matches_the_reference_loops, .timeout = 600) {
+    static const cpu_run runs[] = {
+        {1, "MC_CPU_THREADS=1", ""},
+        {1, "MC_CPU_THREADS=2", ""},
+        {2, "", ""},
+        {2, "", "--tensor-model-parallel-size 2"},
+    };
+    char dir[] = "/tmp/mc_fastcpu_XXXXXX", ref[1100], path[1100];
+    cr_assert_not_null(mkdtemp(dir));
+    static char out[1 << 16];
+    double ref_loss[N_ITERS + 1], loss[N_ITERS + 1];
+    snprintf(ref, sizeof ref, "%s/ref", dir);
+    int n = run_training_env(1, "MC_CPU_REFERENCE=1", "", "", ref, ref_loss, out, sizeof out);
+    cr_assert_eq(n, N_ITERS, "reference run logged %d losses:\n%s", n, out);
+    for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
+        snprintf(path, sizeof path, "%s/run%zu", dir, r);
+        n = run_training_env(runs[r].np, runs[r].env, runs[r].flags, "", path, loss, out,
+                             sizeof out);
+        cr_assert_eq(n, N_ITERS, "np %d %s %s logged %d losses:\n%s", runs[r].np, runs[r].env,
+                     runs[r].flags, n, out);
+        for (int i = 0; i < N_ITERS; i++) {
+            double rel = fabs(loss[i] - ref_loss[i]) / fabs(ref_loss[i]);
+            cr_expect_leq(rel, 1e-5, "np %d %s %s: iteration %d lm loss %.7e vs the reference "
+                          "loops %.7e", runs[r].np, runs[r].env, runs[r].flags, i + 1, loss[i],
+                          ref_loss[i]);
+        }
+        char worst[256] = "";
+        double diff = compare_checkpoints(ref, path, worst, sizeof worst);
+        cr_expect_leq(diff, 1e-4, "np %d %s %s: parameters differ from the reference loops by "
+                      "up to %.3g (%s)", runs[r].np, runs[r].env, runs[r].flags, diff, worst);
+        cr_log_info("fast table np %d %s %s: max |parameter difference| to the reference %.2e",
+                    runs[r].np, runs[r].env, runs[r].flags, diff);
+    }
+    /* 1 thread against 2 threads */
+    char one[1100], two[1100], worst[256] = "";
+    snprintf(one, sizeof one, "%s/run0", dir);
+    snprintf(two, sizeof two, "%s/run1", dir);
+    double diff = compare_checkpoints(one, two, worst, sizeof worst);
+    cr_expect_leq(diff, 1e-4, "1 and 2 threads differ by up to %.3g (%s)", diff, worst);
     char rm[1200];
     snprintf(rm, sizeof rm, "rm -rf %s", dir);
     if (system(rm) != 0) cr_log_warn("could not remove %s", dir);
