@@ -189,17 +189,24 @@ fi
 # CPU reference; it needs cJSON, cmark and libunistring, carried as .device-libs
 # (../shared/device/pack-libs.sh) when the machine lacks them.
 step_begin lab12 "lab12 (M012) built with CUDA: the probe, the smoke runs and the CUDA op table"
+# (the carried headers through CPATH, not CPPFLAGS: a CPPFLAGS on make's command line would
+# replace the Makefile's own, -DMC_ENABLE_CUDA with them)
 L=$root/.device-libs
 libflags=()
-[ -d "$L" ] && libflags=(CPPFLAGS="-I. -D_GNU_SOURCE -I$L/include -I$L/include/cjson"
-                         LDFLAGS="-L$L/lib -Wl,--disable-new-dtags,-rpath,$L/lib")
+[ -d "$L" ] && export CPATH="$L/include:$L/include/cjson${CPATH:+:$CPATH}" \
+    LIBRARY_PATH="$L/lib${LIBRARY_PATH:+:$LIBRARY_PATH}" &&
+    libflags=(LDFLAGS="-L$L/lib -Wl,--disable-new-dtags,-rpath,$L/lib")
 if run 120 "$out/lab12_build.log" make -j"$jobs" CUDA=1 NO_DEPS=1 "${cudnn_flags[@]}" "${libflags[@]}" lab12; then
     run 90 "$out/lab12.log" mpirun --allow-run-as-root --oversubscribe -np 4 ./lab12 \
         --answers "$out/lab12_answers.md" --results "$out/lab12.json"
     rc=$?
     grep -E '^(megatron_c|build|compiler|MPI|CUDA|devices|op tables|  *(cuda|nccl|gpu)|.*cuda_ops|.*nccl|.*CHECK|.*checks)' "$out/lab12.log" | head -n 40
     checks=$(grep -cE 'FAIL' "$out/lab12.log")
-    [ $rc -eq 0 ] && step_end lab12 ok "exit 0, $checks FAIL lines" || step_end lab12 FAIL "exit $rc"
+    if grep -q 'not in this build' "$out/lab12.log"; then
+        step_end lab12 FAIL "lab12 was built without the CUDA table"
+    else
+        [ $rc -eq 0 ] && step_end lab12 ok "exit 0, $checks FAIL lines" || step_end lab12 FAIL "exit $rc"
+    fi
 else
     grep -E 'error' "$out/lab12_build.log" | head -n 10
     step_end lab12 FAIL "build failed (see lab12_build.log)"
