@@ -305,7 +305,8 @@ Test(lab12, a_build_outside_a_checkout_embeds_unknown) {
     cr_expect_eq(rc, 0, "make outside a checkout does not embed unknown:\n%s", out);
     rc = mc_test_run("make -n build/lab_common.o 2>&1 | grep -c \"LAB_BUILD_COMMIT='\\\"unknown\"",
                      60, out, OUT_CAP);
-    if (access(".git", F_OK) == 0)
+    /* a checkout embeds its commit only where git runs (a bare root may have none) */
+    if (access(".git", F_OK) == 0 && system("git rev-parse HEAD >/dev/null 2>&1") == 0)
         cr_expect_neq(rc, 0, "make in a checkout embeds unknown:\n%s", out);
 }
 
