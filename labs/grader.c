@@ -595,9 +595,9 @@ static const char *const gr__ignore_reason[] = {
     "",
     "copies the prompt",
     "repeats an earlier sentence",
-    "a list of terms, not a statement",
+    "is a list of terms, not a statement",
     "has no verb (a noun phrase or a bullet of keywords states nothing)",
-    "too long to be one sentence",
+    "is too long to be one sentence",
     "stands in a box that is not graded"};
 
 typedef struct gr__sent {
@@ -3557,6 +3557,24 @@ static int gr__has_inflected_verb(gr__ctx *c, const gr__sent *s) {
     return 0;
 }
 
+/* 1 when a verb of the predicate lists stands in its third-person form ("shards", "runs",
+   "gets"): a finite verb, so the words around it are a clause. Participles ("strided", "sorted")
+   do not count: in a row of keywords they are adjectives. */
+static int gr__has_finite_verb(gr__ctx *c, const gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    const int kinds[] = {R->L.pred, R->L.weak_pred};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int i = 0; i < s->ncm[kinds[k]]; i++)
+            for (int t = s->cm[kinds[k]][i].start; t < s->cm[kinds[k]][i].end; t++) {
+                const gr__tok *w = &s->tok[t];
+                if (w->kind != GR__T_WORD || w->stem == NULL) continue;
+                size_t ls = strlen(w->stem), lw = strlen(w->s);
+                if (lw > ls && lw <= ls + 2 && w->s[lw - 1] == 's' && strncmp(w->s, w->stem, ls) == 0)
+                    return 1;
+            }
+    return 0;
+}
+
 /* A keyword list, not a statement: many distinct lexicon concepts that cover most of its
    words, and hardly any function words ("the", "of", "is", "的", "了") between them. A real
    technical sentence is dense in terms too, but its function words hold it together. */
@@ -3595,8 +3613,12 @@ static int gr__is_term_list(gr__ctx *c, const gr__sent *s) {
             if (s->tok[t].kind == GR__T_CJK && s->tok[t + 1].kind == GR__T_CJK &&
                 s->tok[t + 1].start > s->tok[t].start + s->tok[t].len)
                 gaps++;
-        return distinct >= R->rules.list_min_concepts && gaps >= 3;
+        /* ... but prose that has its particles (的, 是, 在) is a sentence however dense */
+        return distinct >= R->rules.list_min_concepts && gaps >= 3 && function < 2;
     }
+    /* a verb in a finite form ("shards", "runs", "gets") makes terse prose a clause: an
+       expert's one-line answer is dense in terms and light in articles, yet says something */
+    if (gr__has_finite_verb(c, s)) return 0;
     /* a line without a single function word or inflected verb ("save before forward restore
        recompute snapshot RNG states backward") has no clause structure: bare nouns and verbs
        in a row are a keyword list however short */

@@ -583,6 +583,29 @@ Test(grader, a_keyword_list_is_not_a_statement) {
     release(&g);
 }
 
+Test(grader, a_terse_answer_with_a_finite_verb_is_a_statement_not_a_keyword_list) {
+    /* an expert's one-liner is dense in terms and light in articles; "creates" makes it a
+       clause, so its relations count */
+    const char *terse = "TP keeps adjacent contiguous ranks, NVLink same node; DP strided; every "
+                        "rank creates groups, order sequence match.";
+    graded g = grade_sheet(S1(terse));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    cr_expect_not(mc_test_contains(g.out, "a list of terms"), "%s", g.out);
+    release(&g);
+    /* the same terms without the finite verb are a row of keywords */
+    graded h = grade_sheet(S1("TP keep adjacent contiguous ranks, NVLink same node; DP strided; every "
+                              "rank create groups, order sequence match."));
+    EXPECT_SCORE(h, "S.tp_adj", 0.0);
+    release(&h);
+    /* Chinese prose keeps its particles (的, 是, 都) even where spaces stand between words */
+    graded z = grade_sheet(S1("张量并行 的 rank 是 相邻 的，数据并行 是 跨步 的，所有进程 都 创建 同样 顺序 的 组。"));
+    EXPECT_SCORE(z, "S.tp_adj", 1.0);
+    release(&z);
+    graded k = grade_sheet(S1("张量并行 相邻 NVLink 数据并行 跨步 所有进程 创建 顺序 匹配"));
+    EXPECT_SCORE(k, "S.tp_adj", 0.0);
+    release(&k);
+}
+
 Test(grader, an_article_or_a_hyphen_makes_a_verb_form_a_noun_phrase_in_bullets) {
     /* "the sorted", "output-layer": no verb, so these bullets state nothing */
     graded g = grade_sheet(S1("- TP ranks adjacent in the sorted order\n"
