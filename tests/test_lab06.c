@@ -328,17 +328,20 @@ Test(lab06, rubric_items_are_the_seed_points, .timeout = 30) {
        checkpoint 1, performance and fallback 1 */
     const char *ids[] = {"M1", "M2", "M3", "M4", "FU1", "FU2", "FU3", "FU4"};
     const double weight[] = {3, 2, 2, 3, 1, 2, 1, 1};
+    cr_expect_eq(cJSON_GetArraySize(get(r, "items")), 8, "one item per seed point");
     for (int s = 0; s < 8; s++) {
+        const cJSON *item = cJSON_GetArrayItem(get(r, "items"), s);
+        cr_assert_not_null(item, "item %d is missing", s);
+        cr_expect_str_eq(str(item, "id"), ids[s], "item %d is %s, the seed's is %s", s,
+                         str(item, "id"), ids[s]);
         double total = 0.0;
-        const cJSON *e;
-        cJSON_ArrayForEach(e, get(r, "points")) if (!strcmp(str(e, "section"), ids[s]))
-            total += num(e, "points");
-        cJSON_ArrayForEach(e, get(r, "evidence")) if (!strcmp(str(e, "section"), ids[s]))
-            total += num(e, "points");
-        cJSON_ArrayForEach(e, get(r, "predictions")) if (!strcmp(str(e, "id"), ids[s])) {
-            const cJSON *it;
-            cJSON_ArrayForEach(it, get(e, "items")) total += num(it, "points");
+        static const char *const parts[] = {"predictions", "claims", "evidence"};
+        for (int k = 0; k < 3; k++) {
+            const cJSON *e;
+            cJSON_ArrayForEach(e, get(item, parts[k])) total += num(e, "points");
         }
+        cr_expect_float_eq(num(item, "points"), weight[s], 1e-9, "%s is worth %g, the seed gives %g",
+                           ids[s], num(item, "points"), weight[s]);
         cr_expect_float_eq(total, weight[s], 1e-9, "%s carries %g points, the seed gives %g",
                            ids[s], total, weight[s]);
     }
