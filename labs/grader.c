@@ -3337,8 +3337,33 @@ static int gr__negator_absorbed(const gr__ctx *c, const gr__sent *s, const gr__m
 /* Clause index of every token: a clause ends at a comma, semicolon, colon, parenthesis or
    dash, and a new one starts at a clause-break word ("because", "but", "which", "所以"), a
    contrast marker or a conditional marker. */
+/* "once" is a conditional ("Once the backward ends, ...", "..., once all ranks arrive") when
+   it opens its clause or a subject follows it; elsewhere it is an adverb ("stored once on
+   stage 0", "runs once per step") and its matches are dropped. */
+static void gr__drop_adverb_once(gr__ctx *c, gr__sent *s) {
+    int k = c->R.L.cond, kept = 0;
+    for (int i = 0; i < s->ncm[k]; i++) {
+        const gr__match *m = &s->cm[k][i];
+        int t = m->start, adverb = 0;
+        if (m->end - m->start == 1 && strcmp(s->tok[t].s, "once") == 0) {
+            int opens = t == 0 || s->tok[t - 1].barrier || s->tok[t - 1].kind == GR__T_SYM;
+            static const char *const subjects[] = {"the", "a", "an", "all", "every", "each",
+                                                   "both", "any", "some", "it", "they", "we",
+                                                   "you", "this", "these", "those", "its",
+                                                   "their", "our", "your", "there", NULL};
+            int subject = 0;
+            for (int j = 0; subjects[j] != NULL && !subject && t + 1 < s->ntok; j++)
+                subject = strcmp(s->tok[t + 1].s, subjects[j]) == 0;
+            adverb = !opens && !subject;
+        }
+        if (!adverb) s->cm[k][kept++] = *m;
+    }
+    s->ncm[k] = kept;
+}
+
 static void gr__clauses(gr__ctx *c, gr__sent *s) {
     const gr__rubric *R = &c->R;
+    gr__drop_adverb_once(c, s);
     uint8_t *starts = (uint8_t *)gr__alloc(c, (size_t)s->ntok + 1);
     const int kinds[] = {R->L.brk, R->L.contrast, R->L.cond, R->L.cond_neg};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)

@@ -640,6 +640,18 @@ Test(grader, a_negated_statement_added_inside_a_frame_stays_denied) {
     release(&h);
 }
 
+Test(grader, once_is_a_condition_only_where_it_opens_a_clause) {
+    /* "created once": an adverb, the rest of the sentence is stated */
+    graded g = grade_sheet(S1("The groups are created once and the TP ranks are adjacent in this "
+                              "layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    release(&g);
+    /* "Once the TP ranks are adjacent, ...": a condition, not a statement */
+    graded h = grade_sheet(S1("Once the TP ranks are adjacent, the layout is fast."));
+    EXPECT_SCORE(h, "S.tp_adj", 0.0);
+    release(&h);
+}
+
 Test(grader, a_semicolon_ends_a_denial_frame) {
     /* "It is a myth that X; Y": the writer asserts Y */
     graded g = grade_sheet(S1("It is a myth that the DP ranks are adjacent; the TP ranks are "
