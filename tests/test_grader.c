@@ -652,6 +652,21 @@ Test(grader, once_is_a_condition_only_where_it_opens_a_clause) {
     release(&h);
 }
 
+Test(grader, a_negated_second_verb_leaves_the_first_one_stated) {
+    /* "are adjacent and do not cross nodes": the negation is the second verb's */
+    graded g = grade_sheet(S1("The TP ranks are adjacent and do not cross nodes."));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    release(&g);
+    /* "the groups they do not leave": the pronoun is the negated verb's own subject */
+    graded h = grade_sheet(S1("The TP ranks are adjacent in the groups they do not leave."));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+    /* one verb, negated: its subject is denied with it */
+    graded k = grade_sheet(S1("The TP ranks are not adjacent in this layout."));
+    EXPECT_SCORE(k, "S.tp_adj", 0.0);
+    release(&k);
+}
+
 Test(grader, a_semicolon_ends_a_denial_frame) {
     /* "It is a myth that X; Y": the writer asserts Y */
     graded g = grade_sheet(S1("It is a myth that the DP ranks are adjacent; the TP ranks are "
