@@ -3448,6 +3448,39 @@ static int gr__coordinates_denial(const gr__sent *s, const gr__match *m) {
     return m->start > 0 && strcmp(s->tok[m->start - 1].s, "\xE4\xB9\x9F") == 0; /* 也 */
 }
 
+/* 1 when clause k opens with a word that adds a statement of its own ("and its coordinates
+   are not ...", "likewise the group does not exist", "而且……不是"). */
+static int gr__clause_adds_statement(const gr__sent *s, int k) {
+    static const char *const opens[] = {"and", "also", "likewise", "plus", "while",
+                                        "\xE8\x80\x8C\xE4\xB8\x94", /* 而且 */
+                                        "\xE5\xB9\xB6\xE4\xB8\x94", /* 并且 */
+                                        "\xE5\x90\x8C\xE6\x97\xB6", /* 同时 */
+                                        NULL};
+    int t = 0;
+    while (t < s->ntok && s->clause[t] != k)
+        t++;
+    while (t < s->ntok && s->clause[t] == k && s->tok[t].kind == GR__T_SYM)
+        t++;
+    if (t >= s->ntok || s->clause[t] != k) return 0;
+    for (int i = 0; opens[i] != NULL; i++) {
+        const char *w = opens[i];
+        if (s->tok[t].kind == GR__T_WORD) {
+            if (strcmp(s->tok[t].s, w) == 0) return 1;
+            continue;
+        }
+        /* Chinese: the characters of the word, one token each */
+        size_t off = 0, lw = strlen(w);
+        int u = t;
+        while (off < lw && u < s->ntok && s->tok[u].kind == GR__T_CJK &&
+               strncmp(w + off, s->tok[u].s, strlen(s->tok[u].s)) == 0) {
+            off += strlen(s->tok[u].s);
+            u++;
+        }
+        if (off == lw) return 1;
+    }
+    return 0;
+}
+
 /* Negation depth, frames and conditional antecedents of every token (see grader.h). */
 static void gr__polarity(gr__ctx *c, gr__sent *s) {
     const gr__rubric *R = &c->R;
@@ -3455,12 +3488,15 @@ static void gr__polarity(gr__ctx *c, gr__sent *s) {
     /* denial and report frames before a statement: to the next contrast marker, or to a
        semicolon ("It is a myth that X; Y" asserts Y) */
     const int pre[] = {R->L.deny_pre, R->L.report};
+    int *frame_clause = (int *)gr__alloc(c, sizeof(int) * (size_t)(n + 1));
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < s->ncm[pre[k]]; i++) {
             const gr__match *m = &s->cm[pre[k]][i];
             int end = gr__contrast_after(c, s, m->end);
-            for (int t = m->end; t < end && !gr__is_semicolon(&s->tok[t]); t++)
+            for (int t = m->end; t < end && !gr__is_semicolon(&s->tok[t]); t++) {
                 s->frame[t] = 1;
+                frame_clause[t] = m->end < n ? s->clause[m->end] : s->clause[n - 1];
+            }
         }
     /* plain negators: to the end of their clause; a negated verb phrase ("does not", "would
        never", "cannot") negates its whole clause, the subject included */
@@ -3470,6 +3506,13 @@ static void gr__polarity(gr__ctx *c, gr__sent *s) {
         /* "It is not true that X, nor that Y", "并不是说 X，也不是 Y": the frame's own denial
            goes on to Y; it is not a second negation */
         if (s->frame[m->start] && gr__coordinates_denial(s, m)) continue;
+        /* "It is not the case that X, and its coordinates are not Y": a negator in a later
+           clause of its own denies that clause; the frame does not turn it back into a
+           statement (a double negation counts only within the frame's first clause) */
+        if (s->frame[m->start] && s->clause[m->start] != frame_clause[m->start] &&
+            gr__clause_adds_statement(s, s->clause[m->start]))
+            for (int t = 0; t < n; t++)
+                if (s->clause[t] == s->clause[m->start]) s->frame[t] = 0;
         /* overlapping negators ("并不是" = 并不 + 不是 + 不) are one negation: the longest, or
            the first of equally long ones, stands for them */
         int shadowed = 0;
@@ -5057,6 +5100,21 @@ static void gr__check_text_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, g
     }
 }
 
+/* 1 when the value at token t is denied, not attributed: inside a denial frame ("it is a
+   myth that the DP group is [1,3]") or after a negated verb of its clause ("the gradients are
+   not averaged over [1,3,5,7]"). A prepositional negator ("without the all-reduce the copies
+   drift by 0.0179") leaves the value standing. */
+static int gr__value_denied(gr__ctx *c, const gr__sent *s, int t) {
+    if (t < 0 || t >= s->ntok) return 0;
+    int verb_neg = 0;
+    for (int i = 0; i < s->ncm[c->R.L.neg] && !verb_neg; i++) {
+        const gr__match *m = &s->cm[c->R.L.neg][i];
+        verb_neg = m->end <= t && s->clause[m->start] == s->clause[t] &&
+                   !gr__negator_absorbed(c, s, m) && gr__negates_verb(c, s, m);
+    }
+    return (verb_neg + s->frame[t]) % 2 == 1;
+}
+
 static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e) {
     if (s->ignored || !gr__has_context(c, b, s)) return;
     const cJSON *meas = gr__path(c->results, b->path);
@@ -5107,6 +5165,7 @@ static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__es
             int t = gr__tok_at(s, lists[li].start);
             if (gr__is_index(s->norm, lists[li].start)) continue;
             if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+            if (gr__value_denied(c, s, t)) continue;
             if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
             int rank = gr__rank_named(c, s, t);
             int want = -1;
@@ -5137,6 +5196,7 @@ static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__es
     for (int ni = 0; ni < nn; ni++) {
         int t = gr__tok_at(s, nums[ni].start);
         if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (gr__value_denied(c, s, t)) continue;
         if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
         int ok = 0;
         if (cJSON_IsNumber(meas))

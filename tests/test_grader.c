@@ -627,6 +627,19 @@ Test(grader, nor_inside_a_denial_frame_denies_the_next_statement_too) {
     release(&z);
 }
 
+Test(grader, a_negated_statement_added_inside_a_frame_stays_denied) {
+    /* "It is not the case that X, and Y is not Z": the second clause denies Z on its own; the
+       frame does not make a double negation of it */
+    graded g = grade_sheet(S1("It is not the case that the DP ranks are strided here, and the TP "
+                              "ranks are not adjacent."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+    /* inside the frame's own clause a negation still counts twice */
+    graded h = grade_sheet(S1("It is a myth that the TP ranks are not adjacent in this layout."));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+}
+
 Test(grader, a_semicolon_ends_a_denial_frame) {
     /* "It is a myth that X; Y": the writer asserts Y */
     graded g = grade_sheet(S1("It is a myth that the DP ranks are adjacent; the TP ranks are "
@@ -784,6 +797,20 @@ Test(grader, evidence_binds_a_group_to_its_kind_and_rank) {
     graded m = grade_sheet(EV("The PP group of my probe was [2,3] in this run."));
     EXPECT_SCORE(m, "E.probe_group", 0.0); /* [2,3] is the TP group, said of PP */
     release(&m);
+}
+
+Test(grader, a_denied_value_is_not_evidence) {
+    /* the right list, said not to be the group, or framed as a myth */
+    graded g = grade_sheet(EV("In this run the TP group of rank 3 was not [2,3]."));
+    EXPECT_SCORE(g, "E.probe_group", 0.0);
+    release(&g);
+    graded h = grade_sheet(EV("It is a myth that the TP group of rank 3 was [2,3] in this run."));
+    EXPECT_SCORE(h, "E.probe_group", 0.0);
+    release(&h);
+    /* the same list, stated */
+    graded k = grade_sheet(EV("It is true that the TP group of rank 3 was [2,3] in this run."));
+    EXPECT_SCORE(k, "E.probe_group", 0.5);
+    release(&k);
 }
 
 Test(grader, a_dump_of_values_earns_nothing) {
