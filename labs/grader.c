@@ -249,7 +249,29 @@ static char *gr__valid_utf8(gr__ctx *c, const char *s, size_t n, size_t *out_n) 
     return o;
 }
 
-/* NFKC + lower-case; "n't" becomes " not" so that negation sees a word. */
+/* Bytes of "'s" at src[i] (apostrophe, then an 's' that ends the word) when it follows "it",
+   "that", "there", "what", "here" or "who" in the output so far: the copula, not a possessive.
+   0 otherwise. */
+static size_t gr__is_copula_s(const char *src, size_t sn, size_t i, const char *o, size_t k) {
+    size_t apo = 0;
+    if (src[i] == '\'')
+        apo = 1;
+    else if (i + 3 <= sn && memcmp(src + i, "\xE2\x80\x99", 3) == 0)
+        apo = 3;
+    if (apo == 0 || i + apo >= sn || src[i + apo] != 's') return 0;
+    if (i + apo + 1 < sn && isalnum((unsigned char)src[i + apo + 1])) return 0;
+    static const char *const words[] = {"it", "that", "there", "what", "here", "who", NULL};
+    for (int w = 0; words[w] != NULL; w++) {
+        size_t lw = strlen(words[w]);
+        if (k >= lw && memcmp(o + k - lw, words[w], lw) == 0 &&
+            (k == lw || !isalnum((unsigned char)o[k - lw - 1])))
+            return apo + 1;
+    }
+    return 0;
+}
+
+/* NFKC + lower-case; "n't" becomes " not" and "it's" "it is" so that negation and the
+   denial frames see words. */
 static char *gr__normalize(gr__ctx *c, const char *s, size_t n) {
     size_t vn = 0;
     char *v = gr__valid_utf8(c, s, n, &vn);
@@ -267,6 +289,13 @@ static char *gr__normalize(gr__ctx *c, const char *s, size_t n) {
     char *o = (char *)gr__alloc(c, sn * 2 + 8);
     size_t k = 0;
     for (size_t i = 0; i < sn; i++) {
+        size_t apo_s = gr__is_copula_s(src, sn, i, o, k);
+        if (apo_s > 0) {
+            memcpy(o + k, " is", 3); /* "it's a myth" -> "it is a myth" */
+            k += 3;
+            i += apo_s - 1; /* past the apostrophe and the 's' (the loop adds one) */
+            continue;
+        }
         if (src[i] == 'n') {
             size_t apo = 0; /* bytes of the apostrophe after the 'n' */
             if (i + 1 < sn && src[i + 1] == '\'')
@@ -595,9 +624,9 @@ static const char *const gr__ignore_reason[] = {
     "",
     "copies the prompt",
     "repeats an earlier sentence",
-    "a list of terms, not a statement",
+    "is a list of terms, not a statement",
     "has no verb (a noun phrase or a bullet of keywords states nothing)",
-    "too long to be one sentence",
+    "is too long to be one sentence",
     "stands in a box that is not graded"};
 
 typedef struct gr__sent {
@@ -3368,12 +3397,37 @@ static int gr__ends_clause(const gr__sent *s, const gr__match *m) {
     return s->clause[m->end] != s->clause[m->start];
 }
 
+/* 1 when negator m is the object of the verb right before it ("knows nothing of", "needs no
+   gather", "sees none"): the clause says its doer does not know, need or see. The verb is a
+   word of the predicate lists, or one in the third person ("knows", "checks"). */
+static int gr__object_negator_after_verb(gr__ctx *c, const gr__sent *s, const gr__match *m) {
+    const gr__rubric *R = &c->R;
+    static const char *const objects[] = {"nothing", "no", "none", "nobody", NULL};
+    const gr__tok *w = &s->tok[m->start];
+    int t = m->start - 1;
+    if (t < 0 || w->kind != GR__T_WORD || s->clause[t] != s->clause[m->start]) return 0;
+    int is_object = 0;
+    for (int i = 0; objects[i] != NULL && !is_object; i++)
+        is_object = strcmp(w->s, objects[i]) == 0;
+    if (!is_object) return 0;
+    const gr__tok *v = &s->tok[t];
+    if (v->kind != GR__T_WORD) return 0;
+    const int kinds[] = {R->L.pred, R->L.weak_pred, R->L.amb_verb};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int i = 0; i < s->ncm[kinds[k]]; i++)
+            if (s->cm[kinds[k]][i].end == m->start) return 1;
+    size_t n = strlen(v->s);
+    return n > 3 && v->s[n - 1] == 's' && v->s[n - 2] != 's' && v->s[n - 2] != 'u' &&
+           v->s[n - 2] != 'i';
+}
+
 /* 1 when negator m negates a verb phrase: it follows an auxiliary or modal ("is not",
    "would never"), or it is one of the verb negators that need none ("cannot", "never"). */
 static int gr__negates_verb(gr__ctx *c, const gr__sent *s, const gr__match *m) {
     const gr__rubric *R = &c->R;
     for (int i = 0; i < s->ncm[R->L.verb_negators]; i++)
         if (s->cm[R->L.verb_negators][i].start == m->start) return 1;
+    if (gr__object_negator_after_verb(c, s, m)) return 1;
     for (int i = 0; i < s->ncm[R->L.auxiliaries]; i++) {
         const gr__match *a = &s->cm[R->L.auxiliaries][i];
         if (a->end <= m->start && m->start - a->end <= 1 && s->clause[a->start] == s->clause[m->start])
@@ -3382,15 +3436,83 @@ static int gr__negates_verb(gr__ctx *c, const gr__sent *s, const gr__match *m) {
     return 0;
 }
 
+static int gr__is_semicolon(const gr__tok *t) {
+    return t->kind == GR__T_SYM && (strcmp(t->s, ";") == 0 || strcmp(t->s, "\xEF\xBC\x9B") == 0);
+}
+
+/* 1 when negator m joins one more denied statement to a list of them: "nor", "neither", or a
+   Chinese negator after 也 ("也不是", "也没有"). */
+static int gr__coordinates_denial(const gr__sent *s, const gr__match *m) {
+    const gr__tok *w = &s->tok[m->start];
+    if (w->kind == GR__T_WORD) return strcmp(w->s, "nor") == 0 || strcmp(w->s, "neither") == 0;
+    return m->start > 0 && strcmp(s->tok[m->start - 1].s, "\xE4\xB9\x9F") == 0; /* 也 */
+}
+
+/* 1 when clause k opens with a word that adds a statement of its own ("and its coordinates
+   are not ...", "likewise the group does not exist", "而且……不是"). */
+static int gr__clause_adds_statement(const gr__sent *s, int k) {
+    static const char *const opens[] = {"and", "also", "likewise", "plus", "while",
+                                        "\xE8\x80\x8C\xE4\xB8\x94", /* 而且 */
+                                        "\xE5\xB9\xB6\xE4\xB8\x94", /* 并且 */
+                                        "\xE5\x90\x8C\xE6\x97\xB6", /* 同时 */
+                                        NULL};
+    int t = 0;
+    while (t < s->ntok && s->clause[t] != k)
+        t++;
+    while (t < s->ntok && s->clause[t] == k && s->tok[t].kind == GR__T_SYM)
+        t++;
+    if (t >= s->ntok || s->clause[t] != k) return 0;
+    for (int i = 0; opens[i] != NULL; i++) {
+        const char *w = opens[i];
+        if (s->tok[t].kind == GR__T_WORD) {
+            if (strcmp(s->tok[t].s, w) == 0) return 1;
+            continue;
+        }
+        /* Chinese: the characters of the word, one token each */
+        size_t off = 0, lw = strlen(w);
+        int u = t;
+        while (off < lw && u < s->ntok && s->tok[u].kind == GR__T_CJK &&
+               strncmp(w + off, s->tok[u].s, strlen(s->tok[u].s)) == 0) {
+            off += strlen(s->tok[u].s);
+            u++;
+        }
+        if (off == lw) return 1;
+    }
+    return 0;
+}
+
 /* Negation depth, frames and conditional antecedents of every token (see grader.h). */
 static void gr__polarity(gr__ctx *c, gr__sent *s) {
     const gr__rubric *R = &c->R;
     int n = s->ntok;
+    /* denial and report frames before a statement: to the next contrast marker, or to a
+       semicolon ("It is a myth that X; Y" asserts Y) */
+    const int pre[] = {R->L.deny_pre, R->L.report};
+    int *frame_clause = (int *)gr__alloc(c, sizeof(int) * (size_t)(n + 1));
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < s->ncm[pre[k]]; i++) {
+            const gr__match *m = &s->cm[pre[k]][i];
+            int end = gr__contrast_after(c, s, m->end);
+            for (int t = m->end; t < end && !gr__is_semicolon(&s->tok[t]); t++) {
+                s->frame[t] = 1;
+                frame_clause[t] = m->end < n ? s->clause[m->end] : s->clause[n - 1];
+            }
+        }
     /* plain negators: to the end of their clause; a negated verb phrase ("does not", "would
        never", "cannot") negates its whole clause, the subject included */
     for (int i = 0; i < s->ncm[R->L.neg]; i++) {
         const gr__match *m = &s->cm[R->L.neg][i];
         if (gr__negator_absorbed(c, s, m)) continue;
+        /* "It is not true that X, nor that Y", "并不是说 X，也不是 Y": the frame's own denial
+           goes on to Y; it is not a second negation */
+        if (s->frame[m->start] && gr__coordinates_denial(s, m)) continue;
+        /* "It is not the case that X, and its coordinates are not Y": a negator in a later
+           clause of its own denies that clause; the frame does not turn it back into a
+           statement (a double negation counts only within the frame's first clause) */
+        if (s->frame[m->start] && s->clause[m->start] != frame_clause[m->start] &&
+            gr__clause_adds_statement(s, s->clause[m->start]))
+            for (int t = 0; t < n; t++)
+                if (s->clause[t] == s->clause[m->start]) s->frame[t] = 0;
         /* overlapping negators ("并不是" = 并不 + 不是 + 不) are one negation: the longest, or
            the first of equally long ones, stands for them */
         int shadowed = 0;
@@ -3431,15 +3553,6 @@ static void gr__polarity(gr__ctx *c, gr__sent *s) {
                 s->hyp[t] = 1;
                 if (k == 1) s->negd[t]++;
             }
-        }
-    /* denial and report frames before a statement: to the next contrast marker */
-    const int pre[] = {R->L.deny_pre, R->L.report};
-    for (int k = 0; k < 2; k++)
-        for (int i = 0; i < s->ncm[pre[k]]; i++) {
-            const gr__match *m = &s->cm[pre[k]][i];
-            int end = gr__contrast_after(c, s, m->end);
-            for (int t = m->end; t < end; t++)
-                s->frame[t] = 1;
         }
     /* denial after a statement ("... is false", "……是错误的"): back to the last contrast */
     for (int i = 0; i < s->ncm[R->L.deny_post]; i++) {
@@ -3557,6 +3670,24 @@ static int gr__has_inflected_verb(gr__ctx *c, const gr__sent *s) {
     return 0;
 }
 
+/* 1 when a verb of the predicate lists stands in its third-person form ("shards", "runs",
+   "gets"): a finite verb, so the words around it are a clause. Participles ("strided", "sorted")
+   do not count: in a row of keywords they are adjectives. */
+static int gr__has_finite_verb(gr__ctx *c, const gr__sent *s) {
+    const gr__rubric *R = &c->R;
+    const int kinds[] = {R->L.pred, R->L.weak_pred};
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
+        for (int i = 0; i < s->ncm[kinds[k]]; i++)
+            for (int t = s->cm[kinds[k]][i].start; t < s->cm[kinds[k]][i].end; t++) {
+                const gr__tok *w = &s->tok[t];
+                if (w->kind != GR__T_WORD || w->stem == NULL) continue;
+                size_t ls = strlen(w->stem), lw = strlen(w->s);
+                if (lw > ls && lw <= ls + 2 && w->s[lw - 1] == 's' && strncmp(w->s, w->stem, ls) == 0)
+                    return 1;
+            }
+    return 0;
+}
+
 /* A keyword list, not a statement: many distinct lexicon concepts that cover most of its
    words, and hardly any function words ("the", "of", "is", "的", "了") between them. A real
    technical sentence is dense in terms too, but its function words hold it together. */
@@ -3595,8 +3726,12 @@ static int gr__is_term_list(gr__ctx *c, const gr__sent *s) {
             if (s->tok[t].kind == GR__T_CJK && s->tok[t + 1].kind == GR__T_CJK &&
                 s->tok[t + 1].start > s->tok[t].start + s->tok[t].len)
                 gaps++;
-        return distinct >= R->rules.list_min_concepts && gaps >= 3;
+        /* ... but prose that has its particles (的, 是, 在) is a sentence however dense */
+        return distinct >= R->rules.list_min_concepts && gaps >= 3 && function < 2;
     }
+    /* a verb in a finite form ("shards", "runs", "gets") makes terse prose a clause: an
+       expert's one-line answer is dense in terms and light in articles, yet says something */
+    if (gr__has_finite_verb(c, s)) return 0;
     /* a line without a single function word or inflected verb ("save before forward restore
        recompute snapshot RNG states backward") has no clause structure: bare nouns and verbs
        in a row are a keyword list however short */
@@ -4965,6 +5100,21 @@ static void gr__check_text_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, g
     }
 }
 
+/* 1 when the value at token t is denied, not attributed: inside a denial frame ("it is a
+   myth that the DP group is [1,3]") or after a negated verb of its clause ("the gradients are
+   not averaged over [1,3,5,7]"). A prepositional negator ("without the all-reduce the copies
+   drift by 0.0179") leaves the value standing. */
+static int gr__value_denied(gr__ctx *c, const gr__sent *s, int t) {
+    if (t < 0 || t >= s->ntok) return 0;
+    int verb_neg = 0;
+    for (int i = 0; i < s->ncm[c->R.L.neg] && !verb_neg; i++) {
+        const gr__match *m = &s->cm[c->R.L.neg][i];
+        verb_neg = m->end <= t && s->clause[m->start] == s->clause[t] &&
+                   !gr__negator_absorbed(c, s, m) && gr__negates_verb(c, s, m);
+    }
+    return (verb_neg + s->frame[t]) % 2 == 1;
+}
+
 static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e) {
     if (s->ignored || !gr__has_context(c, b, s)) return;
     const cJSON *meas = gr__path(c->results, b->path);
@@ -5015,6 +5165,7 @@ static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__es
             int t = gr__tok_at(s, lists[li].start);
             if (gr__is_index(s->norm, lists[li].start)) continue;
             if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+            if (gr__value_denied(c, s, t)) continue;
             if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
             int rank = gr__rank_named(c, s, t);
             int want = -1;
@@ -5045,6 +5196,7 @@ static void gr__check_binding(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__es
     for (int ni = 0; ni < nn; ni++) {
         int t = gr__tok_at(s, nums[ni].start);
         if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (gr__value_denied(c, s, t)) continue;
         if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
         int ok = 0;
         if (cJSON_IsNumber(meas))

@@ -583,6 +583,81 @@ Test(grader, a_keyword_list_is_not_a_statement) {
     release(&g);
 }
 
+Test(grader, a_terse_answer_with_a_finite_verb_is_a_statement_not_a_keyword_list) {
+    /* an expert's one-liner is dense in terms and light in articles; "creates" makes it a
+       clause, so its relations count */
+    const char *terse = "TP keeps adjacent contiguous ranks, NVLink same node; DP strided; every "
+                        "rank creates groups, order sequence match.";
+    graded g = grade_sheet(S1(terse));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    cr_expect_not(mc_test_contains(g.out, "a list of terms"), "%s", g.out);
+    release(&g);
+    /* the same terms without the finite verb are a row of keywords */
+    graded h = grade_sheet(S1("TP keep adjacent contiguous ranks, NVLink same node; DP strided; every "
+                              "rank create groups, order sequence match."));
+    EXPECT_SCORE(h, "S.tp_adj", 0.0);
+    release(&h);
+    /* Chinese prose keeps its particles (的, 是, 都) even where spaces stand between words */
+    graded z = grade_sheet(S1("张量并行 的 rank 是 相邻 的，数据并行 是 跨步 的，所有进程 都 创建 同样 顺序 的 组。"));
+    EXPECT_SCORE(z, "S.tp_adj", 1.0);
+    release(&z);
+    graded k = grade_sheet(S1("张量并行 相邻 NVLink 数据并行 跨步 所有进程 创建 顺序 匹配"));
+    EXPECT_SCORE(k, "S.tp_adj", 0.0);
+    release(&k);
+}
+
+Test(grader, a_contracted_denial_frame_denies) {
+    /* "it's a myth that" is "it is a myth that" */
+    graded g = grade_sheet(S1("It's a myth that the TP ranks are adjacent in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+    graded h = grade_sheet(S1("It\xE2\x80\x99s a myth that the TP ranks are adjacent in this layout."));
+    EXPECT_SCORE(h, "S.tp_adj", 0.0);
+    release(&h);
+}
+
+Test(grader, nor_inside_a_denial_frame_denies_the_next_statement_too) {
+    /* "nor" goes on with the frame's denial; it is not a second negation that undoes it */
+    graded g = grade_sheet(S1("It is not true that the DP ranks are strided here, nor that the TP "
+                              "ranks are adjacent."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+    graded z = grade_sheet(S1("并不是说数据并行的进程是跨步的，也不是张量并行的进程相邻。"));
+    EXPECT_SCORE(z, "S.tp_adj", 0.0);
+    release(&z);
+}
+
+Test(grader, a_negated_statement_added_inside_a_frame_stays_denied) {
+    /* "It is not the case that X, and Y is not Z": the second clause denies Z on its own; the
+       frame does not make a double negation of it */
+    graded g = grade_sheet(S1("It is not the case that the DP ranks are strided here, and the TP "
+                              "ranks are not adjacent."));
+    EXPECT_SCORE(g, "S.tp_adj", 0.0);
+    release(&g);
+    /* inside the frame's own clause a negation still counts twice */
+    graded h = grade_sheet(S1("It is a myth that the TP ranks are not adjacent in this layout."));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+}
+
+Test(grader, a_semicolon_ends_a_denial_frame) {
+    /* "It is a myth that X; Y": the writer asserts Y */
+    graded g = grade_sheet(S1("It is a myth that the DP ranks are adjacent; the TP ranks are "
+                              "adjacent in this layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    release(&g);
+}
+
+Test(grader, an_object_negator_after_a_verb_negates_the_clause) {
+    /* "every rank creates no group": nobody creates it, so "every rank creates" is not said */
+    graded g = grade_sheet(S1("In this scheme every rank creates no group at all."));
+    EXPECT_SCORE(g, "S.every_create", 0.0);
+    release(&g);
+    graded h = grade_sheet(S1("In this scheme every rank creates the group, members or not."));
+    EXPECT_SCORE(h, "S.every_create", 1.0);
+    release(&h);
+}
+
 Test(grader, an_article_or_a_hyphen_makes_a_verb_form_a_noun_phrase_in_bullets) {
     /* "the sorted", "output-layer": no verb, so these bullets state nothing */
     graded g = grade_sheet(S1("- TP ranks adjacent in the sorted order\n"
@@ -722,6 +797,20 @@ Test(grader, evidence_binds_a_group_to_its_kind_and_rank) {
     graded m = grade_sheet(EV("The PP group of my probe was [2,3] in this run."));
     EXPECT_SCORE(m, "E.probe_group", 0.0); /* [2,3] is the TP group, said of PP */
     release(&m);
+}
+
+Test(grader, a_denied_value_is_not_evidence) {
+    /* the right list, said not to be the group, or framed as a myth */
+    graded g = grade_sheet(EV("In this run the TP group of rank 3 was not [2,3]."));
+    EXPECT_SCORE(g, "E.probe_group", 0.0);
+    release(&g);
+    graded h = grade_sheet(EV("It is a myth that the TP group of rank 3 was [2,3] in this run."));
+    EXPECT_SCORE(h, "E.probe_group", 0.0);
+    release(&h);
+    /* the same list, stated */
+    graded k = grade_sheet(EV("It is true that the TP group of rank 3 was [2,3] in this run."));
+    EXPECT_SCORE(k, "E.probe_group", 0.5);
+    release(&k);
 }
 
 Test(grader, a_dump_of_values_earns_nothing) {

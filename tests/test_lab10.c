@@ -479,7 +479,7 @@ Test(lab10, misconceptions_cost_points_negations_and_keyword_lists_earn_nothing)
             static const char *const fire[] = {"MC1 ", "MC2 ", "MC3 ", "MC7 "};
             for (int i = 0; i < 4; i++)
                 cr_expect(mc_test_contains(out, fire[i]), "%s did not fire\n%s", fire[i], out);
-            cr_expect(mc_test_contains(out, "penalties -3.00"), "%s", out);
+            cr_expect(mc_test_contains(out, "penalties -1.50"), "%s", out);
         } else {
             cr_expect(mc_test_contains(out, "no misconception fired"), "%s\n%s", names[k], out);
         }
