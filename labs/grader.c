@@ -4764,8 +4764,10 @@ static void gr__assign_claims(gr__ctx *c, gr__cstate *st) {
     for (int k = 0; k < R->nclaim; k++)
         if (st[k].assigned < 0 && st[k].ncand > 0 && st[k].near_sent == NULL) {
             st[k].near_sent = &c->S.sent[st[k].cand[0].sent];
-            st[k].near_why = gr__strdup(c, "that sentence already counts for other ideas "
-                                           "(at most two ideas per sentence)");
+            gr__sb w = {0};
+            gr__sb_printf(c, &w, "that sentence already counts for other ideas (at most %.0f "
+                          "ideas per sentence)", R->rules.max_claims_per_sentence);
+            st[k].near_why = w.s;
         }
 }
 
