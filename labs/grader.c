@@ -3337,8 +3337,33 @@ static int gr__negator_absorbed(const gr__ctx *c, const gr__sent *s, const gr__m
 /* Clause index of every token: a clause ends at a comma, semicolon, colon, parenthesis or
    dash, and a new one starts at a clause-break word ("because", "but", "which", "所以"), a
    contrast marker or a conditional marker. */
+/* "once" is a conditional ("Once the backward ends, ...", "..., once all ranks arrive") when
+   it opens its clause or a subject follows it; elsewhere it is an adverb ("stored once on
+   stage 0", "runs once per step") and its matches are dropped. */
+static void gr__drop_adverb_once(gr__ctx *c, gr__sent *s) {
+    int k = c->R.L.cond, kept = 0;
+    for (int i = 0; i < s->ncm[k]; i++) {
+        const gr__match *m = &s->cm[k][i];
+        int t = m->start, adverb = 0;
+        if (m->end - m->start == 1 && strcmp(s->tok[t].s, "once") == 0) {
+            int opens = t == 0 || s->tok[t - 1].barrier || s->tok[t - 1].kind == GR__T_SYM;
+            static const char *const subjects[] = {"the", "a", "an", "all", "every", "each",
+                                                   "both", "any", "some", "it", "they", "we",
+                                                   "you", "this", "these", "those", "its",
+                                                   "their", "our", "your", "there", NULL};
+            int subject = 0;
+            for (int j = 0; subjects[j] != NULL && !subject && t + 1 < s->ntok; j++)
+                subject = strcmp(s->tok[t + 1].s, subjects[j]) == 0;
+            adverb = !opens && !subject;
+        }
+        if (!adverb) s->cm[k][kept++] = *m;
+    }
+    s->ncm[k] = kept;
+}
+
 static void gr__clauses(gr__ctx *c, gr__sent *s) {
     const gr__rubric *R = &c->R;
+    gr__drop_adverb_once(c, s);
     uint8_t *starts = (uint8_t *)gr__alloc(c, (size_t)s->ntok + 1);
     const int kinds[] = {R->L.brk, R->L.contrast, R->L.cond, R->L.cond_neg};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
@@ -3395,6 +3420,40 @@ static int gr__ends_clause(const gr__sent *s, const gr__match *m) {
     if (s->tok[m->end].barrier) return 1;
     if (s->tok[m->end].kind == GR__T_SYM) return 1;
     return s->clause[m->end] != s->clause[m->start];
+}
+
+static int gr__is_coordinator(const gr__tok *t) {
+    return t->kind == GR__T_WORD && (strcmp(t->s, "and") == 0 || strcmp(t->s, "or") == 0 ||
+                                     strcmp(t->s, "but") == 0 || strcmp(t->s, "yet") == 0);
+}
+
+/* 1 when a verb stands in clause k before token t: a word of the predicate lists, or a word
+   in the third person ("matches", "holds"). */
+static int gr__verb_before(gr__ctx *c, const gr__sent *s, int t, int k) {
+    const gr__rubric *R = &c->R;
+    const int kinds[] = {R->L.pred, R->L.weak_pred};
+    for (size_t j = 0; j < sizeof kinds / sizeof kinds[0]; j++)
+        for (int i = 0; i < s->ncm[kinds[j]]; i++) {
+            const gr__match *v = &s->cm[kinds[j]][i];
+            if (v->end <= t && s->clause[v->start] == k) return 1;
+        }
+    for (int u = t - 1; u >= 0 && s->clause[u] == k; u--) {
+        const gr__tok *w = &s->tok[u];
+        size_t n = w->kind == GR__T_WORD ? strlen(w->s) : 0;
+        if (n > 3 && w->s[n - 1] == 's' && w->s[n - 2] != 's' && w->s[n - 2] != 'u' &&
+            w->s[n - 2] != 'i' && u > 0 && s->tok[u - 1].kind == GR__T_WORD &&
+            !gr__is_coordinator(&s->tok[u - 1]))
+            return 1;
+    }
+    return 0;
+}
+
+static int gr__is_subject_pronoun(const gr__tok *t) {
+    static const char *const p[] = {"it", "they", "we", "you", "he", "she", "i", NULL};
+    if (t->kind != GR__T_WORD) return 0;
+    for (int i = 0; p[i] != NULL; i++)
+        if (strcmp(t->s, p[i]) == 0) return 1;
+    return 0;
 }
 
 /* 1 when negator m is the object of the verb right before it ("knows nothing of", "needs no
@@ -3531,8 +3590,17 @@ static void gr__polarity(gr__ctx *c, gr__sent *s) {
         }
         /* back to the clause start, unless an earlier negator of the clause already covers it */
         if (!earlier && gr__negates_verb(c, s, m))
-            while (from > 0 && s->clause[from - 1] == s->clause[m->start])
+            while (from > 0 && s->clause[from - 1] == s->clause[m->start]) {
+                /* "matches calls by sequence and does not look at names": the negation is the
+                   second verb's; the first verb phrase, before the "and", stays stated */
+                if (gr__is_coordinator(&s->tok[from - 1]) &&
+                    gr__verb_before(c, s, from - 1, s->clause[m->start]))
+                    break;
                 from--;
+                /* "the layers it does not own": a pronoun is the negated verb's own subject;
+                   what stands before it belongs to another verb */
+                if (from < m->start - 1 && gr__is_subject_pronoun(&s->tok[from])) break;
+            }
         /* "不切模型、不设种子", "not A and not B": each negator reaches to the next one */
         int to = n;
         for (int j = 0; j < s->ncm[R->L.neg]; j++) {
@@ -4078,7 +4146,8 @@ static int gr__dfs(gr__search *q, int slot) {
             if (e > hi) hi = e;
         }
         if (q->u.a != NULL && !(in_a && in_b)) return 0; /* a plain match is found without a */
-        if (r->window > 0 && in_b && hi - lo > r->window + 1e-9) return 0;
+        /* the window spaces the slots; a lone slot's phrase may be longer than it */
+        if (r->window > 0 && r->nslot > 1 && in_b && hi - lo > r->window + 1e-9) return 0;
         if (r->agent >= 0 && !gr__is_agent(q, &q->chosen[r->agent], &q->chosen[r->verb]))
             return 0;
         if (q->unless && gr__unless_near(q)) return 0;

@@ -640,6 +640,33 @@ Test(grader, a_negated_statement_added_inside_a_frame_stays_denied) {
     release(&h);
 }
 
+Test(grader, once_is_a_condition_only_where_it_opens_a_clause) {
+    /* "created once": an adverb, the rest of the sentence is stated */
+    graded g = grade_sheet(S1("The groups are created once and the TP ranks are adjacent in this "
+                              "layout."));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    release(&g);
+    /* "Once the TP ranks are adjacent, ...": a condition, not a statement */
+    graded h = grade_sheet(S1("Once the TP ranks are adjacent, the layout is fast."));
+    EXPECT_SCORE(h, "S.tp_adj", 0.0);
+    release(&h);
+}
+
+Test(grader, a_negated_second_verb_leaves_the_first_one_stated) {
+    /* "are adjacent and do not cross nodes": the negation is the second verb's */
+    graded g = grade_sheet(S1("The TP ranks are adjacent and do not cross nodes."));
+    EXPECT_SCORE(g, "S.tp_adj", 1.0);
+    release(&g);
+    /* "the groups they do not leave": the pronoun is the negated verb's own subject */
+    graded h = grade_sheet(S1("The TP ranks are adjacent in the groups they do not leave."));
+    EXPECT_SCORE(h, "S.tp_adj", 1.0);
+    release(&h);
+    /* one verb, negated: its subject is denied with it */
+    graded k = grade_sheet(S1("The TP ranks are not adjacent in this layout."));
+    EXPECT_SCORE(k, "S.tp_adj", 0.0);
+    release(&k);
+}
+
 Test(grader, a_semicolon_ends_a_denial_frame) {
     /* "It is a myth that X; Y": the writer asserts Y */
     graded g = grade_sheet(S1("It is a myth that the DP ranks are adjacent; the TP ranks are "
