@@ -1439,9 +1439,14 @@ static cJSON *lab09_facts(lab_ctx *cx) {
             cJSON_AddItemToArray(stages, so);
         }
         cJSON_AddItemToArray(pairs, o);
-        /* the predictions' value: only a bubble compared with the formula (see >>B) */
+        /* the measured value: only a bubble compared with the formula (see >>B) */
         if (pr->checked) cJSON_AddNumberToObject(b, key, round(pr->measured * 1e4) / 1e4);
         else cJSON_AddNullToObject(b, key);
+        /* what the predictions are judged against: the formula, which a timed bubble on a
+           loaded machine exceeds by run-to-run amounts a prediction cannot foresee */
+        char fkey[32];
+        snprintf(fkey, sizeof fkey, "formula_p%d_m%d", pr->p, pr->m);
+        cJSON_AddNumberToObject(b, fkey, round(pr->formula * 1e4) / 1e4);
     }
 
     /* C */
