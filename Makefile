@@ -404,7 +404,9 @@ sanitize-build: $(UNIT_TESTS) $(MPI_CASES)
 # libFuzzer targets (clang): the checkpoint metadata parser, pretrain_gpt's data-file reader,
 # both argument parsers, the grader's answer-sheet parser and rubric loader. Each runs FUZZ_SECONDS from its committed corpus
 # (tests/fuzz/corpus/<name>, read only); new inputs go to $(BUILD)/fuzz/work/<name>, a crash
-# to $(BUILD)/fuzz/<name>-crash-* and fails the target.
+# to $(BUILD)/fuzz/<name>-crash-* and fails the target. -close_fd_mask=2 sends the programs' own
+# refusals to /dev/null while libFuzzer and the sanitizers still report in the log; the low
+# open-file limit makes a descriptor leaked per input fail within one run.
 FUZZ_TARGETS := checkpoint_meta data_file pretrain_args cli answer_sheet rubric
 FUZZ_SECONDS ?= 60
 FUZZ_CC     ?= clang
@@ -425,10 +427,10 @@ $(BUILD)/fuzz/fuzz_answer_sheet $(BUILD)/fuzz/fuzz_rubric: $(BUILD)/fuzz/fuzz_%:
 	$(FUZZ_CC) $(FUZZ_FLAGS) -I/usr/include/cjson $< labs/grader.c -o $@ $(GRADER_LIBS)
 
 fuzz: $(FUZZ_BINS) ## run every libFuzzer target for FUZZ_SECONDS (default 60) from its corpus
-	@for t in $(FUZZ_TARGETS); do \
+	@ulimit -n 512; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/work/$$t; \
 	  echo "==== fuzz_$$t ($(FUZZ_SECONDS) s)"; \
-	  ./$(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	  ./$(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 -close_fd_mask=2 \
 	    -print_final_stats=1 -artifact_prefix=$(BUILD)/fuzz/$$t- \
 	    $(BUILD)/fuzz/work/$$t tests/fuzz/corpus/$$t > $(BUILD)/fuzz/$$t.log 2>&1; \
 	  rc=$$?; grep -E '^(#[0-9]+.*DONE|stat::number_of_executed_units|stat::new_units_added)' \

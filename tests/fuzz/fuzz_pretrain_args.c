@@ -21,9 +21,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_argv fa;
     if (fuzz_argv_make(&fa, "pretrain_gpt", data, size) != 0) return 0;
     args a;
-    int quiet = fuzz_quiet_begin();
     int rc = parse_args(fa.argc, fa.argv, &a);
-    fuzz_quiet_end(quiet);
     if (rc == ARGS_OK) {
         static char text[N_ARG_SPECS][ARG_TEXT_LEN];
         if (!isfinite(a.lr) || !isfinite(a.min_lr) || !isfinite(a.clip_grad) ||

@@ -5,7 +5,6 @@
 #ifndef FUZZ_UTIL_H_INCLUDED
 #define FUZZ_UTIL_H_INCLUDED
 
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -41,25 +40,5 @@ static inline int fuzz_argv_make(fuzz_argv *a, const char *prog, const uint8_t *
 }
 
 static inline void fuzz_argv_free(fuzz_argv *a) { free(a->text); }
-
-/* The programs print their refusals on stderr, where libFuzzer reports too: while one input
-   runs, fd 2 points at /dev/null. */
-static inline int fuzz_quiet_begin(void) {
-    static int null_fd = -1;
-    int saved;
-    if (null_fd < 0) null_fd = open("/dev/null", O_WRONLY);
-    fflush(stderr);
-    saved = dup(2);
-    if (null_fd >= 0) dup2(null_fd, 2);
-    return saved;
-}
-
-static inline void fuzz_quiet_end(int saved) {
-    fflush(stderr);
-    if (saved >= 0) {
-        dup2(saved, 2);
-        close(saved);
-    }
-}
 
 #endif
