@@ -124,7 +124,7 @@ $(BUILD)/lab_common.o: CPPFLAGS += -DLAB_BUILD_COMMIT='"$(BUILD_COMMIT)"' -DLAB_
 # Every labs/labNN.c is a lab: `make labs` builds them all, `make labNN` one.
 LABS        := $(patsubst labs/%.c,%,$(wildcard labs/lab[0-9][0-9].c))
 
-.PHONY: help all labs test test-unit test-mpi grade calibrate check-header cuda deps clean
+.PHONY: help all labs test test-unit test-mpi grade calibrate calibration-results check-header cuda deps clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -241,7 +241,7 @@ MPI_CASES  := $(patsubst tests/mpi_cases/%.c,$(BUILD)/tests/%,$(wildcard tests/m
 # build of the library (TEST_IMPL_<name>) in place of $(BUILD)/mc_impl.o, as labs do.
 test_objs = $(subst $(BUILD)/mc_impl.o,$(or $(TEST_IMPL_$(1)),$(BUILD)/mc_impl.o),$(LAB_COMMON))
 
-$(UNIT_TESTS): $(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) $(wildcard tests/*.h) | $(BUILD)/.deps-ok
+$(UNIT_TESTS): $(BUILD)/tests/test_%: tests/test_%.c $(LAB_COMMON) $(wildcard tests/*.h tests/calibration/*.h) | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
 	  $(TEST_DEFS_$*) $< $(call test_objs,$*) -o $@ $(LDFLAGS) $(FAST_LIBS) $(CRIT_LIBS) $(GRADER_LIBS) \
@@ -289,11 +289,17 @@ $(BUILD)/tests/grade: tests/grade/grade.c $(LAB_COMMON) tests/test_util.h | $(BU
 	$(MPICC) $(CSTD) $(CFLAGS) $(WARN) $(CPPFLAGS) -I/usr/include/cjson $(CRIT_CFLAGS) -DMC_COMM_MPI \
 	  $< $(LAB_COMMON) -o $@ $(LDFLAGS) $(FAST_LIBS) $(CRIT_LIBS) $(GRADER_LIBS) $(CUDA_LIBS)
 
-# make calibrate: grades every labelled corpus (tests/calibration/<lab>/) against fresh runs of
+# make calibrate: grades every labelled corpus (tests/calibration/<lab>/) against its frozen runs
+# (results/<id>.json) or, for a sheet without one, fresh runs of
 # the lab for the sheets' nonces and prints each sheet's score beside its label. Exit status 0:
 # every lab's test half meets the bar (labs/rubric/SCHEMA.md, Calibration); 1: one misses it.
 calibrate: $(BUILD)/tests/calibrate labs ## grade the labelled sheets of tests/calibration/ against real runs
 	@./$(BUILD)/tests/calibrate
+
+# make calibration-results: after a lab's results change shape (test_calibration says so),
+# re-run every corpus sheet and keep each run as tests/calibration/<lab>/results/<id>.json
+calibration-results: $(BUILD)/tests/calibrate labs ## remake the frozen runs the calibration sheets are graded against
+	@./$(BUILD)/tests/calibrate --freeze
 
 $(BUILD)/tests/calibrate: tests/calibration/calibrate.c tests/calibration/calibrate.h $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)

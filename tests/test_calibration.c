@@ -3,7 +3,8 @@
    tests/calibration/<lab>/ holds the development half of each lab's corpus: answer sheets
    written by authors who never saw the rubric, each marked from the seed's score points by a
    separate rater before any grader saw it (see tests/calibration/calibrate.h). Each test grades
-   one lab's sheets against fresh runs of ./<lab> for their nonces and holds the development half
+   one lab's sheets against the runs frozen beside them (results/<id>.json, checked to have the
+   shape ./<lab> writes now) and holds the development half
    to the bar of grading_design.md A0.7 (|grader - label| <= 2 on 90% of the sheets, every sheet
    labelled >= 13 graded >= 13, every sheet labelled <= 3 graded <= 4), so that a change to the
    engine or a rubric that breaks agreement with the markers fails here. The held-out test
@@ -24,33 +25,13 @@
 static cal_corpus g_corpus;
 
 static void expect_dev_bar(const char *lab) {
-    const char *root = mc_test_repo_root();
-    char dir[PATH_MAX + 64], err[1024], work[] = "/tmp/gr_calibration_XXXXXX";
-    snprintf(dir, sizeof dir, "%.3000s/tests/calibration/%s", root, lab);
-    cr_assert_eq(cal_load(&g_corpus, lab, dir, err, sizeof err), 0, "%s", err);
-    cr_assert_not_null(mkdtemp(work));
-    int rc = cal_grade_all(&g_corpus, root, work, err, sizeof err);
-    char cmd[PATH_MAX];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
-    cr_expect_eq(system(cmd), 0);
-    cr_assert_eq(rc, 0, "%s: %s", lab, err);
-    for (int i = 0; i < g_corpus.n; i++)
-        cr_expect(g_corpus.sheet[i].graded, "%s: %s", g_corpus.sheet[i].id,
-                  g_corpus.sheet[i].error);
-    char *table = NULL;
-    size_t len = 0;
-    FILE *f = open_memstream(&table, &len);
-    cal_print(&g_corpus, f);
-    fclose(f);
-    cal_bar b = cal_check(&g_corpus, "dev");
-    cr_assert_gt(b.n, 0, "%s: no development sheets in %s", lab, dir);
-    cr_expect(b.within * 10 >= b.n * 9, "%s dev: |grader-label| <= 2 on %d/%d sheets (need 90%%)\n%s",
-              lab, b.within, b.n, table);
-    cr_expect_eq(b.high_ok, b.high_n, "%s dev: %d/%d sheets labelled >= 13 graded >= 13\n%s", lab,
-                 b.high_ok, b.high_n, table);
-    cr_expect_eq(b.low_ok, b.low_n, "%s dev: %d/%d sheets labelled <= 3 graded <= 4\n%s", lab,
-                 b.low_ok, b.low_n, table);
-    free(table);
+    char dir[PATH_MAX + 64], err[2048];
+    static char msg[1 << 16];
+    snprintf(dir, sizeof dir, "%.3000s/tests/calibration/%s", mc_test_repo_root(), lab);
+    cr_assert_eq(cal_run_corpus(&g_corpus, lab, dir, mc_test_repo_root(), 1, err, sizeof err), 0,
+                 "%s", err);
+    cr_assert_gt(cal_check(&g_corpus, "dev").n, 0, "%s: no development sheets in %s", lab, dir);
+    cr_expect(cal_meets_bar(&g_corpus, "dev", msg, sizeof msg), "%s", msg);
 }
 
 TestSuite(calibration, .timeout = 300);
@@ -69,3 +50,57 @@ CAL_TEST(lab09)
 CAL_TEST(lab10)
 CAL_TEST(lab11)
 CAL_TEST(lab12)
+
+/* The frozen runs are checked against the shape a fresh run writes, so a lab that gains,
+   loses or retypes a field fails here instead of grading against stale results. */
+static int same_shape(const char *frozen, const char *fresh, int exact, char *why, size_t cap) {
+    cJSON *a = cJSON_Parse(frozen), *b = cJSON_Parse(fresh);
+    cr_assert(a != NULL && b != NULL);
+    char path[PATH_MAX] = "results";
+    int same = cal_same_shape(a, b, exact, path, 7, why, cap);
+    cJSON_Delete(a);
+    cJSON_Delete(b);
+    return same;
+}
+
+Test(calibration, frozen_results_of_another_shape_are_stale) {
+    char why[1024] = "";
+    const char *fresh = "{\"facts\":{\"bubble\":{\"timed\":0.31,\"formula\":0.27},\"ranks\":[{\"ms\":1.5}]}}";
+    cr_expect(same_shape("{\"facts\":{\"bubble\":{\"timed\":0.4,\"formula\":0.27},\"ranks\":[{\"ms\":2}]}}",
+                         fresh, 1, why, sizeof why), "%s", why);
+    cr_expect(!same_shape("{\"facts\":{\"bubble\":{\"timed\":0.4},\"ranks\":[{\"ms\":2}]}}", fresh, 1,
+                          why, sizeof why));
+    cr_expect(strstr(why, "results.facts.bubble.formula") != NULL, "%s", why);
+    cr_expect(!same_shape("{\"facts\":{\"bubble\":{\"timed\":0.4,\"formula\":0.27},\"ranks\":[{\"s\":2}]}}",
+                          fresh, 1, why, sizeof why));
+    cr_expect(strstr(why, "results.facts.ranks[0].ms") != NULL, "%s", why);
+    cr_expect(!same_shape("{\"facts\":{\"bubble\":{\"timed\":\"0.4\",\"formula\":0.27},\"ranks\":[]}}",
+                          fresh, 1, why, sizeof why));
+    cr_expect(strstr(why, "a string in the frozen results and a number") != NULL, "%s", why);
+    const char *more = "{\"facts\":{\"bubble\":{\"timed\":null,\"formula\":0.27,\"fault\":\"x\"},\"ranks\":[]}}";
+    cr_expect(!same_shape(more, fresh, 1, why, sizeof why), "an extra key is stale when exact");
+    cr_expect(strstr(why, "results.facts.bubble.fault") != NULL, "%s", why);
+    cr_expect(same_shape(more, fresh, 0, why, sizeof why), "revealed keys are allowed: %s", why);
+}
+
+Test(calibration, a_stale_or_missing_frozen_run_is_refused) {
+    char work[] = "/tmp/gr_calibration_stale_XXXXXX", cmd[4 * PATH_MAX], err[2048] = "";
+    cr_assert_not_null(mkdtemp(work));
+    const char *root = mc_test_repo_root();
+    snprintf(cmd, sizeof cmd,
+             "set -e; src='%s/tests/calibration/lab01'; cd '%s'; mkdir sheets results;"
+             " head -n 1 \"$src/labels.tsv\" > labels.tsv; grep '^lab01-a01\t' \"$src/labels.tsv\" >> labels.tsv;"
+             " cp \"$src/sheets/lab01-a01.md\" sheets/;"
+             " sed 's/\"facts\"/\"facts_renamed\"/' \"$src/results/lab01-a01.json\" > results/lab01-a01.json",
+             root, work);
+    cr_assert_eq(system(cmd), 0);
+    cr_expect_eq(cal_run_corpus(&g_corpus, "lab01", work, root, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "is stale") != NULL && strstr(err, "make calibration-results") != NULL,
+              "%s", err);
+    snprintf(cmd, sizeof cmd, "rm '%s/results/lab01-a01.json'", work);
+    cr_assert_eq(system(cmd), 0);
+    cr_expect_eq(cal_run_corpus(&g_corpus, "lab01", work, root, 1, err, sizeof err), -1);
+    cr_expect(strstr(err, "has no frozen run") != NULL, "%s", err);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+    cr_expect_eq(system(cmd), 0);
+}

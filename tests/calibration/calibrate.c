@@ -4,6 +4,9 @@
 
        build/tests/calibrate            every lab that has tests/calibration/<lab>/labels.tsv
        build/tests/calibrate lab03      one lab
+       build/tests/calibrate --freeze   grade against fresh runs and keep each sheet's run as
+                                        tests/calibration/<lab>/results/<id>.json, the frozen
+                                        run it is graded against from then on
 
    Exit status: 0 when every lab's test half meets the bar (or a lab has no test half yet,
    which the table says), 1 when a test half misses it, 2 when a corpus or a run is unusable. */
@@ -15,7 +18,7 @@
 
 #include "tests/calibration/calibrate.h"
 
-static int calibrate_lab(const char *root, const char *lab, const char *work_base) {
+static int calibrate_lab(const char *root, const char *lab, const char *work_base, int freeze) {
     static cal_corpus cp;
     char dir[PATH_MAX + 64], err[1024], work[PATH_MAX + 64];
     snprintf(dir, sizeof dir, "%s/tests/calibration/%s", root, lab);
@@ -23,6 +26,7 @@ static int calibrate_lab(const char *root, const char *lab, const char *work_bas
         fprintf(stderr, "calibrate: %s\n", err);
         return 2;
     }
+    cp.freeze = freeze;
     snprintf(work, sizeof work, "%s/%s", work_base, lab);
     mkdir(work, 0755);
     if (cal_grade_all(&cp, root, work, err, sizeof err) != 0) {
@@ -50,10 +54,14 @@ int main(int argc, char **argv) {
         perror("calibrate: mkdtemp");
         return 2;
     }
-    int worst = 0, labs = 0;
+    int worst = 0, labs = 0, freeze = argc > 1 && strcmp(argv[1], "--freeze") == 0;
+    if (freeze) {
+        argv++;
+        argc--;
+    }
     if (argc > 1) {
         for (int i = 1; i < argc; i++, labs++) {
-            int rc = calibrate_lab(root, argv[i], work_base);
+            int rc = calibrate_lab(root, argv[i], work_base, freeze);
             if (rc > worst) worst = rc;
         }
     } else {
@@ -66,7 +74,7 @@ int main(int argc, char **argv) {
             snprintf(labels, sizeof labels, "%s/%s/labels.tsv", cdir, e->d_name);
             if (e->d_name[0] == '.' || access(labels, R_OK) != 0) continue;
             labs++;
-            int rc = calibrate_lab(root, e->d_name, work_base);
+            int rc = calibrate_lab(root, e->d_name, work_base, freeze);
             if (rc > worst) worst = rc;
         }
         if (d != NULL) closedir(d);

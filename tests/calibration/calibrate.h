@@ -7,10 +7,19 @@
    (M1 ... FU4), ledger (as_written | empty_at_first_run), style and note.
 
    Every sheet is graded against results that a real run of the lab measured for the sheet's
-   nonce, made at calibrate time (one run per nonce, cached for the corpus), and a ledger that
-   replays how the sheet stood at its first run: as_written locks the sheet's predictions as
-   they are; empty_at_first_run locks the sheet with every prediction blanked (the learner
-   filled them in after seeing the run).
+   nonce, and a ledger that replays how the sheet stood at its first run: as_written locks the
+   sheet's predictions as they are; empty_at_first_run locks the sheet with every prediction
+   blanked (the learner filled them in after seeing the run).
+
+   The results are frozen where the corpus has them: <lab>/results/<id>.json is the run that
+   sheet is graded against, kept so that a grade does not depend on the machine's load (a
+   timing, or a race a lab provokes on purpose, differs from run to run and a quoted value
+   then matches one run and not the next). `make calibration-results` (cal_grade_all with
+   freeze set) makes them from real runs; cal_check_frozen fails once the lab writes results
+   of another shape, so they cannot go stale silently. A sheet without a frozen file (the
+   held-out halves, copied in to be measured) is graded against a fresh run: one per nonce,
+   cached for the corpus. A lab that reveals facts once the sheet is locked (lab02) also keeps
+   the ledger its revealing run left, results/<id>.ledger.json.
 
    The bar, on the test half: |grader - label| <= 2 on at least 90% of the sheets, every sheet
    labelled >= 13 grades >= 13, every sheet labelled <= 3 grades <= 4. */
@@ -44,6 +53,7 @@ typedef struct cal_sheet {
     char style[160];
     /* filled by grading */
     int graded;      /* 1 when the grader produced a total */
+    int frozen;      /* 1 when graded against results/<id>.json */
     double score;
     double item_score[CAL_MAX_ITEMS];
     char error[2 * PATH_MAX];
@@ -52,6 +62,8 @@ typedef struct cal_sheet {
 typedef struct cal_corpus {
     char lab[32];
     char dir[PATH_MAX];
+    int freeze; /* set after cal_load: grade against fresh runs and keep them in results/ */
+    int frozen; /* filled by grading: the sheets graded against results/<id>.json */
     int n;
     cal_sheet sheet[CAL_MAX_SHEETS];
 } cal_corpus;
@@ -236,6 +248,47 @@ static inline int cal_nonce(const char *sheet_path, char nonce[17]) {
     return gr_read_header(sheet_path, nonce, &probe, variant);
 }
 
+/* Copies the results a sheet was graded against to <dir>/results/<id>.json (frozen). */
+static inline int cal_keep_results(const char *dir, const char *results, const char *frozen) {
+    char rdir[PATH_MAX + 32];
+    snprintf(rdir, sizeof rdir, "%.4000s/results", dir);
+    if (mkdir(rdir, 0755) != 0 && errno != EEXIST) return -1;
+    char *text = cal_slurp(results, NULL);
+    int rc = text != NULL ? cal_spit(frozen, text) : -1;
+    free(text);
+    return rc;
+}
+
+/* A real run of the lab for the sheet at src (its predictions blanked, as at a first run),
+   writing results to cache unless an earlier sheet of the same nonce already did. Returns 0,
+   1 when the sheet cannot be prepared (sheet_err says why), or -1 when the run failed (err). */
+static inline int cal_fresh_run(const char *binary, int np, const char *src, const char *nonce,
+                                const char *work, const char *cache, char *sheet_err,
+                                size_t sheet_cap, char *err, size_t cap) {
+    static char out[1 << 16];
+    char dir[PATH_MAX + 96], answers[PATH_MAX + 128], cmd[4 * PATH_MAX];
+    if (access(cache, R_OK) == 0) return 0;
+    snprintf(dir, sizeof dir, "%s/run-%s", work, nonce);
+    mkdir(dir, 0755);
+    snprintf(answers, sizeof answers, "%s/answers.md", dir);
+    char *sheet = cal_slurp(src, NULL);
+    char *blank = sheet != NULL ? cal_blank_predictions(sheet) : NULL;
+    int w = blank != NULL ? cal_spit(answers, blank) : -1;
+    free(sheet);
+    free(blank);
+    if (w != 0) {
+        snprintf(sheet_err, sheet_cap, "cannot write %s", answers);
+        return 1;
+    }
+    snprintf(cmd, sizeof cmd, "%s --answers '%s' --results '%s'", binary, answers, cache);
+    int rc = mc_test_mpirun(np, cmd, 120, out, sizeof out);
+    if (rc != 0 || access(cache, R_OK) != 0) {
+        snprintf(err, cap, "the run for nonce %s failed (exit %d): %.300s", nonce, rc, out);
+        return -1;
+    }
+    return 0;
+}
+
 /* Grades every sheet. work is a scratch directory; lab_binary e.g. "./lab03". Returns 0, or -1
    when the lab could not be run (err says why). Per-sheet problems go to sheet->error. */
 static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *work, char *err,
@@ -255,34 +308,23 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
     for (int i = 0; i < cp->n; i++) {
         cal_sheet *s = &cp->sheet[i];
         char src[PATH_MAX + 96], dir[PATH_MAX + 96], answers[PATH_MAX + 128],
-            results[PATH_MAX + 128], ledger[PATH_MAX + 128], cache[PATH_MAX + 128], cmd[4 * PATH_MAX];
+            results[PATH_MAX + 128], ledger[PATH_MAX + 128], cache[PATH_MAX + 128],
+            frozen[PATH_MAX + 160], frozen_ledger[PATH_MAX + 180], cmd[4 * PATH_MAX];
         snprintf(src, sizeof src, "%s/sheets/%s.md", cp->dir, s->id);
         char nonce[17] = "";
         if (cal_nonce(src, nonce) != 0) {
             snprintf(s->error, sizeof s->error, "%s has no header with a nonce", src);
             continue;
         }
-        /* one real run per nonce */
+        /* the frozen run of this sheet, or one real run per nonce */
+        snprintf(frozen, sizeof frozen, "%s/results/%s.json", cp->dir, s->id);
+        s->frozen = !cp->freeze && access(frozen, R_OK) == 0;
         snprintf(cache, sizeof cache, "%s/run-%s/results.json", work, nonce);
-        if (access(cache, R_OK) != 0) {
-            snprintf(dir, sizeof dir, "%s/run-%s", work, nonce);
-            mkdir(dir, 0755);
-            snprintf(answers, sizeof answers, "%s/answers.md", dir);
-            char *sheet = cal_slurp(src, NULL);
-            char *blank = sheet != NULL ? cal_blank_predictions(sheet) : NULL;
-            int w = blank != NULL ? cal_spit(answers, blank) : -1;
-            free(sheet);
-            free(blank);
-            if (w != 0) {
-                snprintf(s->error, sizeof s->error, "cannot write %s", answers);
-                continue;
-            }
-            snprintf(cmd, sizeof cmd, "%s --answers '%s' --results '%s'", binary, answers, cache);
-            int rc = mc_test_mpirun(np, cmd, 120, out, sizeof out);
-            if (rc != 0 || access(cache, R_OK) != 0) {
-                snprintf(err, cap, "the run for nonce %s failed (exit %d): %.300s", nonce, rc, out);
-                return -1;
-            }
+        if (!s->frozen) {
+            int rc = cal_fresh_run(binary, np, src, nonce, work, cache, s->error,
+                                   sizeof s->error, err, cap);
+            if (rc < 0) return -1;
+            if (rc > 0) continue;
         }
         /* the sheet as it stood at the first run, locked; then the sheet as written */
         snprintf(dir, sizeof dir, "%s/sheet-%s", work, s->id);
@@ -292,7 +334,7 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
         snprintf(ledger, sizeof ledger, "%s/results.ledger.json", dir);
         remove(ledger);
         char *sheet = cal_slurp(src, NULL);
-        char *res = cal_slurp(cache, NULL);
+        char *res = cal_slurp(s->frozen ? frozen : cache, NULL);
         if (sheet == NULL || res == NULL || cal_spit(results, res) != 0) {
             snprintf(s->error, sizeof s->error, "cannot prepare %s", dir);
             free(sheet);
@@ -317,7 +359,18 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
         /* a lab that reveals its hidden facts once the findings are locked (lab02's fault:
            the rubric's "lock_when_filled") runs once more on the locked sheet, as the learner's
            next run would, so the findings are graded against the revealed facts */
-        if (reveals) {
+        snprintf(frozen_ledger, sizeof frozen_ledger, "%s/results/%s.ledger.json", cp->dir, s->id);
+        if (reveals && s->frozen) { /* the ledger as that revealing run left it */
+            char *kept = cal_slurp(frozen_ledger, NULL);
+            int ok = kept != NULL && cal_spit(ledger, kept) == 0;
+            free(kept);
+            if (!ok) {
+                snprintf(s->error, sizeof s->error, "%s cannot be read: make calibration-results",
+                         frozen_ledger);
+                continue;
+            }
+        }
+        if (reveals && !s->frozen) {
             snprintf(cmd, sizeof cmd, "%s --answers '%s' --results '%s'", binary, answers, results);
             int rc = mc_test_mpirun(np, cmd, 120, out, sizeof out);
             if (rc != 0 && rc != 1) {
@@ -326,6 +379,12 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
                 continue;
             }
         }
+        if (cp->freeze && (cal_keep_results(cp->dir, results, frozen) != 0 ||
+                           (reveals && cal_keep_results(cp->dir, ledger, frozen_ledger) != 0))) {
+            snprintf(s->error, sizeof s->error, "cannot write %s", frozen);
+            continue;
+        }
+        cp->frozen += s->frozen;
         gr_report rep;
         const char *show = getenv("GR_CALIBRATE_SHOW"); /* a sheet id, or "all": print its table */
         int quiet = show == NULL || (strcmp(show, "all") != 0 && strcmp(show, s->id) != 0);
@@ -352,6 +411,100 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
                 if (strcmp(rep.items[j].kind, "item") == 0 && strcmp(rep.items[j].id, s->item_id[k]) == 0)
                     s->item_score[k] = rep.items[j].score;
         gr_report_free(&rep);
+    }
+    return 0;
+}
+
+static inline const char *cal_json_kind(const cJSON *v) {
+    return cJSON_IsObject(v) ? "an object" : cJSON_IsArray(v) ? "a list" : cJSON_IsString(v) ? "a string"
+         : cJSON_IsNumber(v) ? "a number" : cJSON_IsBool(v) ? "a boolean" : "null";
+}
+
+/* Whether frozen has the shape of fresh: the same keys in every object (where exact, no keys
+   that fresh lacks either), the same kind of value under each (null, a measurement that was not
+   taken, matches any), list elements compared pairwise. The first difference goes to why. */
+static inline int cal_same_shape(const cJSON *frozen, const cJSON *fresh, int exact, char *path,
+                                 size_t at, char *why, size_t cap) {
+    if (cJSON_IsNull(frozen) || cJSON_IsNull(fresh)) return 1;
+    int kind_differs = strcmp(cal_json_kind(frozen), cal_json_kind(fresh)) != 0;
+    if (kind_differs) {
+        snprintf(why, cap, "%s is %s in the frozen results and %s in a fresh run", path,
+                 cal_json_kind(frozen), cal_json_kind(fresh));
+        return 0;
+    }
+    const cJSON *c;
+    if (cJSON_IsObject(fresh)) {
+        cJSON_ArrayForEach(c, fresh) {
+            const cJSON *o = cJSON_GetObjectItemCaseSensitive(frozen, c->string);
+            snprintf(path + at, PATH_MAX - at, ".%s", c->string);
+            if (o == NULL) {
+                snprintf(why, cap, "a fresh run writes %s, which the frozen results lack", path);
+                return 0;
+            }
+            if (!cal_same_shape(o, c, exact, path, strlen(path), why, cap)) return 0;
+        }
+        cJSON_ArrayForEach(c, frozen) {
+            snprintf(path + at, PATH_MAX - at, ".%s", c->string);
+            if (exact && cJSON_GetObjectItemCaseSensitive(fresh, c->string) == NULL) {
+                snprintf(why, cap, "the frozen results have %s, which a fresh run no longer writes",
+                         path);
+                return 0;
+            }
+        }
+    } else if (cJSON_IsArray(fresh)) {
+        int n = cJSON_GetArraySize(fresh), m = cJSON_GetArraySize(frozen);
+        for (int i = 0; i < n && i < m; i++) {
+            snprintf(path + at, PATH_MAX - at, "[%d]", i);
+            if (!cal_same_shape(cJSON_GetArrayItem(frozen, i), cJSON_GetArrayItem(fresh, i), exact,
+                                path, strlen(path), why, cap))
+                return 0;
+        }
+    }
+    path[at] = '\0';
+    return 1;
+}
+
+/* Checks that the corpus's frozen results still have the shape the lab writes: one fresh run,
+   for the nonce of the first sheet with a frozen file, against that file (a lab that reveals
+   facts once the sheet is locked writes more after the reveal, so its frozen files may hold
+   keys the fresh run lacks). Returns 0 when they agree or nothing is frozen, or -1 with err
+   naming the first difference and how to remake the files. */
+static inline int cal_check_frozen(const cal_corpus *cp, const char *root, const char *work,
+                                   char *err, size_t cap) {
+    char rubric[PATH_MAX + 64], binary[PATH_MAX + 64];
+    snprintf(rubric, sizeof rubric, "%s/labs/rubric/%s.json", root, cp->lab);
+    snprintf(binary, sizeof binary, "%s/%s", root, cp->lab);
+    char *rubric_text = cal_slurp(rubric, NULL);
+    int exact = rubric_text == NULL || strstr(rubric_text, "\"lock_when_filled\"") == NULL;
+    free(rubric_text);
+    for (int i = 0; i < cp->n; i++) {
+        char frozen[PATH_MAX + 160], src[PATH_MAX + 96], cache[PATH_MAX + 128], nonce[17] = "";
+        char sheet_err[2 * PATH_MAX] = "";
+        snprintf(frozen, sizeof frozen, "%s/results/%s.json", cp->dir, cp->sheet[i].id);
+        snprintf(src, sizeof src, "%s/sheets/%s.md", cp->dir, cp->sheet[i].id);
+        if (access(frozen, R_OK) != 0 || cal_nonce(src, nonce) != 0) continue;
+        snprintf(cache, sizeof cache, "%s/shape-%s.json", work, nonce);
+        int rc = cal_fresh_run(binary, cal_world(rubric), src, nonce, work, cache, sheet_err,
+                               sizeof sheet_err, err, cap);
+        if (rc != 0) {
+            if (rc > 0) snprintf(err, cap, "%s", sheet_err);
+            return -1;
+        }
+        char *a = cal_slurp(frozen, NULL), *b = cal_slurp(cache, NULL);
+        cJSON *fa = a != NULL ? cJSON_Parse(a) : NULL, *fb = b != NULL ? cJSON_Parse(b) : NULL;
+        free(a);
+        free(b);
+        char path[PATH_MAX] = "results", why[1024] = "";
+        int same = fa != NULL && fb != NULL && cal_same_shape(fa, fb, exact, path, 7, why, sizeof why);
+        if (fa == NULL || fb == NULL) snprintf(why, sizeof why, "one of them is not JSON");
+        cJSON_Delete(fa);
+        cJSON_Delete(fb);
+        if (!same) {
+            snprintf(err, cap, "%.600s is stale: %.700s; remake the frozen runs with "
+                               "make calibration-results", frozen, why);
+            return -1;
+        }
+        return 0;
     }
     return 0;
 }
@@ -408,6 +561,10 @@ static inline void cal_print(const cal_corpus *cp, FILE *f) {
             else
                 fprintf(f, "%-8s %6.2f  error  %s\n", s->id, s->label, s->error);
         }
+        int frozen = 0;
+        for (int i = 0; i < cp->n; i++)
+            frozen += cp->sheet[i].frozen && strcmp(cp->sheet[i].split, splits[sp]) == 0;
+        if (frozen > 0) fprintf(f, "(%d of them graded against their frozen runs in results/)\n", frozen);
         cal_bar b = cal_check(cp, splits[sp]);
         fprintf(f, "%s bar: |grader-label|<=2 on %d/%d (need >= 90%%), label>=13 -> >=13: %d/%d, "
                    "label<=3 -> <=4: %d/%d: %s\n",
@@ -415,5 +572,58 @@ static inline void cal_print(const cal_corpus *cp, FILE *f) {
                 b.pass ? "PASS" : "FAIL");
     }
 }
+
+/* Loads the corpus in dir and grades it in a scratch directory it removes afterwards, then
+   checks its frozen runs (cal_check_frozen); where require_frozen, every development sheet must
+   have one, so that no dev grade depends on the machine's load. Returns 0, or -1 with err
+   (a corpus, run or sheet that could not be graded, a stale or missing frozen run). */
+static inline int cal_run_corpus(cal_corpus *cp, const char *lab, const char *dir, const char *root,
+                                 int require_frozen, char *err, size_t cap) {
+    char work[] = "/tmp/gr_calibration_XXXXXX", cmd[64];
+    if (cal_load(cp, lab, dir, err, cap) != 0) return -1;
+    if (mkdtemp(work) == NULL) {
+        snprintf(err, cap, "mkdtemp: %s", strerror(errno));
+        return -1;
+    }
+    int rc = cal_grade_all(cp, root, work, err, cap);
+    if (rc == 0) rc = cal_check_frozen(cp, root, work, err, cap);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", work);
+    if (system(cmd) != 0 && rc == 0) {
+        snprintf(err, cap, "cannot remove %s", work);
+        rc = -1;
+    }
+    for (int i = 0; i < cp->n && rc == 0; i++) {
+        const cal_sheet *s = &cp->sheet[i];
+        if (!s->graded) {
+            snprintf(err, cap, "%s: %.900s", s->id, s->error);
+            rc = -1;
+        } else if (require_frozen && !s->frozen && strcmp(s->split, "dev") == 0) {
+            snprintf(err, cap, "%s has no frozen run (%.600s/results/%s.json): make "
+                               "calibration-results", s->id, cp->dir, s->id);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+/* Whether one split meets the bar; where it does not, msg says how and holds the table. */
+static inline int cal_meets_bar(const cal_corpus *cp, const char *split, char *msg, size_t cap) {
+    cal_bar b = cal_check(cp, split);
+    if (b.pass) return 1;
+    char *table = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&table, &len);
+    if (f != NULL) {
+        cal_print(cp, f);
+        fclose(f);
+    }
+    snprintf(msg, cap, "%s %s: |grader-label| <= 2 on %d/%d sheets (need 90%%), labelled >= 13 "
+                       "graded >= 13 on %d/%d, labelled <= 3 graded <= 4 on %d/%d\n%s",
+             cp->lab, split, b.within, b.n, b.high_ok, b.high_n, b.low_ok, b.low_n,
+             table != NULL ? table : "");
+    free(table);
+    return 0;
+}
+
 
 #endif /* GR_CALIBRATE_H_INCLUDED */
