@@ -3427,8 +3427,18 @@ static int gr__is_coordinator(const gr__tok *t) {
                                      strcmp(t->s, "but") == 0 || strcmp(t->s, "yet") == 0);
 }
 
+/* 1 when a word looks like a verb in the third person by its spelling alone ("matches",
+   "holds", "knows"): longer than three letters and ending in an "s" that is not part of "ss",
+   "us" or "is" ("pass", "status", "this"). For verbs the lexicon does not list. */
+static int gr__looks_third_person(const gr__tok *w) {
+    size_t n = w->kind == GR__T_WORD ? strlen(w->s) : 0;
+    return n > 3 && w->s[n - 1] == 's' && w->s[n - 2] != 's' && w->s[n - 2] != 'u' &&
+           w->s[n - 2] != 'i';
+}
+
 /* 1 when a verb stands in clause k before token t: a word of the predicate lists, or a word
-   in the third person ("matches", "holds"). */
+   in the third person ("matches", "holds") after another word that is not a coordinator
+   (a noun in the plural heads a list: "and buckets"). */
 static int gr__verb_before(gr__ctx *c, const gr__sent *s, int t, int k) {
     const gr__rubric *R = &c->R;
     const int kinds[] = {R->L.pred, R->L.weak_pred};
@@ -3437,14 +3447,10 @@ static int gr__verb_before(gr__ctx *c, const gr__sent *s, int t, int k) {
             const gr__match *v = &s->cm[kinds[j]][i];
             if (v->end <= t && s->clause[v->start] == k) return 1;
         }
-    for (int u = t - 1; u >= 0 && s->clause[u] == k; u--) {
-        const gr__tok *w = &s->tok[u];
-        size_t n = w->kind == GR__T_WORD ? strlen(w->s) : 0;
-        if (n > 3 && w->s[n - 1] == 's' && w->s[n - 2] != 's' && w->s[n - 2] != 'u' &&
-            w->s[n - 2] != 'i' && u > 0 && s->tok[u - 1].kind == GR__T_WORD &&
+    for (int u = t - 1; u > 0 && s->clause[u] == k; u--)
+        if (gr__looks_third_person(&s->tok[u]) && s->tok[u - 1].kind == GR__T_WORD &&
             !gr__is_coordinator(&s->tok[u - 1]))
             return 1;
-    }
     return 0;
 }
 
@@ -3475,9 +3481,7 @@ static int gr__object_negator_after_verb(gr__ctx *c, const gr__sent *s, const gr
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++)
         for (int i = 0; i < s->ncm[kinds[k]]; i++)
             if (s->cm[kinds[k]][i].end == m->start) return 1;
-    size_t n = strlen(v->s);
-    return n > 3 && v->s[n - 1] == 's' && v->s[n - 2] != 's' && v->s[n - 2] != 'u' &&
-           v->s[n - 2] != 'i';
+    return gr__looks_third_person(v);
 }
 
 /* 1 when negator m negates a verb phrase: it follows an auxiliary or modal ("is not",
