@@ -222,6 +222,15 @@ static const char *last_line(const char *text) {
     cr_expect_float_eq(score(&(g), id), (want), 1e-9, "%s: got %.3f, want %.3f\n%s", id,           \
                        score(&(g), id), (double)(want), (g).out)
 
+/* Grades one sheet, expects one item's score and frees the grading: most rule tests are a
+   sentence and what it must earn. */
+#define EXPECT_GRADE(sheet_text, id, want)                                                         \
+    do {                                                                                           \
+        graded g_ = grade_sheet(sheet_text);                                                       \
+        EXPECT_SCORE(g_, id, want);                                                                \
+        release(&g_);                                                                              \
+    } while (0)
+
 /* ---------------------------------------------------------------------------------------------
    relations: concepts with their relation in one sentence */
 
@@ -272,15 +281,12 @@ Test(grader, nfkc_stemming_and_chinese_match) {
     EXPECT_SCORE(g, "S.tp_adj", 1.0);
     EXPECT_SCORE(g, "S.every_create", 1.0); /* created ~ create */
     release(&g);
-    graded h = grade_sheet(S1("张量并行的两个rank是相邻的，它们在同一台机器上。"));
-    EXPECT_SCORE(h, "S.tp_adj", 1.0);
-    release(&h);
+    EXPECT_GRADE(S1("张量并行的两个rank是相邻的，它们在同一台机器上。"), "S.tp_adj", 1.0);
 }
 
 Test(grader, regular_expression_concepts_match_formulas) {
-    graded g = grade_sheet(S2("The DP size follows from 8 / 4 = 2 in this run of the lab."));
-    EXPECT_SCORE(g, "S.formula", 0.5);
-    release(&g);
+    EXPECT_GRADE(S2("The DP size follows from 8 / 4 = 2 in this run of the lab."),
+                 "S.formula", 0.5);
 }
 
 Test(grader, a_back_reference_joins_two_sentences) {
@@ -306,9 +312,7 @@ Test(grader, a_negated_relation_earns_nothing_and_says_so) {
               why(&g, "S.tp_adj"));
     release(&g);
     /* the negated verb negates its subject too: "does not" before the relation's words */
-    graded h = grade_sheet(FX("NCCL does not pair the calls by their sequence at all."));
-    EXPECT_SCORE(h, "F.seq", 0.0);
-    release(&h);
+    EXPECT_GRADE(FX("NCCL does not pair the calls by their sequence at all."), "F.seq", 0.0);
 }
 
 Test(grader, english_denial_frames_deny_what_they_frame) {
@@ -364,13 +368,9 @@ Test(grader, negator_exceptions_do_not_negate) {
 Test(grader, a_phrase_that_ends_with_its_negator_leaves_it_its_scope) {
     /* a concept phrase that is the negator alone, or ends with it, does not swallow it */
     make_rubric_with_concept("ELSEWHERE", "{\"en\": [\"never\", \"elsewhere\"]}");
-    graded g = grade_sheet(S1("The TP ranks never sit adjacent in this layout."));
-    EXPECT_SCORE(g, "S.tp_adj", 0.0);
-    release(&g);
+    EXPECT_GRADE(S1("The TP ranks never sit adjacent in this layout."), "S.tp_adj", 0.0);
     make_rubric_with_concept("NO_NEED", "{\"en\": [\"need not\"]}");
-    graded h = grade_sheet(S1("The TP ranks need not be adjacent in this layout."));
-    EXPECT_SCORE(h, "S.tp_adj", 0.0);
-    release(&h);
+    EXPECT_GRADE(S1("The TP ranks need not be adjacent in this layout."), "S.tp_adj", 0.0);
     /* a phrase that goes on after its negator still carries it: "does not matter" */
     make_rubric(NULL);
     graded k = grade_sheet(FX("The creation order does not matter at all here."));
@@ -396,9 +396,7 @@ Test(grader, a_contrast_adverb_between_subject_and_verb_keeps_one_clause) {
 
 Test(grader, a_negator_before_a_clause_word_denies_that_clause) {
     /* "not which ...": the negator's scope runs into the clause it introduces */
-    graded g = grade_sheet(S1("TP is first, not which ranks are adjacent here."));
-    EXPECT_SCORE(g, "S.tp_adj", 0.0);
-    release(&g);
+    EXPECT_GRADE(S1("TP is first, not which ranks are adjacent here."), "S.tp_adj", 0.0);
 }
 
 Test(grader, an_unless_concept_keeps_only_its_own_semicolon_part_from_matching) {
@@ -446,9 +444,8 @@ Test(grader, empty_parentheses_of_a_call_do_not_end_a_clause) {
 }
 
 Test(grader, a_double_negation_states_the_relation) {
-    graded g = grade_sheet(S1("It is not true that the TP ranks are not adjacent in this layout."));
-    EXPECT_SCORE(g, "S.tp_adj", 1.0);
-    release(&g);
+    EXPECT_GRADE(S1("It is not true that the TP ranks are not adjacent in this layout."),
+                 "S.tp_adj", 1.0);
 }
 
 Test(grader, a_condition_or_question_states_no_misconception) {
@@ -562,16 +559,14 @@ Test(grader, predicate_less_bullets_earn_nothing) {
     EXPECT_SCORE(g, "S.tp_link", 0.0);
     cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "has no verb"), "%s", why(&g, "S.tp_adj"));
     release(&g);
-    graded h = grade_sheet(S1("- the TP ranks are adjacent to each other\n"));
-    EXPECT_SCORE(h, "S.tp_adj", 1.0); /* a bullet that states something counts */
-    release(&h);
+    EXPECT_GRADE(S1("- the TP ranks are adjacent to each other\n"),
+                 "S.tp_adj", 1.0); /* a bullet that states something counts */
 }
 
 Test(grader, a_list_item_opening_with_an_ambiguous_verb_is_read_safely) {
     /* "Split ..." / "Order ..." as a bullet's first word: no token before it to inspect */
-    graded g = grade_sheet(S1("- split: TP ranks adjacent\n- order of creation\n- match by sequence\n"));
-    EXPECT_SCORE(g, "S.tp_adj", 0.0);
-    release(&g);
+    EXPECT_GRADE(S1("- split: TP ranks adjacent\n- order of creation\n- match by sequence\n"),
+                 "S.tp_adj", 0.0);
 }
 
 Test(grader, a_keyword_list_is_not_a_statement) {
@@ -598,22 +593,15 @@ Test(grader, a_terse_answer_with_a_finite_verb_is_a_statement_not_a_keyword_list
     EXPECT_SCORE(h, "S.tp_adj", 0.0);
     release(&h);
     /* Chinese prose keeps its particles (的, 是, 都) even where spaces stand between words */
-    graded z = grade_sheet(S1("张量并行 的 rank 是 相邻 的，数据并行 是 跨步 的，所有进程 都 创建 同样 顺序 的 组。"));
-    EXPECT_SCORE(z, "S.tp_adj", 1.0);
-    release(&z);
-    graded k = grade_sheet(S1("张量并行 相邻 NVLink 数据并行 跨步 所有进程 创建 顺序 匹配"));
-    EXPECT_SCORE(k, "S.tp_adj", 0.0);
-    release(&k);
+    EXPECT_GRADE(S1("张量并行 的 rank 是 相邻 的，数据并行 是 跨步 的，所有进程 都 创建 同样 顺序 的 组。"), "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("张量并行 相邻 NVLink 数据并行 跨步 所有进程 创建 顺序 匹配"), "S.tp_adj", 0.0);
 }
 
 Test(grader, a_contracted_denial_frame_denies) {
     /* "it's a myth that" is "it is a myth that" */
-    graded g = grade_sheet(S1("It's a myth that the TP ranks are adjacent in this layout."));
-    EXPECT_SCORE(g, "S.tp_adj", 0.0);
-    release(&g);
-    graded h = grade_sheet(S1("It\xE2\x80\x99s a myth that the TP ranks are adjacent in this layout."));
-    EXPECT_SCORE(h, "S.tp_adj", 0.0);
-    release(&h);
+    EXPECT_GRADE(S1("It's a myth that the TP ranks are adjacent in this layout."), "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("It\xE2\x80\x99s a myth that the TP ranks are adjacent in this layout."),
+                 "S.tp_adj", 0.0);
 }
 
 Test(grader, nor_inside_a_denial_frame_denies_the_next_statement_too) {
@@ -622,9 +610,7 @@ Test(grader, nor_inside_a_denial_frame_denies_the_next_statement_too) {
                               "ranks are adjacent."));
     EXPECT_SCORE(g, "S.tp_adj", 0.0);
     release(&g);
-    graded z = grade_sheet(S1("并不是说数据并行的进程是跨步的，也不是张量并行的进程相邻。"));
-    EXPECT_SCORE(z, "S.tp_adj", 0.0);
-    release(&z);
+    EXPECT_GRADE(S1("并不是说数据并行的进程是跨步的，也不是张量并行的进程相邻。"), "S.tp_adj", 0.0);
 }
 
 Test(grader, a_negated_statement_added_inside_a_frame_stays_denied) {
@@ -635,9 +621,8 @@ Test(grader, a_negated_statement_added_inside_a_frame_stays_denied) {
     EXPECT_SCORE(g, "S.tp_adj", 0.0);
     release(&g);
     /* inside the frame's own clause a negation still counts twice */
-    graded h = grade_sheet(S1("It is a myth that the TP ranks are not adjacent in this layout."));
-    EXPECT_SCORE(h, "S.tp_adj", 1.0);
-    release(&h);
+    EXPECT_GRADE(S1("It is a myth that the TP ranks are not adjacent in this layout."),
+                 "S.tp_adj", 1.0);
 }
 
 Test(grader, once_is_a_condition_only_where_it_opens_a_clause) {
@@ -647,24 +632,16 @@ Test(grader, once_is_a_condition_only_where_it_opens_a_clause) {
     EXPECT_SCORE(g, "S.tp_adj", 1.0);
     release(&g);
     /* "Once the TP ranks are adjacent, ...": a condition, not a statement */
-    graded h = grade_sheet(S1("Once the TP ranks are adjacent, the layout is fast."));
-    EXPECT_SCORE(h, "S.tp_adj", 0.0);
-    release(&h);
+    EXPECT_GRADE(S1("Once the TP ranks are adjacent, the layout is fast."), "S.tp_adj", 0.0);
 }
 
 Test(grader, a_negated_second_verb_leaves_the_first_one_stated) {
     /* "are adjacent and do not cross nodes": the negation is the second verb's */
-    graded g = grade_sheet(S1("The TP ranks are adjacent and do not cross nodes."));
-    EXPECT_SCORE(g, "S.tp_adj", 1.0);
-    release(&g);
+    EXPECT_GRADE(S1("The TP ranks are adjacent and do not cross nodes."), "S.tp_adj", 1.0);
     /* "the groups they do not leave": the pronoun is the negated verb's own subject */
-    graded h = grade_sheet(S1("The TP ranks are adjacent in the groups they do not leave."));
-    EXPECT_SCORE(h, "S.tp_adj", 1.0);
-    release(&h);
+    EXPECT_GRADE(S1("The TP ranks are adjacent in the groups they do not leave."), "S.tp_adj", 1.0);
     /* one verb, negated: its subject is denied with it */
-    graded k = grade_sheet(S1("The TP ranks are not adjacent in this layout."));
-    EXPECT_SCORE(k, "S.tp_adj", 0.0);
-    release(&k);
+    EXPECT_GRADE(S1("The TP ranks are not adjacent in this layout."), "S.tp_adj", 0.0);
 }
 
 Test(grader, a_semicolon_ends_a_denial_frame) {
@@ -677,12 +654,9 @@ Test(grader, a_semicolon_ends_a_denial_frame) {
 
 Test(grader, an_object_negator_after_a_verb_negates_the_clause) {
     /* "every rank creates no group": nobody creates it, so "every rank creates" is not said */
-    graded g = grade_sheet(S1("In this scheme every rank creates no group at all."));
-    EXPECT_SCORE(g, "S.every_create", 0.0);
-    release(&g);
-    graded h = grade_sheet(S1("In this scheme every rank creates the group, members or not."));
-    EXPECT_SCORE(h, "S.every_create", 1.0);
-    release(&h);
+    EXPECT_GRADE(S1("In this scheme every rank creates no group at all."), "S.every_create", 0.0);
+    EXPECT_GRADE(S1("In this scheme every rank creates the group, members or not."),
+                 "S.every_create", 1.0);
 }
 
 Test(grader, an_article_or_a_hyphen_makes_a_verb_form_a_noun_phrase_in_bullets) {
@@ -692,9 +666,7 @@ Test(grader, an_article_or_a_hyphen_makes_a_verb_form_a_noun_phrase_in_bullets) 
     EXPECT_SCORE(g, "S.tp_adj", 0.0);
     EXPECT_SCORE(g, "S.tp_link", 0.0);
     release(&g);
-    graded h = grade_sheet(S1("- TP ranks are adjacent in the sorted order\n"));
-    EXPECT_SCORE(h, "S.tp_adj", 1.0);
-    release(&h);
+    EXPECT_GRADE(S1("- TP ranks are adjacent in the sorted order\n"), "S.tp_adj", 1.0);
 }
 
 Test(grader, a_line_of_bare_nouns_and_verbs_is_a_keyword_list_however_short) {
@@ -704,9 +676,7 @@ Test(grader, a_line_of_bare_nouns_and_verbs_is_a_keyword_list_however_short) {
     cr_expect(mc_test_contains(why(&g, "S.tp_adj"), "a list of terms"), "%s", why(&g, "S.tp_adj"));
     release(&g);
     /* the same words around a finite verb ("keeps") form a clause and keep their relation */
-    graded h = grade_sheet(S1("sequence keeps DP ordering TP ranks adjacent via NVLink"));
-    EXPECT_SCORE(h, "S.tp_adj", 1.0);
-    release(&h);
+    EXPECT_GRADE(S1("sequence keeps DP ordering TP ranks adjacent via NVLink"), "S.tp_adj", 1.0);
 }
 
 Test(grader, a_bullet_opening_with_a_noun_verb_is_read_safely) {
@@ -818,26 +788,19 @@ Test(grader, evidence_binds_a_group_to_its_kind_and_rank) {
     cr_expect(item(&h, "MX_STRIDE")->fired, "%s", h.out);
     release(&h);
     /* the probe's group in a sentence that names no rank, or another kind's list */
-    graded k = grade_sheet(EV("My probe rank sits in the TP group [2,3] in this run."));
-    EXPECT_SCORE(k, "E.probe_group", 0.5);
-    release(&k);
-    graded m = grade_sheet(EV("The PP group of my probe was [2,3] in this run."));
-    EXPECT_SCORE(m, "E.probe_group", 0.0); /* [2,3] is the TP group, said of PP */
-    release(&m);
+    EXPECT_GRADE(EV("My probe rank sits in the TP group [2,3] in this run."), "E.probe_group", 0.5);
+    EXPECT_GRADE(EV("The PP group of my probe was [2,3] in this run."),
+                 "E.probe_group", 0.0); /* [2,3] is the TP group, said of PP */
 }
 
 Test(grader, a_denied_value_is_not_evidence) {
     /* the right list, said not to be the group, or framed as a myth */
-    graded g = grade_sheet(EV("In this run the TP group of rank 3 was not [2,3]."));
-    EXPECT_SCORE(g, "E.probe_group", 0.0);
-    release(&g);
-    graded h = grade_sheet(EV("It is a myth that the TP group of rank 3 was [2,3] in this run."));
-    EXPECT_SCORE(h, "E.probe_group", 0.0);
-    release(&h);
+    EXPECT_GRADE(EV("In this run the TP group of rank 3 was not [2,3]."), "E.probe_group", 0.0);
+    EXPECT_GRADE(EV("It is a myth that the TP group of rank 3 was [2,3] in this run."),
+                 "E.probe_group", 0.0);
     /* the same list, stated */
-    graded k = grade_sheet(EV("It is true that the TP group of rank 3 was [2,3] in this run."));
-    EXPECT_SCORE(k, "E.probe_group", 0.5);
-    release(&k);
+    EXPECT_GRADE(EV("It is true that the TP group of rank 3 was [2,3] in this run."),
+                 "E.probe_group", 0.5);
 }
 
 Test(grader, a_dump_of_values_earns_nothing) {
@@ -956,9 +919,8 @@ Test(grader, field_predictions_earn_half_for_three_of_four) {
 
 Test(grader, interval_width_decides_the_credit) {
     lock_to("iv: [6, 20]", NULL);
-    graded g = grade_sheet(sheet("iv: [6, 20]", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "P.iv", 0.5); /* contains 10, 20/6 is between 2 and 4 */
-    release(&g);
+    EXPECT_GRADE(sheet("iv: [6, 20]", NULL, NULL, NULL, NULL, NULL),
+                 "P.iv", 0.5); /* contains 10, 20/6 is between 2 and 4 */
     lock_to("iv: [1, 100]", NULL);
     graded h = grade_sheet(sheet("iv: [1, 100]", NULL, NULL, NULL, NULL, NULL));
     EXPECT_SCORE(h, "P.iv", 0.0); /* a wide interval cannot buy credit */
@@ -968,9 +930,8 @@ Test(grader, interval_width_decides_the_credit) {
 
 Test(grader, numeric_tolerance_is_relative) {
     lock_to("t: 10.6", NULL);
-    graded g = grade_sheet(sheet("t: 10.6", NULL, NULL, NULL, NULL, NULL));
-    EXPECT_SCORE(g, "P.t", 0.0); /* 6% off, tolerance 5% */
-    release(&g);
+    EXPECT_GRADE(sheet("t: 10.6", NULL, NULL, NULL, NULL, NULL),
+                 "P.t", 0.0); /* 6% off, tolerance 5% */
 }
 
 Test(grader, enum_values_outside_the_list_are_reported) {
@@ -1600,12 +1561,9 @@ Test(grader, a_schema1_rubric_is_graded_by_the_same_rules) {
 
 Test(grader, a_double_negation_needs_the_negation_inside_the_frame) {
     /* "it is false that" is a denial frame, not also a negator of what it frames */
-    graded g = grade_sheet(S1("It is false that the TP ranks are adjacent in this layout."));
-    EXPECT_SCORE(g, "S.tp_adj", 0.0);
-    release(&g);
-    graded h = grade_sheet(S1("It is false that the TP ranks are not adjacent in this layout."));
-    EXPECT_SCORE(h, "S.tp_adj", 1.0);
-    release(&h);
+    EXPECT_GRADE(S1("It is false that the TP ranks are adjacent in this layout."), "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("It is false that the TP ranks are not adjacent in this layout."),
+                 "S.tp_adj", 1.0);
     /* a frame in one sentence and a negation in the next are two denials of two things, not a
        double negation of one */
     graded k = grade_sheet(S1("It is false that we consider the TP groups. Their members are not "
@@ -1690,26 +1648,20 @@ Test(grader, a_version_counts_beside_its_name_and_only_when_measured) {
     cr_expect(mc_test_contains(why(&h, "E.mpi"), "4.1.5 is not"), "%s", why(&h, "E.mpi"));
     release(&h);
     /* the right number, but not said to be the MPI version; a further path (the standard) */
-    graded k = grade_sheet(EV("Version 4.1.4 is what this run printed for the build."));
-    EXPECT_SCORE(k, "E.mpi", 0.0);
-    release(&k);
-    graded m = grade_sheet(EV("The MPI standard of this run is MPI 3.1."));
-    EXPECT_SCORE(m, "E.mpi", 0.25);
-    release(&m);
+    EXPECT_GRADE(EV("Version 4.1.4 is what this run printed for the build."), "E.mpi", 0.0);
+    EXPECT_GRADE(EV("The MPI standard of this run is MPI 3.1."), "E.mpi", 0.25);
 }
 
 Test(grader, a_commit_counts_as_a_prefix_of_the_measured_one) {
     make_version_rubric("absent");
-    graded g = grade_sheet(EV("This binary was built from commit 8704574 of the repository."));
-    EXPECT_SCORE(g, "E.commit", 0.25);
-    release(&g);
+    EXPECT_GRADE(EV("This binary was built from commit 8704574 of the repository."),
+                 "E.commit", 0.25);
     graded h = grade_sheet(EV("This binary was built from commit 4e45e84 of the repository."));
     EXPECT_SCORE(h, "E.commit", 0.0);
     cr_expect(mc_test_contains(why(&h, "E.commit"), "4e45e84 is not"), "%s", why(&h, "E.commit"));
     release(&h);
-    graded k = grade_sheet(EV("This binary was built from commit unknown of the repository."));
-    EXPECT_SCORE(k, "E.commit", 0.0); /* measured a commit, not "unknown" */
-    release(&k);
+    EXPECT_GRADE(EV("This binary was built from commit unknown of the repository."),
+                 "E.commit", 0.0); /* measured a commit, not "unknown" */
 }
 
 Test(grader, a_count_reads_no_as_zero_and_a_text_needs_its_name) {
@@ -1722,9 +1674,7 @@ Test(grader, a_count_reads_no_as_zero_and_a_text_needs_its_name) {
     EXPECT_SCORE(h, "E.gpus", 0.0);   /* measured 0 */
     EXPECT_SCORE(h, "E.cpu", 0.0);    /* the model without the word CPU */
     release(&h);
-    graded k = grade_sheet(EV("This run used 0 GPUs."));
-    EXPECT_SCORE(k, "E.gpus", 0.25);
-    release(&k);
+    EXPECT_GRADE(EV("This run used 0 GPUs."), "E.gpus", 0.25);
     /* denied, the values state nothing */
     graded m = grade_sheet(EV("It is not true that this run had no GPU and an AMD EPYC CPU."));
     EXPECT_SCORE(m, "E.gpus", 0.0);
@@ -1734,12 +1684,8 @@ Test(grader, a_count_reads_no_as_zero_and_a_text_needs_its_name) {
 
 Test(grader, scientific_notation_is_a_value_with_its_decimals) {
     make_version_rubric("absent");
-    graded g = grade_sheet(EV("The relative difference was 3.8e-09 in this run."));
-    EXPECT_SCORE(g, "E.diff", 0.25);
-    release(&g);
-    graded h = grade_sheet(EV("The relative difference was 4.8e-09 in this run."));
-    EXPECT_SCORE(h, "E.diff", 0.0);
-    release(&h);
+    EXPECT_GRADE(EV("The relative difference was 3.8e-09 in this run."), "E.diff", 0.25);
+    EXPECT_GRADE(EV("The relative difference was 4.8e-09 in this run."), "E.diff", 0.0);
 }
 
 Test(grader, a_misconception_with_when_applies_only_where_the_fact_holds) {
