@@ -4916,6 +4916,8 @@ static void gr__measured_found(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__e
     if (e->count * b->per_value >= b->points - 1e-9) e->done = 1;
 }
 
+static int gr__value_denied(gr__ctx *c, const gr__sent *s, int t);
+
 static void gr__check_measured(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__estate *e,
                                const cJSON *meas) {
     gr__blist *lists = NULL;
@@ -4927,6 +4929,7 @@ static void gr__check_measured(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__e
         int t = gr__tok_at(s, lists[li].start);
         if (gr__is_index(s->norm, lists[li].start)) continue;
         if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (gr__value_denied(c, s, t)) continue;
         if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
         rel[0] = '\0';
         if (gr__tree_has(c, b, meas, rel, sizeof rel, NULL, 0, lists[li].canon, 0, 0))
@@ -4936,6 +4939,7 @@ static void gr__check_measured(gr__ctx *c, const gr__bind *b, gr__sent *s, gr__e
         int t = gr__tok_at(s, nums[ni].start);
         if (gr__number_ignored(b, nums[ni].v)) continue;
         if (t < s->ntok && (s->hyp[t] || s->void_clause[s->clause[t]])) continue;
+        if (gr__value_denied(c, s, t)) continue;
         if (gr__near_slot(c, s, &b->quantity, t, GR__SEARCH_STRICT) == NULL) continue;
         rel[0] = '\0';
         if (gr__tree_has(c, b, meas, rel, sizeof rel, NULL, 0, NULL, nums[ni].v, nums[ni].decimals))

@@ -659,6 +659,30 @@ Test(grader, an_object_negator_after_a_verb_negates_the_clause) {
                  "S.every_create", 1.0);
 }
 
+Test(grader, contrary_to_popular_belief_asserts_what_follows) {
+    /* the phrase rejects the belief; the writer states the clause after it */
+    EXPECT_GRADE(S1("Contrary to popular belief, the TP ranks are adjacent in this layout."),
+                 "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("Contrary to popular belief, the TP ranks are not adjacent in this layout."),
+                 "S.tp_adj", 0.0);
+    /* "the belief that X" is still the belief denied */
+    EXPECT_GRADE(S1("Contrary to the belief that the TP ranks are adjacent, they are spread."),
+                 "S.tp_adj", 0.0);
+}
+
+Test(grader, more_denial_frames_deny_their_statement) {
+    EXPECT_GRADE(S1("It would be a mistake to think that the TP ranks are adjacent here."),
+                 "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("Nobody should believe that the TP ranks are adjacent in this layout."),
+                 "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("It is a common misconception that the TP ranks are adjacent in this layout."),
+                 "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("It is also not true that the TP ranks are adjacent in this layout."),
+                 "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("The claim that the TP ranks are adjacent in this layout is unfounded."),
+                 "S.tp_adj", 0.0);
+}
+
 Test(grader, an_article_or_a_hyphen_makes_a_verb_form_a_noun_phrase_in_bullets) {
     /* "the sorted", "output-layer": no verb, so these bullets state nothing */
     graded g = grade_sheet(S1("- TP ranks adjacent in the sorted order\n"
@@ -1548,6 +1572,19 @@ Test(grader, a_schema1_rubric_is_graded_by_the_same_rules) {
     cr_assert_eq(g.rc, 0, "%s", g.out);
     cr_expect_float_eq(score(&g, "S1.adjacent"), 0.0, 1e-9, "a denied claim: %s", g.out);
     cr_expect_float_eq(score(&g, "S2.evidence"), 0.0, 1e-9, "a dump of values: %s", g.out);
+    release(&g);
+
+    /* a measured value inside a denied statement is not evidence; stated, it is */
+    snprintf(text, sizeof text, "%s### S2 Evidence\nIt is a myth that changing the TP group from "
+             "0.75 to 10.0 keeps every shape.\n", head);
+    g = grade_text(text);
+    cr_assert_eq(g.rc, 0, "%s", g.out);
+    cr_expect_float_eq(score(&g, "S2.evidence"), 0.0, 1e-9, "a denied value: %s", g.out);
+    release(&g);
+    snprintf(text, sizeof text, "%s### S2 Evidence\nThe TP group of rank 3 hung after 0.75 s in this "
+             "run.\n", head);
+    g = grade_text(text);
+    cr_expect_float_eq(score(&g, "S2.evidence"), 0.5, 1e-9, "a stated value: %s", g.out);
     release(&g);
 
     snprintf(text, sizeof text, "%s### S1 Layout\nTP ranks are adjacent. Calls are matched by "
