@@ -29,6 +29,7 @@
 #include "labs/grader.h"
 #include "labs/lab_common.h"
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 
@@ -39,36 +40,17 @@ static char dir[64];
 static char *out;
 
 static void setup(void) {
-    cr_assert_eq(chdir(mc_test_repo_root()), 0, "cannot chdir to the repository root");
+    ls_enter_root();
     cr_assert_eq(access("lab01", X_OK), 0, "./lab01 is not built (make lab01)");
-    cr_assert_eq(mc_test_make_tmpdir(dir, sizeof dir, "lab01"), 0, "no temp dir");
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    out = ls_open(dir, sizeof dir, "lab01", OUT_CAP);
 }
 
-static void teardown(void) {
-    mc_test_remove_dir(dir);
-    free(out);
-}
+static void teardown(void) { ls_close(dir, out); }
 
 TestSuite(lab01, .init = setup, .fini = teardown, .timeout = 240);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
-
-static cJSON *at(const cJSON *doc, const char *path) {
-    cJSON *v = mc_test_json_at(doc, path);
-    cr_assert_not_null(v, "the results lack %s", path);
-    return v;
-}
-
-static double num(const cJSON *doc, const char *path) { return at(doc, path)->valuedouble; }
-static const char *str(const cJSON *doc, const char *path) {
-    cJSON *v = at(doc, path);
-    cr_assert(cJSON_IsString(v), "%s is not a string", path);
-    return v->valuestring;
-}
-static int truth(const cJSON *doc, const char *path) { return cJSON_IsTrue(at(doc, path)); }
 
 /* ./lab01 `args` on np ranks, results in the temp dir; the run must exit 0. */
 static cJSON *run_lab(int np, const char *args, const char *sheet) {
@@ -88,7 +70,7 @@ static cJSON *run_lab(int np, const char *args, const char *sheet) {
 static double op_count(const cJSON *doc, const char *path, const char *op) {
     char key[128];
     snprintf(key, sizeof key, "facts.paths.%s.backend_ops", path);
-    cJSON *v = cJSON_GetObjectItemCaseSensitive(at(doc, key), op);
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(ls_get(doc, key), op);
     return v != NULL ? v->valuedouble : 0.0;
 }
 
@@ -97,8 +79,9 @@ static double edge_count(const cJSON *doc, const char *path, const char *from, c
     char key[128];
     snprintf(key, sizeof key, "facts.paths.%s.edges", path);
     const cJSON *e;
-    cJSON_ArrayForEach(e, at(doc, key)) {
-        if (!strcmp(str(e, "from"), from) && !strcmp(str(e, "to"), to)) return num(e, "n");
+    cJSON_ArrayForEach(e, ls_get(doc, key)) {
+        if (!strcmp(ls_gets(e, "from"), from) && !strcmp(ls_gets(e, "to"), to))
+            return ls_getd(e, "n");
     }
     return 0.0;
 }
@@ -107,11 +90,11 @@ static const char *const paths[] = {"recipe", "core_api", "fused"};
 
 /* The op counts of the probe rank against the model's structure, in every path. */
 static void expect_structure(const cJSON *doc, int pp) {
-    int probe = (int)num(doc, "probe_rank"), tp = (int)num(doc, "config.tp");
-    int stage = probe / (tp * ((int)num(doc, "config.world") / (tp * pp)));   /* PP outermost */
+    int probe = (int)ls_getd(doc, "probe_rank"), tp = (int)ls_getd(doc, "config.tp");
+    int stage = probe / (tp * ((int)ls_getd(doc, "config.world") / (tp * pp)));   /* PP outermost */
     int layers = LAYERS / pp, first = stage == 0, last = stage == pp - 1;
     double mb = (double)ITERS * MICROBATCHES;
-    cr_expect_eq((int)num(doc, "facts.probe_stage"), stage);
+    cr_expect_eq((int)ls_getd(doc, "facts.probe_stage"), stage);
     for (int p = 0; p < 3; p++) {
         const char *k = paths[p];
         cr_expect_eq(op_count(doc, k, "gemm"), mb * ((12 + 2 * (tp > 1)) * layers + 3 * last),
@@ -124,20 +107,20 @@ static void expect_structure(const cJSON *doc, int pp) {
         cr_expect_eq(op_count(doc, k, "adamw"), ITERS, "%s: one AdamW op per step", k);
         char key[96];
         snprintf(key, sizeof key, "facts.paths.%s.world.ops_outside_core", k);
-        cr_expect_eq(num(doc, key), 0, "%s: every backend op ran inside a core call", k);
+        cr_expect_eq(ls_getd(doc, key), 0, "%s: every backend op ran inside a core call", k);
     }
 }
 
 /* Losses: recipe == script bit for bit, everything against the single-rank reference. */
 static void expect_losses(const cJSON *doc, int tp) {
-    const cJSON *ref = at(doc, "facts.loss.reference");
+    const cJSON *ref = ls_get(doc, "facts.loss.reference");
     cr_assert_eq(cJSON_GetArraySize(ref), ITERS);
     for (int it = 0; it < ITERS; it++) {
         double want = cJSON_GetArrayItem(ref, it)->valuedouble, l[3];
         for (int p = 0; p < 3; p++) {
             char key[64];
             snprintf(key, sizeof key, "facts.paths.%s.loss", paths[p]);
-            l[p] = cJSON_GetArrayItem(at(doc, key), it)->valuedouble;
+            l[p] = cJSON_GetArrayItem(ls_get(doc, key), it)->valuedouble;
             cr_expect(fabs(l[p] - want) <= 1e-4 * fabs(want), "%s iteration %d: %.17g vs the "
                       "reference %.17g", paths[p], it + 1, l[p], want);
         }
@@ -148,17 +131,17 @@ static void expect_losses(const cJSON *doc, int tp) {
     double first = cJSON_GetArrayItem(ref, 0)->valuedouble;
     cr_expect(fabs(first - log((double)VOCAB)) < 0.1, "a fresh model's loss %.4f is near ln(%d)",
               first, VOCAB);
-    cr_expect_str_eq(str(doc, "facts.loss_recipe_vs_core"), "identical");
-    cr_expect_str_neq(str(doc, "facts.loss_core_vs_fused"), "different");
+    cr_expect_str_eq(ls_gets(doc, "facts.loss_recipe_vs_core"), "identical");
+    cr_expect_str_neq(ls_gets(doc, "facts.loss_core_vs_fused"), "different");
 }
 
 /* Who called the optimizer step, the schedule and the hooks. */
 static void expect_ownership(const cJSON *doc, const char *schedule) {
-    cr_expect_str_eq(str(doc, "facts.loop_owner.recipe"), "recipe");
-    cr_expect_str_eq(str(doc, "facts.loop_owner.core_api"), "script");
-    cr_expect_str_eq(str(doc, "facts.loop_owner.fused"), "script");
-    cr_expect_str_eq(str(doc, "facts.paths.recipe.loop_site"), "pretrain_gpt.c:train");
-    cr_expect_str_eq(str(doc, "facts.paths.core_api.loop_site"), "lab01.c:lab01_script_train");
+    cr_expect_str_eq(ls_gets(doc, "facts.loop_owner.recipe"), "recipe");
+    cr_expect_str_eq(ls_gets(doc, "facts.loop_owner.core_api"), "script");
+    cr_expect_str_eq(ls_gets(doc, "facts.loop_owner.fused"), "script");
+    cr_expect_str_eq(ls_gets(doc, "facts.paths.recipe.loop_site"), "pretrain_gpt.c:train");
+    cr_expect_str_eq(ls_gets(doc, "facts.paths.core_api.loop_site"), "lab01.c:lab01_script_train");
     cr_expect_eq(edge_count(doc, "recipe", "pretrain_gpt.c:train", "mc_optimizer_step"), ITERS);
     cr_expect_eq(edge_count(doc, "core_api", "lab01.c:lab01_script_train", "mc_optimizer_step"),
                  ITERS);
@@ -168,36 +151,37 @@ static void expect_ownership(const cJSON *doc, const char *schedule) {
                  ITERS * MICROBATCHES, "the schedule calls the script's forward hook");
     cr_expect_eq(edge_count(doc, "recipe", "pretrain_gpt.c:main", "mc_comm_init_world"), 1,
                  "the recipe initialises its own world");
-    cr_expect(truth(doc, "facts.paths.recipe.recipe_entry"));
-    cr_expect(!truth(doc, "facts.paths.core_api.recipe_entry"));
-    cr_expect(truth(doc, "facts.recipe_calls_core"));
-    cr_expect(truth(doc, "facts.script_owns.data") && truth(doc, "facts.script_owns.loop"));
-    cr_expect(!truth(doc, "facts.script_owns.model") && !truth(doc, "facts.script_owns.schedule") &&
-              !truth(doc, "facts.script_owns.optimizer"));
+    cr_expect(ls_getb(doc, "facts.paths.recipe.recipe_entry"));
+    cr_expect(!ls_getb(doc, "facts.paths.core_api.recipe_entry"));
+    cr_expect(ls_getb(doc, "facts.recipe_calls_core"));
+    cr_expect(ls_getb(doc, "facts.script_owns.data") && ls_getb(doc, "facts.script_owns.loop"));
+    cr_expect(!ls_getb(doc, "facts.script_owns.model") &&
+              !ls_getb(doc, "facts.script_owns.schedule") &&
+              !ls_getb(doc, "facts.script_owns.optimizer"));
     for (int p = 0; p < 3; p++) {
         char key[64];
         snprintf(key, sizeof key, "facts.paths.%s.schedule", paths[p]);
-        cr_expect_str_eq(str(doc, key), schedule);
+        cr_expect_str_eq(ls_gets(doc, key), schedule);
     }
 }
 
 /* The accelerated table: with OpenBLAS built in, exactly the GEMMs of the fused path. */
 static void expect_backend(const cJSON *doc) {
 #if defined(MC_WITH_CBLAS)
-    cr_expect_str_eq(str(doc, "facts.fused_backend.table"), "cpu-cblas");
-    cr_expect_str_eq(str(doc, "facts.fused_backend.accelerated_op_names"), "gemm");
-    cr_expect_eq(num(doc, "facts.paths.fused.accelerated_calls"),
-                 num(doc, "facts.paths.fused.gemm_calls"));
-    cr_expect_eq(num(doc, "facts.paths.fused.world.accelerated_calls"),
-                 num(doc, "facts.paths.fused.world.gemm_calls"));
-    cr_expect_str_eq(str(doc, "facts.fused_ops_in"), "fused");
+    cr_expect_str_eq(ls_gets(doc, "facts.fused_backend.table"), "cpu-cblas");
+    cr_expect_str_eq(ls_gets(doc, "facts.fused_backend.accelerated_op_names"), "gemm");
+    cr_expect_eq(ls_getd(doc, "facts.paths.fused.accelerated_calls"),
+                 ls_getd(doc, "facts.paths.fused.gemm_calls"));
+    cr_expect_eq(ls_getd(doc, "facts.paths.fused.world.accelerated_calls"),
+                 ls_getd(doc, "facts.paths.fused.world.gemm_calls"));
+    cr_expect_str_eq(ls_gets(doc, "facts.fused_ops_in"), "fused");
 #else
-    cr_expect_str_eq(str(doc, "facts.fused_ops_in"), "none");
+    cr_expect_str_eq(ls_gets(doc, "facts.fused_ops_in"), "none");
 #endif
-    cr_expect_eq(num(doc, "facts.paths.recipe.world.accelerated_calls"), 0);
-    cr_expect_eq(num(doc, "facts.paths.core_api.world.accelerated_calls"), 0);
-    cr_expect(truth(doc, "facts.same_op_counts"));
-    cr_expect_eq(num(doc, "facts.gemm_formula_mismatches"), 0);
+    cr_expect_eq(ls_getd(doc, "facts.paths.recipe.world.accelerated_calls"), 0);
+    cr_expect_eq(ls_getd(doc, "facts.paths.core_api.world.accelerated_calls"), 0);
+    cr_expect(ls_getb(doc, "facts.same_op_counts"));
+    cr_expect_eq(ls_getd(doc, "facts.gemm_formula_mismatches"), 0);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -216,28 +200,28 @@ Test(lab01, default_run_traces_three_paths) {
     cr_expect_float_eq(mc_test_lab_total(out), 0.0, 1e-9, "the empty sheet scores 0:\n%s", out);
     cr_expect(mc_test_contains(out, "What to do next"), "%s", out);
 
-    cr_expect_str_eq(str(doc, "lab"), "lab01");
-    cr_expect_str_eq(str(doc, "question"), "M001");
-    cr_expect_eq(num(doc, "config.world"), 2);
-    cr_expect_eq(num(doc, "config.pp"), 2);
-    cr_expect_eq(num(doc, "probe_rank"), 1);
-    cr_expect_str_eq(str(doc, "followup_variant"), "F1");
-    cr_expect(truth(doc, "run.all_checks_held"), "%s", out);
-    cr_expect_eq(num(doc, "facts.model.layers"), LAYERS);
-    cr_expect_eq(num(doc, "facts.model.seq_length"), SEQ);
-    cr_expect_eq(num(doc, "facts.model.global_batch"), MICRO_BATCH * MICROBATCHES);
+    cr_expect_str_eq(ls_gets(doc, "lab"), "lab01");
+    cr_expect_str_eq(ls_gets(doc, "question"), "M001");
+    cr_expect_eq(ls_getd(doc, "config.world"), 2);
+    cr_expect_eq(ls_getd(doc, "config.pp"), 2);
+    cr_expect_eq(ls_getd(doc, "probe_rank"), 1);
+    cr_expect_str_eq(ls_gets(doc, "followup_variant"), "F1");
+    cr_expect(ls_getb(doc, "run.all_checks_held"), "%s", out);
+    cr_expect_eq(ls_getd(doc, "facts.model.layers"), LAYERS);
+    cr_expect_eq(ls_getd(doc, "facts.model.seq_length"), SEQ);
+    cr_expect_eq(ls_getd(doc, "facts.model.global_batch"), MICRO_BATCH * MICROBATCHES);
     expect_structure(doc, 2);
     expect_losses(doc, 1);
     expect_ownership(doc, "forward_backward_pipelining_without_interleaving");
     expect_backend(doc);
-    cr_expect_gt(num(doc, "facts.step_ms.core_api"), 0);
-    cr_expect_gt(num(doc, "facts.step_ms.fused"), 0);
-    cr_expect_str_eq(str(doc, "facts.followup.path"), "core_api");
-    cr_expect_str_eq(str(doc, "facts.followup.experiment_kind"), "core_api");
-    cr_expect(!truth(doc, "facts.followup.fused_backend"));
-    cr_expect(truth(doc, "facts.followup.direct_calls.model") &&
-              truth(doc, "facts.followup.direct_calls.schedule") &&
-              truth(doc, "facts.followup.direct_calls.config"));
+    cr_expect_gt(ls_getd(doc, "facts.step_ms.core_api"), 0);
+    cr_expect_gt(ls_getd(doc, "facts.step_ms.fused"), 0);
+    cr_expect_str_eq(ls_gets(doc, "facts.followup.path"), "core_api");
+    cr_expect_str_eq(ls_gets(doc, "facts.followup.experiment_kind"), "core_api");
+    cr_expect(!ls_getb(doc, "facts.followup.fused_backend"));
+    cr_expect(ls_getb(doc, "facts.followup.direct_calls.model") &&
+              ls_getb(doc, "facts.followup.direct_calls.schedule") &&
+              ls_getb(doc, "facts.followup.direct_calls.config"));
     /* the recipe read the script's tokens: one window of seq + 1 per sample, and one spare */
     struct stat sb;
     char tokens[160];
@@ -259,11 +243,11 @@ Test(lab01, other_variant_and_worlds) {
     char sheet[128];
     snprintf(sheet, sizeof sheet, "%s/f2.md", dir);
     cJSON *doc = run_lab(2, "--nonce a1b2c3 --no-timing", sheet);
-    cr_expect_str_eq(str(doc, "followup_variant"), "F2");
-    cr_expect_str_eq(str(doc, "facts.followup.path"), "fused");
+    cr_expect_str_eq(ls_gets(doc, "followup_variant"), "F2");
+    cr_expect_str_eq(ls_gets(doc, "facts.followup.path"), "fused");
 #if defined(MC_WITH_CBLAS)
-    cr_expect_str_eq(str(doc, "facts.followup.experiment_kind"), "core_api_fused");
-    cr_expect(truth(doc, "facts.followup.fused_backend"));
+    cr_expect_str_eq(ls_gets(doc, "facts.followup.experiment_kind"), "core_api_fused");
+    cr_expect(ls_getb(doc, "facts.followup.fused_backend"));
 #endif
     cr_expect(mc_test_json_at(doc, "facts.step_ms") == NULL, "--no-timing skips E");
     cJSON_Delete(doc);
@@ -277,7 +261,7 @@ Test(lab01, other_variant_and_worlds) {
 
     snprintf(sheet, sizeof sheet, "%s/four.md", dir);
     doc = run_lab(4, "--nonce d00d42 --tp 2 --no-timing", sheet);
-    cr_expect_eq(num(doc, "config.tp"), 2);
+    cr_expect_eq(ls_getd(doc, "config.tp"), 2);
     expect_structure(doc, 2);
     expect_losses(doc, 2);
     expect_backend(doc);

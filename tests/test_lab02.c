@@ -21,6 +21,7 @@
 
 #include "labs/grader.h"
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 #define RUN_LIMIT_S 120.0
@@ -28,76 +29,21 @@
 #define STEPS 3
 #define M 2          /* micro-batches per step */
 
-static char repo_root[PATH_MAX];
 static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    snprintf(repo_root, sizeof repo_root, "%s", mc_test_repo_root());
-    cr_assert_eq(chdir(repo_root), 0, "cannot chdir to %s", repo_root);
+    ls_enter_root();
     cr_assert_eq(access("lab02", X_OK), 0, "./lab02 is missing: run make lab02 first");
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mc_test_lab02_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab02", OUT_CAP);
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab02, .init = setup, .fini = teardown, .timeout = 600);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc(1, (size_t)n + 1);
-    if (text != NULL && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    return text;
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    cJSON *v = mc_test_json_at(obj, dotted);
-    cr_assert_not_null(v, "results lack %s", dotted);
-    return v;
-}
-static int geti(const cJSON *obj, const char *dotted) { return get(obj, dotted)->valueint; }
-static double getd(const cJSON *obj, const char *dotted) { return get(obj, dotted)->valuedouble; }
-static int getb(const cJSON *obj, const char *dotted) { return cJSON_IsTrue(get(obj, dotted)); }
-static const char *gets(const cJSON *obj, const char *dotted) {
-    const cJSON *v = get(obj, dotted);
-    cr_assert(cJSON_IsString(v), "%s is not a string", dotted);
-    return v->valuestring;
-}
-
-/* "Total 12.50/15" -> 12.5; -1 when the line is missing. */
-static double total_score(const char *text) {
-    const char *p = NULL, *q = text;
-    while ((q = strstr(q, "Total ")) != NULL) p = q++;
-    double v = -1.0;
-    if (p == NULL || sscanf(p, "Total %lf/15", &v) != 1) return -1.0;
-    return v;
-}
 
 /* Runs ./lab02 on np ranks with the sheet and the results in `dir`. */
 static int run_lab_in(const char *dir, int np, const char *sheet, const char *extra, cJSON **doc) {
@@ -106,11 +52,7 @@ static int run_lab_in(const char *dir, int np, const char *sheet, const char *ex
     snprintf(cmd, sizeof cmd, "./lab02 --answers '%s' --results '%s' %s", sheet, res,
              extra ? extra : "");
     int rc = mc_test_mpirun(np, cmd, RUN_LIMIT_S, out, OUT_CAP);
-    if (doc != NULL) {
-        char *text = read_file(res);
-        *doc = text ? cJSON_Parse(text) : NULL;
-        free(text);
-    }
+    if (doc != NULL) *doc = mc_test_json_load(res);
     return rc;
 }
 
@@ -120,7 +62,7 @@ static void make_sheet(const char *path, const char *nonce, const char *const *e
     char cmd[512];
     snprintf(cmd, sizeof cmd, "./lab02 --init --force --nonce %s --answers '%s'", nonce, path);
     cr_assert_eq(mc_test_run(cmd, 30, out, OUT_CAP), 0, "%s", out);
-    char *text = read_file(path);
+    char *text = ls_read_file(path);
     cr_assert_not_null(text);
     for (int i = 0; edits != NULL && edits[i] != NULL; i += 2) {
         char *at = strstr(text, edits[i]);
@@ -134,7 +76,7 @@ static void make_sheet(const char *path, const char *nonce, const char *const *e
         free(text);
         text = next;
     }
-    write_file(path, text);
+    ls_write_file(path, text);
     free(text);
 }
 
@@ -225,7 +167,7 @@ static const char *const main_preds[] = {
 #define FWD "forward_per_microbatch"
 #define BWD "backward_per_microbatch"
 static int module_count(const cJSON *doc, const char *module, const char *dir, const char *key) {
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(get(doc, "facts.modules"), module);
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(ls_get(doc, "facts.modules"), module);
     cr_assert_not_null(m, "facts.modules lacks %s", module);
     const cJSON *d = cJSON_GetObjectItemCaseSensitive(m, dir);
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(d, key);
@@ -247,11 +189,11 @@ Test(lab02, default_run_measures_the_package_map_and_keeps_the_fault_hidden) {
     for (int l = 0; l < LAYERS; l++) {
         char key[64];
         snprintf(key, sizeof key, "facts.stage_of.layer%d", l);
-        cr_expect_eq(geti(doc, key), l / (LAYERS / 2), "%s", key);
+        cr_expect_eq(ls_geti(doc, key), l / (LAYERS / 2), "%s", key);
     }
-    cr_expect_eq(geti(doc, "facts.stage_of.embedding"), 0);
-    cr_expect_eq(geti(doc, "facts.stage_of.loss"), 1);
-    cr_expect_eq(geti(doc, "facts.stage_of.output_layer"), 1);
+    cr_expect_eq(ls_geti(doc, "facts.stage_of.embedding"), 0);
+    cr_expect_eq(ls_geti(doc, "facts.stage_of.loss"), 1);
+    cr_expect_eq(ls_geti(doc, "facts.stage_of.output_layer"), 1);
     /* SP rules, per micro-batch on one rank */
     for (int l = 0; l < LAYERS; l++) {
         char m[96];
@@ -277,21 +219,21 @@ Test(lab02, default_run_measures_the_package_map_and_keeps_the_fault_hidden) {
     cr_expect_eq(module_count(doc, "embedding", BWD, "tp_all_gather"), 1);
     cr_expect_eq(module_count(doc, "loss", FWD, "tp_all_reduce"), 3);
     cr_expect_eq(module_count(doc, "output_layer", FWD, "tp_all_gather"), 1);
-    cr_expect_eq(geti(doc, "facts.package_map.tp_collectives_attention_forward"), 2);
-    cr_expect_eq(geti(doc, "facts.package_map.tp_collectives_loss_forward"), 3);
-    cr_expect_eq(geti(doc, "facts.package_map.activations_sent_per_step"), M);
-    cr_expect_eq(geti(doc, "facts.package_map.finalize_collectives_last_stage.tp"), 1);
-    cr_expect_eq(geti(doc, "facts.package_map.finalize_collectives_last_stage.embedding"), 1);
-    cr_expect_str_eq(gets(doc, "facts.package_map.optimizer_grad_norm_group"), "mp");
-    cr_expect(getb(doc, "facts.package_map.checkpoint.tp1_load_matches"));
-    cr_expect(getb(doc, "facts.clean.matches_reference"));
-    cr_expect_lt(getd(doc, "facts.clean.max_rel_diff"), 1e-4);
-    cr_expect_not(getb(doc, "facts.control_max_as_sum.loss_changes"));
+    cr_expect_eq(ls_geti(doc, "facts.package_map.tp_collectives_attention_forward"), 2);
+    cr_expect_eq(ls_geti(doc, "facts.package_map.tp_collectives_loss_forward"), 3);
+    cr_expect_eq(ls_geti(doc, "facts.package_map.activations_sent_per_step"), M);
+    cr_expect_eq(ls_geti(doc, "facts.package_map.finalize_collectives_last_stage.tp"), 1);
+    cr_expect_eq(ls_geti(doc, "facts.package_map.finalize_collectives_last_stage.embedding"), 1);
+    cr_expect_str_eq(ls_gets(doc, "facts.package_map.optimizer_grad_norm_group"), "mp");
+    cr_expect(ls_getb(doc, "facts.package_map.checkpoint.tp1_load_matches"));
+    cr_expect(ls_getb(doc, "facts.clean.matches_reference"));
+    cr_expect_lt(ls_getd(doc, "facts.clean.max_rel_diff"), 1e-4);
+    cr_expect_not(ls_getb(doc, "facts.control_max_as_sum.loss_changes"));
     /* the symptom of this nonce (a forward fault): the step-0 loss already differs */
-    cr_expect(getb(doc, "facts.symptom.step0_loss_differs"));
-    cr_expect_eq(geti(doc, "facts.symptom.first_loss_step"), 0);
+    cr_expect(ls_getb(doc, "facts.symptom.step0_loss_differs"));
+    cr_expect_eq(ls_geti(doc, "facts.symptom.first_loss_step"), 0);
     /* hidden: no fault in the results, the output or the checks */
-    cr_expect_not(getb(doc, "facts.revealed"));
+    cr_expect_not(ls_getb(doc, "facts.revealed"));
     cr_expect_null(mc_test_json_at(doc, "facts.fault"));
     char *text = cJSON_PrintUnformatted(doc);
     cr_expect(!mc_test_contains(text, "row_no_reduce") && !mc_test_contains(out, "row_no_reduce"),
@@ -332,7 +274,7 @@ static void probe(const char *sheet, const char *module, int backward, probe_vie
     int rc = run_lab_in(tmp_dir, 4, sheet, extra, &doc);
     cr_assert_eq(rc, 0, "--probe %s exited %d\n%s", module, rc, out);
     probes_used++;
-    const cJSON *p = get(doc, "facts.probe");
+    const cJSON *p = ls_get(doc, "facts.probe");
     cr_assert_str_eq(cJSON_GetObjectItemCaseSensitive(p, "module")->valuestring, module);
     v->in = step_value(p, 0, backward ? "output_grad" : "forward_input");
     v->outv = step_value(p, 0, backward ? "input_grad" : "forward_output");
@@ -393,8 +335,8 @@ static void bisect_layer(const char *sheet, int l, int backward, char *found, si
    decoder.layers.3 (or .0), then the layer inside; finalize faults (every activation grad
    right) are read from the parameter gradients; optimizer faults from the parameters. */
 static void bisect(const char *sheet, const cJSON *symptom_doc, char *found, size_t cap) {
-    int loss0 = getb(symptom_doc, "facts.symptom.step0_loss_differs");
-    int norm0 = getb(symptom_doc, "facts.symptom.step0_grad_norm_differs");
+    int loss0 = ls_getb(symptom_doc, "facts.symptom.step0_loss_differs");
+    int norm0 = ls_getb(symptom_doc, "facts.symptom.step0_grad_norm_differs");
     probe_view v;
     if (!loss0 && !norm0) {   /* step 0 is right everywhere: the update is wrong */
         probe(sheet, "gpt", 0, &v);
@@ -459,14 +401,14 @@ Test(lab02, a_bisection_finds_every_kind_of_fault_in_at_most_4_probes) {
            in the grad norm only, optimizer faults from step 1 on */
         const char *phase = fault_phase[kind];
         int forwardish = !strcmp(phase, "forward") || !strcmp(phase, "loss");
-        cr_expect_eq(getb(sym, "facts.symptom.step0_loss_differs"), forwardish, "%s",
+        cr_expect_eq(ls_getb(sym, "facts.symptom.step0_loss_differs"), forwardish, "%s",
                      fault_id[kind]);
         if (!forwardish)
-            cr_expect_eq(getb(sym, "facts.symptom.step0_grad_norm_differs"),
+            cr_expect_eq(ls_getb(sym, "facts.symptom.step0_grad_norm_differs"),
                          strcmp(phase, "optimizer") != 0, "%s", fault_id[kind]);
         if (!strcmp(phase, "optimizer") || !strcmp(phase, "grad_finalize") ||
             !strcmp(phase, "backward_communication"))
-            cr_expect_geq(geti(sym, "facts.symptom.first_loss_step"), 1, "%s", fault_id[kind]);
+            cr_expect_geq(ls_geti(sym, "facts.symptom.first_loss_step"), 1, "%s", fault_id[kind]);
         probes_used = 0;
         bisect(sheet, sym, found, sizeof found);
         cJSON_Delete(sym);
@@ -492,15 +434,15 @@ Test(lab02, a_bisection_finds_every_kind_of_fault_in_at_most_4_probes) {
         cJSON *doc = NULL;
         rc = run_lab_in(tmp_dir, 4, sheet, NULL, &doc);
         cr_assert_eq(rc, 0, "%s: the reveal exited %d\n%s", fault_id[kind], rc, out);
-        cr_expect(getb(doc, "facts.revealed"), "%s", fault_id[kind]);
-        cr_expect_str_eq(gets(doc, "facts.fault.id"), fault_id[kind]);
-        cr_expect_str_eq(gets(doc, "facts.fault.module"), want);
-        cr_expect_str_eq(gets(doc, "facts.fault.phase"), phase);
-        cr_expect_str_eq(gets(doc, "facts.fault.collective"), fault_collective[kind]);
-        cr_expect_str_eq(gets(doc, "facts.first_divergence.module"), want, "%s", fault_id[kind]);
-        cr_expect_str_eq(gets(doc, "facts.first_divergence.phase"), phase, "%s", fault_id[kind]);
-        cr_expect_eq(geti(doc, "facts.bisection.probes_before_reveal"), probes_used);
-        cr_expect_str_eq(gets(doc, "facts.bisection.found_within_budget"),
+        cr_expect(ls_getb(doc, "facts.revealed"), "%s", fault_id[kind]);
+        cr_expect_str_eq(ls_gets(doc, "facts.fault.id"), fault_id[kind]);
+        cr_expect_str_eq(ls_gets(doc, "facts.fault.module"), want);
+        cr_expect_str_eq(ls_gets(doc, "facts.fault.phase"), phase);
+        cr_expect_str_eq(ls_gets(doc, "facts.fault.collective"), fault_collective[kind]);
+        cr_expect_str_eq(ls_gets(doc, "facts.first_divergence.module"), want, "%s", fault_id[kind]);
+        cr_expect_str_eq(ls_gets(doc, "facts.first_divergence.phase"), phase, "%s", fault_id[kind]);
+        cr_expect_eq(ls_geti(doc, "facts.bisection.probes_before_reveal"), probes_used);
+        cr_expect_str_eq(ls_gets(doc, "facts.bisection.found_within_budget"),
                          strcmp(found, want) == 0 && probes_used <= 4 ? "yes" : "no");
         cr_expect(mc_test_contains(out, "FU2.faulty_module") && mc_test_contains(out, "0.50/0.50"),
                   "%s: the diagnosis did not earn its points\n%s", fault_id[kind], out);
@@ -518,7 +460,7 @@ Test(lab02, findings_lock_when_first_filled_and_the_fault_waits_for_all_of_them)
     make_sheet(sheet, "5e0202", partial);
     cJSON *doc = NULL;
     cr_assert_eq(run_lab_in(tmp_dir, 4, sheet, NULL, &doc), 0, "%s", out);
-    cr_expect_not(getb(doc, "facts.revealed"), "revealed with one finding of five");
+    cr_expect_not(ls_getb(doc, "facts.revealed"), "revealed with one finding of five");
     cr_expect_null(mc_test_json_at(doc, "facts.fault"));
     cJSON_Delete(doc);
     char ledger[256], value[96];
@@ -529,8 +471,8 @@ Test(lab02, findings_lock_when_first_filled_and_the_fault_waits_for_all_of_them)
     cr_expect_eq(gr_ledger_locked_value(ledger, "5e0202", "followup/faulty_phase", NULL, 0), 0);
     /* a probe before the reveal counts for the bisection */
     cr_assert_eq(run_lab_in(tmp_dir, 4, sheet, "--probe decoder", &doc), 0, "%s", out);
-    cr_expect_eq(geti(doc, "facts.probes.count"), 1);
-    cr_expect_eq(geti(doc, "facts.probes.before_reveal"), 1);
+    cr_expect_eq(ls_geti(doc, "facts.probes.count"), 1);
+    cr_expect_eq(ls_geti(doc, "facts.probes.before_reveal"), 1);
     cJSON_Delete(doc);
     /* all five filled, one of them changed: the reveal; the changed one earns nothing */
     const char *all[] = {"faulty_module:", "faulty_module: embedding",
@@ -540,10 +482,10 @@ Test(lab02, findings_lock_when_first_filled_and_the_fault_waits_for_all_of_them)
                          "found_within_4_probes:", "found_within_4_probes: yes", NULL};
     make_sheet(sheet, "5e0202", all);
     cr_assert_eq(run_lab_in(tmp_dir, 4, sheet, "--probe gpt", &doc), 0, "%s", out);
-    cr_expect(getb(doc, "facts.revealed"));
+    cr_expect(ls_getb(doc, "facts.revealed"));
     cr_expect_not_null(mc_test_json_at(doc, "facts.fault.module"));
-    cr_expect_eq(geti(doc, "facts.probes.count"), 2);
-    cr_expect_eq(geti(doc, "facts.probes.before_reveal"), 1, "a probe after the reveal counted");
+    cr_expect_eq(ls_geti(doc, "facts.probes.count"), 2);
+    cr_expect_eq(ls_geti(doc, "facts.probes.before_reveal"), 1, "a probe after the reveal counted");
     cr_expect(mc_test_contains(out, "changed since the first run"), "%s", out);
     cr_expect_eq(gr_ledger_locked_value(ledger, "5e0202", "followup/faulty_module", value,
                                         sizeof value), 1);
@@ -574,9 +516,9 @@ Test(lab02, tp4_on_eight_ranks_also_matches_tp1) {
     cJSON *doc = NULL;
     int rc = run_lab_in(tmp_dir, 8, sheet, "--tp 4 --nonce 107bbc", &doc);
     cr_assert_eq(rc, 0, "tp 4 exited %d\n%s", rc, out);
-    cr_expect_eq(geti(doc, "facts.layout.tp"), 4);
-    cr_expect(getb(doc, "facts.clean.matches_reference"));
-    cr_expect(getb(doc, "facts.package_map.checkpoint.tp1_load_matches"));
+    cr_expect_eq(ls_geti(doc, "facts.layout.tp"), 4);
+    cr_expect(ls_getb(doc, "facts.clean.matches_reference"));
+    cr_expect(ls_getb(doc, "facts.package_map.checkpoint.tp1_load_matches"));
     cJSON_Delete(doc);
 }
 
@@ -593,7 +535,7 @@ Test(lab02, an_empty_sheet_scores_near_zero_and_says_what_to_do_next) {
     snprintf(sheet, sizeof sheet, "%s/e.md", tmp_dir);
     int rc = run_lab_in(tmp_dir, 4, sheet, "--nonce 5e0203", NULL);
     cr_assert_eq(rc, 0, "%s", out);
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect(total >= 0.0 && total <= 0.5, "the empty sheet scored %.2f\n%s", total, out);
     cr_expect(mc_test_contains(out, "What to do next"), "%s", out);
 }
@@ -605,15 +547,15 @@ static double grade_fixture(const char *fixture) {
     snprintf(res, sizeof res, "%s/results/lab02.json", tmp_dir);
     snprintf(cmd, sizeof cmd, "./lab02 --grade-only --answers '%s' --results '%s'", fixture, res);
     cr_assert_eq(mc_test_run(cmd, 30, out, OUT_CAP), 0, "%s\n%s", fixture, out);
-    return total_score(out);
+    return ls_total_score(out);
 }
 
 static void run_for_fixtures(void) {
     char sheet[256];
     snprintf(sheet, sizeof sheet, "%s/f.md", tmp_dir);
-    char *text = read_file("tests/fixtures/lab02/negated.md");
+    char *text = ls_read_file("tests/fixtures/lab02/negated.md");
     cr_assert_not_null(text);
-    write_file(sheet, text);
+    ls_write_file(sheet, text);
     free(text);
     cr_assert_eq(run_lab_in(tmp_dir, 4, sheet, NULL, NULL), 0, "%s", out);
 }
@@ -683,13 +625,13 @@ static void expect_reference_scores(const char *ref) {
     snprintf(sheet, sizeof sheet, "%s/ref.md", tmp_dir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s/results'", tmp_dir);
     cr_assert_eq(system(cmd), 0);
-    char *text = read_file(ref);
+    char *text = ls_read_file(ref);
     cr_assert_not_null(text, "missing %s", ref);
-    write_file(sheet, text);   /* its nonce is in its header; the first run locks everything */
+    ls_write_file(sheet, text);   /* its nonce is in its header; the first run locks everything */
     free(text);
     int rc = run_lab_in(tmp_dir, 4, sheet, NULL, NULL);
     cr_assert_eq(rc, 0, "lab02 on %s exited %d\n%s", ref, rc, out);
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect_geq(total, 14.0, "%s scored %.2f/15\n%s", ref, total, out);
     cr_expect(mc_test_contains(out, "locked=yes"), "%s: predictions not locked\n%s", ref, out);
     cr_expect(mc_test_contains(out, "no misconception fired"), "%s\n%s", ref, out);

@@ -15,34 +15,19 @@
 
 #include "labs/lab_common.h"
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 
-static char repo_root[PATH_MAX];
 static char tmp_dir[64];
 static char *out;   /* captured program output */
 
-static void find_repo_root(void) {
-    snprintf(repo_root, sizeof repo_root, "%s", mc_test_repo_root());
-    cr_assert(strcmp(repo_root, ".") != 0 || access("megatron_c.h", R_OK) == 0,
-              "cannot find the repository root from /proc/self/exe");
-}
-
 static void setup(void) {
-    find_repo_root();
-    cr_assert_eq(chdir(repo_root), 0, "cannot chdir to %s", repo_root);
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mc_test_lab03_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    ls_enter_found_root();
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab03", OUT_CAP);
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab03, .init = setup, .fini = teardown);
 
@@ -51,28 +36,6 @@ TestSuite(lab03, .init = setup, .fini = teardown);
 
 static void tmp_path(char *buf, size_t cap, const char *name) {
     snprintf(buf, cap, "%s/%s", tmp_dir, name);
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc(1, (size_t)n + 1);
-    if (text != NULL && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    return text;
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
 }
 
 /* The last non-empty line of the output, without its newline. */
@@ -84,32 +47,11 @@ static void last_line(const char *text, char *line, size_t cap) {
     snprintf(line, cap, "%.*s", (int)(n - start), text + start);
 }
 
-static cJSON *load_json(const char *path) {
-    char *text = read_file(path);
-    cr_assert_not_null(text, "missing %s", path);
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    cr_assert_not_null(doc, "%s is not valid JSON", path);
-    return doc;
-}
-
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    char path[256];
-    snprintf(path, sizeof path, "%s", dotted);
-    const cJSON *cur = obj;
-    char *save = NULL;
-    for (char *key = strtok_r(path, ".", &save); key != NULL; key = strtok_r(NULL, ".", &save)) {
-        cur = cJSON_GetObjectItemCaseSensitive(cur, key);
-        cr_assert_not_null(cur, "results lack the key %s (at %s)", dotted, key);
-    }
-    return (cJSON *)cur;
-}
-
 /* Compares a JSON list of lists with the expected groups, written as "[[0,1],[2,3]]". */
 static void assert_groups(const cJSON *doc, const char *key, const char *expected) {
     cJSON *want = cJSON_Parse(expected);
     cr_assert_not_null(want);
-    char *have = cJSON_PrintUnformatted(get(doc, key));
+    char *have = cJSON_PrintUnformatted(ls_get(doc, key));
     char *w = cJSON_PrintUnformatted(want);
     cr_expect_str_eq(have, w, "%s: measured %s, expected %s", key, have, w);
     free(have);
@@ -124,7 +66,7 @@ static int is_outcome(const char *s) {
 
 /* Reads the header of an answer sheet written by --init. */
 static int read_header(const char *path, char nonce[8], int *probe, char variant[8]) {
-    char *text = read_file(path);
+    char *text = ls_read_file(path);
     if (text == NULL) return -1;
     const char *h = strstr(text, "<!-- nonce: ");
     int got = h != NULL && sscanf(h, "<!-- nonce: %6[0-9a-f] ; probe_rank: %d ; followup: %7s",
@@ -240,9 +182,9 @@ Test(lab03, json_writer_creates_the_directory_and_leaves_no_temp_file) {
     cJSON_AddItemToObject(doc, "g", lab_json_groups(groups, offsets, sizes, 2));
     cr_assert_eq(lab_json_write_atomic(doc, path), 0);
     cJSON_Delete(doc);
-    cJSON *back = load_json(path);
-    cr_expect_str_eq(get(back, "lab")->valuestring, "lab03");
-    cr_expect_str_eq(get(back, "megatron_c_version")->valuestring, mc_version_string());
+    cJSON *back = ls_load_json(path);
+    cr_expect_str_eq(ls_get(back, "lab")->valuestring, "lab03");
+    cr_expect_str_eq(ls_get(back, "megatron_c_version")->valuestring, mc_version_string());
     assert_groups(back, "g", "[[0,1],[2,3]]");
     cJSON_Delete(back);
     char cmd[256];
@@ -267,7 +209,7 @@ Test(lab03, init_writes_the_template_and_refuses_to_overwrite_answers, .timeout 
     snprintf(cmd, sizeof cmd, "./lab03 --init --answers '%s'", sheet);
     cr_assert_eq(mc_test_run(cmd, 20, out, OUT_CAP), 0, "%s", out);
 
-    char *text = read_file(sheet);
+    char *text = ls_read_file(sheet);
     cr_assert_not_null(text, "--init wrote nothing: %s", out);
     const char *title = "# lab03 — M003 initialize_model_parallel\n";
     cr_expect(strncmp(text, title, strlen(title)) == 0, "first line: %.60s", text);
@@ -291,15 +233,15 @@ Test(lab03, init_writes_the_template_and_refuses_to_overwrite_answers, .timeout 
     memcpy(filled, text, head);
     strcat(filled, "dp_size: 2");
     strcat(filled, dp + strcspn(dp, "\n"));
-    write_file(sheet, filled);
+    ls_write_file(sheet, filled);
     cr_expect_neq(mc_test_run(cmd, 20, out, OUT_CAP), 0, "--init overwrote answers: %s", out);
     cr_expect(mc_test_contains(out, "--force"), "the refusal says how to override: %s", out);
-    char *after = read_file(sheet);
+    char *after = ls_read_file(sheet);
     cr_expect_str_eq(after, filled, "the sheet changed although --init refused");
 
     snprintf(cmd, sizeof cmd, "./lab03 --init --force --answers '%s'", sheet);
     cr_expect_eq(mc_test_run(cmd, 20, out, OUT_CAP), 0, "%s", out);
-    char *forced = read_file(sheet);
+    char *forced = ls_read_file(sheet);
     cr_expect(forced != NULL && strstr(forced, "dp_size: 2") == NULL,
               "--force should write a fresh template");
     free(text);
@@ -337,88 +279,89 @@ static void group_of(const char *kind, int p, char *out, size_t cap) {
 }
 
 static void expect_list(const cJSON *doc, const char *key, const char *want) {
-    char *have = cJSON_PrintUnformatted(get(doc, key));
+    char *have = cJSON_PrintUnformatted(ls_get(doc, key));
     cr_expect_str_eq(have, want, "%s: %s, expected %s", key, have, want);
     free(have);
 }
 
 static void check_getters(const cJSON *doc, int p) {
     char want[32];
-    cr_expect_eq(get(doc, "facts.getters.rank")->valueint, p);
-    cr_expect_eq(get(doc, "facts.getters.group_rank.tp")->valueint, p % 2);
-    cr_expect_eq(get(doc, "facts.getters.group_rank.dp")->valueint, (p / 2) % 2);
-    cr_expect_eq(get(doc, "facts.getters.group_rank.pp")->valueint, p / 4);
-    cr_expect_eq(get(doc, "facts.getters.group_size.mp")->valueint, 4);
-    cr_expect_eq(get(doc, "facts.getters.src_rank.tp")->valueint, p - p % 2);
-    cr_expect_eq(get(doc, "facts.getters.src_rank.pp")->valueint, p % 4);
-    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.getters.is_last_stage")), p >= 4);
-    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.getters.is_first_stage")), p < 4);
-    cr_expect(cJSON_IsTrue(get(doc, "facts.getters.in_embedding_group")));
+    cr_expect_eq(ls_get(doc, "facts.getters.rank")->valueint, p);
+    cr_expect_eq(ls_get(doc, "facts.getters.group_rank.tp")->valueint, p % 2);
+    cr_expect_eq(ls_get(doc, "facts.getters.group_rank.dp")->valueint, (p / 2) % 2);
+    cr_expect_eq(ls_get(doc, "facts.getters.group_rank.pp")->valueint, p / 4);
+    cr_expect_eq(ls_get(doc, "facts.getters.group_size.mp")->valueint, 4);
+    cr_expect_eq(ls_get(doc, "facts.getters.src_rank.tp")->valueint, p - p % 2);
+    cr_expect_eq(ls_get(doc, "facts.getters.src_rank.pp")->valueint, p % 4);
+    cr_expect_eq(cJSON_IsTrue(ls_get(doc, "facts.getters.is_last_stage")), p >= 4);
+    cr_expect_eq(cJSON_IsTrue(ls_get(doc, "facts.getters.is_first_stage")), p < 4);
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.getters.in_embedding_group")));
     group_of("pp", p, want, sizeof want);
     expect_list(doc, "facts.getters.embedding_group", want);
     snprintf(want, sizeof want, "[%d,%d,%d,%d]", (p / 2 % 2) * 2, (p / 2 % 2) * 2 + 1,
              (p / 2 % 2) * 2 + 4, (p / 2 % 2) * 2 + 5);
     expect_list(doc, "facts.getters.mp_group", want);
     /* the position embedding lives on the first stage only */
-    cJSON *pos = get(doc, "facts.getters.position_embedding_group");
+    cJSON *pos = ls_get(doc, "facts.getters.position_embedding_group");
     cr_expect_eq(cJSON_IsNull(pos), p >= 4, "position_embedding_group of rank %d", p);
 }
 
 static void check_model_shards(const cJSON *doc, int p) {
-    cr_assert(cJSON_IsTrue(get(doc, "facts.model_shards.built")));
-    cr_expect_eq(get(doc, "facts.model_shards.config.num_layers")->valueint, 2);
+    cr_assert(cJSON_IsTrue(ls_get(doc, "facts.model_shards.built")));
+    cr_expect_eq(ls_get(doc, "facts.model_shards.config.num_layers")->valueint, 2);
     char want[16];
     snprintf(want, sizeof want, "[%d]", p / 4);   /* one layer per pipeline stage */
     expect_list(doc, "facts.model_shards.probe.layers", want);
-    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.model_shards.probe.pre_process")), p < 4);
-    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.model_shards.probe.post_process")), p >= 4);
+    cr_expect_eq(cJSON_IsTrue(ls_get(doc, "facts.model_shards.probe.pre_process")), p < 4);
+    cr_expect_eq(cJSON_IsTrue(ls_get(doc, "facts.model_shards.probe.post_process")), p >= 4);
     expect_list(doc, "facts.model_shards.layer_holders", "[4,4]");
-    cJSON *params = get(doc, "facts.model_shards.probe.params");
+    cJSON *params = ls_get(doc, "facts.model_shards.probe.params");
     cr_expect(cJSON_GetArraySize(params) >= 4, "too few shapes");
     const cJSON *e;
     int split = 0;
     cJSON_ArrayForEach(e, params) {
-        const cJSON *dim = get(e, "partition_dim");
-        const cJSON *g = get(e, "global_shape"), *l = get(e, "local_shape");
+        const cJSON *dim = ls_get(e, "partition_dim");
+        const cJSON *g = ls_get(e, "global_shape"), *l = ls_get(e, "local_shape");
         for (int d = 0; d < 2; d++) {
             int gd = cJSON_GetArrayItem(g, d)->valueint, ld = cJSON_GetArrayItem(l, d)->valueint;
             int is_split = cJSON_IsNumber(dim) && dim->valueint == d;
             cr_expect_eq(ld * (is_split ? 2 : 1), gd, "%s dim %d: local %d global %d",
-                         get(e, "name")->valuestring, d, ld, gd);
+                         ls_get(e, "name")->valuestring, d, ld, gd);
             split += is_split;
         }
     }
     cr_expect(split >= 3, "the layer's weights are split over TP");
-    cr_expect(cJSON_IsFalse(get(doc, "facts.model_shards.parallel_state_allocates_params")));
-    double ps = get(doc, "facts.model_shards.parallel_state_heap_bytes")->valuedouble;
-    double params_bytes = get(doc, "facts.model_shards.param_bytes_after_model_init")->valuedouble;
+    cr_expect(cJSON_IsFalse(ls_get(doc, "facts.model_shards.parallel_state_allocates_params")));
+    double ps = ls_get(doc, "facts.model_shards.parallel_state_heap_bytes")->valuedouble;
+    double params_bytes =
+        ls_get(doc, "facts.model_shards.param_bytes_after_model_init")->valuedouble;
     cr_expect(ps > 0 && ps < params_bytes, "parallel state %g bytes, parameters %g", ps,
               params_bytes);
-    cr_expect_eq(get(doc, "facts.model_shards.param_bytes_before_model_init")->valueint, 0);
+    cr_expect_eq(ls_get(doc, "facts.model_shards.param_bytes_before_model_init")->valueint, 0);
 }
 
 static void check_destroy(const cJSON *doc, int p) {
-    cr_expect_eq(get(doc, "facts.destroy.rank")->valueint, p);
-    int held = get(doc, "facts.destroy.groups_held")->valueint;
-    cr_expect_eq(get(doc, "facts.destroy.groups_destroyed")->valueint, held);
+    cr_expect_eq(ls_get(doc, "facts.destroy.rank")->valueint, p);
+    int held = ls_get(doc, "facts.destroy.groups_held")->valueint;
+    cr_expect_eq(ls_get(doc, "facts.destroy.groups_destroyed")->valueint, held);
     cr_expect_eq(held, p < 4 ? 16 : 15, "rank %d: position_embedding only on the first stage", p);
-    cJSON *order = get(doc, "facts.destroy.order");
+    cJSON *order = ls_get(doc, "facts.destroy.order");
     cr_assert_eq(cJSON_GetArraySize(order), held);
     cr_expect_str_eq(cJSON_GetArrayItem(order, 0)->valuestring, "expert_dp");
     cr_expect_str_eq(cJSON_GetArrayItem(order, held - 1)->valuestring, "dp_cp");
-    cr_expect(cJSON_IsTrue(get(doc, "facts.destroy.reverse_of_creation")));
-    cr_expect(cJSON_IsTrue(get(doc, "facts.destroy.all_handles_released")));
-    cr_expect(get(doc, "facts.destroy.heap_bytes_released")->valuedouble ==
-              get(doc, "facts.model_shards.parallel_state_heap_bytes")->valuedouble);
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.destroy.reverse_of_creation")));
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.destroy.all_handles_released")));
+    cr_expect(ls_get(doc, "facts.destroy.heap_bytes_released")->valuedouble ==
+              ls_get(doc, "facts.model_shards.parallel_state_heap_bytes")->valuedouble);
 }
 
 /* Experiment D for one variant: the kinds it swaps on the probe rank, and the outcomes. */
 static void check_exp_d(const cJSON *doc, const char *variant, int p) {
     static const char *const kinds[3][2] = {{"tp", "dp"}, {"dp", "pp"}, {"tp", "pp"}};
     const char *const *k = kinds[variant[1] - '1'];
-    cr_expect_str_eq(get(doc, "facts.exp_d.variant")->valuestring, variant);
-    cr_expect_eq(get(doc, "facts.exp_d.swap_rank")->valueint, p);
-    cJSON *ks = get(doc, "facts.exp_d.kinds");
+    cr_expect_str_eq(ls_get(doc, "facts.exp_d.variant")->valuestring, variant);
+    cr_expect_eq(ls_get(doc, "facts.exp_d.swap_rank")->valueint, p);
+    cJSON *ks = ls_get(doc, "facts.exp_d.kinds");
     cr_expect_str_eq(cJSON_GetArrayItem(ks, 0)->valuestring, k[0]);
     cr_expect_str_eq(cJSON_GetArrayItem(ks, 1)->valuestring, k[1]);
     char lists[2][32];
@@ -426,45 +369,47 @@ static void check_exp_d(const cJSON *doc, const char *variant, int p) {
         group_of(k[i], p, lists[i], sizeof lists[i]);
         char key[64];
         snprintf(key, sizeof key, "facts.exp_d.groups.%d", i);
-        char *have = cJSON_PrintUnformatted(cJSON_GetArrayItem(get(doc, "facts.exp_d.groups"), i));
+        char *have =
+            cJSON_PrintUnformatted(cJSON_GetArrayItem(ls_get(doc, "facts.exp_d.groups"), i));
         cr_expect_str_eq(have, lists[i], "%s", key);
         free(have);
     }
-    cJSON *calls = get(doc, "facts.exp_d.swapped_calls");
+    cJSON *calls = ls_get(doc, "facts.exp_d.swapped_calls");
     int c0 = cJSON_GetArrayItem(calls, 0)->valueint, c1 = cJSON_GetArrayItem(calls, 1)->valueint;
     cr_expect(c0 >= 0 && c1 >= 0 && c0 != c1, "swapped calls %d %d", c0, c1);
 
     /* paired by position: every call succeeds and the probe's two sums are swapped */
-    cr_expect_str_eq(get(doc, "facts.exp_d.unverified.outcome")->valuestring,
+    cr_expect_str_eq(ls_get(doc, "facts.exp_d.unverified.outcome")->valuestring,
                      "silent_wrong_result");
-    cr_expect(cJSON_IsFalse(get(doc, "facts.exp_d.unverified.any_call_failed")));
-    cJSON *wrong = get(doc, "facts.exp_d.unverified.wrong");
+    cr_expect(cJSON_IsFalse(ls_get(doc, "facts.exp_d.unverified.any_call_failed")));
+    cJSON *wrong = ls_get(doc, "facts.exp_d.unverified.wrong");
     cr_assert_eq(cJSON_GetArraySize(wrong), 2, "%s",
-                 get(doc, "facts.exp_d.unverified.detail")->valuestring);
-    cJSON *groups = get(doc, "facts.exp_d.groups");
+                 ls_get(doc, "facts.exp_d.unverified.detail")->valuestring);
+    cJSON *groups = ls_get(doc, "facts.exp_d.groups");
     int sums[2] = {member_sum(cJSON_GetArrayItem(groups, 0)),
                    member_sum(cJSON_GetArrayItem(groups, 1))};
     const cJSON *w;
     int seen = 0;
     cJSON_ArrayForEach(w, wrong) {
-        cr_expect_eq(get(w, "rank")->valueint, p, "only the swapping rank sums wrong");
-        int which = strcmp(get(w, "kind")->valuestring, k[0]) == 0 ? 0 : 1;
-        cr_expect_str_eq(get(w, "kind")->valuestring, k[which]);
-        cr_expect_eq(get(w, "expected")->valueint, sums[which]);
-        cr_expect_eq(get(w, "got")->valueint, sums[1 - which], "%s got the other group's sum",
+        cr_expect_eq(ls_get(w, "rank")->valueint, p, "only the swapping rank sums wrong");
+        int which = strcmp(ls_get(w, "kind")->valuestring, k[0]) == 0 ? 0 : 1;
+        cr_expect_str_eq(ls_get(w, "kind")->valuestring, k[which]);
+        cr_expect_eq(ls_get(w, "expected")->valueint, sums[which]);
+        cr_expect_eq(ls_get(w, "got")->valueint, sums[1 - which], "%s got the other group's sum",
                      k[which]);
         seen |= 1 << which;
     }
     cr_expect_eq(seen, 3, "both kinds are listed");
 
     /* with the member-list check: an error at the first swapped call, naming both lists */
-    cr_expect_str_eq(get(doc, "facts.exp_d.verified.outcome")->valuestring, "error");
-    cr_expect_str_eq(get(doc, "facts.exp_d.verified.status")->valuestring, "MC_ERR_PLAN_MISMATCH");
-    cr_expect_eq(get(doc, "facts.exp_d.verified.call_index")->valueint, c0 < c1 ? c0 : c1);
-    const char *msg = get(doc, "facts.exp_d.verified.message")->valuestring;
+    cr_expect_str_eq(ls_get(doc, "facts.exp_d.verified.outcome")->valuestring, "error");
+    cr_expect_str_eq(ls_get(doc, "facts.exp_d.verified.status")->valuestring,
+                     "MC_ERR_PLAN_MISMATCH");
+    cr_expect_eq(ls_get(doc, "facts.exp_d.verified.call_index")->valueint, c0 < c1 ? c0 : c1);
+    const char *msg = ls_get(doc, "facts.exp_d.verified.message")->valuestring;
     cr_expect(mc_test_contains(msg, lists[0]) && mc_test_contains(msg, lists[1]),
               "the message names %s and %s: %s", lists[0], lists[1], msg);
-    cr_expect(get(doc, "facts.exp_d.verified.seconds")->valuedouble < 5.0);
+    cr_expect(ls_get(doc, "facts.exp_d.verified.seconds")->valuedouble < 5.0);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -493,36 +438,36 @@ Test(lab03, world8_default_run_records_the_contract, .timeout = 150) {
     last_line(out, line, sizeof line);
     cr_expect_str_eq(line, "Total 0.00/15", "the last line is the grader's total:\n%s", out);
 
-    cJSON *doc = load_json(res);
-    cJSON *rubric = load_json("labs/rubric/lab03.json");
-    cr_expect_eq(get(doc, "format")->valueint, 2);
-    cr_expect_str_eq(get(doc, "lab")->valuestring, "lab03");
-    cr_expect_str_eq(get(doc, "question")->valuestring, "M003");
-    cr_expect_str_eq(get(doc, "rubric_version")->valuestring,
-                     get(rubric, "rubric_version")->valuestring);
+    cJSON *doc = ls_load_json(res);
+    cJSON *rubric = ls_load_json("labs/rubric/lab03.json");
+    cr_expect_eq(ls_get(doc, "format")->valueint, 2);
+    cr_expect_str_eq(ls_get(doc, "lab")->valuestring, "lab03");
+    cr_expect_str_eq(ls_get(doc, "question")->valuestring, "M003");
+    cr_expect_str_eq(ls_get(doc, "rubric_version")->valuestring,
+                     ls_get(rubric, "rubric_version")->valuestring);
     cJSON_Delete(rubric);
-    cr_expect_eq(get(doc, "config.world")->valueint, 8);
-    cr_expect_eq(get(doc, "config.tp")->valueint, 2);
-    cr_expect_eq(get(doc, "config.pp")->valueint, 2);
-    cr_expect_eq(get(doc, "config.etp")->valueint, 2);
-    cr_expect_str_eq(get(doc, "config.order")->valuestring, "tp-cp-ep-dp-pp");
-    cr_expect_str_eq(get(doc, "config.backend")->valuestring, "mpi");
-    cr_expect(strlen(get(doc, "config.backend_reason")->valuestring) > 0);
-    cr_expect(mc_test_contains(get(doc, "config.mpi_library")->valuestring, "MPI"));
+    cr_expect_eq(ls_get(doc, "config.world")->valueint, 8);
+    cr_expect_eq(ls_get(doc, "config.tp")->valueint, 2);
+    cr_expect_eq(ls_get(doc, "config.pp")->valueint, 2);
+    cr_expect_eq(ls_get(doc, "config.etp")->valueint, 2);
+    cr_expect_str_eq(ls_get(doc, "config.order")->valuestring, "tp-cp-ep-dp-pp");
+    cr_expect_str_eq(ls_get(doc, "config.backend")->valuestring, "mpi");
+    cr_expect(strlen(ls_get(doc, "config.backend_reason")->valuestring) > 0);
+    cr_expect(mc_test_contains(ls_get(doc, "config.mpi_library")->valuestring, "MPI"));
 
     /* nonce, probe and variant follow the sheet the run wrote */
     char nonce[8], variant[8];
     int header_probe = -1;
     cr_assert_eq(read_header(sheet, nonce, &header_probe, variant), 0);
-    cr_expect_str_eq(get(doc, "nonce")->valuestring, nonce);
-    cr_expect_eq(get(doc, "probe_rank")->valueint, header_probe);
-    cr_expect_str_eq(get(doc, "followup_variant")->valuestring, variant);
-    cr_expect(cJSON_IsFalse(get(doc, "predictions.present_at_run")), "empty template counted");
-    cr_expect_eq(strlen(get(doc, "predictions.hash")->valuestring), 16);
-    cr_expect(strlen(get(doc, "predictions.time")->valuestring) == 20);
+    cr_expect_str_eq(ls_get(doc, "nonce")->valuestring, nonce);
+    cr_expect_eq(ls_get(doc, "probe_rank")->valueint, header_probe);
+    cr_expect_str_eq(ls_get(doc, "followup_variant")->valuestring, variant);
+    cr_expect(cJSON_IsFalse(ls_get(doc, "predictions.present_at_run")), "empty template counted");
+    cr_expect_eq(strlen(ls_get(doc, "predictions.hash")->valuestring), 16);
+    cr_expect(strlen(ls_get(doc, "predictions.time")->valuestring) == 20);
 
     /* the measured layout (grading_design.md D.1) */
-    cr_expect_eq(get(doc, "facts.dp_size")->valueint, 2);
+    cr_expect_eq(ls_get(doc, "facts.dp_size")->valueint, 2);
     assert_groups(doc, "facts.tp_groups", "[[0,1],[2,3],[4,5],[6,7]]");
     assert_groups(doc, "facts.dp_groups", "[[0,2],[1,3],[4,6],[5,7]]");
     assert_groups(doc, "facts.pp_groups", "[[0,4],[1,5],[2,6],[3,7]]");
@@ -538,56 +483,57 @@ Test(lab03, world8_default_run_records_the_contract, .timeout = 150) {
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         char key[64];
         snprintf(key, sizeof key, "facts.groups.%s", kinds[i]);
-        cr_expect(cJSON_IsArray(get(doc, key)), "%s is not a list", key);
+        cr_expect(cJSON_IsArray(ls_get(doc, key)), "%s is not a list", key);
     }
-    cr_expect(cJSON_IsTrue(get(doc, "facts.membership_verified")));
-    cr_expect_eq(get(doc, "facts.groups_created")->valueint, 64);
-    cr_expect(cJSON_IsTrue(get(doc, "facts.creation_sequence_identical")));
-    cJSON *seq = get(doc, "facts.creation_sequence");
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.membership_verified")));
+    cr_expect_eq(ls_get(doc, "facts.groups_created")->valueint, 64);
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.creation_sequence_identical")));
+    cJSON *seq = ls_get(doc, "facts.creation_sequence");
     cr_expect_str_eq(cJSON_GetArrayItem(seq, 0)->valuestring, "dp_cp");
     cr_expect_str_eq(cJSON_GetArrayItem(seq, 5)->valuestring, "pp");
     cr_expect_str_eq(cJSON_GetArrayItem(seq, 6)->valuestring, "embedding");
 
     /* the probe's coordinates agree with the rank formula tp + 2 dp + 4 pp */
-    int probe = get(doc, "facts.probe.rank")->valueint;
+    int probe = ls_get(doc, "facts.probe.rank")->valueint;
     cr_expect_eq(probe, header_probe);
-    cr_expect_eq(get(doc, "facts.probe.tp_rank")->valueint, probe % 2);
-    cr_expect_eq(get(doc, "facts.probe.dp_rank")->valueint, (probe / 2) % 2);
-    cr_expect_eq(get(doc, "facts.probe.pp_rank")->valueint, probe / 4);
-    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.probe.is_last_stage")), probe >= 4);
-    cr_expect(cJSON_IsTrue(get(doc, "facts.probe.in_embedding_group")));
-    cJSON *emb = get(doc, "facts.probe.embedding_group");
+    cr_expect_eq(ls_get(doc, "facts.probe.tp_rank")->valueint, probe % 2);
+    cr_expect_eq(ls_get(doc, "facts.probe.dp_rank")->valueint, (probe / 2) % 2);
+    cr_expect_eq(ls_get(doc, "facts.probe.pp_rank")->valueint, probe / 4);
+    cr_expect_eq(cJSON_IsTrue(ls_get(doc, "facts.probe.is_last_stage")), probe >= 4);
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.probe.in_embedding_group")));
+    cJSON *emb = ls_get(doc, "facts.probe.embedding_group");
     cr_expect_eq(cJSON_GetArrayItem(emb, 0)->valueint, probe % 4);
     cr_expect_eq(cJSON_GetArrayItem(emb, 1)->valueint, probe % 4 + 4);
 
     /* B shows the bug, C does not, the plan check refuses */
-    const char *b = get(doc, "facts.exp_b.outcome")->valuestring;
+    const char *b = ls_get(doc, "facts.exp_b.outcome")->valuestring;
     cr_expect(is_outcome(b), "exp_b.outcome '%s'", b);
     cr_expect_str_neq(b, "ok", "the only-members bug went unnoticed");
-    cr_expect(cJSON_IsNumber(get(doc, "facts.exp_b.call_index")));
-    cr_expect(strlen(get(doc, "facts.exp_b.detail")->valuestring) > 20);
-    cr_expect_float_eq(get(doc, "facts.exp_b.timeout_seconds")->valuedouble, 5.0, 1e-9);
-    cr_expect_str_eq(get(doc, "facts.exp_c.outcome")->valuestring, "ok");
-    cr_expect_str_eq(get(doc, "facts.plan_check.outcome")->valuestring, "error");
-    cr_expect(mc_test_contains(get(doc, "facts.plan_check.message")->valuestring, "differ"),
-              "plan-check message: %s", get(doc, "facts.plan_check.message")->valuestring);
+    cr_expect(cJSON_IsNumber(ls_get(doc, "facts.exp_b.call_index")));
+    cr_expect(strlen(ls_get(doc, "facts.exp_b.detail")->valuestring) > 20);
+    cr_expect_float_eq(ls_get(doc, "facts.exp_b.timeout_seconds")->valuedouble, 5.0, 1e-9);
+    cr_expect_str_eq(ls_get(doc, "facts.exp_c.outcome")->valuestring, "ok");
+    cr_expect_str_eq(ls_get(doc, "facts.plan_check.outcome")->valuestring, "error");
+    cr_expect(mc_test_contains(ls_get(doc, "facts.plan_check.message")->valuestring, "differ"),
+              "plan-check message: %s", ls_get(doc, "facts.plan_check.message")->valuestring);
 
     /* follow-up: the variant named in the header, built here when it is a world-8 variant */
-    cr_expect_str_eq(get(doc, "facts.followup.variant")->valuestring, variant);
-    int fworld = get(doc, "facts.followup.world")->valueint;
-    cr_expect_eq(get(doc, "facts.followup.probe_rank")->valueint, header_probe % fworld);
-    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.followup.verified_on_communicators")), fworld == 8);
-    cr_expect(cJSON_IsBool(get(doc, "facts.followup.order_accepted")));
-    cr_expect(cJSON_IsArray(get(doc, "facts.followup.groups.dp_cp")));
-    cr_expect(cJSON_IsNumber(get(doc, "facts.followup.probe.pp_rank")));
+    cr_expect_str_eq(ls_get(doc, "facts.followup.variant")->valuestring, variant);
+    int fworld = ls_get(doc, "facts.followup.world")->valueint;
+    cr_expect_eq(ls_get(doc, "facts.followup.probe_rank")->valueint, header_probe % fworld);
+    cr_expect_eq(cJSON_IsTrue(ls_get(doc, "facts.followup.verified_on_communicators")),
+                 fworld == 8);
+    cr_expect(cJSON_IsBool(ls_get(doc, "facts.followup.order_accepted")));
+    cr_expect(cJSON_IsArray(ls_get(doc, "facts.followup.groups.dp_cp")));
+    cr_expect(cJSON_IsNumber(ls_get(doc, "facts.followup.probe.pp_rank")));
     check_exp_d(doc, variant, header_probe);
 
-    cr_expect_eq(get(doc, "facts.timing.allreduce_bytes")->valueint, 4 << 20);
-    cr_expect(get(doc, "facts.timing.tp_ms")->valuedouble > 0.0);
+    cr_expect_eq(ls_get(doc, "facts.timing.allreduce_bytes")->valueint, 4 << 20);
+    cr_expect(ls_get(doc, "facts.timing.tp_ms")->valuedouble > 0.0);
     check_getters(doc, probe);
     check_model_shards(doc, probe);
     check_destroy(doc, probe);
-    cr_expect(cJSON_IsTrue(get(doc, "run.all_checks_held")));
+    cr_expect(cJSON_IsTrue(ls_get(doc, "run.all_checks_held")));
     cJSON_Delete(doc);
 
     /* --grade-only grades the same results again without mpirun */
@@ -619,20 +565,20 @@ Test(lab03, world4_tp2_pp2_runs_with_dp1, .timeout = 120) {
              tmp_dir, res);
     int rc = mc_test_mpirun(4, cmd, 100, out, OUT_CAP);
     cr_assert_eq(rc, 0, "lab03 -np 4 exited %d:\n%s", rc, out);
-    cJSON *doc = load_json(res);
-    cr_expect_eq(get(doc, "config.world")->valueint, 4);
-    cr_expect_eq(get(doc, "facts.dp_size")->valueint, 1);
+    cJSON *doc = ls_load_json(res);
+    cr_expect_eq(ls_get(doc, "config.world")->valueint, 4);
+    cr_expect_eq(ls_get(doc, "facts.dp_size")->valueint, 1);
     assert_groups(doc, "facts.tp_groups", "[[0,1],[2,3]]");
     assert_groups(doc, "facts.dp_groups", "[[0],[1],[2],[3]]");
     assert_groups(doc, "facts.pp_groups", "[[0,2],[1,3]]");
     assert_groups(doc, "facts.mp_groups", "[[0,1,2,3]]");
-    cr_expect(cJSON_IsTrue(get(doc, "facts.membership_verified")));
-    cr_expect_str_eq(get(doc, "facts.exp_c.outcome")->valuestring, "ok");
-    cr_expect(is_outcome(get(doc, "facts.exp_b.outcome")->valuestring));
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.membership_verified")));
+    cr_expect_str_eq(ls_get(doc, "facts.exp_c.outcome")->valuestring, "ok");
+    cr_expect(is_outcome(ls_get(doc, "facts.exp_b.outcome")->valuestring));
     /* every follow-up variant has 8 or 16 ranks: grid only on 4 */
-    cr_expect(cJSON_IsFalse(get(doc, "facts.followup.verified_on_communicators")));
-    cr_expect_eq(get(doc, "probe_rank")->valueint,
-                 lab_nonce_probe_rank(get(doc, "nonce")->valuestring, 8) % 4);
+    cr_expect(cJSON_IsFalse(ls_get(doc, "facts.followup.verified_on_communicators")));
+    cr_expect_eq(ls_get(doc, "probe_rank")->valueint,
+                 lab_nonce_probe_rank(ls_get(doc, "nonce")->valuestring, 8) % 4);
     cJSON_Delete(doc);
 }
 
@@ -649,20 +595,20 @@ Test(lab03, world8_pp4_hang_is_caught_by_the_watchdog, .timeout = 120) {
     int rc = mc_test_mpirun(8, cmd, 100, out, OUT_CAP);
     cr_assert_eq(rc, 0, "lab03 --pp 4 exited %d:\n%s", rc, out);
     cr_expect(mc_test_now() - t0 < 60.0, "the watchdog did not bound the run");
-    cJSON *doc = load_json(res);
-    cr_expect_eq(get(doc, "facts.dp_size")->valueint, 1);
+    cJSON *doc = ls_load_json(res);
+    cr_expect_eq(ls_get(doc, "facts.dp_size")->valueint, 1);
     assert_groups(doc, "facts.embedding_groups", "[[0,6],[1,7]]");
-    cr_expect_str_eq(get(doc, "facts.exp_b.outcome")->valuestring, "hang", "%s", out);
-    double waited = get(doc, "facts.exp_b.seconds")->valuedouble;
+    cr_expect_str_eq(ls_get(doc, "facts.exp_b.outcome")->valuestring, "hang", "%s", out);
+    double waited = ls_get(doc, "facts.exp_b.seconds")->valuedouble;
     cr_expect(waited >= 0.9 && waited < 3.0, "waited %.2f s with a 1 s timeout", waited);
-    cr_expect_float_eq(get(doc, "facts.exp_b.timeout_seconds")->valuedouble, 1.0, 1e-9);
+    cr_expect_float_eq(ls_get(doc, "facts.exp_b.timeout_seconds")->valuedouble, 1.0, 1e-9);
     /* the middle stages (ranks 2..5) skipped both embedding creations */
-    cJSON *skipped = get(doc, "facts.exp_b.rank_skipped");
+    cJSON *skipped = ls_get(doc, "facts.exp_b.rank_skipped");
     for (int r = 0; r < 8; r++)
         cr_expect_eq(cJSON_GetArrayItem(skipped, r)->valueint, (r >= 2 && r <= 5) ? 2 : 1,
                      "rank %d", r);
-    cr_expect_str_eq(get(doc, "facts.exp_c.outcome")->valuestring, "ok");
-    cr_expect(cJSON_IsNull(get(doc, "facts.timing")), "--no-timing still timed");
+    cr_expect_str_eq(ls_get(doc, "facts.exp_c.outcome")->valuestring, "ok");
+    cr_expect(cJSON_IsNull(ls_get(doc, "facts.timing")), "--no-timing still timed");
     cJSON_Delete(doc);
 }
 
@@ -675,16 +621,16 @@ static void run_variant(const char *nonce, const char *variant) {
              nonce, tmp_dir, res);
     int rc = mc_test_mpirun(8, cmd, 100, out, OUT_CAP);
     cr_assert_eq(rc, 0, "lab03 --nonce %s exited %d:\n%s", nonce, rc, out);
-    cJSON *doc = load_json(res);
-    cr_expect_str_eq(get(doc, "nonce")->valuestring, nonce);
-    cr_expect_str_eq(get(doc, "followup_variant")->valuestring, variant);
-    int probe = get(doc, "probe_rank")->valueint;
+    cJSON *doc = ls_load_json(res);
+    cr_expect_str_eq(ls_get(doc, "nonce")->valuestring, nonce);
+    cr_expect_str_eq(ls_get(doc, "followup_variant")->valuestring, variant);
+    int probe = ls_get(doc, "probe_rank")->valueint;
     cr_expect_eq(probe, lab_nonce_probe_rank(nonce, 8));
     check_exp_d(doc, variant, probe);
     check_getters(doc, probe);
     check_model_shards(doc, probe);
     check_destroy(doc, probe);
-    cr_expect(cJSON_IsNull(get(doc, "facts.timing")));
+    cr_expect(cJSON_IsNull(ls_get(doc, "facts.timing")));
     cJSON_Delete(doc);
 }
 
@@ -703,13 +649,14 @@ Test(lab03, world16_builds_the_world16_variant_on_its_communicators, .timeout = 
     int rc = mc_test_mpirun(16, cmd, 120, out, OUT_CAP);
     cr_assert_eq(rc, 0, "lab03 -np 16 exited %d:\n%s", rc, out);
     cr_expect(!mc_test_contains(out, "already initialized"), "%s", out);
-    cJSON *doc = load_json(res);
-    cr_expect_eq(get(doc, "facts.followup.world")->valueint, 16);
-    cr_expect(cJSON_IsTrue(get(doc, "facts.followup.verified_on_communicators")));
-    cr_expect_eq(get(doc, "facts.dp_size")->valueint, 4);
+    cJSON *doc = ls_load_json(res);
+    cr_expect_eq(ls_get(doc, "facts.followup.world")->valueint, 16);
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.followup.verified_on_communicators")));
+    cr_expect_eq(ls_get(doc, "facts.dp_size")->valueint, 4);
     /* DP groups of 4: the swap is visible without a collective (wrong sizes) */
-    cr_expect_str_eq(get(doc, "facts.exp_d.unverified.outcome")->valuestring, "wrong_membership");
-    cr_expect_str_eq(get(doc, "facts.exp_d.verified.outcome")->valuestring, "error");
-    cr_expect(cJSON_IsTrue(get(doc, "run.all_checks_held")));
+    cr_expect_str_eq(ls_get(doc, "facts.exp_d.unverified.outcome")->valuestring,
+                     "wrong_membership");
+    cr_expect_str_eq(ls_get(doc, "facts.exp_d.verified.outcome")->valuestring, "error");
+    cr_expect(cJSON_IsTrue(ls_get(doc, "run.all_checks_held")));
     cJSON_Delete(doc);
 }

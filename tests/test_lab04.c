@@ -20,6 +20,7 @@
 
 #include "labs/lab_common.h"
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 
@@ -27,20 +28,12 @@ static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    cr_assert_eq(chdir(mc_test_repo_root()), 0, "cannot chdir to the repository root");
+    ls_enter_root();
     cr_assert_eq(access("lab04", X_OK), 0, "./lab04 is not built (make lab04)");
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mc_test_lab04_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab04", OUT_CAP);
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab04, .init = setup, .fini = teardown, .timeout = 150);
 
@@ -48,33 +41,6 @@ TestSuite(lab04, .init = setup, .fini = teardown, .timeout = 150);
    helpers */
 
 static char *read_file(const char *path) { return lab_read_text(path, NULL); }
-
-static cJSON *load_json(const char *path) {
-    char *text = read_file(path);
-    cr_assert_not_null(text, "missing %s", path);
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    cr_assert_not_null(doc, "%s is not valid JSON", path);
-    return doc;
-}
-
-/* The value at a dotted path; the test stops when the results lack it. */
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    cJSON *v = mc_test_json_at(obj, dotted);
-    cr_assert_not_null(v, "results lack %s", dotted);
-    return v;
-}
-
-static int geti(const cJSON *doc, const char *dotted) { return get(doc, dotted)->valueint; }
-
-/* The total of the score table's last line "Total x/15", or -1. */
-static double total_score(const char *text) {
-    const char *t = NULL;
-    for (const char *p = text; (p = strstr(p, "Total ")) != NULL; p++) t = p;
-    double v = -1;
-    if (t == NULL || sscanf(t, "Total %lf/15", &v) != 1) return -1;
-    return v;
-}
 
 /* Compares a JSON int list with want[n] as sets. */
 static void expect_set(const cJSON *list, const int *want, int n, const char *what) {
@@ -141,18 +107,18 @@ static int expert_dp_group(const grid *g, int r, int *out_ranks) {
 }
 
 static void expect_coords(const cJSON *probe, const coords *c, const char *what) {
-    cr_expect_eq(geti(probe, "tp_rank"), c->tp, "%s tp", what);
-    cr_expect_eq(geti(probe, "cp_rank"), c->cp, "%s cp", what);
-    cr_expect_eq(geti(probe, "dp_rank"), c->dp, "%s dp", what);
-    cr_expect_eq(geti(probe, "pp_rank"), c->pp, "%s pp", what);
-    cr_expect_eq(geti(probe, "etp_rank"), c->etp, "%s etp", what);
-    cr_expect_eq(geti(probe, "ep_rank"), c->ep, "%s ep", what);
-    cr_expect_eq(geti(probe, "edp_rank"), c->edp, "%s edp", what);
+    cr_expect_eq(ls_geti(probe, "tp_rank"), c->tp, "%s tp", what);
+    cr_expect_eq(ls_geti(probe, "cp_rank"), c->cp, "%s cp", what);
+    cr_expect_eq(ls_geti(probe, "dp_rank"), c->dp, "%s dp", what);
+    cr_expect_eq(ls_geti(probe, "pp_rank"), c->pp, "%s pp", what);
+    cr_expect_eq(ls_geti(probe, "etp_rank"), c->etp, "%s etp", what);
+    cr_expect_eq(ls_geti(probe, "ep_rank"), c->ep, "%s ep", what);
+    cr_expect_eq(ls_geti(probe, "edp_rank"), c->edp, "%s edp", what);
 }
 
 /* Every distinct contributor set of one reduction equals the groups our grid defines. */
 static void expect_measured_groups(const cJSON *red, const grid *g, int expert, const char *what) {
-    const cJSON *groups = get(red, "measured_groups");
+    const cJSON *groups = ls_get(red, "measured_groups");
     int covered = 0;
     const cJSON *grp;
     cJSON_ArrayForEach(grp, groups) {
@@ -163,9 +129,9 @@ static void expect_measured_groups(const cJSON *red, const grid *g, int expert, 
         covered += cJSON_GetArraySize(grp);
     }
     cr_expect_eq(covered, g->world, "%s: the measured groups cover every rank once", what);
-    cr_expect(cJSON_IsTrue(get(red, "matches_grid")), "%s matches the grid", what);
-    cr_expect(cJSON_IsTrue(get(red, "weights_ok")), "%s: every weight 1/(DP x CP)", what);
-    cr_expect_float_eq(get(red, "scale")->valuedouble, 1.0 / (g->dp * g->cp), 1e-12, "%s", what);
+    cr_expect(cJSON_IsTrue(ls_get(red, "matches_grid")), "%s matches the grid", what);
+    cr_expect(cJSON_IsTrue(ls_get(red, "weights_ok")), "%s: every weight 1/(DP x CP)", what);
+    cr_expect_float_eq(ls_get(red, "scale")->valuedouble, 1.0 / (g->dp * g->cp), 1e-12, "%s", what);
 }
 
 /* One run: ./lab04 with `args` on np ranks into the temp dir; returns the results. */
@@ -179,30 +145,30 @@ static cJSON *run_lab(int np, const char *args, const char *answers) {
     cr_assert_eq(rc, 0, "lab04 -np %d %s exited %d:\n%s", np, args, rc, out);
     char res[256];
     snprintf(res, sizeof res, "%s/results/lab04.json", tmp_dir);
-    return load_json(res);
+    return ls_load_json(res);
 }
 
 /* The run's facts (experiments B and C) against our own grid. */
 static void check_run(const cJSON *doc, const grid *g, const grid *c) {
-    int probe = geti(doc, "probe_rank"), want[128], n;
-    cr_expect_eq(geti(doc, "facts.dp_size"), g->dp);
-    cr_expect_eq(geti(doc, "facts.edp_size"), g->edp);
+    int probe = ls_geti(doc, "probe_rank"), want[128], n;
+    cr_expect_eq(ls_geti(doc, "facts.dp_size"), g->dp);
+    cr_expect_eq(ls_geti(doc, "facts.edp_size"), g->edp);
     coords pc = decode(g, probe);
-    expect_coords(get(doc, "facts.probe"), &pc, "run probe");
+    expect_coords(ls_get(doc, "facts.probe"), &pc, "run probe");
     n = dp_cp_group(g, probe, want);
-    expect_set(get(doc, "facts.probe.dense_contributors"), want, n, "dense contributors");
+    expect_set(ls_get(doc, "facts.probe.dense_contributors"), want, n, "dense contributors");
     n = expert_dp_group(g, probe, want);
-    expect_set(get(doc, "facts.probe.expert_contributors"), want, n, "expert contributors");
-    expect_measured_groups(get(doc, "facts.run.dense"), g, 0, "B dense");
-    expect_measured_groups(get(doc, "facts.run.expert"), g, 1, "B expert");
-    cr_expect_str_eq(get(doc, "facts.run.reduction_path")->valuestring, "mc_ddp");
-    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.tp_pp_dp_ep_equals_world")),
+    expect_set(ls_get(doc, "facts.probe.expert_contributors"), want, n, "expert contributors");
+    expect_measured_groups(ls_get(doc, "facts.run.dense"), g, 0, "B dense");
+    expect_measured_groups(ls_get(doc, "facts.run.expert"), g, 1, "B expert");
+    cr_expect_str_eq(ls_get(doc, "facts.run.reduction_path")->valuestring, "mc_ddp");
+    cr_expect_eq(cJSON_IsTrue(ls_get(doc, "facts.tp_pp_dp_ep_equals_world")),
                  g->tp * g->pp * g->dp * g->ep == g->world);
     if (c == NULL) return;
-    cr_expect_eq(geti(doc, "facts.etp_contrast.edp_size"), c->edp);
-    cr_expect_eq(geti(doc, "facts.etp_contrast.dp_size"), g->dp, "DP does not follow ETP");
-    expect_measured_groups(get(doc, "facts.etp_contrast.expert"), c, 1, "C expert");
-    expect_measured_groups(get(doc, "facts.etp_contrast.dense"), c, 0, "C dense");
+    cr_expect_eq(ls_geti(doc, "facts.etp_contrast.edp_size"), c->edp);
+    cr_expect_eq(ls_geti(doc, "facts.etp_contrast.dp_size"), g->dp, "DP does not follow ETP");
+    expect_measured_groups(ls_get(doc, "facts.etp_contrast.expert"), c, 1, "C expert");
+    expect_measured_groups(ls_get(doc, "facts.etp_contrast.dense"), c, 0, "C dense");
     /* the dense group mixes experts iff some DP x CP group holds two (ep, etp) pairs */
     int mixes = 0;
     for (int r = 0; r < c->world && !mixes; r++) {
@@ -213,38 +179,38 @@ static void check_run(const cJSON *doc, const grid *g, const grid *c) {
             mixes |= a.ep != b.ep || a.etp != b.etp;
         }
     }
-    cr_expect_eq(cJSON_IsTrue(get(doc, "facts.etp_contrast.cross_mixes_experts")), mixes);
+    cr_expect_eq(cJSON_IsTrue(ls_get(doc, "facts.etp_contrast.cross_mixes_experts")), mixes);
 }
 
 /* The follow-up's 64-GPU layout against our own grid. */
 static void check_followup(const cJSON *doc, int ep, int etp) {
     grid g = make_grid(64, 4, 2, 4, ep, etp);
-    const cJSON *f = get(doc, "facts.followup");
-    int probe = geti(doc, "followup_probe_rank"), want[64], n;
-    cr_expect_eq(geti(f, "ep"), ep);
-    cr_expect_eq(geti(f, "etp"), etp);
-    cr_expect_eq(geti(f, "dp_size"), 2, "DP = 64 / (4 x 4 x 2)");
-    cr_expect_eq(geti(f, "dp_size_without_ep"), 2);
-    cr_expect_eq(geti(f, "edp_size"), 64 / (etp * ep * 4));
-    cr_expect_eq(geti(f, "tp_pp_dp_ep"), 4 * 4 * 2 * ep);
-    cr_expect(cJSON_IsFalse(get(f, "tp_pp_dp_ep_equals_world")));
-    cr_expect_eq(geti(f, "etp_ep_edp_pp"), 64);
+    const cJSON *f = ls_get(doc, "facts.followup");
+    int probe = ls_geti(doc, "followup_probe_rank"), want[64], n;
+    cr_expect_eq(ls_geti(f, "ep"), ep);
+    cr_expect_eq(ls_geti(f, "etp"), etp);
+    cr_expect_eq(ls_geti(f, "dp_size"), 2, "DP = 64 / (4 x 4 x 2)");
+    cr_expect_eq(ls_geti(f, "dp_size_without_ep"), 2);
+    cr_expect_eq(ls_geti(f, "edp_size"), 64 / (etp * ep * 4));
+    cr_expect_eq(ls_geti(f, "tp_pp_dp_ep"), 4 * 4 * 2 * ep);
+    cr_expect(cJSON_IsFalse(ls_get(f, "tp_pp_dp_ep_equals_world")));
+    cr_expect_eq(ls_geti(f, "etp_ep_edp_pp"), 64);
     int default_fits = 64 % (4 * ep * 4) == 0;
-    cr_expect_eq(cJSON_IsTrue(get(f, "etp_default_accepted")), default_fits);
+    cr_expect_eq(cJSON_IsTrue(ls_get(f, "etp_default_accepted")), default_fits);
     if (!default_fits) {
-        const char *msg = get(f, "etp_default.message")->valuestring;
+        const char *msg = ls_get(f, "etp_default.message")->valuestring;
         cr_expect(mc_test_contains(msg, "not divisible") &&
                       mc_test_contains(msg, "4 x 8 x 4 = 128"),
                   "the refusal names the rule: %s", msg);
     }
     coords c = decode(&g, probe);
-    expect_coords(get(f, "probe"), &c, "follow-up probe");
+    expect_coords(ls_get(f, "probe"), &c, "follow-up probe");
     n = dp_cp_group(&g, probe, want);
-    expect_set(get(f, "probe.dp_cp_group"), want, n, "follow-up DP x CP group");
+    expect_set(ls_get(f, "probe.dp_cp_group"), want, n, "follow-up DP x CP group");
     n = expert_dp_group(&g, probe, want);
-    expect_set(get(f, "probe.expert_dp_group"), want, n, "follow-up expert-DP group");
-    cr_expect_eq(geti(f, "reference_check.mismatches"), 0);
-    cr_expect_eq(geti(f, "reference_check.ranks"), 64);
+    expect_set(ls_get(f, "probe.expert_dp_group"), want, n, "follow-up expert-DP group");
+    cr_expect_eq(ls_geti(f, "reference_check.mismatches"), 0);
+    cr_expect_eq(ls_geti(f, "reference_check.ranks"), 64);
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -260,31 +226,31 @@ Test(lab04, default_run_measures_who_is_averaged_with_whom) {
                               "dense gradient of rank 6 came from [0,2,4,6]"};
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
         cr_expect(mc_test_contains(out, sections[i]), "no \"%s\" in:\n%s", sections[i], out);
-    cr_expect_float_eq(total_score(out), 0.0, 1e-9, "the empty sheet scores 0:\n%s", out);
+    cr_expect_float_eq(ls_total_score(out), 0.0, 1e-9, "the empty sheet scores 0:\n%s", out);
     cr_expect(mc_test_contains(out, "What to do next"), "%s", out);
 
-    cr_expect_str_eq(get(doc, "lab")->valuestring, "lab04");
-    cr_expect_str_eq(get(doc, "question")->valuestring, "M004");
-    cr_expect_eq(geti(doc, "config.world"), 8);
-    cr_expect_eq(geti(doc, "config.tp"), 2);
-    cr_expect_eq(geti(doc, "config.cp"), 2);
-    cr_expect_eq(geti(doc, "config.ep"), 2);
-    cr_expect_eq(geti(doc, "config.etp"), 1);
-    cr_expect_eq(geti(doc, "probe_rank"), 6);
-    cr_expect_str_eq(get(doc, "followup_variant")->valuestring, "F1");
-    cr_expect_eq(geti(doc, "followup_probe_rank"), 22);
-    cr_expect_eq(geti(doc, "followup_probe_rank") % 8, geti(doc, "probe_rank"),
+    cr_expect_str_eq(ls_get(doc, "lab")->valuestring, "lab04");
+    cr_expect_str_eq(ls_get(doc, "question")->valuestring, "M004");
+    cr_expect_eq(ls_geti(doc, "config.world"), 8);
+    cr_expect_eq(ls_geti(doc, "config.tp"), 2);
+    cr_expect_eq(ls_geti(doc, "config.cp"), 2);
+    cr_expect_eq(ls_geti(doc, "config.ep"), 2);
+    cr_expect_eq(ls_geti(doc, "config.etp"), 1);
+    cr_expect_eq(ls_geti(doc, "probe_rank"), 6);
+    cr_expect_str_eq(ls_get(doc, "followup_variant")->valuestring, "F1");
+    cr_expect_eq(ls_geti(doc, "followup_probe_rank"), 22);
+    cr_expect_eq(ls_geti(doc, "followup_probe_rank") % 8, ls_geti(doc, "probe_rank"),
                  "the 64-GPU probe is the run's probe modulo 8");
-    cr_expect(cJSON_IsTrue(get(doc, "run.all_checks_held")));
+    cr_expect(cJSON_IsTrue(ls_get(doc, "run.all_checks_held")));
 
     grid g = make_grid(8, 2, 2, 1, 2, 1), c = make_grid(8, 2, 2, 1, 2, 2);
     check_run(doc, &g, &c);
     /* at these sizes expert-DP has the members of DP x CP (EP takes TP's place), and only C
        shows the dense group averaging two experts */
-    cr_expect(cJSON_IsTrue(get(doc, "facts.run.expert_groups_same_members_as_dense")));
-    cr_expect(cJSON_IsFalse(get(doc, "facts.run.cross_mixes_experts")));
-    cr_expect(cJSON_IsFalse(get(doc, "facts.etp_contrast.expert_groups_same_members_as_dense")));
-    cr_expect(cJSON_IsTrue(get(doc, "facts.tp_pp_dp_ep_equals_world")), "2*1*2*2 = 8 here");
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.run.expert_groups_same_members_as_dense")));
+    cr_expect(cJSON_IsFalse(ls_get(doc, "facts.run.cross_mixes_experts")));
+    cr_expect(cJSON_IsFalse(ls_get(doc, "facts.etp_contrast.expert_groups_same_members_as_dense")));
+    cr_expect(cJSON_IsTrue(ls_get(doc, "facts.tp_pp_dp_ep_equals_world")), "2*1*2*2 = 8 here");
     check_followup(doc, 8, 1);
 
     /* the sheet names the follow-up's probe, and the figure was written */
@@ -311,7 +277,7 @@ Test(lab04, followup_variants_f2_and_f3) {
         snprintf(args, sizeof args, "--nonce %s", v[i].nonce);
         snprintf(sheet, sizeof sheet, "%s/%s.md", tmp_dir, v[i].nonce);
         cJSON *doc = run_lab(8, args, sheet);
-        cr_expect_str_eq(get(doc, "followup_variant")->valuestring, v[i].variant);
+        cr_expect_str_eq(ls_get(doc, "followup_variant")->valuestring, v[i].variant);
         check_followup(doc, v[i].ep, v[i].etp);
         cJSON_Delete(doc);
     }
@@ -324,7 +290,7 @@ Test(lab04, other_worlds_keep_the_rules) {
     cJSON *doc = run_lab(16, "--nonce 91c0de --pp 2", sheet);
     grid g = make_grid(16, 2, 2, 2, 2, 1), c = make_grid(16, 2, 2, 2, 2, 2);
     check_run(doc, &g, &c);
-    cr_expect(cJSON_IsTrue(get(doc, "run.all_checks_held")));
+    cr_expect(cJSON_IsTrue(ls_get(doc, "run.all_checks_held")));
     cJSON_Delete(doc);
 
     snprintf(sheet, sizeof sheet, "%s/b.md", tmp_dir);
@@ -393,7 +359,8 @@ Test(lab04, misconceptions_cost_points) {
         snprintf(want, sizeof want, "[MISC] %s ", fired[i]);
         cr_expect(mc_test_contains(out, want), "%s did not fire:\n%s", fired[i], out);
     }
-    cr_expect(total_score(out) >= 0 && total_score(out) < 1.0, "score %.2f", total_score(out));
+    cr_expect(ls_total_score(out) >= 0 && ls_total_score(out) < 1.0, "score %.2f",
+              ls_total_score(out));
 }
 
 /* Each reference answer, graded from a real run of its own nonce (the run locks its
@@ -416,7 +383,7 @@ Test(lab04, reference_answers_score_at_least_14) {
         cr_assert_eq(system(results_dir), 0);
         cJSON *doc = run_lab(8, args, refs[i].path);
         cJSON_Delete(doc);
-        double score = total_score(out);
+        double score = ls_total_score(out);
         cr_expect_geq(score, 14.0, "%s scored %.2f:\n%s", refs[i].path, score, out);
         cr_expect(mc_test_contains(out, "no misconception fired"), "%s:\n%s", refs[i].path, out);
         cr_expect(mc_test_contains(out, "locked=yes"), "%s: predictions locked:\n%s", refs[i].path,

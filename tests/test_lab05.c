@@ -24,6 +24,7 @@
 #include "labs/grader.h"
 #include "labs/lab_common.h"
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 #define REF_NONCE "003039"   /* the reference answers' run: F2, probe rank 2 */
@@ -32,45 +33,16 @@ static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    cr_assert_eq(chdir(mc_test_repo_root()), 0, "cannot chdir to the repository root");
-    cr_assert_eq(mc_test_make_tmpdir(tmp_dir, sizeof tmp_dir, "lab05"), 0);
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    ls_enter_root();
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab05", OUT_CAP);
 }
 
-static void teardown(void) {
-    mc_test_remove_dir(tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab05, .init = setup, .fini = teardown);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
-
-/* A results file and one of its values; the test stops when either is missing. */
-static cJSON *load_json(const char *path) {
-    cJSON *doc = mc_test_json_load(path);
-    cr_assert_not_null(doc, "%s is missing or not valid JSON", path);
-    return doc;
-}
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    cJSON *v = mc_test_json_at(obj, dotted);
-    cr_assert_not_null(v, "the results lack %s", dotted);
-    return v;
-}
-
-static double num(const cJSON *doc, const char *dotted) { return get(doc, dotted)->valuedouble; }
-static const char *str(const cJSON *doc, const char *dotted) {
-    const cJSON *v = get(doc, dotted);
-    cr_assert(cJSON_IsString(v), "%s is not a string", dotted);
-    return v->valuestring;
-}
-static int truth(const cJSON *doc, const char *dotted) {
-    const cJSON *v = get(doc, dotted);
-    cr_assert(cJSON_IsBool(v), "%s is not a boolean", dotted);
-    return cJSON_IsTrue(v);
-}
 
 /* Runs ./lab05 on np ranks with the nonce; results in tmp_dir/<tag>/results.json. */
 static int run_lab(int np, const char *nonce, const char *tag, char *res, size_t cap) {
@@ -153,42 +125,44 @@ static double max_rel(const cJSON *a, const cJSON *b) {
 static void expect_common_facts(const cJSON *doc, const char *nonce, int world, const char *res) {
     uint32_t h = fnv1a(nonce);
     int k1 = 12 + (int)((h >> 4) % 5), k2 = 3;
-    cr_expect_str_eq(str(doc, "nonce"), nonce);
-    cr_expect_eq((int)num(doc, "facts.world"), world);
+    cr_expect_str_eq(ls_gets(doc, "nonce"), nonce);
+    cr_expect_eq((int)ls_getd(doc, "facts.world"), world);
 
     /* A */
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char key[96];
         snprintf(key, sizeof key, "facts.validator.violations.%s", cases[i].name);
-        cr_expect_eq((int)num(doc, key), expected_violations(&cases[i]), "%s: measured %d, rules %d",
-                     cases[i].name, (int)num(doc, key), expected_violations(&cases[i]));
+        cr_expect_eq((int)ls_getd(doc, key), expected_violations(&cases[i]),
+                     "%s: measured %d, rules %d", cases[i].name, (int)ls_getd(doc, key),
+                     expected_violations(&cases[i]));
     }
-    cr_expect(truth(doc, "facts.validator.mr468.pp_only_check_passes"), "80 %% 16 == 0");
-    cr_expect_eq((int)num(doc, "facts.validator.mr468.layers_built_by_division"),
+    cr_expect(ls_truth(doc, "facts.validator.mr468.pp_only_check_passes"), "80 %% 16 == 0");
+    cr_expect_eq((int)ls_getd(doc, "facts.validator.mr468.layers_built_by_division"),
                  80 / (16 * 2) * 16 * 2);
-    cr_expect_str_eq(str(doc, "facts.validator.mr468.num_layers_to_build"), "MC_ERR_INVALID_DESC");
+    cr_expect_str_eq(ls_gets(doc, "facts.validator.mr468.num_layers_to_build"),
+                     "MC_ERR_INVALID_DESC");
     const int tps[3] = {1, 2, 8};
     const char *keys[3] = {"facts.validator.padded_vocab.tp1", "facts.validator.padded_vocab.tp2",
                            "facts.validator.padded_vocab.tp8"};
     for (int i = 0; i < 3; i++) {
         int m = 128 * tps[i];
-        cr_expect_eq((int)num(doc, keys[i]), (50257 + m - 1) / m * m, "%s", keys[i]);
+        cr_expect_eq((int)ls_getd(doc, keys[i]), (50257 + m - 1) / m * m, "%s", keys[i]);
     }
 
     /* B: the uninterrupted run and the checkpoint */
-    const cJSON *u = get(doc, "facts.training.uninterrupted_losses");
+    const cJSON *u = ls_get(doc, "facts.training.uninterrupted_losses");
     cr_assert_eq(cJSON_GetArraySize(u), k1 + k2, "K1 + K2 = %d + %d losses", k1, k2);
     cr_expect_lt(cJSON_GetArrayItem(u, k1 - 1)->valuedouble, cJSON_GetArrayItem(u, 0)->valuedouble,
                  "the run trains");
-    cr_expect_eq((int)num(doc, "facts.checkpoint.iteration"), k1);
-    cr_expect_eq((int)num(doc, "facts.checkpoint.saved_tp"), 2);
-    cr_expect_eq((int)num(doc, "facts.checkpoint.saved_pp"), 2);
-    cr_expect_eq((int)num(doc, "facts.checkpoint.saved_dp"), world / 4);
+    cr_expect_eq((int)ls_getd(doc, "facts.checkpoint.iteration"), k1);
+    cr_expect_eq((int)ls_getd(doc, "facts.checkpoint.saved_tp"), 2);
+    cr_expect_eq((int)ls_getd(doc, "facts.checkpoint.saved_pp"), 2);
+    cr_expect_eq((int)ls_getd(doc, "facts.checkpoint.saved_dp"), world / 4);
     mc_gpt_config cfg = model_config();
     char hex[20];
     snprintf(hex, sizeof hex, "%016llx",
              (unsigned long long)mc_gpt_config_math_fingerprint(&cfg));
-    cr_expect_str_eq(str(doc, "facts.checkpoint.math_fingerprint"), hex);
+    cr_expect_str_eq(ls_gets(doc, "facts.checkpoint.math_fingerprint"), hex);
     /* the metadata on disk says the same */
     char dir[300], path[400];
     snprintf(dir, sizeof dir, "%.*s.ckpt", (int)(strlen(res) - 5), res);
@@ -208,36 +182,38 @@ static void expect_common_facts(const cJSON *doc, const char *nonce, int world, 
     free(meta);
 
     /* C: TP=1 PP=1 reference and the resharded continuation */
-    cr_expect_leq(max_rel(get(doc, "facts.training.tp1_reference_losses"), u), 1e-5);
-    cr_expect_str_eq(str(doc, "facts.reload.layout.outcome"), "reshard");
-    cr_expect(truth(doc, "facts.reload.layout.resharded"));
-    cr_expect_eq((int)num(doc, "facts.reload.layout.ranks"), world / 4);
-    cr_expect_eq((int)num(doc, "facts.reload.layout.layout.tp"), 1);
-    cr_expect_eq((int)num(doc, "facts.reload.layout.layout.pp"), 1);
-    cr_expect_eq((int)num(doc, "facts.reload.layout.first_iteration"), k1 + 1);
+    cr_expect_leq(max_rel(ls_get(doc, "facts.training.tp1_reference_losses"), u), 1e-5);
+    cr_expect_str_eq(ls_gets(doc, "facts.reload.layout.outcome"), "reshard");
+    cr_expect(ls_truth(doc, "facts.reload.layout.resharded"));
+    cr_expect_eq((int)ls_getd(doc, "facts.reload.layout.ranks"), world / 4);
+    cr_expect_eq((int)ls_getd(doc, "facts.reload.layout.layout.tp"), 1);
+    cr_expect_eq((int)ls_getd(doc, "facts.reload.layout.layout.pp"), 1);
+    cr_expect_eq((int)ls_getd(doc, "facts.reload.layout.first_iteration"), k1 + 1);
     cJSON *tail = cJSON_CreateArray();
     for (int i = k1; i < k1 + k2; i++)
         cJSON_AddItemToArray(tail, cJSON_CreateNumber(cJSON_GetArrayItem(u, i)->valuedouble));
-    cr_expect_leq(max_rel(get(doc, "facts.reload.layout.losses"), tail), 1e-5,
+    cr_expect_leq(max_rel(ls_get(doc, "facts.reload.layout.losses"), tail), 1e-5,
                   "the resharded run continues on the uninterrupted losses");
-    cr_expect_leq(num(doc, "facts.reload.layout.token_loss_max_abs_diff"), 1e-4);
-    cr_expect(!truth(doc, "facts.outcomes.layout_loss_moves"));
+    cr_expect_leq(ls_getd(doc, "facts.reload.layout.token_loss_max_abs_diff"), 1e-4);
+    cr_expect(!ls_truth(doc, "facts.outcomes.layout_loss_moves"));
 
     /* D: the math change, refused then forced */
-    cr_expect_str_eq(str(doc, "facts.reload.math.refused.outcome"), "refuse");
-    cr_expect_str_eq(str(doc, "facts.reload.math.refused.status"), "MC_ERR_INVALID_DESC");
-    cr_expect_str_eq(str(doc, "facts.reload.math.forced.outcome"), "allow");
-    cr_expect(truth(doc, "facts.reload.math.forced.math_mismatch_ignored"));
-    cr_expect_gt(num(doc, "facts.reload.math.forced.max_rel_diff"), 1e-4, "the forced loss moves");
-    cr_expect_gt(num(doc, "facts.reload.math.forced.token_loss_mean_abs_diff"), 1e-3);
-    cr_expect(truth(doc, "facts.outcomes.math_forced_loss_moves"));
-    cr_expect_str_eq(str(doc, "facts.reload.untie_forced.outcome"), "refuse");
-    cr_expect(mc_test_contains(str(doc, "facts.reload.untie_forced.message"), "output_layer.weight"));
+    cr_expect_str_eq(ls_gets(doc, "facts.reload.math.refused.outcome"), "refuse");
+    cr_expect_str_eq(ls_gets(doc, "facts.reload.math.refused.status"), "MC_ERR_INVALID_DESC");
+    cr_expect_str_eq(ls_gets(doc, "facts.reload.math.forced.outcome"), "allow");
+    cr_expect(ls_truth(doc, "facts.reload.math.forced.math_mismatch_ignored"));
+    cr_expect_gt(ls_getd(doc, "facts.reload.math.forced.max_rel_diff"), 1e-4,
+                 "the forced loss moves");
+    cr_expect_gt(ls_getd(doc, "facts.reload.math.forced.token_loss_mean_abs_diff"), 1e-3);
+    cr_expect(ls_truth(doc, "facts.outcomes.math_forced_loss_moves"));
+    cr_expect_str_eq(ls_gets(doc, "facts.reload.untie_forced.outcome"), "refuse");
+    cr_expect(
+        mc_test_contains(ls_gets(doc, "facts.reload.untie_forced.message"), "output_layer.weight"));
 
     /* E: full recompute */
-    cr_expect_str_eq(str(doc, "facts.reload.perf.outcome"), "allow");
-    cr_expect_leq(num(doc, "facts.reload.perf.max_rel_diff"), 1e-6);
-    cr_expect(!truth(doc, "facts.outcomes.perf_loss_moves"));
+    cr_expect_str_eq(ls_gets(doc, "facts.reload.perf.outcome"), "allow");
+    cr_expect_leq(ls_getd(doc, "facts.reload.perf.max_rel_diff"), 1e-6);
+    cr_expect(!ls_truth(doc, "facts.outcomes.perf_loss_moves"));
     cJSON_Delete(tail);
 }
 
@@ -247,25 +223,25 @@ static void expect_math_change(const cJSON *doc, const char *nonce) {
     int variant = 1 + (int)((h >> 16) % 3);
     char want_variant[4];
     snprintf(want_variant, sizeof want_variant, "F%d", variant);
-    cr_expect_str_eq(str(doc, "facts.reload.math.variant"), want_variant);
-    const char *msg = str(doc, "facts.reload.math.refused.message");
+    cr_expect_str_eq(ls_gets(doc, "facts.reload.math.variant"), want_variant);
+    const char *msg = ls_gets(doc, "facts.reload.math.refused.message");
     if (variant == 1) {
         static const char *eps[3] = {"0.01", "0.03", "0.1"};
-        cr_expect_str_eq(str(doc, "facts.reload.math.field"), "layernorm_epsilon");
-        cr_expect_str_eq(str(doc, "facts.reload.math.to"), eps[(h >> 8) % 3]);
-        cr_expect_eq((int)num(doc, "facts.reload.math.fields_named"), 1);
+        cr_expect_str_eq(ls_gets(doc, "facts.reload.math.field"), "layernorm_epsilon");
+        cr_expect_str_eq(ls_gets(doc, "facts.reload.math.to"), eps[(h >> 8) % 3]);
+        cr_expect_eq((int)ls_getd(doc, "facts.reload.math.fields_named"), 1);
         cr_expect(mc_test_contains(msg, "layernorm_epsilon"), "%s", msg);
     } else if (variant == 2) {
-        cr_expect_str_eq(str(doc, "facts.reload.math.field"), "num_attention_heads");
-        cr_expect_str_eq(str(doc, "facts.reload.math.to"), (h >> 8) % 2 ? "8" : "2");
-        cr_expect_eq((int)num(doc, "facts.reload.math.fields_named"), 3);
+        cr_expect_str_eq(ls_gets(doc, "facts.reload.math.field"), "num_attention_heads");
+        cr_expect_str_eq(ls_gets(doc, "facts.reload.math.to"), (h >> 8) % 2 ? "8" : "2");
+        cr_expect_eq((int)ls_getd(doc, "facts.reload.math.fields_named"), 3);
         cr_expect(mc_test_contains(msg, "num_attention_heads") &&
                       mc_test_contains(msg, "kv_channels") &&
                       mc_test_contains(msg, "num_query_groups"), "%s", msg);
     } else {
-        cr_expect_str_eq(str(doc, "facts.reload.math.field"), "num_layers");
-        cr_expect_str_eq(str(doc, "facts.reload.math.to"), "2");
-        cr_expect_eq((int)num(doc, "facts.reload.math.fields_named"), 1);
+        cr_expect_str_eq(ls_gets(doc, "facts.reload.math.field"), "num_layers");
+        cr_expect_str_eq(ls_gets(doc, "facts.reload.math.to"), "2");
+        cr_expect_eq((int)ls_getd(doc, "facts.reload.math.fields_named"), 1);
         cr_expect(mc_test_contains(msg, "num_layers: 4 vs 2"), "%s", msg);
     }
 }
@@ -281,17 +257,17 @@ Test(lab05, default_world_reference_nonce, .timeout = 300) {
     for (size_t i = 0; i < sizeof sections / sizeof sections[0]; i++)
         cr_expect(mc_test_contains(out, sections[i]), "no section %s in:\n%s", sections[i], out);
     cr_expect(mc_test_contains(out, "Total 0.00/15"), "an empty sheet scores 0:\n%s", out);
-    cJSON *doc = load_json(res);
+    cJSON *doc = ls_load_json(res);
     expect_common_facts(doc, REF_NONCE, 4, res);
     expect_math_change(doc, REF_NONCE);
     /* the same run as the frozen one the reference answers quote */
-    cJSON *frozen = load_json("tests/fixtures/lab05/results.json");
-    cr_expect_leq(max_rel(get(doc, "facts.training.uninterrupted_losses"),
-                          get(frozen, "facts.training.uninterrupted_losses")), 1e-5);
-    cr_expect_leq(max_rel(get(doc, "facts.reload.math.forced.losses"),
-                          get(frozen, "facts.reload.math.forced.losses")), 1e-5);
-    cr_expect_str_eq(str(doc, "facts.checkpoint.math_fingerprint"),
-                     str(frozen, "facts.checkpoint.math_fingerprint"));
+    cJSON *frozen = ls_load_json("tests/fixtures/lab05/results.json");
+    cr_expect_leq(max_rel(ls_get(doc, "facts.training.uninterrupted_losses"),
+                          ls_get(frozen, "facts.training.uninterrupted_losses")), 1e-5);
+    cr_expect_leq(max_rel(ls_get(doc, "facts.reload.math.forced.losses"),
+                          ls_get(frozen, "facts.reload.math.forced.losses")), 1e-5);
+    cr_expect_str_eq(ls_gets(doc, "facts.checkpoint.math_fingerprint"),
+                     ls_gets(frozen, "facts.checkpoint.math_fingerprint"));
     cJSON_Delete(frozen);
     cJSON_Delete(doc);
 }
@@ -303,7 +279,7 @@ Test(lab05, variants_f1_and_f3, .timeout = 400) {
         snprintf(tag, sizeof tag, "v%d", i);
         int rc = run_lab(4, nonces[i], tag, res, sizeof res);
         cr_assert_eq(rc, 0, "lab05 --nonce %s exited %d:\n%s", nonces[i], rc, out);
-        cJSON *doc = load_json(res);
+        cJSON *doc = ls_load_json(res);
         expect_common_facts(doc, nonces[i], 4, res);
         expect_math_change(doc, nonces[i]);
         cJSON_Delete(doc);
@@ -315,14 +291,14 @@ Test(lab05, world8_reloads_on_two_ranks, .timeout = 400) {
     int rc = run_lab(8, REF_NONCE, "w8", res, sizeof res);
     cr_assert_eq(rc, 0, "lab05 -np 8 exited %d:\n%s", rc, out);
     cr_expect(mc_test_contains(out, "sub-communicator of 2 ranks, DP=2"), "%s", out);
-    cJSON *doc = load_json(res);
+    cJSON *doc = ls_load_json(res);
     expect_common_facts(doc, REF_NONCE, 8, res);
-    cr_expect_eq((int)num(doc, "facts.training.save_dp"), 2);
-    cr_expect_eq((int)num(doc, "facts.reload.layout.layout.dp"), 2);
+    cr_expect_eq((int)ls_getd(doc, "facts.training.save_dp"), 2);
+    cr_expect_eq((int)ls_getd(doc, "facts.reload.layout.layout.dp"), 2);
     /* the same global batch: the same losses as the 4-rank run frozen in the fixture */
-    cJSON *frozen = load_json("tests/fixtures/lab05/results.json");
-    cr_expect_leq(max_rel(get(doc, "facts.training.uninterrupted_losses"),
-                          get(frozen, "facts.training.uninterrupted_losses")), 1e-5);
+    cJSON *frozen = ls_load_json("tests/fixtures/lab05/results.json");
+    cr_expect_leq(max_rel(ls_get(doc, "facts.training.uninterrupted_losses"),
+                          ls_get(frozen, "facts.training.uninterrupted_losses")), 1e-5);
     cJSON_Delete(frozen);
     cJSON_Delete(doc);
 }
@@ -366,36 +342,18 @@ Test(lab05, init_writes_the_variant_question, .timeout = 30) {
    grading against the frozen run */
 
 static void grade(const char *sheet, gr_report *rep) {
-    cr_assert_eq(gr_grade(&(gr_grade_desc){.rubric_path = "labs/rubric/lab05.json",
-                                           .answers_path = sheet,
-                                           .results_path = "tests/fixtures/lab05/results.json",
-                                           .quiet = 1},
-                          rep),
-                 0, "grading %s failed", sheet);
+    ls_grade("labs/rubric/lab05.json", "tests/fixtures/lab05/results.json", sheet, rep);
 }
 
 /* Points the text earned (explanations and evidence), predictions and penalties left out. */
-static double text_points(const gr_report *rep) {
-    double s = 0.0;
-    for (int i = 0; i < rep->n_items; i++)
-        if (!strcmp(rep->items[i].kind, "expl") || !strcmp(rep->items[i].kind, "evid"))
-            s += rep->items[i].score;
-    return s;
-}
-
-static int fired(const gr_report *rep, const char *id) {
-    for (int i = 0; i < rep->n_items; i++)
-        if (!strcmp(rep->items[i].id, id)) return rep->items[i].fired;
-    cr_expect(0, "no item %s", id);
-    return 0;
-}
+static double text_points(const gr_report *rep) { return ls_points_of(rep, "expl", "evid"); }
 
 Test(lab05, rubric_items_are_the_seed_points, .timeout = 30) {
     gr_rubric_item *items = NULL;
     int n = gr_rubric_items("labs/rubric/lab05.json", &items);
     cr_assert_gt(n, 0);
     free(items);
-    cJSON *r = load_json("labs/rubric/lab05.json");
+    cJSON *r = ls_load_json("labs/rubric/lab05.json");
     /* M005: contract 3, three combined constraints 3, checkpoint/layout 2, versioning 2;
        follow-up: silent example 2, reshardable vs immutable 1, fingerprint 1, fail fast 1 */
     const char *ids[] = {"M1", "M2", "M3", "M4", "FU1", "FU2", "FU3", "FU4"};
@@ -403,13 +361,13 @@ Test(lab05, rubric_items_are_the_seed_points, .timeout = 30) {
     for (int s = 0; s < 8; s++) {
         double total = 0.0;
         const cJSON *e;
-        cJSON_ArrayForEach(e, get(r, "points")) if (!strcmp(str(e, "section"), ids[s]))
-            total += num(e, "points");
-        cJSON_ArrayForEach(e, get(r, "evidence")) if (!strcmp(str(e, "section"), ids[s]))
-            total += num(e, "points");
-        cJSON_ArrayForEach(e, get(r, "predictions")) if (!strcmp(str(e, "id"), ids[s])) {
+        cJSON_ArrayForEach(e, ls_get(r, "points")) if (!strcmp(ls_gets(e, "section"), ids[s]))
+            total += ls_getd(e, "points");
+        cJSON_ArrayForEach(e, ls_get(r, "evidence")) if (!strcmp(ls_gets(e, "section"), ids[s]))
+            total += ls_getd(e, "points");
+        cJSON_ArrayForEach(e, ls_get(r, "predictions")) if (!strcmp(ls_gets(e, "id"), ids[s])) {
             const cJSON *it;
-            cJSON_ArrayForEach(it, get(e, "items")) total += num(it, "points");
+            cJSON_ArrayForEach(it, ls_get(e, "items")) total += ls_getd(it, "points");
         }
         cr_expect_float_eq(total, weight[s], 1e-9, "%s carries %g points, the seed gives %g",
                            ids[s], total, weight[s]);
@@ -445,7 +403,7 @@ Test(lab05, misconceptions_fire_and_cost_points, .timeout = 30) {
         grade(sheets[s], &rep);
         const char *ids[] = {"MC1", "MC2", "MC3", "MC4", "MC5"};
         for (int i = 0; i < 5; i++)
-            cr_expect(fired(&rep, ids[i]), "%s: %s did not fire", sheets[s], ids[i]);
+            cr_expect(ls_fired(&rep, ids[i]), "%s: %s did not fire", sheets[s], ids[i]);
         cr_expect_leq(rep.total, 2.0, "%s scores %.2f", sheets[s], rep.total);
         gr_report_free(&rep);
     }

@@ -29,6 +29,7 @@
 #include "labs/grader.h"
 #include "labs/lab_common.h"
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 #define RUN_LIMIT_S 180.0
@@ -41,55 +42,17 @@ static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    cr_assert_eq(chdir(mc_test_repo_root()), 0, "cannot chdir to the repository root");
+    ls_enter_root();
     cr_assert_eq(access("lab06", X_OK), 0, "./lab06 is missing: run make lab06 first");
-    cr_assert_eq(mc_test_make_tmpdir(tmp_dir, sizeof tmp_dir, "lab06"), 0);
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab06", OUT_CAP);
 }
 
-static void teardown(void) {
-    mc_test_remove_dir(tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab06, .init = setup, .fini = teardown, .timeout = 300);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
-
-static cJSON *load_json(const char *path) {
-    cJSON *doc = mc_test_json_load(path);
-    cr_assert_not_null(doc, "%s is missing or not valid JSON", path);
-    return doc;
-}
-
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    cJSON *v = mc_test_json_at(obj, dotted);
-    cr_assert_not_null(v, "the results lack %s", dotted);
-    return v;
-}
-
-static double num(const cJSON *doc, const char *dotted) { return get(doc, dotted)->valuedouble; }
-static const char *str(const cJSON *doc, const char *dotted) {
-    const cJSON *v = get(doc, dotted);
-    cr_assert(cJSON_IsString(v), "%s is not a string", dotted);
-    return v->valuestring;
-}
-static int truth(const cJSON *doc, const char *dotted) {
-    const cJSON *v = get(doc, dotted);
-    cr_assert(cJSON_IsBool(v), "%s is not a boolean", dotted);
-    return cJSON_IsTrue(v);
-}
-
-/* "Total 12.50/15" -> 12.5; -1 when the line is missing. */
-static double total_score(const char *text) {
-    const char *p = NULL, *q = text;
-    while ((q = strstr(q, "Total ")) != NULL) p = q++;
-    double v = -1.0;
-    if (p == NULL || sscanf(p, "Total %lf/15", &v) != 1) return -1.0;
-    return v;
-}
 
 /* Runs `binary` on np ranks with the sheet; the results go to tmp_dir/<tag>.json. */
 static int run_lab(const char *binary, int np, const char *sheet, const char *extra,
@@ -152,12 +115,13 @@ static void expect_matrix(const cJSON *doc) {
         for (int k = 0; k < N_CELLS; k++) {
             snprintf(key, sizeof key, "facts.rows.%s.cells.%s", rows[r].module, cells[k]);
             const char *want = rows[r].fails[k] ? "fail" : "pass";
-            cr_expect_str_eq(str(doc, key), want, "%s: %s, want %s", key, str(doc, key), want);
+            cr_expect_str_eq(ls_gets(doc, key), want, "%s: %s, want %s", key, ls_gets(doc, key),
+                             want);
             /* the numeric cells' errors: within the tolerance, or far outside it */
             if (k == 0 || k == 1 || k == 3) {
                 snprintf(key, sizeof key, "facts.rows.%s.detail.%s.grad_rel_err", rows[r].module,
                          cells[k]);
-                double e = num(doc, key);
+                double e = ls_getd(doc, key);
                 if (rows[r].fails[k])
                     cr_expect_gt(e, 100 * TOLERANCE, "%s = %g: a mistake, not rounding", key, e);
                 else
@@ -165,10 +129,10 @@ static void expect_matrix(const cJSON *doc) {
             }
         }
         snprintf(key, sizeof key, "facts.rows.%s.first_failure", rows[r].module);
-        cr_expect_str_eq(str(doc, key), rows[r].first, "%s", key);
+        cr_expect_str_eq(ls_gets(doc, key), rows[r].first, "%s", key);
         if (r >= 3) {
             snprintf(key, sizeof key, "facts.catches.%s", rows[r].module);
-            cr_expect_str_eq(str(doc, key), rows[r].first, "%s", key);
+            cr_expect_str_eq(ls_gets(doc, key), rows[r].first, "%s", key);
         }
     }
 }
@@ -181,65 +145,66 @@ Test(lab06, fixed_nonce_run_against_expectations) {
     snprintf(sheet, sizeof sheet, "%s/sheet.md", tmp_dir);
     int rc = run_lab("./lab06", 2, sheet, "--nonce " NONCE, "run", res, sizeof res);
     cr_assert_eq(rc, 0, "lab06 exited %d:\n%s", rc, out);
-    cJSON *doc = load_json(res);
+    cJSON *doc = ls_load_json(res);
 
     /* A: one model, the parameter table the model registers (not the module) */
     int tensors = 2 + 12 * LAYERS + 2 + 1;
-    cr_expect_eq((int)num(doc, "facts.spec.parameter_tensors"), tensors);
-    cr_expect(truth(doc, "facts.spec.param_table_identical"));
-    double local = num(doc, "facts.spec.activation_bytes.local");
-    double builtin = num(doc, "facts.spec.activation_bytes.builtin");
-    double yours = num(doc, "facts.spec.activation_bytes.yours");
+    cr_expect_eq((int)ls_getd(doc, "facts.spec.parameter_tensors"), tensors);
+    cr_expect(ls_truth(doc, "facts.spec.param_table_identical"));
+    double local = ls_getd(doc, "facts.spec.activation_bytes.local");
+    double builtin = ls_getd(doc, "facts.spec.activation_bytes.builtin");
+    double yours = ls_getd(doc, "facts.spec.activation_bytes.yours");
     /* builtin keeps [B, NHl, S] log-sum-exps instead of [B, NHl, S, S] probabilities; yours keeps
        the probabilities as the local attention does, plus its draw and scratch */
     cr_expect_lt(builtin, local, "builtin %g vs local %g bytes", builtin, local);
     cr_expect_geq(yours, local, "yours %g vs local %g bytes", yours, local);
-    cr_expect_str_eq(str(doc, "facts.spec.builtin_cache_vs_local"), "smaller");
+    cr_expect_str_eq(ls_gets(doc, "facts.spec.builtin_cache_vs_local"), "smaller");
 
     /* the model calls the module once per layer and micro-batch, twice under full recompute */
-    cr_expect_eq((int)num(doc, "facts.spec.attention_calls_per_step"), LAYERS * MICROBATCHES);
-    cr_expect_eq((int)num(doc, "facts.spec.attention_calls_with_recompute"),
+    cr_expect_eq((int)ls_getd(doc, "facts.spec.attention_calls_per_step"), LAYERS * MICROBATCHES);
+    cr_expect_eq((int)ls_getd(doc, "facts.spec.attention_calls_with_recompute"),
                  2 * LAYERS * MICROBATCHES);
 
     /* the refused shape: 4 heads of 9 */
-    cr_expect_str_eq(str(doc, "facts.spec.fallback_runs"), "local");
-    cr_expect(truth(doc, "facts.spec.fallback_identical"));
-    cr_expect_eq((int)num(doc, "facts.spec.fallback_module_calls"), 0);
-    cr_expect(mc_test_contains(str(doc, "facts.spec.fallback_reason"), "head_dim 9"), "%s",
-              str(doc, "facts.spec.fallback_reason"));
-    cr_expect_str_eq(str(doc, "facts.rows.yours.fallback_runs"), "module",
+    cr_expect_str_eq(ls_gets(doc, "facts.spec.fallback_runs"), "local");
+    cr_expect(ls_truth(doc, "facts.spec.fallback_identical"));
+    cr_expect_eq((int)ls_getd(doc, "facts.spec.fallback_module_calls"), 0);
+    cr_expect(mc_test_contains(ls_gets(doc, "facts.spec.fallback_reason"), "head_dim 9"), "%s",
+              ls_gets(doc, "facts.spec.fallback_reason"));
+    cr_expect_str_eq(ls_gets(doc, "facts.rows.yours.fallback_runs"), "module",
                      "yours accepts head_dim 9 and must match the local model there");
 
     /* B: the matrix */
     expect_matrix(doc);
-    cr_expect_str_eq(str(doc, "facts.rows.local.dropout_streams"), "model-parallel-rng");
-    cr_expect_str_eq(str(doc, "facts.rows.builtin.dropout_streams"), "model-parallel-rng");
-    cr_expect_str_eq(str(doc, "facts.rows.default_rng.dropout_streams"), "default-rng");
-    cr_expect(truth(doc, "facts.rows.default_rng.recompute_bit_identical"),
+    cr_expect_str_eq(ls_gets(doc, "facts.rows.local.dropout_streams"), "model-parallel-rng");
+    cr_expect_str_eq(ls_gets(doc, "facts.rows.builtin.dropout_streams"), "model-parallel-rng");
+    cr_expect_str_eq(ls_gets(doc, "facts.rows.default_rng.dropout_streams"), "default-rng");
+    cr_expect(ls_truth(doc, "facts.rows.default_rng.recompute_bit_identical"),
               "the default generator is in the recompute snapshot too");
-    cr_expect(!truth(doc, "facts.keys_unchanged.renamed_param"));
-    cr_expect(truth(doc, "facts.keys_unchanged.builtin"));
-    cr_expect_eq((int)num(doc, "facts.rows.renamed_param.keys_missing"), 2 * LAYERS);
-    cr_expect_str_eq(str(doc, "facts.rows.renamed_param.first_missing_key"),
+    cr_expect(!ls_truth(doc, "facts.keys_unchanged.renamed_param"));
+    cr_expect(ls_truth(doc, "facts.keys_unchanged.builtin"));
+    cr_expect_eq((int)ls_getd(doc, "facts.rows.renamed_param.keys_missing"), 2 * LAYERS);
+    cr_expect_str_eq(ls_gets(doc, "facts.rows.renamed_param.first_missing_key"),
                      "decoder.layers.0.self_attention.linear_qkv.weight");
-    cr_expect_str_eq(str(doc, "facts.rows.renamed_param.first_new_key"),
+    cr_expect_str_eq(ls_gets(doc, "facts.rows.renamed_param.first_new_key"),
                      "decoder.layers.0.self_attention.query_key_value.weight");
-    cr_expect_str_eq(str(doc, "facts.renamed_load"), "error");
-    cr_expect(mc_test_contains(str(doc, "facts.renamed_load_message"), "query_key_value.weight"),
-              "%s", str(doc, "facts.renamed_load_message"));
+    cr_expect_str_eq(ls_gets(doc, "facts.renamed_load"), "error");
+    cr_expect(
+        mc_test_contains(ls_gets(doc, "facts.renamed_load_message"), "query_key_value.weight"),
+        "%s", ls_gets(doc, "facts.renamed_load_message"));
 
     /* C: timing ran side by side */
-    cr_expect_gt(num(doc, "facts.perf.tokens_per_s.local"), 0.0);
-    cr_expect_gt(num(doc, "facts.perf.tokens_per_s.builtin"), 0.0);
-    cr_expect_float_eq(num(doc, "facts.perf.ratio_to_local.local"), 1.0, 1e-9);
+    cr_expect_gt(ls_getd(doc, "facts.perf.tokens_per_s.local"), 0.0);
+    cr_expect_gt(ls_getd(doc, "facts.perf.tokens_per_s.builtin"), 0.0);
+    cr_expect_float_eq(ls_getd(doc, "facts.perf.ratio_to_local.local"), 1.0, 1e-9);
 
     /* the follow-up from the nonce: variant 1 + (h >> 16) mod 5, probe h mod 2 */
     uint32_t h = fnv1a(NONCE);
     char variant[8], key[96];
     snprintf(variant, sizeof variant, "F%u", 1 + (h >> 16) % 5);
-    cr_expect_str_eq(str(doc, "facts.followup.variant"), variant);
-    cr_expect_eq((int)num(doc, "probe_rank"), (int)(h % 2));
-    const char *module = str(doc, "facts.followup.module");
+    cr_expect_str_eq(ls_gets(doc, "facts.followup.variant"), variant);
+    cr_expect_eq((int)ls_getd(doc, "probe_rank"), (int)(h % 2));
+    const char *module = ls_gets(doc, "facts.followup.module");
     static const char *const by_variant[] = {"no_causal_mask", "global_heads", "default_rng",
                                              "shared_cache", "renamed_param"};
     cr_expect_str_eq(module, by_variant[(h >> 16) % 5]);
@@ -247,7 +212,7 @@ Test(lab06, fixed_nonce_run_against_expectations) {
         snprintf(key, sizeof key, "facts.rows.%s.cells.%s", module, cells[k]);
         char fkey[64];
         snprintf(fkey, sizeof fkey, "facts.followup.%s", cells[k]);
-        cr_expect_str_eq(str(doc, fkey), str(doc, key), "%s", fkey);
+        cr_expect_str_eq(ls_gets(doc, fkey), ls_gets(doc, key), "%s", fkey);
     }
     /* the run's own checks all held */
     cr_expect(mc_test_contains(out, "wrote "), "%s", out);
@@ -291,61 +256,44 @@ Test(lab06, init_writes_the_variant_question, .timeout = 30) {
    grading against the frozen run */
 
 static void grade(const char *sheet, gr_report *rep) {
-    cr_assert_eq(gr_grade(&(gr_grade_desc){.rubric_path = "labs/rubric/lab06.json",
-                                           .answers_path = sheet,
-                                           .results_path = "tests/fixtures/lab06/results.json",
-                                           .quiet = 1},
-                          rep),
-                 0, "grading %s failed", sheet);
+    ls_grade("labs/rubric/lab06.json", "tests/fixtures/lab06/results.json", sheet, rep);
 }
 
-static double text_points(const gr_report *rep) {
-    double s = 0.0;
-    for (int i = 0; i < rep->n_items; i++)
-        if (!strcmp(rep->items[i].kind, "expl") || !strcmp(rep->items[i].kind, "evid"))
-            s += rep->items[i].score;
-    return s;
-}
-
-static int fired(const gr_report *rep, const char *id) {
-    for (int i = 0; i < rep->n_items; i++)
-        if (!strcmp(rep->items[i].id, id)) return rep->items[i].fired;
-    cr_expect(0, "no item %s", id);
-    return 0;
-}
+static double text_points(const gr_report *rep) { return ls_points_of(rep, "expl", "evid"); }
 
 Test(lab06, the_frozen_run_is_this_labs_matrix, .timeout = 30) {
-    cJSON *doc = load_json("tests/fixtures/lab06/results.json");
-    cr_expect_str_eq(str(doc, "nonce"), NONCE);
+    cJSON *doc = ls_load_json("tests/fixtures/lab06/results.json");
+    cr_expect_str_eq(ls_gets(doc, "nonce"), NONCE);
     expect_matrix(doc);
     cJSON_Delete(doc);
 }
 
 Test(lab06, rubric_items_are_the_seed_points, .timeout = 30) {
-    cJSON *r = load_json("labs/rubric/lab06.json");
+    cJSON *r = ls_load_json("labs/rubric/lab06.json");
     /* M006: what a spec does 3, spec / config / module 2, checkpoint and parallel risks 2, the
        full test matrix 3; follow-up: interface / reference 1, TP / PP correctness 2,
        checkpoint 1, performance and fallback 1 */
     const char *ids[] = {"M1", "M2", "M3", "M4", "FU1", "FU2", "FU3", "FU4"};
     const double weight[] = {3, 2, 2, 3, 1, 2, 1, 1};
-    cr_expect_eq(cJSON_GetArraySize(get(r, "items")), 8, "one item per seed point");
+    cr_expect_eq(cJSON_GetArraySize(ls_get(r, "items")), 8, "one item per seed point");
     for (int s = 0; s < 8; s++) {
-        const cJSON *item = cJSON_GetArrayItem(get(r, "items"), s);
+        const cJSON *item = cJSON_GetArrayItem(ls_get(r, "items"), s);
         cr_assert_not_null(item, "item %d is missing", s);
-        cr_expect_str_eq(str(item, "id"), ids[s], "item %d is %s, the seed's is %s", s,
-                         str(item, "id"), ids[s]);
+        cr_expect_str_eq(ls_gets(item, "id"), ids[s], "item %d is %s, the seed's is %s", s,
+                         ls_gets(item, "id"), ids[s]);
         double total = 0.0;
         static const char *const parts[] = {"predictions", "claims", "evidence"};
         for (int k = 0; k < 3; k++) {
             const cJSON *e;
-            cJSON_ArrayForEach(e, get(item, parts[k])) total += num(e, "points");
+            cJSON_ArrayForEach(e, ls_get(item, parts[k])) total += ls_getd(e, "points");
         }
-        cr_expect_float_eq(num(item, "points"), weight[s], 1e-9, "%s is worth %g, the seed gives %g",
-                           ids[s], num(item, "points"), weight[s]);
+        cr_expect_float_eq(ls_getd(item, "points"), weight[s], 1e-9,
+                           "%s is worth %g, the seed gives %g", ids[s], ls_getd(item, "points"),
+                           weight[s]);
         cr_expect_float_eq(total, weight[s], 1e-9, "%s carries %g points, the seed gives %g",
                            ids[s], total, weight[s]);
     }
-    cr_expect_eq(cJSON_GetArraySize(get(r, "variants")), 5, "one follow-up per broken copy");
+    cr_expect_eq(cJSON_GetArraySize(ls_get(r, "variants")), 5, "one follow-up per broken copy");
     cJSON_Delete(r);
 }
 
@@ -370,7 +318,7 @@ Test(lab06, misconceptions_fire_and_cost_points, .timeout = 30) {
         gr_report rep;
         grade(c[s].sheet, &rep);
         for (int i = 0; i < 6; i++)
-            cr_expect(fired(&rep, c[s].ids[i]), "%s: %s did not fire", c[s].sheet, c[s].ids[i]);
+            cr_expect(ls_fired(&rep, c[s].ids[i]), "%s: %s did not fire", c[s].sheet, c[s].ids[i]);
         cr_expect_leq(rep.total, 1.0, "%s scores %.2f", c[s].sheet, rep.total);
         gr_report_free(&rep);
     }
@@ -410,7 +358,7 @@ static void expect_reference_on_a_live_run(const char *ref, const char *tag) {
     free(text);
     int rc = run_lab("./lab06", 2, sheet, NULL, tag, res, sizeof res);
     cr_assert_eq(rc, 0, "lab06 on %s exited %d\n%s", ref, rc, out);
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect_geq(total, 14.0, "%s scored %.2f/15\n%s", ref, total, out);
     cr_expect(mc_test_contains(out, "locked=yes"), "%s: predictions not locked\n%s", ref, out);
     cr_expect(mc_test_contains(out, "no misconception fired"), "%s\n%s", ref, out);
@@ -427,42 +375,31 @@ Test(lab06, reference_answers_score_at_least_14_on_live_runs) {
 Test(lab06, an_edited_attention_is_caught_by_the_rng_cell) {
     if (access("build/megatron_c_cuda.o", F_OK) == 0)
         cr_skip_test("a CUDA build: this test compiles the CPU link line only");
-    char *src = lab_read_text("labs/lab06_attention.c", NULL);
-    cr_assert_not_null(src);
-    /* the learner's change: the probability dropout from the default generator */
-    const char *from = "lab06_draw_dropout(g, MC_RNG_MODEL_PARALLEL, n_probs, &d)";
-    const char *to = "lab06_draw_dropout(g, MC_RNG_DEFAULT, n_probs, &d)";
-    char *at = strstr(src, from);
-    cr_assert_not_null(at, "labs/lab06_attention.c no longer holds the line this test edits");
     char edited[PATH_MAX], binary[PATH_MAX], cmd[3 * PATH_MAX];
     snprintf(edited, sizeof edited, "%s/lab06_attention.c", tmp_dir);
     snprintf(binary, sizeof binary, "%s/lab06_edited", tmp_dir);
-    FILE *f = fopen(edited, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "%.*s%s%s", (int)(at - src), src, to, at + strlen(from));
-    fclose(f);
-    free(src);
-    /* the library object's own link flags (OpenMP, the BLAS): the Makefile exports them */
-    const char *fast_libs = getenv("MC_FAST_LIBS");
-    if (!fast_libs) fast_libs = "-fopenmp $(pkg-config --libs openblas 2>/dev/null)";
+    /* the learner's change: the probability dropout from the default generator */
+    ls_write_edited("labs/lab06_attention.c",
+                    "lab06_draw_dropout(g, MC_RNG_MODEL_PARALLEL, n_probs, &d)",
+                    "lab06_draw_dropout(g, MC_RNG_DEFAULT, n_probs, &d)", edited);
     snprintf(cmd, sizeof cmd,
              "mpicc -std=c11 -O2 -I. -Ilabs -D_GNU_SOURCE -I/usr/include/cjson -DMC_COMM_MPI "
              "labs/lab06.c '%s' labs/lab06_builtin.c build/mc_impl.o build/lab_common.o "
              "build/lab_driver.o build/lab_svg.o build/grader.o -o '%s' -lcjson -lcmark "
-             "-lunistring -lm %s", edited, binary, fast_libs);
+             "-lunistring -lm %s", edited, binary, ls_fast_libs());
     int rc = mc_test_run(cmd, 120, out, OUT_CAP);
     cr_assert_eq(rc, 0, "the edited module does not build:\n%s", out);
     char sheet[256], res[256];
     snprintf(sheet, sizeof sheet, "%s/edited.md", tmp_dir);
     rc = run_lab(binary, 2, sheet, "--nonce " NONCE, "edited", res, sizeof res);
     cr_assert_eq(rc, 0, "the edited lab exited %d (yours is graded, not checked)\n%s", rc, out);
-    cJSON *doc = load_json(res);
+    cJSON *doc = ls_load_json(res);
     for (int k = 0; k < N_CELLS; k++) {
         char key[96];
         snprintf(key, sizeof key, "facts.rows.yours.cells.%s", cells[k]);
-        cr_expect_str_eq(str(doc, key), k == 2 ? "fail" : "pass", "%s", key);
+        cr_expect_str_eq(ls_gets(doc, key), k == 2 ? "fail" : "pass", "%s", key);
     }
-    cr_expect_str_eq(str(doc, "facts.rows.yours.dropout_streams"), "default-rng");
-    cr_expect_str_eq(str(doc, "facts.rows.yours.first_failure"), "rng");
+    cr_expect_str_eq(ls_gets(doc, "facts.rows.yours.dropout_streams"), "default-rng");
+    cr_expect_str_eq(ls_gets(doc, "facts.rows.yours.first_failure"), "rng");
     cJSON_Delete(doc);
 }

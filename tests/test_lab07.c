@@ -26,6 +26,7 @@
 #include "labs/grader.h"
 #include "labs/lab_common.h"
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 #define REF_NONCE "a70001"   /* the reference answers' run: F1, probe rank 6 */
@@ -45,45 +46,19 @@ static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    cr_assert_eq(chdir(mc_test_repo_root()), 0, "cannot chdir to the repository root");
-    cr_assert_eq(mc_test_make_tmpdir(tmp_dir, sizeof tmp_dir, "lab07"), 0);
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    ls_enter_root();
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab07", OUT_CAP);
 }
 
-static void teardown(void) {
-    mc_test_remove_dir(tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab07, .init = setup, .fini = teardown);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
 
-static cJSON *load_json(const char *path) {
-    cJSON *doc = mc_test_json_load(path);
-    cr_assert_not_null(doc, "%s is missing or not valid JSON", path);
-    return doc;
-}
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    cJSON *v = mc_test_json_at(obj, dotted);
-    cr_assert_not_null(v, "the results lack %s", dotted);
-    return v;
-}
-static double num(const cJSON *doc, const char *dotted) { return get(doc, dotted)->valuedouble; }
-static const char *str(const cJSON *doc, const char *dotted) {
-    const cJSON *v = get(doc, dotted);
-    cr_assert(cJSON_IsString(v), "%s is not a string", dotted);
-    return v->valuestring;
-}
-static int truth(const cJSON *doc, const char *dotted) {
-    const cJSON *v = get(doc, dotted);
-    cr_assert(cJSON_IsBool(v), "%s is not a boolean", dotted);
-    return cJSON_IsTrue(v);
-}
 static const cJSON *item(const cJSON *doc, const char *dotted, int i) {
-    const cJSON *a = get(doc, dotted);
+    const cJSON *a = ls_get(doc, dotted);
     cr_assert(cJSON_IsArray(a) && i < cJSON_GetArraySize(a), "%s has no element %d", dotted, i);
     return cJSON_GetArrayItem(a, i);
 }
@@ -149,16 +124,16 @@ static void expect_stage(const cJSON *st, int s) {
     const int pp = 4, tp = 2;
     int first = s == 0, last = s == pp - 1;
     char key[32];
-    cr_expect_eq((int)num(st, "stage"), s);
-    cr_expect_str_eq(str(st, "flags"), flags_word(s, pp));
-    cr_expect_eq(truth(st, "pre_process"), first, "stage %d", s);
-    cr_expect_eq(truth(st, "post_process"), last, "stage %d", s);
-    cr_expect_eq(truth(st, "is_first_stage"), first);
-    cr_expect_eq(truth(st, "is_last_stage"), last);
-    cr_expect_eq((long long)num(st, "params"), rank_params(tp, first, last, 0), "stage %d: %.0f",
-                 s, num(st, "params"));
+    cr_expect_eq((int)ls_getd(st, "stage"), s);
+    cr_expect_str_eq(ls_gets(st, "flags"), flags_word(s, pp));
+    cr_expect_eq(ls_truth(st, "pre_process"), first, "stage %d", s);
+    cr_expect_eq(ls_truth(st, "post_process"), last, "stage %d", s);
+    cr_expect_eq(ls_truth(st, "is_first_stage"), first);
+    cr_expect_eq(ls_truth(st, "is_last_stage"), last);
+    cr_expect_eq((long long)ls_getd(st, "params"), rank_params(tp, first, last, 0),
+                 "stage %d: %.0f", s, ls_getd(st, "params"));
     /* its modules, in Megatron's names */
-    const cJSON *mods = get(st, "modules");
+    const cJSON *mods = ls_get(st, "modules");
     int k = 0;
     if (first) {
         cr_expect_str_eq(cJSON_GetArrayItem(mods, k++)->valuestring, "embedding.word_embeddings");
@@ -174,23 +149,25 @@ static void expect_stage(const cJSON *st, int s) {
         cr_expect(mc_test_contains(cJSON_GetArrayItem(mods, k++)->valuestring, "output_layer"));
     }
     cr_expect_eq(cJSON_GetArraySize(mods), k, "stage %d has %d modules", s, cJSON_GetArraySize(mods));
-    cr_expect_eq((int)num(st, "embedding_group_size"), first || last ? 2 : 0, "stage %d", s);
-    cr_expect_str_eq(str(st, "input"), first ? "tokens" : "activation");
+    cr_expect_eq((int)ls_getd(st, "embedding_group_size"), first || last ? 2 : 0, "stage %d", s);
+    cr_expect_str_eq(ls_gets(st, "input"), first ? "tokens" : "activation");
     /* B: what crosses the stage boundaries (fp32 activations [S x B, H] per micro-batch) */
     long long boundary = (long long)M * S * B * H * 4;
-    cr_expect_eq(truth(st, "reads_tokens"), first);
-    cr_expect_eq(truth(st, "reads_labels"), last);
-    cr_expect_eq((long long)num(st, "p2p.forward_sent_bytes"), last ? 0 : boundary, "stage %d", s);
-    cr_expect_eq((long long)num(st, "p2p.forward_received_bytes"), first ? 0 : boundary);
-    cr_expect_eq((long long)num(st, "p2p.backward_sent_bytes"), first ? 0 : boundary);
-    cr_expect_eq((long long)num(st, "p2p.backward_received_bytes"), last ? 0 : boundary);
+    cr_expect_eq(ls_truth(st, "reads_tokens"), first);
+    cr_expect_eq(ls_truth(st, "reads_labels"), last);
+    cr_expect_eq((long long)ls_getd(st, "p2p.forward_sent_bytes"), last ? 0 : boundary, "stage %d",
+                 s);
+    cr_expect_eq((long long)ls_getd(st, "p2p.forward_received_bytes"), first ? 0 : boundary);
+    cr_expect_eq((long long)ls_getd(st, "p2p.backward_sent_bytes"), first ? 0 : boundary);
+    cr_expect_eq((long long)ls_getd(st, "p2p.backward_received_bytes"), last ? 0 : boundary);
     /* E: the same stage with both flags on */
-    cr_expect_eq((long long)num(st, "all_flags_on_params"), rank_params(tp, 1, 1, 0));
-    cr_expect(!truth(st, "all_flags_on.returns_activation_to_send"), "stage %d", s);
-    cr_expect(!truth(st, "all_flags_on.received_activation_changes_result"), "stage %d", s);
-    cr_expect(!truth(st, "all_flags_on.returns_input_grad_to_send"), "stage %d", s);
-    if (!first) cr_expect(truth(st, "received_activation_changes_result"), "stage %d", s);
-    cr_expect_gt(num(st, "all_flags_on_memory_bytes"), num(st, "memory_bytes"), "stage %d", s);
+    cr_expect_eq((long long)ls_getd(st, "all_flags_on_params"), rank_params(tp, 1, 1, 0));
+    cr_expect(!ls_truth(st, "all_flags_on.returns_activation_to_send"), "stage %d", s);
+    cr_expect(!ls_truth(st, "all_flags_on.received_activation_changes_result"), "stage %d", s);
+    cr_expect(!ls_truth(st, "all_flags_on.returns_input_grad_to_send"), "stage %d", s);
+    if (!first) cr_expect(ls_truth(st, "received_activation_changes_result"), "stage %d", s);
+    cr_expect_gt(ls_getd(st, "all_flags_on_memory_bytes"), ls_getd(st, "memory_bytes"), "stage %d",
+                 s);
 }
 
 /* The follow-up's layout and probe, from the nonce (lab_common.h's derivation). */
@@ -202,53 +179,53 @@ static void expect_followup(const cJSON *doc, const char *nonce, int world) {
     int untied = layouts[variant - 1][2];
     char want[4];
     snprintf(want, sizeof want, "F%d", variant);
-    cr_expect_str_eq(str(doc, "facts.followup.variant"), want);
-    cr_expect_eq((int)num(doc, "facts.followup.tp"), tp);
-    cr_expect_eq((int)num(doc, "facts.followup.pp"), pp);
-    cr_expect_eq((int)num(doc, "facts.followup.dp"), world / (tp * pp));
-    cr_expect_eq(truth(doc, "facts.followup.tied_embeddings"), !untied);
+    cr_expect_str_eq(ls_gets(doc, "facts.followup.variant"), want);
+    cr_expect_eq((int)ls_getd(doc, "facts.followup.tp"), tp);
+    cr_expect_eq((int)ls_getd(doc, "facts.followup.pp"), pp);
+    cr_expect_eq((int)ls_getd(doc, "facts.followup.dp"), world / (tp * pp));
+    cr_expect_eq(ls_truth(doc, "facts.followup.tied_embeddings"), !untied);
     mc_grid g;
     cr_assert_eq(mc_grid_init(&g, &(mc_grid_desc){.world = world, .tp = tp, .pp = pp}), MC_OK);
     mc_rank_coords c;
     cr_assert_eq(mc_grid_coords(&g, probe, &c), MC_OK);
     int first = c.pp == 0, last = c.pp == pp - 1;
-    cr_expect_eq((int)num(doc, "facts.followup.probe_rank"), probe);
-    cr_expect_eq((int)num(doc, "facts.followup.probe_stage"), c.pp);
-    cr_expect_eq(truth(doc, "facts.followup.probe_flags.pre_process"), first);
-    cr_expect_eq(truth(doc, "facts.followup.probe_flags.post_process"), last);
-    cr_expect_str_eq(str(doc, "facts.followup.probe_input"), first ? "tokens" : "activation");
-    cr_expect_eq((long long)num(doc, "facts.followup.probe_params"),
+    cr_expect_eq((int)ls_getd(doc, "facts.followup.probe_rank"), probe);
+    cr_expect_eq((int)ls_getd(doc, "facts.followup.probe_stage"), c.pp);
+    cr_expect_eq(ls_truth(doc, "facts.followup.probe_flags.pre_process"), first);
+    cr_expect_eq(ls_truth(doc, "facts.followup.probe_flags.post_process"), last);
+    cr_expect_str_eq(ls_gets(doc, "facts.followup.probe_input"), first ? "tokens" : "activation");
+    cr_expect_eq((long long)ls_getd(doc, "facts.followup.probe_params"),
                  rank_params(tp, first, last, untied));
-    cr_expect_eq((long long)num(doc, "facts.followup.mistake_extra_params"),
+    cr_expect_eq((long long)ls_getd(doc, "facts.followup.mistake_extra_params"),
                  rank_params(tp, 1, 1, untied) - rank_params(tp, first, last, untied));
     for (int s = 0; s < pp; s++) {
         const cJSON *st = item(doc, "facts.followup.stages", s);
-        cr_expect_eq((long long)num(st, "params"), rank_params(tp, s == 0, s == pp - 1, untied),
+        cr_expect_eq((long long)ls_getd(st, "params"), rank_params(tp, s == 0, s == pp - 1, untied),
                      "%s stage %d", want, s);
-        cr_expect_str_eq(str(st, "flags"), flags_word(s, pp));
+        cr_expect_str_eq(ls_gets(st, "flags"), flags_word(s, pp));
     }
 }
 
 /* What every run on the default layout must show, whatever the nonce. */
 static void expect_common_facts(const cJSON *doc, const char *nonce, int world) {
     const int tp = 2, pp = 4;
-    cr_expect_str_eq(str(doc, "nonce"), nonce);
-    cr_expect_eq((int)num(doc, "facts.world"), world);
-    cr_expect_eq((int)num(doc, "facts.layout.dp"), world / 8);
+    cr_expect_str_eq(ls_gets(doc, "nonce"), nonce);
+    cr_expect_eq((int)ls_getd(doc, "facts.world"), world);
+    cr_expect_eq((int)ls_getd(doc, "facts.layout.dp"), world / 8);
     for (int s = 0; s < pp; s++) expect_stage(item(doc, "facts.stages", s), s);
-    cr_expect_eq((int)num(doc, "facts.heaviest_stage"), 0, "stage 0 holds the position "
+    cr_expect_eq((int)ls_getd(doc, "facts.heaviest_stage"), 0, "stage 0 holds the position "
                  "embedding on top of what the last stage's head holds");
     /* the single-rank model: every stage's unsharded tensors once, the tied copy left out */
     long long single = rank_params(1, 1, 1, 0) + (long long)(pp - 1) *
                        (rank_params(1, 0, 0, 0));
-    cr_expect_eq((long long)num(doc, "facts.single_rank_params"), single);
-    cr_expect_eq((long long)num(doc, "facts.unsharded_params_sum_without_tied_copy"), single);
-    cr_expect_eq((long long)num(doc, "facts.tied_copy_params"), (long long)V * H);
+    cr_expect_eq((long long)ls_getd(doc, "facts.single_rank_params"), single);
+    cr_expect_eq((long long)ls_getd(doc, "facts.unsharded_params_sum_without_tied_copy"), single);
+    cr_expect_eq((long long)ls_getd(doc, "facts.tied_copy_params"), (long long)V * H);
     /* the embedding groups of the rank grid: stage 0 and the last stage, same TP and DP rank */
     mc_grid g;
     cr_assert_eq(mc_grid_init(&g, &(mc_grid_desc){.world = world, .tp = tp, .pp = pp}), MC_OK);
     int n = mc_grid_num_groups(&g, MC_GROUP_EMBEDDING);
-    const cJSON *eg = get(doc, "facts.embedding_groups");
+    const cJSON *eg = ls_get(doc, "facts.embedding_groups");
     cr_assert_eq(cJSON_GetArraySize(eg), n);
     for (int i = 0; i < n; i++) {
         int members[4];
@@ -258,43 +235,43 @@ static void expect_common_facts(const cJSON *doc, const char *nonce, int world) 
     }
     /* C: logits of one micro-batch on a last-stage rank, fp32 */
     long long N = S * B;
-    cr_expect_eq((long long)num(doc, "facts.logits_on.held"), N * V / tp * 4);
-    cr_expect_eq((long long)num(doc, "facts.logits_on.moved"), 0);
-    cr_expect_eq((long long)num(doc, "facts.logits_off.held"), N * V * 4);
-    cr_expect_eq((long long)num(doc, "facts.logits_off.moved"), (tp - 1) * N * V / tp * 4);
-    cr_expect_eq((int)num(doc, "facts.parallel_output.on.loss_all_reduces"), 3);
-    cr_expect_eq((long long)num(doc, "facts.parallel_output.on.loss_bytes"), 3 * N * 4);
-    cr_expect_eq((int)num(doc, "facts.parallel_output.off.all_gathers"), 1);
-    cr_expect(truth(doc, "facts.parallel_output.gathered_equals_shards"));
-    cr_expect(truth(doc, "facts.parallel_output.tp_ranks_hold_same_full_logits"));
-    cr_expect_leq(num(doc, "facts.parallel_output.plain_ce_on_gathered_vs_vocab_parallel_max_rel"),
-                  1e-5);
+    cr_expect_eq((long long)ls_getd(doc, "facts.logits_on.held"), N * V / tp * 4);
+    cr_expect_eq((long long)ls_getd(doc, "facts.logits_on.moved"), 0);
+    cr_expect_eq((long long)ls_getd(doc, "facts.logits_off.held"), N * V * 4);
+    cr_expect_eq((long long)ls_getd(doc, "facts.logits_off.moved"), (tp - 1) * N * V / tp * 4);
+    cr_expect_eq((int)ls_getd(doc, "facts.parallel_output.on.loss_all_reduces"), 3);
+    cr_expect_eq((long long)ls_getd(doc, "facts.parallel_output.on.loss_bytes"), 3 * N * 4);
+    cr_expect_eq((int)ls_getd(doc, "facts.parallel_output.off.all_gathers"), 1);
+    cr_expect(ls_truth(doc, "facts.parallel_output.gathered_equals_shards"));
+    cr_expect(ls_truth(doc, "facts.parallel_output.tp_ranks_hold_same_full_logits"));
+    cr_expect_leq(
+        ls_getd(doc, "facts.parallel_output.plain_ce_on_gathered_vs_vocab_parallel_max_rel"), 1e-5);
     cr_expect_lt(item(doc, "facts.parallel_output.shard_argmax_as_token_id_agrees", 1)->valuedouble,
                  0.5, "TP rank 1's local argmax is rarely the global token id");
-    cr_expect_leq(num(doc, "facts.parallel_output.label_smoothing.library_vs_unsharded_max_abs"),
-                  1e-5);
-    cr_expect_gt(num(doc, "facts.parallel_output.label_smoothing."
+    cr_expect_leq(
+        ls_getd(doc, "facts.parallel_output.label_smoothing.library_vs_unsharded_max_abs"), 1e-5);
+    cr_expect_gt(ls_getd(doc, "facts.parallel_output.label_smoothing."
                           "megatron_shard_formula_between_tp_ranks_max_abs"), 1e-4);
     /* D: the two copies of the tied embedding */
-    int K = (int)num(doc, "facts.tied.steps");
+    int K = (int)ls_getd(doc, "facts.tied.steps");
     cr_assert_geq(K, 2);
     for (int k = 0; k < K; k++) {
         cr_expect_eq(item(doc, "facts.tied.synced.max_abs_diff_by_step", k)->valuedouble, 0.0,
                      "step %d: synchronised copies differ", k + 1);
         cr_expect_gt(item(doc, "facts.tied.skipped.max_abs_diff_by_step", k)->valuedouble, 0.0);
     }
-    cr_expect_float_eq(num(doc, "facts.skipped_max_diff_step1"), 2 * LR, 0.01 * 2 * LR);
+    cr_expect_float_eq(ls_getd(doc, "facts.skipped_max_diff_step1"), 2 * LR, 0.01 * 2 * LR);
     cr_expect_gt(item(doc, "facts.tied.skipped.max_abs_diff_by_step", K - 1)->valuedouble,
                  item(doc, "facts.tied.skipped.max_abs_diff_by_step", 0)->valuedouble,
                  "the copies keep drifting");
-    cr_expect_eq((int)num(doc, "facts.tied.first_divergent_step"), 1);
-    cr_expect_str_eq(str(doc, "facts.tied_diff.synced"), "zero");
-    cr_expect_str_eq(str(doc, "facts.tied_diff.skipped"), "nonzero");
-    cr_expect_leq(num(doc, "facts.tied.synced.max_rel_loss_diff_vs_single_rank"), 1e-5);
-    cr_expect_gt(num(doc, "facts.tied.skipped.max_rel_loss_diff_vs_single_rank"), 1e-5);
-    cr_expect_leq(num(doc, "facts.tied.synced.first_vs_single_rank_embedding"), 5e-5 * K);
-    cr_expect_gt(num(doc, "facts.tied.skipped.first_vs_single_rank_embedding"), LR);
-    cr_expect(truth(doc, "facts.tied.embedding_alone_in_its_ddp_bucket"));
+    cr_expect_eq((int)ls_getd(doc, "facts.tied.first_divergent_step"), 1);
+    cr_expect_str_eq(ls_gets(doc, "facts.tied_diff.synced"), "zero");
+    cr_expect_str_eq(ls_gets(doc, "facts.tied_diff.skipped"), "nonzero");
+    cr_expect_leq(ls_getd(doc, "facts.tied.synced.max_rel_loss_diff_vs_single_rank"), 1e-5);
+    cr_expect_gt(ls_getd(doc, "facts.tied.skipped.max_rel_loss_diff_vs_single_rank"), 1e-5);
+    cr_expect_leq(ls_getd(doc, "facts.tied.synced.first_vs_single_rank_embedding"), 5e-5 * K);
+    cr_expect_gt(ls_getd(doc, "facts.tied.skipped.first_vs_single_rank_embedding"), LR);
+    cr_expect(ls_truth(doc, "facts.tied.embedding_alone_in_its_ddp_bucket"));
     for (int k = 0; k < K; k++)   /* the synchronised run is the single-rank run */
         cr_expect_float_eq(item(doc, "facts.tied.synced.losses", k)->valuedouble,
                            item(doc, "facts.tied.single_rank.losses", k)->valuedouble, 1e-4);
@@ -302,12 +279,12 @@ static void expect_common_facts(const cJSON *doc, const char *nonce, int world) 
     long long extra = 0;
     for (int s = 0; s < pp; s++)
         extra += rank_params(tp, 1, 1, 0) - rank_params(tp, s == 0, s == pp - 1, 0);
-    cr_expect_eq((long long)num(doc, "facts.mistake.extra_params_per_tp_rank"), extra);
-    cr_expect_str_eq(str(doc, "facts.mistake.schedule_on_first_stage.status"), "MC_ERR_STATE");
-    cr_expect(mc_test_contains(str(doc, "facts.mistake.schedule_on_first_stage.message"),
+    cr_expect_eq((long long)ls_getd(doc, "facts.mistake.extra_params_per_tp_rank"), extra);
+    cr_expect_str_eq(ls_gets(doc, "facts.mistake.schedule_on_first_stage.status"), "MC_ERR_STATE");
+    cr_expect(mc_test_contains(ls_gets(doc, "facts.mistake.schedule_on_first_stage.message"),
                                "returned no output to send"));
     /* the run's own checks */
-    cr_expect(truth(doc, "run.all_checks_held"));
+    cr_expect(ls_truth(doc, "run.all_checks_held"));
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -322,12 +299,12 @@ Test(lab07, default_world_reference_nonce, .timeout = 300) {
         cr_expect(mc_test_contains(out, sections[i]), "no section %s in:\n%s", sections[i], out);
     cr_expect(mc_test_contains(out, "Total 0.00/15"), "an empty sheet scores 0:\n%s", out);
     cr_expect(mc_test_contains(out, "What to do next"), "%s", out);
-    cJSON *doc = load_json(res);
+    cJSON *doc = ls_load_json(res);
     expect_common_facts(doc, REF_NONCE, 8);
     expect_followup(doc, REF_NONCE, 8);
     /* the same run as the frozen one the reference answers quote */
-    cJSON *frozen = load_json("tests/fixtures/lab07/results.json");
-    int K = (int)num(doc, "facts.tied.steps");
+    cJSON *frozen = ls_load_json("tests/fixtures/lab07/results.json");
+    int K = (int)ls_getd(doc, "facts.tied.steps");
     for (int k = 0; k < K; k++) {
         cr_expect_float_eq(item(doc, "facts.tied.skipped.losses", k)->valuedouble,
                            item(frozen, "facts.tied.skipped.losses", k)->valuedouble, 1e-6);
@@ -336,8 +313,8 @@ Test(lab07, default_world_reference_nonce, .timeout = 300) {
                            1e-8);
     }
     for (int s = 0; s < 4; s++)
-        cr_expect_eq(num(item(doc, "facts.stages", s), "memory_bytes"),
-                     num(item(frozen, "facts.stages", s), "memory_bytes"));
+        cr_expect_eq(ls_getd(item(doc, "facts.stages", s), "memory_bytes"),
+                     ls_getd(item(frozen, "facts.stages", s), "memory_bytes"));
     cJSON_Delete(frozen);
     cJSON_Delete(doc);
 }
@@ -349,7 +326,7 @@ Test(lab07, variants_f2_and_f3, .timeout = 400) {
         snprintf(tag, sizeof tag, "v%d", i);
         int rc = run_lab(8, nonces[i], tag, res, sizeof res);
         cr_assert_eq(rc, 0, "lab07 --nonce %s exited %d:\n%s", nonces[i], rc, out);
-        cJSON *doc = load_json(res);
+        cJSON *doc = ls_load_json(res);
         expect_followup(doc, nonces[i], 8);
         cJSON_Delete(doc);
     }
@@ -359,7 +336,7 @@ Test(lab07, world16_with_two_replicas, .timeout = 400) {
     char res[300];
     int rc = run_lab(16, REF_NONCE, "w16", res, sizeof res);
     cr_assert_eq(rc, 0, "lab07 -np 16 exited %d:\n%s", rc, out);
-    cJSON *doc = load_json(res);
+    cJSON *doc = ls_load_json(res);
     /* DP 2 with the distributed optimizer: the reduce-scatter runs before the embedding-group
        all-reduce (Megatron-LM #844) and the copies still stay equal to the single-rank run */
     expect_common_facts(doc, REF_NONCE, 16);
@@ -411,28 +388,10 @@ Test(lab07, init_writes_the_variant_question, .timeout = 30) {
    grading against the frozen run */
 
 static void grade(const char *sheet, gr_report *rep) {
-    cr_assert_eq(gr_grade(&(gr_grade_desc){.rubric_path = "labs/rubric/lab07.json",
-                                           .answers_path = sheet,
-                                           .results_path = "tests/fixtures/lab07/results.json",
-                                           .quiet = 1},
-                          rep),
-                 0, "grading %s failed", sheet);
+    ls_grade("labs/rubric/lab07.json", "tests/fixtures/lab07/results.json", sheet, rep);
 }
 
-static double text_points(const gr_report *rep) {
-    double s = 0.0;
-    for (int i = 0; i < rep->n_items; i++)
-        if (!strcmp(rep->items[i].kind, "claim") || !strcmp(rep->items[i].kind, "evid"))
-            s += rep->items[i].score;
-    return s;
-}
-
-static int fired(const gr_report *rep, const char *id) {
-    for (int i = 0; i < rep->n_items; i++)
-        if (!strcmp(rep->items[i].id, id)) return rep->items[i].fired;
-    cr_expect(0, "no item %s", id);
-    return 0;
-}
+static double text_points(const gr_report *rep) { return ls_points_of(rep, "claim", "evid"); }
 
 Test(lab07, rubric_items_are_the_seed_points, .timeout = 30) {
     gr_rubric_item *items = NULL;
@@ -441,8 +400,8 @@ Test(lab07, rubric_items_are_the_seed_points, .timeout = 30) {
     for (int i = 0; i < n; i++) points += !items[i].is_penalty;
     cr_expect_eq(points, 8, "the rubric has %d score items, the seed 8 score points", points);
     free(items);
-    cJSON *r = load_json("labs/rubric/lab07.json");
-    cr_expect_eq((int)num(r, "schema"), 2);
+    cJSON *r = ls_load_json("labs/rubric/lab07.json");
+    cr_expect_eq((int)ls_getd(r, "schema"), 2);
     /* M007: pre/post 3, stage-local model and data flow 3, parallel_output 2, tied sync 2;
        follow-up: first/last duties 2, middle-stage input 1, the mistake 1, imbalance 1 */
     const char *ids[] = {"M1", "M2", "M3", "M4", "FU1", "FU2", "FU3", "FU4"};
@@ -452,15 +411,16 @@ Test(lab07, rubric_items_are_the_seed_points, .timeout = 30) {
     const double weight[] = {3, 3, 2, 2, 2, 1, 1, 1};
     for (int s = 0; s < 8; s++) {
         const cJSON *it = item(r, "items", s);
-        cr_expect_str_eq(str(it, "id"), ids[s], "the seed's order");
-        cr_expect(mc_test_contains(str(it, "seed"), seed[s]), "%s: %s", ids[s], str(it, "seed"));
-        cr_expect_float_eq(num(it, "points"), weight[s], 1e-9);
+        cr_expect_str_eq(ls_gets(it, "id"), ids[s], "the seed's order");
+        cr_expect(mc_test_contains(ls_gets(it, "seed"), seed[s]), "%s: %s", ids[s],
+                  ls_gets(it, "seed"));
+        cr_expect_float_eq(ls_getd(it, "points"), weight[s], 1e-9);
         double total = 0.0;
         const char *parts[] = {"predictions", "claims", "evidence"};
         for (int p = 0; p < 3; p++) {
             const cJSON *e;
             cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(it, parts[p]))
-                total += num(e, "points");
+                total += ls_getd(e, "points");
         }
         cr_expect_float_eq(total, weight[s], 1e-9, "%s carries %g points, the seed gives %g",
                            ids[s], total, weight[s]);
@@ -497,7 +457,7 @@ Test(lab07, misconceptions_fire_and_cost_points, .timeout = 30) {
         grade(sheets[s], &rep);
         const char *ids[] = {"MC1", "MC2", "MC3", "MC4", "MC5", "MC6", "MC7"};
         for (int i = 0; i < 7; i++)
-            cr_expect(fired(&rep, ids[i]), "%s: %s did not fire", sheets[s], ids[i]);
+            cr_expect(ls_fired(&rep, ids[i]), "%s: %s did not fire", sheets[s], ids[i]);
         cr_expect_float_eq(rep.penalty_total, 3.0, 1e-9, "%s: the penalties reach the cap",
                            sheets[s]);
         /* the main boxes hold the misconceptions: their clauses earn nothing */

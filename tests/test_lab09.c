@@ -25,6 +25,7 @@
 #include <cjson/cJSON.h>
 
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 #define RUN_LIMIT_S 240.0
@@ -33,19 +34,11 @@ static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    const char *root = mc_test_repo_root();
-    cr_assert(strcmp(root, ".") != 0 || access("megatron_c.h", R_OK) == 0,
-              "cannot find the repository root from /proc/self/exe");
-    cr_assert_eq(chdir(root), 0, "cannot chdir to %s", root);
-    cr_assert_eq(mc_test_make_tmpdir(tmp_dir, sizeof tmp_dir, "lab09"), 0);
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    ls_enter_found_root();
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab09", OUT_CAP);
 }
 
-static void teardown(void) {
-    mc_test_remove_dir(tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab09, .init = setup, .fini = teardown);
 
@@ -56,61 +49,7 @@ static void tmp_path(char *buf, size_t cap, const char *name) {
     snprintf(buf, cap, "%s/%s", tmp_dir, name);
 }
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc(1, (size_t)n + 1);
-    if (text != NULL && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    return text;
-}
-
-static cJSON *load_json(const char *path) {
-    cJSON *doc = mc_test_json_load(path);
-    cr_assert_not_null(doc, "%s is missing or not valid JSON", path);
-    return doc;
-}
-
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    cJSON *v = mc_test_json_at(obj, dotted);
-    cr_assert_not_null(v, "results lack the key %s", dotted);
-    return v;
-}
-
-static int geti(const cJSON *obj, const char *dotted) { return get(obj, dotted)->valueint; }
-static double getd(const cJSON *obj, const char *dotted) { return get(obj, dotted)->valuedouble; }
-
-/* The score of the table's last line "Total x/15" in the output, or -1. */
-static double total_score(const char *text) {
-    const char *t = NULL, *p = text;
-    while ((p = strstr(p, "Total ")) != NULL) t = p++;
-    double score = -1, max = 0;
-    if (t == NULL || sscanf(t, "Total %lf/%lf", &score, &max) != 2) return -1;
-    return score;
-}
-
 static double rel_diff(double a, double ref) { return fabs(a - ref) / fmax(fabs(ref), 1.0); }
-
-/* Copies the reference sheet to the temp directory (a run writes beside its answers only
-   through --results, but the ledger must start empty for this test). */
-static void copy_reference(const char *name, char *dst, size_t cap) {
-    char src[128];
-    snprintf(src, sizeof src, "answers/reference/%s", name);
-    char *text = read_file(src);
-    cr_assert_not_null(text, "missing %s", src);
-    tmp_path(dst, cap, name);
-    FILE *f = fopen(dst, "w");
-    cr_assert_not_null(f);
-    fputs(text, f);
-    fclose(f);
-    free(text);
-}
 
 /* Runs ./lab09 on np ranks with the given sheet and extra flags; results in the temp dir. */
 static int run_lab(int np, const char *sheet, const char *flags, char *res, size_t cap) {
@@ -124,17 +63,17 @@ static int run_lab(int np, const char *sheet, const char *flags, char *res, size
    the facts, against the test's own arithmetic */
 
 static void check_fixed_gbs(const cJSON *doc, int world, int steps) {
-    const cJSON *a = get(doc, "facts.fixed_gbs");
-    int gbs = geti(a, "global_batch_size"), mbs = geti(a, "micro_batch_size");
+    const cJSON *a = ls_get(doc, "facts.fixed_gbs");
+    int gbs = ls_geti(a, "global_batch_size"), mbs = ls_geti(a, "micro_batch_size");
     cr_expect_eq(mbs, 1);
     cr_expect_eq(gbs, world * mbs, "the fixed global batch is world x MBS");
-    const cJSON *single = get(a, "single_rank");
-    cr_expect_eq(geti(single, "num_microbatches"), gbs / mbs, "one rank runs GBS / MBS");
-    const cJSON *ref = get(single, "losses");
+    const cJSON *single = ls_get(a, "single_rank");
+    cr_expect_eq(ls_geti(single, "num_microbatches"), gbs / mbs, "one rank runs GBS / MBS");
+    const cJSON *ref = ls_get(single, "losses");
     cr_assert_eq(cJSON_GetArraySize(ref), steps);
     cr_expect_lt(cJSON_GetArrayItem(ref, steps - 1)->valuedouble,
                  cJSON_GetArrayItem(ref, 0)->valuedouble, "the loss falls over %d steps", steps);
-    const cJSON *cfgs = get(a, "configs");
+    const cJSON *cfgs = ls_get(a, "configs");
     int n = cJSON_GetArraySize(cfgs), want_n = 0;
     for (int tp = 1; tp <= world && tp <= 8; tp *= 2) want_n++;
     cr_assert_eq(n, want_n, "the TP ladder of world %d has %d layouts", world, want_n);
@@ -143,22 +82,24 @@ static void check_fixed_gbs(const cJSON *doc, int world, int steps) {
         const cJSON *c = cJSON_GetArrayItem(cfgs, i);
         int tp = 1 << i, dp = world / tp, m = gbs / (mbs * dp);
         char key[64];
-        cr_expect_eq(geti(c, "tp"), tp);
-        cr_expect_eq(geti(c, "dp"), dp, "TP %d: DP = %d / %d", tp, world, tp);
-        cr_expect_eq(geti(c, "num_microbatches"), m, "TP %d: M = %d / (%d x %d)", tp, gbs, mbs, dp);
-        cr_expect_eq(geti(c, "microbatches_run"), m);
+        cr_expect_eq(ls_geti(c, "tp"), tp);
+        cr_expect_eq(ls_geti(c, "dp"), dp, "TP %d: DP = %d / %d", tp, world, tp);
+        cr_expect_eq(ls_geti(c, "num_microbatches"), m, "TP %d: M = %d / (%d x %d)", tp, gbs, mbs,
+                     dp);
+        cr_expect_eq(ls_geti(c, "microbatches_run"), m);
         snprintf(key, sizeof key, "facts.microbatches.tp%d", tp);
-        cr_expect_eq(geti(doc, key), m);
+        cr_expect_eq(ls_geti(doc, key), m);
         snprintf(key, sizeof key, "facts.dp_sizes.tp%d", tp);
-        cr_expect_eq(geti(doc, key), dp);
-        cr_expect_eq(geti(c, "distinct_samples_per_step"), gbs, "TP %d: GBS distinct samples", tp);
-        cr_expect_eq(geti(c, "ranks_per_sample"), tp, "TP %d: each sample on TP ranks", tp);
-        cr_expect_eq(geti(c, "backwards_per_step"), m);
-        cr_expect_eq(geti(c, "backwards_with_grad_sync"), 1, "TP %d: sync on for the last only",
+        cr_expect_eq(ls_geti(doc, key), dp);
+        cr_expect_eq(ls_geti(c, "distinct_samples_per_step"), gbs, "TP %d: GBS distinct samples",
                      tp);
-        cr_expect_eq(geti(c, "dp_collectives_per_step"), geti(c, "ddp_buckets"),
+        cr_expect_eq(ls_geti(c, "ranks_per_sample"), tp, "TP %d: each sample on TP ranks", tp);
+        cr_expect_eq(ls_geti(c, "backwards_per_step"), m);
+        cr_expect_eq(ls_geti(c, "backwards_with_grad_sync"), 1, "TP %d: sync on for the last only",
+                     tp);
+        cr_expect_eq(ls_geti(c, "dp_collectives_per_step"), ls_geti(c, "ddp_buckets"),
                      "TP %d: one DP collective per bucket per step", tp);
-        const cJSON *l = get(c, "losses");
+        const cJSON *l = ls_get(c, "losses");
         cr_assert_eq(cJSON_GetArraySize(l), steps);
         for (int k = 0; k < steps; k++) {
             double got = cJSON_GetArrayItem(l, k)->valuedouble;
@@ -166,20 +107,20 @@ static void check_fixed_gbs(const cJSON *doc, int world, int steps) {
             cr_expect_leq(rel_diff(got, want), 1e-5, "TP %d step %d: loss %.7f vs one rank %.7f",
                           tp, k + 1, got, want);
         }
-        double slot = getd(c, "activation_slot_bytes");
+        double slot = ls_getd(c, "activation_slot_bytes");
         cr_expect(slot > 0 && slot < prev_slot, "TP %d: a micro-batch's activations shrink with TP "
                   "(%.0f after %.0f bytes)", tp, slot, prev_slot);
         prev_slot = slot;
     }
-    cr_expect_str_eq(get(doc, "facts.losses_equal")->valuestring, "within_tolerance");
+    cr_expect_str_eq(ls_get(doc, "facts.losses_equal")->valuestring, "within_tolerance");
     /* broken mode: the largest TP with M = 1 runs a global batch of MBS x DP */
-    const cJSON *big = cJSON_GetArrayItem(cfgs, n - 1), *bad = get(a, "broken_fixed_m");
-    cr_expect_eq(geti(bad, "global_batch_size"), mbs * geti(big, "dp"));
-    cr_expect_eq(geti(bad, "num_microbatches"), 1);
+    const cJSON *big = cJSON_GetArrayItem(cfgs, n - 1), *bad = ls_get(a, "broken_fixed_m");
+    cr_expect_eq(ls_geti(bad, "global_batch_size"), mbs * ls_geti(big, "dp"));
+    cr_expect_eq(ls_geti(bad, "num_microbatches"), 1);
     double worst = 0;
     for (int k = 0; k < steps; k++)
-        worst = fmax(worst, rel_diff(cJSON_GetArrayItem(get(bad, "losses"), k)->valuedouble,
-                                     cJSON_GetArrayItem(get(big, "losses"), k)->valuedouble));
+        worst = fmax(worst, rel_diff(cJSON_GetArrayItem(ls_get(bad, "losses"), k)->valuedouble,
+                                     cJSON_GetArrayItem(ls_get(big, "losses"), k)->valuedouble));
     cr_expect_gt(worst, 1e-3, "a smaller global batch must change the losses (%.2e)", worst);
 }
 
@@ -190,65 +131,67 @@ static int cmp_double(const void *a, const void *b) {
 
 static void check_bubble(const cJSON *doc) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const cJSON *pairs = get(doc, "facts.bubble.pairs"), *pr;
+    const cJSON *pairs = ls_get(doc, "facts.bubble.pairs"), *pr;
     cr_assert_gt(cJSON_GetArraySize(pairs), 1, "at least two (p, m)");
     cJSON_ArrayForEach(pr, pairs) {
-        int p = geti(pr, "p"), m = geti(pr, "m");
+        int p = ls_geti(pr, "p"), m = ls_geti(pr, "m");
         double formula = (double)(p - 1) / (double)(m + p - 1);
-        cr_expect_float_eq(getd(pr, "formula"), formula, 1e-4, "p %d m %d", p, m);
-        int compared = cJSON_IsTrue(get(pr, "compared"));
+        cr_expect_float_eq(ls_getd(pr, "formula"), formula, 1e-4, "p %d m %d", p, m);
+        int compared = cJSON_IsTrue(ls_get(pr, "compared"));
         if (p > cores) cr_expect(!compared, "p %d > %ld cores cannot be compared", p, cores);
         /* the measured value is the median of the quiet iterations when compared */
         double v[64];
         int n = 0;
         const cJSON *it;
-        cJSON_ArrayForEach(it, get(pr, "iterations")) {
-            cr_expect_geq(getd(it, "bubble"), 0.0);
-            cr_expect_lt(getd(it, "bubble"), 1.0);
-            if (n < 64 && (!compared || cJSON_IsTrue(get(it, "quiet"))))
-                v[n++] = getd(it, "bubble");
+        cJSON_ArrayForEach(it, ls_get(pr, "iterations")) {
+            cr_expect_geq(ls_getd(it, "bubble"), 0.0);
+            cr_expect_lt(ls_getd(it, "bubble"), 1.0);
+            if (n < 64 && (!compared || cJSON_IsTrue(ls_get(it, "quiet"))))
+                v[n++] = ls_getd(it, "bubble");
         }
         cr_assert_gt(n, 0, "p %d m %d: no iteration", p, m);
         qsort(v, (size_t)n, sizeof v[0], cmp_double);
         double median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-        cr_expect_float_eq(getd(pr, "measured"), median, 2e-4, "p %d m %d: median", p, m);
+        cr_expect_float_eq(ls_getd(pr, "measured"), median, 2e-4, "p %d m %d: median", p, m);
         char key[32];
         snprintf(key, sizeof key, "facts.bubble.p%d_m%d", p, m);
-        double replay = getd(pr, "replay_free_communication");
+        double replay = ls_getd(pr, "replay_free_communication");
         cr_expect(replay >= 0 && replay < 1, "p %d m %d: the kept timeline replays (%g)", p, m,
                   replay);
         if (compared) {
             /* a balanced pipeline with free communication is the floor (how far above it the
                timeline sits depends on the host's load: reported, not tested) */
-            cr_expect_geq(getd(pr, "measured"), formula - getd(doc, "facts.bubble.floor_tolerance"),
+            cr_expect_geq(ls_getd(pr, "measured"),
+                          formula - ls_getd(doc, "facts.bubble.floor_tolerance"),
                           "p %d m %d: measured %.3f below (p-1)/(m+p-1) = %.3f", p, m,
-                          getd(pr, "measured"), formula);
-            cr_expect_float_eq(getd(doc, key), getd(pr, "measured"), 1e-9);
+                          ls_getd(pr, "measured"), formula);
+            cr_expect_float_eq(ls_getd(doc, key), ls_getd(pr, "measured"), 1e-9);
         } else {
-            cr_expect(cJSON_IsNull(get(doc, key)), "%s: only compared bubbles are predicted", key);
+            cr_expect(cJSON_IsNull(ls_get(doc, key)), "%s: only compared bubbles are predicted",
+                      key);
             cr_log_info("p %d m %d: not compared (median CPU share %.2f)", p, m,
-                        getd(pr, "median_cpu_share"));
+                        ls_getd(pr, "median_cpu_share"));
         }
-        const cJSON *stages = get(pr, "stages"), *st;
+        const cJSON *stages = ls_get(pr, "stages"), *st;
         cr_assert_eq(cJSON_GetArraySize(stages), p);
         cJSON_ArrayForEach(st, stages) {
-            int r = geti(st, "stage");
+            int r = ls_geti(st, "stage");
             int in_flight = p - r < m ? p - r : m, warmup = p - r - 1 < m ? p - r - 1 : m;
-            cr_expect_eq(geti(st, "in_flight"), in_flight, "p %d m %d stage %d", p, m, r);
-            cr_expect_eq(geti(st, "warmup"), warmup, "p %d m %d stage %d warmup", p, m, r);
-            double slot = getd(st, "activation_slot_bytes");
+            cr_expect_eq(ls_geti(st, "in_flight"), in_flight, "p %d m %d stage %d", p, m, r);
+            cr_expect_eq(ls_geti(st, "warmup"), warmup, "p %d m %d stage %d warmup", p, m, r);
+            double slot = ls_getd(st, "activation_slot_bytes");
             cr_expect_gt(slot, 0);
-            cr_expect_float_eq(getd(st, "activation_peak_bytes"), slot * in_flight, 0.5);
-            cr_expect_gt(getd(st, "busy_ms"), 0);
-            const cJSON *ex = get(st, "expected");
-            cr_expect_eq(geti(ex, "in_flight"), in_flight);
+            cr_expect_float_eq(ls_getd(st, "activation_peak_bytes"), slot * in_flight, 0.5);
+            cr_expect_gt(ls_getd(st, "busy_ms"), 0);
+            const cJSON *ex = ls_get(st, "expected");
+            cr_expect_eq(ls_geti(ex, "in_flight"), in_flight);
             if (cJSON_GetObjectItemCaseSensitive(ex, "activation_slot_bytes") != NULL) {
-                double est = getd(ex, "activation_slot_bytes");   /* mc_memory_estimate */
+                double est = ls_getd(ex, "activation_slot_bytes");   /* mc_memory_estimate */
                 cr_expect_leq(fabs(slot - est), 0.02 * est + 4096, "p %d m %d stage %d: slot %.0f "
                               "bytes, estimate %.0f", p, m, r, slot, est);
-                cr_expect_eq(geti(st, "receive_buffers"), geti(ex, "receive_buffers"));
+                cr_expect_eq(ls_geti(st, "receive_buffers"), ls_geti(ex, "receive_buffers"));
             }
-            int buffers = geti(st, "receive_buffers");
+            int buffers = ls_geti(st, "receive_buffers");
             cr_expect(buffers >= 1 && buffers <= in_flight + 1, "p %d m %d stage %d: %d buffers",
                       p, m, r, buffers);
         }
@@ -256,52 +199,55 @@ static void check_bubble(const cJSON *doc) {
 }
 
 static void check_rampup(const cJSON *doc, int world) {
-    const cJSON *c = get(doc, "facts.rampup");
-    int dp = geti(c, "dp"), mbs = geti(c, "micro_batch_size");
+    const cJSON *c = ls_get(doc, "facts.rampup");
+    int dp = ls_geti(c, "dp"), mbs = ls_geti(c, "micro_batch_size");
     cr_expect_eq(dp, world / 2);
-    int start = geti(c, "start"), inc = geti(c, "increment"), gbs = geti(c, "global_batch_size");
-    long long samples = (long long)getd(c, "samples");
+    int start = ls_geti(c, "start"), inc = ls_geti(c, "increment"),
+        gbs = ls_geti(c, "global_batch_size");
+    long long samples = (long long)ls_getd(c, "samples");
     int n_inc = (gbs - start) / inc;
     double per_inc = (double)samples / n_inc;
     long long consumed = 0;
     const cJSON *row;
     int i = 0;
-    cJSON_ArrayForEach(row, get(c, "table")) {
+    cJSON_ArrayForEach(row, ls_get(c, "table")) {
         int want = consumed > samples ? gbs : start + (int)floor((double)consumed / per_inc) * inc;
-        cr_expect_eq((long long)getd(row, "consumed_samples"), consumed, "row %d", i);
-        cr_expect_eq(geti(row, "global_batch_size"), want, "row %d (%lld consumed)", i, consumed);
-        cr_expect_eq(geti(row, "num_microbatches"), want / (mbs * dp));
-        cr_expect_eq(geti(row, "microbatches_run"), want / (mbs * dp));
+        cr_expect_eq((long long)ls_getd(row, "consumed_samples"), consumed, "row %d", i);
+        cr_expect_eq(ls_geti(row, "global_batch_size"), want, "row %d (%lld consumed)", i,
+                     consumed);
+        cr_expect_eq(ls_geti(row, "num_microbatches"), want / (mbs * dp));
+        cr_expect_eq(ls_geti(row, "microbatches_run"), want / (mbs * dp));
         char key[64];
         snprintf(key, sizeof key, "facts.rampup.microbatches_by_iteration.it%d", i + 1);
-        cr_expect_eq(geti(doc, key), want / (mbs * dp));
+        cr_expect_eq(ls_geti(doc, key), want / (mbs * dp));
         consumed += want;
         i++;
     }
     cr_expect_eq(i, 6);
-    cr_expect_str_eq(get(doc, "facts.calculator_refusal.status")->valuestring,
+    cr_expect_str_eq(ls_get(doc, "facts.calculator_refusal.status")->valuestring,
                      "MC_ERR_INVALID_DESC");
-    cr_expect(mc_test_contains(get(doc, "facts.calculator_refusal.message")->valuestring,
+    cr_expect(mc_test_contains(ls_get(doc, "facts.calculator_refusal.message")->valuestring,
                                "not divisible"));
 }
 
 static void check_followup(const cJSON *doc, int world, const char *variant, int gbs, int mbs,
                            int tp, int pp) {
-    const cJSON *f = get(doc, "facts.followup");
+    const cJSON *f = ls_get(doc, "facts.followup");
     int dp = world / (tp * pp);
-    cr_expect_str_eq(get(f, "variant")->valuestring, variant);
-    cr_expect_eq(geti(f, "global_batch_size"), gbs);
-    cr_expect_eq(geti(f, "micro_batch_size"), mbs);
-    cr_expect_eq(geti(f, "tp"), tp);
-    cr_expect_eq(geti(f, "pp"), pp);
-    cr_expect_eq(geti(f, "dp_size"), dp);
-    cr_expect_eq(geti(f, "num_microbatches"), gbs / (mbs * dp));
-    cr_expect_eq(geti(f, "ranks_per_sample"), tp * pp, "TP x PP ranks share each sample");
-    cr_expect_eq(geti(f, "distinct_samples_per_step"), gbs);
-    cr_expect_leq(getd(f, "max_rel_diff_vs_single_rank"), 1e-5);
-    cr_expect_eq(geti(f, "single_rank.num_microbatches"), gbs / mbs);
-    const cJSON *cp = get(f, "with_cp");
-    cr_expect_eq(geti(cp, "dp"), world / (geti(cp, "tp") * geti(cp, "pp") * geti(cp, "cp")));
+    cr_expect_str_eq(ls_get(f, "variant")->valuestring, variant);
+    cr_expect_eq(ls_geti(f, "global_batch_size"), gbs);
+    cr_expect_eq(ls_geti(f, "micro_batch_size"), mbs);
+    cr_expect_eq(ls_geti(f, "tp"), tp);
+    cr_expect_eq(ls_geti(f, "pp"), pp);
+    cr_expect_eq(ls_geti(f, "dp_size"), dp);
+    cr_expect_eq(ls_geti(f, "num_microbatches"), gbs / (mbs * dp));
+    cr_expect_eq(ls_geti(f, "ranks_per_sample"), tp * pp, "TP x PP ranks share each sample");
+    cr_expect_eq(ls_geti(f, "distinct_samples_per_step"), gbs);
+    cr_expect_leq(ls_getd(f, "max_rel_diff_vs_single_rank"), 1e-5);
+    cr_expect_eq(ls_geti(f, "single_rank.num_microbatches"), gbs / mbs);
+    const cJSON *cp = ls_get(f, "with_cp");
+    cr_expect_eq(ls_geti(cp, "dp"),
+                 world / (ls_geti(cp, "tp") * ls_geti(cp, "pp") * ls_geti(cp, "cp")));
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -309,31 +255,32 @@ static void check_followup(const cJSON *doc, int world, const char *variant, int
 
 Test(lab09, world8_english_reference_run, .timeout = 300) {
     char sheet[256], res[256], empty[256], cmd[1024];
-    copy_reference("lab09.md", sheet, sizeof sheet);
+    ls_copy_reference(tmp_dir, "lab09.md", sheet, sizeof sheet);
     double t0 = mc_test_now();
     int rc = run_lab(8, sheet, "", res, sizeof res);
     double secs = mc_test_now() - t0;
     cr_assert_eq(rc, 0, "./lab09 on 8 ranks exited %d:\n%s", rc, out);
     cr_log_info("lab09 on 8 ranks: %.1f s", secs);
     cr_expect(mc_test_contains(out, "== A. fixed global batch 8"), "%s", out);
-    cJSON *doc = load_json(res);
-    int steps = geti(doc, "facts.steps");
+    cJSON *doc = ls_load_json(res);
+    int steps = ls_geti(doc, "facts.steps");
     cr_expect_eq(steps, 5);
     check_fixed_gbs(doc, 8, steps);
     check_bubble(doc);
     check_rampup(doc, 8);
     check_followup(doc, 8, "F1", 16, 2, 2, 2);   /* nonce 7f3a91 */
-    cr_expect(cJSON_IsArray(get(doc, "figures")) && cJSON_GetArraySize(get(doc, "figures")) == 1);
+    cr_expect(cJSON_IsArray(ls_get(doc, "figures")) &&
+              cJSON_GetArraySize(ls_get(doc, "figures")) == 1);
     char svg_path[300];
     snprintf(svg_path, sizeof svg_path, "%s/results/lab09.timeline.svg", tmp_dir);
-    char *svg = read_file(svg_path);
+    char *svg = ls_read_file(svg_path);
     cr_expect(svg != NULL && mc_test_contains(svg, "<svg") && mc_test_contains(svg, "</svg>") &&
                   mc_test_contains(svg, "F0 on stage 0"),
               "the timeline figure is an SVG document");
     free(svg);
     cJSON_Delete(doc);
 
-    double score = total_score(out);
+    double score = ls_total_score_strict(out);
     cr_expect_geq(score, 14.0, "the English reference scores %.2f:\n%s", score, out);
 
     /* an empty sheet for the same nonce, graded against the same results */
@@ -341,19 +288,19 @@ Test(lab09, world8_english_reference_run, .timeout = 300) {
     snprintf(cmd, sizeof cmd, "./lab09 --init --nonce 7f3a91 --answers '%s' >/dev/null && "
              "./lab09 --grade-only --answers '%s' --results '%s'", empty, empty, res);
     mc_test_run(cmd, 30, out, OUT_CAP);
-    score = total_score(out);
+    score = ls_total_score_strict(out);
     cr_expect(score >= 0 && score <= 0.5, "an empty sheet scores %.2f:\n%s", score, out);
     cr_expect(mc_test_contains(out, "What to do next"), "the empty sheet gets the next steps");
 }
 
 Test(lab09, world8_chinese_reference_run_variant_f2, .timeout = 300) {
     char sheet[256], res[256];
-    copy_reference("lab09.zh.md", sheet, sizeof sheet);
+    ls_copy_reference(tmp_dir, "lab09.zh.md", sheet, sizeof sheet);
     int rc = run_lab(8, sheet, "", res, sizeof res);
     cr_assert_eq(rc, 0, "./lab09 exited %d:\n%s", rc, out);
-    double score = total_score(out);
+    double score = ls_total_score_strict(out);
     cr_expect_geq(score, 14.0, "the Chinese reference scores %.2f:\n%s", score, out);
-    cJSON *doc = load_json(res);
+    cJSON *doc = ls_load_json(res);
     check_followup(doc, 8, "F2", 12, 1, 4, 2);   /* nonce c0ffee */
     cJSON_Delete(doc);
 }
@@ -363,8 +310,8 @@ Test(lab09, world4_quick_runs_the_shorter_ladder, .timeout = 240) {
     tmp_path(sheet, sizeof sheet, "answers/lab09.md");
     int rc = run_lab(4, sheet, "--quick --nonce d00d01", res, sizeof res);
     cr_assert_eq(rc, 0, "./lab09 on 4 ranks exited %d:\n%s", rc, out);
-    cJSON *doc = load_json(res);
-    cr_expect_eq(geti(doc, "facts.steps"), 2);
+    cJSON *doc = ls_load_json(res);
+    cr_expect_eq(ls_geti(doc, "facts.steps"), 2);
     check_fixed_gbs(doc, 4, 2);
     check_bubble(doc);
     check_rampup(doc, 4);

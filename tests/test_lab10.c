@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 #define RUN_LIMIT_S 120.0
@@ -34,72 +35,21 @@
 #define N_HIDDEN (SEQ * MBS * HIDDEN)                 /* one hidden-dropout draw */
 #define N_ATTN(tp) (MBS * (HEADS / (tp)) * SEQ * SEQ) /* one attention draw per rank */
 
-static char repo_root[PATH_MAX];
 static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    snprintf(repo_root, sizeof repo_root, "%s", mc_test_repo_root());
-    cr_assert_eq(chdir(repo_root), 0, "cannot chdir to %s", repo_root);
+    ls_enter_root();
     cr_assert_eq(access("lab10", X_OK), 0, "./lab10 is missing: run make lab10 first");
-    cr_assert_eq(mc_test_make_tmpdir(tmp_dir, sizeof tmp_dir, "lab10"), 0);
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab10", OUT_CAP);
 }
 
-static void teardown(void) {
-    mc_test_remove_dir(tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab10, .init = setup, .fini = teardown, .timeout = 300);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc(1, (size_t)n + 1);
-    if (text != NULL && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    return text;
-}
-
-static const cJSON *get(const cJSON *doc, const char *dotted) {
-    const cJSON *v = mc_test_json_at(doc, dotted);
-    cr_assert_not_null(v, "results lack %s", dotted);
-    return v;
-}
-static double getd(const cJSON *doc, const char *dotted) { return get(doc, dotted)->valuedouble; }
-static int getb(const cJSON *doc, const char *dotted) { return cJSON_IsTrue(get(doc, dotted)); }
-static const char *gets_(const cJSON *doc, const char *dotted) {
-    const cJSON *v = get(doc, dotted);
-    cr_assert(cJSON_IsString(v), "%s is not a string", dotted);
-    return v->valuestring;
-}
-
-/* "Total 12.50/15" -> 12.5; -1 when the line is missing. */
-static double total_score(const char *text) {
-    const char *p = NULL, *q = text;
-    while ((q = strstr(q, "Total ")) != NULL) p = q++;
-    double v = -1.0;
-    if (p == NULL || sscanf(p, "Total %lf/15", &v) != 1) return -1.0;
-    return v;
-}
 
 /* Runs ./lab10 on np ranks with the sheet and results in the temp dir. */
 static int run_lab(int np, const char *sheet, const char *extra, cJSON **doc) {
@@ -129,7 +79,7 @@ static void expect_table(const cJSON *doc, int sp, const char *rule) {
                            : strcmp(rule, "per_rank_seed") == 0 ? "different"  /* rank's own */
                            : sharded(sp, s)                     ? "different"
                                                                 : "equal";
-        cr_expect_str_eq(gets_(doc, key), want, "%s", key);
+        cr_expect_str_eq(ls_gets(doc, key), want, "%s", key);
     }
 }
 
@@ -155,9 +105,9 @@ static void expect_recompute(const cJSON *doc, groups g, int tp) {
     for (int k = 0; k < g.n; k++) replayed += g.count[k];
     const int top_first = g.first[g.n - 1], top_end = top_first + g.count[g.n - 1];
     const int low_end = g.first[0] + g.count[0];
-    cr_expect_eq(getd(doc, "facts.recompute.default_offset_per_iteration"), def_end);
-    cr_expect_eq(getd(doc, "facts.recompute.model_parallel_offset_per_iteration"), mp_end);
-    const cJSON *grp = get(doc, "facts.recompute.groups");
+    cr_expect_eq(ls_getd(doc, "facts.recompute.default_offset_per_iteration"), def_end);
+    cr_expect_eq(ls_getd(doc, "facts.recompute.model_parallel_offset_per_iteration"), mp_end);
+    const cJSON *grp = ls_get(doc, "facts.recompute.groups");
     cr_assert_eq(cJSON_GetArraySize(grp), g.n);
     for (int k = 0; k < g.n; k++) {
         const cJSON *one = cJSON_GetArrayItem(grp, k);
@@ -170,60 +120,61 @@ static void expect_recompute(const cJSON *doc, groups g, int tp) {
     for (int m = 0; m < 5; m++) {
         char key[128];
         snprintf(key, sizeof key, "facts.recompute.modes.%s.loss_equal_reference", modes[m]);
-        cr_expect(getb(doc, key), "%s", key);
+        cr_expect(ls_getb(doc, key), "%s", key);
     }
     /* gradients: exact exactly when the snapshot is restored */
-    cr_expect(getb(doc, "facts.recompute.grad_error_zero.restore_both"));
-    cr_expect(getb(doc, "facts.recompute.grad_error_zero.snapshot_only"));
-    cr_expect_not(getb(doc, "facts.recompute.grad_error_zero.no_restore"));
-    cr_expect_not(getb(doc, "facts.recompute.grad_error_zero.outer_only"));
-    cr_expect_eq(getd(doc, "facts.recompute.modes.restore_both.grad_max_abs_error"), 0.0);
-    cr_expect_gt(getd(doc, "facts.recompute.modes.no_restore.grad_max_abs_error"), 1e-3);
-    cr_expect(getb(doc, "facts.recompute.modes.restore_both.replay_masks_equal_forward"));
-    cr_expect_not(getb(doc, "facts.recompute.modes.no_restore.replay_masks_equal_forward"));
+    cr_expect(ls_getb(doc, "facts.recompute.grad_error_zero.restore_both"));
+    cr_expect(ls_getb(doc, "facts.recompute.grad_error_zero.snapshot_only"));
+    cr_expect_not(ls_getb(doc, "facts.recompute.grad_error_zero.no_restore"));
+    cr_expect_not(ls_getb(doc, "facts.recompute.grad_error_zero.outer_only"));
+    cr_expect_eq(ls_getd(doc, "facts.recompute.modes.restore_both.grad_max_abs_error"), 0.0);
+    cr_expect_gt(ls_getd(doc, "facts.recompute.modes.no_restore.grad_max_abs_error"), 1e-3);
+    cr_expect(ls_getb(doc, "facts.recompute.modes.restore_both.replay_masks_equal_forward"));
+    cr_expect_not(ls_getb(doc, "facts.recompute.modes.no_restore.replay_masks_equal_forward"));
     /* the corrupted layers: the replayed ones and everything below the highest of them */
-    const cJSON *wrong = get(doc, "facts.recompute.modes.no_restore.wrong_grad_layers");
+    const cJSON *wrong = ls_get(doc, "facts.recompute.modes.no_restore.wrong_grad_layers");
     cr_expect_eq(cJSON_GetArraySize(wrong), top_end, "wrong layers: %d, expected 0..%d",
                  cJSON_GetArraySize(wrong), top_end - 1);
     for (int l = 0; l < cJSON_GetArraySize(wrong); l++)
         cr_expect_eq(cJSON_GetArrayItem(wrong, l)->valueint, l);
-    cr_expect(getb(doc, "facts.recompute.modes.no_restore.embedding_grad_wrong"));
+    cr_expect(ls_getb(doc, "facts.recompute.modes.no_restore.embedding_grad_wrong"));
     cr_expect_eq(
-        cJSON_GetArraySize(get(doc, "facts.recompute.modes.snapshot_only.wrong_grad_layers")), 0);
+        cJSON_GetArraySize(ls_get(doc, "facts.recompute.modes.snapshot_only.wrong_grad_layers")),
+        0);
     /* where the streams end */
-    cr_expect_eq(getd(doc, "facts.recompute.modes.none.default_offset_after"), def_end);
-    cr_expect_eq(getd(doc, "facts.recompute.modes.none.model_parallel_offset_after"), mp_end);
-    cr_expect_eq(getd(doc, "facts.recompute.modes.restore_both.default_offset_shift"), 0);
-    cr_expect_eq(getd(doc, "facts.recompute.modes.outer_only.default_offset_shift"), 0);
-    cr_expect_eq(getd(doc, "facts.recompute.modes.no_restore.default_offset_shift"),
+    cr_expect_eq(ls_getd(doc, "facts.recompute.modes.none.default_offset_after"), def_end);
+    cr_expect_eq(ls_getd(doc, "facts.recompute.modes.none.model_parallel_offset_after"), mp_end);
+    cr_expect_eq(ls_getd(doc, "facts.recompute.modes.restore_both.default_offset_shift"), 0);
+    cr_expect_eq(ls_getd(doc, "facts.recompute.modes.outer_only.default_offset_shift"), 0);
+    cr_expect_eq(ls_getd(doc, "facts.recompute.modes.no_restore.default_offset_shift"),
                  2 * replayed * h);
-    cr_expect_eq(getd(doc, "facts.recompute.modes.no_restore.model_parallel_offset_shift"),
+    cr_expect_eq(ls_getd(doc, "facts.recompute.modes.no_restore.model_parallel_offset_shift"),
                  replayed * a);
-    cr_expect_eq(getd(doc, "facts.recompute.modes.snapshot_only.default_offset_shift"),
+    cr_expect_eq(ls_getd(doc, "facts.recompute.modes.snapshot_only.default_offset_shift"),
                  (1 + 2 * low_end) * h - def_end);
-    cr_expect_eq(getd(doc, "facts.recompute.modes.snapshot_only.model_parallel_offset_shift"),
+    cr_expect_eq(ls_getd(doc, "facts.recompute.modes.snapshot_only.model_parallel_offset_shift"),
                  low_end * a - mp_end);
-    cr_expect_str_eq(gets_(doc, "facts.recompute.later_randomness.restore_both"), "same");
-    cr_expect_str_eq(gets_(doc, "facts.recompute.later_randomness.no_restore"), "shifted");
-    cr_expect_str_eq(gets_(doc, "facts.recompute.later_randomness.snapshot_only"), "repeats");
-    cr_expect_str_eq(gets_(doc, "facts.recompute.later_randomness.outer_only"), "same");
+    cr_expect_str_eq(ls_gets(doc, "facts.recompute.later_randomness.restore_both"), "same");
+    cr_expect_str_eq(ls_gets(doc, "facts.recompute.later_randomness.no_restore"), "shifted");
+    cr_expect_str_eq(ls_gets(doc, "facts.recompute.later_randomness.snapshot_only"), "repeats");
+    cr_expect_str_eq(ls_gets(doc, "facts.recompute.later_randomness.outer_only"), "same");
     /* the follow-up: the first replay (the highest group) and the shifts */
-    cr_expect_eq(getd(doc, "facts.followup.replay_offset_restored"), (1 + 2 * top_first) * h);
-    cr_expect_eq(getd(doc, "facts.followup.replay_offset_unrestored"), def_end);
-    cr_expect_eq(getd(doc, "facts.followup.shift_no_restore"), 2 * replayed * h);
-    cr_expect_eq(getd(doc, "facts.followup.shift_no_outer"), (1 + 2 * low_end) * h - def_end);
-    cr_expect_not(getb(doc, "facts.followup.loss_changes"));
-    cr_expect_eq(cJSON_GetArraySize(get(doc, "facts.followup.wrong_grad_layers")), top_end);
+    cr_expect_eq(ls_getd(doc, "facts.followup.replay_offset_restored"), (1 + 2 * top_first) * h);
+    cr_expect_eq(ls_getd(doc, "facts.followup.replay_offset_unrestored"), def_end);
+    cr_expect_eq(ls_getd(doc, "facts.followup.shift_no_restore"), 2 * replayed * h);
+    cr_expect_eq(ls_getd(doc, "facts.followup.shift_no_outer"), (1 + 2 * low_end) * h - def_end);
+    cr_expect_not(ls_getb(doc, "facts.followup.loss_changes"));
+    cr_expect_eq(cJSON_GetArraySize(ls_get(doc, "facts.followup.wrong_grad_layers")), top_end);
 }
 
 static void expect_masks_and_training(const cJSON *doc, int tp) {
-    cr_expect_eq(getd(doc, "facts.seeds.default_rng"), SEED);
-    const cJSON *mp = get(doc, "facts.seeds.model_parallel_rng");
+    cr_expect_eq(ls_getd(doc, "facts.seeds.default_rng"), SEED);
+    const cJSON *mp = ls_get(doc, "facts.seeds.model_parallel_rng");
     cr_assert_eq(cJSON_GetArraySize(mp), tp);
     for (int r = 0; r < tp; r++)
         cr_expect_eq(cJSON_GetArrayItem(mp, r)->valueint, SEED + 2718 + r, "rank %d", r);
-    cr_expect_eq(getd(doc, "facts.model.hidden_draw_elements"), N_HIDDEN);
-    cr_expect_eq(getd(doc, "facts.model.attention_draw_elements_per_rank"), N_ATTN(tp));
+    cr_expect_eq(ls_getd(doc, "facts.model.hidden_draw_elements"), N_HIDDEN);
+    cr_expect_eq(ls_getd(doc, "facts.model.attention_draw_elements_per_rank"), N_ATTN(tp));
     for (int sp = 0; sp < 2; sp++) {
         expect_table(doc, sp, "tracker");
         expect_table(doc, sp, "one_seed");
@@ -231,46 +182,47 @@ static void expect_masks_and_training(const cJSON *doc, int tp) {
     }
     /* statistics: independent masks agree with probability 1 - 2p(1-p); identical ones always */
     const double ind = 1.0 - 2.0 * 0.1 * 0.9;
-    cr_expect_float_eq(getd(doc, "facts.masks.independent_agreement"), ind, 1e-9);
-    cr_expect_float_eq(getd(doc, "facts.masks.sp_on.sharded_statistics.tracker.agreement"), ind,
+    cr_expect_float_eq(ls_getd(doc, "facts.masks.independent_agreement"), ind, 1e-9);
+    cr_expect_float_eq(ls_getd(doc, "facts.masks.sp_on.sharded_statistics.tracker.agreement"), ind,
                        0.08);
     cr_expect_float_eq(
-        getd(doc, "facts.masks.sp_off.sharded_statistics.single_rank_pieces.agreement"), ind, 0.08);
-    cr_expect_eq(getd(doc, "facts.masks.sp_on.sharded_statistics.one_seed.agreement"), 1.0);
-    cr_expect_float_eq(getd(doc, "facts.masks.sp_on.sharded_statistics.one_seed.dropped_on_both"),
-                       0.1, 0.03);
-    cr_expect_eq(getd(doc, "facts.masks.replicated_statistics_sp_off.tracker.agreement"), 1.0);
-    cr_expect(getb(doc, "facts.masks.replicated_equal_single_rank"));
-    cr_expect_eq(getd(doc, "facts.masks.sp_off.wrong_regions.one_seed"), 1);     /* the heads */
-    cr_expect_eq(getd(doc, "facts.masks.sp_off.wrong_regions.per_rank_seed"), 3); /* replicas */
-    cr_expect_eq(getd(doc, "facts.masks.sp_on.wrong_regions.one_seed"), 4);
-    cr_expect_eq(getd(doc, "facts.masks.sp_on.wrong_regions.per_rank_seed"), 0);
+        ls_getd(doc, "facts.masks.sp_off.sharded_statistics.single_rank_pieces.agreement"), ind,
+        0.08);
+    cr_expect_eq(ls_getd(doc, "facts.masks.sp_on.sharded_statistics.one_seed.agreement"), 1.0);
+    cr_expect_float_eq(
+        ls_getd(doc, "facts.masks.sp_on.sharded_statistics.one_seed.dropped_on_both"), 0.1, 0.03);
+    cr_expect_eq(ls_getd(doc, "facts.masks.replicated_statistics_sp_off.tracker.agreement"), 1.0);
+    cr_expect(ls_getb(doc, "facts.masks.replicated_equal_single_rank"));
+    cr_expect_eq(ls_getd(doc, "facts.masks.sp_off.wrong_regions.one_seed"), 1);     /* the heads */
+    cr_expect_eq(ls_getd(doc, "facts.masks.sp_off.wrong_regions.per_rank_seed"), 3); /* replicas */
+    cr_expect_eq(ls_getd(doc, "facts.masks.sp_on.wrong_regions.one_seed"), 4);
+    cr_expect_eq(ls_getd(doc, "facts.masks.sp_on.wrong_regions.per_rank_seed"), 0);
     /* B: with every dropout on a replicated activation only a seed per rank breaks the step */
-    cr_expect(getb(doc, "facts.training.matches_single_rank.tracker"));
-    cr_expect(getb(doc, "facts.training.matches_single_rank.one_seed"));
-    cr_expect_not(getb(doc, "facts.training.matches_single_rank.per_rank_seed"));
-    cr_expect(getb(doc, "facts.training.replicas_agree.tracker"));
-    cr_expect_not(getb(doc, "facts.training.replicas_agree.per_rank_seed"));
-    cr_expect_lt(getd(doc, "facts.training.tracker.loss_abs_diff"), 1e-5);
-    cr_expect_gt(getd(doc, "facts.training.per_rank_seed.loss_abs_diff"), 1e-4);
-    cr_expect_eq(getd(doc, "facts.training.tracker.replica_grad_spread"), 0.0);
+    cr_expect(ls_getb(doc, "facts.training.matches_single_rank.tracker"));
+    cr_expect(ls_getb(doc, "facts.training.matches_single_rank.one_seed"));
+    cr_expect_not(ls_getb(doc, "facts.training.matches_single_rank.per_rank_seed"));
+    cr_expect(ls_getb(doc, "facts.training.replicas_agree.tracker"));
+    cr_expect_not(ls_getb(doc, "facts.training.replicas_agree.per_rank_seed"));
+    cr_expect_lt(ls_getd(doc, "facts.training.tracker.loss_abs_diff"), 1e-5);
+    cr_expect_gt(ls_getd(doc, "facts.training.per_rank_seed.loss_abs_diff"), 1e-4);
+    cr_expect_eq(ls_getd(doc, "facts.training.tracker.replica_grad_spread"), 0.0);
 }
 
 /* D: the RNG file holds the streams where iteration 1 left them. */
 static void expect_checkpoint(const cJSON *doc, int tp) {
     char want[96];
-    const char *rng = gets_(doc, "facts.checkpoint.rng_file_tp0");
+    const char *rng = ls_gets(doc, "facts.checkpoint.rng_file_tp0");
     snprintf(want, sizeof want, "current %d %d", SEED, (1 + 2 * LAYERS) * N_HIDDEN);
     cr_expect(mc_test_contains(rng, want), "RNG file lacks \"%s\":\n%s", want, rng);
     snprintf(want, sizeof want, "stream model-parallel-rng %d %d", SEED + 2718,
              LAYERS * N_ATTN(tp));
     cr_expect(mc_test_contains(rng, want), "RNG file lacks \"%s\":\n%s", want, rng);
-    cr_expect(getb(doc, "facts.checkpoint.resume_equal.rng_loaded"));
-    cr_expect_not(getb(doc, "facts.checkpoint.resume_equal.no_load_rng"));
-    cr_expect(getb(doc, "facts.checkpoint.rng_loaded.rng_restored"));
-    cr_expect_eq(getd(doc, "facts.checkpoint.rng_loaded.grad_max_abs_diff"), 0.0);
-    cr_expect_gt(getd(doc, "facts.checkpoint.no_load_rng.grad_max_abs_diff"), 1e-4);
-    cr_expect_str_eq(gets_(doc, "facts.checkpoint.no_load_rng_masks"), "repeats");
+    cr_expect(ls_getb(doc, "facts.checkpoint.resume_equal.rng_loaded"));
+    cr_expect_not(ls_getb(doc, "facts.checkpoint.resume_equal.no_load_rng"));
+    cr_expect(ls_getb(doc, "facts.checkpoint.rng_loaded.rng_restored"));
+    cr_expect_eq(ls_getd(doc, "facts.checkpoint.rng_loaded.grad_max_abs_diff"), 0.0);
+    cr_expect_gt(ls_getd(doc, "facts.checkpoint.no_load_rng.grad_max_abs_diff"), 1e-4);
+    cr_expect_str_eq(ls_gets(doc, "facts.checkpoint.no_load_rng_masks"), "repeats");
 }
 
 /* ---------------------------------------------------------------------------------------------
@@ -289,14 +241,14 @@ Test(lab10, default_run_measures_masks_training_recompute_and_checkpoints) {
     cr_expect(mc_test_contains(out, "A. Dropout masks across the 2 TP ranks"), "%s", out);
     cr_expect(mc_test_contains(out, "== Summary =="), "%s", out);
     cr_expect(!mc_test_contains(out, "check failed"), "%s", out);
-    cr_expect(getb(doc, "run.all_checks_held"));
+    cr_expect(ls_getb(doc, "run.all_checks_held"));
     expect_masks_and_training(doc, 2);
     /* nonce 10a000: F1, layer 0 checkpointed alone */
-    cr_expect_str_eq(gets_(doc, "facts.followup.variant"), "F1");
+    cr_expect_str_eq(ls_gets(doc, "facts.followup.variant"), "F1");
     expect_recompute(doc, variant_groups(1, 1), 2);
     expect_checkpoint(doc, 2);
     /* the empty sheet the run wrote scores (almost) nothing and says what to do next */
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect(total >= 0.0 && total <= 0.5, "empty sheet scored %.2f\n%s", total, out);
     cr_expect(mc_test_contains(out, "What to do next"), "%s", out);
     cJSON_Delete(doc);
@@ -316,7 +268,7 @@ Test(lab10, followup_variants_checkpoint_other_layers) {
         int rc = run_lab(2, sheet, extra, &doc);
         cr_assert_eq(rc, 0, "lab10 --nonce %s exited %d\n%s", cases[i].nonce, rc, out);
         cr_assert_not_null(doc);
-        cr_expect_str_eq(gets_(doc, "facts.followup.variant"), cases[i].variant);
+        cr_expect_str_eq(ls_gets(doc, "facts.followup.variant"), cases[i].variant);
         expect_recompute(doc, variant_groups(cases[i].block, cases[i].n), 2);
         cJSON_Delete(doc);
     }
@@ -378,13 +330,13 @@ static void expect_reference_scores(const char *ref) {
     snprintf(sheet, sizeof sheet, "%s/ref.md", tmp_dir);
     snprintf(res, sizeof res, "%s/results", tmp_dir);
     mc_test_remove_dir(res);
-    char *text = read_file(ref);
+    char *text = ls_read_file(ref);
     cr_assert_not_null(text, "missing %s", ref);
-    write_file(sheet, text);   /* the run reads the nonce from its header and locks its preds */
+    ls_write_file(sheet, text);   /* the run reads the nonce from its header and locks its preds */
     free(text);
     int rc = run_lab(2, sheet, NULL, NULL);
     cr_assert_eq(rc, 0, "lab10 on %s exited %d\n%s", ref, rc, out);
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect_geq(total, 14.0, "%s scored %.2f/15\n%s", ref, total, out);
     cr_expect(mc_test_contains(out, "locked=yes"), "%s: predictions not locked\n%s", ref, out);
     cr_expect(mc_test_contains(out, "no misconception fired"), "%s\n%s", ref, out);
@@ -401,13 +353,13 @@ Test(lab10, predictions_filled_after_the_first_run_earn_nothing) {
     snprintf(sheet, sizeof sheet, "%s/late.md", tmp_dir);
     int rc = run_lab(2, sheet, "--nonce 10a000", NULL);   /* locks the empty preds */
     cr_assert_eq(rc, 0, "%s", out);
-    char *ref = read_file("answers/reference/lab10.md");
+    char *ref = ls_read_file("answers/reference/lab10.md");
     cr_assert_not_null(ref);
-    write_file(sheet, ref);
+    ls_write_file(sheet, ref);
     free(ref);
     rc = run_lab(2, sheet, "--nonce 10a000", NULL);
     cr_assert_eq(rc, 0, "%s", out);
-    double total = total_score(out);
+    double total = ls_total_score(out);
     /* the 4.9 prediction points are lost; the prose and the evidence (10.1) still count */
     cr_expect(total > 5.0 && total <= 15.0 - 4.9 + 1e-9, "late predictions: %.2f/15\n%s", total,
               out);
@@ -473,7 +425,7 @@ Test(lab10, misconceptions_cost_points_negations_and_keyword_lists_earn_nothing)
         snprintf(cmd, sizeof cmd, "./lab10 --grade-only --answers '%s' --results '%s'", sheet, res);
         int rc = mc_test_run(cmd, 60, out, OUT_CAP);
         cr_assert_eq(rc, 0, "grading %s exited %d\n%s", names[k], rc, out);
-        double total = total_score(out);
+        double total = ls_total_score(out);
         cr_expect(total >= 0.0 && total <= 0.5, "%s sheet scored %.2f\n%s", names[k], total, out);
         if (k == 0) {
             static const char *const fire[] = {"MC1 ", "MC2 ", "MC3 ", "MC7 "};

@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 #define RUN_LIMIT_S 120.0
@@ -24,83 +25,26 @@
 #define MBS 1
 #define SEQ 8
 
-static char repo_root[PATH_MAX];
 static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    snprintf(repo_root, sizeof repo_root, "%s", mc_test_repo_root());
-    cr_assert_eq(chdir(repo_root), 0, "cannot chdir to %s", repo_root);
+    ls_enter_root();
     cr_assert_eq(access("lab11", X_OK), 0, "./lab11 is missing: run make lab11 first");
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mc_test_lab11_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab11", OUT_CAP);
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab11, .init = setup, .fini = teardown, .timeout = 300);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
 
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc(1, (size_t)n + 1);
-    if (text != NULL && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    return text;
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    char path[256];
-    snprintf(path, sizeof path, "%s", dotted);
-    const cJSON *cur = obj;
-    char *save = NULL;
-    for (char *key = strtok_r(path, ".", &save); key != NULL; key = strtok_r(NULL, ".", &save)) {
-        cur = cJSON_GetObjectItemCaseSensitive(cur, key);
-        cr_assert_not_null(cur, "results lack the key %s (at %s)", dotted, key);
-    }
-    return (cJSON *)cur;
-}
-
-static int geti(const cJSON *obj, const char *dotted) { return get(obj, dotted)->valueint; }
-static double getd(const cJSON *obj, const char *dotted) { return get(obj, dotted)->valuedouble; }
-static int getb(const cJSON *obj, const char *dotted) { return cJSON_IsTrue(get(obj, dotted)); }
-
 static int rank_int(const cJSON *obj, const char *dotted, int rank) {
     char key[160];
     snprintf(key, sizeof key, "%s.rank%d", dotted, rank);
-    return geti(obj, key);
-}
-
-/* "Total 12.50/15" -> 12.5; -1 when the line is missing. */
-static double total_score(const char *text) {
-    const char *p = NULL, *q = text;
-    while ((q = strstr(q, "Total ")) != NULL) p = q++;
-    double v = -1.0;
-    if (p == NULL || sscanf(p, "Total %lf/15", &v) != 1) return -1.0;
-    return v;
+    return ls_geti(obj, key);
 }
 
 /* Runs ./lab11 (or another build) on np ranks with the sheet and results in the temp dir. */
@@ -111,11 +55,7 @@ static int run_lab(const char *binary, int np, const char *sheet, const char *ex
     snprintf(cmd, sizeof cmd, "%s --answers '%s' --results '%s' %s", binary, sheet, res,
              extra ? extra : "");
     int rc = mc_test_mpirun(np, cmd, RUN_LIMIT_S, out, OUT_CAP);
-    if (doc != NULL) {
-        char *text = read_file(res);
-        *doc = text ? cJSON_Parse(text) : NULL;
-        free(text);
-    }
+    if (doc != NULL) *doc = mc_test_json_load(res);
     return rc;
 }
 
@@ -151,7 +91,7 @@ static void trace_without(int P, int s, int M, int drop, char *buf, size_t cap) 
 static void expect_trace(const cJSON *doc, const char *run, int rank, const char *want) {
     char key[128];
     snprintf(key, sizeof key, "facts.%s.trace.rank%d", run, rank);
-    const char *have = get(doc, key)->valuestring;
+    const char *have = ls_get(doc, key)->valuestring;
     cr_expect_str_eq(have, want, "%s: %s, expected %s", key, have, want);
 }
 
@@ -167,7 +107,7 @@ static void expect_losses_match(const cJSON *doc, const char *run) {
     char a[96], b[96];
     snprintf(a, sizeof a, "facts.%s.loss", run);
     snprintf(b, sizeof b, "facts.%s.single_rank_loss", run);
-    const cJSON *x = get(doc, a), *y = get(doc, b);
+    const cJSON *x = ls_get(doc, a), *y = ls_get(doc, b);
     cr_assert_eq(cJSON_GetArraySize(x), cJSON_GetArraySize(y));
     for (int i = 0; i < cJSON_GetArraySize(x); i++) {
         double p = cJSON_GetArrayItem(x, i)->valuedouble, q = cJSON_GetArrayItem(y, i)->valuedouble;
@@ -193,14 +133,14 @@ Test(lab11, default_run_measures_the_contract_the_second_task_and_three_faults) 
     cr_expect(mc_test_contains(out, "diagnosis from the symptoms: recipe"), "%s", out);
 
     const int P = 2, DP = 2, M = GBS / (MBS * DP), world = P * DP;
-    cr_expect_eq(geti(doc, "facts.num_microbatches"), M);
-    cr_expect_eq(geti(doc, "facts.batch.calculator_num_microbatches"), M);
-    cr_expect_eq(geti(doc, "facts.batch.gbs_over_mbs"), GBS / MBS);
+    cr_expect_eq(ls_geti(doc, "facts.num_microbatches"), M);
+    cr_expect_eq(ls_geti(doc, "facts.batch.calculator_num_microbatches"), M);
+    cr_expect_eq(ls_geti(doc, "facts.batch.gbs_over_mbs"), GBS / MBS);
     char key[128], want[512];
     for (int r = 0; r < world; r++) {
         int stage = r / DP, d = r % DP, last = stage == P - 1;
         snprintf(key, sizeof key, "facts.layers.rank%d", r);
-        const cJSON *layers = get(doc, key);
+        const cJSON *layers = ls_get(doc, key);
         cr_expect_eq(cJSON_GetArraySize(layers), 2);
         cr_expect_eq(cJSON_GetArrayItem(layers, 0)->valueint, 2 * stage);
         cr_expect_eq(rank_int(doc, "facts.stage_of_rank", r), stage);
@@ -213,7 +153,7 @@ Test(lab11, default_run_measures_the_contract_the_second_task_and_three_faults) 
         one_f_one_b(P, stage, M, want, sizeof want);
         expect_trace(doc, "clean", r, want);
         snprintf(key, sizeof key, "facts.clean.samples.rank%d", r);
-        expect_samples(get(doc, key), d, M, key);
+        expect_samples(ls_get(doc, key), d, M, key);
         /* B: the same schedule */
         expect_trace(doc, "second_task", r, want);
         cr_expect_eq(rank_int(doc, "facts.second_task.loss_func_calls", r), last ? M : 0);
@@ -221,71 +161,72 @@ Test(lab11, default_run_measures_the_contract_the_second_task_and_three_faults) 
         trace_without(P, stage, M, 2 % M, want, sizeof want);
         expect_trace(doc, "faults.library", r, want);
         snprintf(key, sizeof key, "facts.faults.library.samples.rank%d", r);
-        expect_samples(get(doc, key), d, M - 1, key);   /* the iterator is read M - 1 times */
+        expect_samples(ls_get(doc, key), d, M - 1, key);   /* the iterator is read M - 1 times */
         /* recipe: M = GBS / MBS, the schedule still follows its table */
         one_f_one_b(P, stage, GBS / MBS, want, sizeof want);
         expect_trace(doc, "faults.recipe", r, want);
         snprintf(key, sizeof key, "facts.faults.recipe.samples.rank%d", r);
-        expect_samples(get(doc, key), d, GBS / MBS, key);
+        expect_samples(ls_get(doc, key), d, GBS / MBS, key);
         one_f_one_b(P, stage, M, want, sizeof want);
         expect_trace(doc, "faults.data", r, want);
     }
-    cr_expect_float_eq(getd(doc, "facts.clean.seed_scale"), 1.0 / (SEQ * MBS * M), 1e-9);
-    cr_expect(getb(doc, "facts.clean.trace_matches_table"));
-    cr_expect(getb(doc, "facts.clean.matches_single_rank"));
+    cr_expect_float_eq(ls_getd(doc, "facts.clean.seed_scale"), 1.0 / (SEQ * MBS * M), 1e-9);
+    cr_expect(ls_getb(doc, "facts.clean.trace_matches_table"));
+    cr_expect(ls_getb(doc, "facts.clean.matches_single_rank"));
     expect_losses_match(doc, "clean");
-    cr_expect_eq(getd(doc, "facts.clean.schedule_param_change"), 0.0);
-    cr_expect_gt(getd(doc, "facts.clean.optimizer_step_param_change"), 0.0);
-    cr_expect_str_eq(get(doc, "facts.clean.who_steps_optimizer")->valuestring, "application");
-    cr_expect_str_eq(get(doc, "facts.clean.diagnosis")->valuestring, "none");
+    cr_expect_eq(ls_getd(doc, "facts.clean.schedule_param_change"), 0.0);
+    cr_expect_gt(ls_getd(doc, "facts.clean.optimizer_step_param_change"), 0.0);
+    cr_expect_str_eq(ls_get(doc, "facts.clean.who_steps_optimizer")->valuestring, "application");
+    cr_expect_str_eq(ls_get(doc, "facts.clean.diagnosis")->valuestring, "none");
     /* training lowers the held-out loss below ln V */
-    cr_expect_lt(getd(doc, "facts.clean.eval_loss_aligned_labels"), log(32.0) - 0.2);
+    cr_expect_lt(ls_getd(doc, "facts.clean.eval_loss_aligned_labels"), log(32.0) - 0.2);
 
-    cr_expect(getb(doc, "facts.second_task.same_schedule_function"));
-    cr_expect(getb(doc, "facts.second_task.trace_identical"));
-    cr_expect(getb(doc, "facts.second_task.calls_identical"));
-    cr_expect(getb(doc, "facts.second_task.loss_differs"));
-    cr_expect(getb(doc, "facts.second_task.matches_single_rank"));
+    cr_expect(ls_getb(doc, "facts.second_task.same_schedule_function"));
+    cr_expect(ls_getb(doc, "facts.second_task.trace_identical"));
+    cr_expect(ls_getb(doc, "facts.second_task.calls_identical"));
+    cr_expect(ls_getb(doc, "facts.second_task.loss_differs"));
+    cr_expect(ls_getb(doc, "facts.second_task.matches_single_rank"));
     expect_losses_match(doc, "second_task");
-    cr_expect_gt(fabs(cJSON_GetArrayItem(get(doc, "facts.second_task.loss"), 0)->valuedouble -
-                      cJSON_GetArrayItem(get(doc, "facts.clean.loss"), 0)->valuedouble), 1e-4);
+    cr_expect_gt(fabs(cJSON_GetArrayItem(ls_get(doc, "facts.second_task.loss"), 0)->valuedouble -
+                      cJSON_GetArrayItem(ls_get(doc, "facts.clean.loss"), 0)->valuedouble), 1e-4);
 
     /* the library fault: M - 1 calls, a hole in the ids, a result the single rank disagrees with */
-    cr_expect_eq(geti(doc, "facts.faults.library.forward_calls"), M - 1);
-    cr_expect_eq(geti(doc, "facts.faults.library.dropped_microbatch"), 2 % M);
-    cr_expect_eq(cJSON_GetArrayItem(get(doc, "facts.faults.library.missing_microbatches"), 0)->valueint,
-                 2 % M);
-    cr_expect_not(getb(doc, "facts.faults.library.trace_matches_table"));
-    cr_expect_not(getb(doc, "facts.faults.library.matches_single_rank"));
-    cr_expect_eq(geti(doc, "facts.faults.library.samples_per_iteration"), (M - 1) * MBS * DP);
-    cr_expect_str_eq(get(doc, "facts.faults.library.class")->valuestring, "library");
+    cr_expect_eq(ls_geti(doc, "facts.faults.library.forward_calls"), M - 1);
+    cr_expect_eq(ls_geti(doc, "facts.faults.library.dropped_microbatch"), 2 % M);
+    cr_expect_eq(
+        cJSON_GetArrayItem(ls_get(doc, "facts.faults.library.missing_microbatches"), 0)->valueint,
+        2 % M);
+    cr_expect_not(ls_getb(doc, "facts.faults.library.trace_matches_table"));
+    cr_expect_not(ls_getb(doc, "facts.faults.library.matches_single_rank"));
+    cr_expect_eq(ls_geti(doc, "facts.faults.library.samples_per_iteration"), (M - 1) * MBS * DP);
+    cr_expect_str_eq(ls_get(doc, "facts.faults.library.class")->valuestring, "library");
     /* the recipe fault: the library did what it was told, on twice the global batch */
-    cr_expect_eq(geti(doc, "facts.faults.recipe.forward_calls"), GBS / MBS);
-    cr_expect(getb(doc, "facts.faults.recipe.trace_matches_table"));
-    cr_expect(getb(doc, "facts.faults.recipe.matches_single_rank"));
-    cr_expect_eq(geti(doc, "facts.faults.recipe.samples_per_iteration"), GBS * DP);
-    cr_expect_str_eq(get(doc, "facts.faults.recipe.class")->valuestring, "recipe");
+    cr_expect_eq(ls_geti(doc, "facts.faults.recipe.forward_calls"), GBS / MBS);
+    cr_expect(ls_getb(doc, "facts.faults.recipe.trace_matches_table"));
+    cr_expect(ls_getb(doc, "facts.faults.recipe.matches_single_rank"));
+    cr_expect_eq(ls_geti(doc, "facts.faults.recipe.samples_per_iteration"), GBS * DP);
+    cr_expect_str_eq(ls_get(doc, "facts.faults.recipe.class")->valuestring, "recipe");
     /* the data fault: structurally clean, equal to the single rank, caught by the data check */
-    cr_expect_eq(geti(doc, "facts.faults.data.forward_calls"), M);
-    cr_expect(getb(doc, "facts.faults.data.trace_matches_table"));
-    cr_expect(getb(doc, "facts.faults.data.matches_single_rank"));
-    cr_expect_gt(geti(doc, "facts.faults.data.label_check_failures"), 0);
-    cr_expect_eq(geti(doc, "facts.clean.label_check_failures"), 0);
-    cr_expect_gt(getd(doc, "facts.faults.data.eval_loss_aligned_labels"),
-                 getd(doc, "facts.clean.eval_loss_aligned_labels"));
-    cr_expect_str_eq(get(doc, "facts.faults.data.class")->valuestring, "data");
+    cr_expect_eq(ls_geti(doc, "facts.faults.data.forward_calls"), M);
+    cr_expect(ls_getb(doc, "facts.faults.data.trace_matches_table"));
+    cr_expect(ls_getb(doc, "facts.faults.data.matches_single_rank"));
+    cr_expect_gt(ls_geti(doc, "facts.faults.data.label_check_failures"), 0);
+    cr_expect_eq(ls_geti(doc, "facts.clean.label_check_failures"), 0);
+    cr_expect_gt(ls_getd(doc, "facts.faults.data.eval_loss_aligned_labels"),
+                 ls_getd(doc, "facts.clean.eval_loss_aligned_labels"));
+    cr_expect_str_eq(ls_get(doc, "facts.faults.data.class")->valuestring, "data");
 
     /* the follow-up of nonce 5e1109: F2 (recipe), probe rank 2 = stage 1, DP rank 0 */
-    cr_expect_str_eq(get(doc, "facts.followup.variant")->valuestring, "F2");
-    cr_expect_eq(geti(doc, "facts.followup.probe_rank"), 2);
-    cr_expect_eq(geti(doc, "facts.followup.probe_warmup"), 0);
-    cr_expect_eq(geti(doc, "facts.followup.probe_forward_calls"), GBS / MBS);
-    cr_expect_eq(geti(doc, "facts.followup.probe_loss_calls"), GBS / MBS);
-    expect_samples(get(doc, "facts.followup.probe_samples"), 0, GBS / MBS, "probe_samples");
-    cr_expect_str_eq(get(doc, "facts.followup.fix_side")->valuestring, "application");
+    cr_expect_str_eq(ls_get(doc, "facts.followup.variant")->valuestring, "F2");
+    cr_expect_eq(ls_geti(doc, "facts.followup.probe_rank"), 2);
+    cr_expect_eq(ls_geti(doc, "facts.followup.probe_warmup"), 0);
+    cr_expect_eq(ls_geti(doc, "facts.followup.probe_forward_calls"), GBS / MBS);
+    cr_expect_eq(ls_geti(doc, "facts.followup.probe_loss_calls"), GBS / MBS);
+    expect_samples(ls_get(doc, "facts.followup.probe_samples"), 0, GBS / MBS, "probe_samples");
+    cr_expect_str_eq(ls_get(doc, "facts.followup.fix_side")->valuestring, "application");
 
     /* the empty sheet the run wrote scores (almost) nothing and says what to do next */
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect(total >= 0.0 && total <= 0.5, "empty sheet scored %.2f\n%s", total, out);
     cr_expect(mc_test_contains(out, "What to do next"), "%s", out);
     cJSON_Delete(doc);
@@ -305,16 +246,16 @@ Test(lab11, followup_variants_read_the_probe_rank_view_of_their_fault) {
         int rc = run_lab("./lab11", 4, sheet, extra, &doc);
         cr_assert_eq(rc, 0, "lab11 --nonce %s exited %d\n%s", cases[i].nonce, rc, out);
         cr_assert_not_null(doc);
-        cr_expect_str_eq(get(doc, "facts.followup.variant")->valuestring, cases[i].variant);
-        cr_expect_eq(geti(doc, "facts.followup.probe_rank"), cases[i].probe);
-        cr_expect_eq(geti(doc, "facts.followup.probe_forward_calls"), cases[i].forward);
-        cr_expect_eq(geti(doc, "facts.followup.probe_loss_calls"), cases[i].loss);
-        cr_expect_eq(geti(doc, "facts.followup.probe_warmup"), cases[i].probe < 2 ? 1 : 0);
-        expect_samples(get(doc, "facts.followup.probe_samples"), cases[i].probe % 2,
+        cr_expect_str_eq(ls_get(doc, "facts.followup.variant")->valuestring, cases[i].variant);
+        cr_expect_eq(ls_geti(doc, "facts.followup.probe_rank"), cases[i].probe);
+        cr_expect_eq(ls_geti(doc, "facts.followup.probe_forward_calls"), cases[i].forward);
+        cr_expect_eq(ls_geti(doc, "facts.followup.probe_loss_calls"), cases[i].loss);
+        cr_expect_eq(ls_geti(doc, "facts.followup.probe_warmup"), cases[i].probe < 2 ? 1 : 0);
+        expect_samples(ls_get(doc, "facts.followup.probe_samples"), cases[i].probe % 2,
                        cases[i].n_samples, cases[i].nonce);
-        cr_expect_str_eq(get(doc, "facts.followup.fix_side")->valuestring, cases[i].fix);
+        cr_expect_str_eq(ls_get(doc, "facts.followup.fix_side")->valuestring, cases[i].fix);
         /* the library fault drops the probe's micro-batch id */
-        cr_expect_eq(geti(doc, "facts.faults.library.dropped_microbatch"), cases[i].probe % 4);
+        cr_expect_eq(ls_geti(doc, "facts.faults.library.dropped_microbatch"), cases[i].probe % 4);
         cJSON_Delete(doc);
     }
 }
@@ -337,8 +278,8 @@ Test(lab11, four_stages_show_middle_stages_that_read_nothing) {
         one_f_one_b(4, r, M, want, sizeof want);
         expect_trace(doc, "clean", r, want);
     }
-    cr_expect(getb(doc, "facts.clean.matches_single_rank"));
-    cr_expect(cJSON_GetObjectItemCaseSensitive(get(doc, "facts.faults"), "recipe") == NULL,
+    cr_expect(ls_getb(doc, "facts.clean.matches_single_rank"));
+    cr_expect(cJSON_GetObjectItemCaseSensitive(ls_get(doc, "facts.faults"), "recipe") == NULL,
               "the recipe fault is not injected at DP = 1");
     cr_expect(mc_test_contains(out, "[recipe] skipped"), "%s", out);
     cJSON_Delete(doc);
@@ -384,13 +325,13 @@ static void expect_reference_scores(const char *ref) {
     snprintf(sheet, sizeof sheet, "%s/ref.md", tmp_dir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s/results'", tmp_dir);
     cr_assert_eq(system(cmd), 0);
-    char *text = read_file(ref);
+    char *text = ls_read_file(ref);
     cr_assert_not_null(text, "missing %s", ref);
-    write_file(sheet, text);   /* the run reads the nonce from its header and locks its preds */
+    ls_write_file(sheet, text);   /* the run reads the nonce from its header and locks its preds */
     free(text);
     int rc = run_lab("./lab11", 4, sheet, NULL, NULL);
     cr_assert_eq(rc, 0, "lab11 on %s exited %d\n%s", ref, rc, out);
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect_geq(total, 14.0, "%s scored %.2f/15\n%s", ref, total, out);
     cr_expect(mc_test_contains(out, "locked=yes"), "%s: predictions not locked\n%s", ref, out);
     cr_expect(mc_test_contains(out, "no misconception fired"), "%s\n%s", ref, out);
@@ -407,13 +348,13 @@ Test(lab11, predictions_filled_after_the_first_run_earn_nothing) {
     snprintf(sheet, sizeof sheet, "%s/late.md", tmp_dir);
     int rc = run_lab("./lab11", 4, sheet, "--nonce 5e1109", NULL);   /* locks the empty preds */
     cr_assert_eq(rc, 0, "%s", out);
-    char *ref = read_file("answers/reference/lab11.md");
+    char *ref = ls_read_file("answers/reference/lab11.md");
     cr_assert_not_null(ref);
-    write_file(sheet, ref);
+    ls_write_file(sheet, ref);
     free(ref);
     rc = run_lab("./lab11", 4, sheet, "--nonce 5e1109", NULL);
     cr_assert_eq(rc, 0, "%s", out);
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect(total > 5.0 && total <= 15.0 - 4.0, "late predictions: %.2f/15\n%s", total, out);
     cr_expect(mc_test_contains(out, "not predicted before the first run"), "%s", out);
 }
@@ -424,29 +365,17 @@ Test(lab11, predictions_filled_after_the_first_run_earn_nothing) {
 Test(lab11, an_edited_task_file_still_runs_checks_and_grades) {
     if (access("build/megatron_c_cuda.o", F_OK) == 0)
         cr_skip_test("a CUDA build: this test compiles the CPU link line only");
-    char *task = read_file("labs/lab11_task.c");
-    cr_assert_not_null(task);
-    /* the learner's change: task "prev" predicts the token two steps back instead of one */
-    const char *from = "b.tokens[(s > 0 ? s - 1 : 0) * B + j]";
-    const char *to = "b.tokens[(s > 1 ? s - 2 : 0) * B + j]";
-    char *at = strstr(task, from);
-    cr_assert_not_null(at, "labs/lab11_task.c no longer holds the line this test edits");
     char edited[PATH_MAX], binary[PATH_MAX], cmd[3 * PATH_MAX];
     snprintf(edited, sizeof edited, "%s/lab11_task.c", tmp_dir);
     snprintf(binary, sizeof binary, "%s/lab11_edited", tmp_dir);
-    FILE *f = fopen(edited, "w");
-    cr_assert_not_null(f);
-    fprintf(f, "%.*s%s%s", (int)(at - task), task, to, at + strlen(from));
-    fclose(f);
-    free(task);
-    /* the library object's own link flags (OpenMP, the BLAS): the Makefile exports them */
-    const char *fast_libs = getenv("MC_FAST_LIBS");
-    if (!fast_libs) fast_libs = "-fopenmp $(pkg-config --libs openblas 2>/dev/null)";
+    /* the learner's change: task "prev" predicts the token two steps back instead of one */
+    ls_write_edited("labs/lab11_task.c", "b.tokens[(s > 0 ? s - 1 : 0) * B + j]",
+                    "b.tokens[(s > 1 ? s - 2 : 0) * B + j]", edited);
     snprintf(cmd, sizeof cmd,
              "mpicc -std=c11 -O2 -I. -Ilabs -D_GNU_SOURCE -I/usr/include/cjson -DMC_COMM_MPI "
              "-DMC_FAULT_HOOKS labs/lab11.c '%s' build/mc_impl_faults.o build/lab_common.o "
              "build/lab_driver.o build/lab_svg.o build/grader.o -o '%s' -lcjson -lcmark "
-             "-lunistring -lm %s", edited, binary, fast_libs);
+             "-lunistring -lm %s", edited, binary, ls_fast_libs());
     int rc = mc_test_run(cmd, 120, out, OUT_CAP);
     cr_assert_eq(rc, 0, "the edited task does not build:\n%s", out);
 
@@ -455,7 +384,7 @@ Test(lab11, an_edited_task_file_still_runs_checks_and_grades) {
     cJSON *edited_doc = NULL, *orig = NULL;
     rc = run_lab(binary, 4, sheet, "--nonce 5e1109", &edited_doc);
     cr_assert_eq(rc, 0, "the edited lab exited %d\n%s", rc, out);
-    cr_expect(total_score(out) >= 0.0, "the edited lab did not grade\n%s", out);
+    cr_expect(ls_total_score(out) >= 0.0, "the edited lab did not grade\n%s", out);
     cr_assert_not_null(edited_doc);
     rc = run_lab("./lab11", 4, sheet, "--nonce 5e1109", &orig);
     cr_assert_eq(rc, 0, "%s", out);
@@ -463,12 +392,12 @@ Test(lab11, an_edited_task_file_still_runs_checks_and_grades) {
     for (int r = 0; r < 4; r++) {
         char key[96];
         snprintf(key, sizeof key, "facts.second_task.trace.rank%d", r);
-        cr_expect_str_eq(get(edited_doc, key)->valuestring, get(orig, key)->valuestring);
+        cr_expect_str_eq(ls_get(edited_doc, key)->valuestring, ls_get(orig, key)->valuestring);
     }
-    cr_expect(getb(edited_doc, "facts.second_task.matches_single_rank"));
-    cr_expect(getb(edited_doc, "facts.second_task.trace_identical"));
-    double a = cJSON_GetArrayItem(get(edited_doc, "facts.second_task.loss"), 1)->valuedouble;
-    double b = cJSON_GetArrayItem(get(orig, "facts.second_task.loss"), 1)->valuedouble;
+    cr_expect(ls_getb(edited_doc, "facts.second_task.matches_single_rank"));
+    cr_expect(ls_getb(edited_doc, "facts.second_task.trace_identical"));
+    double a = cJSON_GetArrayItem(ls_get(edited_doc, "facts.second_task.loss"), 1)->valuedouble;
+    double b = cJSON_GetArrayItem(ls_get(orig, "facts.second_task.loss"), 1)->valuedouble;
     cr_expect_gt(fabs(a - b), 1e-4, "the edit changed nothing: %.6f vs %.6f", a, b);
     cJSON_Delete(edited_doc);
     cJSON_Delete(orig);

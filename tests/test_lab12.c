@@ -22,6 +22,7 @@
 #include <cjson/cJSON.h>
 
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 18)
 #define RUN_LIMIT_S 120.0
@@ -31,75 +32,17 @@ static char tmp_dir[64];
 static char *out;
 
 static void setup(void) {
-    cr_assert_eq(chdir(mc_test_repo_root()), 0, "cannot chdir to %s", mc_test_repo_root());
+    ls_enter_root();
     cr_assert_eq(access("lab12", X_OK), 0, "./lab12 is missing: run make lab12 first");
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mc_test_lab12_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
+    out = ls_open(tmp_dir, sizeof tmp_dir, "lab12", OUT_CAP);
 }
 
-static void teardown(void) {
-    mc_test_remove_dir(tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab12, .init = setup, .fini = teardown, .timeout = 300);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
-
-static char *read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc(1, (size_t)n + 1);
-    if (text != NULL && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    return text;
-}
-
-static void write_file(const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    cr_assert_not_null(f, "cannot write %s", path);
-    fputs(text, f);
-    fclose(f);
-}
-
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    char path[256];
-    snprintf(path, sizeof path, "%s", dotted);
-    const cJSON *cur = obj;
-    char *save = NULL;
-    for (char *key = strtok_r(path, ".", &save); key != NULL; key = strtok_r(NULL, ".", &save)) {
-        cur = cJSON_GetObjectItemCaseSensitive(cur, key);
-        cr_assert_not_null(cur, "results lack the key %s (at %s)", dotted, key);
-    }
-    return (cJSON *)cur;
-}
-
-static int geti(const cJSON *obj, const char *dotted) { return get(obj, dotted)->valueint; }
-static double getd(const cJSON *obj, const char *dotted) { return get(obj, dotted)->valuedouble; }
-static int getb(const cJSON *obj, const char *dotted) { return cJSON_IsTrue(get(obj, dotted)); }
-static const char *gets_(const cJSON *obj, const char *dotted) {
-    const cJSON *v = get(obj, dotted);
-    cr_assert(cJSON_IsString(v), "%s is not a string", dotted);
-    return v->valuestring;
-}
-
-/* "Total 12.50/15" -> 12.5; -1 when the line is missing. */
-static double total_score(const char *text) {
-    const char *p = NULL, *q = text;
-    while ((q = strstr(q, "Total ")) != NULL) p = q++;
-    double v = -1.0;
-    if (p == NULL || sscanf(p, "Total %lf/15", &v) != 1) return -1.0;
-    return v;
-}
 
 /* Runs ./lab12 on np ranks with the sheet and results in the temp dir. */
 static int run_lab(int np, const char *sheet, const char *extra, cJSON **doc) {
@@ -108,11 +51,7 @@ static int run_lab(int np, const char *sheet, const char *extra, cJSON **doc) {
     snprintf(cmd, sizeof cmd, "./lab12 --answers '%s' --results '%s' %s", sheet, res,
              extra ? extra : "");
     int rc = mc_test_mpirun(np, cmd, RUN_LIMIT_S, out, OUT_CAP);
-    if (doc != NULL) {
-        char *text = read_file(res);
-        *doc = text ? cJSON_Parse(text) : NULL;
-        free(text);
-    }
+    if (doc != NULL) *doc = mc_test_json_load(res);
     return rc;
 }
 
@@ -150,12 +89,12 @@ static int same_losses(const cJSON *a, const cJSON *b) {
 
 /* The features the rubric's text of variant `v` names: "feature_1 = pp_interleaved, ...". */
 static void rubric_variant_features(const char *v, char feats[3][32]) {
-    char *text = read_file("labs/rubric/lab12.json");
+    char *text = ls_read_file("labs/rubric/lab12.json");
     cr_assert_not_null(text);
     cJSON *r = cJSON_Parse(text);
     free(text);
     cr_assert_not_null(r);
-    const char *q = gets_(cJSON_GetObjectItemCaseSensitive(get(r, "variants"), v), "question");
+    const char *q = ls_gets(cJSON_GetObjectItemCaseSensitive(ls_get(r, "variants"), v), "question");
     for (int k = 0; k < 3; k++) {
         char key[32];
         snprintf(key, sizeof key, "feature_%d = ", k + 1);
@@ -184,7 +123,7 @@ Test(lab12, default_run_probes_this_build_and_checks_every_smoke_run) {
     cr_expect(mc_test_contains(out, "== D. The matrix"), "%s", out);
 
     /* A. the probe against what this test finds out itself */
-    const char *commit = gets_(doc, "facts.probe.build.commit");
+    const char *commit = ls_gets(doc, "facts.probe.build.commit");
     size_t clen = strlen(commit);
     cr_expect(strcmp(commit, "unknown") == 0 ||
                   (clen == 40 && strspn(commit, "0123456789abcdef") == 40),
@@ -192,23 +131,23 @@ Test(lab12, default_run_probes_this_build_and_checks_every_smoke_run) {
     char head[128];
     shell_line("git rev-parse HEAD 2>/dev/null", head, sizeof head);
     if (head[0] != '\0' && strcmp(commit, "unknown") != 0) {
-        cr_expect_eq(getb(doc, "facts.probe.build.matches_checkout"), strcmp(head, commit) == 0,
+        cr_expect_eq(ls_getb(doc, "facts.probe.build.matches_checkout"), strcmp(head, commit) == 0,
                      "checkout %s, binary %s", head, commit);
-        cr_expect(strncmp(gets_(doc, "facts.probe.build.commit_short"), commit, 7) == 0);
+        cr_expect(strncmp(ls_gets(doc, "facts.probe.build.commit_short"), commit, 7) == 0);
     }
-    cr_expect_str_eq(gets_(doc, "build.commit"), commit, "the envelope and the probe differ");
+    cr_expect_str_eq(ls_gets(doc, "build.commit"), commit, "the envelope and the probe differ");
     char cc[64];
     shell_line("mpicc -dumpfullversion 2>/dev/null", cc, sizeof cc);
     if (cc[0] != '\0')
-        cr_expect_str_eq(gets_(doc, "facts.probe.compiler.version"), cc);
+        cr_expect_str_eq(ls_gets(doc, "facts.probe.compiler.version"), cc);
     char mpi[256];
     shell_line("mpirun --version 2>/dev/null", mpi, sizeof mpi);   /* "mpirun (Open MPI) 4.1.4" */
     const char *sp = strrchr(mpi, ' ');
     if (strstr(mpi, "Open MPI") != NULL && sp != NULL) {
-        cr_expect_str_eq(gets_(doc, "facts.probe.mpi.library_version"), sp + 1);
-        cr_expect(mc_test_contains(gets_(doc, "facts.probe.mpi.library"), sp + 1));
+        cr_expect_str_eq(ls_gets(doc, "facts.probe.mpi.library_version"), sp + 1);
+        cr_expect(mc_test_contains(ls_gets(doc, "facts.probe.mpi.library"), sp + 1));
     }
-    cr_expect(getb(doc, "facts.probe.mpi.header_matches_library"));
+    cr_expect(ls_getb(doc, "facts.probe.mpi.header_matches_library"));
     int cpus = 0;
     FILE *ci = fopen("/proc/cpuinfo", "r");
     if (ci != NULL) {
@@ -216,24 +155,25 @@ Test(lab12, default_run_probes_this_build_and_checks_every_smoke_run) {
         while (fgets(line, sizeof line, ci) != NULL)
             cpus += strncmp(line, "processor", 9) == 0;
         fclose(ci);
-        cr_expect_eq(geti(doc, "facts.probe.hardware.cpu_count"), cpus);
+        cr_expect_eq(ls_geti(doc, "facts.probe.hardware.cpu_count"), cpus);
     }
-    cr_expect_eq(geti(doc, "facts.probe.hardware.world_size"), 4);
-    cr_expect(getb(doc, "facts.probe.ranks_agree"));
-    if (!getb(doc, "facts.probe.cuda.built")) {   /* an ordinary build: no GPU can be in use */
-        cr_expect_eq(geti(doc, "facts.probe.hardware.gpus_used"), 0);
-        cr_expect_str_eq(gets_(doc, "facts.probe.hardware.backend"), "mpi");
-        cr_expect_str_eq(gets_(doc, "facts.levels.cuda_ops"), "not_built");
-        cr_expect_str_eq(gets_(doc, "facts.levels.gpu_throughput"), "not_built");
+    cr_expect_eq(ls_geti(doc, "facts.probe.hardware.world_size"), 4);
+    cr_expect(ls_getb(doc, "facts.probe.ranks_agree"));
+    if (!ls_getb(doc, "facts.probe.cuda.built")) {   /* an ordinary build: no GPU can be in use */
+        cr_expect_eq(ls_geti(doc, "facts.probe.hardware.gpus_used"), 0);
+        cr_expect_str_eq(ls_gets(doc, "facts.probe.hardware.backend"), "mpi");
+        cr_expect_str_eq(ls_gets(doc, "facts.levels.cuda_ops"), "not_built");
+        cr_expect_str_eq(ls_gets(doc, "facts.levels.gpu_throughput"), "not_built");
     }
 
     /* B. every smoke run against the single-rank run, recomputed from the losses */
-    const cJSON *ref = get(doc, "facts.smoke.reference.loss");
-    double rtol = getd(doc, "facts.smoke.model.rtol"), btol = getd(doc, "facts.smoke.model.bf16_rtol");
+    const cJSON *ref = ls_get(doc, "facts.smoke.reference.loss");
+    double rtol = ls_getd(doc, "facts.smoke.model.rtol"),
+           btol = ls_getd(doc, "facts.smoke.model.bf16_rtol");
     cr_expect_leq(rtol, 1e-5);
     const cJSON *run;
     int nruns = 0;
-    cJSON_ArrayForEach(run, get(doc, "facts.smoke.runs")) {
+    cJSON_ArrayForEach(run, ls_get(doc, "facts.smoke.runs")) {
         nruns++;
         const cJSON *loss = cJSON_GetObjectItemCaseSensitive(run, "loss");
         cr_assert_geq(cJSON_GetArraySize(loss), 3, "%s: fewer than 3 steps", run->string);
@@ -247,30 +187,33 @@ Test(lab12, default_run_probes_this_build_and_checks_every_smoke_run) {
         if (bf16) cr_expect_gt(want, 1e-7, "bf16 storage rounded nothing: %.3g", want);
     }
     cr_expect_geq(nruns, 11, "only %d smoke runs", nruns);
-    const cJSON *tp_pp = get(doc, "facts.smoke.runs.tp_pp.loss");
-    cr_expect(same_losses(get(doc, "facts.smoke.runs.recompute_full.loss"), tp_pp),
+    const cJSON *tp_pp = ls_get(doc, "facts.smoke.runs.tp_pp.loss");
+    cr_expect(same_losses(ls_get(doc, "facts.smoke.runs.recompute_full.loss"), tp_pp),
               "full recompute differs from the same layout without it");
-    cr_expect(same_losses(get(doc, "facts.smoke.runs.recompute_selective.loss"), tp_pp),
+    cr_expect(same_losses(ls_get(doc, "facts.smoke.runs.recompute_selective.loss"), tp_pp),
               "selective recompute differs from the same layout without it");
-    cr_expect(getb(doc, "facts.smoke.recompute_full_bitwise"));
-    cr_expect_eq(cJSON_GetArraySize(get(doc, "facts.smoke.runs.ckpt_reshard.loss")),
+    cr_expect(ls_getb(doc, "facts.smoke.recompute_full_bitwise"));
+    cr_expect_eq(cJSON_GetArraySize(ls_get(doc, "facts.smoke.runs.ckpt_reshard.loss")),
                  cJSON_GetArraySize(ref), "the resharded run does not continue to the last step");
-    cr_expect(getb(doc, "facts.smoke.checkpoint.resharded"));
+    cr_expect(ls_getb(doc, "facts.smoke.checkpoint.resharded"));
 
     /* the grids against DP = world / (TP x CP), expert DP = world / (ETP x EP), order tp-cp-.. */
     int W = 4;
-    cr_expect_eq(geti(doc, "facts.smoke.cp_grid.dp"),
-                 W / (geti(doc, "facts.smoke.cp_grid.tp") * geti(doc, "facts.smoke.cp_grid.cp")));
-    cr_expect_eq(geti(doc, "facts.smoke.ep_grid.dp"), W / geti(doc, "facts.smoke.ep_grid.tp"));
-    cr_expect_eq(geti(doc, "facts.smoke.ep_grid.expert_dp"),
-                 W / (geti(doc, "facts.smoke.ep_grid.tp") * geti(doc, "facts.smoke.ep_grid.ep")));
-    cr_expect_str_eq(gets_(doc, "facts.smoke.cp_grid.rank0_first_group"), "[0,1]");   /* TP 1 */
-    cr_expect_str_eq(gets_(doc, "facts.smoke.ep_grid.rank0_first_group"), "[0,1]");
+    cr_expect_eq(
+        ls_geti(doc, "facts.smoke.cp_grid.dp"),
+        W / (ls_geti(doc, "facts.smoke.cp_grid.tp") * ls_geti(doc, "facts.smoke.cp_grid.cp")));
+    cr_expect_eq(ls_geti(doc, "facts.smoke.ep_grid.dp"),
+                 W / ls_geti(doc, "facts.smoke.ep_grid.tp"));
+    cr_expect_eq(
+        ls_geti(doc, "facts.smoke.ep_grid.expert_dp"),
+        W / (ls_geti(doc, "facts.smoke.ep_grid.tp") * ls_geti(doc, "facts.smoke.ep_grid.ep")));
+    cr_expect_str_eq(ls_gets(doc, "facts.smoke.cp_grid.rank0_first_group"), "[0,1]");   /* TP 1 */
+    cr_expect_str_eq(ls_gets(doc, "facts.smoke.ep_grid.rank0_first_group"), "[0,1]");
 
     /* D. the matrix: absent is never exercised, measured has a time, the lists agree */
     const cJSON *f;
     int nexercised = 0;
-    cJSON_ArrayForEach(f, get(doc, "facts.features")) {
+    cJSON_ArrayForEach(f, ls_get(doc, "facts.features")) {
         const char *impl = cJSON_GetObjectItemCaseSensitive(f, "implemented")->valuestring;
         int ex = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "exercised"));
         int me = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "measured"));
@@ -283,17 +226,17 @@ Test(lab12, default_run_probes_this_build_and_checks_every_smoke_run) {
             cr_expect(strlen(why) > 10, "%s: not exercised, without a reason", f->string);
         }
     }
-    cr_expect_eq(cJSON_GetArraySize(get(doc, "facts.exercised")), nexercised);
-    cr_expect_str_eq(gets_(doc, "facts.levels.fp8"), "absent");
-    cr_expect_str_eq(gets_(doc, "facts.levels.moe"), "absent");
+    cr_expect_eq(cJSON_GetArraySize(ls_get(doc, "facts.exercised")), nexercised);
+    cr_expect_str_eq(ls_gets(doc, "facts.levels.fp8"), "absent");
+    cr_expect_str_eq(ls_gets(doc, "facts.levels.moe"), "absent");
 
     /* the follow-up's three features: the rubric's text of the variant the nonce drew */
     char feats[3][32];
-    rubric_variant_features(gets_(doc, "followup_variant"), feats);
-    const cJSON *fl = get(doc, "facts.followup.features");
+    rubric_variant_features(ls_gets(doc, "followup_variant"), feats);
+    const cJSON *fl = ls_get(doc, "facts.followup.features");
     for (int k = 0; k < 3; k++)
         cr_expect_str_eq(cJSON_GetArrayItem(fl, k)->valuestring, feats[k]);
-    cr_expect_str_eq(gets_(doc, "followup_variant"), "F1");
+    cr_expect_str_eq(ls_gets(doc, "followup_variant"), "F1");
     cJSON_Delete(doc);
 }
 
@@ -318,16 +261,17 @@ Test(lab12, eight_ranks_and_another_variant) {
     int rc = run_lab(8, sheet, "--nonce 000001", &doc);   /* 000001: follow-up F3 */
     cr_assert_eq(rc, 0, "lab12 -np 8 exited %d\n%s", rc, out);
     cr_assert_not_null(doc);
-    cr_expect_eq(geti(doc, "facts.probe.hardware.world_size"), 8);
-    cr_expect_eq(geti(doc, "facts.smoke.runs.dp.dp"), 8);
-    cr_expect_eq(geti(doc, "facts.smoke.runs.tp.dp"), 4);
-    cr_expect_eq(geti(doc, "facts.smoke.cp_grid.dp"),
-                 8 / (geti(doc, "facts.smoke.cp_grid.tp") * geti(doc, "facts.smoke.cp_grid.cp")));
-    const char *v = gets_(doc, "followup_variant");
+    cr_expect_eq(ls_geti(doc, "facts.probe.hardware.world_size"), 8);
+    cr_expect_eq(ls_geti(doc, "facts.smoke.runs.dp.dp"), 8);
+    cr_expect_eq(ls_geti(doc, "facts.smoke.runs.tp.dp"), 4);
+    cr_expect_eq(
+        ls_geti(doc, "facts.smoke.cp_grid.dp"),
+        8 / (ls_geti(doc, "facts.smoke.cp_grid.tp") * ls_geti(doc, "facts.smoke.cp_grid.cp")));
+    const char *v = ls_gets(doc, "followup_variant");
     cr_expect_str_eq(v, "F3");
     char feats[3][32];
     rubric_variant_features(v, feats);
-    const cJSON *fl = get(doc, "facts.followup.features");
+    const cJSON *fl = ls_get(doc, "facts.followup.features");
     for (int k = 0; k < 3; k++)
         cr_expect_str_eq(cJSON_GetArrayItem(fl, k)->valuestring, feats[k]);
     cJSON_Delete(doc);
@@ -354,7 +298,7 @@ Test(lab12, the_empty_sheet_scores_near_zero_and_says_what_to_do) {
     snprintf(sheet, sizeof sheet, "%s/empty.md", tmp_dir);
     int rc = run_lab(4, sheet, "--nonce " REF_NONCE, NULL);
     cr_assert_eq(rc, 0, "%s", out);
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect(total >= 0 && total <= 0.5, "the empty sheet scored %.2f\n%s", total, out);
     cr_expect(mc_test_contains(out, "What to do next"), "%s", out);
 }
@@ -364,13 +308,13 @@ static void expect_reference_scores(const char *ref) {
     snprintf(sheet, sizeof sheet, "%s/ref.md", tmp_dir);
     snprintf(cmd, sizeof cmd, "rm -rf '%s/results'", tmp_dir);
     cr_assert_eq(system(cmd), 0);
-    char *text = read_file(ref);
+    char *text = ls_read_file(ref);
     cr_assert_not_null(text, "missing %s", ref);
-    write_file(sheet, text);   /* the run reads the nonce from its header and locks its preds */
+    ls_write_file(sheet, text);   /* the run reads the nonce from its header and locks its preds */
     free(text);
     int rc = run_lab(4, sheet, NULL, NULL);
     cr_assert_eq(rc, 0, "lab12 on %s exited %d\n%s", ref, rc, out);
-    double total = total_score(out);
+    double total = ls_total_score(out);
     cr_expect_geq(total, 14.0, "%s scored %.2f/15\n%s", ref, total, out);
     cr_expect(mc_test_contains(out, "locked=yes"), "%s: predictions not locked\n%s", ref, out);
     cr_expect(mc_test_contains(out, "no misconception fired"), "%s\n%s", ref, out);
@@ -387,7 +331,7 @@ Test(lab12, claims_beyond_the_measured_scope_cost_points) {
     snprintf(sheet, sizeof sheet, "%s/claims.md", tmp_dir);
     int rc = run_lab(4, sheet, "--nonce " REF_NONCE, NULL);   /* writes the template */
     cr_assert_eq(rc, 0, "%s", out);
-    char *text = read_file(sheet);
+    char *text = ls_read_file(sheet);
     cr_assert_not_null(text);
     const char *box = strstr(text, "### M3");
     cr_assert_not_null(box, "the template has no M3 box:\n%s", text);
@@ -397,11 +341,11 @@ Test(lab12, claims_beyond_the_measured_scope_cost_points) {
     char *edited = malloc(cap);
     snprintf(edited, cap, "%.*s\nI built it at commit 1234abc. FP8 ran here and was measured at "
              "full speed on this machine.\n%s", (int)(eol - text), text, eol + 1);
-    write_file(sheet, edited);
+    ls_write_file(sheet, edited);
     free(edited);
     free(text);
     rc = run_lab(4, sheet, "--grade-only", NULL);
     cr_assert_eq(rc, 0, "%s", out);
     cr_expect(mc_test_contains(out, "MC_FP8_RAN"), "the FP8 claim did not fire\n%s", out);
-    cr_expect_lt(total_score(out), 0.5, "%s", out);
+    cr_expect_lt(ls_total_score(out), 0.5, "%s", out);
 }

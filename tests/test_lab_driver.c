@@ -16,30 +16,21 @@
 
 #include "labs/lab_driver.h"
 #include "tests/test_util.h"
+#include "tests/lab_suite.h"
 
 #define OUT_CAP (1 << 17)
 
-static char repo_root[PATH_MAX];
 static char tmp_dir[64];
 static char prog[4096];
 static char *out;
 
 static void setup(void) {
-    snprintf(repo_root, sizeof repo_root, "%s", mc_test_repo_root());
-    cr_assert_eq(chdir(repo_root), 0, "cannot chdir to %s", repo_root);
-    snprintf(tmp_dir, sizeof tmp_dir, "/tmp/mc_test_driver_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp_dir));
+    ls_enter_root();
+    out = ls_open(tmp_dir, sizeof tmp_dir, "driver", OUT_CAP);
     mc_test_sibling("driver_lab", prog, sizeof prog);
-    out = calloc(1, OUT_CAP);
-    cr_assert_not_null(out);
 }
 
-static void teardown(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp_dir);
-    free(out);
-}
+static void teardown(void) { ls_close(tmp_dir, out); }
 
 TestSuite(lab_driver, .init = setup, .fini = teardown, .timeout = 120);
 
@@ -64,27 +55,6 @@ static int run_lab(int np, const char *extra) {
     files_flags(files, sizeof files);
     snprintf(cmd, sizeof cmd, "%s %s %s", prog, files, extra);
     return np > 0 ? mc_test_mpirun(np, cmd, 90, out, OUT_CAP) : mc_test_run(cmd, 30, out, OUT_CAP);
-}
-
-static cJSON *load_json(const char *path) {
-    char *text = lab_read_text(path, NULL);
-    cr_assert_not_null(text, "missing %s", path);
-    cJSON *doc = cJSON_Parse(text);
-    free(text);
-    cr_assert_not_null(doc, "%s is not valid JSON", path);
-    return doc;
-}
-
-static cJSON *get(const cJSON *obj, const char *dotted) {
-    char path[256];
-    snprintf(path, sizeof path, "%s", dotted);
-    const cJSON *cur = obj;
-    char *save = NULL;
-    for (char *key = strtok_r(path, ".", &save); key != NULL; key = strtok_r(NULL, ".", &save)) {
-        cur = cJSON_GetObjectItemCaseSensitive(cur, key);
-        cr_assert_not_null(cur, "results lack the key %s (at %s)", dotted, key);
-    }
-    return (cJSON *)cur;
 }
 
 static int file_exists(const char *path) { return access(path, F_OK) == 0; }
@@ -294,8 +264,8 @@ Test(lab_driver, run_writes_the_versioned_envelope_and_exits_0) {
 
     char res[256];
     tmp_path(res, sizeof res, "r.json");
-    cJSON *doc = load_json(res);
-    cr_expect_eq(get(doc, "format")->valueint, 2);
+    cJSON *doc = ls_load_json(res);
+    cr_expect_eq(ls_get(doc, "format")->valueint, 2);
     /* every key of the format-1 envelope is still there */
     const char *v1_keys[] = {"lab", "question", "rubric_version", "megatron_c_version", "config",
                              "nonce", "probe_rank", "followup_variant", "predictions", "run",
@@ -306,55 +276,56 @@ Test(lab_driver, run_writes_the_versioned_envelope_and_exits_0) {
                              "config.timeout_seconds", "predictions.present_at_run",
                              "predictions.hash", "predictions.time", "predictions.filled_blocks",
                              "predictions.answers_path", "predictions.template_written_by_run"};
-    for (size_t i = 0; i < sizeof v1_keys / sizeof v1_keys[0]; i++) get(doc, v1_keys[i]);
-    cr_expect_str_eq(get(doc, "lab")->valuestring, "lab99");
-    cr_expect_str_eq(get(doc, "question")->valuestring, "M099");
-    cr_expect_str_eq(get(doc, "rubric_version")->valuestring, "unit-v1",
+    for (size_t i = 0; i < sizeof v1_keys / sizeof v1_keys[0]; i++) ls_get(doc, v1_keys[i]);
+    cr_expect_str_eq(ls_get(doc, "lab")->valuestring, "lab99");
+    cr_expect_str_eq(ls_get(doc, "question")->valuestring, "M099");
+    cr_expect_str_eq(ls_get(doc, "rubric_version")->valuestring, "unit-v1",
                      "the rubric's own version");
-    cr_expect_str_eq(get(doc, "title")->valuestring, "the sum of the ranks");
-    cr_expect_str_eq(get(doc, "nonce")->valuestring, "abc123");
-    cr_expect_eq(get(doc, "probe_rank")->valueint, lab_nonce_probe_rank("abc123", 4));
+    cr_expect_str_eq(ls_get(doc, "title")->valuestring, "the sum of the ranks");
+    cr_expect_str_eq(ls_get(doc, "nonce")->valuestring, "abc123");
+    cr_expect_eq(ls_get(doc, "probe_rank")->valueint, lab_nonce_probe_rank("abc123", 4));
     char variant[8];
     snprintf(variant, sizeof variant, "F%d", lab_nonce_variant("abc123", 2));
-    cr_expect_str_eq(get(doc, "followup_variant")->valuestring, variant);
-    cr_expect_eq(get(doc, "config.world")->valueint, 4);
-    cr_expect_eq(get(doc, "config.tp")->valueint, 2);
-    cr_expect_float_eq(get(doc, "config.timeout_seconds")->valuedouble, 30.0, 1e-9);
-    cr_expect_str_eq(get(doc, "backend.backend")->valuestring, "mpi");
-    cr_expect_str_eq(get(doc, "backend.device_kind")->valuestring, "cpu");
-    cr_expect(get(doc, "backend.cpu_count")->valueint >= 1);
-    cr_expect(mc_test_contains(get(doc, "backend.mpi_library")->valuestring, "MPI"));
-    cr_expect(cJSON_IsTrue(get(doc, "ledger.ok")), "%s", get(doc, "ledger.message")->valuestring);
-    cr_expect(cJSON_IsTrue(get(doc, "ledger.locked_now")), "the first run locks");
-    cr_expect_eq(get(doc, "results_format")->valueint, 2);
+    cr_expect_str_eq(ls_get(doc, "followup_variant")->valuestring, variant);
+    cr_expect_eq(ls_get(doc, "config.world")->valueint, 4);
+    cr_expect_eq(ls_get(doc, "config.tp")->valueint, 2);
+    cr_expect_float_eq(ls_get(doc, "config.timeout_seconds")->valuedouble, 30.0, 1e-9);
+    cr_expect_str_eq(ls_get(doc, "backend.backend")->valuestring, "mpi");
+    cr_expect_str_eq(ls_get(doc, "backend.device_kind")->valuestring, "cpu");
+    cr_expect(ls_get(doc, "backend.cpu_count")->valueint >= 1);
+    cr_expect(mc_test_contains(ls_get(doc, "backend.mpi_library")->valuestring, "MPI"));
+    cr_expect(cJSON_IsTrue(ls_get(doc, "ledger.ok")), "%s",
+              ls_get(doc, "ledger.message")->valuestring);
+    cr_expect(cJSON_IsTrue(ls_get(doc, "ledger.locked_now")), "the first run locks");
+    cr_expect_eq(ls_get(doc, "results_format")->valueint, 2);
     cr_expect(mc_test_contains(out, "ledger: predictions locked for nonce abc123"), "%s", out);
     cr_expect(mc_test_contains(out, "./lab99 --init --force draws a fresh nonce"), "%s", out);
-    cr_expect(cJSON_IsTrue(get(doc, "predictions.template_written_by_run")));
+    cr_expect(cJSON_IsTrue(ls_get(doc, "predictions.template_written_by_run")));
 
     /* per-experiment timing and the checks */
-    cJSON *exps = get(doc, "run.experiments");
+    cJSON *exps = ls_get(doc, "run.experiments");
     cr_assert_eq(cJSON_GetArraySize(exps), 2);
-    cr_expect_str_eq(get(cJSON_GetArrayItem(exps, 0), "name")->valuestring, "A");
-    cr_expect_str_eq(get(cJSON_GetArrayItem(exps, 0), "status")->valuestring, "ran");
-    cr_expect(get(cJSON_GetArrayItem(exps, 0), "seconds")->valuedouble >= 0.0);
-    cr_expect_str_eq(get(cJSON_GetArrayItem(exps, 1), "status")->valuestring, "ran");
-    cJSON *checks = get(doc, "run.checks");
+    cr_expect_str_eq(ls_get(cJSON_GetArrayItem(exps, 0), "name")->valuestring, "A");
+    cr_expect_str_eq(ls_get(cJSON_GetArrayItem(exps, 0), "status")->valuestring, "ran");
+    cr_expect(ls_get(cJSON_GetArrayItem(exps, 0), "seconds")->valuedouble >= 0.0);
+    cr_expect_str_eq(ls_get(cJSON_GetArrayItem(exps, 1), "status")->valuestring, "ran");
+    cJSON *checks = ls_get(doc, "run.checks");
     cr_assert_eq(cJSON_GetArraySize(checks), 1);
-    cr_expect(mc_test_contains(get(cJSON_GetArrayItem(checks, 0), "what")->valuestring,
+    cr_expect(mc_test_contains(ls_get(cJSON_GetArrayItem(checks, 0), "what")->valuestring,
                                "the ranks sum to 6 (got 6)"));
-    cr_expect(cJSON_IsTrue(get(cJSON_GetArrayItem(checks, 0), "ok")));
-    cr_expect(cJSON_IsTrue(get(doc, "run.all_checks_held")));
+    cr_expect(cJSON_IsTrue(ls_get(cJSON_GetArrayItem(checks, 0), "ok")));
+    cr_expect(cJSON_IsTrue(ls_get(doc, "run.all_checks_held")));
 
     /* the lab's facts, the probe rank's JSON and the allocator's view */
-    cr_expect_eq(get(doc, "facts.rank_sum")->valueint, 6);
-    cr_expect_eq(get(doc, "facts.probe.rank")->valueint, get(doc, "probe_rank")->valueint);
-    cr_expect_eq(get(doc, "facts.probe.tp_rank")->valueint,
-                 get(doc, "probe_rank")->valueint % 2);
-    cr_expect(get(doc, "facts.group_heap_bytes")->valueint > 0,
+    cr_expect_eq(ls_get(doc, "facts.rank_sum")->valueint, 6);
+    cr_expect_eq(ls_get(doc, "facts.probe.rank")->valueint, ls_get(doc, "probe_rank")->valueint);
+    cr_expect_eq(ls_get(doc, "facts.probe.tp_rank")->valueint,
+                 ls_get(doc, "probe_rank")->valueint % 2);
+    cr_expect(ls_get(doc, "facts.group_heap_bytes")->valueint > 0,
               "creating a communicator allocated nothing through mc_malloc?");
 
     /* the figure: listed, on disk, well-formed, with the label escaped */
-    cJSON *figs = get(doc, "figures");
+    cJSON *figs = ls_get(doc, "figures");
     cr_assert_eq(cJSON_GetArraySize(figs), 1);
     const char *fig = cJSON_GetArrayItem(figs, 0)->valuestring;
     cr_expect(mc_test_contains(fig, "r.bars.svg"), "%s", fig);
@@ -379,12 +350,13 @@ Test(lab_driver, a_failed_check_exits_1_on_every_rank_and_is_recorded) {
     cr_expect(!mc_test_contains(out, "MPI_ABORT"), "%s", out);
     char res[256];
     tmp_path(res, sizeof res, "r.json");
-    cJSON *doc = load_json(res);
-    cr_expect(cJSON_IsFalse(get(doc, "run.all_checks_held")));
-    cr_expect(cJSON_IsFalse(get(cJSON_GetArrayItem(get(doc, "run.checks"), 0), "ok")));
-    cr_expect_str_eq(get(cJSON_GetArrayItem(get(doc, "run.experiments"), 1), "status")->valuestring,
-                     "skipped");
-    cr_expect_eq(cJSON_GetArraySize(get(doc, "figures")), 0);
+    cJSON *doc = ls_load_json(res);
+    cr_expect(cJSON_IsFalse(ls_get(doc, "run.all_checks_held")));
+    cr_expect(cJSON_IsFalse(ls_get(cJSON_GetArrayItem(ls_get(doc, "run.checks"), 0), "ok")));
+    cr_expect_str_eq(
+        ls_get(cJSON_GetArrayItem(ls_get(doc, "run.experiments"), 1), "status")->valuestring,
+        "skipped");
+    cr_expect_eq(cJSON_GetArraySize(ls_get(doc, "figures")), 0);
     cJSON_Delete(doc);
 }
 
@@ -392,14 +364,14 @@ Test(lab_driver, the_world_timeout_follows_the_flags) {
     cr_assert_eq(run_lab(2, "--distributed-timeout-minutes 0.75 --no-figure"), 0, "%s", out);
     char res[256];
     tmp_path(res, sizeof res, "r.json");
-    cJSON *doc = load_json(res);
-    cr_expect_float_eq(get(doc, "config.timeout_seconds")->valuedouble, 45.0, 1e-9);
+    cJSON *doc = ls_load_json(res);
+    cr_expect_float_eq(ls_get(doc, "config.timeout_seconds")->valuedouble, 45.0, 1e-9);
     cJSON_Delete(doc);
     cr_assert_eq(run_lab(2, "--timeout 20 --no-figure"), 0, "%s", out);
-    doc = load_json(res);
-    cr_expect_float_eq(get(doc, "config.timeout_seconds")->valuedouble, 60.0, 1e-9,
+    doc = ls_load_json(res);
+    cr_expect_float_eq(ls_get(doc, "config.timeout_seconds")->valuedouble, 60.0, 1e-9,
                        "the world outwaits three calls of the lab's own watchdog");
-    cr_expect_float_eq(get(doc, "config.call_timeout_seconds")->valuedouble, 20.0, 1e-9);
+    cr_expect_float_eq(ls_get(doc, "config.call_timeout_seconds")->valuedouble, 20.0, 1e-9);
     cJSON_Delete(doc);
 }
 
@@ -469,8 +441,8 @@ Test(lab_driver, usage_errors_exit_2_and_help_shows_the_labs_flags) {
 
 /* A copy of the unit rubric whose F1 question names {probe_rank}, in the test directory. */
 static void rubric_with_probe_question(char *path, size_t cap) {
-    cJSON *r = load_json("tests/fixtures/lab03/unit_rubric.json");
-    cJSON *f1 = get(r, "variants.F1");
+    cJSON *r = ls_load_json("tests/fixtures/lab03/unit_rubric.json");
+    cJSON *f1 = ls_get(r, "variants.F1");
     cJSON_ReplaceItemInObject(f1, "question",
                               cJSON_CreateString("Rank {probe_rank} swaps two calls: why?"));
     tmp_path(path, cap, "rubric.json");
@@ -574,9 +546,9 @@ Test(lab_driver, nonce_flag_overrides_the_sheet_and_says_so) {
     cr_expect(mc_test_contains(out, "note: --nonce c0ffee overrides the nonce abc123"), "%s", out);
     char res[256];
     tmp_path(res, sizeof res, "r.json");
-    cJSON *doc = load_json(res);
-    cr_expect_str_eq(get(doc, "nonce")->valuestring, "c0ffee");
-    cr_expect_eq(get(doc, "probe_rank")->valueint, lab_nonce_probe_rank("c0ffee", 4) % 2);
+    cJSON *doc = ls_load_json(res);
+    cr_expect_str_eq(ls_get(doc, "nonce")->valuestring, "c0ffee");
+    cr_expect_eq(ls_get(doc, "probe_rank")->valueint, lab_nonce_probe_rank("c0ffee", 4) % 2);
     cJSON_Delete(doc);
 }
 
@@ -596,18 +568,18 @@ Test(lab_driver, the_ledger_locks_once_per_nonce) {
     cr_assert_eq(lab_write_text_atomic(text, sheet), 0);
     cr_assert_eq(run_lab(2, "--no-figure"), 0, "%s", out);
     cr_expect(file_exists(ledger), "no ledger at %s", ledger);
-    cJSON *doc = load_json(res);
-    cr_expect(cJSON_IsTrue(get(doc, "ledger.locked_now")));
-    cr_expect_eq(get(doc, "ledger.keys")->valueint, 1, "%s",
-                 get(doc, "ledger.message")->valuestring);
+    cJSON *doc = ls_load_json(res);
+    cr_expect(cJSON_IsTrue(ls_get(doc, "ledger.locked_now")));
+    cr_expect_eq(ls_get(doc, "ledger.keys")->valueint, 1, "%s",
+                 ls_get(doc, "ledger.message")->valuestring);
     cJSON_Delete(doc);
 
     memcpy(q, "rank_sum: 7", 11);   /* changed after the first run */
     cr_assert_eq(lab_write_text_atomic(text, sheet), 0);
     free(text);
     cr_assert_eq(run_lab(2, "--no-figure"), 0, "%s", out);
-    doc = load_json(res);
-    cr_expect(cJSON_IsFalse(get(doc, "ledger.locked_now")), "a later run re-locked");
-    cr_expect_eq(get(doc, "ledger.changed_since_lock")->valueint, 1);
+    doc = ls_load_json(res);
+    cr_expect(cJSON_IsFalse(ls_get(doc, "ledger.locked_now")), "a later run re-locked");
+    cr_expect_eq(ls_get(doc, "ledger.changed_since_lock")->valueint, 1);
     cJSON_Delete(doc);
 }
