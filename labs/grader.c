@@ -1435,9 +1435,36 @@ static cJSON *gr__load_json_file(gr__ctx *c, const char *path, const char *what)
     return root;
 }
 
+/* A language rule of the rubric's own ("report_frames": {"en": [...], "zh": [...]}) extends
+   the shared one of that name: the shared phrases it lacks are appended, so a lab that adds
+   its own frames still gets every phrase added to the shared file later. */
+static void gr__extend_language_rule(cJSON *own, const cJSON *shared) {
+    const cJSON *lang;
+    cJSON_ArrayForEach(lang, shared) {
+        if (!cJSON_IsArray(lang)) continue;
+        cJSON *mine = cJSON_GetObjectItemCaseSensitive(own, lang->string);
+        if (mine == NULL) {
+            cJSON_AddItemToObject(own, lang->string, cJSON_Duplicate(lang, 1));
+            continue;
+        }
+        if (!cJSON_IsArray(mine)) continue;
+        const cJSON *phrase;
+        cJSON_ArrayForEach(phrase, lang) {
+            if (!cJSON_IsString(phrase)) continue;
+            int have = 0;
+            const cJSON *m;
+            cJSON_ArrayForEach(m, mine) {
+                have |= cJSON_IsString(m) && strcmp(m->valuestring, phrase->valuestring) == 0;
+            }
+            if (!have) cJSON_AddItemToArray(mine, cJSON_CreateString(phrase->valuestring));
+        }
+    }
+}
+
 /* "include": ["common/language.json"] (paths relative to the rubric's directory, else to
    labs/rubric/ under the working directory): the included file's "language", "lexicon" and
-   "rules" entries are added where the rubric has none. */
+   "rules" entries are added where the rubric has none; a language rule the rubric has is
+   extended with the shared phrases (gr__extend_language_rule). */
 static void gr__apply_includes(gr__ctx *c, cJSON *root, const char *path) {
     const cJSON *inc;
     char *dir = gr__dirname(c, path);
@@ -1464,8 +1491,11 @@ static void gr__apply_includes(gr__ctx *c, cJSON *root, const char *path) {
             if (dst == NULL) dst = cJSON_AddObjectToObject(root, keys[k]);
             const cJSON *e;
             cJSON_ArrayForEach(e, src) {
-                if (cJSON_GetObjectItemCaseSensitive(dst, e->string) == NULL)
+                cJSON *own = cJSON_GetObjectItemCaseSensitive(dst, e->string);
+                if (own == NULL)
                     cJSON_AddItemToObject(dst, e->string, cJSON_Duplicate(e, 1));
+                else if (k == 0)
+                    gr__extend_language_rule(own, e);
             }
         }
     }

@@ -683,6 +683,24 @@ Test(grader, more_denial_frames_deny_their_statement) {
                  "S.tp_adj", 0.0);
 }
 
+/* A rubric that adds phrases to a shared language rule keeps the shared phrases of that rule:
+   its own list extends the included one instead of replacing it. */
+Test(grader, a_rubric_language_rule_extends_the_shared_one) {
+    char *text = slurp(in_dir("rubric.json"));
+    cJSON *r = cJSON_Parse(text);
+    free(text);
+    cr_assert_not_null(r);
+    cJSON *lang = cJSON_GetObjectItemCaseSensitive(r, "language");
+    if (lang == NULL) lang = cJSON_AddObjectToObject(r, "language");
+    cJSON_AddItemToObject(lang, "report_frames",
+                          cJSON_Parse("{\"en\": [\"my hunch was that\"], \"zh\": []}"));
+    write_json(in_dir("rubric.json"), r); /* frees r */
+    EXPECT_GRADE(S1("My hunch was that the TP ranks are adjacent in this layout."), "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("Some people think that the TP ranks are adjacent in this layout."),
+                 "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("The TP ranks are adjacent in this layout."), "S.tp_adj", 1.0);
+}
+
 Test(grader, an_article_or_a_hyphen_makes_a_verb_form_a_noun_phrase_in_bullets) {
     /* "the sorted", "output-layer": no verb, so these bullets state nothing */
     graded g = grade_sheet(S1("- TP ranks adjacent in the sorted order\n"
