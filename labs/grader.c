@@ -1494,7 +1494,7 @@ static void gr__apply_includes(gr__ctx *c, cJSON *root, const char *path) {
                 cJSON *own = cJSON_GetObjectItemCaseSensitive(dst, e->string);
                 if (own == NULL)
                     cJSON_AddItemToObject(dst, e->string, cJSON_Duplicate(e, 1));
-                else if (k == 0)
+                else if (k == 0 && cJSON_IsObject(own) && cJSON_IsObject(e))
                     gr__extend_language_rule(own, e);
             }
         }
