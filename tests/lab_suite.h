@@ -68,20 +68,7 @@ static inline void ls_close(const char *dir, char *out) {
 
 /* The whole file, NUL-terminated (the caller frees it), or NULL when it cannot be read: the
    caller decides whether a missing file is a failure. */
-static inline char *ls_read_file(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = calloc(1, (size_t)n + 1);
-    if (text != NULL && fread(text, 1, (size_t)n, f) != (size_t)n) {
-        free(text);
-        text = NULL;
-    }
-    fclose(f);
-    return text;
-}
+static inline char *ls_read_file(const char *path) { return mc_test_read_file(path, NULL); }
 
 static inline void ls_write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");

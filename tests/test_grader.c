@@ -17,6 +17,7 @@
 
 #include "labs/grader.h"
 #include "tests/test_util.h"
+#include "tests/test_util.h"
 
 static char g_dir[PATH_MAX];
 
@@ -37,16 +38,9 @@ static const char *fixture(const char *name) {
 }
 
 static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
+    char *text = mc_test_read_file(path, NULL);
+    cr_assert_not_null(text, "cannot read %s", path);
+    return text;
 }
 
 static void spit(const char *path, const char *text, size_t len) {

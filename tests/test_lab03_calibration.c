@@ -74,7 +74,7 @@ typedef struct fixture_row {
 } fixture_row;
 
 static char *slurp(const char *path) {
-    char *s = cal_slurp(path, NULL);
+    char *s = mc_test_read_file(path, NULL);
     cr_assert_not_null(s, "cannot read %s", path);
     return s;
 }

@@ -587,6 +587,25 @@ static inline int mc_case_run(mc_comm *world, const char *name, void (*run)(void
 #endif /* MEGATRON_C_H_INCLUDED */
 
 /* ---------------------------------------------------------------------------------------------
+   mc_test_read_file: the whole file, NUL-terminated (the caller frees it), its length in *len
+   when len is not NULL; NULL when it cannot be opened or read. */
+static inline char *mc_test_read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) return NULL;
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    char *text = n >= 0 && fseek(f, 0, SEEK_SET) == 0 ? (char *)malloc((size_t)n + 1) : NULL;
+    size_t got = text != NULL ? fread(text, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (text == NULL || got != (size_t)n) {
+        free(text);
+        return NULL;
+    }
+    text[got] = '\0';
+    if (len != NULL) *len = got;
+    return text;
+}
+
+/* ---------------------------------------------------------------------------------------------
    mc_test_json_at: the value at a dotted path of keys ("facts.probe.rank"), or NULL from the
    first key that is missing. Needs <cjson/cJSON.h> included before this file. */
 #if defined(cJSON__h)
@@ -603,15 +622,8 @@ static inline cJSON *mc_test_json_at(const cJSON *obj, const char *dotted) {
 
 /* The parsed JSON file (the caller deletes it), or NULL when it cannot be read or parsed. */
 static inline cJSON *mc_test_json_load(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = n >= 0 ? (char *)calloc(1, (size_t)n + 1) : NULL;
-    size_t got = text != NULL ? fread(text, 1, (size_t)n, f) : 0;
-    fclose(f);
-    cJSON *doc = text != NULL && got == (size_t)n ? cJSON_Parse(text) : NULL;
+    char *text = mc_test_read_file(path, NULL);
+    cJSON *doc = text != NULL ? cJSON_Parse(text) : NULL;
     free(text);
     return doc;
 }

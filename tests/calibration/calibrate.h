@@ -73,19 +73,17 @@ typedef struct cal_bar {
     int pass;
 } cal_bar;
 
-static inline char *cal_slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)(n < 0 ? 0 : n) + 1);
-    size_t got = buf != NULL && n > 0 ? fread(buf, 1, (size_t)n, f) : 0;
-    fclose(f);
-    if (buf == NULL) return NULL;
-    buf[got] = '\0';
-    if (len != NULL) *len = got;
-    return buf;
+/* The output of the last lab run (mpirun's stdout and stderr), quoted when a run fails. */
+#define CAL_RUN_OUTPUT (1 << 16)
+static char cal_run_output[CAL_RUN_OUTPUT];
+
+/* Whether the lab reveals hidden facts once the sheet's findings are locked (lab02's fault: the
+   rubric's "lock_when_filled"), so its results hold more after the learner's next run. */
+static inline int cal_rubric_reveals(const char *rubric) {
+    char *text = mc_test_read_file(rubric, NULL);
+    int reveals = text != NULL && strstr(text, "\"lock_when_filled\"") != NULL;
+    free(text);
+    return reveals;
 }
 
 static inline int cal_spit(const char *path, const char *text) {
@@ -116,7 +114,7 @@ static inline int cal_load(cal_corpus *cp, const char *lab, const char *dir, cha
     snprintf(cp->dir, sizeof cp->dir, "%.4000s", dir);
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%.4000s/labels.tsv", dir);
-    char *text = cal_slurp(path, NULL);
+    char *text = mc_test_read_file(path, NULL);
     if (text == NULL) {
         snprintf(err, cap, "%.700s cannot be read: %s", path, strerror(errno));
         return -1;
@@ -228,9 +226,7 @@ static inline char *cal_blank_predictions(const char *sheet) {
 
 /* World size from the rubric's run command ("mpirun ... -np 8 ./lab03"); 8 when absent. */
 static inline int cal_world(const char *rubric_path) {
-    char *text = cal_slurp(rubric_path, NULL);
-    cJSON *r = text != NULL ? cJSON_Parse(text) : NULL;
-    free(text);
+    cJSON *r = mc_test_json_load(rubric_path);
     int np = 8;
     const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(r, "run_command");
     if (cJSON_IsString(cmd)) {
@@ -253,7 +249,7 @@ static inline int cal_keep_results(const char *dir, const char *results, const c
     char rdir[PATH_MAX + 32];
     snprintf(rdir, sizeof rdir, "%.4000s/results", dir);
     if (mkdir(rdir, 0755) != 0 && errno != EEXIST) return -1;
-    char *text = cal_slurp(results, NULL);
+    char *text = mc_test_read_file(results, NULL);
     int rc = text != NULL ? cal_spit(frozen, text) : -1;
     free(text);
     return rc;
@@ -265,13 +261,13 @@ static inline int cal_keep_results(const char *dir, const char *results, const c
 static inline int cal_fresh_run(const char *binary, int np, const char *src, const char *nonce,
                                 const char *work, const char *cache, char *sheet_err,
                                 size_t sheet_cap, char *err, size_t cap) {
-    static char out[1 << 16];
+    char *out = cal_run_output;
     char dir[PATH_MAX + 96], answers[PATH_MAX + 128], cmd[4 * PATH_MAX];
     if (access(cache, R_OK) == 0) return 0;
     snprintf(dir, sizeof dir, "%s/run-%s", work, nonce);
     mkdir(dir, 0755);
     snprintf(answers, sizeof answers, "%s/answers.md", dir);
-    char *sheet = cal_slurp(src, NULL);
+    char *sheet = mc_test_read_file(src, NULL);
     char *blank = sheet != NULL ? cal_blank_predictions(sheet) : NULL;
     int w = blank != NULL ? cal_spit(answers, blank) : -1;
     free(sheet);
@@ -281,7 +277,7 @@ static inline int cal_fresh_run(const char *binary, int np, const char *src, con
         return 1;
     }
     snprintf(cmd, sizeof cmd, "%s --answers '%s' --results '%s'", binary, answers, cache);
-    int rc = mc_test_mpirun(np, cmd, 120, out, sizeof out);
+    int rc = mc_test_mpirun(np, cmd, 120, out, CAL_RUN_OUTPUT);
     if (rc != 0 || access(cache, R_OK) != 0) {
         snprintf(err, cap, "the run for nonce %s failed (exit %d): %.300s", nonce, rc, out);
         return -1;
@@ -301,10 +297,8 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
         return -1;
     }
     int np = cal_world(rubric);
-    char *rubric_text = cal_slurp(rubric, NULL);
-    int reveals = rubric_text != NULL && strstr(rubric_text, "\"lock_when_filled\"") != NULL;
-    free(rubric_text);
-    static char out[1 << 16];
+    int reveals = cal_rubric_reveals(rubric);
+    char *out = cal_run_output;
     for (int i = 0; i < cp->n; i++) {
         cal_sheet *s = &cp->sheet[i];
         char src[PATH_MAX + 96], dir[PATH_MAX + 96], answers[PATH_MAX + 128],
@@ -333,8 +327,8 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
         snprintf(results, sizeof results, "%s/results.json", dir);
         snprintf(ledger, sizeof ledger, "%s/results.ledger.json", dir);
         remove(ledger);
-        char *sheet = cal_slurp(src, NULL);
-        char *res = cal_slurp(s->frozen ? frozen : cache, NULL);
+        char *sheet = mc_test_read_file(src, NULL);
+        char *res = mc_test_read_file(s->frozen ? frozen : cache, NULL);
         if (sheet == NULL || res == NULL || cal_spit(results, res) != 0) {
             snprintf(s->error, sizeof s->error, "cannot prepare %s", dir);
             free(sheet);
@@ -361,7 +355,7 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
            next run would, so the findings are graded against the revealed facts */
         snprintf(frozen_ledger, sizeof frozen_ledger, "%s/results/%s.ledger.json", cp->dir, s->id);
         if (reveals && s->frozen) { /* the ledger as that revealing run left it */
-            char *kept = cal_slurp(frozen_ledger, NULL);
+            char *kept = mc_test_read_file(frozen_ledger, NULL);
             int ok = kept != NULL && cal_spit(ledger, kept) == 0;
             free(kept);
             if (!ok) {
@@ -372,7 +366,7 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
         }
         if (reveals && !s->frozen) {
             snprintf(cmd, sizeof cmd, "%s --answers '%s' --results '%s'", binary, answers, results);
-            int rc = mc_test_mpirun(np, cmd, 120, out, sizeof out);
+            int rc = mc_test_mpirun(np, cmd, 120, out, CAL_RUN_OUTPUT);
             if (rc != 0 && rc != 1) {
                 snprintf(s->error, sizeof s->error, "the revealing run failed (exit %d): %.300s",
                          rc, out);
@@ -474,9 +468,7 @@ static inline int cal_check_frozen(const cal_corpus *cp, const char *root, const
     char rubric[PATH_MAX + 64], binary[PATH_MAX + 64];
     snprintf(rubric, sizeof rubric, "%s/labs/rubric/%s.json", root, cp->lab);
     snprintf(binary, sizeof binary, "%s/%s", root, cp->lab);
-    char *rubric_text = cal_slurp(rubric, NULL);
-    int exact = rubric_text == NULL || strstr(rubric_text, "\"lock_when_filled\"") == NULL;
-    free(rubric_text);
+    int exact = !cal_rubric_reveals(rubric);
     for (int i = 0; i < cp->n; i++) {
         char frozen[PATH_MAX + 160], src[PATH_MAX + 96], cache[PATH_MAX + 128], nonce[17] = "";
         char sheet_err[2 * PATH_MAX] = "";
@@ -490,10 +482,7 @@ static inline int cal_check_frozen(const cal_corpus *cp, const char *root, const
             if (rc > 0) snprintf(err, cap, "%s", sheet_err);
             return -1;
         }
-        char *a = cal_slurp(frozen, NULL), *b = cal_slurp(cache, NULL);
-        cJSON *fa = a != NULL ? cJSON_Parse(a) : NULL, *fb = b != NULL ? cJSON_Parse(b) : NULL;
-        free(a);
-        free(b);
+        cJSON *fa = mc_test_json_load(frozen), *fb = mc_test_json_load(cache);
         char path[PATH_MAX] = "results", why[1024] = "";
         int same = fa != NULL && fb != NULL && cal_same_shape(fa, fb, exact, path, 7, why, sizeof why);
         if (fa == NULL || fb == NULL) snprintf(why, sizeof why, "one of them is not JSON");
