@@ -4597,6 +4597,7 @@ typedef struct gr__ccand {
     int in_box; /* it stands in a box of the claim's item */
     const gr__sent *a;
     const char *rule;
+    int lo, hi; /* tokens [lo, hi) of the sentence the match spans; -1 when not known */
 } gr__ccand;
 
 typedef struct gr__cstate {
@@ -4632,6 +4633,50 @@ static int gr__units_of(const gr__ctx *c, const gr__sent *s, gr__unit *u) {
     return 2;
 }
 
+/* The tokens of the unit's own sentence that the chosen matches span, [lo, hi); -1 when every
+   slot stands in the sentence referred back to. */
+static void gr__match_span(const gr__search *q, int *lo, int *hi) {
+    *lo = *hi = -1;
+    for (int i = 0; i < q->r->nslot; i++) {
+        const gr__cand *x = &q->chosen[i];
+        if (x->part != 1) continue;
+        if (*lo < 0 || x->m->start < *lo) *lo = x->m->start;
+        if (x->m->end > *hi) *hi = x->m->end;
+    }
+}
+
+/* A break that ends a hedge's reach inside a sentence: a colon or semicolon, or a contrast
+   ("I think this is a common confusion, but it does not shard anything": the hedge is on the
+   confusion, not on what follows "but"; 大概分这几块：... hedges only the lead-in). */
+static int gr__hedge_break(const gr__sent *s, int from, int to) {
+    static const char *const words[] = {"but", "however", "whereas", "although", "though",
+                                        "但", "然"};
+    for (int t = from; t < to && t < s->ntok; t++) {
+        const char *w = s->tok[t].s;
+        if (strcmp(w, ":") == 0 || strcmp(w, ";") == 0) return 1;
+        for (size_t i = 0; i < sizeof words / sizeof *words; i++)
+            if (strcmp(w, words[i]) == 0) return 1;
+        if (t + 1 < to && ((strcmp(w, "不") == 0 && strcmp(s->tok[t + 1].s, "过") == 0) ||
+                           (strcmp(w, "可") == 0 && strcmp(s->tok[t + 1].s, "是") == 0)))
+            return 1;
+    }
+    return 0;
+}
+
+/* The hedge of sentence s that qualifies the tokens [lo, hi) a claim matched, or NULL: one in
+   the same stretch of the sentence, with no colon, semicolon or contrast between them. */
+static const gr__match *gr__hedge_over(const gr__ctx *c, const gr__sent *s, int lo, int hi) {
+    int h = c->R.L.hedges;
+    for (int i = 0; i < s->ncm[h]; i++) {
+        const gr__match *m = &s->cm[h][i];
+        if (lo < 0) return m;
+        if (m->end <= lo && gr__hedge_break(s, m->end, lo)) continue;
+        if (m->start >= hi && gr__hedge_break(s, hi, m->start)) continue;
+        return m;
+    }
+    return NULL;
+}
+
 static void gr__claim_candidates(gr__ctx *c, int ci, gr__cstate *st) {
     const gr__rubric *R = &c->R;
     const gr__claim *k = &R->claim[ci];
@@ -4664,6 +4709,7 @@ static void gr__claim_candidates(gr__ctx *c, int ci, gr__cstate *st) {
                     x->in_box = gr__in_item_box(c, k->item, s);
                     x->a = u[ui].a;
                     x->rule = rel->text;
+                    gr__match_span(&q, &x->lo, &x->hi);
                     found = 1;
                 } else if (form != GR__REL_NONE) {
                     gr__sb w = {0};
@@ -4684,6 +4730,7 @@ static void gr__claim_candidates(gr__ctx *c, int ci, gr__cstate *st) {
                     x->sent = i;
                     x->in_box = gr__in_item_box(c, k->item, s);
                     x->a = NULL;
+                    x->lo = x->hi = -1;
                     gr__sb w = {0};
                     gr__sb_printf(c, &w, "denies %s (%s)", m->id, m->rel[r].text);
                     x->rule = w.s;
@@ -5386,10 +5433,11 @@ static void gr__claim_item(gr__ctx *c, int ci, const gr__cstate *st) {
         it->detail = gr__where(c, x->a, s);
         gr__more(c, it, "rule: %s", x->rule);
         int h = c->R.L.hedges;
-        if (s->ncm[h] > 0 || (x->a != NULL && x->a->ncm[h] > 0)) {
+        const gr__match *hm = gr__hedge_over(c, s, x->lo, x->hi);
+        if (hm == NULL && x->a != NULL && x->a->ncm[h] > 0) hm = &x->a->cm[h][0];
+        if (hm != NULL) {
             it->score = k->points * c->R.rules.hedge_factor;
-            gr__more(c, it, "hedged (\"%s\"): it earns %.0f%%",
-                     c->R.concepts[h].alt[(s->ncm[h] > 0 ? s : x->a)->cm[h][0].alt].src,
+            gr__more(c, it, "hedged (\"%s\"): it earns %.0f%%", c->R.concepts[h].alt[hm->alt].src,
                      c->R.rules.hedge_factor * 100);
         }
         if (!x->in_box && s->box >= 0)

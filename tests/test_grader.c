@@ -764,6 +764,17 @@ Test(grader, a_hedged_claim_earns_half) {
     release(&g);
 }
 
+/* A hedge qualifies its own stretch of the sentence: a colon, a semicolon or a contrast ends
+   its reach, in either direction. */
+Test(grader, a_hedge_stops_at_a_contrast_or_a_colon) {
+    EXPECT_GRADE(S1("I think this is a common confusion, but the TP ranks are adjacent in this layout."),
+                 "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("Roughly, I guess: the TP ranks are adjacent in this layout."), "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("The TP ranks are adjacent in this layout, but why that is I am not sure."),
+                 "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("I think that in this layout the TP ranks are adjacent."), "S.tp_adj", 0.5);
+}
+
 /* ---------------------------------------------------------------------------------------------
    items: wherever the idea stands, once */
 
