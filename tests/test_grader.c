@@ -1775,3 +1775,28 @@ Test(grader, a_when_without_a_path_or_a_test_is_a_rubric_error) {
     cr_expect_neq(g.rc, 0, "%s", g.out);
     release(&g);
 }
+
+/* ---------------------------------------------------------------------------------------------
+   the shipped rubrics */
+
+/* The copy check reads the template's headings and comments as the prompt a sheet must not
+   restate; a rubric without its template would let every restated comment earn claims. */
+Test(grader, every_lab_rubric_names_its_answer_template) {
+    for (int lab = 1; lab <= 12; lab++) {
+        char path[PATH_MAX + 64], tmpl[2 * PATH_MAX + 96];
+        snprintf(path, sizeof path, "%s/labs/rubric/lab%02d.json", repo_root(), lab);
+        cJSON *r = mc_test_json_load(path);
+        cr_assert_not_null(r, "%s cannot be read or parsed", path);
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "template");
+        cr_expect(cJSON_IsString(t), "%s has no \"template\"", path);
+        if (cJSON_IsString(t)) {
+            snprintf(tmpl, sizeof tmpl, "%s/labs/rubric/%s", repo_root(), t->valuestring);
+            char want[64];
+            snprintf(want, sizeof want, "templates/lab%02d.md", lab);
+            cr_expect(access(tmpl, R_OK) == 0, "%s: template %s is not readable", path, tmpl);
+            cr_expect(mc_test_contains(t->valuestring, want), "%s: template %s is not %s", path,
+                      t->valuestring, want);
+        }
+        cJSON_Delete(r);
+    }
+}
