@@ -7,7 +7,7 @@
    through cr_assert. It includes Criterion, cJSON and tests/test_util.h itself; the grading
    helpers need labs/grader.h included before it.
 
-     - ls_enter_root, ls_enter_found_root, ls_open, ls_close: a suite's .init and .fini;
+     - LS_LAB_SUITE: a lab suite's fixture (ls_enter_found_root, ls_open, ls_close);
      - ls_read_file, ls_write_file, ls_copy_reference, ls_write_edited: whole files;
      - ls_fast_libs: the link flags for a lab a test builds itself;
      - ls_load_json, ls_get and its typed forms: results files and their values;
@@ -62,6 +62,20 @@ static inline void ls_close(const char *dir, char *out) {
     mc_test_remove_dir(dir);
     free(out);
 }
+
+/* A lab suite's fixture, defined once: every test runs from the repository root with ./<lab>
+   built, in a fresh scratch directory tmp_dir, with a zeroed output buffer out of out_cap
+   bytes; timeout_s is Criterion's per-test limit (0: none). */
+#define LS_LAB_SUITE(lab, out_cap, timeout_s)                                                       \
+    static char tmp_dir[64];                                                                       \
+    static char *out;                                                                              \
+    static void setup(void) {                                                                      \
+        ls_enter_found_root();                                                                     \
+        cr_assert_eq(access(#lab, X_OK), 0, "./" #lab " is missing: run make " #lab " first");     \
+        out = ls_open(tmp_dir, sizeof tmp_dir, #lab, out_cap);                                     \
+    }                                                                                              \
+    static void teardown(void) { ls_close(tmp_dir, out); }                                         \
+    TestSuite(lab, .init = setup, .fini = teardown, .timeout = timeout_s)
 
 /* ---------------------------------------------------------------------------------------------
    files */

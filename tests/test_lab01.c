@@ -36,18 +36,7 @@
 /* The lab's model, as its header comment documents it. */
 enum { LAYERS = 4, SEQ = 64, MICRO_BATCH = 4, MICROBATCHES = 4, ITERS = 2, VOCAB = 256 };
 
-static char dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_root();
-    cr_assert_eq(access("lab01", X_OK), 0, "./lab01 is not built (make lab01)");
-    out = ls_open(dir, sizeof dir, "lab01", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(dir, out); }
-
-TestSuite(lab01, .init = setup, .fini = teardown, .timeout = 240);
+LS_LAB_SUITE(lab01, OUT_CAP, 240);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
@@ -55,7 +44,7 @@ TestSuite(lab01, .init = setup, .fini = teardown, .timeout = 240);
 /* ./lab01 `args` on np ranks, results in the temp dir; the run must exit 0. */
 static cJSON *run_lab(int np, const char *args, const char *sheet) {
     char cmd[1024], res[160];
-    snprintf(res, sizeof res, "%s/results/lab01.json", dir);
+    snprintf(res, sizeof res, "%s/results/lab01.json", tmp_dir);
     snprintf(cmd, sizeof cmd, "./lab01 %s --answers '%s' --results '%s'", args, sheet, res);
     double t0 = mc_test_now();
     int rc = mc_test_mpirun(np, cmd, 220, out, OUT_CAP);
@@ -189,7 +178,7 @@ static void expect_backend(const cJSON *doc) {
 
 Test(lab01, default_run_traces_three_paths) {
     char sheet[128];
-    snprintf(sheet, sizeof sheet, "%s/answers/lab01.md", dir);   /* missing: the template */
+    snprintf(sheet, sizeof sheet, "%s/answers/lab01.md", tmp_dir);   /* missing: the template */
     cJSON *doc = run_lab(2, "--nonce d00d42", sheet);
     const char *sections[] = {"== A. The recipe path", "== B. The core-API path",
                               "== C. The fused path", "== D. The single-rank reference",
@@ -225,7 +214,7 @@ Test(lab01, default_run_traces_three_paths) {
     /* the recipe read the script's tokens: one window of seq + 1 per sample, and one spare */
     struct stat sb;
     char tokens[160];
-    snprintf(tokens, sizeof tokens, "%s/results/lab01.tokens.bin", dir);
+    snprintf(tokens, sizeof tokens, "%s/results/lab01.tokens.bin", tmp_dir);
     cr_assert_eq(stat(tokens, &sb), 0, "no %s", tokens);
     cr_expect_eq((long)sb.st_size, (long)ITERS * MICRO_BATCH * MICROBATCHES * SEQ + SEQ + 2);
     /* the sheet carries the follow-up of this nonce */
@@ -241,7 +230,7 @@ Test(lab01, default_run_traces_three_paths) {
    TP=2 x PP=2 on four ranks (row-parallel sums: the reference agrees within tolerance). */
 Test(lab01, other_variant_and_worlds) {
     char sheet[128];
-    snprintf(sheet, sizeof sheet, "%s/f2.md", dir);
+    snprintf(sheet, sizeof sheet, "%s/f2.md", tmp_dir);
     cJSON *doc = run_lab(2, "--nonce a1b2c3 --no-timing", sheet);
     cr_expect_str_eq(ls_gets(doc, "followup_variant"), "F2");
     cr_expect_str_eq(ls_gets(doc, "facts.followup.path"), "fused");
@@ -252,14 +241,14 @@ Test(lab01, other_variant_and_worlds) {
     cr_expect(mc_test_json_at(doc, "facts.step_ms") == NULL, "--no-timing skips E");
     cJSON_Delete(doc);
 
-    snprintf(sheet, sizeof sheet, "%s/one.md", dir);
+    snprintf(sheet, sizeof sheet, "%s/one.md", tmp_dir);
     doc = run_lab(1, "--nonce d00d42 --pp 1 --no-timing", sheet);
     expect_structure(doc, 1);
     expect_losses(doc, 1);
     expect_ownership(doc, "forward_backward_no_pipelining");
     cJSON_Delete(doc);
 
-    snprintf(sheet, sizeof sheet, "%s/four.md", dir);
+    snprintf(sheet, sizeof sheet, "%s/four.md", tmp_dir);
     doc = run_lab(4, "--nonce d00d42 --tp 2 --no-timing", sheet);
     cr_expect_eq(ls_getd(doc, "config.tp"), 2);
     expect_structure(doc, 2);
@@ -278,9 +267,9 @@ Test(lab01, worlds_it_cannot_use_exit_2_with_the_rule) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[512], res[160];
-        snprintf(res, sizeof res, "%s/r%zu.json", dir, i);
+        snprintf(res, sizeof res, "%s/r%zu.json", tmp_dir, i);
         snprintf(cmd, sizeof cmd, "./lab01 --nonce d00d42 %s --answers '%s/a.md' --results '%s'",
-                 bad[i].args, dir, res);
+                 bad[i].args, tmp_dir, res);
         int rc = mc_test_mpirun(bad[i].np, cmd, 60, out, OUT_CAP);
         cr_expect_eq(rc, 2, "-np %d %s exited %d:\n%s", bad[i].np, bad[i].args, rc, out);
         cr_expect(mc_test_contains(out, bad[i].why), "-np %d %s: no \"%s\" in:\n%s", bad[i].np,
@@ -338,7 +327,7 @@ static const char misconceptions_sheet[] =
 
 Test(lab01, misconceptions_cost_points) {
     char sheet[128];
-    snprintf(sheet, sizeof sheet, "%s/wrong.md", dir);
+    snprintf(sheet, sizeof sheet, "%s/wrong.md", tmp_dir);
     cr_assert_eq(lab_write_text_atomic(misconceptions_sheet, sheet), 0);
     cJSON_Delete(run_lab(2, "--nonce d00d42 --no-timing", sheet));
     const char *fired[] = {"MC_MLM_RECIPE", "MC_CORE_LOOP", "MC_TE_IN_CORE", "MC_FUSED_EXACT"};
@@ -399,14 +388,14 @@ static const char paraphrased_followup[] =
 
 Test(lab01, denials_and_noun_bullets_earn_nothing) {
     char sheet[128];
-    snprintf(sheet, sizeof sheet, "%s/negated.md", dir);
+    snprintf(sheet, sizeof sheet, "%s/negated.md", tmp_dir);
     cr_assert_eq(lab_write_text_atomic(negated_sheet, sheet), 0);
     cJSON_Delete(run_lab(2, "--nonce d00d42 --no-timing", sheet));
     double score = mc_test_lab_total(out);
     cr_expect(score >= 0 && score < 0.5, "denied and verb-less ideas scored %.2f:\n%s", score,
               out);
 
-    snprintf(sheet, sizeof sheet, "%s/paraphrased.md", dir);
+    snprintf(sheet, sizeof sheet, "%s/paraphrased.md", tmp_dir);
     cr_assert_eq(lab_write_text_atomic(paraphrased_followup, sheet), 0);
     cJSON_Delete(run_lab(2, "--nonce d00d42 --no-timing", sheet));
     static const char *const earned[] = {"FU1.objects", "FU2.script_loop",
@@ -436,7 +425,7 @@ Test(lab01, reference_answers_score_at_least_14) {
         cr_expect(!strcmp(nonce, refs[i].nonce) && !strcmp(variant, refs[i].variant),
                   "%s is written for nonce %s (%s), not %s (%s)", refs[i].path, refs[i].nonce,
                   refs[i].variant, nonce, variant);
-        snprintf(results, sizeof results, "%s/results", dir);   /* a fresh ledger per sheet */
+        snprintf(results, sizeof results, "%s/results", tmp_dir);   /* a fresh ledger per sheet */
         mc_test_remove_dir(results);
         snprintf(args, sizeof args, "--nonce %s", refs[i].nonce);
         cJSON_Delete(run_lab(2, args, refs[i].path));

@@ -29,18 +29,7 @@
 #define STEPS 3
 #define M 2          /* micro-batches per step */
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_root();
-    cr_assert_eq(access("lab02", X_OK), 0, "./lab02 is missing: run make lab02 first");
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab02", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab02, .init = setup, .fini = teardown, .timeout = 600);
+LS_LAB_SUITE(lab02, OUT_CAP, 600);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

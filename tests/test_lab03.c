@@ -19,17 +19,7 @@
 
 #define OUT_CAP (1 << 18)
 
-static char tmp_dir[64];
-static char *out;   /* captured program output */
-
-static void setup(void) {
-    ls_enter_found_root();
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab03", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab03, .init = setup, .fini = teardown);
+LS_LAB_SUITE(lab03, OUT_CAP, 0);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

@@ -24,18 +24,7 @@
 
 #define OUT_CAP (1 << 18)
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_root();
-    cr_assert_eq(access("lab04", X_OK), 0, "./lab04 is not built (make lab04)");
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab04", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab04, .init = setup, .fini = teardown, .timeout = 150);
+LS_LAB_SUITE(lab04, OUT_CAP, 150);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

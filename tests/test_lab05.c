@@ -29,17 +29,7 @@
 #define OUT_CAP (1 << 18)
 #define REF_NONCE "003039"   /* the reference answers' run: F2, probe rank 2 */
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_root();
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab05", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab05, .init = setup, .fini = teardown);
+LS_LAB_SUITE(lab05, OUT_CAP, 0);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

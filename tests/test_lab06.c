@@ -38,18 +38,7 @@
 #define MICROBATCHES 4
 #define TOLERANCE 1e-4       /* the lab's relative tolerance for loss and gradients */
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_root();
-    cr_assert_eq(access("lab06", X_OK), 0, "./lab06 is missing: run make lab06 first");
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab06", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab06, .init = setup, .fini = teardown, .timeout = 300);
+LS_LAB_SUITE(lab06, OUT_CAP, 300);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

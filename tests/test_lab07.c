@@ -42,17 +42,7 @@
 #define LAYERS_PER_STAGE 2
 #define LR 1e-3
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_root();
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab07", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab07, .init = setup, .fini = teardown);
+LS_LAB_SUITE(lab07, OUT_CAP, 0);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

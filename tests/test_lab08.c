@@ -35,17 +35,7 @@
 #define PP 2
 #define M 4
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_found_root();
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab08", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab08, .init = setup, .fini = teardown);
+LS_LAB_SUITE(lab08, OUT_CAP, 0);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

@@ -30,17 +30,7 @@
 #define OUT_CAP (1 << 18)
 #define RUN_LIMIT_S 240.0
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_found_root();
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab09", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab09, .init = setup, .fini = teardown);
+LS_LAB_SUITE(lab09, OUT_CAP, 0);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

@@ -35,18 +35,7 @@
 #define N_HIDDEN (SEQ * MBS * HIDDEN)                 /* one hidden-dropout draw */
 #define N_ATTN(tp) (MBS * (HEADS / (tp)) * SEQ * SEQ) /* one attention draw per rank */
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_root();
-    cr_assert_eq(access("lab10", X_OK), 0, "./lab10 is missing: run make lab10 first");
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab10", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab10, .init = setup, .fini = teardown, .timeout = 300);
+LS_LAB_SUITE(lab10, OUT_CAP, 300);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

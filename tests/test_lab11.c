@@ -25,18 +25,7 @@
 #define MBS 1
 #define SEQ 8
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_root();
-    cr_assert_eq(access("lab11", X_OK), 0, "./lab11 is missing: run make lab11 first");
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab11", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab11, .init = setup, .fini = teardown, .timeout = 300);
+LS_LAB_SUITE(lab11, OUT_CAP, 300);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */

@@ -28,18 +28,7 @@
 #define RUN_LIMIT_S 120.0
 #define REF_NONCE "5e1202" /* the reference answers' nonce: follow-up F1 */
 
-static char tmp_dir[64];
-static char *out;
-
-static void setup(void) {
-    ls_enter_root();
-    cr_assert_eq(access("lab12", X_OK), 0, "./lab12 is missing: run make lab12 first");
-    out = ls_open(tmp_dir, sizeof tmp_dir, "lab12", OUT_CAP);
-}
-
-static void teardown(void) { ls_close(tmp_dir, out); }
-
-TestSuite(lab12, .init = setup, .fini = teardown, .timeout = 300);
+LS_LAB_SUITE(lab12, OUT_CAP, 300);
 
 /* ---------------------------------------------------------------------------------------------
    helpers */
