@@ -558,7 +558,7 @@ typedef struct gr__ritem { /* a rubric item: one of the seed's score points */
 
 typedef struct gr__rules {
     double relation_window, bind_distance, max_claims_per_sentence, dedup_similarity;
-    double copy_overlap, list_min_concepts, list_coverage, penalty_cap, anaphor_reach;
+    double copy_overlap, need_copy_words, list_min_concepts, list_coverage, penalty_cap, anaphor_reach;
     double max_sentence_tokens, post_frame_sentence_tokens, list_function_ratio, list_min_words;
     double short_sentence_words, hedge_factor, list_bare_min_words;
 } gr__rules;
@@ -1398,6 +1398,7 @@ static void gr__load_rules(gr__ctx *c, const cJSON *root) {
     x->max_claims_per_sentence = gr__jnum(r, "max_claims_per_sentence", 2);
     x->dedup_similarity = gr__jnum(r, "dedup_similarity", 0.8);
     x->copy_overlap = gr__jnum(r, "copy_overlap", 0.6);
+    x->need_copy_words = gr__jnum(r, "need_copy_words", 8);
     x->list_min_concepts = gr__jnum(r, "list_min_concepts", 6);
     x->list_coverage = gr__jnum(r, "list_coverage", 0.6);
     x->list_function_ratio = gr__jnum(r, "list_function_ratio", 0.12);
@@ -3138,6 +3139,10 @@ static uint64_t gr__ngram_hash(gr__tok *const *t, int n) {
 }
 
 #define GR__ALL_BOXES ((uint64_t)1 << 63)
+/* set for the rubric's own texts (its claims' needs): a short sentence that shares one run of
+   words with a need is usually the answer the need describes, not a copy of it */
+#define GR__RUBRIC_TEXT ((uint64_t)1 << 62)
+#define GR__RUBRIC_PROMPT (-2)
 
 static void gr__ngram_insert(gr__ctx *c, uint64_t h, uint64_t boxes) {
     if ((c->ngram_n + 1) * 2 > c->ngram_cap) {
@@ -3202,7 +3207,9 @@ static void gr__add_prompt_text(gr__ctx *c, const char *text, int box) {
     int ntok = 0, n = 0;
     gr__tok *tok = gr__tokenize(c, norm, 0, &ntok);
     gr__tok **ct = gr__content_tokens(c, tok, ntok, &n);
-    uint64_t mask = box < 0 || box >= 63 ? GR__ALL_BOXES : (uint64_t)1 << box;
+    uint64_t mask = box == GR__RUBRIC_PROMPT ? GR__RUBRIC_TEXT
+                    : box < 0 || box >= 62   ? GR__ALL_BOXES
+                                             : (uint64_t)1 << box;
     for (int len = 2; len <= 5; len++)
         for (int i = 0; i + len <= n; i++)
             gr__ngram_insert(c, gr__ngram_hash(ct + i, len), mask);
@@ -3980,7 +3987,8 @@ static int gr__is_copy(gr__ctx *c, gr__sent *s) {
     int n = 0;
     gr__tok **ct = gr__content_tokens(c, s->tok, s->ntok, &n);
     /* the prompt of the box it stands in (a box the rubric does not know: any prompt) */
-    uint64_t want = GR__ALL_BOXES | (s->box >= 0 && s->box < 63 ? (uint64_t)1 << s->box : ~(uint64_t)0);
+    uint64_t want = GR__ALL_BOXES | (s->box >= 0 && s->box < 62 ? (uint64_t)1 << s->box : ~(uint64_t)0);
+    if (n >= c->R.rules.need_copy_words) want |= GR__RUBRIC_TEXT;
     if (n < 3) return 0;
     if (n < 4) return (gr__ngram_has(c, gr__ngram_hash(ct, n)) & want) != 0;
     uint8_t *cov = (uint8_t *)gr__alloc(c, (size_t)n);
@@ -4598,6 +4606,7 @@ typedef struct gr__ccand {
     const gr__sent *a;
     const char *rule;
     int lo, hi; /* tokens [lo, hi) of the sentence the match spans; -1 when not known */
+    int rank;   /* preference: 2 when no hedge qualifies it, +1 when in a box of the item */
 } gr__ccand;
 
 typedef struct gr__cstate {
@@ -4739,9 +4748,17 @@ static void gr__claim_candidates(gr__ctx *c, int ci, gr__cstate *st) {
             }
         }
     }
-    /* in-box candidates first, then sheet order (stable) */
+    /* unhedged candidates first (an idea stated plainly anywhere is stated: it earns in full),
+       then in-box ones, then sheet order (stable) */
+    for (int i = 0; i < st->ncand; i++) {
+        gr__ccand *x = &st->cand[i];
+        const gr__sent *s = &c->S.sent[x->sent];
+        x->rank = 2 * (gr__hedge_over(c, s, x->lo, x->hi) == NULL &&
+                       (x->a == NULL || x->a->ncm[c->R.L.hedges] == 0)) +
+                  x->in_box;
+    }
     for (int i = 1; i < st->ncand; i++)
-        for (int j = i; j > 0 && st->cand[j].in_box > st->cand[j - 1].in_box; j--) {
+        for (int j = i; j > 0 && st->cand[j].rank > st->cand[j - 1].rank; j--) {
             gr__ccand t = st->cand[j];
             st->cand[j] = st->cand[j - 1];
             st->cand[j - 1] = t;
@@ -6133,7 +6150,7 @@ static void gr__add_prompts(gr__ctx *c) {
     for (int i = 0; i < R->nitem; i++)
         gr__add_prompt_text(c, R->item[i].title, -1);
     for (int k = 0; k < R->nclaim; k++) /* the rubric file is public: copying a need is no answer */
-        gr__add_prompt_text(c, R->claim[k].need, -1);
+        gr__add_prompt_text(c, R->claim[k].need, GR__RUBRIC_PROMPT);
     const cJSON *v;
     cJSON_ArrayForEach(v, R->variants) gr__add_prompt_text(c, gr__jstr(v, "question", ""), -1);
 }

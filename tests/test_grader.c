@@ -775,6 +775,21 @@ Test(grader, a_hedge_stops_at_a_contrast_or_a_colon) {
     EXPECT_GRADE(S1("I think that in this layout the TP ranks are adjacent."), "S.tp_adj", 0.5);
 }
 
+/* An idea stated plainly anywhere on the sheet earns in full, even when its own box states it
+   only with a hedge. */
+Test(grader, a_plain_statement_elsewhere_beats_a_hedged_one_in_the_box) {
+    char *text = sheet(NULL, "I think the TP ranks are adjacent in this layout.", NULL, NULL, NULL,
+                       "In this layout the TP ranks are adjacent to each other.");
+    EXPECT_GRADE(text, "S.tp_adj", 1.0);
+}
+
+/* The rubric's needs are public, so a sentence that copies them earns nothing; but a short
+   answer that shares one run of words with a need is the answer the need asks for. */
+Test(grader, a_short_answer_that_shares_words_with_a_need_is_no_copy) {
+    EXPECT_GRADE(S1("TP with adjacent ranks is faster."), "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("TP with adjacent ranks and TP on the fast link."), "S.tp_adj", 0.0);
+}
+
 /* ---------------------------------------------------------------------------------------------
    items: wherever the idea stands, once */
 
