@@ -4606,7 +4606,7 @@ typedef struct gr__ccand {
     const gr__sent *a;
     const char *rule;
     int lo, hi; /* tokens [lo, hi) of the sentence the match spans; -1 when not known */
-    int rank;   /* preference: 2 when no hedge qualifies it, +1 when in a box of the item */
+    const gr__match *hedge; /* the hedge that qualifies the match, or NULL */
 } gr__ccand;
 
 typedef struct gr__cstate {
@@ -4686,6 +4686,9 @@ static const gr__match *gr__hedge_over(const gr__ctx *c, const gr__sent *s, int 
     return NULL;
 }
 
+/* A candidate's preference: 2 when no hedge qualifies it, +1 when it stands in its item's box. */
+static int gr__cand_rank(const gr__ccand *x) { return 2 * (x->hedge == NULL) + x->in_box; }
+
 static void gr__claim_candidates(gr__ctx *c, int ci, gr__cstate *st) {
     const gr__rubric *R = &c->R;
     const gr__claim *k = &R->claim[ci];
@@ -4750,15 +4753,14 @@ static void gr__claim_candidates(gr__ctx *c, int ci, gr__cstate *st) {
     }
     /* unhedged candidates first (an idea stated plainly anywhere is stated: it earns in full),
        then in-box ones, then sheet order (stable) */
+    int h = R->L.hedges;
     for (int i = 0; i < st->ncand; i++) {
         gr__ccand *x = &st->cand[i];
-        const gr__sent *s = &c->S.sent[x->sent];
-        x->rank = 2 * (gr__hedge_over(c, s, x->lo, x->hi) == NULL &&
-                       (x->a == NULL || x->a->ncm[c->R.L.hedges] == 0)) +
-                  x->in_box;
+        x->hedge = gr__hedge_over(c, &c->S.sent[x->sent], x->lo, x->hi);
+        if (x->hedge == NULL && x->a != NULL && x->a->ncm[h] > 0) x->hedge = &x->a->cm[h][0];
     }
     for (int i = 1; i < st->ncand; i++)
-        for (int j = i; j > 0 && st->cand[j].rank > st->cand[j - 1].rank; j--) {
+        for (int j = i; j > 0 && gr__cand_rank(&st->cand[j]) > gr__cand_rank(&st->cand[j - 1]); j--) {
             gr__ccand t = st->cand[j];
             st->cand[j] = st->cand[j - 1];
             st->cand[j - 1] = t;
@@ -5449,12 +5451,10 @@ static void gr__claim_item(gr__ctx *c, int ci, const gr__cstate *st) {
         it->line = s->line;
         it->detail = gr__where(c, x->a, s);
         gr__more(c, it, "rule: %s", x->rule);
-        int h = c->R.L.hedges;
-        const gr__match *hm = gr__hedge_over(c, s, x->lo, x->hi);
-        if (hm == NULL && x->a != NULL && x->a->ncm[h] > 0) hm = &x->a->cm[h][0];
-        if (hm != NULL) {
+        if (x->hedge != NULL) {
             it->score = k->points * c->R.rules.hedge_factor;
-            gr__more(c, it, "hedged (\"%s\"): it earns %.0f%%", c->R.concepts[h].alt[hm->alt].src,
+            gr__more(c, it, "hedged (\"%s\"): it earns %.0f%%",
+                     c->R.concepts[c->R.L.hedges].alt[x->hedge->alt].src,
                      c->R.rules.hedge_factor * 100);
         }
         if (!x->in_box && s->box >= 0)
