@@ -567,7 +567,7 @@ typedef struct gr__rules {
 typedef struct gr__lang {
     int neg, neg_except, deny_pre, deny_post, report, contrast, cond, cond_neg, brk, anaphor,
         pred, weak_pred, function_words, prepositions, auxiliaries, verb_negators, amb_verb,
-        hedges;
+        hedges, hedge_breaks;
 } gr__lang;
 
 typedef struct gr__rubric {
@@ -931,12 +931,13 @@ static void gr__load_language(gr__ctx *c, const cJSON *root) {
         "report_frames",   "contrast_markers",   "conditional_markers", "negative_conditionals",
         "clause_breaks",   "anaphors",           "predicates",         "weak_predicates",
         "function_words",  "prepositions",       "auxiliaries",        "verb_negators",
-        "ambiguous_verbs", "hedges"};
+        "ambiguous_verbs", "hedges",          "hedge_breaks"};
     int *slots[] = {&c->R.L.neg,       &c->R.L.neg_except, &c->R.L.deny_pre, &c->R.L.deny_post,
                     &c->R.L.report,    &c->R.L.contrast,   &c->R.L.cond,     &c->R.L.cond_neg,
                     &c->R.L.brk,       &c->R.L.anaphor,    &c->R.L.pred,     &c->R.L.weak_pred,
                     &c->R.L.function_words, &c->R.L.prepositions, &c->R.L.auxiliaries,
-                    &c->R.L.verb_negators, &c->R.L.amb_verb, &c->R.L.hedges};
+                    &c->R.L.verb_negators, &c->R.L.amb_verb, &c->R.L.hedges,
+                    &c->R.L.hedge_breaks};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char id[48], where[96];
         snprintf(id, sizeof id, "__%s", names[i]);
@@ -3988,7 +3989,11 @@ static int gr__is_copy(gr__ctx *c, gr__sent *s) {
     gr__tok **ct = gr__content_tokens(c, s->tok, s->ntok, &n);
     /* the prompt of the box it stands in (a box the rubric does not know: any prompt) */
     uint64_t want = GR__ALL_BOXES | (s->box >= 0 && s->box < 62 ? (uint64_t)1 << s->box : ~(uint64_t)0);
-    if (n >= c->R.rules.need_copy_words) want |= GR__RUBRIC_TEXT;
+    /* words: two CJK characters make about one word, as in the sentence lengths */
+    double words = 0;
+    for (int i = 0; i < n; i++)
+        words += ct[i]->kind == GR__T_CJK ? 0.5 : 1.0;
+    if (words >= c->R.rules.need_copy_words) want |= GR__RUBRIC_TEXT;
     if (n < 3) return 0;
     if (n < 4) return (gr__ngram_has(c, gr__ngram_hash(ct, n)) & want) != 0;
     uint8_t *cov = (uint8_t *)gr__alloc(c, (size_t)n);
@@ -4654,21 +4659,16 @@ static void gr__match_span(const gr__search *q, int *lo, int *hi) {
     }
 }
 
-/* A break that ends a hedge's reach inside a sentence: a colon or semicolon, or a contrast
-   ("I think this is a common confusion, but it does not shard anything": the hedge is on the
-   confusion, not on what follows "but"; 大概分这几块：... hedges only the lead-in). */
-static int gr__hedge_break(const gr__sent *s, int from, int to) {
-    static const char *const words[] = {"but", "however", "whereas", "although", "though",
-                                        "但", "然"};
-    for (int t = from; t < to && t < s->ntok; t++) {
-        const char *w = s->tok[t].s;
-        if (strcmp(w, ":") == 0 || strcmp(w, ";") == 0) return 1;
-        for (size_t i = 0; i < sizeof words / sizeof *words; i++)
-            if (strcmp(w, words[i]) == 0) return 1;
-        if (t + 1 < to && ((strcmp(w, "不") == 0 && strcmp(s->tok[t + 1].s, "过") == 0) ||
-                           (strcmp(w, "可") == 0 && strcmp(s->tok[t + 1].s, "是") == 0)))
-            return 1;
-    }
+/* A break that ends a hedge's reach inside a sentence: a colon or semicolon, or one of the
+   language's hedge breaks, a contrast ("I think this is a common confusion, but it does not
+   shard anything": the hedge is on the confusion, not on what follows "but"; 大概分这几块：...
+   hedges only the lead-in). */
+static int gr__hedge_break(const gr__ctx *c, const gr__sent *s, int from, int to) {
+    for (int t = from; t < to && t < s->ntok; t++)
+        if (strcmp(s->tok[t].s, ":") == 0 || strcmp(s->tok[t].s, ";") == 0) return 1;
+    int k = c->R.L.hedge_breaks;
+    for (int i = 0; i < s->ncm[k]; i++)
+        if (s->cm[k][i].start >= from && s->cm[k][i].start < to) return 1;
     return 0;
 }
 
@@ -4679,8 +4679,8 @@ static const gr__match *gr__hedge_over(const gr__ctx *c, const gr__sent *s, int 
     for (int i = 0; i < s->ncm[h]; i++) {
         const gr__match *m = &s->cm[h][i];
         if (lo < 0) return m;
-        if (m->end <= lo && gr__hedge_break(s, m->end, lo)) continue;
-        if (m->start >= hi && gr__hedge_break(s, hi, m->start)) continue;
+        if (m->end <= lo && gr__hedge_break(c, s, m->end, lo)) continue;
+        if (m->start >= hi && gr__hedge_break(c, s, hi, m->start)) continue;
         return m;
     }
     return NULL;

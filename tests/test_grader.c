@@ -790,6 +790,14 @@ Test(grader, a_short_answer_that_shares_words_with_a_need_is_no_copy) {
     EXPECT_GRADE(S1("TP with adjacent ranks and TP on the fast link."), "S.tp_adj", 0.0);
 }
 
+/* Two CJK characters make about one word there too: "TP with adjacent ranks 可行" is a short
+   answer of five words, not of six; six English words that restate the need are a copy. */
+Test(grader, a_short_chinese_answer_is_measured_in_words_not_characters) {
+    make_rubric("{\"need_copy_words\": 6}");
+    EXPECT_GRADE(S1("TP with adjacent ranks 可行。"), "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("TP with adjacent ranks works well."), "S.tp_adj", 0.0);
+}
+
 /* ---------------------------------------------------------------------------------------------
    items: wherever the idea stands, once */
 
