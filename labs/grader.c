@@ -3541,6 +3541,10 @@ static int gr__is_semicolon(const gr__tok *t) {
     return t->kind == GR__T_SYM && (strcmp(t->s, ";") == 0 || strcmp(t->s, "\xEF\xBC\x9B") == 0);
 }
 
+static int gr__is_colon(const gr__tok *t) {
+    return t->kind == GR__T_SYM && (strcmp(t->s, ":") == 0 || strcmp(t->s, "\xEF\xBC\x9A") == 0);
+}
+
 /* 1 when negator m joins one more denied statement to a list of them: "nor", "neither", or a
    Chinese negator after 也 ("也不是", "也没有"). */
 static int gr__coordinates_denial(const gr__sent *s, const gr__match *m) {
@@ -3587,14 +3591,19 @@ static void gr__polarity(gr__ctx *c, gr__sent *s) {
     const gr__rubric *R = &c->R;
     int n = s->ntok;
     /* denial and report frames before a statement: to the next contrast marker, or to a
-       semicolon ("It is a myth that X; Y" asserts Y) */
+       semicolon ("It is a myth that X; Y" asserts Y), or to a colon after what it denies */
     const int pre[] = {R->L.deny_pre, R->L.report};
     int *frame_clause = (int *)gr__alloc(c, sizeof(int) * (size_t)(n + 1));
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < s->ncm[pre[k]]; i++) {
             const gr__match *m = &s->cm[pre[k]][i];
             int end = gr__contrast_after(c, s, m->end);
+            double said = 0; /* words the frame has covered */
             for (int t = m->end; t < end && !gr__is_semicolon(&s->tok[t]); t++) {
+                /* "It is a myth that X: Y": Y is the writer's own explanation of X; but a colon
+                   right after the frame ("the misconception is: X") opens what it denies */
+                if (gr__is_colon(&s->tok[t]) && said >= 2) break;
+                said += s->tok[t].kind == GR__T_WORD ? 1 : s->tok[t].kind == GR__T_CJK ? 0.5 : 0;
                 s->frame[t] = 1;
                 frame_clause[t] = m->end < n ? s->clause[m->end] : s->clause[n - 1];
             }

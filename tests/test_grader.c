@@ -646,6 +646,16 @@ Test(grader, a_semicolon_ends_a_denial_frame) {
     release(&g);
 }
 
+Test(grader, a_colon_after_what_a_frame_denies_ends_it) {
+    /* "It is a myth that X: Y": Y is the writer's own explanation */
+    EXPECT_GRADE(S1("It is a myth that the TP ranks are strided: the TP ranks are adjacent."),
+                 "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("It is a myth that SP changes anything: the TP ranks are not adjacent."),
+                 "S.tp_adj", 0.0);
+    /* a colon right after the frame opens what it denies */
+    EXPECT_GRADE(S1("It is a myth: the TP ranks are adjacent in this layout."), "S.tp_adj", 0.0);
+}
+
 Test(grader, an_object_negator_after_a_verb_negates_the_clause) {
     /* "every rank creates no group": nobody creates it, so "every rank creates" is not said */
     EXPECT_GRADE(S1("In this scheme every rank creates no group at all."), "S.every_create", 0.0);
