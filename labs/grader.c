@@ -1959,6 +1959,21 @@ static char *gr__inline_text(gr__ctx *c, cmark_node *node, size_t *len) {
     return b.s != NULL ? b.s : gr__strdup(c, "");
 }
 
+/* 1 when the period at text[i] closes an abbreviation that a sentence goes on after ("e.g.",
+   "i.e.", "vs.", "Exp. C", "max rel. diff"): the word before it, read back to a space. */
+static int gr__abbreviation_at(const char *text, size_t i) {
+    static const char *const abbr[] = {"e.g", "i.e", "vs", "cf", "approx", "rel", "resp", "exp",
+                                       "fig", "eq", "al", "incl", "esp", "w.r.t", "a.k.a", NULL};
+    size_t b = i;
+    while (b > 0 && (isalpha((unsigned char)text[b - 1]) || text[b - 1] == '.'))
+        b--;
+    size_t len = i - b;
+    if (len == 0 || len > 7) return 0;
+    for (int k = 0; abbr[k] != NULL; k++)
+        if (strlen(abbr[k]) == len && strncasecmp(text + b, abbr[k], len) == 0) return 1;
+    return 0;
+}
+
 /* 1 when the character at text[i] ends a sentence; *adv = its length in bytes. */
 static int gr__sentence_end(const char *text, size_t n, size_t i, size_t *adv) {
     unsigned char ch = (unsigned char)text[i];
@@ -1966,6 +1981,7 @@ static int gr__sentence_end(const char *text, size_t n, size_t i, size_t *adv) {
     if (ch == '\n' || ch == '!' || ch == '?') return 1; /* ';' joins clauses of one sentence */
     if (ch == '.') {
         if (i + 1 >= n) return 1;
+        if (gr__abbreviation_at(text, i)) return 0;
         unsigned char next = (unsigned char)text[i + 1];
         return isspace(next) || next == '\x01' || next >= 0x80;
     }

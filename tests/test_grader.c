@@ -656,6 +656,21 @@ Test(grader, a_colon_after_what_a_frame_denies_ends_it) {
     EXPECT_GRADE(S1("It is a myth: the TP ranks are adjacent in this layout."), "S.tp_adj", 0.0);
 }
 
+Test(grader, an_abbreviation_does_not_end_a_sentence) {
+    /* "e.g." and "vs." stand inside a sentence: a misconception stated at its start voids the
+       whole of it, the clause after the abbreviation too */
+    const char *texts[] = {"Only the members create the group, e.g. ranks 0 and 1, and the TP "
+                           "ranks are adjacent to each other.",
+                           "Only the members create the group (vs. all ranks), and the TP ranks "
+                           "are adjacent to each other."};
+    for (int i = 0; i < 2; i++) {
+        graded g = grade_sheet(S1(texts[i]));
+        cr_expect(item(&g, "MX_ONLY")->fired, "%s", g.out);
+        EXPECT_SCORE(g, "S.tp_adj", 0.0);
+        release(&g);
+    }
+}
+
 Test(grader, an_object_negator_after_a_verb_negates_the_clause) {
     /* "every rank creates no group": nobody creates it, so "every rank creates" is not said */
     EXPECT_GRADE(S1("In this scheme every rank creates no group at all."), "S.every_create", 0.0);
