@@ -4697,6 +4697,19 @@ static int gr__hedge_break(const gr__ctx *c, const gr__sent *s, int from, int to
     return 0;
 }
 
+/* 1 when hedge m, after a match that ends at token hi, stands in a later clause that says a
+   thing of its own ("…提供并行层和 GPTModel，大概还有 optimizer 之类的东西": the hedge is on the
+   optimizer, not on the layers); a bare comment ("…, I think.", "，大概吧") still hedges. */
+static int gr__hedge_own_clause(const gr__sent *s, const gr__match *m, int hi) {
+    if (hi <= 0 || s->clause[m->start] == s->clause[hi - 1]) return 0;
+    double words = 0;
+    for (int t = 0; t < s->ntok; t++) {
+        if (s->clause[t] != s->clause[m->start] || (t >= m->start && t < m->end)) continue;
+        words += s->tok[t].kind == GR__T_CJK ? 0.5 : s->tok[t].kind == GR__T_SYM ? 0 : 1;
+    }
+    return words >= 3;
+}
+
 /* The hedge of sentence s that qualifies the tokens [lo, hi) a claim matched, or NULL: one in
    the same stretch of the sentence, with no colon, semicolon or contrast between them. */
 static const gr__match *gr__hedge_over(const gr__ctx *c, const gr__sent *s, int lo, int hi) {
@@ -4706,6 +4719,7 @@ static const gr__match *gr__hedge_over(const gr__ctx *c, const gr__sent *s, int 
         if (lo < 0) return m;
         if (m->end <= lo && gr__hedge_break(c, s, m->end, lo)) continue;
         if (m->start >= hi && gr__hedge_break(c, s, hi, m->start)) continue;
+        if (m->start >= hi && gr__hedge_own_clause(s, m, hi)) continue;
         return m;
     }
     return NULL;
