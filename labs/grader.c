@@ -567,7 +567,7 @@ typedef struct gr__rules {
 typedef struct gr__lang {
     int neg, neg_except, deny_pre, deny_post, report, contrast, cond, cond_neg, brk, anaphor,
         pred, weak_pred, function_words, prepositions, auxiliaries, verb_negators, amb_verb,
-        hedges, hedge_breaks;
+        hedges, hedge_breaks, task_frames;
 } gr__lang;
 
 typedef struct gr__rubric {
@@ -931,13 +931,13 @@ static void gr__load_language(gr__ctx *c, const cJSON *root) {
         "report_frames",   "contrast_markers",   "conditional_markers", "negative_conditionals",
         "clause_breaks",   "anaphors",           "predicates",         "weak_predicates",
         "function_words",  "prepositions",       "auxiliaries",        "verb_negators",
-        "ambiguous_verbs", "hedges",          "hedge_breaks"};
+        "ambiguous_verbs", "hedges",          "hedge_breaks",       "task_frames"};
     int *slots[] = {&c->R.L.neg,       &c->R.L.neg_except, &c->R.L.deny_pre, &c->R.L.deny_post,
                     &c->R.L.report,    &c->R.L.contrast,   &c->R.L.cond,     &c->R.L.cond_neg,
                     &c->R.L.brk,       &c->R.L.anaphor,    &c->R.L.pred,     &c->R.L.weak_pred,
                     &c->R.L.function_words, &c->R.L.prepositions, &c->R.L.auxiliaries,
                     &c->R.L.verb_negators, &c->R.L.amb_verb, &c->R.L.hedges,
-                    &c->R.L.hedge_breaks};
+                    &c->R.L.hedge_breaks, &c->R.L.task_frames};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         char id[48], where[96];
         snprintf(id, sizeof id, "__%s", names[i]);
@@ -3701,6 +3701,12 @@ static void gr__polarity(gr__ctx *c, gr__sent *s) {
         for (int t = from; t < m->start; t++)
             s->frame[t] = 1;
     }
+    /* talk about the task ("Here we must explain whose code runs the loop", "The question is
+       whether ..."): what follows is what the answer should say, not what the writer says,
+       to the end of the sentence or its semicolon part */
+    for (int i = 0; i < s->ncm[R->L.task_frames]; i++)
+        for (int t = s->cm[R->L.task_frames][i].start; t < n && !gr__is_semicolon(&s->tok[t]); t++)
+            s->hyp[t] = 1;
     if (s->question)
         for (int t = 0; t < n; t++)
             s->hyp[t] = 1;

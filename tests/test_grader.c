@@ -671,6 +671,14 @@ Test(grader, an_abbreviation_does_not_end_a_sentence) {
     }
 }
 
+Test(grader, talk_about_the_task_states_nothing) {
+    /* restating what the answer should say is not saying it */
+    EXPECT_GRADE(S1("Here we must explain why the TP ranks are adjacent."), "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("The question is whether the TP ranks are adjacent."), "S.tp_adj", 0.0);
+    /* "must" about the system is a statement */
+    EXPECT_GRADE(S1("The TP ranks must be adjacent to each other."), "S.tp_adj", 1.0);
+}
+
 Test(grader, an_object_negator_after_a_verb_negates_the_clause) {
     /* "every rank creates no group": nobody creates it, so "every rank creates" is not said */
     EXPECT_GRADE(S1("In this scheme every rank creates no group at all."), "S.every_create", 0.0);
