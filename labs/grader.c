@@ -3557,6 +3557,13 @@ static int gr__is_semicolon(const gr__tok *t) {
     return t->kind == GR__T_SYM && (strcmp(t->s, ";") == 0 || strcmp(t->s, "\xEF\xBC\x9B") == 0);
 }
 
+/* 1 when a plain negator starts in tokens [from, to). */
+static int gr__negator_in(const gr__ctx *c, const gr__sent *s, int from, int to) {
+    for (int i = 0; i < s->ncm[c->R.L.neg]; i++)
+        if (s->cm[c->R.L.neg][i].start >= from && s->cm[c->R.L.neg][i].start < to) return 1;
+    return 0;
+}
+
 static int gr__is_colon(const gr__tok *t) {
     return t->kind == GR__T_SYM && (strcmp(t->s, ":") == 0 || strcmp(t->s, "\xEF\xBC\x9A") == 0);
 }
@@ -3616,9 +3623,12 @@ static void gr__polarity(gr__ctx *c, gr__sent *s) {
             int end = gr__contrast_after(c, s, m->end);
             double said = 0; /* words the frame has covered */
             for (int t = m->end; t < end && !gr__is_semicolon(&s->tok[t]); t++) {
-                /* "It is a myth that X: Y": Y is the writer's own explanation of X; but a colon
-                   right after the frame ("the misconception is: X") opens what it denies */
-                if (gr__is_colon(&s->tok[t]) && said >= 2) break;
+                /* "It is a myth that X: SP does not move Y": a negated statement after the
+                   colon is the writer's own answer to X, not a second denial under the frame;
+                   a plain one ("It is not true that X: A, B and C") details what it denies, and
+                   a colon right after the frame ("the misconception is: X") opens it */
+                if (gr__is_colon(&s->tok[t]) && said >= 2 && gr__negator_in(c, s, t + 1, end))
+                    break;
                 said += s->tok[t].kind == GR__T_WORD ? 1 : s->tok[t].kind == GR__T_CJK ? 0.5 : 0;
                 s->frame[t] = 1;
                 frame_clause[t] = m->end < n ? s->clause[m->end] : s->clause[n - 1];

@@ -646,13 +646,18 @@ Test(grader, a_semicolon_ends_a_denial_frame) {
     release(&g);
 }
 
-Test(grader, a_colon_after_what_a_frame_denies_ends_it) {
-    /* "It is a myth that X: Y": Y is the writer's own explanation */
-    EXPECT_GRADE(S1("It is a myth that the TP ranks are strided: the TP ranks are adjacent."),
+Test(grader, a_negated_answer_after_a_frame_and_a_colon_is_the_writers_own) {
+    /* "It is a myth that X: Y is not so": the negated Y answers X in the writer's voice, it is
+       no double negation under the frame */
+    EXPECT_GRADE(S1("It is a myth that the TP ranks are spread out: they are not strided, the TP "
+                    "ranks are adjacent."),
                  "S.tp_adj", 1.0);
     EXPECT_GRADE(S1("It is a myth that SP changes anything: the TP ranks are not adjacent."),
                  "S.tp_adj", 0.0);
-    /* a colon right after the frame opens what it denies */
+    /* a plain statement after the colon details what the frame denies, and a colon right after
+       the frame opens it */
+    EXPECT_GRADE(S1("It is not true that the layout is fixed: the TP ranks are adjacent."),
+                 "S.tp_adj", 0.0);
     EXPECT_GRADE(S1("It is a myth: the TP ranks are adjacent in this layout."), "S.tp_adj", 0.0);
 }
 
