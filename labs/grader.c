@@ -4033,7 +4033,7 @@ static int gr__is_copy(gr__ctx *c, gr__sent *s) {
     /* words: two CJK characters make about one word, as in the sentence lengths */
     double words = 0;
     for (int i = 0; i < n; i++)
-        words += ct[i]->kind == GR__T_CJK ? 0.5 : 1.0;
+        words += gr__tok_weight(ct[i]);
     if (words >= c->R.rules.need_copy_words) want |= GR__RUBRIC_TEXT;
     if (n < 3) return 0;
     if (n < 4) return (gr__ngram_has(c, gr__ngram_hash(ct, n)) & want) != 0;
@@ -4706,7 +4706,7 @@ static void gr__match_span(const gr__search *q, int *lo, int *hi) {
    hedges only the lead-in). */
 static int gr__hedge_break(const gr__ctx *c, const gr__sent *s, int from, int to) {
     for (int t = from; t < to && t < s->ntok; t++)
-        if (strcmp(s->tok[t].s, ":") == 0 || strcmp(s->tok[t].s, ";") == 0) return 1;
+        if (gr__is_colon(&s->tok[t]) || gr__is_semicolon(&s->tok[t])) return 1;
     int k = c->R.L.hedge_breaks;
     for (int i = 0; i < s->ncm[k]; i++)
         if (s->cm[k][i].start >= from && s->cm[k][i].start < to) return 1;
@@ -4721,7 +4721,7 @@ static int gr__hedge_own_clause(const gr__sent *s, const gr__match *m, int hi) {
     double words = 0;
     for (int t = 0; t < s->ntok; t++) {
         if (s->clause[t] != s->clause[m->start] || (t >= m->start && t < m->end)) continue;
-        words += s->tok[t].kind == GR__T_CJK ? 0.5 : s->tok[t].kind == GR__T_SYM ? 0 : 1;
+        words += gr__tok_weight(&s->tok[t]);
     }
     return words >= 3;
 }
