@@ -802,8 +802,6 @@ Test(grader, a_hedged_claim_earns_half) {
     release(&g);
 }
 
-/* A hedge qualifies its own stretch of the sentence: a colon, a semicolon or a contrast ends
-   its reach, in either direction. */
 Test(grader, a_trailing_hedge_with_a_statement_of_its_own_hedges_only_that) {
     EXPECT_GRADE(S1("The TP ranks are adjacent, and maybe the DP ranks are strided as well."),
                  "S.tp_adj", 1.0);
@@ -811,6 +809,8 @@ Test(grader, a_trailing_hedge_with_a_statement_of_its_own_hedges_only_that) {
     EXPECT_GRADE(S1("The TP ranks are adjacent to each other, I think."), "S.tp_adj", 0.5);
 }
 
+/* A hedge qualifies its own stretch of the sentence: a colon, a semicolon or a contrast ends
+   its reach, in either direction. */
 Test(grader, a_hedge_stops_at_a_contrast_or_a_colon) {
     EXPECT_GRADE(S1("I think this is a common confusion, but the TP ranks are adjacent in this layout."),
                  "S.tp_adj", 1.0);
