@@ -66,7 +66,11 @@
 #define LAB09_BUBBLE_BUDGET_S 4.0
 #define LAB09_LOSS_RTOL 1e-5       /* the equivalence suite's tolerance (tests/test_train.c) */
 #define LAB09_BUBBLE_TOL 0.05      /* |timeline - its replay|: communication and waits */
-#define LAB09_BUBBLE_FLOOR_TOL 0.03 /* measured may sit this far below the formula (noise) */
+/* How far the measured bubble may sit below the formula. An op's time is host clock from its
+   call to its return, so a stage that is descheduled inside an op, or waits inside it, books
+   that time as busy and the bubble reads low: on a loaded 2-core machine quiet p=2 m=2 runs
+   measured down to 0.289 against 1/3 (about 1 run in 10 below 0.303). */
+#define LAB09_BUBBLE_FLOOR_TOL 0.06
 #define LAB09_RAMP_ITERS 6
 #define LAB09_MAX_ROWS 16
 #define LAB09_SEED 1234
