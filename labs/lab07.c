@@ -309,15 +309,12 @@ static int l07_hook_finalize(void *app) {
 }
 
 static mc_schedule_hooks l07_hooks(l07_run *r) {
-    mc_schedule_hooks h;
-    memset(&h, 0, sizeof h);
-    h.app = r;
-    h.forward_step = l07_hook_forward;
-    h.backward_step = l07_hook_backward;
-    h.grad_sync = l07_hook_grad_sync;
-    h.finalize = r->have_ddp ? l07_hook_finalize : NULL;
-    h.tensor_elems = r->gpt.p2p_elems;
-    return h;
+    return (mc_schedule_hooks){.app = r,
+                               .forward_step = l07_hook_forward,
+                               .backward_step = l07_hook_backward,
+                               .grad_sync = l07_hook_grad_sync,
+                               .finalize = r->have_ddp ? l07_hook_finalize : NULL,
+                               .tensor_elems = r->gpt.p2p_elems};
 }
 
 /* Builds the model on ps with `layers` layers (0: two per stage) and m activation slots;
@@ -349,17 +346,14 @@ static void l07_run_init(l07_run *r, mc_parallel_state *ps, int untied, int m, i
                                                   .distributed_optimizer = distributed_optimizer,
                                                   .ops = r->gpt.ops}));
     r->have_ddp = 1;
-    mc_optimizer_desc od;
-    memset(&od, 0, sizeof od);
-    od.ddp = &r->ddp;
-    od.params = r->gpt.params;
-    od.ps = ps;
-    od.lr = L07_LR;
-    od.min_lr = L07_LR;
-    od.lr_decay_style = MC_LR_DECAY_CONSTANT;
-    od.weight_decay = MC_WEIGHT_DECAY_OFF;
-    od.clip_grad = MC_CLIP_GRAD_OFF;
-    MC_CHECK(mc_optimizer_init(&r->opt, &od));
+    MC_CHECK(mc_optimizer_init(&r->opt, &(mc_optimizer_desc){.ddp = &r->ddp,
+                                                              .params = r->gpt.params,
+                                                              .ps = ps,
+                                                              .lr = L07_LR,
+                                                              .min_lr = L07_LR,
+                                                              .lr_decay_style = MC_LR_DECAY_CONSTANT,
+                                                              .weight_decay = MC_WEIGHT_DECAY_OFF,
+                                                              .clip_grad = MC_CLIP_GRAD_OFF}));
     r->have_opt = 1;
 }
 

@@ -94,6 +94,17 @@ static inline int cal_spit(const char *path, const char *text) {
 }
 
 /* Splits one TSV line in place. */
+/* Cuts a string that snprintf truncated back to whole UTF-8 characters, so that a style
+   column written in Chinese does not end the printed table in half a character. */
+static inline void cal_utf8_whole(char *s) {
+    size_t n = strlen(s), i = n;
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80) i--;   /* continuation bytes */
+    if (i == 0 || (unsigned char)s[i - 1] < 0xC0) return;           /* ends on ASCII */
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : 2;
+    if (n - (i - 1) < want) s[i - 1] = '\0';
+}
+
 static inline int cal_fields(char *line, char **out, int cap) {
     int n = 0;
     for (char *p = line; n < cap;) {
@@ -163,6 +174,7 @@ static inline int cal_load(cal_corpus *cp, const char *lab, const char *dir, cha
         s->label = strtod(f[c_label], NULL);
         snprintf(s->ledger, sizeof s->ledger, "%s", f[c_ledger]);
         snprintf(s->style, sizeof s->style, "%s", c_style >= 0 && c_style < nf ? f[c_style] : "");
+        cal_utf8_whole(s->style);
         s->nitems = nitem;
         for (int i = 0; i < nitem; i++) {
             snprintf(s->item_id[i], sizeof s->item_id[i], "%s", cols[item_cols[i]]);
@@ -543,10 +555,13 @@ static inline void cal_print(const cal_corpus *cp, FILE *f) {
             for (int k = 0; k < s->nitems && u + 24 < sizeof items; k++)
                 u += (size_t)snprintf(items + u, sizeof items - u, "%s%s %g/%g", k ? " " : "",
                                       s->item_id[k], s->item_label[k], s->item_score[k]);
+            char style[61];
+            snprintf(style, sizeof style, "%s", s->style);
+            cal_utf8_whole(style);
             if (s->graded)
-                fprintf(f, "%-8s %6.2f %6.2f %+6.2f%s %-44s %.60s\n", s->id, s->label, s->score,
+                fprintf(f, "%-8s %6.2f %6.2f %+6.2f%s %-44s %s\n", s->id, s->label, s->score,
                         s->score - s->label, fabs(s->score - s->label) > 2 + 1e-9 ? "!" : " ",
-                        items, s->style);
+                        items, style);
             else
                 fprintf(f, "%-8s %6.2f  error  %s\n", s->id, s->label, s->error);
         }
