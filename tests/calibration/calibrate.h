@@ -16,8 +16,7 @@
    timing, or a race a lab provokes on purpose, differs from run to run and a quoted value
    then matches one run and not the next). `make calibration-results` (cal_grade_all with
    freeze set) makes them from real runs; cal_check_frozen fails once the lab writes results
-   of another shape, so they cannot go stale silently. A sheet without a frozen file (the
-   held-out halves, copied in to be measured) is graded against a fresh run: one per nonce,
+   of another shape, so they cannot go stale silently. A sheet without a frozen file (one copied in to be measured) is graded against a fresh run: one per nonce,
    cached for the corpus. A lab that reveals facts once the sheet is locked (lab02) also keeps
    the ledger its revealing run left, results/<id>.ledger.json.
 
