@@ -16,8 +16,9 @@
    timing, or a race a lab provokes on purpose, differs from run to run and a quoted value
    then matches one run and not the next). `make calibration-results` (cal_grade_all with
    freeze set) makes them from real runs; cal_check_frozen fails once the lab writes results
-   of another shape, so they cannot go stale silently. A sheet without a frozen file (one copied in to be measured) is graded against a fresh run: one per nonce,
-   cached for the corpus. A lab that reveals facts once the sheet is locked (lab02) also keeps
+   of another shape, so they cannot go stale silently. A sheet without a frozen file (one
+   copied in to be measured) is graded against a fresh run: one per nonce, cached for the
+   corpus. A lab that reveals facts once the sheet is locked (lab02) also keeps
    the ledger its revealing run left, results/<id>.ledger.json.
 
    The bar, on the test half: |grader - label| <= 2 on at least 90% of the sheets, every sheet
@@ -92,7 +93,6 @@ static inline int cal_spit(const char *path, const char *text) {
     return fclose(f) == 0 && ok ? 0 : -1;
 }
 
-/* Splits one TSV line in place. */
 /* Cuts a string that snprintf truncated back to whole UTF-8 characters, so that a style
    column written in Chinese does not end the printed table in half a character. */
 static inline void cal_utf8_whole(char *s) {
@@ -104,6 +104,7 @@ static inline void cal_utf8_whole(char *s) {
     if (n - (i - 1) < want) s[i - 1] = '\0';
 }
 
+/* Splits one TSV line in place. */
 static inline int cal_fields(char *line, char **out, int cap) {
     int n = 0;
     for (char *p = line; n < cap;) {
@@ -173,7 +174,6 @@ static inline int cal_load(cal_corpus *cp, const char *lab, const char *dir, cha
         s->label = strtod(f[c_label], NULL);
         snprintf(s->ledger, sizeof s->ledger, "%s", f[c_ledger]);
         snprintf(s->style, sizeof s->style, "%s", c_style >= 0 && c_style < nf ? f[c_style] : "");
-        cal_utf8_whole(s->style);
         s->nitems = nitem;
         for (int i = 0; i < nitem; i++) {
             snprintf(s->item_id[i], sizeof s->item_id[i], "%s", cols[item_cols[i]]);
