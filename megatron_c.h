@@ -639,6 +639,13 @@ typedef struct mc_cuda_desc {
                                    where cuBLASLt has an algorithm; fp32 always unfused).
                                    MC_CUDA_FUSE=0 in the environment turns the fusion off
                                    without a rebuild */
+    int deterministic;          /* 1: every sum in one fixed order, so two runs (and two ranks
+                                   computing a replicated region) agree bit for bit: the
+                                   gradient-norm, bias, LayerNorm-parameter, embedding and loss
+                                   sums without atomics, attention on the own kernels unless
+                                   cuDNN is asked for (Megatron's --deterministic-mode). Slower
+                                   backward; default 0. MC_CUDA_DETERMINISTIC=1 in the
+                                   environment sets it */
 } mc_cuda_desc;
 /* Fills *ops (written only on success) with the CUDA table and a new context on desc->device
    (stream, cuBLASLt and cuDNN handles, workspace). MC_ERR_CUDA naming the call when the device
@@ -1189,8 +1196,9 @@ MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt);
 
 /* ---------------------------------------------------------------------------------------------
    >>parallel_state.comm  The communicator table. Layer and lab code call the mc_* wrappers below; each
-   backend fills an mc_comm_ops. Buffers are host memory for `self` and `mpi`, device memory
-   for `nccl`: use mc_comm_alloc / mc_comm_upload / mc_comm_download to stay backend-neutral.
+   backend fills an mc_comm_ops. Buffers are op memory of the world's table (mc_comm_memory:
+   host memory for the CPU table, device memory for a CUDA table, always for `nccl`): use
+   mc_comm_alloc / mc_comm_upload / mc_comm_download to stay backend-neutral.
 
    Backends:
      self   size 1. Collectives copy send to recv; send/recv to itself (peer 0) go through a
@@ -1201,7 +1209,9 @@ MC_API uint64_t mc_grid_plan_fingerprint(const mc_grid *grid, uint64_t salt);
             the communicator and the operation; the communicator should then be dropped).
             MC_AVG is SUM followed by a division (integer division for integer types). bf16
             reductions return MC_ERR_UNSUPPORTED (MPI has no bf16 type); bf16 gathers,
-            broadcasts and p2p move the raw 16-bit values. Counts must fit in an int.
+            broadcasts and p2p move the raw 16-bit values. Counts must fit in an int. With a
+            device table (ranks sharing one GPU) each call stages through host copies: the
+            send side is downloaded when it starts, the result uploaded when it finishes.
      nccl   see megatron_c_cuda.cu. */
 
 typedef enum mc_reduce_op { MC_SUM = 0, MC_MAX, MC_MIN, MC_AVG } mc_reduce_op;
@@ -1307,7 +1317,9 @@ typedef struct mc_comm_desc {
     /* The op table that owns the collectives' buffers (mc_comm_memory). Default: the CPU table
        for self and mpi; for nccl a CUDA table (mc_ops_cuda_init) on the rank's GPU, made for
        the world and destroyed with it. self takes any table (its collectives are copies
-       through the table); mpi needs host memory; nccl needs a CUDA table on its GPU. */
+       through the table); mpi takes any table too, and stages a device table's buffers
+       through host copies (ranks that share a GPU, where NCCL cannot run: correct, two extra
+       copies per call); nccl needs a CUDA table on its GPU. */
     const struct mc_ops *memory;
 } mc_comm_desc;
 
@@ -1363,7 +1375,8 @@ typedef struct mc_backend_info {
     char backend[8];            /* the world's backend: "self", "mpi" or "nccl" */
     char backend_reason[128];   /* why mc_comm_init_world chose it */
     int world_size;
-    char device_kind[8];        /* where the world's buffers live: "cuda" (nccl) or "cpu" */
+    char device_kind[8];        /* where the world's buffers live: "cuda" (nccl, or a CUDA
+                                   table given to mpi / self) or "cpu" */
     char device_name[128];      /* gpu_name for "cuda", else cpu_name */
     int device_count;           /* gpu_count for "cuda", else cpu_count */
     char cpu_name[128];         /* "model name" of /proc/cpuinfo where readable */
@@ -7032,14 +7045,14 @@ static mc_comm *mc__comm_new(const mc_comm_ops *ops, mc_comm_backend backend, in
 }
 
 /* The world's memory owner for the self and mpi backends (nccl sets its own): self copies
-   through any table, MPI reads and writes host memory only. */
+   through any table; mpi stages a device table's buffers through host copies
+   (mc__mpi_staged). */
 static int mc__comm_take_memory(mc_comm *c, const mc_ops *memory) {
     if (!memory) return MC_OK;   /* the CPU table, set at creation */
-    if (c->backend == MC_BACKEND_MPI && memory->device != MC_DEVICE_CPU)
-        return MC__FAIL(MC_ERR_UNSUPPORTED,
-                        "mc_comm_desc.memory: the mpi backend reads and writes host memory, but "
-                        "the '%s' table's memory is on a device (use nccl with one GPU per rank, "
-                        "or the CPU table)", memory->name ? memory->name : "?");
+    if (!memory->upload || !memory->download || !memory->copy_2d || !memory->alloc)
+        return MC__FAIL(MC_ERR_INVALID_ARG,
+                        "mc_comm_desc.memory: the '%s' table needs alloc, upload, download and "
+                        "copy_2d", memory->name ? memory->name : "?");
     c->mem = memory;
     return MC_OK;
 }
@@ -7383,7 +7396,18 @@ typedef struct mc__mpi_request {
     void *avg_buf;          /* AVG: divide avg_count elements here by the size when done */
     size_t avg_count;
     mc_dtype avg_dtype;
+    /* a device table's buffers (mc__mpi_staged): MPI works on host copies in `stage`; the
+       received ones go back to the device when the request finishes */
+    void *stage;
+    struct mc__mpi_upload *up;
+    int n_up;
 } mc__mpi_request;
+
+typedef struct mc__mpi_upload {
+    void *dev;              /* device destination (op memory of the world's table) */
+    const void *host;       /* its host copy inside the request's stage */
+    size_t bytes;
+} mc__mpi_upload;
 
 static const mc_comm_ops *mc__mpi_ops(void);
 
@@ -7778,15 +7802,19 @@ static mc__mpi_request *mc__mpi_request_new(mc_comm *c, const char *op, int n_re
 
 /* After a timeout MPI may still read the scratch copy, so it is left allocated then. */
 static void mc__mpi_request_free(mc__mpi_request *q, int keep_scratch) {
-    if (!keep_scratch) mc_free(q->scratch);
+    if (!keep_scratch) mc_free(q->scratch), mc_free(q->stage);
+    mc_free(q->up);
     if (q->reqs != &q->one) mc_free(q->reqs);
     mc_free(q);
 }
 
+/* Done: AVG divides (on the host copy when staged), then staged results go to the device. */
 static int mc__mpi_finish(mc__mpi_request *q) {
     mc_comm *c = q->head.comm;
-    int rc = MC_OK;
+    int rc = MC_OK, i;
     if (q->avg_buf) rc = mc__divide(q->avg_buf, q->avg_count, q->avg_dtype, c->size);
+    for (i = 0; rc == MC_OK && i < q->n_up; i++)
+        if (q->up[i].bytes) rc = c->mem->upload(c->mem, q->up[i].dev, q->up[i].host, q->up[i].bytes);
     mc__mpi_request_free(q, 0);
     return rc;
 }
@@ -7880,6 +7908,40 @@ static const void *mc__mpi_unalias(mc__mpi_request *q, const void *send, size_t 
     return q->scratch;
 }
 
+/* MPI here is not CUDA-aware: a world whose table keeps its memory on a device (ranks that
+   share a GPU, so NCCL cannot hold them) hands MPI host copies. The send side is downloaded
+   when the operation starts (download waits for the kernels that wrote it); the receive side
+   is uploaded when the request finishes. Correct for every operation, at the price of two
+   copies through the host per call. */
+static int mc__mpi_staged(const mc_comm *c) { return c->mem->device != MC_DEVICE_CPU; }
+
+/* One host block of `bytes` for the request's copies, and room for `n_up` uploads. */
+static char *mc__mpi_stage_new(mc__mpi_request *q, size_t bytes, int n_up) {
+    q->stage = mc_malloc(bytes ? bytes : 1);
+    q->up = (mc__mpi_upload *)mc_calloc((size_t)(n_up > 0 ? n_up : 1), sizeof(mc__mpi_upload));
+    return q->stage && q->up ? (char *)q->stage : NULL;
+}
+
+/* Downloads `bytes` of device memory into the host copy (nothing for 0 bytes). */
+static int mc__mpi_stage_in(mc_comm *c, void *host, const void *dev, size_t bytes) {
+    return bytes ? c->mem->download(c->mem, host, dev, bytes) : MC_OK;
+}
+
+/* Uploads the host copy to `dev` when the request finishes. */
+static void mc__mpi_stage_out(mc__mpi_request *q, void *dev, const void *host, size_t bytes) {
+    mc__mpi_upload *u = &q->up[q->n_up++];
+    u->dev = dev, u->host = host, u->bytes = bytes;
+}
+
+/* Staging failed before MPI started: frees the request, returns the status. */
+static int mc__mpi_stage_fail(mc__mpi_request *q, int rc, const char *op, size_t bytes) {
+    mc_comm *c = q->head.comm;
+    mc__mpi_request_free(q, 0);
+    if (rc != MC_OK) return rc;
+    return MC__FAIL(MC_ERR_NO_MEMORY, "%s on %s: no %zu bytes of host memory to stage the "
+                    "'%s' table's device buffers", op, c->name, bytes, c->mem->name ? c->mem->name : "?");
+}
+
 static int mc__mpi_all_reduce(mc_comm *c, const void *send, void *recv, size_t count,
                               mc_dtype dt, mc_reduce_op op, mc_request **req) {
     size_t bytes = count * mc_dtype_size(dt);
@@ -7890,6 +7952,17 @@ static int mc__mpi_all_reduce(mc_comm *c, const void *send, void *recv, size_t c
     if ((rc = mc__mpi_check_reduction(c, "all_reduce", dt)) != MC_OK) return rc;
     q = mc__mpi_request_new(c, "all_reduce", 1);
     if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "all_reduce on %s: out of memory", c->name);
+    if (mc__mpi_staged(c)) {   /* [send | recv] on the host, or one buffer in place */
+        size_t need = send == recv ? bytes : 2 * bytes;
+        char *h = mc__mpi_stage_new(q, need, 1);
+        if (!h) return mc__mpi_stage_fail(q, MC_OK, "all_reduce", need);
+        char *hr = send == recv ? h : h + bytes;
+        if ((rc = mc__mpi_stage_in(c, send == recv ? hr : h, send, bytes)) != MC_OK)
+            return mc__mpi_stage_fail(q, rc, "all_reduce", need);
+        mc__mpi_stage_out(q, recv, hr, bytes);
+        send = send == recv ? hr : h;
+        recv = hr;
+    }
     src = send == recv ? MPI_IN_PLACE : mc__mpi_unalias(q, send, bytes, recv, bytes);
     if (!src) {
         mc__mpi_request_free(q, 0);
@@ -7915,6 +7988,20 @@ static int mc__mpi_all_gather(mc_comm *c, const void *send, void *recv, size_t c
     if ((rc = mc__mpi_check_count(c, "all_gather", count)) != MC_OK) return rc;
     q = mc__mpi_request_new(c, "all_gather", 1);
     if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "all_gather on %s: out of memory", c->name);
+    if (mc__mpi_staged(c)) {   /* [recv] with the own slot filled in place, or [send | recv] */
+        int in_place = (const char *)send == own_slot;
+        size_t all = bytes * (size_t)c->size, need = in_place ? all : bytes + all;
+        char *h = mc__mpi_stage_new(q, need, 1);
+        if (!h) return mc__mpi_stage_fail(q, MC_OK, "all_gather", need);
+        char *hr = in_place ? h : h + bytes;
+        char *hs = in_place ? hr + bytes * (size_t)c->rank : h;
+        if ((rc = mc__mpi_stage_in(c, hs, send, bytes)) != MC_OK)
+            return mc__mpi_stage_fail(q, rc, "all_gather", need);
+        mc__mpi_stage_out(q, recv, hr, all);
+        send = hs;
+        recv = hr;
+        own_slot = hr + bytes * (size_t)c->rank;
+    }
     src = (const char *)send == own_slot
               ? MPI_IN_PLACE
               : mc__mpi_unalias(q, send, bytes, recv, bytes * (size_t)c->size);
@@ -7937,6 +8024,16 @@ static int mc__mpi_reduce_scatter(mc_comm *c, const void *send, void *recv, size
     if ((rc = mc__mpi_check_reduction(c, "reduce_scatter", dt)) != MC_OK) return rc;
     q = mc__mpi_request_new(c, "reduce_scatter", 1);
     if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "reduce_scatter on %s: out of memory", c->name);
+    if (mc__mpi_staged(c)) {   /* [send | recv] on the host */
+        size_t all = bytes * (size_t)c->size, need = all + bytes;
+        char *h = mc__mpi_stage_new(q, need, 1);
+        if (!h) return mc__mpi_stage_fail(q, MC_OK, "reduce_scatter", need);
+        if ((rc = mc__mpi_stage_in(c, h, send, all)) != MC_OK)
+            return mc__mpi_stage_fail(q, rc, "reduce_scatter", need);
+        mc__mpi_stage_out(q, recv, h + all, bytes);
+        send = h;
+        recv = h + all;
+    }
     src = mc__mpi_unalias(q, send, bytes * (size_t)c->size, recv, bytes);
     if (!src) {
         mc__mpi_request_free(q, 0);
@@ -7959,6 +8056,15 @@ static int mc__mpi_broadcast(mc_comm *c, void *buf, size_t count, mc_dtype dt, i
     if ((rc = mc__mpi_check_count(c, "broadcast", count)) != MC_OK) return rc;
     q = mc__mpi_request_new(c, "broadcast", 1);
     if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "broadcast on %s: out of memory", c->name);
+    if (mc__mpi_staged(c)) {   /* the root sends its host copy; the others upload theirs */
+        size_t bytes = count * mc_dtype_size(dt);
+        char *h = mc__mpi_stage_new(q, bytes, 1);
+        if (!h) return mc__mpi_stage_fail(q, MC_OK, "broadcast", bytes);
+        if (c->rank == root && (rc = mc__mpi_stage_in(c, h, buf, bytes)) != MC_OK)
+            return mc__mpi_stage_fail(q, rc, "broadcast", bytes);
+        if (c->rank != root) mc__mpi_stage_out(q, buf, h, bytes);
+        buf = h;
+    }
     rc = MPI_Ibcast(buf, (int)count, mc__mpi_dtype(dt), root, mc__mpi_handle(c), &q->one);
     return mc__mpi_complete(q, rc, req);
 }
@@ -7971,15 +8077,40 @@ static int mc__mpi_batch(mc_comm *c, const mc_p2p_op *ops, int n_ops, mc_request
         if ((rc = mc__mpi_check_count(c, name, ops[i].count)) != MC_OK) return rc;
     q = mc__mpi_request_new(c, name, n_ops);
     if (!q) return MC__FAIL(MC_ERR_NO_MEMORY, "%s on %s: out of memory", name, c->name);
+    char **host = NULL;   /* staged: each op's host copy */
+    if (mc__mpi_staged(c)) {
+        size_t need = 0, at = 0;
+        for (i = 0; i < n_ops; i++) need += ops[i].count * mc_dtype_size(ops[i].dtype);
+        host = (char **)mc_calloc((size_t)n_ops, sizeof(char *));
+        char *h = host ? mc__mpi_stage_new(q, need, n_ops) : NULL;
+        if (!h) {
+            mc_free(host);
+            return mc__mpi_stage_fail(q, MC_OK, name, need);
+        }
+        for (i = 0; i < n_ops; i++) {
+            size_t bytes = ops[i].count * mc_dtype_size(ops[i].dtype);
+            int st = MC_OK;
+            host[i] = h + at;
+            at += bytes;
+            if (ops[i].is_send) st = mc__mpi_stage_in(c, host[i], ops[i].buf, bytes);
+            else mc__mpi_stage_out(q, ops[i].buf, host[i], bytes);
+            if (st != MC_OK) {
+                mc_free(host);
+                return mc__mpi_stage_fail(q, st, name, need);
+            }
+        }
+    }
     for (i = 0; i < n_ops && rc == MPI_SUCCESS; i++) {
         const mc_p2p_op *op = &ops[i];
+        void *buf = host ? host[i] : op->buf;
         if (op->is_send)
-            rc = MPI_Isend(op->buf, (int)op->count, mc__mpi_dtype(op->dtype), op->peer, op->tag,
+            rc = MPI_Isend(buf, (int)op->count, mc__mpi_dtype(op->dtype), op->peer, op->tag,
                            mc__mpi_handle(c), &q->reqs[i]);
         else
-            rc = MPI_Irecv(op->buf, (int)op->count, mc__mpi_dtype(op->dtype), op->peer, op->tag,
+            rc = MPI_Irecv(buf, (int)op->count, mc__mpi_dtype(op->dtype), op->peer, op->tag,
                            mc__mpi_handle(c), &q->reqs[i]);
     }
+    mc_free(host);
     return mc__mpi_complete(q, rc, req);
 }
 
@@ -8367,7 +8498,7 @@ MC_API int mc_backend_query(const mc_comm *world, mc_backend_info *out) {
     out->cuda_built = 1;
     mc__cuda_backend_info(out);
 #endif
-    cuda = world && world->backend == MC_BACKEND_NCCL;
+    cuda = world && (world->backend == MC_BACKEND_NCCL || world->mem->device == MC_DEVICE_CUDA);
     snprintf(out->device_kind, sizeof out->device_kind, "%s", cuda ? "cuda" : "cpu");
     snprintf(out->device_name, sizeof out->device_name, "%s", cuda ? out->gpu_name : out->cpu_name);
     out->device_count = cuda ? out->gpu_count : out->cpu_count;

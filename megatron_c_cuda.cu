@@ -141,6 +141,7 @@ typedef struct mc__cuda_ctx {
     int attention;                // 0 auto, 1 own kernel, 2 cuDNN
     int tf32;                     // fp32 GEMMs may use TF32
     int fuse;                     // GELU in the GEMM epilogues (MC_CUDA_FUSE=0 turns it off)
+    int deterministic;            // no atomics in any sum: bit-identical runs (slower backward)
     void *workspace;              // cuBLASLt / cuDNN workspace
     size_t workspace_bytes;
     struct mc__cuda_alloc *allocs;   // live allocations (for the peak; a small linear table)
@@ -703,6 +704,24 @@ __global__ void mc__k_ln_bwd(T *dinp, float *dw, float *db, const T *dout, const
     }
 }
 
+/* Deterministic mode: dweight / dbias as column sums in row order, one thread per column (the
+   row kernel then runs with dw = db = NULL and computes dinp only). */
+template <typename T>
+__global__ void mc__k_ln_bwd_params(float *dw, float *db, const T *dout, const T *inp,
+                                    const float *mean, const float *rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sw = 0.0f, sb = 0.0f;
+    for (int n = 0; n < N; n++) {
+        size_t at = (size_t)n * C + c;
+        float d = mc__ld(dout, at), xh = (mc__ld(inp, at) - mean[n]) * rstd[n];
+        sb += d;
+        sw += xh * d;
+    }
+    if (dw) dw[c] += sw;
+    if (db) db[c] += sb;
+}
+
 /* bf16 rows of C = NV * 256: every lane holds NV 16-byte vectors (8 values each) of its row in
    registers, so the row is read once; lane l owns vectors l, l + 32, ... (coalesced). The
    arithmetic is the generic kernels' (the CPU's two-pass statistics). */
@@ -833,6 +852,19 @@ __global__ void mc__k_emb_bwd(float *dtable, const T *dout, const int *ids, int 
     MC__GRID_STRIDE(i, (size_t)N * C) {
         int n = (int)(i / (size_t)C), c = (int)(i % (size_t)C), id = ids[n];
         if (id >= vs && id < ve) atomicAdd(&dtable[(size_t)(id - vs) * C + c], mc__ld(dout, i));
+    }
+}
+
+/* Deterministic mode: one thread per column walks the tokens in order, so every row of the
+   table receives its sums in one fixed order (no atomics; slower for many tokens). */
+template <typename T>
+__global__ void mc__k_emb_bwd_det(float *dtable, const T *dout, const int *ids, int N, int C,
+                                  int vs, int ve) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    for (int n = 0; n < N; n++) {
+        int id = ids[n];
+        if (id >= vs && id < ve) dtable[(size_t)(id - vs) * C + c] += mc__ld(dout, (size_t)n * C + c);
     }
 }
 
@@ -2357,6 +2389,11 @@ static int mc__cu_sum_squares(const mc_ops *o, double *out, const float *x, cons
     MC__OP_BEGIN("sum_squares", MC_PROF_OPTIMIZER);
     cudaError_t e = cudaMemsetAsync(out, 0, sizeof(double), cx->stream);
     if (e != cudaSuccess) MC__OP_FAIL(mc__cuda_fail(e, mc__op, "cudaMemsetAsync", ""));
+    if (cx->deterministic) {   /* one block per span, the spans in order: a fixed sum order */
+        for (int k = 0; k < n_spans; k++)
+            mc__k_sum_squares<<<dim3(1, 1), MC__THREADS, 0, cx->stream>>>(out, x, spans + 2 * k);
+        MC__OP_END("%d spans (deterministic)", n_spans);
+    }
     for (int first = 0; first < n_spans; first += 65535) {   /* gridDim.y limit */
         int count = n_spans - first < 65535 ? n_spans - first : 65535;
         mc__k_sum_squares<<<dim3(256, count), MC__THREADS, 0, cx->stream>>>(out, x,
@@ -2374,12 +2411,14 @@ static int mc__cu_bias_backward(const mc_ops *o, float *dbias, const void *dout,
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cx->device);
         int gy = (4 * sms + gx - 1) / gx, rows = (N + 7) / 8;
         if (gy > rows) gy = rows;
+        if (cx->deterministic) gy = 1;   /* one block owns its columns: one add each */
         mc__k_bias_bwd_v<<<dim3(gx, gy), 256, 0, cx->stream>>>(dbias, (const mc__bf16 *)dout, N,
                                                                C);
         MC__OP_END("N %d C %d dt %d (vectorised)", N, C, (int)dt);
     }
     int gy = (N + 63) / 64;
     if (gy > 256) gy = 256;
+    if (cx->deterministic) gy = 1;
     MC__BY_DT(dt, T, mc__k_bias_bwd<T><<<dim3((C + 31) / 32, gy), dim3(32, 8), 0, cx->stream>>>(
                          dbias, (const T *)dout, N, C));
     MC__OP_END("N %d C %d dt %d", N, C, (int)dt);
@@ -2561,6 +2600,16 @@ static int mc__cu_layernorm_backward(const mc_ops *o, void *dinp, float *dweight
     int sms = 132, blocks = (N + 7) / 8;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cx->device);
     if (blocks > 2 * sms) blocks = 2 * sms;
+    if (cx->deterministic) {   /* dinp by rows (no sums across rows), then the column sums */
+        MC__BY_DT(dt, T, mc__k_ln_bwd<T, false><<<blocks, 256, 0, cx->stream>>>(
+                             (T *)dinp, NULL, NULL, (const T *)dout, (const T *)inp,
+                             (const T *)weight, mean, rstd, N, C));
+        if (dweight || dbias)
+            MC__BY_DT(dt, T, mc__k_ln_bwd_params<T><<<(C + 255) / 256, 256, 0, cx->stream>>>(
+                                 dweight, dbias, (const T *)dout, (const T *)inp, mean, rstd, N,
+                                 C));
+        MC__OP_END("N %d C %d dt %d (deterministic)", N, C, (int)dt);
+    }
     if (mc__ln_fast(dt, C, dinp, dout, inp, weight)) {
         size_t sh = 8 * (size_t)C * sizeof(float);
         switch (C / 256) {
@@ -2661,6 +2710,11 @@ static int mc__cu_embedding_backward(const mc_ops *o, float *dtable, const void 
     MC__OP_BEGIN("embedding_backward", MC_PROF_LOSS);
     if (N <= 0 || C <= 0) MC__OP_END("");
     size_t n = (size_t)N * C;
+    if (cx->deterministic) {
+        MC__BY_DT(dt, T, mc__k_emb_bwd_det<T><<<(C + 255) / 256, 256, 0, cx->stream>>>(
+                             dtable, (const T *)dout, ids, N, C, vs, ve));
+        MC__OP_END("N %d C %d vocab [%d, %d) dt %d (deterministic)", N, C, vs, ve, (int)dt);
+    }
     MC__BY_DT(dt, T, mc__k_emb_bwd<T><<<mc__blocks(n), MC__THREADS, 0, cx->stream>>>(
                          dtable, (const T *)dout, ids, N, C, vs, ve));
     MC__OP_END("N %d C %d vocab [%d, %d) dt %d", N, C, vs, ve, (int)dt);
@@ -2719,6 +2773,7 @@ static int mc__cu_cross_entropy_loss(const mc_ops *o, float *losses, double *los
     if (N <= 0) MC__OP_END("");
     unsigned blocks = (unsigned)((N + 255) / 256);
     if (blocks > 1024) blocks = 1024;
+    if (cx->deterministic && loss_sum) blocks = 1;   /* one block: one fixed sum order */
     mc__k_ce_loss<<<blocks, 256, 0, cx->stream>>>(losses, loss_sum, max, sum_exp, target_logit,
                                                   logit_sum, N, K, smoothing);
     MC__OP_END("N %d K %d", N, K);
@@ -3274,6 +3329,7 @@ static int mc__cuda_open(mc__cuda_ctx *cx, const mc_cuda_desc *d) {
            cx->workspace_bytes);
     cx->sync_check = d->sync_check || mc__cuda_env_flag("MC_CUDA_SYNC_CHECK");
     cx->tf32 = d->tf32;
+    cx->deterministic = d->deterministic || mc__cuda_env_flag("MC_CUDA_DETERMINISTIC");
     const char *fz = getenv("MC_CUDA_FUSE");   /* 0 / off: the switch without a rebuild */
     cx->fuse = !d->unfused && !(fz != NULL && (strcmp(fz, "0") == 0 || strcmp(fz, "off") == 0));
     cx->attention = d->attention;
@@ -3285,6 +3341,7 @@ static int mc__cuda_open(mc__cuda_ctx *cx, const mc_cuda_desc *d) {
     if (cx->attention < 0 || cx->attention > 3)
         return mc__set_error(MC_ERR_INVALID_DESC, "mc_cuda_desc.attention (%d) must be 0 (auto), "
                              "1 (own kernels), 2 (cuDNN) or 3 (reference kernel)", cx->attention);
+    if (cx->deterministic && cx->attention == 0) cx->attention = 1;   /* no cuDNN backward */
     return mc__cuda_compute_init(cx);
 }
 
@@ -3360,13 +3417,13 @@ extern "C" const char *mc_ops_cuda_describe(const mc_ops *ops) {
     int rt = 0;
     cudaRuntimeGetVersion(&rt);
     snprintf(cx->describe, sizeof cx->describe, "%s, sm_%d%d, %.1f GiB, CUDA runtime %d.%d, %s, "
-             "attention %s, GELU %s%s", prop.name, prop.major, prop.minor,
+             "attention %s, GELU %s%s%s", prop.name, prop.major, prop.minor,
              (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), rt / 1000,
              (rt % 1000) / 10, mc__cuda_compute_describe(cx),
              cx->attention == 0 ? "auto" : cx->attention == 1 ? "own kernels"
                                  : cx->attention == 2 ? "cuDNN" : "reference kernel",
              cx->fuse ? "fused into the GEMMs" : "unfused (MC_CUDA_FUSE=0)",
-             cx->sync_check ? ", sync check on" : "");
+             cx->deterministic ? ", deterministic" : "", cx->sync_check ? ", sync check on" : "");
     return cx->describe;
 }
 

@@ -141,6 +141,27 @@ Test(comm, watchdog_names_a_stopped_rank) {
     run_watchdog_case("watchdog_stop", 4, "watchdog: rank 3 made no progress");
 }
 
+/* The mpi backend with a device table (ranks sharing a GPU): every collective staged through
+   host copies, checked on a pretend device whose bytes are scrambled (staged_cases.c). */
+static void run_staged(int np) {
+    char prog[4096], cmd[4400];
+    mc_test_sibling("staged_cases", prog, sizeof prog);
+    snprintf(cmd, sizeof cmd, "%s all", prog);
+    char *out = malloc(OUT_CAP);
+    cr_assert_not_null(out);
+    int rc = mc_test_mpirun(np, cmd, RUN_LIMIT_S, out, OUT_CAP);
+    int passed = 0, failed = -1;
+    int found = mc_test_summary(out, &passed, &failed);
+    cr_expect_eq(rc, 0, "staged_cases on %d ranks exited %d\n%s", np, rc, out);
+    cr_expect(found && failed == 0 && passed >= 23 * np,
+              "staged_cases on %d ranks: %d passed, %d failed\n%s", np, passed, failed, out);
+    free(out);
+}
+
+Test(comm, mpi_stages_a_device_table_on_one_rank) { run_staged(1); }
+Test(comm, mpi_stages_a_device_table_on_three_ranks) { run_staged(3); }
+Test(comm, mpi_stages_a_device_table_on_eight_ranks) { run_staged(8); }
+
 /* An unknown case is a usage error, not a pass. */
 Test(comm, unknown_case_fails) {
     char prog[4096], cmd[4400], out[4096];

@@ -1,7 +1,8 @@
 /* tests/gpu/gpu_check.c - the CUDA op table against the CPU reference, op by op and for the
    whole model, on one GPU. A plain program (no Criterion, no MPI launcher):
 
-       make gpu-check && ./build/tests/gpu_check [--section ops|attention|dropout|model|curve]
+       make gpu-check && ./build/tests/gpu_check [--section ops|attention|dropout|model|curve|
+                                                            determinism]
                                                  [--curve-steps N] [--verbose]
 
    Every check prints one line: what ran, the largest absolute and relative error against the
@@ -38,6 +39,7 @@ static mc_ops g_gpu_own;    /* own kernels (flash where it applies) */
 static mc_ops g_gpu_ref;    /* the reference attention kernel */
 static mc_ops g_gpu_dnn;    /* cuDNN forced (may not start: then skipped with a line) */
 static mc_ops g_gpu_unfused; /* auto attention, GELU never fused (mc_cuda_desc.unfused) */
+static mc_ops g_gpu_det;    /* mc_cuda_desc.deterministic: every sum in one fixed order */
 static int g_fuse_on;       /* the auto table fuses (MC_CUDA_FUSE is not 0) */
 static int g_have_dnn;
 
@@ -883,6 +885,83 @@ static void section_model(void) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// determinism: the deterministic table against the CPU, and against itself run twice
+
+/* Trains a fresh model 3 steps on `o`; returns its grads and params (host copies). */
+static int train_copy(const mc_ops *o, mc_gpt_config cfg, mc_dtype dt, void **grads,
+                      void **params, size_t *total) {
+    trainer t;
+    int rc = trainer_init(&t, &cfg, o, dt, NULL, MODEL_EPS);
+    int N = cfg.seq_length * cfg.micro_batch_size;
+    int *tokens = (int *)malloc(N * sizeof(int)), *labels = (int *)malloc(N * sizeof(int));
+    for (int step = 0; rc == MC_OK && step < 3; step++) {
+        double loss = 0.0;
+        make_batch(tokens, labels, cfg.seq_length, cfg.micro_batch_size, cfg.vocab_size,
+                   300 + step);
+        rc = train_step(&t, tokens, labels, &loss);
+    }
+    if (rc == MC_OK) rc = o->synchronize(o);
+    if (rc == MC_OK) {
+        *total = t.gpt.table.total;
+        *grads = download_all(o, t.gpt.grads, *total * sizeof(float));
+        *params = download_all(o, t.gpt.params, mc_dtype_bytes(dt, *total));
+    }
+    free(tokens), free(labels);
+    trainer_destroy(&t);
+    return rc;
+}
+
+/* Two runs of one table from the same weights and data: do grads and params agree bit for
+   bit? Returns 1 if they do, 0 if not, -1 on an error (reported). */
+static int runs_identical(const mc_ops *o, const char *name, mc_gpt_config cfg, mc_dtype dt,
+                          size_t *differing) {
+    void *g1 = NULL, *p1 = NULL, *g2 = NULL, *p2 = NULL;
+    size_t n1 = 0, n2 = 0;
+    int rc = train_copy(o, cfg, dt, &g1, &p1, &n1);
+    if (rc == MC_OK) rc = train_copy(o, cfg, dt, &g2, &p2, &n2);
+    if (rc != MC_OK || n1 != n2) {
+        verdict(0, "%s: %s", name, mc_last_error());
+        free(g1), free(p1), free(g2), free(p2);
+        return -1;
+    }
+    size_t bad = 0;
+    for (size_t i = 0; i < n1; i++) bad += ((uint32_t *)g1)[i] != ((uint32_t *)g2)[i];
+    int same = bad == 0 && memcmp(p1, p2, mc_dtype_bytes(dt, n1)) == 0;
+    *differing = bad;
+    free(g1), free(p1), free(g2), free(p2);
+    return same;
+}
+
+static void section_determinism(void) {
+    printf("== determinism: mc_cuda_desc.deterministic (no atomics in any sum)\n");
+    check_model("deterministic: gpt L2 H64 NH4 S32 B2 V100 f32 dropout 0.1",
+                tiny_config(2, 64, 4, 32, 2, 100, 0.1f), MC_F32, NULL, &g_gpu_det);
+    check_model("deterministic: gpt L2 H128 NH2 S64 B2 V256 bf16",
+                tiny_config(2, 128, 2, 64, 2, 256, 0.0f), MC_BF16, NULL, &g_gpu_det);
+    static const struct { const char *name; int L, H, NH, S, B, V; float p; mc_dtype dt; } c[] = {
+        {"f32 L2 H64 S32 B2 V100, dropout 0.1", 2, 64, 4, 32, 2, 100, 0.1f, MC_F32},
+        {"bf16 L2 H128 S64 B8 V256", 2, 128, 2, 64, 8, 256, 0.0f, MC_BF16},
+        {"f32 L4 H256 S128 B8 V1000", 4, 256, 4, 128, 8, 1000, 0.0f, MC_F32},
+    };
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        mc_gpt_config cfg = tiny_config(c[k].L, c[k].H, c[k].NH, c[k].S, c[k].B, c[k].V, c[k].p);
+        size_t bad = 0;
+        char what[160];
+        snprintf(what, sizeof what, "deterministic table, twice: %s", c[k].name);
+        int same = runs_identical(&g_gpu_det, what, cfg, c[k].dt, &bad);
+        if (same >= 0)
+            verdict(same == 1, "%-62s grads and params %s", what,
+                    same ? "bit-identical" : "DIFFER");
+        /* the default table, for the record: atomics may reorder its sums (not a check) */
+        snprintf(what, sizeof what, "default table, twice: %s", c[k].name);
+        same = runs_identical(&g_gpu, what, cfg, c[k].dt, &bad);
+        if (same >= 0)
+            printf("INFO %-62s %s (%zu of the grads differ)\n", what,
+                   same ? "bit-identical" : "differ", bad);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // bf16 against fp32 over a training run
 
 static void section_curve(int steps) {
@@ -929,16 +1008,16 @@ static void section_curve(int steps) {
 // ---------------------------------------------------------------------------------------------
 
 int main(int argc, char **argv) {
-    int run[5] = {1, 1, 1, 1, 1}, any = 0, curve_steps = 200;
-    const char *names[5] = {"ops", "attention", "dropout", "model", "curve"};
+    int run[6] = {1, 1, 1, 1, 1, 1}, any = 0, curve_steps = 200;
+    const char *names[6] = {"ops", "attention", "dropout", "model", "curve", "determinism"};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--section") == 0 && i + 1 < argc) {
             if (!any) memset(run, 0, sizeof run);
             any = 1;
             int k;
-            for (k = 0; k < 5 && strcmp(argv[i + 1], names[k]) != 0; k++) {
+            for (k = 0; k < 6 && strcmp(argv[i + 1], names[k]) != 0; k++) {
             }
-            if (k == 5) {
+            if (k == 6) {
                 fprintf(stderr, "gpu_check: unknown section %s\n", argv[i + 1]);
                 return 2;
             }
@@ -949,7 +1028,8 @@ int main(int argc, char **argv) {
         } else if (strcmp(argv[i], "--verbose") == 0) {
             g_verbose = 1;
         } else {
-            fprintf(stderr, "usage: gpu_check [--section ops|attention|dropout|model|curve]... "
+            fprintf(stderr, "usage: gpu_check [--section ops|attention|dropout|model|curve|"
+                    "determinism]... "
                     "[--curve-steps N] [--verbose]\n");
             return 2;
         }
@@ -974,6 +1054,9 @@ int main(int argc, char **argv) {
     d.attention = 0;
     d.unfused = 1;
     int rc3 = mc_ops_cuda_init(&g_gpu_unfused, &d);
+    d.unfused = 0;
+    d.deterministic = 1;
+    if (rc3 == MC_OK) rc3 = mc_ops_cuda_init(&g_gpu_det, &d);
     g_fuse_on = strncmp(mc_ops_cuda_fusion(&g_gpu), "on", 2) == 0;
     if (rc1 != MC_OK || rc2 != MC_OK || rc3 != MC_OK) {
         printf("FAIL: mc_ops_cuda_init (attention tables): %s\n0 passed, 1 failed\n",
@@ -988,11 +1071,13 @@ int main(int argc, char **argv) {
     if (run[2]) section_dropout();
     if (run[3]) section_model();
     if (run[4]) section_curve(curve_steps);
+    if (run[5]) section_determinism();
     printf("gpu_check: %.1f s, peak %.1f MiB through the auto table\n", now_s() - t0,
            (double)mc_ops_cuda_peak_bytes(&g_gpu, 0) / 1048576.0);
     printf("gpu_check: gelu fusion of the auto table: %s\n", mc_ops_cuda_fusion(&g_gpu));
     printf("%d passed, %d failed\n", g_passed, g_failed);
     mc_ops_cuda_destroy(&g_gpu_unfused);
+    mc_ops_cuda_destroy(&g_gpu_det);
     mc_ops_cuda_destroy(&g_gpu_own);
     mc_ops_cuda_destroy(&g_gpu_ref);
     if (g_have_dnn) mc_ops_cuda_destroy(&g_gpu_dnn);
