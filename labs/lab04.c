@@ -428,7 +428,7 @@ typedef struct lab04_layout {
     int ran, status;               /* status of mc_grid_init (refused: nothing ran) */
     char message[512];
     mc_grid grid;
-    const char *path;              /* "mc_ddp" or "mc_all_reduce" */
+    const char *path;              /* "mc_ddp": the library's DDP layer, on the world's memory */
     int *expert, *shard;           /* [W] the expert each rank holds, and its ETP shard */
     lab04_reduction dense;         /* dense grads over DP x CP */
     lab04_reduction expert_dp;     /* expert grads over expert-DP */
@@ -437,13 +437,10 @@ typedef struct lab04_layout {
     double seconds;
 } lab04_layout;
 
-/* The DDP layer cannot run on device buffers until a GPU op table exists: on NCCL the lab
-   reduces through the communicator's all-reduce on the same groups instead, and says so. */
-static int lab04_use_ddp(const lab_ctx *cx) { return cx->world->backend != MC_BACKEND_NCCL; }
-
 /* One parameter of W elements in its own table; the gradient is this rank's one-hot vector,
-   reduced by the library's DDP layer over `group` with `factor` (0 = 1/size). Writes the
-   reduced vector into out[W]. */
+   reduced by the library's DDP layer over `group` with `factor` (0 = 1/size). The gradient
+   lives in the world's memory (host for the CPU table, the GPU for a CUDA one), as a model's
+   would. Writes the reduced vector into out[W]. */
 static void lab04_reduce_ddp(lab_ctx *cx, mc_comm *group, const char *name, float factor,
                              double *out) {
     int W = cx->world_size;
@@ -456,27 +453,25 @@ static void lab04_reduce_ddp(lab_ctx *cx, mc_comm *group, const char *name, floa
     p.partition_dim = -1;
     MC_CHECK(mc_param_table_add(&t, name, &p));
     MC_CHECK(mc_param_table_layout(&t, &(mc_param_layout_desc){.dp_size = group->size}));
-    float *grads = lab_xcalloc(t.total, sizeof(float));   /* [t.total] */
+    float *grads = mc_comm_alloc(group, t.total * sizeof(float));   /* [t.total], op memory */
+    if (grads == NULL) MC_CHECK(MC_ERR_NO_MEMORY);
     mc_ddp ddp;
     MC_CHECK(mc_ddp_init(&ddp, &(mc_ddp_desc){.table = &t, .grads = grads, .dp = group,
-                                              .gradient_scaling_factor = factor}));
+                                              .gradient_scaling_factor = factor,
+                                              .ops = mc_comm_memory(group)}));
     MC_CHECK(mc_ddp_zero_grad(&ddp));
-    float *g = grads + t.info[0].offset;                   /* [W] */
-    g[cx->me] = 1.0f;
+    float *host = lab_xcalloc((size_t)W, sizeof(float));            /* [W] */
+    float *g = grads + t.info[0].offset;                            /* [W], op memory */
+    host[cx->me] = 1.0f;
+    MC_CHECK(mc_comm_upload(group, g, host, (size_t)W * sizeof(float)));
     MC_CHECK(mc_ddp_set_grad_sync(&ddp, -1, 1));
     MC_CHECK(mc_ddp_finish_grad_sync(&ddp));
-    for (int j = 0; j < W; j++) out[j] = g[j];
+    MC_CHECK(mc_comm_download(group, host, g, (size_t)W * sizeof(float)));
+    for (int j = 0; j < W; j++) out[j] = host[j];
     MC_CHECK(mc_ddp_destroy(&ddp));
     mc_param_table_free(&t);
-    free(grads);
-}
-
-static void lab04_reduce_all_reduce(lab_ctx *cx, mc_comm *group, float factor, double *out) {
-    int W = cx->world_size;
-    double *mine = lab_xcalloc((size_t)W, sizeof(double));
-    mine[cx->me] = factor > 0 ? factor : 1.0 / group->size;
-    MC_CHECK(lab_all_reduce_f64(group, mine, out, (size_t)W, MC_SUM));
-    free(mine);
+    mc_comm_free(group, grads);
+    free(host);
 }
 
 /* Runs one reduction on this rank and gathers every rank's result into red->weight. */
@@ -486,10 +481,7 @@ static void lab04_reduce(lab_ctx *cx, const mc_parallel_state *ps, lab04_reducti
     mc_comm *group = mc_parallel_group(ps, kind);
     double *mine = lab_xcalloc((size_t)W, sizeof(double));
     float factor = (float)scale;
-    if (lab04_use_ddp(cx))
-        lab04_reduce_ddp(cx, group, name, factor, mine);
-    else
-        lab04_reduce_all_reduce(cx, group, factor, mine);
+    lab04_reduce_ddp(cx, group, name, factor, mine);
     red->kind = kind;
     red->scale = scale;
     red->weight = lab_xcalloc((size_t)W * (size_t)W, sizeof(double));
@@ -553,7 +545,7 @@ static void lab04_run_layout(lab_ctx *cx, const mc_grid_desc *desc, lab04_layout
     }
     mc_parallel_state ps;
     MC_CHECK(mc_parallel_init(&ps, &(mc_parallel_desc){.world = cx->world, .grid = *desc}));
-    L->path = lab04_use_ddp(cx) ? "mc_ddp" : "mc_all_reduce";
+    L->path = "mc_ddp";
     /* which expert (one local expert per EP rank) and which ETP shard of it each rank holds */
     int mine[2] = {ps.coords.ep, ps.coords.etp}, *both = lab_xcalloc((size_t)W * 2, sizeof(int));
     MC_CHECK(lab_all_gather_i32(cx->world, mine, both, 2));

@@ -252,7 +252,7 @@ static void l8_app_init(l8_app *a, mc_parallel_state *ps, const l8_setup *s) {
     memset(&gd, 0, sizeof gd);
     gd.config = l8_config(ps->grid.desc.tp, ps->grid.desc.pp, s->sp);
     gd.ps = ps;
-    gd.ops = mc_comm_memory(ps->world);   /* the CPU table, or the CUDA one on nccl */
+    gd.ops = mc_comm_memory(ps->world);   /* the CPU table, or the CUDA one (--device cuda) */
     gd.n_slots = mc_schedule_max_in_flight(&sd, NULL);
     gd.distributed_optimizer = s->distributed_optimizer;
     gd.bucket_size = s->bucket_size;

@@ -1535,6 +1535,14 @@ static int lab09_check_world(const lab_ctx *cx, char *why, size_t cap) {
         snprintf(why, cap, "chooses its own layouts: run it without --tp, --pp or --cp");
         return 1;
     }
+    const mc_ops *mem = mc_comm_memory(cx->world);
+    if (mem != NULL && mem->device != MC_DEVICE_CPU) {   /* its measures are the host's */
+        snprintf(why, cap, "measures activation memory on the host heap and the bubble on CPU "
+                 "cores, but this world keeps its buffers on the %s device: run it on CPU ranks "
+                 "(without --device cuda; on a GPU-per-rank machine add --backend mpi)",
+                 mem->name ? mem->name : "?");
+        return 1;
+    }
     return 0;
 }
 

@@ -167,6 +167,10 @@ typedef struct lab12_state {
     int run_of[F_COUNT];           /* feature -> index in runs, -1 */
     int tp_pp;                     /* index of the TP x PP run without recompute */
     int rc_bitwise[2];             /* full, selective: losses equal bit for bit */
+    double rc_rel[2];              /* full, selective: max |rel diff| of the losses */
+    int rc_held[2];                /* bit for bit on the CPU; within LAB12_RTOL on a device,
+                                      whose backward kernels sum with atomics (run to run,
+                                      one layout differs in the last bits there) */
     int reshard_resharded, reshard_saved_tp, reshard_saved_pp;
     char ckpt_dir[512];
     lab12_grid_check cp, ep;
@@ -944,12 +948,28 @@ static int lab12_smoke(lab_ctx *cx) {
     for (int k = 0; k < 2; k++) {
         const lab12_run *rc = &st->runs[st->run_of[k == 0 ? F_RC_FULL : F_RC_SEL]];
         int same = rc->n_loss == base->n_loss && rc->status == MC_OK;
-        for (int i = 0; i < rc->n_loss && same; i++) same = rc->loss[i] == base->loss[i];
+        double rel = same ? 0.0 : 1.0;
+        for (int i = 0; i < rc->n_loss && rc->n_loss == base->n_loss; i++) {
+            double d = fabs(rc->loss[i] - base->loss[i]) / fmax(fabs(base->loss[i]), 1e-30);
+            if (d > rel) rel = d;
+            same = same && rc->loss[i] == base->loss[i];
+        }
         st->rc_bitwise[k] = same;
+        st->rc_rel[k] = rel;
+        st->rc_held[k] = strcmp(st->smoke_device, "cpu") == 0 ? same
+                                                              : rc->status == MC_OK && rel <= LAB12_RTOL;
     }
+    static const char *const words[3] = {"DIFFERENT", "within 1e-05", "bit for bit"};
     lab_printf0("  recompute against tp_pp (same layout, nothing recomputed): full %s, "
-                "selective %s\n", st->rc_bitwise[0] ? "bit for bit" : "DIFFERENT",
-                st->rc_bitwise[1] ? "bit for bit" : "DIFFERENT");
+                "selective %s", words[st->rc_bitwise[0] ? 2 : st->rc_held[0]],
+                words[st->rc_bitwise[1] ? 2 : st->rc_held[1]]);
+    if (!st->rc_bitwise[0] || !st->rc_bitwise[1])
+        lab_printf0(" (|rel diff| %.1e and %.1e; on %s ranks the bar is %s)", st->rc_rel[0],
+                    st->rc_rel[1], st->smoke_device,
+                    strcmp(st->smoke_device, "cpu") == 0
+                        ? "bit for bit"
+                        : "1e-05: the CUDA backward kernels sum with atomics in no fixed order");
+    lab_printf0("\n");
     const lab12_run *bf = &st->runs[st->run_of[F_BF16]];
     int bf16_differs = bf->status == MC_OK && bf->max_rel_diff > 0.0;
     lab_printf0("  bf16 against fp32: |rel diff| %.1e (the rounding of bf16 storage; fp32 "
@@ -999,8 +1019,9 @@ static int lab12_smoke(lab_ctx *cx) {
         lab_check(cx, r->ok, "%s: every loss within its tolerance of the single-rank run "
                   "(|rel diff| %.1e)", r->layout, r->max_rel_diff);
     }
-    lab_check(cx, st->rc_bitwise[0] && st->rc_bitwise[1], "full and selective recompute give "
-              "the losses of the same layout without recompute, bit for bit");
+    lab_check(cx, st->rc_held[0] && st->rc_held[1], "full and selective recompute give the "
+              "losses of the same layout without recompute, %s", strcmp(st->smoke_device, "cpu") == 0
+                  ? "bit for bit" : "within 1e-05 (device kernels sum in no fixed order)");
     lab_check(cx, bf16_differs, "bf16 storage changes the losses (it is really in use)");
     lab_check(cx, st->reshard_resharded && st->reshard_saved_tp == 2 && st->reshard_saved_pp == 2,
               "the checkpoint saved at TP2 x PP2 was resharded on load");
@@ -1193,10 +1214,11 @@ static int lab12_matrix(lab_ctx *cx) {
     lab12_status *s;
     for (int k = 0; k < 2; k++) {
         s = &st->st[k == 0 ? F_RC_FULL : F_RC_SEL];
-        if (!st->rc_bitwise[k]) s->exercised = s->measured = 0;
+        if (!st->rc_held[k]) s->exercised = s->measured = 0;
         snprintf(s->check + strlen(s->check), sizeof s->check - strlen(s->check),
                  "; %s the same layout without recompute",
-                 st->rc_bitwise[k] ? "bit for bit equal to" : "DIFFERENT from");
+                 st->rc_bitwise[k] ? "bit for bit equal to"
+                 : st->rc_held[k]  ? "within 1e-05 of" : "DIFFERENT from");
     }
     s = &st->st[F_RESHARD];
     if (!st->reshard_resharded) s->exercised = s->measured = 0;
@@ -1439,6 +1461,8 @@ static cJSON *lab12_facts(lab_ctx *cx) {
     cJSON_AddNumberToObject(ms, "reference", lab_round_ms(st->ref.median_ms));
     cJSON_AddBoolToObject(sm, "recompute_full_bitwise", st->rc_bitwise[0]);
     cJSON_AddBoolToObject(sm, "recompute_selective_bitwise", st->rc_bitwise[1]);
+    cJSON_AddNumberToObject(sm, "recompute_full_max_rel_diff", st->rc_rel[0]);
+    cJSON_AddNumberToObject(sm, "recompute_selective_max_rel_diff", st->rc_rel[1]);
     cJSON *ck = cJSON_AddObjectToObject(sm, "checkpoint");
     cJSON_AddStringToObject(ck, "dir", st->ckpt_dir);
     cJSON_AddNumberToObject(ck, "saved_tp", st->reshard_saved_tp);

@@ -52,6 +52,16 @@ int lab_launcher_rank(void) {
     return 0;
 }
 
+int lab_launcher_local_rank(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                       "SLURM_LOCALID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && *v != '\0') return atoi(v);
+    }
+    return 0;
+}
+
 int lab_rank(void) { return lab__rank >= 0 ? lab__rank : lab_launcher_rank(); }
 
 void lab_printf0(const char *fmt, ...) {
@@ -92,9 +102,12 @@ static const char *lab__hint_for(int status) {
         return "this build lacks the backend asked for (build with CUDA=1 for nccl, with "
                "mpicc for mpi)";
     case MC_ERR_NCCL:
-    case MC_ERR_CUDA:
         return "one NCCL communicator cannot hold two ranks on one GPU; start at most one "
                "rank per GPU or use --backend mpi";
+    case MC_ERR_CUDA:
+        return "the CUDA call above failed; is a GPU visible to this rank (nvidia-smi, "
+               "CUDA_VISIBLE_DEVICES)? On nccl one communicator cannot hold two ranks of one "
+               "GPU: start at most one rank per GPU, or use --backend mpi";
     default:
         return NULL;
     }
@@ -165,6 +178,9 @@ void lab_print_usage(FILE *f, const char *lab, const char *summary, const char *
             "  --tp N --pp N --cp N --ep N --etp N --vpp N   parallel sizes (DP is derived)\n"
             "  --order S          rank order, fastest axis first (default tp-cp-ep-dp-pp)\n"
             "  --backend NAME     auto (default), mpi, nccl or self\n"
+            "  --device cpu|cuda  where the model lives: cpu (default; nccl worlds always\n"
+            "                     cuda), or cuda: one GPU per rank, or ranks sharing a GPU\n"
+            "                     with MPI staging each collective through the host\n"
             "  --timeout S        seconds before a call that never matches counts as a hang\n"
             "  --distributed-timeout-minutes M   timeout of every collective on the world and\n"
             "                     its groups (default: 30 s, or 3x --timeout when longer)\n"
@@ -235,6 +251,7 @@ static const lab__opt lab__opts[] = {
     {"--vpp", LAB__SIZE, LAB__FIELD(vpp), 0},
     {"--order", LAB__TEXT, LAB__FIELD(order), 0},
     {"--backend", LAB__TEXT, LAB__FIELD(backend), 0},
+    {"--device", LAB__TEXT, LAB__FIELD(device), 0},
     {"--answers", LAB__TEXT, LAB__FIELD(answers_path), 0},
     {"--results", LAB__TEXT, LAB__FIELD(results_path), 0},
     {"--rubric", LAB__TEXT, LAB__FIELD(rubric_path), 0},
@@ -311,6 +328,11 @@ static int lab__store(const lab__target *t, const char *value, char *err, size_t
 static int lab__check_combined(const lab_args *out, char *err, size_t cap) {
     if (out->backend != NULL && lab_backend_from_name(out->backend) < 0) {
         snprintf(err, cap, "--backend must be auto, mpi, nccl or self, got '%s'", out->backend);
+        return LAB_EXIT_USAGE;
+    }
+    if (out->device != NULL && strcmp(out->device, "cpu") != 0 &&
+        strcmp(out->device, "cuda") != 0) {
+        snprintf(err, cap, "--device must be cpu or cuda, got '%s'", out->device);
         return LAB_EXIT_USAGE;
     }
     if (out->nonce != NULL && !lab_nonce_valid(out->nonce)) {

@@ -95,6 +95,8 @@ typedef struct lab_args {
     double world_timeout_min;   /* --distributed-timeout-minutes M: every collective on the
                                    world and its groups (Megatron's flag; 0 = the driver's) */
     const char *backend;        /* --backend auto|mpi|nccl|self (NULL = auto) */
+    const char *device;         /* --device cpu|cuda (NULL = cpu, or cuda on an nccl world):
+                                   where the world's table keeps the model */
     /* the lab's own flags, in the order of its lab_flag table; NULL = not given */
     const char *flag_values[LAB_MAX_FLAGS];
     /* filled by lab_parse_args from the lab name */
@@ -127,6 +129,8 @@ int lab_rank(void);
 /* The rank the launcher gave this process, from its environment; 0 when not launched by one
    (a plain ./labNN). */
 int lab_launcher_rank(void);
+/* The rank on its node as the launcher sets it (0 when unknown): which GPU a rank takes. */
+int lab_launcher_local_rank(void);
 /* printf on world rank 0 only; flushes so output interleaves sensibly with other ranks. */
 void lab_printf0(const char *fmt, ...)
 #if defined(__GNUC__)

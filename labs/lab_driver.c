@@ -823,6 +823,43 @@ static double lab__world_timeout(const lab_args *args, double call_timeout_s) {
     return 3.0 * call_timeout_s > LAB__DEFAULT_WORLD_TIMEOUT_S ? 3.0 * call_timeout_s : 0.0;
 }
 
+/* --device cuda: a deterministic CUDA table on the rank's GPU (its local rank modulo the GPUs
+   visible) for the world to own. With one GPU per rank the world is nccl; ranks that share a GPU get an
+   mpi world that stages every collective through the host. Returns 1 when it made one, 0 for
+   the CPU, -1 (message printed) when it cannot. */
+static int lab__device_table(const lab_args *args, mc_ops *table) {
+    if (args->device == NULL || strcmp(args->device, "cpu") == 0) return 0;
+#if defined(MC_ENABLE_CUDA)
+    int n = mc_cuda_device_count();
+    if (n == 0) {
+        if (lab_launcher_rank() == 0)
+            fprintf(stderr, "--device cuda: no CUDA device is visible to this process\n");
+        return -1;
+    }
+    int dev = lab_launcher_local_rank() % n;
+    /* deterministic: the labs compare runs and ranks bit for bit */
+    if (mc_ops_cuda_init(table, &(mc_cuda_desc){.device = dev, .deterministic = 1}) != MC_OK) {
+        fprintf(stderr, "--device cuda: rank %d cannot start GPU %d: %s\n", lab_launcher_rank(),
+                dev, mc_last_error());
+        return -1;
+    }
+    return 1;
+#else
+    (void)table;
+    if (lab_launcher_rank() == 0)
+        fprintf(stderr, "--device cuda: this build has no CUDA op table (build with make cuda)\n");
+    return -1;
+#endif
+}
+
+static void lab__device_table_free(mc_ops *table, int made) {
+#if defined(MC_ENABLE_CUDA)
+    if (made == 1) mc_ops_cuda_destroy(table);
+#else
+    (void)table, (void)made;
+#endif
+}
+
 static int lab__run_lab(const lab_spec *spec, const lab_args *args, int *argc, char ***argv) {
     lab__run run;
     memset(&run, 0, sizeof run);
@@ -838,15 +875,20 @@ static int lab__run_lab(const lab_spec *spec, const lab_args *args, int *argc, c
     mc_setup(&(mc_desc){.logger = {.func = lab__logger},
                         .allocator = {.alloc_fn = lab__alloc, .free_fn = lab__free}});
 
+    static mc_ops device_table;   /* --device cuda: outlives the world that owns it */
+    int made_table = lab__device_table(args, &device_table);
+    if (made_table < 0) return LAB_EXIT_USAGE;
     mc_comm_desc cd = {.backend = (mc_comm_backend)lab_backend_from_name(args->backend),
                        .timeout_s = lab__world_timeout(args, cx.call_timeout_s),
                        .argc = argc,
-                       .argv = argv};
+                       .argv = argv,
+                       .memory = made_table ? &device_table : NULL};
     int rc = mc_comm_init_world(&cx.world, &cd);
     if (rc != MC_OK) {
         if (lab_launcher_rank() == 0)
             fprintf(stderr, "%s cannot start its world: %s: %s\n", spec->name, mc_err_name(rc),
                     mc_last_error());
+        lab__device_table_free(&device_table, made_table);
         return LAB_EXIT_USAGE;
     }
     cx.me = cx.world->rank;
@@ -854,6 +896,7 @@ static int lab__run_lab(const lab_spec *spec, const lab_args *args, int *argc, c
     lab_set_rank(cx.me);
     if (lab__make_grid(&cx) != 0) {
         mc_comm_destroy(cx.world);
+        lab__device_table_free(&device_table, made_table);
         return LAB_EXIT_USAGE;
     }
     MC_CHECK(mc_backend_query(cx.world, &cx.backend));
@@ -881,6 +924,7 @@ static int lab__run_lab(const lab_spec *spec, const lab_args *args, int *argc, c
     free(cx.state);
     lab__run_free(&run);
     mc_comm_destroy(cx.world);
+    lab__device_table_free(&device_table, made_table);
     return exit_code;
 }
 

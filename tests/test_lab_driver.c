@@ -424,6 +424,22 @@ Test(lab_driver, a_backend_this_build_lacks_exits_2_with_the_reason) {
               out);
 }
 
+/* --device cuda in a build without the CUDA table: exit 2 naming the build to make, before
+   any world starts; a device name it does not know is a usage error naming the choices. */
+Test(lab_driver, a_device_this_build_lacks_exits_2_with_the_reason) {
+#if defined(MC_ENABLE_CUDA)
+    cr_skip_test("built with CUDA: the CUDA table exists");
+#endif
+    int rc = run_lab(0, "--device cuda");
+    cr_expect_eq(rc, 2, "%s", out);
+    cr_expect(mc_test_contains(out, "--device cuda: this build has no CUDA op table (build with "
+                                    "make cuda)"), "%s", out);
+    cr_expect_eq(run_lab(0, "--device gpu"), 2, "%s", out);
+    cr_expect(mc_test_contains(out, "--device must be cpu or cuda, got 'gpu'"), "%s", out);
+    cr_expect_eq(run_lab(0, "--device cpu --device cpu"), 2, "%s", out);
+    cr_expect(mc_test_contains(out, "--device given twice"), "%s", out);
+}
+
 /* ---------------------------------------------------------------------------------------------
    flags and modes without mpirun */
 
