@@ -1461,8 +1461,6 @@ static cJSON *lab12_facts(lab_ctx *cx) {
     cJSON_AddNumberToObject(ms, "reference", lab_round_ms(st->ref.median_ms));
     cJSON_AddBoolToObject(sm, "recompute_full_bitwise", st->rc_bitwise[0]);
     cJSON_AddBoolToObject(sm, "recompute_selective_bitwise", st->rc_bitwise[1]);
-    cJSON_AddNumberToObject(sm, "recompute_full_max_rel_diff", st->rc_rel[0]);
-    cJSON_AddNumberToObject(sm, "recompute_selective_max_rel_diff", st->rc_rel[1]);
     cJSON *ck = cJSON_AddObjectToObject(sm, "checkpoint");
     cJSON_AddStringToObject(ck, "dir", st->ckpt_dir);
     cJSON_AddNumberToObject(ck, "saved_tp", st->reshard_saved_tp);
