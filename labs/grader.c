@@ -435,6 +435,9 @@ typedef struct gr__concept {
     char id[48];
     gr__alt *alt;
     int nalt, capalt;
+    gr__alt *excl; /* "not_inside": a match inside one of these words is not the concept
+                      ("要是" inside "主要是", "若" inside "若干") */
+    int nexcl, capexcl;
     int lexical; /* a lexicon concept (not a language rule): its matches absorb negators */
 } gr__concept;
 
@@ -873,6 +876,28 @@ static gr__concept *gr__new_concept(gr__ctx *c, const char *id) {
 
 /* A list of strings, or an object {"en": [...], "zh": [...], "re": [...]} ("re" entries are
    POSIX extended regular expressions over the normalised text). */
+/* The words a concept's match must not be a piece of: each a phrase (no regular expression),
+   longer than every alternative it is meant to cover. */
+static void gr__add_exclusions(gr__ctx *c, gr__concept *k, const cJSON *list, const char *where) {
+    const cJSON *v;
+    if (!cJSON_IsArray(list))
+        gr__fail(c, MC_ERR_INVALID_DESC, "rubric: %s.not_inside must be a list of phrases", where);
+    cJSON_ArrayForEach(v, list) {
+        if (!cJSON_IsString(v) || strncmp(v->valuestring, "re:", 3) == 0)
+            gr__fail(c, MC_ERR_INVALID_DESC,
+                     "rubric: %s.not_inside must hold phrases (not regular expressions)", where);
+        gr__alt *a = GR__PUSH(c, k->excl, k->nexcl, k->capexcl);
+        memset(a, 0, sizeof *a);
+        a->src = gr__strdup(c, v->valuestring);
+        char *norm = gr__normalize(c, v->valuestring, strlen(v->valuestring));
+        a->pt = gr__tokenize(c, norm, 1, &a->npt);
+        if (a->npt < 2)
+            gr__fail(c, MC_ERR_INVALID_DESC,
+                     "rubric: %s.not_inside: \"%s\" must be two or more words or characters",
+                     where, v->valuestring);
+    }
+}
+
 static void gr__add_concept_spec(gr__ctx *c, gr__concept *k, const cJSON *g, const char *where) {
     char w[160];
     if (cJSON_IsArray(g)) {
@@ -896,9 +921,12 @@ static void gr__add_concept_spec(gr__ctx *c, gr__concept *k, const cJSON *g, con
                 gr__add_alt(c, k, b.s);
             }
         }
+        const cJSON *inside = cJSON_GetObjectItemCaseSensitive(g, "not_inside");
+        if (inside != NULL) gr__add_exclusions(c, k, inside, where);
     } else if (g != NULL) {
         gr__fail(c, MC_ERR_INVALID_DESC,
-                 "rubric: %s must be a list of phrases or an object {en, zh, re}", where);
+                 "rubric: %s must be a list of phrases or an object {en, zh, re, not_inside}",
+                 where);
     }
 }
 
@@ -3325,6 +3353,26 @@ static int gr__verb_here(gr__ctx *c, const gr__alt *alt, const gr__sent *s, int 
     return 1;
 }
 
+/* 1 when tokens [start, end) lie inside an occurrence of one of the concept's excluded words. */
+static int gr__inside_exclusion(const gr__concept *cp, const gr__sent *s, int start, int end) {
+    for (int x = 0; x < cp->nexcl; x++) {
+        const gr__alt *w = &cp->excl[x];
+        for (int p = end - w->npt; p <= start; p++)
+            if (p >= 0 && gr__alt_at(w, s, p, 0)) return 1;
+    }
+    return 0;
+}
+
+/* Keeps the matches that are not pieces of an excluded word; returns how many. */
+static int gr__drop_inside_exclusions(const gr__concept *cp, const gr__sent *s, gr__match *arr,
+                                      int n) {
+    int kept = 0;
+    for (int i = 0; i < n; i++)
+        if (cp->nexcl == 0 || !gr__inside_exclusion(cp, s, arr[i].start, arr[i].end))
+            arr[kept++] = arr[i];
+    return kept;
+}
+
 static void gr__find_concept(gr__ctx *c, gr__sent *s, int k) {
     const gr__concept *cp = &c->R.concepts[k];
     gr__match *arr = NULL;
@@ -3352,6 +3400,7 @@ static void gr__find_concept(gr__ctx *c, gr__sent *s, int k) {
             off = e > b ? e : b + 1;
         }
     }
+    n = gr__drop_inside_exclusions(cp, s, arr, n);
     s->cm[k] = arr;
     s->ncm[k] = n;
 }

@@ -343,6 +343,15 @@ Test(grader, chinese_denial_frames_deny_what_they_frame) {
     }
 }
 
+/* A conditional marker inside a longer word is not one (the language rule's not_inside):
+   主要是 ("mainly") holds 要是 ("if"), 若干 ("several") holds 若 ("if"). */
+Test(grader, a_conditional_marker_inside_a_longer_word_is_not_a_condition) {
+    EXPECT_GRADE(S1("张量并行的rank是相邻的。"), "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("要是张量并行的rank是相邻的，通信就快。"), "S.tp_adj", 0.0);
+    EXPECT_GRADE(S1("主要是因为张量并行的rank是相邻的。"), "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("张量并行的若干rank是相邻的。"), "S.tp_adj", 1.0);
+}
+
 Test(grader, a_contrast_ends_the_frame) {
     graded g = grade_sheet(S2("Some people think the order is irrelevant, but in fact every rank "
                               "creates every group."));
