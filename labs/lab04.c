@@ -36,6 +36,7 @@
 #define LAB04_BIG_WORLD 64
 #define LAB04_MAX_WORLD 64
 #define LAB04_PRINT_ALL_RANKS 16   /* print every rank of the run up to this world */
+#define LAB04_REDUCTION_PATH "mc_ddp"  /* every gradient goes through the library's DDP layer, on the world's memory */
 
 /* The follow-up: TP4 PP4 CP2 on 64 GPUs, and the expert sizes each variant adds. */
 static const mc_grid_desc lab04_big = {.world = LAB04_BIG_WORLD, .tp = 4, .pp = 4, .cp = 2};
@@ -428,7 +429,6 @@ typedef struct lab04_layout {
     int ran, status;               /* status of mc_grid_init (refused: nothing ran) */
     char message[512];
     mc_grid grid;
-    const char *path;              /* "mc_ddp": the library's DDP layer, on the world's memory */
     int *expert, *shard;           /* [W] the expert each rank holds, and its ETP shard */
     lab04_reduction dense;         /* dense grads over DP x CP */
     lab04_reduction expert_dp;     /* expert grads over expert-DP */
@@ -545,7 +545,6 @@ static void lab04_run_layout(lab_ctx *cx, const mc_grid_desc *desc, lab04_layout
     }
     mc_parallel_state ps;
     MC_CHECK(mc_parallel_init(&ps, &(mc_parallel_desc){.world = cx->world, .grid = *desc}));
-    L->path = "mc_ddp";
     /* which expert (one local expert per EP rank) and which ETP shard of it each rank holds */
     int mine[2] = {ps.coords.ep, ps.coords.etp}, *both = lab_xcalloc((size_t)W * 2, sizeof(int));
     MC_CHECK(lab_all_gather_i32(cx->world, mine, both, 2));
@@ -590,7 +589,7 @@ static void lab04_print_layout(const lab_ctx *cx, const lab04_layout *L) {
     lab_printf0("world %d: dense TP=%d CP=%d PP=%d -> DP = %d / (%d*%d*%d) = %d; expert ETP=%d "
                 "EP=%d PP=%d -> EDP = %d / (%d*%d*%d) = %d\n", W, d->tp, d->cp, d->pp, W, d->tp,
                 d->pp, d->cp, g->dp, d->etp, d->ep, d->pp, W, d->etp, d->ep, d->pp, g->edp);
-    lab_printf0("reduced with %s; each contribution expected at 1/(DP*CP) = %g\n", L->path,
+    lab_printf0("reduced with %s; each contribution expected at 1/(DP*CP) = %g\n", LAB04_REDUCTION_PATH,
                 L->dense.scale);
     lab_printf0("rank | tp cp dp pp | etp ep edp | expert | dense grad from | expert grad from "
                 "| expert grad over DP x CP from\n");
@@ -749,7 +748,7 @@ static cJSON *lab04_layout_json(const lab_ctx *cx, const lab04_layout *L) {
     cJSON_AddNumberToObject(o, "edp_size", g->edp);
     cJSON_AddNumberToObject(o, "tp_pp_dp_ep", d->tp * d->pp * g->dp * d->ep);
     cJSON_AddBoolToObject(o, "tp_pp_dp_ep_equals_world", d->tp * d->pp * g->dp * d->ep == W);
-    cJSON_AddStringToObject(o, "reduction_path", L->path);
+    cJSON_AddStringToObject(o, "reduction_path", LAB04_REDUCTION_PATH);
     cJSON_AddNumberToObject(o, "seconds", lab_round_s(L->seconds));
     mc_rank_coords c;
     MC_CHECK(mc_grid_coords(g, probe, &c));

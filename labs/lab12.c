@@ -620,6 +620,17 @@ static double lab12_rel_diff(const lab12_run *r, const lab12_run *ref, int first
     return worst;
 }
 
+/* Recompute's bar: on CPU ranks the recomputed forward is the same arithmetic in the same order,
+   so it must be bit for bit; the CUDA backward kernels sum with atomics in no fixed order. */
+static int lab12_recompute_bitwise_bar(const lab12_state *st) {
+    return strcmp(st->smoke_device, "cpu") == 0;
+}
+
+static const char *lab12_recompute_bar(const lab12_state *st) {
+    return lab12_recompute_bitwise_bar(st) ? "bit for bit"
+                                           : "within 1e-05 (device kernels sum in no fixed order)";
+}
+
 static void lab12_finish_run(lab12_run *r, const lab12_run *ref, int first, double rtol) {
     r->median_ms = lab12_median(r->ms, r->n_loss);
     r->max_rel_diff = lab12_rel_diff(r, ref, first);
@@ -956,8 +967,8 @@ static int lab12_smoke(lab_ctx *cx) {
         }
         st->rc_bitwise[k] = same;
         st->rc_rel[k] = rel;
-        st->rc_held[k] = strcmp(st->smoke_device, "cpu") == 0 ? same
-                                                              : rc->status == MC_OK && rel <= LAB12_RTOL;
+        st->rc_held[k] = lab12_recompute_bitwise_bar(st) ? same
+                                                         : rc->status == MC_OK && rel <= LAB12_RTOL;
     }
     static const char *const words[3] = {"DIFFERENT", "within 1e-05", "bit for bit"};
     lab_printf0("  recompute against tp_pp (same layout, nothing recomputed): full %s, "
@@ -965,10 +976,7 @@ static int lab12_smoke(lab_ctx *cx) {
                 words[st->rc_bitwise[1] ? 2 : st->rc_held[1]]);
     if (!st->rc_bitwise[0] || !st->rc_bitwise[1])
         lab_printf0(" (|rel diff| %.1e and %.1e; on %s ranks the bar is %s)", st->rc_rel[0],
-                    st->rc_rel[1], st->smoke_device,
-                    strcmp(st->smoke_device, "cpu") == 0
-                        ? "bit for bit"
-                        : "1e-05: the CUDA backward kernels sum with atomics in no fixed order");
+                    st->rc_rel[1], st->smoke_device, lab12_recompute_bar(st));
     lab_printf0("\n");
     const lab12_run *bf = &st->runs[st->run_of[F_BF16]];
     int bf16_differs = bf->status == MC_OK && bf->max_rel_diff > 0.0;
@@ -1020,8 +1028,7 @@ static int lab12_smoke(lab_ctx *cx) {
                   "(|rel diff| %.1e)", r->layout, r->max_rel_diff);
     }
     lab_check(cx, st->rc_held[0] && st->rc_held[1], "full and selective recompute give the "
-              "losses of the same layout without recompute, %s", strcmp(st->smoke_device, "cpu") == 0
-                  ? "bit for bit" : "within 1e-05 (device kernels sum in no fixed order)");
+              "losses of the same layout without recompute, %s", lab12_recompute_bar(st));
     lab_check(cx, bf16_differs, "bf16 storage changes the losses (it is really in use)");
     lab_check(cx, st->reshard_resharded && st->reshard_saved_tp == 2 && st->reshard_saved_pp == 2,
               "the checkpoint saved at TP2 x PP2 was resharded on load");
