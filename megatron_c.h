@@ -1306,6 +1306,8 @@ struct mc_comm {
     unsigned long long n_calls;   /* operations started on it (watchdog messages number them) */
     void *watchdog;          /* private: the world's progress watchdog (mpi), shared by every
                                 group made from the world; NULL without one */
+    int mc__host_buffers;    /* private: 1 while mc_host_collective runs an mpi collective on
+                                host buffers, so a device table's staging is skipped */
 };
 
 typedef struct mc_comm_desc {
@@ -1459,7 +1461,8 @@ MC_API int mc_comm_download(mc_comm *c, void *host_dst, const void *src, size_t 
 /* A blocking collective on HOST values, whatever memory the communicator works on: send and
    recv are host buffers; the values travel through buffers of the communicator's memory owner
    (device memory on nccl) and back, or directly when that memory is the host's. The one way
-   for token counts, loss sums and flags to cross ranks.
+   for token counts, loss sums and flags to cross ranks. On mpi the host buffers go to MPI as
+   they are, whatever the memory owner (no staging copies).
      MC_COLL_ALL_REDUCE  recv[count] = op over ranks of send[count] (send may equal recv)
      MC_COLL_ALL_GATHER  recv[size * count] = every rank's send[count], rank order
      MC_COLL_BROADCAST   recv[count] = root's send[count] (send may equal recv; on other ranks
@@ -7912,8 +7915,11 @@ static const void *mc__mpi_unalias(mc__mpi_request *q, const void *send, size_t 
    share a GPU, so NCCL cannot hold them) hands MPI host copies. The send side is downloaded
    when the operation starts (download waits for the kernels that wrote it); the receive side
    is uploaded when the request finishes. Correct for every operation, at the price of two
-   copies through the host per call. */
-static int mc__mpi_staged(const mc_comm *c) { return c->mem->device != MC_DEVICE_CPU; }
+   copies through the host per call. mc_host_collective's buffers are on the host already:
+   they go to MPI as they are. */
+static int mc__mpi_staged(const mc_comm *c) {
+    return c->mem->device != MC_DEVICE_CPU && !c->mc__host_buffers;
+}
 
 /* One host block of `bytes` for the request's copies, and room for `n_up` uploads. */
 static char *mc__mpi_stage_new(mc__mpi_request *q, size_t bytes, int n_up) {
@@ -8963,6 +8969,12 @@ MC_API int mc_host_collective(mc_comm *c, mc_collective kind, const void *send, 
         return MC__FAIL(MC_ERR_INVALID_ARG, "%s on %s: send and recv must be set", fn, c->name);
     if (c->mem->device == MC_DEVICE_CPU)
         return mc__host_coll_run(c, kind, send, recv, count, dt, op, root);
+    if (c->backend == MC_BACKEND_MPI) {   /* MPI reads host memory: no copies through the table */
+        c->mc__host_buffers = 1;
+        rc = mc__host_coll_run(c, kind, send, recv, count, dt, op, root);
+        c->mc__host_buffers = 0;
+        return rc;
+    }
     in_bytes = mc_dtype_bytes(dt, count);
     out_bytes = kind == MC_COLL_ALL_GATHER ? in_bytes * (size_t)c->size : in_bytes;
     if (mc_ops_alloc(c->mem, MC_MEMORY_COMMUNICATION, &dsend, in_bytes) != MC_OK ||

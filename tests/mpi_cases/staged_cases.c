@@ -166,15 +166,36 @@ static void broadcast_and_p2p_cases(void) {
     mc_comm_free(world, in);
 }
 
-/* Host values through mc_host_collective: uploaded, staged down again, uploaded, downloaded. */
+/* Host values through mc_host_collective: MPI reads host memory, so they go to it as they are,
+   with no copy through the device table (on the pretend device a copy would also be counted). */
 static void host_collective_case(void) {
-    int64_t mine[2] = {me, 1}, all[2] = {0, 0};
+    int64_t mine[2] = {me, 1}, all[2] = {0, 0}, gathered[2 * 64] = {0}, word = me == 0 ? 42 : -1;
+    long up = n_uploads, down = n_downloads;
     MC_CASE_CHECK_STATUS(mc_host_collective(world, MC_COLL_ALL_REDUCE, mine, all, 2, MC_I64,
                                             MC_SUM, 0),
                          MC_OK, "mc_host_collective");
     MC_CASE_CHECK(all[0] == (int64_t)np * (np - 1) / 2 && all[1] == np,
                   "mc_host_collective SUM of (rank, 1): got (%lld, %lld), want (%d, %d)",
                   (long long)all[0], (long long)all[1], np * (np - 1) / 2, np);
+    if (np <= 64) {
+        MC_CASE_CHECK_STATUS(mc_host_collective(world, MC_COLL_ALL_GATHER, mine, gathered, 2,
+                                                MC_I64, MC_SUM, 0),
+                             MC_OK, "mc_host_collective all-gather");
+        int ok = 1;
+        for (int r = 0; r < np; r++)
+            ok = ok && gathered[2 * r] == r && gathered[2 * r + 1] == 1;
+        MC_CASE_CHECK(ok, "mc_host_collective all-gather of (rank, 1): rank order");
+    }
+    MC_CASE_CHECK_STATUS(mc_host_collective(world, MC_COLL_BROADCAST, &word, &word, 1, MC_I64,
+                                            MC_SUM, 0),
+                         MC_OK, "mc_host_collective broadcast");
+    MC_CASE_CHECK(word == 42, "mc_host_collective broadcast from rank 0: got %lld, want 42",
+                  (long long)word);
+    if (pretend)
+        MC_CASE_CHECK(n_uploads == up && n_downloads == down,
+                      "mc_host_collective copied through the device table (%ld uploads, %ld "
+                      "downloads): host values go to MPI as they are",
+                      n_uploads - up, n_downloads - down);
 }
 
 static void case_all(void) {
