@@ -447,6 +447,7 @@ typedef struct l8_sum {
                                     lr_scheduler */
     double times_consistent;     /* t_call <= t_return (<= t_complete where known) everywhere */
     double param_gather_end_ms, next_forward_ms;   /* F: iteration 1's gather, 2's forward */
+    double param_gather_span_end_ms;   /* F: the span's completion (device: its queued work) */
     double clipped;
     double teardown_tried, teardown_refused;
     double iteration_ms;
@@ -571,6 +572,21 @@ static const mc_timeline_event *l8_find(const mc_timeline *tl, long long from, c
         if (e && strcmp(e->name, name) == 0 && (kind < 0 || (int)e->kind == kind)) return e;
     }
     return NULL;
+}
+
+/* When the communication inside span `g` completed: the latest completion of its collective
+   and async events (the span's own completion also covers compute the device still had queued
+   when it returned, which the next forward's host call may precede; -1: no communication). */
+static double l8_comm_end(const mc_timeline *tl, const mc_timeline_event *g) {
+    double end = -1;
+    for (long long id = g->id + 1; id < tl->n_events; id++) {
+        const mc_timeline_event *e = mc_timeline_event_at(tl, id);
+        if (!e || (e->kind != MC_TIMELINE_COLLECTIVE && e->kind != MC_TIMELINE_ASYNC)) continue;
+        const mc_timeline_event *p = mc_timeline_event_at(tl, e->parent);
+        while (p && p->id != g->id) p = mc_timeline_event_at(tl, p->parent);
+        if (p && e->t_complete > end) end = e->t_complete;
+    }
+    return end;
 }
 
 /* This rank's summary of the events from id `from` (one iteration) of a timeline. */
@@ -1427,7 +1443,9 @@ static int l8_followup(lab_ctx *cx) {
     l8_summarise(cx, &first, 0, t0, &a, &mine);
     const mc_timeline_event *g = l8_find(&tl, 0, "param_all_gather", MC_TIMELINE_SPAN);
     const mc_timeline_event *f = l8_find(&tl, second, "forward", MC_TIMELINE_COMPUTE);
-    mine.param_gather_end_ms = g ? l8_ms(g->t_complete, t0) : -1;
+    double comm_end = g ? l8_comm_end(&tl, g) : -1;
+    mine.param_gather_end_ms = comm_end > 0 ? l8_ms(comm_end, t0) : -1;
+    mine.param_gather_span_end_ms = g ? l8_ms(g->t_complete, t0) : -1;
     mine.next_forward_ms = f ? l8_ms(f->t_call, t0) : -1;
     l8_gather_sums(cx, &mine, st->f_sums);
     l8_reference(cx, &ref, NULL, 1, 0, L8_M * st->dp);
@@ -1448,14 +1466,27 @@ static int l8_followup(lab_ctx *cx) {
                 "iteration 1's param all-gather completed at %.3f ms, iteration 2's first "
                 "forward began at %.3f ms\n", p->last_backward_return_ms, p->last_dp_complete_ms,
                 p->param_gather_end_ms, p->next_forward_ms);
+    if (p->param_gather_span_end_ms > p->param_gather_end_ms + 1e-3)   /* a device's queue */
+        lab_printf0("  (the param all-gather span completed at %.3f ms: the device finished the "
+                    "work queued before it then, after its collectives)\n",
+                    p->param_gather_span_end_ms);
     int all_ok = 1;
     for (int r = 0; r < cx->world_size; r++) {
         const l8_sum *w = &st->f_sums[r];
-        all_ok &= (int)w->launched_in_backward + (int)w->launched_in_finish == (int)w->buckets;
-        all_ok &= v->overlap ? (int)w->launched_in_backward >= 1 : (int)w->launched_in_backward == 0;
-        all_ok &= (int)w->in_flight_at_backward_return ==
-                  (v->overlap ? (int)w->launched_in_backward : 0);
-        all_ok &= w->param_gather_end_ms >= 0 && w->param_gather_end_ms <= w->next_forward_ms;
+        int launches = (int)w->launched_in_backward + (int)w->launched_in_finish == (int)w->buckets;
+        int overlap = v->overlap ? (int)w->launched_in_backward >= 1
+                                 : (int)w->launched_in_backward == 0;
+        int in_flight = (int)w->in_flight_at_backward_return ==
+                        (v->overlap ? (int)w->launched_in_backward : 0);
+        int gather = w->param_gather_end_ms >= 0 && w->param_gather_end_ms <= w->next_forward_ms;
+        if (!(launches && overlap && in_flight && gather))
+            lab_printf0("  rank %d does not: %d buckets, %d launched inside the backward, %d by "
+                        "finish_grad_sync, %d in flight at backward's return; param all-gather "
+                        "completed at %.3f ms, the next forward began at %.3f ms\n", r,
+                        (int)w->buckets, (int)w->launched_in_backward, (int)w->launched_in_finish,
+                        (int)w->in_flight_at_backward_return, w->param_gather_end_ms,
+                        w->next_forward_ms);
+        all_ok &= launches && overlap && in_flight && gather;
     }
     L8_CHECK(cx, all_ok, "on every rank: launches = the bucket table's buckets, %s, the buckets "
              "in flight at backward's return = those launched in it, and the param all-gather "

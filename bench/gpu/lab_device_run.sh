@@ -9,7 +9,7 @@
 # Steps: env; build (CUDA=1 NO_DEPS=1 labs, staged_cases, gpu_check); determinism (gpu_check's
 # deterministic table against the CPU and against itself run twice; then every op of section
 # ops with MC_CUDA_DETERMINISTIC=1); staged (the staged
-# collectives on the CUDA table, on 1, 2, 4 and 8 ranks: STAGED_NP); lab08 (8 ranks, --device cuda: the model on the GPU,
+# collectives on the CUDA table, on 1, 2, 4 and 8 ranks: STAGED_NP); lab08 (8 ranks, --device cuda, each follow-up (LAB08_NONCES): the model on the GPU,
 # completion times from CUDA events, one SVG timeline per rank); lab12 (4 ranks, plain, then
 # twice with --device cuda: do two runs of one layout agree bit for bit on the GPU?); then every
 # lab in LAB_SWEEP (default all twelve) at its README world with --device cuda, each capped at
@@ -54,9 +54,12 @@ if [ "${FOCUS:-1}" = 1 ]; then   # FOCUS=0: only the sweep
         step staged_np$np 120 mpirun --oversubscribe -np "$np" build/tests/staged_cases cuda
         note "  $(tail -1 "$log/staged_np$np.log")"
     done
-    ./lab08 --init > "$log/lab08_init.log" 2>&1
-    step lab08 400 mpirun --oversubscribe -np 8 ./lab08 --device cuda
-    grep -E "backend|device|broken mode|SVG|checks|PASS|FAIL" "$log/lab08.log" | head -20 >> "$summary"
+    for nonce in ${LAB08_NONCES:-000000 007bbc 003dde}; do   # follow-ups F1, F2, F3
+        step lab08_$nonce 400 mpirun --oversubscribe -np 8 ./lab08 --device cuda --nonce "$nonce" \
+            --answers "$log/lab08_$nonce.md" --results "results/lab08_$nonce.json"
+        grep -E "follow-up F|broken mode|checks|FAILED|does not:|span completed" \
+            "$log/lab08_$nonce.log" | head -20 >> "$summary"
+    done
     step lab12_plain 200 mpirun --oversubscribe -np 4 ./lab12
     mkdir -p "$log/lab12_plain" && cp -r results/. "$log/lab12_plain/" 2>/dev/null
     step lab12_device 200 mpirun --oversubscribe -np 4 ./lab12 --device cuda
