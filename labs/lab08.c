@@ -1519,6 +1519,19 @@ static cJSON *l8_losses_json(const double *x, int n) {
     return a;
 }
 
+/* A rank's DP bucket launches and finish_grad_sync (A's per-rank table and F's probe rank;
+   `in_flight_key` names the buckets in flight at backward's return). */
+static void l8_launches_json(cJSON *o, const l8_sum *w, const char *in_flight_key) {
+    cJSON_AddNumberToObject(o, "buckets", w->buckets);
+    cJSON_AddNumberToObject(o, "launched_during_backward", w->launched_in_backward);
+    cJSON_AddNumberToObject(o, "launched_by_finish_grad_sync", w->launched_in_finish);
+    cJSON_AddNumberToObject(o, in_flight_key, w->in_flight_at_backward_return);
+    cJSON_AddNumberToObject(o, "finish_grad_sync_waits", w->waits);
+    cJSON_AddNumberToObject(o, "finish_grad_sync_wait_ms", l8_round(w->wait_ms));
+    cJSON_AddNumberToObject(o, "last_backward_return_ms", l8_round(w->last_backward_return_ms));
+    cJSON_AddNumberToObject(o, "last_dp_bucket_complete_ms", l8_round(w->last_dp_complete_ms));
+}
+
 static cJSON *l8_rank_json(const l8_sum *w) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "rank", w->rank);
@@ -1531,14 +1544,7 @@ static cJSON *l8_rank_json(const l8_sum *w) {
     cJSON_AddNumberToObject(o, "warmup_forwards", w->warmup);
     cJSON_AddBoolToObject(o, "trace_matches_schedule", w->trace_ok == 1);
     cJSON_AddNumberToObject(o, "backwards_with_grad_sync", w->grad_sync_marks);
-    cJSON_AddNumberToObject(o, "buckets", w->buckets);
-    cJSON_AddNumberToObject(o, "launched_during_backward", w->launched_in_backward);
-    cJSON_AddNumberToObject(o, "launched_by_finish_grad_sync", w->launched_in_finish);
-    cJSON_AddNumberToObject(o, "in_flight_at_backward_return", w->in_flight_at_backward_return);
-    cJSON_AddNumberToObject(o, "finish_grad_sync_waits", w->waits);
-    cJSON_AddNumberToObject(o, "finish_grad_sync_wait_ms", l8_round(w->wait_ms));
-    cJSON_AddNumberToObject(o, "last_backward_return_ms", l8_round(w->last_backward_return_ms));
-    cJSON_AddNumberToObject(o, "last_dp_bucket_complete_ms", l8_round(w->last_dp_complete_ms));
+    l8_launches_json(o, w, "in_flight_at_backward_return");
     cJSON_AddNumberToObject(o, "dp_complete_after_backward_ms",
                             l8_round(w->last_dp_complete_ms - w->last_backward_return_ms));
     cJSON_AddNumberToObject(o, "tp_collectives_in_forward_backward", w->tp_collectives);
@@ -1664,14 +1670,7 @@ static cJSON *l8_facts(lab_ctx *cx) {
     cJSON_AddBoolToObject(fu, "overlap_grad_reduce", v->overlap);
     cJSON_AddNumberToObject(fu, "probe_rank", cx->probe);
     cJSON_AddNumberToObject(fu, "probe_stage", p->stage);
-    cJSON_AddNumberToObject(fu, "buckets", p->buckets);
-    cJSON_AddNumberToObject(fu, "launched_during_backward", p->launched_in_backward);
-    cJSON_AddNumberToObject(fu, "launched_by_finish_grad_sync", p->launched_in_finish);
-    cJSON_AddNumberToObject(fu, "outstanding_at_backward_return", p->in_flight_at_backward_return);
-    cJSON_AddNumberToObject(fu, "finish_grad_sync_waits", p->waits);
-    cJSON_AddNumberToObject(fu, "finish_grad_sync_wait_ms", l8_round(p->wait_ms));
-    cJSON_AddNumberToObject(fu, "last_backward_return_ms", l8_round(p->last_backward_return_ms));
-    cJSON_AddNumberToObject(fu, "last_dp_bucket_complete_ms", l8_round(p->last_dp_complete_ms));
+    l8_launches_json(fu, p, "outstanding_at_backward_return");
     cJSON_AddNumberToObject(fu, "param_gather_complete_ms", l8_round(p->param_gather_end_ms));
     cJSON_AddNumberToObject(fu, "next_forward_ms", l8_round(p->next_forward_ms));
     cJSON_AddStringToObject(fu, "param_gather_before_next_forward",
