@@ -4,7 +4,8 @@
    left open closed with their parent), the ring (overwritten events gone, n_events counting
    all), completion markers on a copy of the CPU table (t_complete from the marker, pending
    until flush, every marker released, spans completing with their synchronous events but not
-   with the async operations they started), the schedule's ops and its grad-sync mark, and the
+   with the async operations they started; a span closed on a device table completing after
+   the host collectives inside it), the schedule's ops and its grad-sync mark, and the
    desc checks. */
 #include <criterion/criterion.h>
 #include <string.h>
@@ -181,6 +182,35 @@ Test(timeline, markers_give_completion_times_at_flush, .init = setup, .fini = te
     cr_assert_eq(mc_timeline_stop(&tl), MC_OK);
     cr_expect_eq(marks_live, 0);
     cr_expect_eq(marks_made, 6);
+}
+
+/* The optimizer's param all-gather span on a device table: its collectives complete when the
+   host has them back (an mpi or self world, no marker), the span when the device has also run
+   the work queued before it closed, which may be after the host calls the next forward; lab08
+   times the gather by its collectives for that reason. */
+Test(timeline, a_span_on_a_device_table_completes_after_its_host_collectives,
+     .init = setup, .fini = teardown) {
+    mc_ops dev = *mc_ops_cpu();
+    dev.mark_record = fake_record;
+    dev.mark_time = fake_time;
+    dev.mark_release = fake_release;
+    marks_live = marks_made = 0;
+    float x[4] = {1, 2, 3, 4};
+    start(64);
+    long long gather = mc_timeline_begin("param_all_gather", -1);
+    cr_assert_eq(mc_all_reduce(world, x, x, 4, MC_F32, MC_SUM), MC_OK);
+    long long coll = tl.n_events - 1;
+    mc_timeline_end(gather, &dev);
+    long long next = mc_timeline_begin("forward", 0);
+    mc_timeline_end(next, NULL);
+    cr_assert_eq(mc_timeline_flush(&tl), MC_OK);
+    const mc_timeline_event *g = at(gather), *c = at(coll), *f = at(next);
+    cr_expect_eq(c->kind, MC_TIMELINE_COLLECTIVE);
+    cr_expect_eq(c->parent, gather);
+    cr_expect_leq(c->t_complete, f->t_call, "the collective completed before the next call");
+    cr_expect_gt(g->t_complete, f->t_call + 4.0,
+                 "the span's marker covers the device's queue: it completes after the next call");
+    cr_expect_eq(marks_live, 0);
 }
 
 static mc_schedule_result result;
