@@ -26,6 +26,11 @@ BRIEF = {
     'fluent but wrong': 'Confident, well-formed, expert-sounding sentences, but mostly wrong: wrong mechanisms, '
         'reversed responsibilities, wrong predictions, measured values quoted but misread or explained away; the '
         'natural beliefs of someone who half-remembers blog posts, in their own words, not negations of the truth.',
+    'learned from the run': 'A learner who filled in every prediction before the run from a naive first guess and '
+        'got most of them wrong (the predictions stay exactly as first written: they were locked before the run), '
+        'then studied the run output and answered every box correctly from what it measured, in natural sentences, '
+        'quoting the measured values the boxes ask for; a box may say what they had expected and what the run '
+        'showed instead.',
     'misconceptions in own words': 'States the common misconceptions about this topic as facts, in their own words.',
     'negated truths': 'Writes the true statements but denies them ("it is not true that ...").',
     'keyword bullets': 'Answers every box with bullets of keywords and noun phrases.',
