@@ -360,6 +360,37 @@ Test(grader, a_contrast_ends_the_frame) {
     release(&g);
 }
 
+/* A learner who predicted wrong and then explains the run writes what they had believed before
+   it ("I had expected that ..."): a belief reported, not stated, so it neither earns nor costs;
+   a confirmation ("as I had expected, ...") and what follows the contrast still state. */
+Test(grader, a_belief_held_before_the_run_is_reported_not_stated) {
+    graded plain = grade_sheet(FX("The creation order does not matter at all here."));
+    cr_expect(item(&plain, "MX_FREE")->fired, "the control states it:\n%s", plain.out);
+    release(&plain);
+    const char *before[] = {
+        "Before the run I expected that the creation order does not matter at all here.",
+        "I had predicted that the creation order does not matter at all here.",
+        "My guess was that the creation order does not matter at all here.",
+        "At first I thought the creation order does not matter at all here.",
+        "我原本认为组的创建顺序无关紧要。",
+    };
+    for (size_t i = 0; i < sizeof before / sizeof before[0]; i++) {
+        graded g = grade_sheet(FX(before[i]));
+        cr_expect_not(item(&g, "MX_FREE")->fired, "stated by \"%s\":\n%s", before[i], g.out);
+        release(&g);
+    }
+    graded g = grade_sheet(S2("I had expected that the order is irrelevant, but in the run every "
+                              "rank creates every group."));
+    cr_expect_not(item(&g, "MX_FREE")->fired, "%s", g.out);
+    EXPECT_SCORE(g, "S.every_create", 1.0);
+    release(&g);
+    EXPECT_GRADE(S1("I had predicted that the TP ranks are adjacent in this layout."), "S.tp_adj",
+                 0.0);
+    EXPECT_GRADE(S1("As I had expected, the TP ranks are adjacent in this layout."), "S.tp_adj",
+                 1.0);
+    EXPECT_GRADE(S1("我预测对了：张量并行的rank是相邻的。"), "S.tp_adj", 1.0);
+}
+
 Test(grader, negator_exceptions_do_not_negate) {
     graded g = grade_sheet(sheet(NULL, "Not only are the TP ranks adjacent here, they share a node.",
                                  NULL, NULL, NULL, "数据并行在不同的节点上，但是数据并行的rank相邻。"));
