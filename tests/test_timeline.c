@@ -154,12 +154,18 @@ static void fake_release(const mc_ops *o, void *mark) {
     marks_live--;
 }
 
-Test(timeline, markers_give_completion_times_at_flush, .init = setup, .fini = teardown) {
+/* The CPU table with those markers, the counts reset: a pretend device. */
+static mc_ops fake_device(void) {
     mc_ops dev = *mc_ops_cpu();
     dev.mark_record = fake_record;
     dev.mark_time = fake_time;
     dev.mark_release = fake_release;
     marks_live = marks_made = 0;
+    return dev;
+}
+
+Test(timeline, markers_give_completion_times_at_flush, .init = setup, .fini = teardown) {
+    mc_ops dev = fake_device();
     start(64);
     long long outer = mc_timeline_begin("outer", -1);
     long long kernel = mc_timeline_begin("kernel", -1);
@@ -190,11 +196,7 @@ Test(timeline, markers_give_completion_times_at_flush, .init = setup, .fini = te
    times the gather by its collectives for that reason. */
 Test(timeline, a_span_on_a_device_table_completes_after_its_host_collectives,
      .init = setup, .fini = teardown) {
-    mc_ops dev = *mc_ops_cpu();
-    dev.mark_record = fake_record;
-    dev.mark_time = fake_time;
-    dev.mark_release = fake_release;
-    marks_live = marks_made = 0;
+    mc_ops dev = fake_device();
     float x[4] = {1, 2, 3, 4};
     start(64);
     long long gather = mc_timeline_begin("param_all_gather", -1);
