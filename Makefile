@@ -124,7 +124,7 @@ $(BUILD)/lab_common.o: CPPFLAGS += -DLAB_BUILD_COMMIT='"$(BUILD_COMMIT)"' -DLAB_
 # Every labs/labNN.c is a lab: `make labs` builds them all, `make labNN` one.
 LABS        := $(patsubst labs/%.c,%,$(wildcard labs/lab[0-9][0-9].c))
 
-.PHONY: help all labs test test-unit test-mpi grade calibrate calibration-results check-header cuda deps clean
+.PHONY: help all labs test test-unit test-mpi grade calibrate calibration-results agreement check-header cuda deps clean
 .DEFAULT_GOAL := help
 
 help: ## list the targets
@@ -300,6 +300,12 @@ calibrate: $(BUILD)/tests/calibrate labs ## grade the labelled sheets of tests/c
 # re-run every corpus sheet and keep each run as tests/calibration/<lab>/results/<id>.json
 calibration-results: $(BUILD)/tests/calibrate labs ## remake the frozen runs the calibration sheets are graded against
 	@./$(BUILD)/tests/calibrate --freeze
+
+# make agreement: after a rubric or engine change moves a calibration grade (test_calibration
+# says so), re-measure and keep labs/rubric/agreement.json, which each grade report quotes
+agreement: $(BUILD)/tests/calibrate labs ## re-measure how far each lab's grades agree with the markers (labs/rubric/agreement.json)
+	@./$(BUILD)/tests/calibrate --agreement > $(BUILD)/agreement.log; rc=$$?; \
+	  grep -E ' bar: |^wrote ' $(BUILD)/agreement.log; [ $$rc -le 1 ]
 
 $(BUILD)/tests/calibrate: tests/calibration/calibrate.c tests/calibration/calibrate.h $(LAB_COMMON) tests/test_util.h | $(BUILD)/.deps-ok
 	@mkdir -p $(@D)

@@ -598,6 +598,7 @@ typedef struct gr__rubric {
     cJSON *variants; /* {"F1": {"title", "question"}} */
     cJSON *header_fields;
     char *template_path;
+    const cJSON *agreement; /* this lab's entry of agreement.json, or NULL */
 } gr__rubric;
 
 // ---------------------------------------------------------------------------------------------
@@ -1785,6 +1786,33 @@ static void gr__from_schema1(gr__ctx *c, cJSON *root, const char *path) {
     cJSON_AddNumberToObject(root, "schema", 2);
 }
 
+/* agreement.json beside the rubric (else labs/rubric/agreement.json under the working
+   directory): what `make agreement` measured of this lab's grades against human markers on
+   answer sheets the rubric was never tuned on. The report quotes it, so that a learner knows
+   how far the grade can be trusted. No file, no entry: the report says nothing of it. */
+static void gr__load_agreement(gr__ctx *c, const char *rubric_path) {
+    gr__sb p = {0};
+    gr__sb_printf(c, &p, "%s/agreement.json", gr__dirname(c, rubric_path));
+    if (access(p.s, R_OK) != 0) {
+        p = (gr__sb){0};
+        gr__sb_add(c, &p, "labs/rubric/agreement.json");
+        if (access(p.s, R_OK) != 0) return;
+    }
+    const cJSON *doc = gr__load_json_file(c, p.s, "agreement file");
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(doc, c->R.lab);
+    const cJSON *test = cJSON_GetObjectItemCaseSensitive(e, "test");
+    if (e == NULL) return;
+    static const char *const need[] = {"sheets", "within_2", "marked_5_down",
+                                       "mean_diff_marked_5_down", "marked_12_up",
+                                       "mean_diff_marked_12_up"};
+    for (size_t k = 0; k < sizeof need / sizeof need[0]; k++)
+        if (!cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(test, need[k])))
+            gr__fail(c, MC_ERR_INVALID_DESC,
+                     "agreement file %s: %s.test.%s must be a number (make agreement writes it)",
+                     p.s, c->R.lab, need[k]);
+    c->R.agreement = test;
+}
+
 static void gr__load_rubric(gr__ctx *c, const char *path) {
     cJSON *root = gr__load_json_file(c, path, "rubric");
     gr__rubric *R = &c->R;
@@ -1823,6 +1851,7 @@ static void gr__load_rubric(gr__ctx *c, const char *path) {
     gr__load_boxes(c, root);
     gr__load_items(c, root);
     gr__load_misconceptions(c, root);
+    gr__load_agreement(c, path);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -5829,6 +5858,57 @@ static char *gr__config_line(gr__ctx *c) {
     return b.s != NULL ? b.s : gr__strdup(c, "");
 }
 
+/* How far to trust the grade, from what `make agreement` measured on the lab's held-out
+   answer sheets (written by other learners, marked by a human examiner). */
+/* Appends text broken at spaces into lines of at most width bytes (a longer word stands alone). */
+static void gr__sb_add_wrapped(gr__ctx *c, gr__sb *b, const char *text, int width) {
+    const char *p = text;
+    while (*p) {
+        size_t n = strlen(p);
+        const char *cut = p + n;
+        if (n > (size_t)width) {
+            cut = p + width;
+            while (cut > p && *cut != ' ')
+                cut--;
+            if (cut == p) /* one word longer than the line: it stands alone */
+                for (cut = p + width; *cut && *cut != ' '; cut++) {}
+        }
+        gr__sb_printf(c, b, "%.*s\n", (int)(cut - p), p);
+        for (p = cut; *p == ' '; p++) {}
+    }
+}
+
+static void gr__print_agreement(gr__ctx *c, gr__sb *out) {
+    gr__sb line = {0}, *b = &line;
+    const cJSON *a = c->R.agreement;
+    if (a == NULL) return;
+    int n = (int)gr__jnum(a, "sheets", 0), within = (int)gr__jnum(a, "within_2", 0);
+    int nlow = (int)gr__jnum(a, "marked_5_down", 0), nhigh = (int)gr__jnum(a, "marked_12_up", 0);
+    double low = gr__jnum(a, "mean_diff_marked_5_down", 0);
+    double high = gr__jnum(a, "mean_diff_marked_12_up", 0);
+    if (n <= 0) return;
+    gr__sb_printf(c, b, "How far to trust this grade: on %d answer sheets that other learners "
+                        "wrote and a human examiner marked, held out of the rubric's tuning, this "
+                        "grader came within 2 points of the examiner on %d (%d%%).",
+                  n, within, (int)(100.0 * within / n + 0.5));
+    int say_low = nlow > 0 && fabs(low) >= 0.5, say_high = nhigh > 0 && fabs(high) >= 0.5;
+    if (say_low)
+        gr__sb_printf(c, b, " On those marked 5 or less it gave %.2f %s on average", fabs(low),
+                      low > 0 ? "more" : "less");
+    if (say_high && say_low)
+        gr__sb_printf(c, b, ", on those marked 12 or more %.2f %s", fabs(high),
+                      high > 0 ? "more" : "less");
+    else if (say_high)
+        gr__sb_printf(c, b, " On those marked 12 or more it gave %.2f %s on average", fabs(high),
+                      high > 0 ? "more" : "less");
+    if (say_low || say_high) gr__sb_add(c, b, ".");
+    if (within * 10 < n * 9)
+        gr__sb_add(c, b, " That is short of the workbook's bar (90%): when a fluent answer "
+                         "grades high, check its claims against the run yourself "
+                         "(docs/grading.md).");
+    gr__sb_add_wrapped(c, out, gr__sb_str(&line), GR__TABLE_WIDTH);
+}
+
 static void gr__print_report(gr__ctx *c, FILE *out, const gr__totals *t) {
     if (out == NULL) return;
     gr__sb b = {0};
@@ -5870,6 +5950,7 @@ static void gr__print_report(gr__ctx *c, FILE *out, const gr__totals *t) {
     if (t->penalty > 0) gr__sb_printf(c, &b, "   (penalties -%.2f included)", t->penalty);
     gr__sb_printf(c, &b, "   heuristic grader; rubric %s%s%s\n", R->version,
                   R->source_version[0] ? ", " : "", R->source_version);
+    gr__print_agreement(c, &b);
     if (t->near_empty) {
         const cJSON *l;
         gr__sb_add(c, &b, "\nWhat to do next:\n");
@@ -5915,6 +5996,8 @@ static void gr__write_grade_json(gr__ctx *c, const char *path, const gr__totals 
     cJSON_AddBoolToObject(root, "predictions_locked", t->locked);
     cJSON_AddStringToObject(root, "nonce", gr__jstr(c->results, "nonce", ""));
     cJSON_AddStringToObject(root, "visibility", "visible");
+    if (c->R.agreement != NULL)
+        cJSON_AddItemToObject(root, "agreement_held_out", cJSON_Duplicate(c->R.agreement, 1));
     cJSON *tests = cJSON_AddArrayToObject(root, "tests");
     for (int i = 0; i < c->nitems; i++) {
         const gr__item *it = &c->items[i];

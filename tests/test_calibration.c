@@ -11,6 +11,8 @@
    (split "test", sheets no rubric or engine change has read) are graded here too, so a sheet
    that no longer grades fails, but only `make calibrate` holds them to the bar: the grader
    misses it on them today (docs/grading.md), and a suite that fails on every run tests nothing.
+   What both halves measure is kept in labs/rubric/agreement.json, which every grade report
+   quotes; a test fails when it no longer matches (make agreement remakes it).
    lab03's corpus and its whole-sheet behaviour are tested in test_lab03_calibration.c. */
 #include <criterion/criterion.h>
 
@@ -34,6 +36,7 @@ static void expect_dev_bar(const char *lab) {
                  "%s", err);
     cr_assert_gt(cal_check(&g_corpus, "dev").n, 0, "%s: no development sheets in %s", lab, dir);
     cr_expect(cal_meets_bar(&g_corpus, "dev", msg, sizeof msg), "%s", msg);
+    cr_expect(cal_agreement_current(&g_corpus, mc_test_repo_root(), msg, sizeof msg), "%s", msg);
 }
 
 TestSuite(calibration, .timeout = 300);

@@ -1463,6 +1463,57 @@ Test(grader, a_bad_rubric_is_an_error_naming_the_field) {
     release(&h);
 }
 
+/* agreement.json beside the rubric: what `make agreement` measured of the lab's grades
+   against human markers, quoted at the foot of the report and kept in grade.json. */
+static void make_agreement(int sheets, int within, double low, double high) {
+    char text[512];
+    snprintf(text, sizeof text,
+             "{\"labT\": {\"test\": {\"sheets\": %d, \"within_2\": %d, \"marked_5_down\": 3, "
+             "\"mean_diff_marked_5_down\": %g, \"marked_12_up\": 4, \"mean_diff_marked_12_up\": %g}}}",
+             sheets, within, low, high);
+    spit(in_dir("agreement.json"), text, strlen(text));
+}
+
+Test(grader, the_report_says_how_far_its_grade_agrees_with_human_markers) {
+    graded g = grade_sheet(S1("The TP ranks are adjacent to each other in this layout."));
+    cr_expect(!mc_test_contains(g.out, "How far to trust"), "no agreement file, yet:\n%s", g.out);
+    release(&g);
+    make_agreement(10, 7, 2.5, -0.25);
+    g = grade_sheet(S1("The TP ranks are adjacent to each other in this layout."));
+    cr_assert_eq(g.rc, 0, "%s", g.out);
+    cr_expect(mc_test_contains(g.out, "within 2 points of the examiner on 7\n(70%)") ||
+                  mc_test_contains(g.out, "within 2 points of the examiner on 7 (70%)"),
+              "%s", g.out);
+    cr_expect(mc_test_contains(g.out, "2.50 more on average"), "%s", g.out);
+    cr_expect(!mc_test_contains(g.out, "12 or more"), "a mean under 0.5 is not worth a clause:\n%s",
+              g.out);
+    cr_expect(mc_test_contains(g.out, "short of the workbook's bar"), "%s", g.out);
+    cr_expect(strncmp(last_line(g.out), "Total ", 6) == 0, "the total stays the last line:\n%s",
+              g.out);
+    char *json = slurp(in_dir("grade.json"));
+    cJSON *doc = cJSON_Parse(json);
+    free(json);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(doc, "agreement_held_out");
+    cr_expect_eq((int)cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(a, "within_2")), 7);
+    cJSON_Delete(doc);
+    release(&g);
+    make_agreement(10, 9, 0.25, -1.5);
+    g = grade_sheet(S1("The TP ranks are adjacent to each other in this layout."));
+    cr_expect(mc_test_contains(g.out, "On those marked 12 or more it gave 1.50 less on average"), "%s", g.out);
+    cr_expect(!mc_test_contains(g.out, "short of the workbook's bar"), "9 of 10 meets it:\n%s",
+              g.out);
+    release(&g);
+}
+
+Test(grader, a_bad_agreement_file_is_an_error_naming_the_field) {
+    const char *bad = "{\"labT\": {\"test\": {\"sheets\": \"ten\"}}}";
+    spit(in_dir("agreement.json"), bad, strlen(bad));
+    graded g = grade_text("# nothing\n");
+    cr_expect_lt(g.rc, 0, "graded with a bad agreement file:\n%s", g.out);
+    cr_expect(mc_test_contains(g.out, "labT.test.sheets must be a number"), "%s", g.out);
+    release(&g);
+}
+
 Test(grader, a_sheet_that_is_not_utf8_text_is_an_error_naming_file_and_line) {
     /* binary bytes (NULs, invalid UTF-8) */
     char bin[4096];

@@ -53,6 +53,7 @@ Test(calibration, the_dev_half_meets_the_bar) {
     grade_corpus();
     cr_assert_gt(cal_check(&g_corpus, "dev").n, 0, "no development sheets in tests/calibration/lab03");
     cr_expect(cal_meets_bar(&g_corpus, "dev", msg, sizeof msg), "%s", msg);
+    cr_expect(cal_agreement_current(&g_corpus, repo_root(), msg, sizeof msg), "%s", msg);
 }
 
 /* ---------------------------------------------------------------------------------------------

@@ -629,4 +629,80 @@ static inline int cal_meets_bar(const cal_corpus *cp, const char *split, char *m
 }
 
 
+/* What labs/rubric/agreement.json records of one split, the figures each grade report quotes
+   to say how far its grade can be trusted: how many sheets, how many the grader put within 2
+   points of the marker, and the mean (grader - label) on the sheets marked <= 5 and >= 12
+   (where a grade goes wrong in each direction). */
+static inline cJSON *cal_agreement(const cal_corpus *cp, const char *split) {
+    cal_bar b = cal_check(cp, split);
+    double low = 0, high = 0;
+    int nlow = 0, nhigh = 0;
+    for (int i = 0; i < cp->n; i++) {
+        const cal_sheet *s = &cp->sheet[i];
+        if (strcmp(s->split, split) != 0 || !s->graded) continue;
+        if (s->label <= 5 + 1e-9) low += s->score - s->label, nlow++;
+        if (s->label >= 12 - 1e-9) high += s->score - s->label, nhigh++;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "sheets", b.n);
+    cJSON_AddNumberToObject(o, "within_2", b.within);
+    cJSON_AddNumberToObject(o, "marked_13_up", b.high_n);
+    cJSON_AddNumberToObject(o, "marked_13_up_graded_13_up", b.high_ok);
+    cJSON_AddNumberToObject(o, "marked_3_down", b.low_n);
+    cJSON_AddNumberToObject(o, "marked_3_down_graded_4_down", b.low_ok);
+    cJSON_AddNumberToObject(o, "marked_5_down", nlow);
+    cJSON_AddNumberToObject(o, "mean_diff_marked_5_down", nlow ? round(100 * low / nlow) / 100 : 0);
+    cJSON_AddNumberToObject(o, "marked_12_up", nhigh);
+    cJSON_AddNumberToObject(o, "mean_diff_marked_12_up", nhigh ? round(100 * high / nhigh) / 100 : 0);
+    cJSON_AddBoolToObject(o, "meets_bar", b.pass);
+    return o;
+}
+
+/* The lab's entry of labs/rubric/agreement.json: {"dev": {...}, "test": {...}}. */
+static inline cJSON *cal_agreement_entry(const cal_corpus *cp) {
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddItemToObject(e, "dev", cal_agreement(cp, "dev"));
+    cJSON_AddItemToObject(e, "test", cal_agreement(cp, "test"));
+    return e;
+}
+
+/* Whether labs/rubric/agreement.json under root holds what grading the corpus measured now;
+   where not, msg names the lab, the figure, both values and the command that remakes it. */
+static inline int cal_agreement_current(const cal_corpus *cp, const char *root, char *msg,
+                                        size_t cap) {
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof path, "%.3000s/labs/rubric/agreement.json", root);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        snprintf(msg, cap, "%s: cannot read %s: make agreement", cp->lab, path);
+        return 0;
+    }
+    static char text[1 << 16];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cJSON *doc = cJSON_Parse(text), *now = cal_agreement_entry(cp);
+    const cJSON *had = cJSON_GetObjectItemCaseSensitive(doc, cp->lab);
+    int ok = had != NULL;
+    if (!ok) snprintf(msg, cap, "%s: %s has no entry for it: make agreement", cp->lab, path);
+    static const char *const splits[] = {"dev", "test"};
+    for (int sp = 0; sp < 2 && ok; sp++) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(had, splits[sp]), *v;
+        cJSON_ArrayForEach(v, cJSON_GetObjectItemCaseSensitive(now, splits[sp])) {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(a, v->string);
+            double want = cJSON_IsBool(v) ? cJSON_IsTrue(v) : v->valuedouble;
+            double got = w == NULL ? NAN : cJSON_IsBool(w) ? cJSON_IsTrue(w) : w->valuedouble;
+            if (!(fabs(want - got) < 1e-9)) {
+                snprintf(msg, cap, "%s: %s says %s.%s = %g, grading the corpus now gives %g: "
+                                   "make agreement", cp->lab, path, splits[sp], v->string, got, want);
+                ok = 0;
+                break;
+            }
+        }
+    }
+    cJSON_Delete(doc);
+    cJSON_Delete(now);
+    return ok;
+}
+
 #endif /* GR_CALIBRATE_H_INCLUDED */
