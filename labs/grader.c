@@ -711,6 +711,7 @@ struct gr__ctx {
     const char *answers_path; /* for messages */
     struct gr__lockstate *lock;
     int n_unlocked; /* filled predictions that earn 0 because of the lock */
+    double pred_judged, pred_judged_max; /* locked, filled and measured predictions: earned, max */
     regex_t **regs;
     int nregs, capregs;
     cJSON **jsons;
@@ -5558,6 +5559,11 @@ static double gr__score_prediction(gr__ctx *c, const gr__pitem *p, const gr__pv 
     memset(&v, 0, sizeof v);
     gr__judge(c, p, val, &v);
     it->score = v.frac * p->points;
+    const cJSON *meas = gr__path(c->results, p->path);
+    if (val != NULL && !val->placeholder && meas != NULL && !cJSON_IsNull(meas)) {
+        c->pred_judged += it->score;
+        c->pred_judged_max += p->points;
+    }
     it->detail = gr__strdup(c, gr__sb_str(&v.detail));
     if (v.more.len) gr__more(c, it, "%s", gr__sb_str(&v.more));
     if (elsewhere) gr__more(c, it, "(found in the other pred block, line %d)", val->line);
@@ -5569,7 +5575,23 @@ static double gr__score_prediction(gr__ctx *c, const gr__pitem *p, const gr__pv 
 typedef struct gr__totals {
     double main, main_max, fu, fu_max, penalty;
     int locked, filled, near_empty, unlocked;
+    double text, text_room;  /* text and evidence earned (within each item's cap), the caps' sum */
+    int check_by_hand;       /* gr__check_by_hand */
 } gr__totals;
+
+/* Where this grader errs most (docs/grading.md, "Check by hand"): a sheet whose locked
+   predictions, judged against the run, earned under a quarter of their points while its
+   explanations earned at least half of theirs. Written before the run, that is a fluent answer
+   the grader over-credits; written after it, a learner who learned from the run. The grade
+   stays; the report says which to check. */
+#define GR__CHECK_PRED_SHARE 0.25
+#define GR__CHECK_TEXT_SHARE 0.5
+#define GR__CHECK_MIN_PRED_POINTS 1.0
+static int gr__check_by_hand(const gr__ctx *c, const gr__totals *t) {
+    return c->pred_judged_max >= GR__CHECK_MIN_PRED_POINTS - 1e-9 && t->text_room > 0 &&
+           c->pred_judged < GR__CHECK_PRED_SHARE * c->pred_judged_max &&
+           t->text >= GR__CHECK_TEXT_SHARE * t->text_room - 1e-9;
+}
 
 static double gr__round2(double x) { return floor(x * 100.0 + 0.5 + 1e-9) / 100.0; }
 
@@ -5736,6 +5758,8 @@ static void gr__score_items(gr__ctx *c, gr__totals *t) {
         double text_cap = fmax(0.0, ri->points - pred_max);
         gr__item *head = &c->items[head_i];
         head->score = fmin(ri->points, pred + fmin(text, text_cap));
+        t->text += fmin(text, text_cap);
+        t->text_room += text_cap;
         gr__sb d = {0};
         gr__sb_printf(c, &d, "%s", ri->title);
         if (ri->seed[0]) gr__sb_printf(c, &d, " (%s)", ri->seed);
@@ -5909,6 +5933,19 @@ static void gr__print_agreement(gr__ctx *c, gr__sb *out) {
     gr__sb_add_wrapped(c, out, gr__sb_str(&line), GR__TABLE_WIDTH);
 }
 
+static void gr__print_check_by_hand(gr__ctx *c, gr__sb *out, const gr__totals *t) {
+    gr__sb line = {0};
+    gr__sb_printf(c, &line, "Check this grade by hand: your locked predictions earned %d%% of "
+                            "their points and your explanations %d%% of theirs. Sheets like this "
+                            "are where this grader errs most (docs/grading.md, \"Check by "
+                            "hand\"): if you learned the explanations from the run, compare each "
+                            "claim with what the run measured; if you wrote them before it, the "
+                            "grade is likely generous.",
+                  (int)(100.0 * c->pred_judged / c->pred_judged_max + 0.5),
+                  (int)(100.0 * t->text / t->text_room + 0.5));
+    gr__sb_add_wrapped(c, out, gr__sb_str(&line), GR__TABLE_WIDTH);
+}
+
 static void gr__print_report(gr__ctx *c, FILE *out, const gr__totals *t) {
     if (out == NULL) return;
     gr__sb b = {0};
@@ -5951,6 +5988,7 @@ static void gr__print_report(gr__ctx *c, FILE *out, const gr__totals *t) {
     gr__sb_printf(c, &b, "   heuristic grader; rubric %s%s%s\n", R->version,
                   R->source_version[0] ? ", " : "", R->source_version);
     gr__print_agreement(c, &b);
+    if (t->check_by_hand) gr__print_check_by_hand(c, &b, t);
     if (t->near_empty) {
         const cJSON *l;
         gr__sb_add(c, &b, "\nWhat to do next:\n");
@@ -5998,6 +6036,12 @@ static void gr__write_grade_json(gr__ctx *c, const char *path, const gr__totals 
     cJSON_AddStringToObject(root, "visibility", "visible");
     if (c->R.agreement != NULL)
         cJSON_AddItemToObject(root, "agreement_held_out", cJSON_Duplicate(c->R.agreement, 1));
+    if (t->check_by_hand) {
+        cJSON *h = cJSON_AddObjectToObject(root, "check_by_hand");
+        cJSON_AddNumberToObject(h, "prediction_share",
+                                gr__round2(c->pred_judged / c->pred_judged_max));
+        cJSON_AddNumberToObject(h, "text_share", gr__round2(t->text / t->text_room));
+    }
     cJSON *tests = cJSON_AddArrayToObject(root, "tests");
     for (int i = 0; i < c->nitems; i++) {
         const gr__item *it = &c->items[i];
@@ -6039,6 +6083,7 @@ static int gr__fill_report(gr__ctx *c, gr_report *r, const gr__totals *t) {
     r->n_pred_unlocked = t->unlocked;
     r->predictions_filled = t->filled;
     r->near_empty = t->near_empty;
+    r->check_by_hand = t->check_by_hand;
     snprintf(r->nonce, sizeof r->nonce, "%s", gr__jstr(c->results, "nonce", ""));
     r->probe_rank = (int)gr__jnum(c->results, "probe_rank", -1);
     snprintf(r->variant, sizeof r->variant, "%s", c->variant);
@@ -6378,6 +6423,7 @@ static void gr__grade_all(gr__ctx *c, const gr_grade_desc *d, FILE *out, gr_repo
     gr__score_items(c, &t);
     t.unlocked = c->n_unlocked;
     t.locked = t.filled > 0 && c->n_unlocked == 0 && c->lock->mode != GR__LOCK_NONE;
+    t.check_by_hand = gr__check_by_hand(c, &t);
     int written = 0;
     for (int i = 0; i < c->S.nsent; i++)
         written += c->S.sent[i].ignored == GR__IGN_NONE;

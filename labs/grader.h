@@ -99,6 +99,8 @@ typedef struct gr_report {
     int n_pred_unlocked;     /* predictions absent at the first run or changed since (earn 0) */
     int predictions_filled;  /* pred blocks with content beyond the template */
     int near_empty;          /* 1: nothing gradable was written (the "what to do next" case) */
+    int check_by_hand;       /* 1: locked predictions mostly wrong, explanations mostly credited:
+                                where the grader errs most; the report says what to check */
     char nonce[17];          /* from the results file */
     int probe_rank;
     char variant[8];         /* follow-up variant graded, "F2" */

@@ -482,7 +482,7 @@ static void l06_cell_rng(l06_state *st, l06_row *row, int r) {
     mc_gpt_destroy(&rc);
     free(g0);
     free(g1);
-    char streams[40], want[40];
+    char streams[48], want[48]; /* "model-parallel-rng default-rng other" and its NUL, with room */
     l06_streams_text(row->streams, streams, sizeof streams);
     l06_streams_text(st->local_streams, want, sizeof want);
     c->pass = row->streams == st->local_streams && both;

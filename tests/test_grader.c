@@ -1505,6 +1505,49 @@ Test(grader, the_report_says_how_far_its_grade_agrees_with_human_markers) {
     release(&g);
 }
 
+/* A sheet whose locked predictions are wrong but whose explanations earn: the report asks for
+   a check by hand (where the grader errs most) and leaves the grade as it is. */
+static graded grade_explained(const char *preds) {
+    char *s = sheet(preds, "The TP ranks are adjacent to each other and use the fast NVLink link.",
+                    "All ranks created every group.", NULL, NULL,
+                    "NCCL pairs the calls by their sequence on the communicator.");
+    spit(in_dir("answers.md"), s, strlen(s));
+    free(s);
+    char hex[17];
+    int filled = 0;
+    cr_assert_eq(gr_prediction_hash(in_dir("answers.md"), hex, &filled), 0);
+    make_results(hex, 1, NULL);
+    return grade_text(NULL);
+}
+
+Test(grader, wrong_locked_predictions_under_credited_explanations_ask_for_a_check_by_hand) {
+    graded g = grade_explained("n: 5\noutcome: ok\nflag: false\niv: [50, 60]");
+    cr_assert(g.rep.locked, "%s", g.out);
+    cr_expect(g.rep.check_by_hand, "%s", g.out);
+    cr_expect(mc_test_contains(g.out, "Check this grade by hand: your locked predictions earned 0%"),
+              "%s", g.out);
+    double wrong_total = g.rep.total;
+    char *json = slurp(in_dir("grade.json"));
+    cr_expect(mc_test_contains(json, "\"check_by_hand\""), "%s", json);
+    free(json);
+    release(&g);
+    graded h = grade_explained("n: 6\noutcome: hang\nflag: true\niv: [5, 20]");
+    cr_expect(!h.rep.check_by_hand, "right predictions, yet:\n%s", h.out);
+    cr_expect(!mc_test_contains(h.out, "Check this grade by hand"), "%s", h.out);
+    release(&h);
+    /* the same sheet with its predictions written after the run: they earn 0 as the wrong ones
+       did, nothing is judged, no notice, and the same total: the notice moved no point */
+    make_results("", 0, NULL);
+    graded u = grade_text(NULL);
+    cr_expect(!u.rep.check_by_hand, "%s", u.out);
+    cr_expect_float_eq(u.rep.total, wrong_total, 1e-9, "%s", u.out);
+    release(&u);
+    graded k = grade_explained("n: 5");
+    cr_expect(!k.rep.check_by_hand, "one wrong 0.5-point prediction is too little to judge:\n%s",
+              k.out);
+    release(&k);
+}
+
 Test(grader, a_bad_agreement_file_is_an_error_naming_the_field) {
     const char *bad = "{\"labT\": {\"test\": {\"sheets\": \"ten\"}}}";
     spit(in_dir("agreement.json"), bad, strlen(bad));

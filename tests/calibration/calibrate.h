@@ -55,6 +55,7 @@ typedef struct cal_sheet {
     int graded;      /* 1 when the grader produced a total */
     int frozen;      /* 1 when graded against results/<id>.json */
     double score;
+    int check_by_hand; /* the report asked for the grade to be checked by hand */
     double item_score[CAL_MAX_ITEMS];
     char error[2 * PATH_MAX];
 } cal_sheet;
@@ -411,6 +412,7 @@ static inline int cal_grade_all(cal_corpus *cp, const char *root, const char *wo
         }
         s->graded = 1;
         s->score = rep.total;
+        s->check_by_hand = rep.check_by_hand;
         for (int k = 0; k < s->nitems; k++)
             for (int j = 0; j < rep.n_items; j++)
                 if (strcmp(rep.items[j].kind, "item") == 0 && strcmp(rep.items[j].id, s->item_id[k]) == 0)
@@ -568,6 +570,18 @@ static inline void cal_print(const cal_corpus *cp, FILE *f) {
         for (int i = 0; i < cp->n; i++)
             frozen += cp->sheet[i].frozen && strcmp(cp->sheet[i].split, splits[sp]) == 0;
         if (frozen > 0) fprintf(f, "(%d of them graded against their frozen runs in results/)\n", frozen);
+        int hand = 0;
+        for (int i = 0; i < cp->n; i++)
+            hand += cp->sheet[i].check_by_hand && strcmp(cp->sheet[i].split, splits[sp]) == 0;
+        if (hand > 0) {
+            fprintf(f, "check by hand (the report says so):");
+            for (int i = 0; i < cp->n; i++) {
+                const cal_sheet *s = &cp->sheet[i];
+                if (s->check_by_hand && strcmp(s->split, splits[sp]) == 0)
+                    fprintf(f, " %s (%+.2f)", s->id, s->score - s->label);
+            }
+            fprintf(f, "\n");
+        }
         cal_bar b = cal_check(cp, splits[sp]);
         fprintf(f, "%s bar: |grader-label|<=2 on %d/%d (need >= 90%%), label>=13 -> >=13: %d/%d, "
                    "label<=3 -> <=4: %d/%d: %s\n",
