@@ -1540,7 +1540,7 @@ static void gr__apply_includes(gr__ctx *c, cJSON *root, const char *path) {
    of either polarity) and their evidence as "measured" bindings; misconceptions keep their
    patterns as relations, "pairs_with" -> "voids", "sections" -> "not_in_boxes". The shared
    language rules are included; of the old rules only penalty_cap and max_sentence_tokens
-   carry over. */
+   carry over, and max_claims_per_sentence, which schema 1 did not have, may be set. */
 static int gr__s1_item_of(const cJSON *items, const char *id) {
     int i = 0;
     const cJSON *it;
@@ -1770,7 +1770,8 @@ static void gr__from_schema1(gr__ctx *c, cJSON *root, const char *path) {
     /* rules: only those whose meaning did not change */
     const cJSON *old = cJSON_GetObjectItemCaseSensitive(root, "rules");
     cJSON *rules = cJSON_CreateObject();
-    static const char *const carry[] = {"penalty_cap", "max_sentence_tokens"};
+    static const char *const carry[] = {"penalty_cap", "max_sentence_tokens",
+                                        "max_claims_per_sentence"};
     for (size_t k = 0; k < sizeof carry / sizeof carry[0]; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(old, carry[k]);
         if (cJSON_IsNumber(v)) cJSON_AddNumberToObject(rules, carry[k], v->valuedouble);
@@ -2667,6 +2668,8 @@ static cJSON *gr__parse_value(gr__ctx *c, const char *v) {
             gr__sb_addn(c, &b, v + i, j2 - i);
             if (!literal) gr__sb_add(c, &b, "\"");
             i = j2;
+        } else if (ch == '+' && (isdigit((unsigned char)v[i + 1]) || v[i + 1] == '.')) {
+            i++; /* a signed number ("+2048", a shift forward): JSON has no unary plus */
         } else {
             gr__sb_addn(c, &b, &v[i++], 1);
         }
@@ -3910,6 +3913,9 @@ static int gr__has_finite_verb(gr__ctx *c, const gr__sent *s) {
         for (int i = 0; i < s->ncm[kinds[k]]; i++)
             for (int t = s->cm[kinds[k]][i].start; t < s->cm[kinds[k]][i].end; t++) {
                 const gr__tok *w = &s->tok[t];
+                /* a Chinese verb does not inflect: in a line of mixed terms ("按 head 切",
+                   "all-gather 成 [64, 1024]") it is the predicate all the same */
+                if (w->kind == GR__T_CJK && kinds[k] == R->L.pred) return 1;
                 if (w->kind != GR__T_WORD || w->stem == NULL) continue;
                 size_t ls = strlen(w->stem), lw = strlen(w->s);
                 if (lw > ls && lw <= ls + 2 && w->s[lw - 1] == 's' && strncmp(w->s, w->stem, ls) == 0)
@@ -4606,6 +4612,29 @@ static int gr__list_follows_other_noun(gr__ctx *c, const gr__sent *s, int t) {
     return 1;
 }
 
+/* The largest number in a canonical list ("[5,7]", "[[0,1],[2,3]]") or in a JSON tree of
+   numbers; -1 when there is none. */
+static long gr__list_max(const char *canon) {
+    long best = -1;
+    for (const char *p = canon; *p != '\0'; p++)
+        if (isdigit((unsigned char)*p) && (p == canon || !isdigit((unsigned char)p[-1]))) {
+            long v = strtol(p, NULL, 10);
+            if (v > best) best = v;
+        }
+    return best;
+}
+
+static long gr__json_max(const cJSON *j) {
+    if (cJSON_IsNumber(j)) return (long)j->valuedouble;
+    long best = -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, j) {
+        long v = gr__json_max(e);
+        if (v > best) best = v;
+    }
+    return best;
+}
+
 /* A bracketed list the sentence attributes to a group kind that the run did not measure for
    that kind ("the DP groups are [0,1] ..."). */
 static int gr__wrong_group_claim(gr__ctx *c, gr__sent *s, const gr__misc *m, gr__sb *why,
@@ -4645,6 +4674,9 @@ static int gr__wrong_group_claim(gr__ctx *c, gr__sent *s, const gr__misc *m, gr_
            ("rank 1 built layers [0] plus the embedding": [0] are layers) */
         if (bestd > 0 && gr__list_follows_other_noun(c, s, t)) continue;
         const cJSON *groups = gr__path(c->results, gr__jstr(best, "groups", ""));
+        /* a number above every rank of the measured grid makes the list something else: a
+           shape or a size ("word_embeddings 切成 [128,64]" on 8 ranks), not a group of it */
+        if (gr__list_max(lists[li].canon) > gr__json_max(groups)) continue;
         int rank = gr__rank_named(c, s, t);
         int ok = gr__list_is_measured(c, &lists[li], groups) &&
                  (rank < 0 || lists[li].nested || gr__list_has(&lists[li], rank));

@@ -397,6 +397,8 @@ Test(grader, negator_exceptions_do_not_negate) {
     EXPECT_SCORE(g, "S.tp_adj", 1.0);
     EXPECT_SCORE(g, "F.dp_adj", 1.0);
     release(&g);
+    /* 不变 ("unchanged") is a word of its own, like 不同, not 不 negating the clause */
+    EXPECT_GRADE(S1("换了布局，张量并行的rank相邻不变。"), "S.tp_adj", 1.0);
 }
 
 Test(grader, a_phrase_that_ends_with_its_negator_leaves_it_its_scope) {
@@ -578,6 +580,11 @@ Test(grader, a_group_list_belongs_to_the_kind_named_nearest_it) {
     graded h = grade_sheet(S1("Rank 3 built layers [0] plus the TP shard of this model."));
     cr_expect_not(item(&h, "MX_STRIDE")->fired, "%s", h.out);
     release(&h);
+    /* a list with a number above every rank of the grid is a shape, not a group, in any
+       language ("切成" is no English noun the list could follow) */
+    graded m = grade_sheet(S1("它不切模型，TP 组的 rank 0 持有 word_embeddings 切成 [128,64] 的分片。"));
+    cr_expect_not(item(&m, "MX_STRIDE")->fired, "%s", m.out);
+    release(&m);
     /* and the nearest kind still judges: [1,3] is no TP group */
     graded k = grade_sheet(S1("Rank 3 sits at DP rank 1 in [2,3], TP rank 1 in [1,3] of this grid."));
     cr_expect(item(&k, "MX_STRIDE")->fired, "%s", k.out);
@@ -595,6 +602,15 @@ Test(grader, predicate_less_bullets_earn_nothing) {
     release(&g);
     EXPECT_GRADE(S1("- the TP ranks are adjacent to each other\n"),
                  "S.tp_adj", 1.0); /* a bullet that states something counts */
+}
+
+Test(grader, a_chinese_verb_makes_a_line_of_mixed_terms_a_statement) {
+    /* English terms dense in concepts, a Chinese verb (创建, "creates"): a statement, as a
+       line of Chinese prose with its verb is, not a keyword list */
+    EXPECT_GRADE(S1("- TP DP adjacent nvlink order 创建\n"), "S.tp_adj", 1.0);
+    EXPECT_GRADE(S1("- TP group 创建 adjacent, nvlink, same node, order, DP\n"), "S.tp_adj", 1.0);
+    /* the same terms without a verb are still a keyword list */
+    EXPECT_GRADE(S1("- TP DP adjacent nvlink order\n"), "S.tp_adj", 0.0);
 }
 
 Test(grader, a_list_item_opening_with_an_ambiguous_verb_is_read_safely) {
@@ -1022,6 +1038,20 @@ Test(grader, every_prediction_type_scores_a_right_answer) {
     cr_expect(mc_test_contains(item(&g, "P.gone")->output, "not measured"));
     EXPECT_SCORE(g, "F.fk", 1.0); /* variant F2 reads facts.followup.k2 */
     EXPECT_SCORE(g, "P", 5.5); /* 6 points of predictions, the item is worth 5.5 */
+    release(&g);
+}
+
+Test(grader, a_number_written_with_its_plus_sign_is_read) {
+    /* "+6" (a shift forward, say) is the number 6, though JSON has no unary plus */
+    const char *signed_n =
+        "n: +6\noutcome: hang\nflag: true\ngroups: [[0,1],[2,3],[4,5],[6,7]]\n"
+        "probe: {a: 1, b: 0, c: yes, d: [3,1]}\nt: +10.3\niv: [+8, 12]\ns: [1,3]\nex: \"+ABC\"\ngone: 3";
+    lock_to(signed_n, "fk: 7");
+    graded g = grade_sheet(sheet(signed_n, NULL, NULL, NULL, "fk: 7", NULL));
+    EXPECT_SCORE(g, "P.n", 0.5);
+    EXPECT_SCORE(g, "P.t", 0.5);
+    EXPECT_SCORE(g, "P.iv", 1.0);
+    EXPECT_SCORE(g, "P.ex", 0.0); /* inside a string the sign stays: "+abc" is not "abc" */
     release(&g);
 }
 
