@@ -4612,18 +4612,7 @@ static int gr__list_follows_other_noun(gr__ctx *c, const gr__sent *s, int t) {
     return 1;
 }
 
-/* The largest number in a canonical list ("[5,7]", "[[0,1],[2,3]]") or in a JSON tree of
-   numbers; -1 when there is none. */
-static long gr__list_max(const char *canon) {
-    long best = -1;
-    for (const char *p = canon; *p != '\0'; p++)
-        if (isdigit((unsigned char)*p) && (p == canon || !isdigit((unsigned char)p[-1]))) {
-            long v = strtol(p, NULL, 10);
-            if (v > best) best = v;
-        }
-    return best;
-}
-
+/* The largest number in a JSON tree of numbers; -1 when there is none. */
 static long gr__json_max(const cJSON *j) {
     if (cJSON_IsNumber(j)) return (long)j->valuedouble;
     long best = -1;
@@ -4676,7 +4665,7 @@ static int gr__wrong_group_claim(gr__ctx *c, gr__sent *s, const gr__misc *m, gr_
         const cJSON *groups = gr__path(c->results, gr__jstr(best, "groups", ""));
         /* a number above every rank of the measured grid makes the list something else: a
            shape or a size ("word_embeddings 切成 [128,64]" on 8 ranks), not a group of it */
-        if (gr__list_max(lists[li].canon) > gr__json_max(groups)) continue;
+        if (gr__json_max(gr__parse_value(c, lists[li].canon)) > gr__json_max(groups)) continue;
         int rank = gr__rank_named(c, s, t);
         int ok = gr__list_is_measured(c, &lists[li], groups) &&
                  (rank < 0 || lists[li].nested || gr__list_has(&lists[li], rank));
